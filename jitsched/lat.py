@@ -1,0 +1,198 @@
+"""Transfer-time estimates and latest arrival times (LAT) over compiled DAG arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from jitsched.errors import ValidationError, kernel_import_error
+from jitsched.model import COMPUTE, TRANSFER, Cluster, DagArrays
+
+try:
+    from jitsched import _lat
+except ImportError as exc:  # pragma: no cover - exercised only on unbuilt trees
+    _IMPORT_ERROR: ImportError | None = exc
+    _lat = None
+else:
+    _IMPORT_ERROR = None
+
+ESTIMATORS = ("exact", "paper")
+
+
+def _kernels():
+    if _lat is None:
+        raise kernel_import_error("_lat", _IMPORT_ERROR)
+    return _lat
+
+
+def topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,
+                      succ_idx: np.ndarray) -> np.ndarray:
+    """Return a topological order of ``n`` nodes given CSR adjacency.
+
+    Returns
+    -------
+    order : ndarray of int32, shape (m,)
+        ``m < n`` exactly when the graph has a cycle; the missing nodes lie on
+        or behind one.
+    """
+    order = np.empty(n, dtype=np.int32)
+    indeg = np.empty(n, dtype=np.int32)
+    m = _kernels().topological_order(
+        n,
+        np.ascontiguousarray(pred_ptr, dtype=np.int64),
+        np.ascontiguousarray(succ_ptr, dtype=np.int64),
+        np.ascontiguousarray(succ_idx, dtype=np.int32),
+        order,
+        indeg,
+    )
+    return order[:m]
+
+
+def trans_times(dag: DagArrays, cluster: Cluster, *, remaining: np.ndarray | None = None,
+                active: np.ndarray | None = None) -> np.ndarray:
+    """Paper Eq. 1: each transfer's time if every port is shared equally.
+
+    ``trans(f) = bytes(f) / min(E_a / num(a), I_b / num(b))`` where ``num``
+    counts the active transfers of all jobs in ``dag`` leaving ``a`` / entering ``b``.
+
+    Parameters
+    ----------
+    dag : DagArrays
+    cluster : Cluster
+    remaining : ndarray, shape (n_nodes,), optional
+        Bytes still to send per transfer (default: the full size).
+    active : ndarray of bool, shape (n_nodes,), optional
+        Transfers that count in ``num`` (default: every transfer).
+
+    Returns
+    -------
+    ndarray, shape (n_nodes,)
+        Seconds; 0 for computes and inactive transfers.
+    """
+    is_t = dag.kind == TRANSFER
+    if active is None:
+        active = is_t
+    else:
+        active = np.asarray(active, dtype=bool) & is_t
+    size = dag.size if remaining is None else np.asarray(remaining, dtype=np.float64)
+    h = len(cluster)
+    num_out = np.bincount(dag.src[active], minlength=h).astype(np.float64)
+    num_in = np.bincount(dag.dst[active], minlength=h).astype(np.float64)
+    out = np.zeros(dag.n_nodes, dtype=np.float64)
+    idx = np.flatnonzero(active)
+    if idx.size:
+        s, d = dag.src[idx], dag.dst[idx]
+        share = np.minimum(cluster.egress_Bps[s] / num_out[s], cluster.ingress_Bps[d] / num_in[d])
+        out[idx] = size[idx] / share
+    return out
+
+
+@dataclass(frozen=True)
+class LatResult:
+    """Per-node timing estimates of one LAT pass (all arrays shape (n_nodes,), seconds).
+
+    ``release`` is a transfer's release time (a compute's start), ``done`` a
+    transfer's earliest arrival (a compute's finish), ``lat`` a transfer's
+    latest arrival time (NaN for computes), ``trans`` the Eq. 1 transfer time;
+    ``job_finish`` has shape (n_jobs,).
+    """
+
+    estimator: str
+    release: np.ndarray
+    done: np.ndarray
+    lat: np.ndarray
+    trans: np.ndarray
+    job_finish: np.ndarray
+
+    def by_job(self, dag: DagArrays) -> dict[str, dict[str, float]]:
+        """Return ``{job_id: {transfer_id: lat_seconds}}``."""
+        out: dict[str, dict[str, float]] = {j: {} for j in dag.job_ids}
+        for i in dag.transfer_index():
+            out[dag.job_ids[dag.job_of[i]]][dag.node_ids[i]] = float(self.lat[i])
+        return out
+
+
+def latest_arrival_times(dag: DagArrays, cluster: Cluster, *, estimator: str = "exact",
+                         now: float | None = None, known_done: np.ndarray | None = None,
+                         remaining: np.ndarray | None = None, active: np.ndarray | None = None,
+                         k_std: float = 0.0) -> LatResult:
+    """Estimate every transfer's latest arrival time, all jobs of ``dag`` together.
+
+    Parameters
+    ----------
+    dag : DagArrays
+        Jobs planned together (``num`` in Eq. 1 counts all of them).
+    cluster : Cluster
+    estimator : {"exact", "paper"}
+        ``exact``: the one-pass O(V+E) estimate of DESIGN 2.2; ``paper``: the
+        paper's Algorithm 1.
+    now : float, optional
+        Seconds; nothing unfinished starts before it (default: each job's arrival).
+    known_done : ndarray, shape (n_nodes,), optional
+        Finish times already known (NaN where unknown), for re-planning mid-run.
+    remaining, active : see :func:`trans_times`.
+    k_std : float
+        Compute durations used are ``duration + k_std * std``.
+
+    Returns
+    -------
+    LatResult
+    """
+    if estimator not in ESTIMATORS:
+        raise ValidationError(f"estimator: expected one of {ESTIMATORS}, got {estimator!r}")
+    if k_std < 0:
+        raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
+    n = dag.n_nodes
+    kern = _kernels()
+    trans = trans_times(dag, cluster, remaining=remaining, active=active)
+    duration = dag.duration + k_std * dag.std if k_std else dag.duration
+    floor = dag.arrival if now is None else np.maximum(dag.arrival, float(now))
+    floor = np.ascontiguousarray(floor, dtype=np.float64)
+    if known_done is None:
+        known = np.full(n, np.nan)
+    else:
+        known = np.ascontiguousarray(known_done, dtype=np.float64)
+        if known.shape != (n,):
+            raise ValidationError(f"known_done: expected shape ({n},), got {known.shape}")
+    release = np.empty(n)
+    done = np.empty(n)
+    lat = np.empty(n)
+    job_finish = np.empty(dag.n_jobs)
+    kern.lat_pass(dag.topo, dag.kind, dag.job_of, floor, duration, trans, known,
+                  dag.pred_ptr, dag.pred_idx, release, done, lat, job_finish)
+    if estimator == "paper":
+        lat = _paper(dag, kern, floor, duration, trans)
+    return LatResult(estimator, release, done, lat, trans, job_finish)
+
+
+def first_consumers(dag: DagArrays) -> np.ndarray:
+    """Each transfer's first compute consumer in topological order (-1: none)."""
+    pos = np.empty(dag.n_nodes, dtype=np.int64)
+    pos[dag.topo] = np.arange(dag.n_nodes)
+    consumer = np.full(dag.n_nodes, -1, dtype=np.int32)
+    rows = np.repeat(np.arange(dag.n_nodes), np.diff(dag.succ_ptr))
+    cols = dag.succ_idx
+    keep = (dag.kind[rows] == TRANSFER) & (dag.kind[cols] == COMPUTE)
+    rows, cols = rows[keep], cols[keep]
+    # Visit candidate consumers latest-first so the earliest one is written last.
+    order = np.argsort(-pos[cols], kind="stable")
+    consumer[rows[order]] = cols[order]
+    return consumer
+
+
+def _paper(dag: DagArrays, kern, floor: np.ndarray, duration: np.ndarray,
+           trans: np.ndarray) -> np.ndarray:
+    n = dag.n_nodes
+    pos = np.empty(n, dtype=np.int32)
+    pos[dag.topo] = np.arange(n, dtype=np.int32)
+    consumer = first_consumers(dag)
+    tidx = dag.transfer_index()
+    # Group by job, then by consumer position; consumer-less transfers close their job.
+    cpos = np.where(consumer[tidx] >= 0, pos[np.maximum(consumer[tidx], 0)], n)
+    ttopo = tidx[np.lexsort((cpos, dag.job_of[tidx]))].astype(np.int32)
+    lat = np.full(n, np.nan)
+    dist = np.empty(n)
+    kern.paper_lat(ttopo, consumer, pos, dag.topo, dag.kind, dag.job_of, floor,
+                   duration, trans, dag.succ_ptr, dag.succ_idx, dist, lat)
+    return lat

@@ -1,0 +1,563 @@
+"""The native job model: cluster, DAG jobs and background flows, validated, plus CSR arrays."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jitsched.errors import ValidationError
+
+COMPUTE = 0
+TRANSFER = 1
+
+
+@dataclass(frozen=True)
+class Host:
+    """One end host: capacities in bits per second, as the network counts them."""
+
+    name: str
+    egress_bps: float
+    ingress_bps: float
+    address: str | None = None
+
+    @property
+    def egress_Bps(self) -> float:
+        """Egress capacity in bytes/s."""
+        return self.egress_bps / 8.0
+
+    @property
+    def ingress_Bps(self) -> float:
+        """Ingress capacity in bytes/s."""
+        return self.ingress_bps / 8.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Hosts joined by one non-blocking switch."""
+
+    hosts: tuple[Host, ...]
+    _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({h.name: i for i, h in enumerate(self.hosts)})
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def index(self, name: str) -> int:
+        """Return the position of host ``name``; raise ValidationError if unknown."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise ValidationError(f"unknown host {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    @property
+    def names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    @property
+    def egress_Bps(self) -> np.ndarray:
+        """Egress capacities, shape (n_hosts,), bytes/s."""
+        return np.array([h.egress_Bps for h in self.hosts], dtype=np.float64)
+
+    @property
+    def ingress_Bps(self) -> np.ndarray:
+        """Ingress capacities, shape (n_hosts,), bytes/s."""
+        return np.array([h.ingress_Bps for h in self.hosts], dtype=np.float64)
+
+    @classmethod
+    def uniform(cls, n_hosts: int, bps: float = 1e9, prefix: str = "h") -> Cluster:
+        """Return ``n_hosts`` hosts named ``h0..`` with ``bps`` bits/s each way."""
+        return cls(tuple(Host(f"{prefix}{i}", float(bps), float(bps)) for i in range(n_hosts)))
+
+    def to_dict(self) -> dict[str, Any]:
+        hosts = []
+        for h in self.hosts:
+            d: dict[str, Any] = {"name": h.name, "egress_bps": h.egress_bps, "ingress_bps": h.ingress_bps}
+            if h.address is not None:
+                d["address"] = h.address
+            hosts.append(d)
+        return {"hosts": hosts}
+
+
+@dataclass(frozen=True)
+class Compute:
+    """A compute node: runs ``duration_s`` seconds on ``host`` (optionally mean + std)."""
+
+    id: str
+    host: str
+    duration_s: float
+    std_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """A network transfer of ``bytes`` from ``src`` to ``dst``."""
+
+    id: str
+    src: str
+    dst: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Job:
+    """A DAG job: compute and transfer nodes, edges ``(before, after)`` by node id."""
+
+    id: str
+    computes: tuple[Compute, ...]
+    transfers: tuple[Transfer, ...]
+    edges: tuple[tuple[str, str], ...]
+    arrival_s: float = 0.0
+    priority: float = 0.0
+    model: str | None = None
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.computes) + len(self.transfers)
+
+    def node_ids(self) -> list[str]:
+        """Node ids in array order: computes first, then transfers."""
+        return [c.id for c in self.computes] + [t.id for t in self.transfers]
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "arrival_s": self.arrival_s, "priority": self.priority}
+        if self.model is not None:
+            d["model"] = self.model
+        d["computes"] = [
+            {"id": c.id, "host": c.host, "duration_s": c.duration_s}
+            | ({"std_s": c.std_s} if c.std_s else {})
+            for c in self.computes
+        ]
+        d["transfers"] = [
+            {"id": t.id, "src": t.src, "dst": t.dst, "bytes": t.bytes} for t in self.transfers
+        ]
+        d["edges"] = [[a, b] for a, b in self.edges]
+        return d
+
+
+@dataclass(frozen=True)
+class Background:
+    """A flow without a DAG: uses whatever bandwidth the DAG transfers leave."""
+
+    id: str
+    src: str
+    dst: str
+    bytes: float
+    arrival_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "src": self.src, "dst": self.dst, "bytes": self.bytes,
+                "arrival_s": self.arrival_s}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A cluster with the DAG jobs and background flows that run on it."""
+
+    cluster: Cluster
+    jobs: tuple[Job, ...] = ()
+    background: tuple[Background, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster.to_dict(),
+            "jobs": [j.to_dict() for j in self.jobs],
+            "background": [b.to_dict() for b in self.background],
+        }
+
+    def job(self, job_id: str) -> Job:
+        for j in self.jobs:
+            if j.id == job_id:
+                return j
+        raise KeyError(job_id)
+
+
+# --------------------------------------------------------------------------- parsing
+
+_HOST_FIELDS = {"name": str, "egress_bps": "num", "ingress_bps": "num", "address": str}
+_HOST_REQUIRED = ("name", "egress_bps", "ingress_bps")
+_JOB_FIELDS = {"id": str, "arrival_s": "num", "priority": "num", "model": str,
+               "computes": list, "transfers": list, "edges": list}
+_COMPUTE_FIELDS = {"id": str, "host": str, "duration_s": "num", "std_s": "num"}
+_TRANSFER_FIELDS = {"id": str, "src": str, "dst": str, "bytes": "num"}
+_BACKGROUND_FIELDS = {"id": str, "src": str, "dst": str, "bytes": "num", "arrival_s": "num"}
+_TOP_FIELDS = {"cluster": dict, "jobs": list, "background": list}
+
+
+def _check_map(obj: Any, path: str, spec: Mapping[str, Any], required: Iterable[str]) -> None:
+    if not isinstance(obj, Mapping):
+        raise ValidationError(f"{path}: expected an object, got {type(obj).__name__}")
+    for key in obj:
+        if key not in spec:
+            raise ValidationError(f"{path}.{key}: unknown field")
+    for key in required:
+        if key not in obj:
+            raise ValidationError(f"{path}.{key}: missing required field")
+    for key, kind in spec.items():
+        if key not in obj:
+            continue
+        val = obj[key]
+        where = f"{path}.{key}"
+        if kind == "num":
+            # bool is an int subclass; a JSON true is never a size or a time
+            if isinstance(val, bool) or not isinstance(val, (int, float)):
+                raise ValidationError(f"{where}: expected a number, got {type(val).__name__}")
+            if not math.isfinite(val):
+                raise ValidationError(f"{where}: must be finite, got {val!r}")
+        elif not isinstance(val, kind):
+            raise ValidationError(
+                f"{where}: expected {kind.__name__}, got {type(val).__name__}"
+            )
+        if kind is str and not val:
+            raise ValidationError(f"{where}: must not be empty")
+
+
+def parse_cluster(obj: Any, path: str = "cluster") -> Cluster:
+    """Validate a native cluster map and return a :class:`Cluster`."""
+    _check_map(obj, path, {"hosts": list}, ("hosts",))
+    if not obj["hosts"]:
+        raise ValidationError(f"{path}.hosts: the cluster has no hosts")
+    hosts = []
+    seen: set[str] = set()
+    for i, h in enumerate(obj["hosts"]):
+        where = f"{path}.hosts[{i}]"
+        _check_map(h, where, _HOST_FIELDS, _HOST_REQUIRED)
+        if h["name"] in seen:
+            raise ValidationError(f"{where}.name: duplicate host name {h['name']!r}")
+        seen.add(h["name"])
+        for key in ("egress_bps", "ingress_bps"):
+            if h[key] <= 0:
+                raise ValidationError(f"{where}.{key}: capacity must be positive, got {h[key]!r}")
+        hosts.append(Host(h["name"], float(h["egress_bps"]), float(h["ingress_bps"]), h.get("address")))
+    return Cluster(tuple(hosts))
+
+
+def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
+    """Validate a native job map against ``cluster`` and return a :class:`Job`.
+
+    Raises
+    ------
+    ValidationError
+        Naming the field path or node id at fault: unknown fields, wrong types,
+        duplicate ids, unknown hosts, dangling edges, non-positive sizes,
+        negative durations, cycles.
+    """
+    _check_map(obj, path, _JOB_FIELDS, ("id",))
+    path = f"{path}[{obj['id']!r}]" if path == "job" else path
+    arrival = float(obj.get("arrival_s", 0.0))
+    if arrival < 0:
+        raise ValidationError(f"{path}.arrival_s: must be >= 0, got {arrival!r}")
+    ids: set[str] = set()
+
+    def _new_id(node_id: str, where: str) -> None:
+        if node_id in ids:
+            raise ValidationError(f"{where}.id: duplicate node id {node_id!r}")
+        ids.add(node_id)
+
+    computes = []
+    for i, c in enumerate(obj.get("computes", [])):
+        where = f"{path}.computes[{i}]"
+        _check_map(c, where, _COMPUTE_FIELDS, ("id", "host", "duration_s"))
+        _new_id(c["id"], where)
+        if c["host"] not in cluster:
+            raise ValidationError(f"{where}.host: unknown host {c['host']!r} (node {c['id']!r})")
+        if c["duration_s"] < 0:
+            raise ValidationError(f"{where}.duration_s: negative duration {c['duration_s']!r} (node {c['id']!r})")
+        std = float(c.get("std_s", 0.0))
+        if std < 0:
+            raise ValidationError(f"{where}.std_s: negative std {std!r} (node {c['id']!r})")
+        computes.append(Compute(c["id"], c["host"], float(c["duration_s"]), std))
+    transfers = []
+    for i, t in enumerate(obj.get("transfers", [])):
+        where = f"{path}.transfers[{i}]"
+        _check_map(t, where, _TRANSFER_FIELDS, ("id", "src", "dst", "bytes"))
+        _new_id(t["id"], where)
+        for key in ("src", "dst"):
+            if t[key] not in cluster:
+                raise ValidationError(f"{where}.{key}: unknown host {t[key]!r} (node {t['id']!r})")
+        if t["src"] == t["dst"]:
+            raise ValidationError(f"{where}: src and dst are the same host {t['src']!r} (node {t['id']!r})")
+        if t["bytes"] <= 0:
+            raise ValidationError(f"{where}.bytes: size must be positive, got {t['bytes']!r} (node {t['id']!r})")
+        transfers.append(Transfer(t["id"], t["src"], t["dst"], float(t["bytes"])))
+    edges = []
+    seen_edges: set[tuple[str, str]] = set()
+    for i, e in enumerate(obj.get("edges", [])):
+        where = f"{path}.edges[{i}]"
+        if (not isinstance(e, (list, tuple)) or len(e) != 2
+                or not all(isinstance(x, str) for x in e)):
+            raise ValidationError(f"{where}: expected a pair of node ids [before, after], got {e!r}")
+        a, b = e
+        for x in (a, b):
+            if x not in ids:
+                raise ValidationError(f"{where}: edge to unknown node {x!r}")
+        if a == b:
+            raise ValidationError(f"{where}: self-loop on node {a!r} (a cycle)")
+        if (a, b) in seen_edges:
+            continue  # a repeated dependency changes nothing
+        seen_edges.add((a, b))
+        edges.append((a, b))
+    if not computes and not transfers:
+        raise ValidationError(f"{path}: the job has no nodes")
+    job = Job(str(obj["id"]), tuple(computes), tuple(transfers), tuple(edges), arrival,
+              float(obj.get("priority", 0.0)), obj.get("model"))
+    cyc = find_cycle_node(job)
+    if cyc is not None:
+        raise ValidationError(f"{path}: the DAG has a cycle through node {cyc!r}")
+    return job
+
+
+def parse_background(obj: Any, cluster: Cluster, path: str) -> Background:
+    """Validate a background flow map."""
+    _check_map(obj, path, _BACKGROUND_FIELDS, ("id", "src", "dst", "bytes"))
+    for key in ("src", "dst"):
+        if obj[key] not in cluster:
+            raise ValidationError(f"{path}.{key}: unknown host {obj[key]!r}")
+    if obj["src"] == obj["dst"]:
+        raise ValidationError(f"{path}: src and dst are the same host {obj['src']!r}")
+    if obj["bytes"] <= 0:
+        raise ValidationError(f"{path}.bytes: size must be positive, got {obj['bytes']!r}")
+    arrival = float(obj.get("arrival_s", 0.0))
+    if arrival < 0:
+        raise ValidationError(f"{path}.arrival_s: must be >= 0, got {arrival!r}")
+    return Background(obj["id"], obj["src"], obj["dst"], float(obj["bytes"]), arrival)
+
+
+def parse_workload(obj: Any) -> Workload:
+    """Validate a whole native-format map (cluster, jobs, background)."""
+    _check_map(obj, "$", _TOP_FIELDS, ("cluster",))
+    cluster = parse_cluster(obj["cluster"], "cluster")
+    jobs = []
+    seen: set[str] = set()
+    for i, j in enumerate(obj.get("jobs", [])):
+        job = parse_job(j, cluster, f"jobs[{i}]")
+        if job.id in seen:
+            raise ValidationError(f"jobs[{i}].id: duplicate job id {job.id!r}")
+        seen.add(job.id)
+        jobs.append(job)
+    bgs = []
+    for i, b in enumerate(obj.get("background", [])):
+        bg = parse_background(b, cluster, f"background[{i}]")
+        if bg.id in seen:
+            raise ValidationError(f"background[{i}].id: duplicate id {bg.id!r}")
+        seen.add(bg.id)
+        bgs.append(bg)
+    return Workload(cluster, tuple(jobs), tuple(bgs))
+
+
+def load_workload(source: str | Path | Mapping[str, Any]) -> Workload:
+    """Load a native-format workload from a path (``.json`` or ``.json.gz``) or a map."""
+    if isinstance(source, Mapping):
+        return parse_workload(source)
+    p = Path(source)
+    try:
+        opener = gzip.open if p.suffix == ".gz" else open
+        with opener(p, "rt", encoding="utf-8") as fh:
+            obj = json.load(fh)
+    except FileNotFoundError:
+        raise ValidationError(f"{p}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise ValidationError(f"{p}: not valid JSON ({exc})") from None
+    return parse_workload(obj)
+
+
+def save_workload(workload: Workload, path: str | Path) -> None:
+    """Write ``workload`` in the native JSON format (gzipped when the name ends in .gz)."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "wt", encoding="utf-8") as fh:
+        json.dump(workload.to_dict(), fh)
+
+
+def find_cycle_node(job: Job) -> str | None:
+    """Return the id of a node on a cycle of ``job``'s graph, or None if it is a DAG."""
+    ids = job.node_ids()
+    pos = {n: i for i, n in enumerate(ids)}
+    n = len(ids)
+    indeg = [0] * n
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for a, b in job.edges:
+        ia, ib = pos[a], pos[b]
+        succ[ia].append(ib)
+        pred[ib].append(ia)
+        indeg[ib] += 1
+    stack = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while stack:
+        v = stack.pop()
+        seen += 1
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                stack.append(w)
+    if seen == n:
+        return None
+    # Every node left has a predecessor that is also left: walking predecessors must
+    # revisit a node, and the first revisited node lies on a cycle.
+    v = next(i for i in range(n) if indeg[i] > 0)
+    visited: set[int] = set()
+    while v not in visited:
+        visited.add(v)
+        v = next(p for p in pred[v] if indeg[p] > 0)
+    return ids[v]
+
+
+# --------------------------------------------------------------------------- CSR arrays
+
+
+@dataclass(frozen=True)
+class DagArrays:
+    """Several jobs' DAGs as flat arrays for the kernels.
+
+    Nodes of job ``k`` occupy ``job_ptr[k]:job_ptr[k+1]``, computes first. Every
+    array is indexed by node and has shape (n_nodes,) unless stated.
+
+    Attributes
+    ----------
+    kind : int8, ``COMPUTE`` or ``TRANSFER``.
+    host : int32, compute host index, -1 for transfers.
+    src, dst : int32, transfer endpoints, -1 for computes.
+    size : float64, transfer bytes (0 for computes).
+    duration : float64, compute seconds (0 for transfers).
+    std : float64, compute duration std in seconds.
+    job_of : int32, job index of the node.
+    arrival : float64, shape (n_jobs,), job arrival times in seconds.
+    pred_ptr, pred_idx : int64 / int32 CSR of predecessors.
+    succ_ptr, succ_idx : int64 / int32 CSR of successors.
+    topo : int32, a topological order of all nodes (job by job).
+    """
+
+    job_ids: tuple[str, ...]
+    node_ids: tuple[str, ...]
+    job_ptr: np.ndarray
+    kind: np.ndarray
+    host: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    size: np.ndarray
+    duration: np.ndarray
+    std: np.ndarray
+    job_of: np.ndarray
+    arrival: np.ndarray
+    priority: np.ndarray
+    pred_ptr: np.ndarray
+    pred_idx: np.ndarray
+    succ_ptr: np.ndarray
+    succ_idx: np.ndarray
+    topo: np.ndarray
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.kind)
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.job_ids)
+
+    def transfer_index(self) -> np.ndarray:
+        """Node indices of all transfers, in node order."""
+        return np.flatnonzero(self.kind == TRANSFER)
+
+    def node(self, job_id: str, node_id: str) -> int:
+        k = self.job_ids.index(job_id)
+        lo, hi = int(self.job_ptr[k]), int(self.job_ptr[k + 1])
+        for i in range(lo, hi):
+            if self.node_ids[i] == node_id:
+                return i
+        raise KeyError((job_id, node_id))
+
+
+def _csr(n: int, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(rows, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+    return ptr, cols[order].astype(np.int32)
+
+
+def compile_jobs(jobs: Sequence[Job], cluster: Cluster) -> DagArrays:
+    """Pack validated jobs into :class:`DagArrays` (one array set for all jobs)."""
+    kinds, hosts, srcs, dsts, sizes, durs, stds, job_of, node_ids = [], [], [], [], [], [], [], [], []
+    erow: list[int] = []
+    ecol: list[int] = []
+    job_ptr = [0]
+    for k, job in enumerate(jobs):
+        pos = {}
+        for c in job.computes:
+            pos[c.id] = len(node_ids)
+            node_ids.append(c.id)
+            kinds.append(COMPUTE)
+            hosts.append(cluster.index(c.host))
+            srcs.append(-1)
+            dsts.append(-1)
+            sizes.append(0.0)
+            durs.append(c.duration_s)
+            stds.append(c.std_s)
+            job_of.append(k)
+        for t in job.transfers:
+            pos[t.id] = len(node_ids)
+            node_ids.append(t.id)
+            kinds.append(TRANSFER)
+            hosts.append(-1)
+            srcs.append(cluster.index(t.src))
+            dsts.append(cluster.index(t.dst))
+            sizes.append(t.bytes)
+            durs.append(0.0)
+            stds.append(0.0)
+            job_of.append(k)
+        for a, b in job.edges:
+            erow.append(pos[a])
+            ecol.append(pos[b])
+        job_ptr.append(len(node_ids))
+    n = len(node_ids)
+    rows = np.asarray(erow, dtype=np.int64)
+    cols = np.asarray(ecol, dtype=np.int64)
+    pred_ptr, pred_idx = _csr(n, cols, rows)
+    succ_ptr, succ_idx = _csr(n, rows, cols)
+    job_of_arr = np.asarray(job_of, dtype=np.int32)
+    topo = _topological_order(n, pred_ptr, succ_ptr, succ_idx)
+    if len(topo) < n:
+        left = sorted(set(range(n)) - set(topo.tolist()))
+        raise ValidationError(f"the DAG of job {jobs[job_of[left[0]]].id!r} has a cycle "
+                              f"(node {node_ids[left[0]]!r} is on or behind it)")
+    # Jobs are disjoint, so a stable sort by job keeps the order topological
+    # while making every job's nodes contiguous (the paper kernel relies on it).
+    topo = topo[np.argsort(job_of_arr[topo], kind="stable")].astype(np.int32)
+    return DagArrays(
+        job_ids=tuple(j.id for j in jobs),
+        node_ids=tuple(node_ids),
+        job_ptr=np.asarray(job_ptr, dtype=np.int64),
+        kind=np.asarray(kinds, dtype=np.int8),
+        host=np.asarray(hosts, dtype=np.int32),
+        src=np.asarray(srcs, dtype=np.int32),
+        dst=np.asarray(dsts, dtype=np.int32),
+        size=np.asarray(sizes, dtype=np.float64),
+        duration=np.asarray(durs, dtype=np.float64),
+        std=np.asarray(stds, dtype=np.float64),
+        job_of=job_of_arr,
+        arrival=np.asarray([j.arrival_s for j in jobs], dtype=np.float64),
+        priority=np.asarray([j.priority for j in jobs], dtype=np.float64),
+        pred_ptr=pred_ptr,
+        pred_idx=pred_idx,
+        succ_ptr=succ_ptr,
+        succ_idx=succ_idx,
+        topo=topo,
+    )
+
+
+def _topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,
+                       succ_idx: np.ndarray) -> np.ndarray:
+    from jitsched.lat import topological_order
+
+    return topological_order(n, pred_ptr, succ_ptr, succ_idx)
