@@ -104,13 +104,12 @@ def lat_pass(const int[::1] topo,
             if done[v] > job_finish[job_of[v]]:
                 job_finish[job_of[v]] = done[v]
             lat[v] = NAN
-            # Each transfer feeding v may arrive as late as v's compute inputs allow.
+            # A transfer feeding v may arrive as late as v would start anyway with
+            # every other input at its earliest: s >= done[p] for all of them.
             for e in range(pred_ptr[v], pred_ptr[v + 1]):
                 p = pred_idx[e]
-                if kind[p] == TRANSFER:
-                    cand = done[p] if done[p] > r else r
-                    if cand < lat[p]:
-                        lat[p] = cand
+                if kind[p] == TRANSFER and s < lat[p]:
+                    lat[p] = s
     for k in range(n):
         v = topo[k]
         if kind[v] == TRANSFER and lat[v] == INFINITY:

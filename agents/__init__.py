@@ -1,0 +1,1 @@
+"""Host agents: receive per-slot schedules from the daemon and enforce them."""

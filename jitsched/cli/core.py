@@ -1,0 +1,76 @@
+"""Core commands: ``lat`` and ``plan``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from jitsched.cli.registry import arg, register
+from jitsched.lat import ESTIMATORS, latest_arrival_times
+from jitsched.lp import OBJECTIVES
+from jitsched.model import compile_jobs, load_workload
+from jitsched.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, plan_jobs
+
+
+def emit_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=None, separators=(",", ":"))
+    sys.stdout.write("\n")
+
+
+@register(
+    "lat", "Latest arrival time of every transfer (all jobs of FILE planned together).",
+    arg("file", metavar="FILE.json", help="native-format workload (.json or .json.gz)"),
+    arg("--estimator", choices=ESTIMATORS, default="exact",
+        help="exact one-pass estimate (default) or the paper's Algorithm 1"),
+    arg("--json", action="store_true", help="print {job_id: {transfer_id: lat_seconds}}"),
+)
+def cmd_lat(args: argparse.Namespace) -> int:
+    w = load_workload(args.file)
+    dag = compile_jobs(w.jobs, w.cluster)
+    res = latest_arrival_times(dag, w.cluster, estimator=args.estimator)
+    by_job = res.by_job(dag)
+    if args.json:
+        emit_json(by_job)
+        return 0
+    for job, lats in by_job.items():
+        print(f"job {job}: {len(lats)} transfers")
+        for tid, v in lats.items():
+            print(f"  {tid:<40} LAT {v:10.4f} s")
+    return 0
+
+
+@register(
+    "plan", "Plan per-slot rates for the DAG transfers of FILE (LAT + bandwidth LP).",
+    arg("file", metavar="FILE.json", help="native-format workload (.json or .json.gz)"),
+    arg("--slot-s", type=float, default=DEFAULT_SLOT_S, help="slot length in seconds (default 0.1)"),
+    arg("--alpha", type=float, default=DEFAULT_ALPHA,
+        help="fraction of each job's transfers, in topological order, the LP plans (default 0.4)"),
+    arg("--objective", choices=OBJECTIVES, default="balanced", help="LP objective (default balanced)"),
+    arg("--estimator", choices=ESTIMATORS, default="exact", help="LAT estimator"),
+    arg("--time-limit-s", type=float, default=5.0,
+        help="solver budget; past it an earliest-deadline-first plan is used"),
+    arg("--json", action="store_true", help="print the plan as JSON"),
+)
+def cmd_plan(args: argparse.Namespace) -> int:
+    w = load_workload(args.file)
+    plan = plan_jobs(w.jobs, w.cluster, slot_s=args.slot_s, alpha=args.alpha,
+                     objective=args.objective, estimator=args.estimator,
+                     time_limit_s=args.time_limit_s)
+    out = plan.to_json()
+    if args.json:
+        emit_json(out)
+        return 0
+    print(f"status {out['status']}  objective {out['objective_value']:.4g}  "
+          f"peak utilization {out['peak_utilization']:.3f}  slots {out['n_slots']} x {out['slot_s']} s")
+    print(f"{out['scheduled_transfers']} transfers scheduled (alpha {out['alpha']}), "
+          f"{len(out['late'])} late; LAT {out['lat_s'] * 1e3:.2f} ms, "
+          f"LP build {out['build_s'] * 1e3:.1f} ms, solve {out['solve_s'] * 1e3:.1f} ms")
+    for job, rates in out["rates"].items():
+        for tid, r in rates.items():
+            mean = sum(r["bytes_per_s"]) / max(len(r["bytes_per_s"]), 1)
+            print(f"  {job}/{tid:<32} slots {r['start_slot']:>4}..{r['start_slot'] + len(r['bytes_per_s']) - 1:<4}"
+                  f" mean {mean * 8 / 1e6:9.1f} Mbit/s")
+    for late in out["late"]:
+        print(f"  LATE {late['job']}/{late['transfer']} by {late['lateness_s']:.3f} s")
+    return 0

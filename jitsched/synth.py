@@ -1,0 +1,63 @@
+"""Synthetic layer-chain DAG jobs (parameter server -> worker) for benches and examples."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jitsched.model import Compute, Job, Transfer
+
+# VGG16's 16 parameterised layers (13 conv, 3 fully connected): (weights, biases)
+# element counts; float32 parameters, 4 bytes each.
+VGG16_LAYERS = (
+    (1728, 64), (36864, 64), (73728, 128), (147456, 128), (294912, 256), (589824, 256),
+    (589824, 256), (1179648, 512), (2359296, 512), (2359296, 512), (2359296, 512),
+    (2359296, 512), (2359296, 512), (102760448, 4096), (16777216, 4096), (4096000, 1000),
+)
+
+
+def layer_chain_job(job_id: str, ps: str, worker: str, layers=VGG16_LAYERS, *,
+                    arrival_s: float = 0.0, fwd_s_per_mflop_param: float = 2e-9,
+                    min_compute_s: float = 0.002, model: str | None = "vgg16") -> Job:
+    """One training iteration of a layer chain in parameter-server style.
+
+    Each parameter tensor is read from ``ps`` by ``worker`` (one transfer per
+    tensor, so VGG16 gives 32), feeds its layer's forward op; forward ops form
+    a chain, followed by a chain of backward ops. Compute time grows with the
+    layer's parameter count (a documented stand-in for measured op times).
+
+    Returns
+    -------
+    Job
+    """
+    computes, transfers, edges = [], [], []
+    prev = None
+    for k, (w, b) in enumerate(layers):
+        dur = max(min_compute_s, fwd_s_per_mflop_param * 1e3 * (w + b))
+        fwd = f"fwd{k}"
+        computes.append(Compute(fwd, worker, float(dur)))
+        for name, count in (("w", w), ("b", b)):
+            tid = f"read_{name}{k}"
+            transfers.append(Transfer(tid, ps, worker, float(4 * count)))
+            edges.append((tid, fwd))
+        if prev is not None:
+            edges.append((prev, fwd))
+        prev = fwd
+    for k in reversed(range(len(layers))):
+        w, b = layers[k]
+        bwd = f"bwd{k}"
+        computes.append(Compute(bwd, worker, float(2 * max(min_compute_s, fwd_s_per_mflop_param * 1e3 * (w + b)))))
+        edges.append((prev, bwd))
+        prev = bwd
+    return Job(job_id, tuple(computes), tuple(transfers), tuple(edges), float(arrival_s), 0.0, model)
+
+
+def random_vgg16_jobs(n_jobs: int, host_names: list[str], *, seed: int = 0,
+                      arrival_s: float = 0.0) -> list[Job]:
+    """``n_jobs`` VGG16 layer-chain jobs, parameter server and worker on random distinct hosts."""
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for j in range(n_jobs):
+        ps, worker = rng.choice(len(host_names), size=2, replace=False)
+        jobs.append(layer_chain_job(f"vgg16-{j}", host_names[ps], host_names[worker],
+                                    arrival_s=arrival_s))
+    return jobs
