@@ -1,0 +1,1 @@
+"""Enforcement backends of the host agent, registered by name."""

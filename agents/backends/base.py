@@ -1,0 +1,52 @@
+"""The enforcement-backend interface: apply one slot's rates on this host."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class FlowRate:
+    """One scheduled flow leaving this host and its rate for the current slot.
+
+    ``flow_id`` is ``"<job_id>/<transfer_id>"``; addresses and ports identify
+    the flow's TCP connection when known (0 / "" otherwise); ``rate_Bps`` is
+    in bytes/s.
+    """
+
+    flow_id: str
+    rate_Bps: float
+    src_addr: str = ""
+    src_port: int = 0
+    dst_addr: str = ""
+    dst_port: int = 0
+
+
+class Backend(ABC):
+    """Applies per-slot rates; one instance per agent."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, line_rate_Bps: float, **options) -> None:
+        self.line_rate_Bps = float(line_rate_Bps)
+
+    @abstractmethod
+    def apply(self, flows: list[FlowRate], leftover_Bps: float) -> None:
+        """Enforce ``flows``' rates and give ``leftover_Bps`` (guaranteed) to background traffic.
+
+        Flows absent from ``flows`` are no longer scheduled (their limits go).
+        """
+
+    def close(self) -> None:
+        """Remove everything this backend installed."""
+
+
+BACKENDS: dict[str, type[Backend]] = {}
+
+
+def register_backend(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: make ``cls`` available by ``cls.name``."""
+    BACKENDS[cls.name] = cls
+    return cls

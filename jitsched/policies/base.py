@@ -1,0 +1,192 @@
+"""The scheduling-policy interface shared by the simulator and the daemon, and its registry."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from jitsched.model import Cluster, DagArrays
+
+# Node states in SchedulerView.node_state.
+WAITING = 0  # some predecessor unfinished
+RUNNING = 1  # released: a transfer may send, a compute is executing
+DONE = 2
+
+
+@dataclass
+class FlowSet:
+    """The flows that may send now (released, unfinished), shape (n_flows,) each.
+
+    ``node`` is the DAG node index of a job transfer (-1 for background flows),
+    ``job`` its job index (-1 for background), ``bg`` the background index
+    (-1 for job transfers). ``remaining`` is in bytes, ``release_s`` in seconds.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    remaining: np.ndarray
+    node: np.ndarray
+    job: np.ndarray
+    bg: np.ndarray
+    release_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @classmethod
+    def empty(cls) -> FlowSet:
+        i = np.zeros(0, dtype=np.int64)
+        f = np.zeros(0)
+        return cls(i, i, f, i, i, i, f)
+
+
+@dataclass
+class SchedulerView:
+    """What a policy may read: the clock owner's state at one instant.
+
+    The simulator and the daemon both build it; policies never mutate it.
+
+    Attributes
+    ----------
+    cluster : Cluster
+    now : float
+        Seconds on the owner's clock (virtual or wall).
+    dag : DagArrays
+        Every job known so far (arrived or not; see ``job_arrived``).
+    job_arrived, job_done : ndarray of bool, shape (n_jobs,)
+    node_state : ndarray of int8, shape (n_nodes,)
+        ``WAITING``, ``RUNNING`` or ``DONE``.
+    node_finish : ndarray, shape (n_nodes,)
+        Finish time of done nodes, NaN otherwise (seconds).
+    remaining : ndarray, shape (n_nodes,)
+        Bytes each transfer still has to send (0 for computes and done transfers).
+    flows : FlowSet
+        The flows that may send now, job transfers and background flows.
+    bg_src, bg_dst, bg_bytes, bg_arrival_s : ndarray, shape (n_background,)
+        All background flows (arrived or not).
+    """
+
+    cluster: Cluster
+    now: float
+    dag: DagArrays
+    job_arrived: np.ndarray
+    job_done: np.ndarray
+    node_state: np.ndarray
+    node_finish: np.ndarray
+    remaining: np.ndarray
+    flows: FlowSet
+    bg_src: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    bg_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    bg_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    bg_arrival_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+@dataclass
+class Allocation:
+    """Rates for ``view.flows`` (bytes/s, same order), valid until ``valid_until_s``.
+
+    ``valid_until_s`` is when the policy wants to be asked again even if no
+    flow or node finishes (e.g. the next slot boundary of a plan); ``inf`` if never.
+    """
+
+    rates: np.ndarray
+    valid_until_s: float = float("inf")
+
+
+@dataclass
+class SlotSchedule:
+    """A time-slotted schedule for the daemon to push to host agents.
+
+    Attributes
+    ----------
+    epoch_s : float
+        Start of slot 0 on the owner's clock, seconds.
+    slot_s : float
+        Slot length, seconds.
+    flows : list of (job_id, transfer_id, src_host_index, dst_host_index, start_slot, rates)
+        ``rates`` in bytes/s for slots ``start_slot`` onwards.
+    leftover_egress, leftover_ingress : ndarray, shape (n_hosts, n_slots)
+        Bytes/s left for unscheduled traffic per host and slot.
+    late : list of dict
+        Planned LAT misses ``{"job", "transfer", "lateness_s"}``.
+    solve_s : float
+        Planner time, seconds.
+    """
+
+    epoch_s: float
+    slot_s: float
+    flows: list[tuple[str, str, int, int, int, np.ndarray]]
+    leftover_egress: np.ndarray
+    leftover_ingress: np.ndarray
+    late: list[dict] = field(default_factory=list)
+    solve_s: float = 0.0
+
+
+class Policy(ABC):
+    """A scheduling policy: told about events, asked for rates.
+
+    Subclasses set ``name`` and register with :func:`register_policy`. Hooks
+    may update the policy's own state (plans, orders); :meth:`allocate` must
+    return rates that respect every port's capacity.
+    """
+
+    name: ClassVar[str] = ""
+
+    def reset(self, cluster: Cluster) -> None:
+        """Start afresh on ``cluster`` (before a run)."""
+        self.cluster = cluster
+
+    def on_job_arrival(self, view: SchedulerView, job: int) -> None:
+        """Job ``job`` arrived at ``view.now``."""
+
+    def on_flow_arrival(self, view: SchedulerView, bg: int) -> None:
+        """Background flow ``bg`` arrived at ``view.now``."""
+
+    def on_node_done(self, view: SchedulerView, node: int) -> None:
+        """DAG node ``node`` finished at ``view.now``."""
+
+    def on_flow_done(self, view: SchedulerView, bg: int) -> None:
+        """Background flow ``bg`` finished at ``view.now``."""
+
+    def on_tick(self, view: SchedulerView) -> None:
+        """The owner's periodic timer fired (re-solve opportunities)."""
+
+    @abstractmethod
+    def allocate(self, view: SchedulerView) -> Allocation:
+        """Rates for every flow in ``view.flows`` at ``view.now``."""
+
+    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        """The time-slotted plan agents should enforce, or None if the policy has none."""
+        return None
+
+    def stats(self) -> dict:
+        """Policy-specific figures for reports (solve times, LAT misses...)."""
+        return {}
+
+
+POLICIES: dict[str, type[Policy]] = {}
+
+
+def register_policy(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make ``cls`` available by ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.name in POLICIES and POLICIES[cls.name] is not cls:
+        raise ValueError(f"policy {cls.name!r} registered twice")
+    POLICIES[cls.name] = cls
+    return cls
+
+
+def make_policy(name: str, **options) -> Policy:
+    """Instantiate the policy registered as ``name`` with ``options``."""
+    from jitsched.errors import ValidationError
+
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise ValidationError(
+            f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+    return cls(**options)
