@@ -1,0 +1,62 @@
+"""Tests of the core CLI commands: lat and plan, JSON output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jitsched.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "jitsched" / "examples" / "vgg16-4jobs.json"
+
+
+def test_lat_json(capsys, tmp_path):
+    assert main(["lat", str(EXAMPLE), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"vgg16-0", "vgg16-1", "vgg16-2", "vgg16-3"}
+    assert len(out["vgg16-0"]) == 32 and all(v > 0 for v in out["vgg16-0"].values())
+
+
+def test_plan_json(capsys):
+    assert main(["plan", str(EXAMPLE), "--slot-s", "0.1", "--alpha", "1.0",
+                 "--objective", "minmax", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("status", "objective_value", "peak_utilization", "slot_s", "rates",
+                "leftover_bytes_per_s", "late", "build_s", "solve_s"):
+        assert key in out
+    assert out["status"] == "optimal"
+    assert sum(len(r) for r in out["rates"].values()) == 4 * 32
+    r = out["rates"]["vgg16-0"]["read_w13"]
+    assert isinstance(r["start_slot"], int) and all(x >= 0 for x in r["bytes_per_s"])
+
+
+def test_plan_human_output(capsys):
+    assert main(["plan", str(EXAMPLE)]) == 0
+    assert "transfers scheduled" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{", "not valid JSON"),
+    ('{"cluster": {"hosts": []}}', "no hosts"),
+    ('{"cluster": {"hosts": [{"name": "a", "egress_bps": 1, "ingress_bps": 1}]}, "jobs": [{"id": "j", '
+     '"computes": [{"id": "c", "host": "zz", "duration_s": 1}]}]}', "unknown host 'zz'"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "jitsched", "plan", str(p), "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_bad_option_value_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "jitsched", "plan", str(EXAMPLE), "--alpha", "3"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "alpha" in proc.stderr and "Traceback" not in proc.stderr

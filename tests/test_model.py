@@ -1,0 +1,143 @@
+"""Tests of jitsched.model: validation errors one by one, round trips, CSR arrays."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from jitsched.errors import ValidationError
+from jitsched.model import (
+    COMPUTE,
+    TRANSFER,
+    compile_jobs,
+    load_workload,
+    parse_workload,
+    save_workload,
+)
+from tests.dags import job, workload
+
+GOOD = {
+    "cluster": {"hosts": [{"name": "h0", "egress_bps": 1e9, "ingress_bps": 1e9},
+                          {"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9}]},
+    "jobs": [{"id": "j0", "arrival_s": 0.5, "priority": 1,
+              "computes": [{"id": "c1", "host": "h1", "duration_s": 0.01}],
+              "transfers": [{"id": "t1", "src": "h0", "dst": "h1", "bytes": 1000}],
+              "edges": [["t1", "c1"]]}],
+    "background": [{"id": "f0", "src": "h1", "dst": "h0", "bytes": 5e6, "arrival_s": 1.0}],
+}
+
+
+def mutated(fn):
+    obj = copy.deepcopy(GOOD)
+    fn(obj)
+    return obj
+
+
+def test_good_workload_parses():
+    w = parse_workload(GOOD)
+    assert [h.name for h in w.cluster.hosts] == ["h0", "h1"]
+    assert w.cluster.egress_Bps.tolist() == [1.25e8, 1.25e8]
+    j = w.jobs[0]
+    assert (j.id, j.arrival_s, j.priority) == ("j0", 0.5, 1.0)
+    assert j.transfers[0].bytes == 1000.0 and j.edges == (("t1", "c1"),)
+    assert w.background[0].bytes == 5e6
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda o: o["jobs"][0]["transfers"][0].update(bytes=0), r"jobs\[0\].transfers\[0\].bytes: size must be positive"),
+    (lambda o: o["jobs"][0]["transfers"][0].update(bytes=-5), r"size must be positive.*'t1'"),
+    (lambda o: o["cluster"]["hosts"][0].update(egress_bps=0), r"cluster.hosts\[0\].egress_bps: capacity must be positive"),
+    (lambda o: o["cluster"]["hosts"][1].update(ingress_bps=-1), r"hosts\[1\].ingress_bps"),
+    (lambda o: o["jobs"][0]["computes"][0].update(duration_s=-0.1), r"computes\[0\].duration_s: negative duration.*'c1'"),
+    (lambda o: o["jobs"][0]["computes"][0].update(host="h9"), r"computes\[0\].host: unknown host 'h9'"),
+    (lambda o: o["jobs"][0]["transfers"][0].update(dst="nowhere"), r"transfers\[0\].dst: unknown host 'nowhere'"),
+    (lambda o: o["jobs"][0]["transfers"][0].update(dst="h0"), r"src and dst are the same host"),
+    (lambda o: o["jobs"][0]["edges"].append(["t1", "zz"]), r"edges\[1\]: edge to unknown node 'zz'"),
+    (lambda o: o["jobs"][0]["edges"].append(["c1", "t1"]), r"cycle through node '(c1|t1)'"),
+    (lambda o: o["jobs"][0]["edges"].append(["c1", "c1"]), r"self-loop on node 'c1'"),
+    (lambda o: o["jobs"][0]["computes"].append({"id": "t1", "host": "h0", "duration_s": 1}), r"duplicate node id 't1'"),
+    (lambda o: o["jobs"].append(copy.deepcopy(o["jobs"][0])), r"jobs\[1\].id: duplicate job id 'j0'"),
+    (lambda o: o["background"][0].update(id="j0"), r"background\[0\].id: duplicate id 'j0'"),
+    (lambda o: o["cluster"]["hosts"].append(dict(o["cluster"]["hosts"][0])), r"duplicate host name 'h0'"),
+    (lambda o: o["jobs"][0]["transfers"][0].update(color="red"), r"jobs\[0\].transfers\[0\].color: unknown field"),
+    (lambda o: o.update(extra=1), r"\$.extra: unknown field"),
+    (lambda o: o["jobs"][0].update(bogus=[]), r"jobs\[0\].bogus: unknown field"),
+    (lambda o: o["jobs"][0]["transfers"][0].update(bytes="10"), r"bytes: expected a number, got str"),
+    (lambda o: o["jobs"][0]["transfers"][0].update(bytes=True), r"bytes: expected a number, got bool"),
+    (lambda o: o["jobs"][0]["computes"][0].update(duration_s=float("nan")), r"duration_s: must be finite"),
+    (lambda o: o["jobs"][0].update(id=7), r"jobs\[0\].id: expected str, got int"),
+    (lambda o: o["jobs"][0].update(edges=[["t1"]]), r"edges\[0\]: expected a pair"),
+    (lambda o: o["jobs"][0].update(computes={}), r"computes: expected list, got dict"),
+    (lambda o: o["jobs"][0]["transfers"][0].pop("src"), r"transfers\[0\].src: missing required field"),
+    (lambda o: o.pop("cluster"), r"\$.cluster: missing required field"),
+    (lambda o: o["cluster"].update(hosts=[]), r"cluster.hosts: the cluster has no hosts"),
+    (lambda o: o["jobs"][0].update(arrival_s=-1), r"arrival_s: must be >= 0"),
+    (lambda o: o["background"][0].update(bytes=0), r"background\[0\].bytes: size must be positive"),
+    (lambda o: o["background"][0].update(src="hx"), r"background\[0\].src: unknown host 'hx'"),
+    (lambda o: o["jobs"][0].update(computes=[], transfers=[], edges=[]), r"the job has no nodes"),
+])
+def test_validation_errors_name_the_problem(mutate, message):
+    with pytest.raises(ValidationError, match=message):
+        parse_workload(mutated(mutate))
+
+
+def test_cycle_names_a_node_on_the_cycle_not_behind_it():
+    # a -> b -> c -> b ; d hangs behind the cycle: the message must name b or c
+    jobs = [job("j", computes=[("a", "h0", 1), ("b", "h0", 1), ("c", "h0", 1), ("d", "h0", 1)],
+                edges=[("a", "b"), ("b", "c"), ("c", "b"), ("c", "d")])]
+    with pytest.raises(ValidationError, match=r"cycle through node '(b|c)'"):
+        workload(jobs)
+
+
+def test_round_trip_json_and_gzip(tmp_path):
+    w = parse_workload(GOOD)
+    for name in ("w.json", "w.json.gz"):
+        p = tmp_path / name
+        save_workload(w, p)
+        assert load_workload(p) == w
+
+
+def test_load_reports_bad_json(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(ValidationError, match="not valid JSON"):
+        load_workload(p)
+    with pytest.raises(ValidationError, match="no such file"):
+        load_workload(tmp_path / "missing.json")
+
+
+def test_repeated_edges_are_one_dependency():
+    w = workload([job("j", computes=[("c", "h1", 1)], transfers=[("t", "h0", "h1", 10)],
+                      edges=[("t", "c"), ("t", "c")])])
+    assert w.jobs[0].edges == (("t", "c"),)
+
+
+def test_compile_jobs_csr_and_topological_order():
+    w = workload([
+        job("a", computes=[("c1", "h1", 1), ("c2", "h1", 2)],
+            transfers=[("t1", "h0", "h1", 10), ("t2", "h1", "h0", 20)],
+            edges=[("t1", "c1"), ("c1", "c2"), ("c2", "t2")]),
+        job("b", computes=[("x", "h2", 1)], transfers=[("y", "h3", "h2", 5)], edges=[("y", "x")]),
+    ])
+    d = compile_jobs(w.jobs, w.cluster)
+    assert d.n_nodes == 6 and d.n_jobs == 2
+    assert d.job_ptr.tolist() == [0, 4, 6]
+    assert d.kind.tolist() == [COMPUTE, COMPUTE, TRANSFER, TRANSFER, COMPUTE, TRANSFER]
+    assert d.src.tolist() == [-1, -1, 0, 1, -1, 3] and d.host.tolist()[:2] == [1, 1]
+    pos = {v: k for k, v in enumerate(d.topo.tolist())}
+    for v in range(d.n_nodes):
+        for w_ in d.succ_idx[d.succ_ptr[v]:d.succ_ptr[v + 1]]:
+            assert pos[v] < pos[int(w_)]
+            assert v in d.pred_idx[d.pred_ptr[w_]:d.pred_ptr[w_ + 1]]
+    # job-contiguous order
+    assert d.job_of[d.topo].tolist() == sorted(d.job_of[d.topo].tolist())
+    assert d.node("b", "y") == 5
+    assert np.array_equal(d.arrival, [0.0, 0.0])
+
+
+def test_native_format_is_json_serialisable():
+    w = parse_workload(GOOD)
+    assert parse_workload(json.loads(json.dumps(w.to_dict()))) == w

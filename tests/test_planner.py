@@ -1,0 +1,92 @@
+"""Tests of jitsched.planner: alpha selection and plans keyed by job and transfer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jitsched.errors import ValidationError
+from jitsched.model import Cluster, compile_jobs
+from jitsched.planner import plan_jobs, select_alpha
+from jitsched.synth import random_vgg16_jobs
+from tests.dags import job, workload
+
+GB = 1e9
+
+
+def chain_workload(n_transfers=5):
+    comps = [(f"c{i}", "h1", 0.5) for i in range(n_transfers)]
+    trans = [(f"t{i}", "h0", "h1", 0.1 * GB) for i in range(n_transfers)]
+    edges = [(f"t{i}", f"c{i}") for i in range(n_transfers)]
+    edges += [(f"c{i}", f"c{i + 1}") for i in range(n_transfers - 1)]
+    b_edges = [("t0", "c0"), ("t1", "c1"), ("c0", "c1")]
+    return workload([job("a", comps, trans, edges), job("b", comps[:2], trans[:2], b_edges)])
+
+
+@pytest.mark.parametrize("alpha, expected", [(0.0, 0), (0.2, 2), (0.4, 3), (1.0, 7)])
+def test_select_alpha_counts_per_job(alpha, expected):
+    w = chain_workload()
+    d = compile_jobs(w.jobs, w.cluster)
+    chosen = select_alpha(d, alpha)
+    assert chosen.sum() == expected
+    # the first transfers in topological order: t0 before t1 in each job
+    ids = [d.node_ids[i] for i in np.flatnonzero(chosen)]
+    if alpha == 0.4:
+        assert sorted(ids) == ["t0", "t0", "t1"]
+
+
+def test_select_alpha_respects_eligible_and_range():
+    w = chain_workload()
+    d = compile_jobs(w.jobs, w.cluster)
+    elig = np.ones(d.n_nodes, dtype=bool)
+    elig[d.node("a", "t0")] = False
+    chosen = select_alpha(d, 0.4, elig)
+    assert not chosen[d.node("a", "t0")] and chosen[d.node("a", "t1")] and chosen[d.node("a", "t2")]
+    with pytest.raises(ValidationError, match="alpha"):
+        select_alpha(d, 1.5)
+
+
+def test_plan_json_shape_and_consistency():
+    w = chain_workload()
+    plan = plan_jobs(w.jobs, w.cluster, slot_s=0.1, alpha=1.0, objective="minmax")
+    out = plan.to_json()
+    assert out["status"] == "optimal" and out["slot_s"] == 0.1
+    assert set(out["rates"]) == {"a", "b"} and set(out["rates"]["a"]) == {f"t{i}" for i in range(5)}
+    total = {}
+    for job_rates in out["rates"].values():
+        for tid, r in job_rates.items():
+            total[tid] = total.get(tid, 0) + sum(r["bytes_per_s"]) * 0.1
+    assert total["t4"] == pytest.approx(0.1 * GB) and total["t0"] == pytest.approx(0.2 * GB)
+    left = out["leftover_bytes_per_s"]
+    assert set(left) == {"h0", "h1", "h2", "h3"}
+    assert all(v == pytest.approx(1e9) for v in left["h2"])
+    assert min(left["h0"]) >= -1e-6 and out["late"] == []
+
+
+def test_plan_vgg16_jobs_no_late_transfers_when_uncontended():
+    c = Cluster.uniform(20, 1e9)
+    jobs = random_vgg16_jobs(5, c.names, seed=3)
+    plan = plan_jobs(jobs, c, slot_s=0.05, alpha=0.4)
+    assert plan.lp.status == "optimal"
+    assert len(plan.scheduled) == 5 * 13  # ceil(0.4 * 32)
+    # planned rates finish every scheduled transfer
+    sizes = plan.dag.size[plan.scheduled]
+    sent = np.array([plan.lp.rates(k).sum() * 0.05 for k in range(len(plan.scheduled))])
+    np.testing.assert_allclose(sent, sizes, rtol=1e-6)
+
+
+def test_plan_replanning_mid_run_uses_now_and_remaining():
+    w = chain_workload(3)
+    d = compile_jobs(w.jobs[:1], w.cluster)
+    known = np.full(d.n_nodes, np.nan)
+    known[d.node("a", "t0")] = 0.1
+    unfinished = d.kind == 1
+    unfinished[d.node("a", "t0")] = False
+    remaining = d.size.copy()
+    remaining[d.node("a", "t1")] = 0.05 * GB
+    plan = plan_jobs(d, w.cluster, now=0.2, known_done=known, remaining=remaining,
+                     unfinished=unfinished, alpha=1.0, slot_s=0.1)
+    ids = [d.node_ids[i] for i in plan.scheduled]
+    assert ids == ["t1", "t2"]
+    assert plan.origin_s == 0.2
+    assert plan.lp.rates(0).sum() * 0.1 == pytest.approx(0.05 * GB)
