@@ -1,0 +1,72 @@
+"""Shared helpers for the bench scripts: timing medians and model-sized DAGs."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+from jitsched.model import Compute, Job, Transfer
+
+
+def median_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` over ``repeat`` runs, seconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def resnet152_job(ps: str = "h0", worker: str = "h1") -> tuple[Job, str]:
+    """A ResNet152-sized job: the real exported model DAG when available, else a stand-in.
+
+    Returns the job and a label saying which one it is.
+    """
+    try:
+        from jitsched.workloads import load_model_job
+    except ImportError:
+        load_model_job = None
+    if load_model_job is not None:
+        try:
+            return load_model_job("resnet152", ps, worker, "resnet152-0", 0.0), "tensorflow-resnet152"
+        except Exception:  # noqa: BLE001 - the stand-in below is the documented fallback
+            pass
+    return _resnet_like(ps, worker), "synthetic-resnet152-shape"
+
+
+def _resnet_like(ps: str, worker: str) -> Job:
+    """Bottleneck-block chain of ResNet152's size: 932 parameter reads, 2641 ops."""
+    computes, transfers, edges = [], [], []
+    n_t = 932
+    prev = None
+    k = 0
+    for i in range(n_t):
+        t = f"t{i}"
+        transfers.append(Transfer(t, ps, worker, 4.0 * (1024 + 97 * i)))
+        c = f"op{k}"
+        computes.append(Compute(c, worker, 1e-4))
+        edges.append((t, c))
+        if prev is not None:
+            edges.append((prev, c))
+        # every third op starts a residual branch joining two ops later
+        if i % 3 == 0 and prev is not None:
+            edges.append((prev, f"op{k + 2}"))
+        prev = c
+        k += 1
+        if len(computes) < 2641 - (n_t - i - 1):
+            extra = f"op{k}"
+            computes.append(Compute(extra, worker, 5e-5))
+            edges.append((prev, extra))
+            prev = extra
+            k += 1
+    while len(computes) < 2641:
+        extra = f"op{k}"
+        computes.append(Compute(extra, worker, 5e-5))
+        edges.append((prev, extra))
+        prev = extra
+        k += 1
+    return Job("resnet152-0", tuple(computes), tuple(transfers), tuple(edges), 0.0, 0.0, "resnet152")
