@@ -120,7 +120,7 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
               alpha: float = DEFAULT_ALPHA, objective: str = "balanced", estimator: str = "exact",
               now: float | None = None, known_done: np.ndarray | None = None,
               remaining: np.ndarray | None = None, unfinished: np.ndarray | None = None,
-              k_std: float = 0.0, time_limit_s: float = 5.0) -> Plan:
+              k_std: float = 0.0, time_limit_s: float = 5.0, solver: str = "auto") -> Plan:
     """Plan the DAG transfers of ``jobs`` together: LAT pass, alpha cut, LP.
 
     Parameters
@@ -145,6 +145,8 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
         LAT uses ``duration + k_std * std``.
     time_limit_s : float
         LP budget; past it, an earliest-deadline-first plan is used.
+    solver : {"auto", "simplex", "ipm"}
+        HiGHS algorithm (see :func:`jitsched.lp.solve_bandwidth_lp`).
 
     Returns
     -------
@@ -165,6 +167,6 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
         dag.src[chosen], dag.dst[chosen], size[chosen],
         np.maximum(lat.release[chosen] - origin, 0.0), lat.lat[chosen] - origin,
         cluster.egress_Bps, cluster.ingress_Bps, slot_s=float(slot_s), objective=objective,
-        weight=weight, time_limit_s=time_limit_s,
+        weight=weight, time_limit_s=time_limit_s, solver=solver,
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, alpha, objective, lat_s)

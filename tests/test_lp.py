@@ -185,6 +185,7 @@ def test_balanced_spreads_a_lone_transfer_evenly_over_its_window():
     ({"objective": "cheap"}, "objective"),
     ({"slot_s": 0}, "slot_s"),
     ({"time_limit_s": -1}, "time_limit_s"),
+    ({"solver": "gurobi"}, "solver"),
 ])
 def test_bad_arguments(kwargs, message):
     args = dict(slot_s=1.0)
@@ -205,3 +206,22 @@ def test_bad_arrays():
 def test_empty_problem():
     sol = solve_bandwidth_lp([], [], [], [], [], ONE, ONE, slot_s=1.0)
     assert sol.status == "optimal" and sol.n_slots == 0 and sol.late.size == 0
+
+
+@pytest.mark.parametrize("objective", ["balanced", "minmax"])
+def test_interior_point_and_dual_simplex_agree(objective):
+    rng = np.random.default_rng(11)
+    m, nh = 40, 6
+    src = rng.integers(0, nh, m)
+    dst = (src + rng.integers(1, nh, m)) % nh
+    size = rng.uniform(0.1, 2.0, m)
+    rel = rng.uniform(0, 3, m)
+    lat = rel + rng.uniform(0.2, 3, m)
+    cap = np.ones(nh)
+    a = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective,
+                           solver="simplex")
+    b = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective,
+                           solver="ipm")
+    assert a.status == b.status == "optimal"
+    assert a.objective_value == pytest.approx(b.objective_value, rel=1e-6)
+    check_valid(b, src, dst, size, cap, cap, 0.5)
