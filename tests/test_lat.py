@@ -173,3 +173,15 @@ def test_topological_order_reports_cycle_by_length():
     succ_ptr = np.array([0, 1, 2, 3])
     succ_idx = np.array([1, 2, 1], dtype=np.int32)
     assert topological_order(3, pred_ptr, succ_ptr, succ_idx).tolist() == [0]
+
+
+def test_unbuilt_kernel_raises_one_clear_error(monkeypatch):
+    import jitsched.lat as lat_mod
+    from jitsched.errors import ExtensionNotBuiltError
+
+    monkeypatch.setattr(lat_mod, "_lat", None)
+    monkeypatch.setattr(lat_mod, "_IMPORT_ERROR", ImportError("No module named 'jitsched._lat'"))
+    w = workload([job(computes=[("c", "h1", 1.0)], transfers=[("t", "h0", "h1", GB)], edges=[("t", "c")])])
+    with pytest.raises(ExtensionNotBuiltError, match=r"pip install \.") as info:
+        compile_jobs(w.jobs, w.cluster)
+    assert "jitsched._lat is not built" in str(info.value)
