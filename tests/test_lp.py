@@ -23,6 +23,16 @@ def check_valid(sol, src, dst, size, cap_e, cap_i, slot_s):
     return rates
 
 
+def random_instance(seed, m, nh, release_max, slack_lo, slack_hi):
+    """Random transfers on ``nh`` unit-capacity hosts: (src, dst, size, release, lat)."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, nh, m)
+    dst = (src + rng.integers(1, nh, m)) % nh
+    size = rng.uniform(0.1, 2.0, m)
+    rel = rng.uniform(0, release_max, m)
+    return src, dst, size, rel, rel + rng.uniform(slack_lo, slack_hi, m)
+
+
 def test_two_transfers_sharing_a_port_meet_their_deadlines():
     # both leave h0; A needs 1 unit by t=1, B 1 unit by t=3: A must take slot 0
     # fully, B spreads over slots 1-2 (balanced) at half rate.
@@ -158,13 +168,8 @@ def test_tardiness_grows_with_lateness_so_late_transfers_finish_early():
 
 
 def test_time_limit_fallback_is_a_valid_edf_plan():
-    rng = np.random.default_rng(3)
     m, nh = 400, 10
-    src = rng.integers(0, nh, m)
-    dst = (src + rng.integers(1, nh, m)) % nh
-    size = rng.uniform(0.1, 2.0, m)
-    rel = rng.uniform(0, 5, m)
-    lat = rel + rng.uniform(0.5, 6, m)
+    src, dst, size, rel, lat = random_instance(3, m, nh, 5, 0.5, 6)
     cap = np.ones(nh)
     sol = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=1e-6)
     assert sol.status == "fallback"
@@ -210,14 +215,8 @@ def test_empty_problem():
 
 @pytest.mark.parametrize("objective", ["balanced", "minmax"])
 def test_interior_point_and_dual_simplex_agree(objective):
-    rng = np.random.default_rng(11)
-    m, nh = 40, 6
-    src = rng.integers(0, nh, m)
-    dst = (src + rng.integers(1, nh, m)) % nh
-    size = rng.uniform(0.1, 2.0, m)
-    rel = rng.uniform(0, 3, m)
-    lat = rel + rng.uniform(0.2, 3, m)
-    cap = np.ones(nh)
+    src, dst, size, rel, lat = random_instance(11, 40, 6, 3, 0.2, 3)
+    cap = np.ones(6)
     a = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective,
                            solver="simplex")
     b = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective,
