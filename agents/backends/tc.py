@@ -1,0 +1,488 @@
+"""The ``tc`` enforcement backend: one HTB class per scheduled flow, changed over rtnetlink in batches.
+
+Layout on the device (egress)::
+
+    root qdisc 1: htb default 2
+      class 1:1   rate = ceil = line rate                (the link shaper)
+        class 1:2     rate = leftover, ceil = line rate  (background: everything unmatched)
+          qdisc 2: bfifo, 20 ms of the line rate       (short queue: bounded delay)
+        class 1:m     rate = ceil = the flow's rate      (one per scheduled flow, m >= 0x10)
+      filter prio m   u32 match on the flow's addresses/ports -> class 1:m
+
+Because class 1:1 caps everything at the line rate, this qdisc IS the egress
+link shaper: the testbed installs the same layout with no flow classes
+(:func:`install_shaper`), and a backend that finds it adopts it and, on
+close, puts it back as it found it instead of deleting it.
+
+Messages are packed here with :mod:`struct` rather than through pyroute2's
+encoder: pyroute2 needs ~0.4 ms of Python to encode one HTB class message on
+this machine, while a slot boundary may change dozens of classes and the
+change must land within a few milliseconds. pyroute2 still decodes what the
+kernel holds in the tests, an independent check of these bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+from jitsched.agents.backends.base import Backend, FlowRate, register_backend
+from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+
+NETLINK_ROUTE = 0
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_MULTI = 0x2
+NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
+NLM_F_REPLACE = 0x100
+NLM_F_EXCL = 0x200
+NLM_F_CREATE = 0x400
+RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
+RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42
+RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
+TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 1, 2, 6, 7
+TCA_U32_CLASSID, TCA_U32_SEL = 1, 5
+TC_U32_TERMINAL = 1
+TC_H_ROOT = 0xFFFFFFFF
+TC_LINKLAYER_ETHERNET = 1
+ETH_P_IP = 0x0800
+NLA_F_NESTED = 0x8000
+
+ROOT_HANDLE = 0x10000  # 1:
+LINK_CLASS = 0x10001  # 1:1
+BG_MINOR = 2  # 1:2, the HTB default class
+BG_LEAF_HANDLE = 0x20000  # 2:
+FLOW_MINOR_BASE = 0x10
+FLOW_MINOR_MAX = 0xFFF0
+QUANTUM_B = 65536  # >= the largest GSO packet, so one DRR round always sends a packet
+MIN_BURST_B = 3028  # two full-size Ethernet frames
+
+
+def _nla(kind: int, payload: bytes) -> bytes:
+    n = 4 + len(payload)
+    return struct.pack("=HH", n, kind) + payload + b"\0" * ((-n) % 4)
+
+
+def _tcmsg(mtype: int, flags: int, seq: int, ifindex: int, handle: int, parent: int,
+           info: int = 0, attrs: bytes = b"") -> bytes:
+    body = struct.pack("=BxxxiIII", socket.AF_UNSPEC, ifindex, handle, parent, info) + attrs
+    return struct.pack("=IHHII", 16 + len(body), mtype, flags, seq, 0) + body
+
+
+def _ratespec(rate_Bps: int) -> bytes:
+    # linklayer=ethernet lets the kernel compute transmit times itself, so no rate table is sent.
+    return struct.pack("=BBHhHI", 0, TC_LINKLAYER_ETHERNET, 0, 0, 0, min(rate_Bps, 0xFFFFFFFF))
+
+
+def htb_class_attrs(rate_Bps: float, ceil_Bps: float, burst_B: float, cburst_B: float,
+                    quantum_B: int = QUANTUM_B, prio: int = 0) -> bytes:
+    """TCA_KIND + TCA_OPTIONS of an HTB class.
+
+    Parameters
+    ----------
+    rate_Bps, ceil_Bps : float
+        Guaranteed rate and ceiling, bytes/s (at least 1).
+    burst_B, cburst_B : float
+        Bytes the class may send at once at ``rate`` / ``ceil``.
+    quantum_B : int
+        Bytes per DRR round when borrowing.
+    prio : int
+        Borrowing priority (0 first).
+    """
+    rate = max(1, int(rate_Bps))
+    ceil = max(rate, int(ceil_Bps))
+    parms = (_ratespec(rate) + _ratespec(ceil)
+             + struct.pack("=IIIII", calc_xmittime(rate, burst_B), calc_xmittime(ceil, cburst_B),
+                           int(quantum_B), 0, int(prio)))
+    opts = _nla(TCA_HTB_PARMS, parms)
+    if rate > 0xFFFFFFFF:
+        opts += _nla(TCA_HTB_RATE64, struct.pack("=Q", rate))
+    if ceil > 0xFFFFFFFF:
+        opts += _nla(TCA_HTB_CEIL64, struct.pack("=Q", ceil))
+    return _nla(TCA_KIND, b"htb\0") + _nla(TCA_OPTIONS | NLA_F_NESTED, opts)
+
+
+def htb_qdisc_attrs(default_minor: int) -> bytes:
+    """TCA_KIND + TCA_OPTIONS of an HTB root qdisc whose unclassified traffic goes to ``default_minor``."""
+    glob = struct.pack("=IIIII", 3, 10, default_minor, 0, 0)
+    return _nla(TCA_KIND, b"htb\0") + _nla(TCA_OPTIONS | NLA_F_NESTED, _nla(TCA_HTB_INIT, glob))
+
+
+def _ip4(addr: str) -> int:
+    return struct.unpack("!I", socket.inet_aton(addr))[0]
+
+
+def u32_keys(flow: FlowRate) -> list[tuple[int, int, int]]:
+    """The u32 ``(value, mask, offset)`` keys matching ``flow``'s IPv4/TCP packets.
+
+    Offsets count from the IPv4 header and assume no IP options (Linux TCP
+    sends none), as ``tc``'s own ``match ip sport/dport`` does.
+    """
+    keys = []
+    if flow.src_port or flow.dst_port:
+        keys.append((socket.IPPROTO_TCP << 16, 0x00FF0000, 8))
+    if flow.src_addr:
+        keys.append((_ip4(flow.src_addr), 0xFFFFFFFF, 12))
+    if flow.dst_addr:
+        keys.append((_ip4(flow.dst_addr), 0xFFFFFFFF, 16))
+    if flow.src_port or flow.dst_port:
+        mask = (0xFFFF0000 if flow.src_port else 0) | (0xFFFF if flow.dst_port else 0)
+        keys.append(((flow.src_port << 16) | flow.dst_port, mask, 20))
+    return keys
+
+
+def u32_filter_attrs(classid: int, keys: list[tuple[int, int, int]]) -> bytes:
+    """TCA_KIND + TCA_OPTIONS of a terminal u32 filter sending matches to ``classid``."""
+    sel = struct.pack("!BBBxHHhhI", TC_U32_TERMINAL, 0, len(keys), 0, 0, 0, 0, 0)
+    for value, mask, off in keys:
+        sel += struct.pack("!II", mask, value & mask) + struct.pack("=ii", off, 0)
+    opts = _nla(TCA_U32_CLASSID, struct.pack("=I", classid)) + _nla(TCA_U32_SEL, sel)
+    return _nla(TCA_KIND, b"u32\0") + _nla(TCA_OPTIONS | NLA_F_NESTED, opts)
+
+
+class NetlinkError(OSError):
+    """The kernel refused a traffic-control request."""
+
+
+class TcSocket:
+    """An rtnetlink socket that sends requests in one batch and collects every ack.
+
+    Parameters
+    ----------
+    netns : str or None
+        Named network namespace to open the socket in (None: the caller's).
+    """
+
+    def __init__(self, netns: str | None = None) -> None:
+        if netns is None:
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        else:
+            from jitsched.testbed.netns import socket_in
+
+            self.sock = socket_in(netns, socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self.sock.bind((0, 0))
+        self.seq = int(time.monotonic_ns()) & 0x3FFFFFFF
+
+    def next_seq(self) -> int:
+        self.seq = (self.seq + 1) & 0x7FFFFFFF
+        return self.seq
+
+    def transact(self, msgs: list[tuple[bytes, str, bool]]) -> None:
+        """Send ``(message, description, tolerate_missing)`` in one ``send`` and wait for every ack.
+
+        Raises
+        ------
+        NetlinkError
+            For the first refused message that is not a tolerated ENOENT.
+        """
+        if not msgs:
+            return
+        pending = {}
+        for data, what, tolerate in msgs:
+            seq = struct.unpack_from("=I", data, 8)[0]
+            pending[seq] = (what, tolerate)
+        self.sock.send(b"".join(m[0] for m in msgs))
+        first_err = None
+        while pending:
+            buf = self.sock.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(buf):
+                length, mtype, _flags, seq, _pid = struct.unpack_from("=IHHII", buf, off)
+                if mtype == NLMSG_ERROR and seq in pending:
+                    code = -struct.unpack_from("=i", buf, off + 16)[0]
+                    what, tolerate = pending.pop(seq)
+                    if code and not (tolerate and code in (errno.ENOENT, errno.EINVAL)) and first_err is None:
+                        first_err = NetlinkError(code, f"{what}: {os.strerror(code)}")
+                off += (length + 3) & ~3
+        if first_err is not None:
+            raise first_err
+
+    def dump(self, mtype: int, ifindex: int) -> list[tuple[int, int, int, str]]:
+        """``(msg type, handle, parent, kind)`` of the qdiscs or classes on ``ifindex``."""
+        seq = self.next_seq()
+        self.sock.send(_tcmsg(mtype, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex, 0, 0))
+        out = []
+        while True:
+            buf = self.sock.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(buf):
+                length, mt, _flags, s, _pid = struct.unpack_from("=IHHII", buf, off)
+                if s == seq and mt == NLMSG_DONE:
+                    return out
+                if s == seq and mt == NLMSG_ERROR:
+                    code = -struct.unpack_from("=i", buf, off + 16)[0]
+                    raise NetlinkError(code, f"dump: {os.strerror(code)}")
+                if s == seq:
+                    _fam, idx, handle, parent, _info = struct.unpack_from("=BxxxiIII", buf, off + 16)
+                    kind, a = "", off + 36
+                    while a + 4 <= off + length:
+                        alen, atype = struct.unpack_from("=HH", buf, a)
+                        if alen < 4:
+                            break
+                        if atype == TCA_KIND:
+                            kind = buf[a + 4:a + alen].rstrip(b"\0").decode()
+                        a += (alen + 3) & ~3
+                    if idx == ifindex:
+                        out.append((mt, handle, parent, kind))
+                off += (length + 3) & ~3
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _burst(rate_Bps: float, burst_s: float) -> float:
+    return max(MIN_BURST_B, rate_Bps * burst_s)
+
+
+def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
+                   burst_s: float = 0.001) -> None:
+    """Shape ``dev``'s egress to ``line_rate_Bps`` with the backend's HTB layout and no flow classes.
+
+    Replaces whatever root qdisc ``dev`` had. Background class 1:2 gets the
+    whole line rate and a short byte FIFO (fq_codel and sfq are not in every
+    kernel; this one has HTB, TBF, the FIFOs and u32 only).
+
+    Parameters
+    ----------
+    dev : str
+        Interface name inside ``netns``.
+    line_rate_Bps : float
+        Link rate, bytes/s.
+    netns : str or None
+        Named network namespace of ``dev``.
+    burst_s : float
+        Token-bucket depth in seconds of the rate (at least two full frames).
+    """
+    from jitsched.testbed.netns import ifindex_in
+
+    ifindex = ifindex_in(netns, dev)
+    nl = TcSocket(netns)
+    try:
+        _install(nl, ifindex, line_rate_Bps, burst_s)
+    finally:
+        nl.close()
+
+
+def bfifo_attrs(limit_B: int) -> bytes:
+    """TCA_KIND + TCA_OPTIONS of a byte-limited FIFO (``limit_B`` bytes)."""
+    return _nla(TCA_KIND, b"bfifo\0") + _nla(TCA_OPTIONS, struct.pack("=I", int(limit_B)))
+
+
+def _queue_limit(line_Bps: float) -> int:
+    # 20 ms of the line rate (at least two GSO packets): enough to keep the
+    # link busy at testbed RTTs, short enough that a receiver's port queue
+    # does not add the ~120 ms a default 1000-packet FIFO would at 100 Mbit/s.
+    return int(max(2 * 65536, 0.02 * line_Bps))
+
+
+def _install(nl: TcSocket, ifindex: int, line: float, burst_s: float) -> None:
+    create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE
+    b = _burst(line, burst_s)
+    nl.transact([
+        # Delete-then-create: an HTB root cannot be re-initialised in place.
+        (_tcmsg(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, 0, TC_H_ROOT),
+         "delete old root qdisc", True),
+        (_tcmsg(RTM_NEWQDISC, create | NLM_F_EXCL, nl.next_seq(), ifindex, ROOT_HANDLE, TC_H_ROOT,
+                attrs=htb_qdisc_attrs(BG_MINOR)), "root htb qdisc", False),
+        (_tcmsg(RTM_NEWTCLASS, create | NLM_F_EXCL, nl.next_seq(), ifindex, LINK_CLASS, ROOT_HANDLE,
+                attrs=htb_class_attrs(line, line, b, b)), "link class 1:1", False),
+        (_tcmsg(RTM_NEWTCLASS, create | NLM_F_EXCL, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR,
+                LINK_CLASS, attrs=htb_class_attrs(line, line, b, b, prio=1)), "background class 1:2", False),
+        (_tcmsg(RTM_NEWQDISC, create | NLM_F_EXCL, nl.next_seq(), ifindex, BG_LEAF_HANDLE,
+                ROOT_HANDLE | BG_MINOR, attrs=bfifo_attrs(_queue_limit(line))), "background bfifo", False),
+    ])
+
+
+@dataclass
+class _Installed:
+    minor: int
+    rate_Bps: int
+    keys: list[tuple[int, int, int]]
+
+
+@register_backend
+class TcBackend(Backend):
+    """HTB classes per scheduled flow on one device's egress, changed in one netlink batch per slot.
+
+    Parameters
+    ----------
+    line_rate_Bps : float
+        Link rate, bytes/s: the ceiling of everything, and of background traffic.
+    dev : str
+        Egress device (default ``eth0``, the testbed hosts' link).
+    netns : str or None
+        Named network namespace of ``dev`` (None: the agent's own).
+    min_rate_Bps : float or None
+        Floor of a scheduled flow's rate, bytes/s (default 0.5 % of the line
+        rate): a class at rate zero would stall the TCP connection into
+        exponential retransmission back-off, delaying it long after its rate
+        comes back.
+    burst_s : float
+        Token-bucket depth of each class in seconds of its rate.
+    mtu : int
+        Device MTU, bytes: scheduled rates count TCP payload while HTB counts
+        whole frames, so each flow's class gets ``rate * (mtu + 14) / (mtu - 52)``
+        (Ethernet header, and IPv4 + TCP with timestamps per segment).
+    """
+
+    name = "tc"
+
+    def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
+                 min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = 1500,
+                 **options) -> None:
+        super().__init__(line_rate_Bps, **options)
+        from jitsched.testbed.netns import ifindex_in
+
+        self.dev, self.netns, self.burst_s = dev, netns, float(burst_s)
+        self.wire_factor = (mtu + 14) / (mtu - 52)
+        self.min_rate_Bps = float(min_rate_Bps if min_rate_Bps is not None else 0.005 * self.line_rate_Bps)
+        self.ifindex = ifindex_in(netns, dev)
+        self.nl = TcSocket(netns)
+        self.flows: dict[str, _Installed] = {}
+        self.free_minors: list[int] = []
+        self.next_minor = FLOW_MINOR_BASE
+        self.bg_rate_Bps = int(self.line_rate_Bps)
+        self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
+        self.closed = False
+        qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
+        self.adopted = any(h == ROOT_HANDLE and p == TC_H_ROOT and k == "htb" for _, h, p, k in qdiscs)
+        if self.adopted:
+            self._remove_stale_flows()
+        _install_or_adopt = self._adopt if self.adopted else self._create
+        _install_or_adopt()
+
+    def _create(self) -> None:
+        _install(self.nl, self.ifindex, self.line_rate_Bps, self.burst_s)
+
+    def _adopt(self) -> None:
+        # The shaper's rates may differ from ours (another link speed): make them ours.
+        line = self.line_rate_Bps
+        b = _burst(line, self.burst_s)
+        change = NLM_F_REQUEST | NLM_F_ACK
+        self.nl.transact([
+            (_tcmsg(RTM_NEWTCLASS, change, self.nl.next_seq(), self.ifindex, LINK_CLASS, ROOT_HANDLE,
+                    attrs=htb_class_attrs(line, line, b, b)), "link class 1:1", False),
+            (_tcmsg(RTM_NEWTCLASS, change, self.nl.next_seq(), self.ifindex, ROOT_HANDLE | BG_MINOR,
+                     LINK_CLASS, attrs=htb_class_attrs(line, line, b, b, prio=1)), "background class 1:2", False),
+        ])
+
+    def _remove_stale_flows(self) -> None:
+        # A crashed agent leaves its flow classes behind; a new one starts from the bare shaper.
+        stale = [h & 0xFFFF for _, h, _, _ in self.nl.dump(RTM_GETTCLASS, self.ifindex)
+                 if h >> 16 == ROOT_HANDLE >> 16 and (h & 0xFFFF) >= FLOW_MINOR_BASE]
+        msgs = []
+        for m in stale:
+            msgs.append((self._del_filter(m), f"stale filter prio {m}", True))
+            msgs.append((self._del_class(m), f"stale class 1:{m:x}", True))
+        self.nl.transact(msgs)
+
+    def _del_filter(self, minor: int) -> bytes:
+        return _tcmsg(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex, 0,
+                      ROOT_HANDLE, info=(minor << 16) | socket.htons(ETH_P_IP))
+
+    def _del_class(self, minor: int) -> bytes:
+        return _tcmsg(RTM_DELTCLASS, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex,
+                      ROOT_HANDLE | minor, LINK_CLASS)
+
+    def _class(self, minor: int, rate: int, ceil: int, flags: int, prio: int = 0) -> bytes:
+        return _tcmsg(RTM_NEWTCLASS, flags, self.nl.next_seq(), self.ifindex, ROOT_HANDLE | minor, LINK_CLASS,
+                      attrs=htb_class_attrs(rate, ceil, _burst(rate, self.burst_s),
+                                            _burst(ceil, self.burst_s), prio=prio))
+
+    def _alloc_minor(self) -> int:
+        if self.free_minors:
+            return self.free_minors.pop()
+        if self.next_minor > FLOW_MINOR_MAX:
+            raise RuntimeError("tc backend: more than 65504 scheduled flows on one device")
+        self.next_minor += 1
+        return self.next_minor - 1
+
+    def apply(self, flows: list[FlowRate], leftover_Bps: float) -> None:
+        """Install, change and remove flow classes and set the background rate, in one netlink batch.
+
+        Parameters
+        ----------
+        flows : list of FlowRate
+            Every flow scheduled on this device for the slot; payload rates in
+            bytes/s (floored at ``min_rate_Bps``). If their wire rates add up
+            to more than the line rate they are scaled down together: HTB lets
+            a class under its own rate send without asking its parent, so the
+            link class alone would not hold the link to its rate.
+        leftover_Bps : float
+            Guaranteed rate of background traffic, bytes/s, at most what the
+            flows leave of the line rate; its ceiling is the line rate.
+        """
+        if self.closed:
+            raise RuntimeError("tc backend is closed")
+        line = int(self.line_rate_Bps)
+        change = NLM_F_REQUEST | NLM_F_ACK
+        create = change | NLM_F_CREATE | NLM_F_EXCL
+        msgs: list[tuple[bytes, str, bool]] = []
+        wanted = {f.flow_id: f for f in flows}
+        for fid in [fid for fid in self.flows if fid not in wanted]:
+            inst = self.flows.pop(fid)
+            msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
+            msgs.append((self._del_class(inst.minor), f"delete class of {fid}", False))
+            self.free_minors.append(inst.minor)
+        wire = {fid: max(self.min_rate_Bps, f.rate_Bps) * self.wire_factor for fid, f in wanted.items()}
+        total = sum(wire.values())
+        scale = min(1.0, (line - MIN_BURST_B) / total) if total > 0 else 1.0
+        for fid, f in wanted.items():
+            rate = max(1, int(wire[fid] * scale))
+            keys = u32_keys(f)
+            inst = self.flows.get(fid)
+            if inst is not None and inst.keys != keys:
+                # The connection is now known (ports arrived): re-point the filter.
+                msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
+                inst.keys = []
+            if inst is None:
+                inst = _Installed(self._alloc_minor(), rate, [])
+                self.flows[fid] = inst
+                msgs.append((self._class(inst.minor, rate, rate, create), f"create class of {fid}", False))
+            elif inst.rate_Bps != rate:
+                msgs.append((self._class(inst.minor, rate, rate, change), f"change class of {fid}", False))
+            inst.rate_Bps = rate
+            if not inst.keys and keys:
+                inst.keys = keys
+                msgs.append((_tcmsg(RTM_NEWTFILTER, create, self.nl.next_seq(), self.ifindex, 0, ROOT_HANDLE,
+                                    info=(inst.minor << 16) | socket.htons(ETH_P_IP),
+                                    attrs=u32_filter_attrs(ROOT_HANDLE | inst.minor, keys)),
+                             f"filter of {fid}", False))
+        bg = int(max(MIN_BURST_B, min(leftover_Bps, line - total * scale)))
+        if bg != self.bg_rate_Bps:
+            msgs.append((self._class(BG_MINOR, bg, line, change, prio=1), "background class", False))
+            self.bg_rate_Bps = bg
+        t0 = time.perf_counter()
+        self.nl.transact(msgs)
+        self.last_apply_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Remove every class and filter this backend installed (and its root qdisc if it created it)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if not self.adopted:
+                self.nl.transact([(_tcmsg(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(),
+                                          self.ifindex, ROOT_HANDLE, TC_H_ROOT), "delete root qdisc", True)])
+                return
+            msgs = []
+            for fid, inst in self.flows.items():
+                msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", True))
+                msgs.append((self._del_class(inst.minor), f"delete class of {fid}", True))
+            line = int(self.line_rate_Bps)
+            msgs.append((self._class(BG_MINOR, line, line, NLM_F_REQUEST | NLM_F_ACK, prio=1),
+                         "background class", True))
+            self.nl.transact(msgs)
+            self.flows.clear()
+        finally:
+            self.nl.close()

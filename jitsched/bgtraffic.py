@@ -1,0 +1,292 @@
+"""Bulk TCP traffic jitsched does not schedule: a sender, a receiver that timestamps every read, and a flow generator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+CHUNK_B = 256 * 1024
+_HDR = struct.Struct("!I")
+
+
+@dataclass
+class FlowRecord:
+    """What the receiver saw of one connection.
+
+    ``t`` are CLOCK_MONOTONIC seconds of each read and ``n`` the bytes it
+    returned; ``start_s``/``end_s`` are accept and end-of-stream times.
+    """
+
+    flow_id: str
+    peer: tuple[str, int]
+    start_s: float
+    end_s: float = float("nan")
+    bytes: int = 0
+    t: list[float] = field(default_factory=list)
+    n: list[int] = field(default_factory=list)
+
+    def bytes_between(self, t0: float, t1: float) -> int:
+        """Payload bytes read in ``[t0, t1)`` (monotonic seconds)."""
+        t = np.asarray(self.t)
+        n = np.asarray(self.n)
+        return int(n[(t >= t0) & (t < t1)].sum())
+
+    def to_json(self) -> dict:
+        return {"flow_id": self.flow_id, "peer": list(self.peer), "start_s": self.start_s,
+                "end_s": self.end_s, "bytes": self.bytes}
+
+
+class Receiver:
+    """Accepts connections on ``(addr, port)`` inside ``netns`` and drains them, recording every read.
+
+    Each connection starts with a 4-byte length and a JSON header
+    ``{"id": flow_id}``; everything after it is counted as payload.
+
+    Parameters
+    ----------
+    addr : str
+        Address to listen on (inside ``netns``).
+    port : int
+        TCP port (0: any; see ``self.port``).
+    netns : str or None
+        Named network namespace (None: the caller's).
+    timestamps : bool
+        Keep per-read timestamps (needed for per-slot rates).
+    """
+
+    def __init__(self, addr: str, port: int = 0, *, netns: str | None = None, timestamps: bool = True) -> None:
+        from jitsched.testbed.netns import socket_in
+
+        self.sock = socket_in(netns)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((addr, port))
+        self.sock.listen(64)
+        self.addr, self.port = self.sock.getsockname()[:2]
+        self.timestamps = timestamps
+        self.flows: dict[str, FlowRecord] = {}
+        self.done = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._stop = False
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
+
+    def _accept(self) -> None:
+        while not self._stop:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            th = threading.Thread(target=self._drain, args=(conn, peer), daemon=True)
+            th.start()
+            self._threads.append(th)
+
+    def _drain(self, conn: socket.socket, peer) -> None:
+        with conn:
+            start = time.monotonic()
+            f = conn.makefile("rb", buffering=0)
+            (hlen,) = _HDR.unpack(_read_exact(f, _HDR.size))
+            hdr = json.loads(_read_exact(f, hlen))
+            rec = FlowRecord(str(hdr["id"]), tuple(peer), start)
+            with self.done:
+                self.flows[rec.flow_id] = rec
+            buf = bytearray(CHUNK_B)
+            while True:
+                k = conn.recv_into(buf)
+                if k == 0:
+                    break
+                rec.bytes += k
+                if self.timestamps:
+                    rec.t.append(time.monotonic())
+                    rec.n.append(k)
+            rec.end_s = time.monotonic()
+            with self.done:
+                self.done.notify_all()
+
+    def wait(self, flow_ids: Sequence[str], timeout_s: float) -> bool:
+        """Wait until every flow in ``flow_ids`` reached end of stream; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self.done:
+            while True:
+                pending = [f for f in flow_ids if f not in self.flows or self.flows[f].end_s != self.flows[f].end_s]
+                if not pending:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.done.wait(left)
+
+    def close(self) -> None:
+        self._stop = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _read_exact(f, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = f.read(n - len(out))
+        if not chunk:
+            raise ConnectionError("peer closed during the header")
+        out += chunk
+    return out
+
+
+def connect(dst: str, port: int, flow_id: str, *, netns: str | None = None, src: str = "",
+            timeout_s: float = 10.0) -> socket.socket:
+    """Open a flow to a :class:`Receiver` and send its header; returns the connected socket.
+
+    ``sock.getsockname()`` then gives the source address and port a tc filter can match.
+    """
+    from jitsched.testbed.netns import socket_in
+
+    s = socket_in(netns)
+    s.settimeout(timeout_s)
+    if src:
+        s.bind((src, 0))
+    s.connect((dst, port))
+    s.settimeout(None)
+    hdr = json.dumps({"id": flow_id}).encode()
+    s.sendall(_HDR.pack(len(hdr)) + hdr)
+    return s
+
+
+def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = None) -> int:
+    """Send ``nbytes`` bytes (``inf``: until ``stop`` is set) on ``s`` and close it; returns bytes sent."""
+    payload = memoryview(b"\0" * CHUNK_B)
+    sent = 0
+    try:
+        while sent < nbytes and not (stop is not None and stop.is_set()):
+            k = int(min(CHUNK_B, nbytes - sent)) if nbytes != float("inf") else CHUNK_B
+            s.sendall(payload[:k])
+            sent += k
+        s.shutdown(socket.SHUT_WR)
+    finally:
+        s.close()
+    return sent
+
+
+@dataclass
+class BackgroundFlow:
+    """One unscheduled transfer: ``bytes`` from ``src`` to ``dst`` starting ``arrival_s`` after the run starts."""
+
+    id: str
+    src: str
+    dst: str
+    bytes: float
+    arrival_s: float
+
+
+class Generator:
+    """Runs background flows between testbed hosts at their arrival times and records their completion.
+
+    Parameters
+    ----------
+    flows : sequence of BackgroundFlow
+    netns_of, addr_of : dict
+        Host name to namespace / address.
+    port : int
+        Receivers' port on every destination host.
+    """
+
+    def __init__(self, flows: Sequence[BackgroundFlow], netns_of: dict[str, str], addr_of: dict[str, str],
+                 port: int = 5201) -> None:
+        self.flows = list(flows)
+        self.receivers = {h: Receiver(addr_of[h], port, netns=netns_of[h], timestamps=False)
+                          for h in sorted({f.dst for f in flows})}
+        self.netns_of, self.addr_of, self.port = netns_of, addr_of, port
+        self.stop = threading.Event()
+        self.results: dict[str, dict] = {}
+        self._threads: list[threading.Thread] = []
+        self.t0 = float("nan")
+
+    def start(self, t0: float | None = None) -> None:
+        """Start every flow at ``t0 + arrival_s`` (``t0`` monotonic seconds, default now)."""
+        self.t0 = time.monotonic() if t0 is None else t0
+        for f in self.flows:
+            th = threading.Thread(target=self._run, args=(f,), daemon=True)
+            th.start()
+            self._threads.append(th)
+
+    def _run(self, f: BackgroundFlow) -> None:
+        delay = self.t0 + f.arrival_s - time.monotonic()
+        if self.stop.wait(max(0.0, delay)):
+            return
+        start = time.monotonic()
+        try:
+            s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src])
+            sent = send_bytes(s, f.bytes, self.stop)
+        except OSError as exc:
+            self.results[f.id] = {"id": f.id, "error": str(exc)}
+            return
+        rx = self.receivers[f.dst]
+        rx.wait([f.id], 30.0)
+        rec = rx.flows.get(f.id)
+        end = rec.end_s if rec is not None else time.monotonic()
+        self.results[f.id] = {"id": f.id, "bytes": sent, "start_s": start - self.t0, "end_s": end - self.t0,
+                              "complete": sent >= f.bytes,
+                              "mbit": sent * 8 / 1e6 / max(end - start, 1e-9)}
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop unfinished flows and the receivers."""
+        self.stop.set()
+        for th in self._threads:
+            th.join(timeout_s)
+        for rx in self.receivers.values():
+            rx.close()
+
+    def throughput_mbit(self, t_end: float) -> float:
+        """Mean background goodput in Mbit/s: bytes all flows moved divided by the ``[0, t_end]`` window.
+
+        Counts every flow's received bytes, finished or cut off at ``close``.
+        """
+        total = sum(rec.bytes for rx in self.receivers.values() for rec in rx.flows.values())
+        return total * 8 / 1e6 / max(t_end, 1e-9)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jitsched.bgtraffic recv|send``: the traffic tool as a standalone process."""
+    p = argparse.ArgumentParser(prog="python -m jitsched.bgtraffic", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("recv", help="receive flows and print one JSON line per finished flow")
+    r.add_argument("--listen", default="0.0.0.0:5201", metavar="ADDR:PORT")
+    s = sub.add_parser("send", help="send one flow")
+    s.add_argument("--to", required=True, metavar="ADDR:PORT")
+    s.add_argument("--bytes", type=float, required=True)
+    s.add_argument("--id", default="bg")
+    a = p.parse_args(argv)
+    if a.cmd == "recv":
+        addr, port = a.listen.rsplit(":", 1)
+        rx = Receiver(addr, int(port), timestamps=False)
+        seen: set[str] = set()
+        try:
+            while True:
+                with rx.done:
+                    rx.done.wait(1.0)
+                    fin = [f for f in rx.flows.values() if f.end_s == f.end_s and f.flow_id not in seen]
+                for f in fin:
+                    seen.add(f.flow_id)
+                    print(json.dumps(f.to_json()), flush=True)
+        except KeyboardInterrupt:
+            return 0
+    addr, port = a.to.rsplit(":", 1)
+    t0 = time.monotonic()
+    sent = send_bytes(connect(addr, int(port), a.id), a.bytes)
+    dt = time.monotonic() - t0
+    print(json.dumps({"id": a.id, "bytes": sent, "seconds": dt, "mbit": sent * 8 / 1e6 / dt}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
