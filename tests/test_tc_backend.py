@@ -1,0 +1,171 @@
+"""The tc backend's netlink requests, checked against what a real network namespace's kernel holds.
+
+Needs root and network namespaces (CI has both). Without them these tests
+fail with the reason rather than skip, so a broken CI machine cannot pass
+silently; set JITSCHED_NO_NETNS=1 to skip them on a workstation that lacks them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+
+import pytest
+from jitsched.agents.backends.base import BACKENDS, FlowRate
+from jitsched.agents.backends.tc import (
+    BG_MINOR,
+    FLOW_MINOR_BASE,
+    LINK_CLASS,
+    ROOT_HANDLE,
+    TcBackend,
+    install_shaper,
+    u32_keys,
+)
+from pyroute2 import IPRoute
+
+from jitsched.testbed import netns as netns_mod
+
+LINE = 12.5e6  # 100 Mbit/s in bytes/s
+
+
+def netns_or_fail():
+    if os.environ.get("JITSCHED_NO_NETNS") == "1":
+        pytest.skip("JITSCHED_NO_NETNS=1: network-namespace tests disabled by the user")
+    try:
+        netns_mod.require_netns()
+    except netns_mod.TestbedError as exc:
+        pytest.fail(f"network namespaces unavailable: {exc} (set JITSCHED_NO_NETNS=1 to skip)")
+
+
+@pytest.fixture
+def ns():
+    """A scratch namespace holding a veth pair a0/a1 (a0 up); removed even if the test fails."""
+    netns_or_fail()
+    name = f"jst-{uuid.uuid4().hex[:8]}"
+    try:
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        subprocess.run(["ip", "-n", name, "link", "add", "a0", "type", "veth", "peer", "name", "a1"], check=True)
+        subprocess.run(["ip", "-n", name, "link", "set", "a0", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def classes(ns: str) -> dict[int, tuple[int, int, int]]:
+    """``{handle: (parent, rate, ceil)}`` of a0's HTB classes, decoded by pyroute2 (bytes/s)."""
+    with IPRoute(netns=ns) as ip:
+        idx = ip.link_lookup(ifname="a0")[0]
+        out = {}
+        for c in ip.get_classes(idx):
+            p = c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+            out[c["handle"]] = (c["parent"], p["rate"], p["ceil"])
+        return out
+
+
+def qdisc_kinds(ns: str) -> dict[int, str]:
+    with IPRoute(netns=ns) as ip:
+        idx = ip.link_lookup(ifname="a0")[0]
+        return {q["handle"]: q.get_attr("TCA_KIND") for q in ip.get_qdiscs(idx)}
+
+
+def filters_text(ns: str) -> str:
+    # iproute2 is the reference decoder of u32 selectors.
+    return subprocess.run(["ip", "netns", "exec", ns, "tc", "filter", "show", "dev", "a0"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def flow(fid: str, rate: float, sport: int = 40000) -> FlowRate:
+    return FlowRate(fid, rate, "198.18.0.1", sport, "198.18.0.2", 5201)
+
+
+def test_registered_as_tc():
+    assert BACKENDS["tc"] is TcBackend
+
+
+def test_u32_keys_cover_protocol_addresses_and_ports():
+    keys = u32_keys(flow("j/t", 1.0, sport=40000))
+    assert (6 << 16, 0x00FF0000, 8) in keys
+    assert (0xC6120001, 0xFFFFFFFF, 12) in keys
+    assert (0xC6120002, 0xFFFFFFFF, 16) in keys
+    assert ((40000 << 16) | 5201, 0xFFFFFFFF, 20) in keys
+    only_dst = u32_keys(FlowRate("x", 1.0, dst_addr="198.18.0.9", dst_port=80))
+    assert only_dst == [(6 << 16, 0x00FF0000, 8), (0xC6120009, 0xFFFFFFFF, 16), (80, 0xFFFF, 20)]
+
+
+def test_creates_layout_classes_filters_and_removes_everything(ns):
+    b = TcBackend(LINE, dev="a0", netns=ns, mtu=1500)
+    try:
+        assert qdisc_kinds(ns)[ROOT_HANDLE] == "htb"
+        b.apply([flow("j/a", 1e6, 40000), flow("j/b", 2e6, 40001)], 5e6)
+        cl = classes(ns)
+        f = (1500 + 14) / (1500 - 52)
+        assert cl[LINK_CLASS][1:] == (int(LINE), int(LINE))
+        assert cl[ROOT_HANDLE | BG_MINOR] == (LINK_CLASS, 5_000_000, int(LINE))
+        a, bb = ROOT_HANDLE | FLOW_MINOR_BASE, ROOT_HANDLE | (FLOW_MINOR_BASE + 1)
+        assert cl[a] == (LINK_CLASS, int(1e6 * f), int(1e6 * f))
+        assert cl[bb] == (LINK_CLASS, int(2e6 * f), int(2e6 * f))
+        txt = filters_text(ns)
+        assert "flowid 1:10" in txt and "flowid 1:11" in txt
+        assert "match 9c401451/ffffffff at 20" in txt  # 40000 -> 5201
+        assert "match 9c411451/ffffffff at 20" in txt  # 40001 -> 5201
+        assert "match c6120002/ffffffff at 16" in txt
+
+        # Change one rate, drop the other flow: one class changes, the other goes with its filter.
+        b.apply([flow("j/a", 3e6, 40000)], 4e6)
+        cl = classes(ns)
+        assert cl[a][1] == int(3e6 * f)
+        assert bb not in cl
+        assert cl[ROOT_HANDLE | BG_MINOR][1] == 4_000_000
+        txt = filters_text(ns)
+        assert "flowid 1:10" in txt and "flowid 1:11" not in txt
+        assert b.last_apply_s > 0
+    finally:
+        b.close()
+    assert ROOT_HANDLE not in qdisc_kinds(ns)
+
+
+def test_zero_rate_is_floored_and_oversubscription_scaled_to_line(ns):
+    b = TcBackend(LINE, dev="a0", netns=ns, min_rate_Bps=50_000)
+    try:
+        b.apply([flow("j/a", 0.0, 40000), flow("j/b", LINE, 40001), flow("j/c", LINE, 40002)], 0.0)
+        cl = classes(ns)
+        rates = [cl[ROOT_HANDLE | m][1] for m in (0x10, 0x11, 0x12)]
+        assert rates[0] > 0
+        # HTB lets classes under their own rate ignore the parent: the sum must fit the link.
+        assert sum(rates) + cl[ROOT_HANDLE | BG_MINOR][1] <= LINE * 1.001
+        assert rates[1] == rates[2] > 40 * rates[0]
+    finally:
+        b.close()
+
+
+def test_adopts_testbed_shaper_and_restores_it(ns):
+    install_shaper("a0", LINE, netns=ns)
+    # A crashed agent's leftover flow class must not survive a new backend.
+    b0 = TcBackend(LINE, dev="a0", netns=ns)
+    b0.apply([flow("old/x", 1e6)], 1e6)
+    b0.nl.close()  # "crash": no close()
+    b = TcBackend(LINE, dev="a0", netns=ns)
+    try:
+        assert b.adopted
+        assert set(classes(ns)) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR}
+        b.apply([flow("j/a", 1e6)], 2e6)
+        assert ROOT_HANDLE | FLOW_MINOR_BASE in classes(ns)
+    finally:
+        b.close()
+    cl = classes(ns)
+    assert set(cl) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR}
+    assert cl[ROOT_HANDLE | BG_MINOR][1] == int(LINE)  # background gets the whole link back
+    assert qdisc_kinds(ns)[ROOT_HANDLE] == "htb"
+    assert "flowid" not in filters_text(ns)
+
+
+def test_refused_request_raises_with_the_flow(ns):
+    b = TcBackend(LINE, dev="a0", netns=ns)
+    try:
+        # Remove the qdisc behind the backend's back: its next change must fail loudly.
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "a0", "root"], check=True)
+        with pytest.raises(OSError, match="j/a"):
+            b.apply([flow("j/a", 1e6)], 1e6)
+    finally:
+        b.close()

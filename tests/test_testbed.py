@@ -1,0 +1,182 @@
+"""The emulated cluster on real kernel networking: build/teardown, shaping, enforcement, background traffic.
+
+Needs root and network namespaces (CI has both): without them the tests fail
+with the reason instead of skipping, unless JITSCHED_NO_NETNS=1 asks to skip.
+Every test uses its own prefix and tears its testbed down in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from jitsched import testbed
+from jitsched.bgtraffic import BackgroundFlow, Generator, Receiver, connect, send_bytes
+from jitsched.model import parse_cluster
+from jitsched.testbed import netns as netns_mod
+from jitsched.testbed.measure import measure_enforcement, summarize
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def netns_or_fail():
+    if os.environ.get("JITSCHED_NO_NETNS") == "1":
+        pytest.skip("JITSCHED_NO_NETNS=1: network-namespace tests disabled by the user")
+    try:
+        netns_mod.require_netns()
+    except netns_mod.TestbedError as exc:
+        pytest.fail(f"network namespaces unavailable: {exc} (set JITSCHED_NO_NETNS=1 to skip)")
+
+
+def new_prefix() -> str:
+    return "t" + uuid.uuid4().hex[:6]
+
+
+@pytest.fixture
+def make_bed():
+    """``make_bed(link_mbit)``: a 3-host testbed, torn down after the test even if it fails."""
+    netns_or_fail()
+    prefixes = []
+
+    def make(link_mbit: float = 100.0) -> testbed.Testbed:
+        prefixes.append(new_prefix())
+        return testbed.up(3, link_mbit, prefix=prefixes[-1])
+
+    try:
+        yield make
+    finally:
+        for p in prefixes:
+            testbed.down(p)
+
+
+@pytest.fixture
+def bed(make_bed):
+    return make_bed(100.0)
+
+
+def test_refuses_without_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(testbed.TestbedError, match="root"):
+        testbed.up(2, 10, prefix=new_prefix())
+
+
+def test_rejects_bad_prefix_and_sizes():
+    with pytest.raises(testbed.TestbedError, match="prefix"):
+        testbed.down("Bad-Prefix")
+    with pytest.raises(testbed.TestbedError, match="hosts"):
+        testbed.up(1, 10, prefix=new_prefix())
+
+
+def test_up_builds_hosts_addresses_cluster_file_and_down_removes_all(bed):
+    names = netns_mod.list_netns(bed.prefix + "-")
+    assert names == sorted([f"{bed.prefix}-h{i}" for i in range(3)] + [f"{bed.prefix}-sw"])
+    for h in bed.hosts:
+        assert ipaddress.ip_address(h.address) in ipaddress.ip_network("198.18.0.0/15")
+        out = subprocess.run(["ip", "-n", h.netns, "-4", "addr", "show", "dev", "eth0"],
+                             capture_output=True, text=True, check=True).stdout
+        assert f"{h.address}/24" in out
+        # Egress shaped on the host side, ingress on the bridge port.
+        for ns, dev in ((h.netns, h.dev), (bed.switch_netns, h.switch_port)):
+            q = subprocess.run(["ip", "netns", "exec", ns, "tc", "class", "show", "dev", dev],
+                               capture_output=True, text=True, check=True).stdout
+            assert "class htb 1:1 root rate 100Mbit ceil 100Mbit" in q
+    with open(bed.cluster_file, "rb") as f:
+        cluster = parse_cluster(tomllib.load(f))
+    assert cluster.names == ["h0", "h1", "h2"]
+    assert cluster.hosts[2].egress_bps == 100e6 and cluster.hosts[2].address == bed.hosts[2].address
+    # Nothing of the testbed lives in the root namespace.
+    root_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    assert bed.prefix not in root_links
+
+    assert set(testbed.down(bed.prefix)) == set(names)
+    assert netns_mod.list_netns(bed.prefix + "-") == []
+    assert not os.path.exists(bed.cluster_file)
+    assert testbed.down(bed.prefix) == []  # idempotent
+
+
+def test_link_is_shaped_to_its_rate(make_bed):
+    bed = make_bed(20.0)
+    h0, h1 = bed.hosts[0], bed.hosts[1]
+    rx = Receiver(h1.address, 5001, netns=h1.netns)
+    try:
+        s = connect(h1.address, 5001, "bulk", netns=h0.netns)
+        stop = threading.Event()
+        th = threading.Thread(target=send_bytes, args=(s, float("inf"), stop), daemon=True)
+        th.start()
+        time.sleep(1.5)
+        stop.set()
+        th.join(5)
+        rec = rx.flows["bulk"]
+        t0 = rec.start_s + 0.3
+        mbit = rec.bytes_between(t0, t0 + 1.0) * 8 / 1e6
+    finally:
+        rx.close()
+    # 20 Mbit/s on the wire is 19.1 Mbit/s of TCP payload.
+    assert 20 * 1448 / 1514 * 0.95 < mbit < 20 * 1.01
+
+
+def test_down_cleans_up_after_a_crashed_owner():
+    netns_or_fail()
+    prefix = new_prefix()
+    code = (f"import subprocess, time; from jitsched import testbed; tb = testbed.up(2, 10, prefix={prefix!r}); "
+            "subprocess.Popen(['ip', 'netns', 'exec', tb.hosts[0].netns, 'sleep', '600']); "
+            "print('up', flush=True); time.sleep(600)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "up"
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        pids = subprocess.run(["ip", "netns", "pids", f"{prefix}-h0"], capture_output=True, text=True).stdout
+        assert pids.split(), "the orphaned process inside the namespace should still be running"
+        removed = testbed.down(prefix)
+        assert f"{prefix}-h0" in removed
+        assert netns_mod.list_netns(prefix + "-") == []
+        for pid in pids.split():
+            assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+    finally:
+        p.kill()
+        testbed.down(prefix)
+
+
+def test_tc_backend_enforces_per_slot_rates_end_to_end(bed):
+    # A short run of the bench's measurement: 12 slots of 100 ms, 3 flows + background.
+    m = measure_enforcement(bed, n_flows=3, slot_s=0.1, n_slots=12, seed=3)
+    s = summarize(m)
+    assert len(m["ratio"]) == 36
+    assert abs(s["rate_accuracy_p50"] - 1) < 0.05, s
+    assert s["rate_accuracy_p5"] > 0.8, s
+    assert s["rate_change_latency_ms_p50"] < 5.0, s
+    # Background gets the leftover, and not much more (the link is shaped).
+    assert 0.7 * s["leftover_mbit"] < s["background_mbit"] < 1.15 * s["leftover_mbit"], s
+
+
+def test_background_generator_completes_flows_and_reports_throughput(bed):
+    h = {x.name: x for x in bed.hosts}
+    flows = [BackgroundFlow("bg0", "h0", "h2", 2e6, 0.0), BackgroundFlow("bg1", "h1", "h2", 2e6, 0.1)]
+    gen = Generator(flows, {k: v.netns for k, v in h.items()}, {k: v.address for k, v in h.items()})
+    try:
+        gen.start()
+        deadline = time.monotonic() + 10
+        while len(gen.results) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t_end = time.monotonic() - gen.t0
+    finally:
+        gen.close()
+    assert set(gen.results) == {"bg0", "bg1"}
+    assert all(r["complete"] and r["bytes"] == 2e6 for r in gen.results.values())
+    # Both share h2's 100 Mbit/s ingress: 4 MB cannot take less than 0.32 s.
+    assert max(r["end_s"] for r in gen.results.values()) > 4e6 * 8 / 100e6
+    assert 0 < gen.throughput_mbit(t_end) < 100
+    assert np.isfinite(gen.results["bg1"]["mbit"])
