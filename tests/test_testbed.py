@@ -180,3 +180,20 @@ def test_background_generator_completes_flows_and_reports_throughput(bed):
     assert max(r["end_s"] for r in gen.results.values()) > 4e6 * 8 / 100e6
     assert 0 < gen.throughput_mbit(t_end) < 100
     assert np.isfinite(gen.results["bg1"]["mbit"])
+
+
+def test_scenarios_scale_model_dags_to_the_link_and_are_seeded():
+    from jitsched.synth import layer_chain_job
+    from jitsched.testbed.scenario import SCENARIOS, build_workload, scaled_vgg16
+
+    w1, bg1 = build_workload(4, 100.0, "quick", seed=7)
+    w2, bg2 = build_workload(4, 100.0, "quick", seed=7)
+    assert w1.to_dict() == w2.to_dict() and bg1 == bg2
+    assert len(w1.jobs) == SCENARIOS["quick"]["jobs"] and len(bg1) == SCENARIOS["quick"]["background"]
+    assert all(h.egress_bps == 100e6 for h in w1.cluster.hosts)
+    full = sum(t.bytes for t in layer_chain_job("x", "h0", "h1").transfers)
+    tenth = sum(t.bytes for t in scaled_vgg16("x", "h0", "h1", 0.1, 0.0).transfers)
+    assert abs(tenth / full - 0.1) < 1e-3
+    assert all(b.src != b.dst and b.bytes == SCENARIOS["quick"]["bg_mb"] * 1e5 for b in bg1)
+    with pytest.raises(testbed.TestbedError, match="unknown scenario"):
+        build_workload(4, 100.0, "nope")
