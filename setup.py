@@ -14,7 +14,7 @@ DIRECTIVES = {
     "nonecheck": False,
 }
 
-KERNELS = ["_lat"]
+KERNELS = ["_lat", "_alloc"]
 
 extensions = [
     Extension(

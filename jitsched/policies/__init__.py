@@ -1,5 +1,6 @@
 """Scheduling policies, registered by name (see jitsched.policies.base)."""
 
+from jitsched.policies import jit  # noqa: F401  (registers "jit")
 from jitsched.policies.base import (
     DONE,
     POLICIES,

@@ -1,0 +1,239 @@
+"""Shared rate-allocation kernels: max-min fair, strict-priority greedy, fixed plan + fair leftover."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jitsched.errors import ValidationError, kernel_import_error
+
+try:
+    from jitsched import _alloc
+except ImportError as exc:  # pragma: no cover - exercised only on unbuilt trees
+    _IMPORT_ERROR: ImportError | None = exc
+    _alloc = None
+else:
+    _IMPORT_ERROR = None
+
+# Relative slack allowed when checking that rates fit the ports (float rounding).
+CAPACITY_RTOL = 1e-9
+
+
+def _kernels():
+    if _alloc is None:
+        raise kernel_import_error("_alloc", _IMPORT_ERROR)
+    return _alloc
+
+
+def _check_flows(src, dst, cap_e, cap_i) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    src = np.ascontiguousarray(src, dtype=np.int64)
+    dst = np.ascontiguousarray(dst, dtype=np.int64)
+    cap_e = np.ascontiguousarray(cap_e, dtype=np.float64)
+    cap_i = np.ascontiguousarray(cap_i, dtype=np.float64)
+    h = len(cap_e)
+    if src.ndim != 1 or dst.shape != src.shape:
+        raise ValidationError(f"src/dst: expected two arrays of one shape, got {src.shape} and {dst.shape}")
+    if cap_i.shape != (h,):
+        raise ValidationError(f"cap_i: expected shape ({h},), got {cap_i.shape}")
+    if len(src) and (src.min() < 0 or src.max() >= h or dst.min() < 0 or dst.max() >= h):
+        raise ValidationError("src/dst: host index out of range")
+    if np.any(~np.isfinite(cap_e)) or np.any(~np.isfinite(cap_i)):
+        raise ValidationError("cap_e/cap_i: capacities must be finite")
+    return src, dst, cap_e, cap_i
+
+
+def maxmin_fair(src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
+    """Weighted max-min fair rates of flows over host egress and ingress ports.
+
+    Progressive filling: all flows' rates rise together (in proportion to
+    their weights) until a port saturates; that port's flows are frozen, and
+    the rest keep rising. Negative capacities count as zero.
+
+    Parameters
+    ----------
+    src, dst : array of int, shape (F,)
+        Sending and receiving host of each flow.
+    cap_e, cap_i : array, shape (H,)
+        Free egress and ingress capacity per host, bytes/s.
+    weight : array, shape (F,), optional
+        Positive weights (default 1): a flow of weight 2 gets twice the share.
+
+    Returns
+    -------
+    ndarray, shape (F,)
+        Rates in bytes/s.
+    """
+    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+    nf, h = len(src), len(cap_e)
+    w = np.ones(nf) if weight is None else np.ascontiguousarray(weight, dtype=np.float64)
+    if w.shape != (nf,) or (nf and (not np.all(np.isfinite(w)) or w.min() <= 0)):
+        raise ValidationError("weight: expected one positive finite weight per flow")
+    rate = np.zeros(nf)
+    if nf == 0:
+        return rate
+    port_b = dst + h
+    cap = np.concatenate([cap_e, cap_i])
+    # heap entries: one per port initially, then at most one per touched port per
+    # saturation; both bounds hold, so the smaller one is enough
+    heap = 2 * h + min(2 * nf, 4 * h * h) + 1
+    _kernels().maxmin_fair(src, port_b, w, cap, np.empty(2 * h + 2, dtype=np.int64),
+                           np.empty(2 * nf, dtype=np.int32), np.empty(2 * h), rate,
+                           np.empty(nf + 2 * h, dtype=np.int8), np.empty(heap),
+                           np.empty(heap, dtype=np.int32), np.empty(2 * h, dtype=np.int32))
+    return rate
+
+
+def priority_greedy(order, src, dst, cap_e, cap_i) -> np.ndarray:
+    """Strict priority, work-conserving rates: each flow in turn takes what its ports have left.
+
+    Parameters
+    ----------
+    order : array of int, shape (F,)
+        A permutation of flow indices, highest priority first.
+    src, dst : array of int, shape (F,)
+    cap_e, cap_i : array, shape (H,)
+        Free capacity per host, bytes/s.
+
+    Returns
+    -------
+    ndarray, shape (F,)
+        Rates in bytes/s: ``min(free egress of src, free ingress of dst)`` when the flow's turn comes.
+    """
+    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    nf = len(src)
+    if order.shape != (nf,) or (nf and not np.array_equal(np.sort(order), np.arange(nf))):
+        raise ValidationError("order: expected a permutation of the flow indices")
+    rate = np.zeros(nf)
+    if nf:
+        _kernels().priority_greedy(order, src, dst, cap_e.copy(), cap_i.copy(), rate)
+    return rate
+
+
+def fit_fixed(fixed, src, dst, cap_e, cap_i) -> np.ndarray:
+    """Scale fixed rates down where they overload a port (each flow by its worse port's factor).
+
+    Parameters
+    ----------
+    fixed : array, shape (F,)
+        Requested rates, bytes/s (>= 0).
+    src, dst : array of int, shape (F,)
+    cap_e, cap_i : array, shape (H,)
+        Capacity per host, bytes/s.
+
+    Returns
+    -------
+    ndarray, shape (F,)
+        Rates in bytes/s that fit every port.
+    """
+    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+    fixed = np.maximum(np.asarray(fixed, dtype=np.float64), 0.0)
+    h = len(cap_e)
+    load_e = np.bincount(src, weights=fixed, minlength=h)
+    load_i = np.bincount(dst, weights=fixed, minlength=h)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fe = np.where(load_e > cap_e, np.maximum(cap_e, 0.0) / load_e, 1.0)
+        fi = np.where(load_i > cap_i, np.maximum(cap_i, 0.0) / load_i, 1.0)
+    return fixed * np.minimum(fe[src], fi[dst])
+
+
+def fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
+    """Planned rates first, then max-min fair sharing of the leftover by the other flows.
+
+    Parameters
+    ----------
+    fixed : array, shape (F,)
+        Planned rate in bytes/s, or NaN for a flow that shares the leftover.
+    src, dst : array of int, shape (F,)
+    cap_e, cap_i : array, shape (H,)
+        Capacity per host, bytes/s.
+    weight : array, shape (F,), optional
+        Max-min weights of the sharing flows (entries of planned flows are ignored).
+
+    Returns
+    -------
+    ndarray, shape (F,)
+        Rates in bytes/s; planned rates are scaled down only if they overload a port.
+    """
+    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+    fixed = np.asarray(fixed, dtype=np.float64)
+    if fixed.shape != src.shape:
+        raise ValidationError(f"fixed: expected shape {src.shape}, got {fixed.shape}")
+    planned = ~np.isnan(fixed)
+    rate = np.zeros(len(src))
+    h = len(cap_e)
+    if planned.any():
+        rate[planned] = fit_fixed(fixed[planned], src[planned], dst[planned], cap_e, cap_i)
+        cap_e = cap_e - np.bincount(src[planned], weights=rate[planned], minlength=h)
+        cap_i = cap_i - np.bincount(dst[planned], weights=rate[planned], minlength=h)
+    share = ~planned
+    if share.any():
+        w = None if weight is None else np.asarray(weight, dtype=np.float64)[share]
+        rate[share] = maxmin_fair(src[share], dst[share], np.maximum(cap_e, 0.0),
+                                  np.maximum(cap_i, 0.0), w)
+    return rate
+
+
+def port_loads(src, dst, rate, n_hosts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Egress and ingress load per host, bytes/s, shape (n_hosts,) each."""
+    return (np.bincount(np.asarray(src, dtype=np.int64), weights=rate, minlength=n_hosts),
+            np.bincount(np.asarray(dst, dtype=np.int64), weights=rate, minlength=n_hosts))
+
+
+def check_capacity(src, dst, rate, cap_e, cap_i) -> None:
+    """Raise AssertionError naming the port if ``rate`` overloads any port or is negative."""
+    rate = np.asarray(rate, dtype=np.float64)
+    if np.any(rate < 0) or not np.all(np.isfinite(rate)):
+        raise AssertionError("negative or non-finite rate")
+    le, li = port_loads(src, dst, rate, len(cap_e))
+    over_e = le > np.asarray(cap_e) * (1 + CAPACITY_RTOL) + 1e-6
+    over_i = li > np.asarray(cap_i) * (1 + CAPACITY_RTOL) + 1e-6
+    if over_e.any():
+        h = int(np.argmax(over_e))
+        raise AssertionError(f"egress of host {h} over capacity: {le[h]} > {cap_e[h]} bytes/s")
+    if over_i.any():
+        h = int(np.argmax(over_i))
+        raise AssertionError(f"ingress of host {h} over capacity: {li[h]} > {cap_i[h]} bytes/s")
+
+
+# --------------------------------------------------------------------------- references
+
+
+def maxmin_fair_reference(src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
+    """Pure-Python progressive filling (O(P^2 + F)); the Cython kernel must agree with it."""
+    h = len(cap_e)
+    nf = len(src)
+    w = [1.0] * nf if weight is None else [float(x) for x in weight]
+    cap = [max(float(c), 0.0) for c in list(cap_e) + list(cap_i)]
+    ports = [(int(src[f]), h + int(dst[f])) for f in range(nf)]
+    rate = [0.0] * nf
+    active = set(range(nf))
+    while active:
+        wsum = [0.0] * (2 * h)
+        for f in active:
+            for p in ports[f]:
+                wsum[p] += w[f]
+        best, level = -1, float("inf")
+        for p in range(2 * h):
+            if wsum[p] > 0 and max(cap[p], 0.0) / wsum[p] < level:
+                best, level = p, max(cap[p], 0.0) / wsum[p]
+        for f in sorted(active):
+            if best in ports[f]:
+                rate[f] = w[f] * level
+                for p in ports[f]:
+                    cap[p] -= rate[f]
+                active.discard(f)
+    return np.asarray(rate, dtype=np.float64)
+
+
+def priority_greedy_reference(order, src, dst, cap_e, cap_i) -> np.ndarray:
+    """Pure-Python strict-priority greedy; the Cython kernel must agree with it."""
+    fe = [float(c) for c in cap_e]
+    fi = [float(c) for c in cap_i]
+    rate = [0.0] * len(src)
+    for f in order:
+        s, d = int(src[f]), int(dst[f])
+        r = max(min(fe[s], fi[d]), 0.0)
+        rate[f] = r
+        fe[s] -= r
+        fi[d] -= r
+    return np.asarray(rate, dtype=np.float64)

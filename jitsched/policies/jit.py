@@ -1,0 +1,336 @@
+"""The JIT policy: LAT + time-slotted LP plan for the first alpha of each job's transfers, fair leftover for the rest."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from jitsched.alloc import fixed_then_maxmin
+from jitsched.errors import ValidationError
+from jitsched.lat import ESTIMATORS
+from jitsched.lp import OBJECTIVES, SOLVERS
+from jitsched.model import TRANSFER
+from jitsched.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, Plan, plan_jobs
+from jitsched.policies.base import (
+    DONE,
+    Allocation,
+    Policy,
+    SchedulerView,
+    SlotSchedule,
+    register_policy,
+)
+from jitsched.policies.common import sub_dag
+
+# A planned transfer whose plan is over with more than this fraction of its
+# bytes left has drifted (float crumbs of an exactly-met plan do not count).
+DRIFT_RTOL = 1e-6
+# Slot index rounding: an instant within this many slots of a boundary is on it.
+SLOT_EPS = 1e-9
+
+
+@register_policy
+class JitPolicy(Policy):
+    """Just-in-time scheduling (DESIGN 2.2-2.3): plan on arrival, send at planned rates.
+
+    Every (re)plan covers all arrived, unfinished jobs together: the LAT pass
+    counts every unfinished transfer in Eq. 1; the first ``alpha`` of each
+    job's unfinished transfers in topological order go to the LP. Allocation
+    at instant ``t``:
+
+    - a planned, released transfer sends at its planned rate for the slot
+      containing ``t`` (0 before its first planned slot: it waits, by design);
+    - every other flow (transfers beyond alpha, background flows, and planned
+      transfers whose plan is over with bytes left) shares the leftover
+      max-min fair.
+
+    Drift: a planned transfer still unfinished when its plan ends (typically
+    because a predecessor finished late, so it was released after its planned
+    slots) falls back to leftover sharing at once and, if
+    ``replan_on_drift``, triggers a re-plan at most every
+    ``drift_min_interval_s`` seconds.
+
+    Parameters
+    ----------
+    alpha : float
+        Fraction of each job's transfers the LP plans (paper default 0.4).
+    slot_s : float
+        Slot length, seconds.
+    objective : {"balanced", "minmax"}
+    estimator : {"exact", "paper"}
+        LAT estimator.
+    k_std : float
+        LAT uses ``duration + k_std * std``.
+    resolve_period_s : float, optional
+        Also re-plan this often (seconds) while jobs are active.
+    replan_on_drift : bool
+        Re-plan when a planned transfer drifts.
+    drift_min_interval_s : float
+        Smallest gap between drift-triggered re-plans, seconds.
+    replan_on_arrival : bool
+        Re-plan when a job arrives (the paper's behaviour; default True).
+    time_limit_s : float
+        LP budget per solve, seconds.
+    solver : {"auto", "simplex", "ipm"}
+    """
+
+    name = "jit"
+
+    def __init__(self, alpha: float = DEFAULT_ALPHA, slot_s: float = DEFAULT_SLOT_S,
+                 objective: str = "balanced", estimator: str = "exact", k_std: float = 0.0,
+                 resolve_period_s: float | None = None, replan_on_drift: bool = False,
+                 drift_min_interval_s: float = 1.0, replan_on_arrival: bool = True,
+                 time_limit_s: float = 5.0, solver: str = "auto") -> None:
+        if not (0.0 <= float(alpha) <= 1.0):
+            raise ValidationError(f"alpha: must be within [0, 1], got {alpha!r}")
+        if not (math.isfinite(slot_s) and slot_s > 0):
+            raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
+        if objective not in OBJECTIVES:
+            raise ValidationError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
+        if estimator not in ESTIMATORS:
+            raise ValidationError(f"estimator: expected one of {ESTIMATORS}, got {estimator!r}")
+        if solver not in SOLVERS:
+            raise ValidationError(f"solver: expected one of {SOLVERS}, got {solver!r}")
+        if resolve_period_s is not None and not resolve_period_s > 0:
+            raise ValidationError(f"resolve_period_s: must be positive, got {resolve_period_s!r}")
+        if k_std < 0:
+            raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
+        self.alpha = float(alpha)
+        self.slot_s = float(slot_s)
+        self.objective = objective
+        self.estimator = estimator
+        self.k_std = float(k_std)
+        self.resolve_period_s = resolve_period_s
+        self.replan_on_drift = bool(replan_on_drift)
+        self.drift_min_interval_s = float(drift_min_interval_s)
+        self.replan_on_arrival = bool(replan_on_arrival)
+        self.time_limit_s = float(time_limit_s)
+        self.solver = solver
+        self.cluster = None
+        self._clear()
+
+    # ------------------------------------------------------------------ state
+
+    def _clear(self) -> None:
+        self.plan: Plan | None = None
+        self._plan_nodes = np.zeros(0, dtype=np.int64)  # global node per LP row
+        self._p_start = np.zeros(0, dtype=np.int64)  # per global node, -1: unplanned
+        self._p_off = np.zeros(0, dtype=np.int64)
+        self._p_len = np.zeros(0, dtype=np.int64)
+        self._lat = np.zeros(0)  # latest LAT per global node (absolute seconds)
+        self._planned_ever = np.zeros(0, dtype=bool)
+        self._rates = np.zeros(0)
+        self._epoch = 0.0
+        self._pending = False
+        self._drifted = False
+        self._last_plan_s = -math.inf
+        self._next_periodic = math.inf
+        self.solve_log: list[dict] = []
+        self.lat_miss_s: list[float] = []  # lateness of every transfer that missed (s)
+        self.lat_miss_scheduled = 0
+        self.transfers_seen = 0
+        self.drift_events = 0
+
+    def reset(self, cluster) -> None:
+        """Start afresh on ``cluster``: forget plans and statistics."""
+        self.cluster = cluster
+        self._clear()
+
+    def _grow(self, n: int) -> None:
+        """Size the per-node arrays for a DAG of ``n`` nodes (jobs only ever get appended)."""
+        have = len(self._p_start)
+        if have == n:
+            return
+        if have > n:  # a different DAG: nothing of the old plan applies
+            have = 0
+            self._plan_nodes = np.zeros(0, dtype=np.int64)
+            self._p_start = np.zeros(0, dtype=np.int64)
+            self._p_off = self._p_len = np.zeros(0, dtype=np.int64)
+            self._lat = np.zeros(0)
+            self._planned_ever = np.zeros(0, dtype=bool)
+        pad = n - have
+        self._p_start = np.concatenate([self._p_start, np.full(pad, -1, dtype=np.int64)])
+        self._p_off = np.concatenate([self._p_off, np.zeros(pad, dtype=np.int64)])
+        self._p_len = np.concatenate([self._p_len, np.zeros(pad, dtype=np.int64)])
+        self._lat = np.concatenate([self._lat, np.full(pad, np.nan)])
+        self._planned_ever = np.concatenate([self._planned_ever, np.zeros(pad, dtype=bool)])
+
+    # ------------------------------------------------------------------ hooks
+
+    def on_job_arrival(self, view: SchedulerView, job: int) -> None:
+        if self.replan_on_arrival or self.plan is None:
+            self._pending = True
+
+    def on_node_done(self, view: SchedulerView, node: int) -> None:
+        dag = view.dag
+        if dag.kind[node] != TRANSFER or node >= len(self._lat):
+            return
+        self.transfers_seen += 1
+        lat = self._lat[node]
+        if math.isnan(lat):
+            return
+        late = view.now - lat
+        if late > 1e-9:
+            self.lat_miss_s.append(late)
+            if self._planned_ever[node]:
+                self.lat_miss_scheduled += 1
+
+    def on_tick(self, view: SchedulerView) -> None:
+        if self.resolve_period_s is not None and view.now >= self._next_periodic:
+            self._pending = True
+
+    # ------------------------------------------------------------------ planning
+
+    def _replan(self, view: SchedulerView) -> None:
+        dag = view.dag
+        self._grow(dag.n_nodes)
+        # forget the old plan: what it did not finish is re-planned below
+        self._p_start[self._plan_nodes] = -1
+        self._plan_nodes = np.zeros(0, dtype=np.int64)
+        self.plan = None
+        self._pending = False
+        self._drifted = False
+        self._last_plan_s = view.now
+        if self.resolve_period_s is not None:
+            self._next_periodic = view.now + self.resolve_period_s
+        jobs = np.flatnonzero(view.job_arrived & ~view.job_done)
+        if len(jobs) == 0:
+            return
+        sub, nodes = sub_dag(dag, jobs)
+        unfinished = (sub.kind == TRANSFER) & (view.node_state[nodes] != DONE)
+        remaining = view.remaining[nodes]
+        unfinished &= remaining > 0
+        if not unfinished.any():
+            return
+        t0 = time.perf_counter()
+        plan = plan_jobs(sub, view.cluster, slot_s=self.slot_s, alpha=self.alpha,
+                         objective=self.objective, estimator=self.estimator, now=view.now,
+                         known_done=view.node_finish[nodes], remaining=np.where(unfinished, remaining, 0.0),
+                         unfinished=unfinished, k_std=self.k_std, time_limit_s=self.time_limit_s,
+                         solver=self.solver)
+        wall = time.perf_counter() - t0
+        lp = plan.lp
+        glob = nodes[plan.scheduled]
+        self._plan_nodes = glob
+        self._p_start[glob] = lp.start_slot
+        self._p_off[glob] = lp.rate_ptr[:-1]
+        self._p_len[glob] = np.diff(lp.rate_ptr)
+        self._planned_ever[glob] = True
+        self._rates = lp.rate_values
+        self._epoch = float(view.now)
+        # The LP's deadline is the LAT rounded up to this plan's slot grid: a
+        # transfer that meets it is on time even if it ends a little after the LAT.
+        lat = plan.lat.lat[unfinished]
+        grid = view.now + np.ceil((lat - view.now) / self.slot_s - SLOT_EPS) * self.slot_s
+        self._lat[nodes[unfinished]] = np.maximum(lat, grid)
+        self.plan = plan
+        self.solve_log.append({
+            "t_s": float(view.now), "jobs": int(len(jobs)), "transfers": int(unfinished.sum()),
+            "scheduled": int(len(glob)), "lat_s": plan.lat_s, "build_s": lp.build_s,
+            "solve_s": lp.solve_s, "wall_s": wall, "status": lp.status,
+            "planned_late": int(len(lp.late)),
+        })
+
+    def _ensure_plan(self, view: SchedulerView) -> None:
+        if view.dag.n_nodes != len(self._p_start):
+            self._grow(view.dag.n_nodes)
+            self._pending = True
+        if not self._pending and self.resolve_period_s is not None and view.now >= self._next_periodic:
+            self._pending = bool((view.job_arrived & ~view.job_done).any())
+        if (not self._pending and self._drifted and self.replan_on_drift
+                and view.now - self._last_plan_s >= self.drift_min_interval_s):
+            self._pending = True
+        if self._pending:
+            self._replan(view)
+
+    # ------------------------------------------------------------------ rates
+
+    def _slot(self, now: float) -> int:
+        return int(math.floor((now - self._epoch) / self.slot_s + SLOT_EPS))
+
+    def allocate(self, view: SchedulerView) -> Allocation:
+        """Planned rates for planned transfers in the current slot; max-min leftover for the rest.
+
+        Returns
+        -------
+        Allocation
+            Rates in bytes/s; valid until the next slot boundary while any
+            flow follows a plan (or the next periodic re-plan).
+        """
+        self._ensure_plan(view)
+        flows = view.flows
+        n = len(flows)
+        fixed = np.full(n, np.nan)
+        until = math.inf
+        if n and len(self._plan_nodes):
+            k = self._slot(view.now)
+            is_job = flows.node >= 0
+            fi = np.flatnonzero(is_job)
+            nodes = flows.node[fi]
+            start = self._p_start[nodes]
+            planned = start >= 0
+            off = k - start
+            length = self._p_len[nodes]
+            waiting = planned & (off < 0)
+            running = planned & (off >= 0) & (off < length)
+            over = planned & (off >= length)
+            fixed[fi[waiting]] = 0.0
+            fixed[fi[running]] = self._rates[self._p_off[nodes[running]] + off[running]]
+            if over.any():
+                size = view.dag.size[nodes[over]]
+                if np.any(flows.remaining[fi[over]] > DRIFT_RTOL * size):
+                    if not self._drifted:
+                        self.drift_events += 1
+                    self._drifted = True
+            if waiting.any() or running.any():
+                until = self._epoch + (k + 1) * self.slot_s
+        if self.resolve_period_s is not None and (view.job_arrived & ~view.job_done).any():
+            until = min(until, max(self._next_periodic, view.now))
+        if self._drifted and self.replan_on_drift:
+            until = min(until, self._last_plan_s + self.drift_min_interval_s)
+        if until <= view.now:  # never ask to be woken in the past
+            until = view.now + self.slot_s
+        rates = fixed_then_maxmin(fixed, flows.src, flows.dst, view.cluster.egress_Bps,
+                                  view.cluster.ingress_Bps)
+        return Allocation(rates, until)
+
+    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        """The current plan as per-slot rates for the host agents (None before any job).
+
+        Re-plans first if an arrival (or drift/period, when enabled) asks for it.
+        """
+        self._ensure_plan(view)
+        plan = self.plan
+        if plan is None:
+            return None
+        lp = plan.lp
+        dag = view.dag
+        flows = []
+        for k, node in enumerate(self._plan_nodes):
+            if view.node_state[node] == DONE:
+                continue
+            flows.append((dag.job_ids[dag.job_of[node]], dag.node_ids[node], int(dag.src[node]),
+                          int(dag.dst[node]), int(lp.start_slot[k]), lp.rates(k).copy()))
+        return SlotSchedule(epoch_s=self._epoch, slot_s=self.slot_s, flows=flows,
+                            leftover_egress=lp.leftover_egress.copy(),
+                            leftover_ingress=lp.leftover_ingress.copy(), late=plan.late(),
+                            solve_s=lp.build_s + lp.solve_s + plan.lat_s)
+
+    def stats(self) -> dict:
+        """LP solve log, LAT misses (count, lateness) and drift counts."""
+        return {
+            "solves": len(self.solve_log),
+            "lp_solve_s": [s["solve_s"] for s in self.solve_log],
+            "lp_build_s": [s["build_s"] for s in self.solve_log],
+            "plan_wall_s": [s["wall_s"] for s in self.solve_log],
+            "plan_jobs": [s["jobs"] for s in self.solve_log],
+            "plan_wall_s_total": float(sum(s["wall_s"] for s in self.solve_log)),
+            "planned_late": int(sum(s["planned_late"] for s in self.solve_log)),
+            "lat_misses": len(self.lat_miss_s),
+            "lat_misses_scheduled": self.lat_miss_scheduled,
+            "lat_miss_mean_s": float(np.mean(self.lat_miss_s)) if self.lat_miss_s else 0.0,
+            "transfers_done": self.transfers_seen,
+            "drift_events": self.drift_events,
+            "fallback_solves": sum(1 for s in self.solve_log if s["status"] != "optimal"),
+        }
