@@ -116,7 +116,7 @@ class LatResult:
 def latest_arrival_times(dag: DagArrays, cluster: Cluster, *, estimator: str = "exact",
                          now: float | None = None, known_done: np.ndarray | None = None,
                          remaining: np.ndarray | None = None, active: np.ndarray | None = None,
-                         k_std: float = 0.0) -> LatResult:
+                         k_std: float = 0.0, trans_s: np.ndarray | None = None) -> LatResult:
     """Estimate every transfer's latest arrival time, all jobs of ``dag`` together.
 
     Parameters
@@ -134,6 +134,9 @@ def latest_arrival_times(dag: DagArrays, cluster: Cluster, *, estimator: str = "
     remaining, active : see :func:`trans_times`.
     k_std : float
         Compute durations used are ``duration + k_std * std``.
+    trans_s : ndarray, shape (n_nodes,), optional
+        Transfer-time estimates in seconds to use instead of Eq. 1 (a caller's
+        own estimator); ``remaining`` and ``active`` are then unused.
 
     Returns
     -------
@@ -145,7 +148,12 @@ def latest_arrival_times(dag: DagArrays, cluster: Cluster, *, estimator: str = "
         raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
     n = dag.n_nodes
     kern = _kernels()
-    trans = trans_times(dag, cluster, remaining=remaining, active=active)
+    if trans_s is None:
+        trans = trans_times(dag, cluster, remaining=remaining, active=active)
+    else:
+        trans = np.ascontiguousarray(trans_s, dtype=np.float64)
+        if trans.shape != (n,) or not np.all(np.isfinite(trans)) or np.any(trans < 0):
+            raise ValidationError(f"trans_s: expected {n} finite seconds >= 0")
     duration = dag.duration + k_std * dag.std if k_std else dag.duration
     floor = dag.arrival if now is None else np.maximum(dag.arrival, float(now))
     floor = np.ascontiguousarray(floor, dtype=np.float64)
