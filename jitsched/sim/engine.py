@@ -1,0 +1,337 @@
+"""Flow-level, event-driven simulator: DAG jobs and background flows on a virtual clock, rates from a policy."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from jitsched.alloc import check_capacity
+from jitsched.errors import ValidationError
+from jitsched.model import COMPUTE, TRANSFER, Workload, compile_jobs
+from jitsched.policies.base import (
+    DONE,
+    RUNNING,
+    WAITING,
+    FlowSet,
+    Policy,
+    SchedulerView,
+    make_policy,
+)
+from jitsched.sim.clock import EventQueue, VirtualClock
+from jitsched.sim.metrics import SimResult, collect
+
+# Event kinds; at equal times, arrivals are handled before completions so a
+# policy planning at an arrival sees the state just before anything else moves.
+_JOB_ARRIVAL, _BG_ARRIVAL, _COMPUTE_DONE, _TICK = 0, 1, 2, 3
+
+# A flow is complete when at most this many bytes are left (absolute + relative
+# to its size): fluid arithmetic leaves float crumbs, never real data.
+DONE_ABS_BYTES = 1e-3
+DONE_REL = 1e-9
+
+
+class Simulator:
+    """Replays a workload under one policy on a virtual clock.
+
+    Compute nodes take their duration (optionally drawn around it with seeded
+    noise; hosts run any number of ops at once, as the LAT model assumes);
+    transfers and background flows are fluid flows whose rates the policy
+    sets, limited by host egress/ingress. The policy is asked again whenever
+    the set of sending flows changes, a job or flow arrives, or the instant
+    it named in ``Allocation.valid_until_s`` comes.
+
+    Parameters
+    ----------
+    workload : Workload
+    policy : Policy or str
+        A policy object or a registered name.
+    seed : int
+        Seeds the compute-duration noise.
+    compute_noise : float
+        Relative standard deviation of compute durations when a node gives no
+        ``std_s`` (0: exact durations). Draws are truncated at 0.
+    tick_s : float, optional
+        Call ``policy.on_tick`` this often, seconds.
+    check : bool
+        Assert every allocation respects every port (cheap; on by default).
+    progress : bool
+        Show a tqdm bar over finished jobs and flows.
+    policy_options : dict, optional
+        Options for :func:`make_policy` when ``policy`` is a name.
+    """
+
+    def __init__(self, workload: Workload, policy: Policy | str, *, seed: int = 0,
+                 compute_noise: float = 0.0, tick_s: float | None = None, check: bool = True,
+                 progress: bool = False, policy_options: dict | None = None) -> None:
+        if compute_noise < 0:
+            raise ValidationError(f"compute_noise: must be >= 0, got {compute_noise!r}")
+        if tick_s is not None and not tick_s > 0:
+            raise ValidationError(f"tick_s: must be positive, got {tick_s!r}")
+        self.workload = workload
+        self.policy = make_policy(policy, **(policy_options or {})) if isinstance(policy, str) else policy
+        self.seed = int(seed)
+        self.compute_noise = float(compute_noise)
+        self.tick_s = tick_s
+        self.check = check
+        self.progress = progress
+        self.cluster = workload.cluster
+        self.dag = compile_jobs(list(workload.jobs), self.cluster)
+
+    # ------------------------------------------------------------------ setup
+
+    def _durations(self) -> np.ndarray:
+        dag = self.dag
+        dur = dag.duration.copy()
+        sd = np.where(dag.std > 0, dag.std, self.compute_noise * dag.duration)
+        if np.any(sd > 0):
+            rng = np.random.default_rng(self.seed)
+            z = rng.standard_normal(dag.n_nodes)  # one draw per node: same seed, same run
+            dur = np.maximum(dur + sd * z, 0.0)
+        dur[dag.kind != COMPUTE] = 0.0
+        return dur
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> SimResult:
+        """Simulate until every job and background flow is done.
+
+        Returns
+        -------
+        SimResult
+        """
+        wall0 = time.perf_counter()
+        dag, cl, pol = self.dag, self.cluster, self.policy
+        wl = self.workload
+        n, nj, nb, nh = dag.n_nodes, dag.n_jobs, len(wl.background), len(cl)
+        cap_e, cap_i = cl.egress_Bps, cl.ingress_Bps
+        dur = self._durations()
+        pending = np.diff(dag.pred_ptr).astype(np.int64)
+        succ_ptr, succ_idx = dag.succ_ptr, dag.succ_idx
+        kind = dag.kind
+        state = np.full(n, WAITING, dtype=np.int8)
+        start = np.full(n, np.nan)
+        finish = np.full(n, np.nan)
+        remaining = np.where(kind == TRANSFER, dag.size, 0.0)
+        sent = np.zeros(n)
+        nodes_left = np.diff(dag.job_ptr).astype(np.int64)
+        job_arrived = np.zeros(nj, dtype=bool)
+        job_done = np.zeros(nj, dtype=bool)
+        job_finish = np.full(nj, np.nan)
+        bg_src = np.array([cl.index(b.src) for b in wl.background], dtype=np.int64)
+        bg_dst = np.array([cl.index(b.dst) for b in wl.background], dtype=np.int64)
+        bg_bytes = np.array([b.bytes for b in wl.background], dtype=np.float64)
+        bg_arr = np.array([b.arrival_s for b in wl.background], dtype=np.float64)
+        bg_rem = bg_bytes.copy()
+        bg_sent = np.zeros(nb)
+        bg_finish = np.full(nb, np.nan)
+        clock = VirtualClock(0.0)
+        events = EventQueue()
+        for k in range(nj):
+            events.push(float(dag.arrival[k]), _JOB_ARRIVAL, k)
+        for b in range(nb):
+            events.push(float(bg_arr[b]), _BG_ARRIVAL, b)
+        if self.tick_s is not None:
+            events.push(self.tick_s, _TICK, None)
+
+        # active flows, as parallel arrays
+        f_src = np.zeros(0, dtype=np.int64)
+        f_dst = np.zeros(0, dtype=np.int64)
+        f_node = np.zeros(0, dtype=np.int64)
+        f_job = np.zeros(0, dtype=np.int64)
+        f_bg = np.zeros(0, dtype=np.int64)
+        f_rel = np.zeros(0)
+        f_rem = np.zeros(0)
+        f_rate = np.zeros(0)
+        f_fin = np.zeros(0)
+        new_flows: list[tuple[int, int, int, int, int, float, float]] = []
+        t_last = 0.0  # f_rem is exact at t_last
+        dag_egress = np.zeros(nh)  # DAG-transfer rate per host egress, bytes/s
+        dag_egress_int = np.zeros(nh)  # its integral over time, bytes
+        dag_window = [math.inf, -math.inf]  # first DAG arrival, last DAG finish
+        valid_until = math.inf
+        n_alloc = 0
+        policy_s = 0.0
+        max_util = 0.0
+
+        pol.reset(cl)
+        view = SchedulerView(cl, 0.0, dag, job_arrived, job_done, state, finish, remaining,
+                             FlowSet.empty(), bg_src, bg_dst, bg_bytes, bg_arr)
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=nj + nb, desc=f"sim {pol.name}", unit="job", leave=False)
+
+        def advance(t: float) -> None:
+            nonlocal t_last, f_rem
+            dt = t - t_last
+            if dt > 0 and len(f_rem):
+                moved = f_rate * dt
+                f_rem = f_rem - moved
+                is_job = f_node >= 0
+                sent[f_node[is_job]] += moved[is_job]
+                remaining[f_node[is_job]] = np.maximum(f_rem[is_job], 0.0)
+                bg_sent[f_bg[~is_job]] += moved[~is_job]
+                dag_egress_int[:] += dag_egress * dt
+            t_last = t
+
+        def release(v: int, now: float, out: list) -> None:
+            # node v's predecessors are all done
+            state[v] = RUNNING
+            start[v] = now
+            if kind[v] == COMPUTE:
+                events.push(now + dur[v], _COMPUTE_DONE, v)
+            else:
+                out.append((int(dag.src[v]), int(dag.dst[v]), v, int(dag.job_of[v]), -1, now,
+                            float(dag.size[v])))
+
+        def node_done(v: int, now: float) -> None:
+            nonlocal policy_s
+            state[v] = DONE
+            finish[v] = now
+            k = int(dag.job_of[v])
+            for e in range(succ_ptr[v], succ_ptr[v + 1]):
+                w = int(succ_idx[e])
+                pending[w] -= 1
+                if pending[w] == 0:
+                    release(w, now, new_flows)
+            nodes_left[k] -= 1
+            if nodes_left[k] == 0:
+                job_done[k] = True
+                job_finish[k] = now
+                dag_window[1] = max(dag_window[1], now)
+                if bar is not None:
+                    bar.update(1)
+            view.now = now
+            tp = time.perf_counter()
+            pol.on_node_done(view, v)
+            policy_s += time.perf_counter() - tp
+
+        dirty = True
+        while True:
+            now = clock.now()
+            if dirty:
+                advance(now)
+                if new_flows:
+                    add = np.array(new_flows, dtype=np.float64).reshape(-1, 7)
+                    new_flows.clear()
+                    f_src = np.concatenate([f_src, add[:, 0].astype(np.int64)])
+                    f_dst = np.concatenate([f_dst, add[:, 1].astype(np.int64)])
+                    f_node = np.concatenate([f_node, add[:, 2].astype(np.int64)])
+                    f_job = np.concatenate([f_job, add[:, 3].astype(np.int64)])
+                    f_bg = np.concatenate([f_bg, add[:, 4].astype(np.int64)])
+                    f_rel = np.concatenate([f_rel, add[:, 5]])
+                    f_rem = np.concatenate([f_rem, add[:, 6]])
+                view.now = now
+                view.flows = FlowSet(f_src, f_dst, np.maximum(f_rem, 0.0), f_node, f_job, f_bg, f_rel)
+                tp = time.perf_counter()
+                alloc = pol.allocate(view)
+                policy_s += time.perf_counter() - tp
+                n_alloc += 1
+                f_rate = np.asarray(alloc.rates, dtype=np.float64)
+                if f_rate.shape != f_rem.shape:
+                    raise RuntimeError(f"policy {pol.name!r} returned {f_rate.shape} rates "
+                                       f"for {f_rem.shape[0]} flows")
+                if self.check and len(f_rate):
+                    check_capacity(f_src, f_dst, f_rate, cap_e, cap_i)
+                    max_util = max(max_util, float(np.max(
+                        np.bincount(f_src, f_rate, nh) / cap_e)), float(np.max(
+                            np.bincount(f_dst, f_rate, nh) / cap_i)))
+                is_job = f_node >= 0
+                dag_egress = np.bincount(f_src[is_job], f_rate[is_job], nh)
+                with np.errstate(divide="ignore"):
+                    f_fin = np.where(f_rate > 0, now + np.maximum(f_rem, 0.0) / f_rate, math.inf)
+                valid_until = float(alloc.valid_until_s)
+                if valid_until <= now:
+                    raise RuntimeError(f"policy {pol.name!r} asked to be woken at "
+                                       f"{valid_until} <= now {now}")
+                dirty = False
+            t_flow = float(f_fin.min()) if len(f_fin) else math.inf
+            t_ev = events.peek_time()
+            t_next = min(t_flow, t_ev, valid_until)
+            if t_next == math.inf:
+                break
+            clock.wait_until(max(t_next, now))
+            now = clock.now()
+            if t_flow <= now:
+                advance(now)
+                tol = DONE_ABS_BYTES + DONE_REL * np.where(f_node >= 0, dag.size[np.maximum(f_node, 0)],
+                                                           bg_bytes[np.maximum(f_bg, 0)] if nb else 0.0)
+                done = (f_rem <= tol) | (f_fin <= now)
+                idx = np.flatnonzero(done)
+                keep = ~done
+                fin_nodes = f_node[idx].tolist()
+                fin_bgs = f_bg[idx].tolist()
+                crumbs = f_rem[idx]
+                f_src, f_dst, f_node, f_job, f_bg = f_src[keep], f_dst[keep], f_node[keep], f_job[keep], f_bg[keep]
+                f_rel, f_rem, f_rate, f_fin = f_rel[keep], f_rem[keep], f_rate[keep], f_fin[keep]
+                for v, b, c in zip(fin_nodes, fin_bgs, crumbs.tolist(), strict=True):
+                    if v >= 0:
+                        sent[v] += max(c, 0.0)  # the float crumb goes out with the rest
+                        remaining[v] = 0.0
+                        node_done(v, now)
+                    else:
+                        bg_sent[b] += max(c, 0.0)
+                        bg_rem[b] = 0.0
+                        bg_finish[b] = now
+                        if bar is not None:
+                            bar.update(1)
+                        view.now = now
+                        tp = time.perf_counter()
+                        pol.on_flow_done(view, b)
+                        policy_s += time.perf_counter() - tp
+                dirty = True
+            while events.peek_time() <= now:
+                _, ev, payload = events.pop()
+                if ev == _COMPUTE_DONE:
+                    node_done(payload, now)
+                    if new_flows:
+                        dirty = True
+                    continue
+                dirty = True
+                advance(now)
+                view.now = now
+                tp = time.perf_counter()
+                if ev == _JOB_ARRIVAL:
+                    k = payload
+                    job_arrived[k] = True
+                    dag_window[0] = min(dag_window[0], now)
+                    lo, hi = int(dag.job_ptr[k]), int(dag.job_ptr[k + 1])
+                    for v in range(lo, hi):
+                        if pending[v] == 0:
+                            release(v, now, new_flows)
+                    pol.on_job_arrival(view, k)
+                elif ev == _BG_ARRIVAL:
+                    b = payload
+                    new_flows.append((int(bg_src[b]), int(bg_dst[b]), -1, -1, b, now, float(bg_bytes[b])))
+                    pol.on_flow_arrival(view, b)
+                elif ev == _TICK:
+                    pol.on_tick(view)
+                    if len(events) or len(f_rem) or new_flows:
+                        events.push(now + self.tick_s, _TICK, None)
+                policy_s += time.perf_counter() - tp
+            if valid_until <= now:
+                dirty = True
+            if not dirty and not math.isfinite(t_next):
+                break
+        if bar is not None:
+            bar.close()
+        if len(f_rem):
+            raise RuntimeError(f"policy {pol.name!r} left {len(f_rem)} flows starved "
+                               f"(zero rate, nothing left to wake it) at t={clock.now()}")
+        if not np.all(job_done):
+            stuck = dag.job_ids[int(np.flatnonzero(~job_done)[0])]
+            raise RuntimeError(f"job {stuck!r} never finished")
+        wall = time.perf_counter() - wall0
+        return collect(self, dict(
+            start=start, finish=finish, sent=sent, job_finish=job_finish, bg_finish=bg_finish,
+            bg_sent=bg_sent, bg_src=bg_src, bg_dst=bg_dst, bg_bytes=bg_bytes, bg_arr=bg_arr,
+            dag_egress_int=dag_egress_int, dag_window=tuple(dag_window), wall_s=wall,
+            policy_s=policy_s, n_alloc=n_alloc, max_util=max_util, end_s=clock.now()))
+
+
+def simulate(workload: Workload, policy: Policy | str, **kwargs) -> SimResult:
+    """Run one simulation; keyword arguments as for :class:`Simulator`."""
+    return Simulator(workload, policy, **kwargs).run()

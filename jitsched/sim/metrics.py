@@ -1,0 +1,185 @@
+"""Per-run metrics of a simulation: JCTs, data waiting times, remaining bandwidth, background slowdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jitsched.model import COMPUTE, TRANSFER
+
+
+@dataclass
+class SimResult:
+    """Everything one simulation run measured.
+
+    Times are seconds, sizes bytes. Arrays over jobs have shape (n_jobs,),
+    over transfers shape (n_transfers,) (DAG transfer nodes in node order),
+    over background flows shape (n_background,), over hosts shape (n_hosts,).
+
+    Attributes
+    ----------
+    job_ids, job_model : list of str
+    job_arrival_s, job_finish_s, jct_s : ndarray
+    transfer_job : ndarray of int, job index of each transfer
+    transfer_size : ndarray, bytes
+    transfer_release_s, transfer_arrival_s : ndarray
+        When each transfer could start sending and when its last byte arrived.
+    consumer_start_s : ndarray
+        Start of the earliest compute consuming it (NaN: no compute consumer).
+    waiting_s : ndarray
+        ``consumer_start_s - transfer_arrival_s`` (NaN without a consumer).
+    transfer_sent : ndarray
+        Bytes the simulator delivered per transfer (conservation check).
+    remaining_bw : ndarray
+        Per host egress, ``1 - DAG bytes sent / (capacity * window)`` over the
+        window from the first job arrival to the last job finish.
+    bg_ids, bg_size, bg_arrival_s, bg_finish_s, bg_jct_s, bg_alone_s, bg_slowdown, bg_sent : ndarray
+        ``bg_alone_s`` is the flow's time alone in an empty cluster.
+    stats : dict
+        The policy's own figures (LP solve times, LAT misses...).
+    wall_s, policy_s, lp_s : float
+        Wall time of the run, of policy calls, and of LP planning inside them.
+    """
+
+    policy: str
+    seed: int
+    job_ids: list[str]
+    job_model: list[str]
+    job_arrival_s: np.ndarray
+    job_finish_s: np.ndarray
+    jct_s: np.ndarray
+    transfer_job: np.ndarray
+    transfer_size: np.ndarray
+    transfer_release_s: np.ndarray
+    transfer_arrival_s: np.ndarray
+    consumer_start_s: np.ndarray
+    waiting_s: np.ndarray
+    transfer_sent: np.ndarray
+    remaining_bw: np.ndarray
+    bg_ids: list[str]
+    bg_size: np.ndarray
+    bg_arrival_s: np.ndarray
+    bg_finish_s: np.ndarray
+    bg_jct_s: np.ndarray
+    bg_alone_s: np.ndarray
+    bg_slowdown: np.ndarray
+    bg_sent: np.ndarray
+    node_start_s: np.ndarray
+    node_finish_s: np.ndarray
+    stats: dict
+    wall_s: float
+    policy_s: float
+    lp_s: float
+    n_allocations: int
+    max_port_utilization: float
+    end_s: float
+    window_s: tuple[float, float]
+    extra: dict = field(default_factory=dict)
+
+    def waiting_by_model(self) -> dict[str, float]:
+        """Mean data waiting time per job model, seconds (transfers with a consumer)."""
+        out: dict[str, float] = {}
+        models = np.asarray(self.job_model, dtype=object)[self.transfer_job] if len(self.transfer_job) else []
+        for m in sorted(set(self.job_model)):
+            sel = (models == m) & ~np.isnan(self.waiting_s)
+            if np.any(sel):
+                out[m] = float(np.mean(self.waiting_s[sel]))
+        return out
+
+    def jct_by_model(self) -> dict[str, float]:
+        """Mean JCT per job model, seconds."""
+        models = np.asarray(self.job_model, dtype=object)
+        return {m: float(np.mean(self.jct_s[models == m])) for m in sorted(set(self.job_model))}
+
+    def summary(self) -> dict:
+        """Headline figures of the run (JSON-ready)."""
+        by_size: dict[str, float] = {}
+        for s in np.unique(self.bg_size):
+            gbit = float(s) * 8 / 1e9
+            by_size[f"{gbit:g}"] = float(np.mean(self.bg_slowdown[self.bg_size == s]))
+        st = self.stats
+        return {
+            "policy": self.policy,
+            "seed": self.seed,
+            "jobs": len(self.job_ids),
+            "background_flows": len(self.bg_ids),
+            "mean_jct_s": float(np.mean(self.jct_s)) if len(self.jct_s) else None,
+            "jct_by_model_s": self.jct_by_model(),
+            "waiting_time_by_model_s": self.waiting_by_model(),
+            "mean_waiting_time_s": float(np.nanmean(self.waiting_s))
+            if np.any(~np.isnan(self.waiting_s)) else None,
+            "remaining_bw": {
+                "min": float(np.min(self.remaining_bw)) if len(self.remaining_bw) else None,
+                "median": float(np.median(self.remaining_bw)) if len(self.remaining_bw) else None,
+            },
+            "background_slowdown": {
+                "mean": float(np.mean(self.bg_slowdown)) if len(self.bg_slowdown) else None,
+                "by_size_gbit": by_size,
+            },
+            "lp_solves": st.get("solves", 0),
+            "lp_time_s_total": self.lp_s,
+            "lat_misses": st.get("lat_misses"),
+            "wall_s": self.wall_s,
+            "sim_s_excluding_lp": self.wall_s - self.lp_s,
+            "makespan_s": self.end_s,
+        }
+
+    def to_json(self, per_job: bool = True) -> dict:
+        """The summary plus, if ``per_job``, every job's and background flow's JCT."""
+        out = self.summary()
+        if per_job:
+            out["job_jct_s"] = {j: float(x) for j, x in zip(self.job_ids, self.jct_s, strict=True)}
+            out["background_jct_s"] = {b: float(x) for b, x in zip(self.bg_ids, self.bg_jct_s, strict=True)}
+        out["stats"] = {k: v for k, v in self.stats.items() if not isinstance(v, list)}
+        return out
+
+
+def consumer_starts(dag, start: np.ndarray) -> np.ndarray:
+    """Per node: the earliest start among its compute successors (NaN if none), seconds."""
+    rows = np.repeat(np.arange(dag.n_nodes), np.diff(dag.succ_ptr))
+    cols = dag.succ_idx.astype(np.int64)
+    keep = dag.kind[cols] == COMPUTE
+    out = np.full(dag.n_nodes, np.inf)
+    np.minimum.at(out, rows[keep], start[cols[keep]])
+    out[np.isinf(out)] = np.nan
+    return out
+
+
+def collect(sim, raw: dict) -> SimResult:
+    """Turn a finished simulator's raw arrays into a :class:`SimResult`."""
+    dag, wl, cl = sim.dag, sim.workload, sim.cluster
+    tr = np.flatnonzero(dag.kind == TRANSFER)
+    cons = consumer_starts(dag, raw["start"])[tr]
+    arrival = raw["finish"][tr]
+    lo, hi = raw["dag_window"]
+    window = max(hi - lo, 0.0)
+    cap = cl.egress_Bps
+    if window > 0:
+        remaining_bw = 1.0 - raw["dag_egress_int"] / (cap * window)
+    else:
+        remaining_bw = np.ones(len(cl))
+    alone = raw["bg_bytes"] / np.minimum(cl.egress_Bps[raw["bg_src"]], cl.ingress_Bps[raw["bg_dst"]]) \
+        if len(raw["bg_bytes"]) else np.zeros(0)
+    bg_jct = raw["bg_finish"] - raw["bg_arr"]
+    stats = sim.policy.stats()
+    lp_s = float(stats.get("plan_wall_s_total", 0.0))
+    jobs = wl.jobs
+    return SimResult(
+        policy=sim.policy.name, seed=sim.seed,
+        job_ids=list(dag.job_ids),
+        job_model=[j.model or j.id.rsplit("-", 1)[0] for j in jobs],
+        job_arrival_s=dag.arrival.copy(), job_finish_s=raw["job_finish"],
+        jct_s=raw["job_finish"] - dag.arrival,
+        transfer_job=dag.job_of[tr].astype(np.int64), transfer_size=dag.size[tr],
+        transfer_release_s=raw["start"][tr], transfer_arrival_s=arrival,
+        consumer_start_s=cons, waiting_s=cons - arrival, transfer_sent=raw["sent"][tr],
+        remaining_bw=remaining_bw,
+        bg_ids=[b.id for b in wl.background], bg_size=raw["bg_bytes"], bg_arrival_s=raw["bg_arr"],
+        bg_finish_s=raw["bg_finish"], bg_jct_s=bg_jct, bg_alone_s=alone,
+        bg_slowdown=bg_jct / alone if len(alone) else np.zeros(0), bg_sent=raw["bg_sent"],
+        node_start_s=raw["start"], node_finish_s=raw["finish"],
+        stats=stats, wall_s=raw["wall_s"], policy_s=raw["policy_s"], lp_s=lp_s,
+        n_allocations=raw["n_alloc"], max_port_utilization=raw["max_util"], end_s=raw["end_s"],
+        window_s=(lo, hi),
+    )
