@@ -13,6 +13,7 @@ from jitsched.errors import JitschedError
 # Every module that registers commands, listed explicitly (one line per area).
 COMMAND_MODULES = (
     "jitsched.cli.core",
+    "jitsched.cli.sim",
     "jitsched.cli.testbed",
 )
 
