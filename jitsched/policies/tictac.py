@@ -10,6 +10,7 @@ from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
 from jitsched.model import COMPUTE, TRANSFER, DagArrays
 from jitsched.policies.base import Allocation, Policy, SchedulerView, register_policy
+from jitsched.policies.tensorflow import pair_maxmin
 
 MODES = ("auto", "tac", "tic")
 
@@ -156,18 +157,30 @@ class TicTacPolicy(Policy):
     (TicTac's order is a property of the graph and its timings) and cached by
     job structure, so identical models are ordered once.
 
+    TicTac orders only DL transfers; background flows are ordinary TCP
+    traffic. With ``background="fair"`` (default) each port's DL transfers
+    together get the share TCP would give them against the background flows
+    (per-flow max-min fair, as under ``tensorflow``), that share goes to the
+    DL transfers in TicTac priority order, and whatever is still free is
+    shared max-min fair by everyone (work-conserving). ``"fifo"`` instead
+    puts each background flow in the FIFO as a job of its own.
+
     Parameters
     ----------
     mode : {"auto", "tac", "tic"}
         ``auto``: TAC for jobs with op timings, TIC otherwise.
+    background : {"fair", "fifo"}
     """
 
     name = "tictac"
 
-    def __init__(self, mode: str = "auto") -> None:
+    def __init__(self, mode: str = "auto", background: str = "fair") -> None:
         if mode not in MODES:
             raise ValidationError(f"mode: expected one of {MODES}, got {mode!r}")
+        if background not in ("fair", "fifo"):
+            raise ValidationError(f"background: expected 'fair' or 'fifo', got {background!r}")
         self.mode = mode
+        self.background = background
         self._cache: dict[bytes, np.ndarray] = {}
         self._rank = np.zeros(0, dtype=np.int64)
 
@@ -202,8 +215,24 @@ class TicTacPolicy(Policy):
         ident = np.where(is_job, f.job, f.bg)
         rank = np.where(is_job, self._rank[np.maximum(f.node, 0)], 0)
         order = np.lexsort((f.node, rank, ident, ~is_job, arrival))
-        return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,
-                                          view.cluster.ingress_Bps))
+        cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
+        if self.background == "fifo" or is_job.all():
+            return Allocation(priority_greedy(order, f.src, f.dst, cap_e, cap_i))
+        h = len(cap_e)
+        fair = pair_maxmin(f.src, f.dst, cap_e, cap_i)
+        rate = fair.copy()
+        dl = np.flatnonzero(is_job)
+        if len(dl):
+            pos = np.full(len(f), -1, dtype=np.int64)
+            pos[dl] = np.arange(len(dl))
+            dl_order = pos[order[is_job[order]]]
+            rate[dl] = priority_greedy(dl_order, f.src[dl], f.dst[dl],
+                                       np.bincount(f.src[dl], fair[dl], h),
+                                       np.bincount(f.dst[dl], fair[dl], h))
+        left_e = np.maximum(cap_e - np.bincount(f.src, rate, h), 0.0)
+        left_i = np.maximum(cap_i - np.bincount(f.dst, rate, h), 0.0)
+        rate += pair_maxmin(f.src, f.dst, left_e, left_i)
+        return Allocation(rate)
 
 
 @register_policy
