@@ -42,6 +42,17 @@ class Backend(ABC):
     def close(self) -> None:
         """Remove everything this backend installed."""
 
+    # Optional, added for socket-level backends (backwards-compatible: defaults do nothing).
+    # Whether ``apply`` should only see flows whose TCP endpoints are known (a backend that
+    # matches packets must never get an empty match, which would catch every packet).
+    needs_endpoints: ClassVar[bool] = True
+
+    def attach(self, flow_id: str, sock) -> None:
+        """A local process registered ``sock`` (a connected TCP socket) as flow ``flow_id``."""
+
+    def detach(self, flow_id: str) -> None:
+        """Flow ``flow_id``'s socket is gone; forget it."""
+
 
 BACKENDS: dict[str, type[Backend]] = {}
 

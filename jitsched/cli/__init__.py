@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "jitsched.cli.core",
     "jitsched.cli.sim",
     "jitsched.cli.testbed",
+    "jitsched.cli.daemon",
 )
 
 

@@ -1,0 +1,452 @@
+"""The host agent: registers with the daemon, heartbeats, and applies each slot's rates through a backend."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import socket
+import struct
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import zmq
+from jitsched.agents.backends.base import BACKENDS, Backend, FlowRate
+
+from jitsched.protocol import (
+    LOCAL_TYPES,
+    MAX_MESSAGE_BYTES,
+    MsgType,
+    ProtocolError,
+    Reply,
+    Request,
+    decode_any,
+    decode_request,
+    encode_error,
+    encode_ok,
+    encode_request,
+)
+
+log = logging.getLogger("jitsched.agent")
+
+TCP_INFO_LEN = 232
+TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64) in struct tcp_info
+LOCAL_PREFIX = "jitsched-agent"
+
+
+def local_address(host: str, namespace: str = "") -> str:
+    """The abstract Unix socket name where the agent of ``host`` takes flow registrations."""
+    return f"\0{LOCAL_PREFIX}-{namespace}-{host}" if namespace else f"\0{LOCAL_PREFIX}-{host}"
+
+
+def load_backend(name: str, line_rate_Bps: float, **options) -> Backend:
+    """Instantiate the enforcement backend registered as ``name``."""
+    if name not in BACKENDS:
+        try:
+            importlib.import_module(f"jitsched.agents.backends.{name}")
+        except ImportError as exc:
+            raise ValueError(f"unknown backend {name!r} ({exc})") from None
+    try:
+        cls = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
+    return cls(line_rate_Bps, **options)
+
+
+def bytes_acked(sock: socket.socket) -> int:
+    """Bytes the peer acknowledged on ``sock`` (TCP_INFO), 0 if unavailable."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
+    except OSError:
+        return 0
+    if len(info) < TCPI_BYTES_ACKED + 8:
+        return 0
+    return struct.unpack_from("Q", info, TCPI_BYTES_ACKED)[0]
+
+
+@dataclass
+class LocalFlow:
+    """A TCP socket a local job registered for pacing, with its rate meter."""
+
+    flow_id: str
+    sock: socket.socket
+    src_addr: str
+    src_port: int
+    dst_addr: str
+    dst_port: int
+    last_bytes: int = 0
+    last_t: float = 0.0
+    rate_Bps: float = 0.0
+
+
+class Agent:
+    """One host's agent.
+
+    Parameters
+    ----------
+    host : str
+        Host name in the daemon's cluster.
+    daemon_endpoint : str
+        The daemon's agent ROUTER endpoint, e.g. ``tcp://127.0.0.1:5556``.
+    backend : str
+        Enforcement backend name (``record``, ``pacing``, ``tc``).
+    backend_options : dict, optional
+        Passed to the backend's constructor.
+    line_rate_Bps : float, optional
+        Line rate in bytes/s; default: what the daemon's cluster says.
+    local_namespace : str
+        Distinguishes the local registration socket of agents of the same host name.
+    reconnect_s : float
+        Silence from the daemon after which the agent reconnects and re-registers.
+    """
+
+    def __init__(self, host: str, daemon_endpoint: str, *, backend: str = "record",
+                 backend_options: dict | None = None, line_rate_Bps: float | None = None,
+                 local_namespace: str = "", reconnect_s: float = 3.0) -> None:
+        self.host = host
+        self.endpoint = daemon_endpoint
+        self.backend_name = backend
+        self.backend_options = dict(backend_options or {})
+        self.line_rate_Bps = line_rate_Bps
+        self.local_name = local_address(host, local_namespace)
+        self.reconnect_s = reconnect_s
+        self.backend: Backend | None = None
+        self.schedule: dict | None = None
+        self.seq = 0  # seq of the schedule held
+        self.applied_seq = 0
+        self.acked: list[int] = []
+        self.registered = threading.Event()
+        self.heartbeat_s = 0.5
+        self.flows: dict[str, LocalFlow] = {}
+        self.current_slot: int | None = None
+        self.applied_at_ns = 0
+        self._ctx = zmq.Context()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._last_rx = 0.0
+        self._kill = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float = 10.0) -> Agent:
+        """Run in a background thread; returns once the local socket is listening."""
+        self._thread = threading.Thread(target=self.run, name=f"jitsched-agent-{self.host}",
+                                        daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise RuntimeError(f"agent {self.host} did not start")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop, remove the backend's state, close every socket."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._ctx.term()
+
+    def kill(self) -> None:
+        """Stop abruptly (tests: a crashed agent): no goodbye, backend left as is."""
+        self._kill = True
+        self.stop()
+
+    def _connect(self) -> zmq.Socket:
+        s = self._ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.MAXMSGSIZE, 4 * MAX_MESSAGE_BYTES)
+        # a fresh identity per connection: the daemon maps it to the host on register
+        s.setsockopt(zmq.ROUTING_ID, f"{self.host}/{uuid.uuid4().hex[:12]}".encode())
+        s.connect(self.endpoint)
+        self._last_rx = time.monotonic()
+        return s
+
+    def _register(self, s: zmq.Socket) -> None:
+        body = {"host": self.host, "backend": self.backend_name, "applied_seq": self.applied_seq}
+        s.send(encode_request(MsgType.REGISTER, body), zmq.NOBLOCK)
+        s.send(encode_request(MsgType.GET_SCHEDULE, {"host": self.host}), zmq.NOBLOCK)
+
+    def run(self) -> None:
+        """The agent loop (blocks until :meth:`stop`)."""
+        try:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            listener.bind(self.local_name)
+            listener.listen(64)
+            listener.setblocking(False)
+            dealer = self._connect()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        conns: dict[int, socket.socket] = {}
+        poller = zmq.Poller()
+        poller.register(dealer, zmq.POLLIN)
+        poller.register(listener, zmq.POLLIN)
+        next_hb = 0.0
+        self._register(dealer)
+        try:
+            while not self._stop.is_set():
+                timeout_ms = self._poll_timeout_ms(next_hb)
+                events = dict(poller.poll(timeout=timeout_ms))
+                if dealer in events:
+                    self._drain(dealer)
+                if listener in events:
+                    try:
+                        c, _ = listener.accept()
+                        c.setblocking(False)
+                        conns[c.fileno()] = c
+                        poller.register(c, zmq.POLLIN)
+                    except BlockingIOError:
+                        pass
+                for c in [c for c in events if isinstance(c, socket.socket) and c is not listener]:
+                    if not self._serve_local(c):
+                        poller.unregister(c)
+                        conns.pop(c.fileno(), None)
+                        c.close()
+                mono = time.monotonic()
+                if mono - self._last_rx > self.reconnect_s:
+                    # the daemon went quiet (restart, network): start a fresh connection
+                    log.warning("event=agent_reconnect host=%s", self.host)
+                    poller.unregister(dealer)
+                    dealer.close(0)
+                    dealer = self._connect()
+                    poller.register(dealer, zmq.POLLIN)
+                    self.registered.clear()
+                    self._register(dealer)
+                if mono >= next_hb:
+                    next_hb = mono + self.heartbeat_s
+                    self._heartbeat(dealer)
+                self._tick()
+        finally:
+            for c in conns.values():
+                c.close()
+            listener.close()
+            dealer.close(0)
+            if self.backend is not None and not self._kill:
+                self.backend.close()
+            for f in self.flows.values():
+                f.sock.close()
+
+    def _poll_timeout_ms(self, next_hb: float) -> int:
+        wait = max(next_hb - time.monotonic(), 0.0)
+        s = self.schedule
+        if s and s["slot_s"] > 0:
+            slot_ns = int(s["slot_s"] * 1e9)
+            rel = time.time_ns() - s["epoch_ns"]
+            to_boundary = (slot_ns - rel % slot_ns) / 1e9 if rel >= 0 else -rel / 1e9
+            wait = min(wait, to_boundary)
+        return max(1, min(int(math.ceil(wait * 1000)), 50))
+
+    # ------------------------------------------------------------------ daemon messages
+
+    def _drain(self, dealer: zmq.Socket) -> None:
+        while True:
+            try:
+                data = dealer.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._last_rx = time.monotonic()
+            try:
+                msg = decode_any(data)
+            except ProtocolError as exc:
+                log.warning("event=agent_bad_message host=%s code=%s", self.host, exc.code)
+                continue
+            if isinstance(msg, Request) and msg.type == MsgType.SCHEDULE:
+                self._install(msg.body)
+                dealer.send(encode_request(MsgType.ACK, {"host": self.host, "seq": msg.body["seq"]}),
+                            zmq.NOBLOCK)
+            elif isinstance(msg, Reply):
+                self._on_reply(msg)
+
+    def _on_reply(self, rep: Reply) -> None:
+        if not rep.ok:
+            log.warning("event=agent_error host=%s code=%s message=%r", self.host, rep.code, rep.message)
+            if rep.code == "not_registered":
+                self.registered.clear()
+            return
+        b = rep.body
+        if "t0_wall_ns" in b:  # the register reply
+            self.heartbeat_s = float(b.get("heartbeat_s", self.heartbeat_s))
+            if self.backend is None:
+                line = self.line_rate_Bps or float(b["line_Bps"])
+                self.line_rate_Bps = line
+                self.backend = load_backend(self.backend_name, line, **self.backend_options)
+                for f in self.flows.values():
+                    self.backend.attach(f.flow_id, f.sock)
+            self.registered.set()
+        elif "flows" in b and "epoch_ns" in b:  # the get_schedule reply
+            self._install(b)
+
+    def _install(self, body: dict) -> None:
+        if body["seq"] < self.seq or body["seq"] == 0:
+            return  # pushed schedules are idempotent by sequence number
+        if body["seq"] == self.seq and self.schedule is not None:
+            if body["seq"] not in self.acked:
+                self.acked.append(body["seq"])
+            return
+        self.schedule = body
+        self.seq = body["seq"]
+        self.acked.append(body["seq"])
+        del self.acked[:-64]
+        self.current_slot = None  # re-apply at once
+
+    def _heartbeat(self, dealer: zmq.Socket) -> None:
+        now = time.monotonic()
+        rates = {}
+        for f in self.flows.values():
+            b = bytes_acked(f.sock)
+            dt = now - f.last_t
+            if f.last_t and dt > 0:
+                f.rate_Bps = max(b - f.last_bytes, 0) / dt
+            f.last_bytes, f.last_t = b, now
+            rates[f.flow_id] = f.rate_Bps
+        body = {"host": self.host, "applied_seq": self.applied_seq, "flow_rates_Bps": rates,
+                "total_Bps": float(sum(rates.values()))}
+        try:
+            dealer.send(encode_request(MsgType.HEARTBEAT, body), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    # ------------------------------------------------------------------ enforcement
+
+    def slot_rates(self, now_ns: int | None = None) -> tuple[int, list[FlowRate], float]:
+        """The current slot index, the flows' rates (bytes/s) and the leftover (bytes/s).
+
+        Before a flow's first planned slot it is held at zero; after its last one it
+        leaves the list and shares the leftover like unscheduled traffic.
+        """
+        s = self.schedule
+        line = float(self.line_rate_Bps or (s or {}).get("line_Bps", 0.0))
+        if not s:
+            return -1, [], line
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        k = (now_ns - s["epoch_ns"]) // int(s["slot_s"] * 1e9)
+        left = s["leftover_Bps"]
+        leftover = float(left[k]) if 0 <= k < len(left) else line
+        need_ep = self.backend.needs_endpoints if self.backend is not None else False
+        out = []
+        for f in s["flows"]:
+            j = k - f["start_slot"]
+            rates = f["rates_Bps"]
+            if j >= len(rates):
+                continue
+            rate = float(rates[j]) if j >= 0 else 0.0
+            lf = self.flows.get(f["flow"])
+            if lf is None:
+                if need_ep:
+                    continue
+                out.append(FlowRate(f["flow"], rate))
+            else:
+                out.append(FlowRate(f["flow"], rate, lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port))
+        return int(k), out, leftover
+
+    def _tick(self, force: bool = False) -> None:
+        if self.backend is None or self.schedule is None:
+            return
+        k, flows, leftover = self.slot_rates()
+        if k == self.current_slot and not force:
+            return
+        self.current_slot = k
+        self.backend.apply(flows, leftover)
+        self.applied_seq = self.seq
+        self.applied_at_ns = time.time_ns()
+
+    # ------------------------------------------------------------------ local registrations
+
+    def _serve_local(self, conn: socket.socket) -> bool:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(conn, MAX_MESSAGE_BYTES, 1)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return False
+        try:
+            req = decode_request(data, allowed=LOCAL_TYPES)
+            reply = self._local_request(req, fds)
+        except ProtocolError as exc:
+            for fd in fds:
+                os.close(fd)
+            reply = encode_error(0, exc.code, exc.message)
+        try:
+            conn.send(reply)
+        except OSError:
+            return False
+        return True
+
+    def _local_request(self, req: Request, fds: list[int]) -> bytes:
+        fid = req.body["flow"]
+        if req.type == MsgType.REGISTER_FLOW:
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise ProtocolError("invalid_body", "register_flow carries exactly one socket")
+            sock = socket.socket(fileno=fds[0])
+            try:
+                src, dst = sock.getsockname(), sock.getpeername()
+            except OSError:
+                sock.close()
+                raise ProtocolError("invalid_body", "register_flow: the socket is not connected") from None
+            old = self.flows.pop(fid, None)
+            if old is not None:
+                old.sock.close()
+            self.flows[fid] = LocalFlow(fid, sock, src[0], src[1], dst[0], dst[1],
+                                        bytes_acked(sock), time.monotonic())
+            if self.backend is not None:
+                self.backend.attach(fid, sock)
+            self._tick(force=True)  # the new socket gets its rate before it sends much
+            return encode_ok(req.id, {"flow": fid})
+        for fd in fds:
+            os.close(fd)
+        f = self.flows.pop(fid, None)
+        if f is not None:
+            if self.backend is not None:
+                self.backend.detach(fid)
+            f.sock.close()
+        return encode_ok(req.id, {"flow": fid, "known": f is not None})
+
+
+def register_flow(local_name: str, flow_id: str, sock: socket.socket,
+                  timeout_s: float = 2.0) -> socket.socket | None:
+    """Hand ``sock`` to the local agent for pacing; returns the control connection (keep it
+    open until :func:`unregister_flow`), or None if no agent listens at ``local_name``."""
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.settimeout(timeout_s)
+    try:
+        c.connect(local_name)
+        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, {"flow": flow_id})],
+                        [sock.fileno()])
+        rep = decode_any(c.recv(65536))
+    except OSError:
+        c.close()
+        return None
+    if not isinstance(rep, Reply) or not rep.ok:
+        c.close()
+        return None
+    return c
+
+
+def unregister_flow(ctrl: socket.socket | None, flow_id: str) -> None:
+    """Tell the agent the flow is over and close the control connection."""
+    if ctrl is None:
+        return
+    try:
+        ctrl.send(encode_request(MsgType.UNREGISTER_FLOW, {"flow": flow_id}))
+        ctrl.recv(65536)
+    except OSError:
+        pass
+    finally:
+        ctrl.close()
+
+
+__all__ = ["Agent", "LocalFlow", "bytes_acked", "load_backend", "local_address",
+           "register_flow", "unregister_flow"]

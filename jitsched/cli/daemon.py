@@ -1,0 +1,178 @@
+"""Daemon-side commands: ``daemon``, ``agent``, ``submit``, ``status`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from jitsched.cli.core import emit_json
+from jitsched.cli.registry import arg, register
+from jitsched.errors import ValidationError
+
+DEFAULT_JOB_ENDPOINT = "tcp://127.0.0.1:5555"
+DEFAULT_AGENT_ENDPOINT = "tcp://127.0.0.1:5556"
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+
+
+def _until_signal(stop: threading.Event) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        pass
+
+
+@register(
+    "daemon", "Run the scheduling daemon (job and agent ZeroMQ sockets, planner, metrics).",
+    arg("--config", required=True, metavar="C.toml", help="TOML cluster and daemon configuration"),
+    arg("--metrics-port", type=int, default=None, help="Prometheus port (overrides the config; 0 = off)"),
+    arg("--quiet", action="store_true", help="log warnings only"),
+)
+def cmd_daemon(args: argparse.Namespace) -> int:
+    from jitsched.config import load_config
+    from jitsched.daemon import Daemon
+
+    _logging(not args.quiet)
+    cfg = load_config(args.config)
+    if args.metrics_port is not None:
+        cfg = cfg.with_(metrics_port=args.metrics_port)
+    d = Daemon(cfg).start()
+    print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}"
+          + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else ""),
+          flush=True)
+    stop = threading.Event()
+    try:
+        _until_signal(stop)
+    finally:
+        d.stop()
+    return 0
+
+
+@register(
+    "agent", "Run the host agent of HOST: receive per-slot schedules and enforce them.",
+    arg("--host", required=True, help="this host's name in the daemon's cluster"),
+    arg("--daemon", default=DEFAULT_AGENT_ENDPOINT, help=f"agent endpoint (default {DEFAULT_AGENT_ENDPOINT})"),
+    arg("--backend", default="pacing", choices=("pacing", "tc", "record"),
+        help="enforcement backend (default pacing)"),
+    arg("--dev", default=None, help="tc backend: network device"),
+    arg("--quiet", action="store_true", help="log warnings only"),
+)
+def cmd_agent(args: argparse.Namespace) -> int:
+    from jitsched.agents.agent import Agent
+
+    _logging(not args.quiet)
+    opts = {"dev": args.dev} if args.dev else {}
+    a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts).start()
+    print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {args.backend}, "
+          f"local socket @{a.local_name[1:]}", flush=True)
+    stop = threading.Event()
+    try:
+        _until_signal(stop)
+    finally:
+        a.stop()
+    return 0
+
+
+@register(
+    "submit", "Submit a job (native JSON job or workload, or a TensorFlow GraphDef) to the daemon.",
+    arg("file", metavar="JOB.json|GRAPH", help="native job map, native workload (all its jobs), or GraphDef"),
+    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT})"),
+    arg("--ps-host", default=None, help="GraphDef: host of the parameter server task"),
+    arg("--worker-host", default=None, help="GraphDef: host of the worker task"),
+    arg("--timeout-s", type=float, default=10.0, help="reply timeout in seconds"),
+    arg("--json", action="store_true", help="print {job_ids: [...]}"),
+)
+def cmd_submit(args: argparse.Namespace) -> int:
+    from jitsched.client import Client, load_graph_job
+    from jitsched.protocol import RemoteError
+
+    jobs = _jobs_of(args, load_graph_job)
+    ids = []
+    with Client(args.daemon, timeout_s=args.timeout_s) as c:
+        for job in jobs:
+            try:
+                ids.append(c.submit_job(job))
+            except RemoteError as exc:
+                raise ValidationError(f"daemon refused the job: {exc}") from None
+            except TimeoutError as exc:
+                print(f"jitsched submit: {exc}", file=sys.stderr)
+                return 1
+    if args.json:
+        emit_json({"job_ids": ids})
+    else:
+        for i in ids:
+            print(f"submitted {i}")
+    return 0
+
+
+def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
+    p = Path(args.file)
+    if p.suffix == ".json":
+        try:
+            obj = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ValidationError(f"{p}: no such file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValidationError(f"{p}: not valid JSON ({exc})") from None
+        if isinstance(obj, dict) and "jobs" in obj and "computes" not in obj:
+            return list(obj["jobs"])  # a workload file: submit each job
+        if isinstance(obj, dict) and obj.get("node") is None:
+            return [obj]
+    if not (args.ps_host and args.worker_host):
+        raise ValidationError("a GraphDef needs --ps-host and --worker-host")
+    return [load_graph_job(p, ps_host=args.ps_host, worker_host=args.worker_host).to_dict()]
+
+
+@register(
+    "status", "Jobs, agents and the last plan, as the daemon sees them.",
+    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT})"),
+    arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
+    arg("--json", action="store_true", help="print the status map as JSON"),
+)
+def cmd_status(args: argparse.Namespace) -> int:
+    from jitsched.client import Client
+
+    with Client(args.daemon, timeout_s=args.timeout_s) as c:
+        try:
+            st = c.status()
+        except TimeoutError as exc:
+            print(f"jitsched status: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        emit_json(st)
+        return 0
+    p = st.get("plan") or {}
+    print(f"plan seq {p.get('seq', 0)}: {p.get('jobs', 0)} jobs, {p.get('flows', 0)} flows, "
+          f"{p.get('late', 0)} planned late, solve {p.get('solve_s', 0) * 1e3:.1f} ms")
+    for h, a in sorted(st["agents"].items()):
+        print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
+              f"acked {a['acked_seq']}")
+    for j, s in st["jobs"].items():
+        jct = f"JCT {s['jct_s']:.2f} s" if s["jct_s"] is not None else ""
+        print(f"  job {j:<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}")
+    return 0
+
+
+@register(
+    "demo", "End-to-end demo on loopback: daemon, pacing agents, a Poisson stream of model DAGs.",
+    arg("--quick", action="store_true", help="about 20 s instead of about a minute"),
+    arg("--seed", type=int, default=0, help="workload seed"),
+    arg("--json", action="store_true",
+        help="print {jobs, completed, lat_hit_rate, mean_jct_s, solve_s_p50} (progress on stderr)"),
+)
+def cmd_demo(args: argparse.Namespace) -> int:
+    from jitsched.demo import print_lines, run_demo, stderr_lines
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    out = run_demo(quick=args.quick, seed=args.seed, say=stderr_lines if args.json else print_lines)
+    if args.json:
+        emit_json({k: out[k] for k in ("jobs", "completed", "lat_hit_rate", "mean_jct_s", "solve_s_p50")})
+    return 0 if out["completed"] == out["jobs"] else 1

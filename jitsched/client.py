@@ -1,0 +1,276 @@
+"""The client library: submit jobs, report progress, and move paced bytes between hosts."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+from jitsched.model import Job
+from jitsched.protocol import (
+    MAX_MESSAGE_BYTES,
+    MsgType,
+    RemoteError,
+    decode_reply,
+    encode_request,
+    next_id,
+)
+
+CHUNK = 256 * 1024
+
+
+class Client:
+    """A connection to the daemon's job socket (one per thread).
+
+    Parameters
+    ----------
+    endpoint : str
+        The daemon's job endpoint, e.g. ``tcp://127.0.0.1:5555``.
+    timeout_s : float
+        How long to wait for a reply, seconds.
+    """
+
+    def __init__(self, endpoint: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self._own_ctx = ctx is None
+        self.ctx = ctx or zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, 4 * MAX_MESSAGE_BYTES)
+        self.sock.connect(endpoint)
+
+    def close(self) -> None:
+        """Close the socket (and the context if this client made it)."""
+        self.sock.close(0)
+        if self._own_ctx:
+            self.ctx.term()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def request_raw(self, data: bytes, req_id: int) -> dict:
+        """Send one already-encoded request and wait for the reply with ``req_id``.
+
+        Raises
+        ------
+        RemoteError
+            The daemon answered with an error (``code``, ``message``).
+        TimeoutError
+            No reply within ``timeout_s``.
+        """
+        self.sock.send(data)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
+                raise TimeoutError(f"no reply from {self.endpoint} within {self.timeout_s} s")
+            rep = decode_reply(self.sock.recv())
+            if rep.id != req_id and rep.id != 0:
+                continue  # a late reply to an earlier, timed-out request
+            if not rep.ok:
+                raise RemoteError(rep.code, rep.message)
+            return rep.body
+
+    def request(self, type_: str, body: dict | None = None) -> dict:
+        """Send a request of ``type_`` and return the reply body."""
+        rid = next_id()
+        return self.request_raw(encode_request(type_, body or {}, rid), rid)
+
+    # ------------------------------------------------------------------ job side
+
+    def submit_job(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> str:
+        """Submit a native-format job map (or a :class:`Job`); returns the job id."""
+        body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
+        if cluster is not None:
+            body["cluster"] = dict(cluster)
+        return self.request(MsgType.SUBMIT_JOB, body)["job_id"]
+
+    def submit_graph(self, graph_path: str | Path, *, ps_host: str, worker_host: str,
+                     job_id: str | None = None) -> str:
+        """Import a TensorFlow GraphDef file as a native job and submit it."""
+        job = load_graph_job(graph_path, ps_host=ps_host, worker_host=worker_host, job_id=job_id)
+        return self.submit_job(job)
+
+    def transfer_started(self, job_id: str, transfer: str) -> None:
+        """Report that ``transfer`` started sending."""
+        self.request(MsgType.TRANSFER_STARTED, {"job_id": job_id, "transfer": transfer,
+                                                "t_ns": time.time_ns()})
+
+    def transfer_finished(self, job_id: str, transfer: str, nbytes: float | None = None) -> dict:
+        """Report that ``transfer`` arrived; the reply says whether it met its LAT."""
+        body: dict[str, Any] = {"job_id": job_id, "transfer": transfer, "t_ns": time.time_ns()}
+        if nbytes is not None:
+            body["bytes"] = nbytes
+        return self.request(MsgType.TRANSFER_FINISHED, body)
+
+    def compute_finished(self, job_id: str, compute: str, duration_s: float) -> None:
+        """Report a compute op's measured duration (seconds)."""
+        self.request(MsgType.COMPUTE_FINISHED, {"job_id": job_id, "compute": compute,
+                                                "duration_s": float(duration_s),
+                                                "t_ns": time.time_ns()})
+
+    def job_finished(self, job_id: str, jct_s: float | None = None) -> dict:
+        """Report the job done (JCT in seconds, measured by the job)."""
+        body: dict[str, Any] = {"job_id": job_id, "t_ns": time.time_ns()}
+        if jct_s is not None:
+            body["jct_s"] = float(jct_s)
+        return self.request(MsgType.JOB_FINISHED, body)
+
+    def cancel_job(self, job_id: str) -> dict:
+        """Cancel a job."""
+        return self.request(MsgType.CANCEL_JOB, {"job_id": job_id})
+
+    def status(self) -> dict:
+        """Jobs, agents and the last plan summary."""
+        return self.request(MsgType.STATUS, {})
+
+
+def load_graph_job(graph_path: str | Path, *, ps_host: str, worker_host: str,
+                   job_id: str | None = None) -> Job:
+    """A native job from a TensorFlow GraphDef file (JSON or text) via :mod:`jitsched.tfgraph`.
+
+    The graph's ``ps`` task maps to ``ps_host`` and its ``worker`` task to ``worker_host``.
+    """
+    from jitsched.tfgraph import import_tf_graph
+
+    name = Path(graph_path).name.split(".")[0]
+    return import_tf_graph(graph_path, hosts={"ps": ps_host, "worker": worker_host},
+                           job_id=job_id or name)
+
+
+# --------------------------------------------------------------------------- transfers
+
+_HDR = struct.Struct("!I")
+
+
+def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | None = None,
+               timeout_s: float = 60.0) -> float:
+    """Move ``nbytes`` bytes to a :class:`TransferSink` at ``addr`` over TCP.
+
+    The connected socket is registered with the local agent listening at
+    ``agent`` (see :func:`jitsched.agents.agent.local_address`) so that it paces
+    it; the call returns once the receiver confirms every byte arrived.
+
+    Returns
+    -------
+    float
+        Seconds from connect to the receiver's confirmation.
+    """
+    from jitsched.agents.agent import register_flow, unregister_flow
+
+    t0 = time.perf_counter()
+    sock = socket.create_connection(addr, timeout=timeout_s)
+    ctrl = None
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if agent is not None:
+            ctrl = register_flow(agent, flow, sock)
+        hdr = msgpack.packb({"flow": flow, "bytes": int(nbytes)})
+        sock.sendall(_HDR.pack(len(hdr)) + hdr)
+        buf = memoryview(bytes(CHUNK))
+        left = int(nbytes)
+        while left > 0:
+            n = sock.send(buf[:min(left, CHUNK)])
+            left -= n
+        if sock.recv(1) != b"\x01":
+            raise ConnectionError(f"flow {flow}: receiver did not confirm")
+        return time.perf_counter() - t0
+    finally:
+        unregister_flow(ctrl, flow)
+        try:
+            # shutdown, not just close: the agent held a duplicate of this socket
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        sock.close()
+
+
+class TransferSink:
+    """A TCP receiver: accepts :func:`send_bytes` connections and confirms each complete flow.
+
+    Parameters
+    ----------
+    host : str
+        Address to listen on.
+    on_arrival : callable, optional
+        ``on_arrival(flow, nbytes)`` after the last byte of a flow arrived.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0,
+                 on_arrival: Callable[[str, int], None] | None = None) -> None:
+        self.server = socket.create_server((host, port), backlog=256)
+        self.address = self.server.getsockname()[:2]
+        self.on_arrival = on_arrival
+        self.received: dict[str, int] = {}
+        self._stop = False
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, name="jitsched-sink", daemon=True)
+        self._accept.start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            t = threading.Thread(target=self._read, args=(conn,), daemon=True)
+            t.start()
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+
+    def _read(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                hlen = _HDR.unpack(_recv_exact(conn, _HDR.size))[0]
+                if hlen > 4096:
+                    return
+                hdr = msgpack.unpackb(_recv_exact(conn, hlen))
+                flow, left = str(hdr["flow"]), int(hdr["bytes"])
+                total = left
+                buf = bytearray(CHUNK)
+                while left > 0:
+                    n = conn.recv_into(buf, min(left, CHUNK))
+                    if n == 0:
+                        return
+                    left -= n
+                self.received[flow] = total
+                if self.on_arrival is not None:
+                    self.on_arrival(flow, total)
+                conn.sendall(b"\x01")
+            except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
+                return
+
+    def close(self) -> None:
+        """Stop accepting and wait briefly for readers."""
+        self._stop = True
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.server.close()
+        self._accept.join(2.0)
+        for t in self._threads:
+            t.join(2.0)
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        b = conn.recv(n - len(out))
+        if not b:
+            raise ConnectionError("connection closed early")
+        out += b
+    return bytes(out)
+
+
+__all__ = ["Client", "RemoteError", "TransferSink", "load_graph_job", "send_bytes"]

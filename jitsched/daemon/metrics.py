@@ -1,0 +1,65 @@
+"""Prometheus metrics of the daemon, on a registry of its own (several daemons per process in tests)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from jitsched.daemon.state import SchedulerState
+
+SOLVE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """Solve-time histogram, job and agent gauges, LAT misses and request counters."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.solve_s = Histogram("jitsched_solve_seconds", "Planner time per plan (seconds)",
+                                 buckets=SOLVE_BUCKETS, registry=r)
+        self.jobs = Gauge("jitsched_jobs", "Jobs by state", ["state"], registry=r)
+        self.agents = Gauge("jitsched_agents", "Registered agents by liveness", ["up"], registry=r)
+        self.lat_misses = Gauge("jitsched_lat_misses", "Transfers that arrived after their LAT",
+                                registry=r)
+        self.requests = Counter("jitsched_requests", "Requests handled, by type and outcome",
+                                ["type", "outcome"], registry=r)
+        self.request_s = Histogram("jitsched_request_seconds", "Handling time of accepted requests",
+                                   buckets=(1e-5, 1e-4, 1e-3, 1e-2, 0.1), registry=r)
+        self._server = None
+
+    def serve(self, port: int) -> int:
+        """Expose ``/metrics`` on 127.0.0.1:``port``; returns the port."""
+        self._server, _ = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        return self._server.server_port
+
+    def shutdown(self) -> None:
+        """Stop the HTTP endpoint."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def request(self, type_: str, outcome: str, seconds: float | None = None) -> None:
+        """Count one request (``outcome`` is "ok" or an error code)."""
+        self.requests.labels(type_, outcome).inc()
+        if seconds is not None:
+            self.request_s.observe(seconds)
+
+    def solve(self, seconds: float) -> None:
+        """Record one plan's solve time (seconds)."""
+        self.solve_s.observe(seconds)
+
+    def update(self, state: SchedulerState) -> None:
+        """Refresh the gauges from the scheduler state."""
+        counts = {"running": 0, "finished": 0, "cancelled": 0}
+        for js in state.jobs.values():
+            counts[js.state] = counts.get(js.state, 0) + 1
+        for k, v in counts.items():
+            self.jobs.labels(k).set(v)
+        up = sum(1 for a in state.agents.values() if a.up)
+        self.agents.labels("true").set(up)
+        self.agents.labels("false").set(len(state.agents) - up)
+        self.lat_misses.set(state.lat_misses)

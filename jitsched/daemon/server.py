@@ -1,0 +1,357 @@
+"""The daemon's socket loop: job and agent ROUTER sockets, one dispatch table, one error table."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from jitsched.config import DaemonConfig
+from jitsched.daemon.metrics import Metrics
+from jitsched.daemon.state import PlanRequest, PlanResult, Reject, SchedulerState, run_plan
+from jitsched.errors import JitschedError, ValidationError
+from jitsched.policies.base import Policy, make_policy
+from jitsched.protocol import (
+    AGENT_TYPES,
+    JOB_TYPES,
+    ErrorCode,
+    MsgType,
+    ProtocolError,
+    decode_request,
+    encode_error,
+    encode_ok,
+    encode_request,
+    is_reply,
+    peek_id,
+)
+
+log = logging.getLogger("jitsched.daemon")
+
+# The one dispatch table: message type -> (SchedulerState method, whether it takes the
+# sender's identity). Adding a message type means one line here and its schema in protocol.
+DISPATCH: dict[str, tuple[str, bool]] = {
+    MsgType.SUBMIT_JOB: ("submit_job", False),
+    MsgType.TRANSFER_STARTED: ("transfer_started", False),
+    MsgType.TRANSFER_FINISHED: ("transfer_finished", False),
+    MsgType.COMPUTE_FINISHED: ("compute_finished", False),
+    MsgType.JOB_FINISHED: ("job_finished", False),
+    MsgType.CANCEL_JOB: ("cancel_job", False),
+    MsgType.STATUS: ("status", False),
+    MsgType.REGISTER: ("register", True),
+    MsgType.HEARTBEAT: ("heartbeat", True),
+    MsgType.ACK: ("ack", True),
+    MsgType.GET_SCHEDULE: ("get_schedule", True),
+}
+
+# The one table from exceptions to error codes, most specific first.
+ERROR_TABLE: tuple[tuple[type[BaseException], Callable[[BaseException], str]], ...] = (
+    (ProtocolError, lambda e: e.code),
+    (ValidationError, lambda e: ErrorCode.INVALID_JOB),
+    (JitschedError, lambda e: ErrorCode.INVALID_BODY),
+    (Exception, lambda e: ErrorCode.INTERNAL),
+)
+
+
+def error_code(exc: BaseException) -> str:
+    """The error code for an exception raised while handling a request."""
+    for kind, code in ERROR_TABLE:
+        if isinstance(exc, kind):
+            return code(exc)
+    return ErrorCode.INTERNAL
+
+
+def kv(event: str, **fields: Any) -> str:
+    """A structured log line: ``event=NAME key=value ...`` (values with spaces quoted)."""
+    parts = [f"event={event}"]
+    for k, v in fields.items():
+        s = f"{v:.6g}" if isinstance(v, float) else str(v)
+        parts.append(f'{k}="{s}"' if (" " in s or not s) else f"{k}={s}")
+    return " ".join(parts)
+
+
+def create_policy(cfg: DaemonConfig) -> Policy:
+    """The configured policy object, given the daemon's slot length, alpha and objective
+    when its constructor takes them."""
+    import jitsched.policies as _  # noqa: F401 - registers the built-in policies
+
+    try:
+        import jitsched.policies.jit  # noqa: F401 - the JIT policy registers itself
+    except ImportError:
+        pass
+    from jitsched.policies.base import POLICIES
+
+    opts = dict(cfg.policy_options)
+    cls = POLICIES.get(cfg.policy)
+    if cls is not None:
+        params = inspect.signature(cls).parameters
+        for key in ("slot_s", "alpha", "objective"):
+            if key in params and key not in opts:
+                opts[key] = getattr(cfg, key)
+        # The daemon decides when to re-solve (DESIGN 2.3 triggers) and asks for a
+        # schedule only then, so a policy with a re-plan period re-plans on every ask.
+        if "resolve_period_s" in params and "resolve_period_s" not in opts:
+            opts["resolve_period_s"] = 1e-6
+    policy = make_policy(cfg.policy, **opts)
+    policy.reset(cfg.cluster)
+    return policy
+
+
+class Daemon:
+    """The jitsched daemon: owns the sockets; all state lives in :class:`SchedulerState`.
+
+    Parameters
+    ----------
+    config : DaemonConfig
+        Endpoints may use port ``*`` (a free port); :attr:`job_endpoint` and
+        :attr:`agent_endpoint` then hold the bound addresses after :meth:`start`.
+    policy : Policy, optional
+        Default: ``make_policy(config.policy)``.
+    """
+
+    def __init__(self, config: DaemonConfig, policy: Policy | None = None) -> None:
+        self.config = config
+        self.policy = policy if policy is not None else create_policy(config)
+        self.state = SchedulerState(config)
+        self.metrics = Metrics()
+        self.ctx = zmq.Context()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
+        self._plan_q: queue.Queue[PlanRequest | None] = queue.Queue()
+        self._result_q: queue.Queue[PlanResult] = queue.Queue()
+        self._wake_addr = f"inproc://jitsched-plan-{id(self)}"
+        self.job_endpoint = config.job_endpoint
+        self.agent_endpoint = config.agent_endpoint
+        self.metrics_port = 0
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float = 10.0) -> Daemon:
+        """Bind and serve in a background thread; returns once the sockets are bound."""
+        self._thread = threading.Thread(target=self.serve, name="jitsched-daemon", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise RuntimeError("daemon did not start")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop serving, join the threads, close every socket."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self.ctx.term()
+
+    def __enter__(self) -> Daemon:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _bind(self) -> tuple[zmq.Socket, zmq.Socket, zmq.Socket]:
+        cfg = self.config
+        # zmq drops (and disconnects) only messages far above the limit; those between
+        # the limit and this cap still get a too_large reply from the explicit check.
+        cap = 4 * cfg.max_message_bytes
+        jobs = self.ctx.socket(zmq.ROUTER)
+        agents = self.ctx.socket(zmq.ROUTER)
+        for s in (jobs, agents):
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.MAXMSGSIZE, cap)
+            s.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            s.setsockopt(zmq.SNDHWM, 100_000)
+            s.setsockopt(zmq.RCVHWM, 100_000)
+        # a reconnecting agent with the same routing id takes over its old pipe
+        agents.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        jobs.bind(cfg.job_endpoint)
+        agents.bind(cfg.agent_endpoint)
+        self.job_endpoint = jobs.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.agent_endpoint = agents.getsockopt_string(zmq.LAST_ENDPOINT)
+        wake = self.ctx.socket(zmq.PAIR)
+        wake.setsockopt(zmq.LINGER, 0)
+        wake.bind(self._wake_addr)
+        return jobs, agents, wake
+
+    def serve(self) -> None:
+        """Run the loop in the calling thread until :meth:`stop`."""
+        try:
+            jobs, agents, wake = self._bind()
+            if self.config.metrics_port:
+                self.metrics_port = self.metrics.serve(self.config.metrics_port)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._worker = threading.Thread(target=self._plan_worker, name="jitsched-planner",
+                                        daemon=True)
+        self._worker.start()
+        log.info(kv("daemon_started", jobs=self.job_endpoint, agents=self.agent_endpoint,
+                    policy=self.config.policy, hosts=len(self.config.cluster),
+                    slot_s=self.config.slot_s, alpha=self.config.alpha))
+        self._ready.set()
+        poller = zmq.Poller()
+        poller.register(jobs, zmq.POLLIN)
+        poller.register(agents, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
+        next_house = 0.0
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(timeout=20))
+                if wake in events:
+                    self._drain_results(wake)
+                # bounded batches keep one busy socket from starving the other
+                if jobs in events:
+                    for _ in range(256):
+                        try:
+                            frames = jobs.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._serve_one(jobs, frames, JOB_TYPES)
+                if agents in events:
+                    for _ in range(1024):
+                        try:
+                            frames = agents.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._serve_one(agents, frames, AGENT_TYPES)
+                now = self.now()
+                if now >= next_house:
+                    next_house = now + 0.05
+                    down = self.state.check_agents(now)
+                    for h in down:
+                        log.warning(kv("agent_down", host=h))
+                    self.metrics.update(self.state)
+                self._maybe_plan(now)
+                self._flush_outbox(agents, now)
+        finally:
+            self._plan_q.put(None)
+            if self._worker is not None:
+                self._worker.join(5.0)
+            for s in (jobs, agents, wake):
+                s.close(0)
+            if self.metrics_port:
+                self.metrics.shutdown()
+            log.info(kv("daemon_stopped"))
+
+    def now(self) -> float:
+        """The daemon clock: seconds since the state's wall-clock origin."""
+        return time.time() - self.state.t0_wall_s
+
+    # ------------------------------------------------------------------ requests
+
+    def _serve_one(self, sock: zmq.Socket, frames: list[bytes], allowed: frozenset[str]) -> None:
+        if len(frames) < 2:
+            return
+        identity, data = frames[0], frames[-1]
+        if sock is not None and allowed is AGENT_TYPES and is_reply(data):
+            return  # agents may answer pushed schedules; acks arrive as requests
+        reply = self.handle(identity, data, allowed)
+        try:
+            sock.send_multipart([identity, reply], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue full
+            log.warning(kv("reply_dropped", error=exc.strerror))
+
+    def handle(self, identity: bytes, data: bytes, allowed: frozenset[str]) -> bytes:
+        """Decode one request, dispatch it, and return the encoded reply (never raises)."""
+        t0 = time.perf_counter()
+        rid = 0
+        type_ = "?"
+        try:
+            req = decode_request(data, max_bytes=self.config.max_message_bytes, allowed=allowed)
+            rid, type_ = req.id, req.type
+            method, with_identity = DISPATCH[req.type]
+            fn = getattr(self.state, method)
+            now = self.now()
+            result = fn(identity, req.body, now) if with_identity else fn(req.body, now)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
+            code = error_code(exc)
+            rid = rid or peek_id(data)
+            if code == ErrorCode.INTERNAL:
+                log.exception(kv("request_failed", type=type_, id=rid))
+            msg = exc.message if isinstance(exc, ProtocolError) else str(exc)
+            self.metrics.request(type_, code)
+            log.info(kv("rejected", type=type_, id=rid, code=code, reason=msg[:200]))
+            return encode_error(rid, code, msg)
+        if isinstance(result, Reject):
+            self.metrics.request(type_, result.code)
+            log.info(kv("rejected", type=type_, id=rid, code=result.code, reason=result.message[:200]))
+            return encode_error(rid, result.code, result.message)
+        self.metrics.request(type_, "ok", time.perf_counter() - t0)
+        if type_ == MsgType.SUBMIT_JOB:
+            log.info(kv("job_submitted", job=result["job_id"]))
+        return encode_ok(rid, result)
+
+    # ------------------------------------------------------------------ planning
+
+    def _maybe_plan(self, now: float) -> None:
+        if self.state.want_plan(now):
+            req = self.state.plan_request(now)
+            self._plan_q.put(req)
+
+    def _plan_worker(self) -> None:
+        wake = self.ctx.socket(zmq.PAIR)
+        wake.setsockopt(zmq.LINGER, 0)
+        wake.connect(self._wake_addr)
+        try:
+            while True:
+                req = self._plan_q.get()
+                if req is None:
+                    return
+                # HiGHS releases the GIL while it solves, so the loop keeps serving.
+                self._result_q.put(run_plan(self.policy, req, self.config.cluster))
+                wake.send(b"", zmq.NOBLOCK)
+        finally:
+            wake.close(0)
+
+    def _drain_results(self, wake: zmq.Socket) -> None:
+        while True:
+            try:
+                wake.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        while True:
+            try:
+                res = self._result_q.get_nowait()
+            except queue.Empty:
+                return
+            now = self.now()
+            ok = self.state.install(res, now)
+            self.metrics.solve(res.solve_s)
+            if ok:
+                p = self.state.plan_summary
+                log.info(kv("plan", seq=res.seq, reasons=",".join(res.reasons), jobs=p["jobs"],
+                            flows=p["flows"], late=p["late"], solve_s=res.solve_s))
+            else:
+                log.error(kv("plan_failed", seq=res.seq, error=res.error))
+
+    def _flush_outbox(self, agents: zmq.Socket, now: float) -> None:
+        for a, body in self.state.outbox(now):
+            try:
+                agents.send_multipart([a.identity, encode_request(MsgType.SCHEDULE, body)],
+                                      zmq.NOBLOCK)
+            except zmq.ZMQError:
+                # not connected right now: the re-send timer tries again
+                a.sent_at_s = now
+                continue
+
+
+def wait_until(pred: Callable[[], bool], timeout_s: float, step_s: float = 0.005) -> bool:
+    """Poll ``pred`` until true or ``timeout_s`` elapses; returns the last value."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step_s)
+    return bool(pred())
+
+
+__all__ = ["DISPATCH", "ERROR_TABLE", "Daemon", "create_policy", "error_code", "kv", "wait_until"]
