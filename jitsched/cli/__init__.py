@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "jitsched.cli.sim",
     "jitsched.cli.testbed",
     "jitsched.cli.daemon",
+    "jitsched.cli.workloads",
 )
 
 

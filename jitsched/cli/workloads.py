@@ -1,0 +1,109 @@
+"""Workload commands: ``import-tf``, ``gen-workload`` and ``import-coflow``."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from jitsched.cli.core import emit_json
+from jitsched.cli.registry import arg, register
+from jitsched.coflow import coflow_workload, read_coflow_trace
+from jitsched.model import Cluster, Host, Workload, save_workload
+from jitsched.tfgraph import import_tf_graph, job_summary
+from jitsched.workloads import MODELS, arrival_rate, generate_workload
+
+
+@register(
+    "import-tf", "Import one training step of a TensorFlow GraphDef as a native-format job.",
+    arg("graph", metavar="GRAPH", help="GraphDef as protobuf JSON or text (.pbtxt), optionally gzipped"),
+    arg("--step-stats", metavar="FILE", help="RunMetadata/StepStats JSON or text with measured op times"),
+    arg("--ps-host", default="ps", help="host of /job:ps/task:0 (default ps)"),
+    arg("--worker-host", default="worker", help="host of /job:worker/task:0 (default worker)"),
+    arg("--job-id", default=None, help="job id (default: the graph file's name)"),
+    arg("--time-scale", type=float, default=1.0,
+        help="factor on measured op times, e.g. CPU to GPU-like speed (default 1)"),
+    arg("--min-op-s", type=float, default=0.0, help="lower bound on every compute time, seconds"),
+    arg("--bps", type=float, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
+    arg("-o", "--output", metavar="JOB.json", required=True, help="output file (.json or .json.gz)"),
+    arg("--json", action="store_true",
+        help='print {"transfers", "transfer_bytes", "computes", "edges"}'),
+)
+def cmd_import_tf(args: argparse.Namespace) -> int:
+    job_id = args.job_id or args.graph.rsplit("/", 1)[-1].split(".")[0] or "tf"
+    job = import_tf_graph(args.graph, args.step_stats,
+                          hosts={"ps": args.ps_host, "worker": args.worker_host},
+                          job_id=job_id, time_scale=args.time_scale, min_op_s=args.min_op_s)
+    names = sorted({c.host for c in job.computes} | {t.src for t in job.transfers}
+                   | {t.dst for t in job.transfers})
+    cluster = Cluster(tuple(Host(n, args.bps, args.bps) for n in names))
+    save_workload(Workload(cluster, (job,)), args.output)
+    summary = job_summary(job)
+    if args.json:
+        emit_json(summary)
+    else:
+        print(f"{args.output}: job {job.id!r}: {summary['transfers']} transfers "
+              f"({summary['transfer_bytes'] / 2**20:.1f} MiB), {summary['computes']} computes, "
+              f"{summary['edges']} edges")
+    return 0
+
+
+@register(
+    "gen-workload", "Generate the paper's §4.1 job stream (DL models + file transfers).",
+    arg("--load", type=float, required=True,
+        help="offered load: mean offered bytes/s over the total egress capacity (e.g. 0.5)"),
+    arg("--n-jobs", type=int, default=None, help="number of jobs (or give --duration-s)"),
+    arg("--duration-s", type=float, default=None, help="arrival window, seconds"),
+    arg("--hosts", type=int, default=100, help="number of hosts (default 100)"),
+    arg("--bps", type=float, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
+    arg("--background-share", type=float, default=0.5,
+        help="fraction of jobs that are file transfers (default 0.5)"),
+    arg("--models", default=",".join(MODELS),
+        help=f"comma-separated models in equal shares (default {','.join(MODELS)})"),
+    arg("--seed", type=int, default=0, help="random seed (default 0)"),
+    arg("-o", "--output", metavar="FILE.json", required=True, help="output file (.json or .json.gz)"),
+    arg("--json", action="store_true", help="print a summary as JSON"),
+)
+def cmd_gen_workload(args: argparse.Namespace) -> int:
+    models = tuple(m for m in args.models.split(",") if m)
+    w = generate_workload(args.load, n_jobs=args.n_jobs, duration_s=args.duration_s,
+                          n_hosts=args.hosts, bps=args.bps,
+                          background_share=args.background_share, models=models, seed=args.seed)
+    save_workload(w, args.output)
+    rate = arrival_rate(args.load, n_hosts=args.hosts, bps=args.bps,
+                        background_share=args.background_share, models=models)
+    summary = {"jobs": len(w.jobs), "background": len(w.background),
+               "arrival_rate_per_s": rate,
+               "models": dict(Counter(j.model for j in w.jobs)),
+               "last_arrival_s": max([j.arrival_s for j in w.jobs]
+                                     + [b.arrival_s for b in w.background], default=0.0)}
+    if args.json:
+        emit_json(summary)
+    else:
+        print(f"{args.output}: {summary['jobs']} DL jobs {summary['models']}, "
+              f"{summary['background']} file transfers; {rate:.3f} jobs/s, "
+              f"last arrival {summary['last_arrival_s']:.1f} s")
+    return 0
+
+
+@register(
+    "import-coflow", "Convert a coflow-benchmark trace into a native workload (one job per coflow).",
+    arg("trace", metavar="TRACE", help="trace file: '<ports> <coflows>' then one coflow per line"),
+    arg("--bps", type=float, default=1e9, help="port capacity each way, bits/s (default 1e9)"),
+    arg("-o", "--output", metavar="FILE.json", required=True, help="output file (.json or .json.gz)"),
+    arg("--json", action="store_true", help="print a summary as JSON"),
+)
+def cmd_import_coflow(args: argparse.Namespace) -> int:
+    trace = read_coflow_trace(args.trace)
+    w = coflow_workload(trace, bps=args.bps)
+    save_workload(w, args.output)
+    summary = {"ports": trace.n_ports, "coflows": len(trace.coflows), "jobs": len(w.jobs),
+               "flows": sum(len(j.transfers) for j in w.jobs),
+               "bytes": sum(t.bytes for j in w.jobs for t in j.transfers),
+               "local_flows_dropped": trace.local_flows}
+    if args.json:
+        emit_json(summary)
+    else:
+        print(f"{args.output}: {summary['jobs']} coflows on {trace.n_ports} ports, "
+              f"{summary['flows']} flows, {summary['bytes'] / 2**20:.1f} MiB "
+              f"({trace.local_flows} port-local flows dropped)")
+    return 0
