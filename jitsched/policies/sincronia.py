@@ -143,7 +143,8 @@ class SincroniaPolicy(Policy):
         is_job = f.job >= 0
         # a background flow that arrived since the last ordering waits behind ranked coflows
         bg_rank = self._bg_rank[np.maximum(f.bg, 0)] if len(self._bg_rank) else np.zeros(len(f), dtype=np.int64)
-        rank = np.where(is_job, self._job_rank[np.maximum(f.job, 0)], bg_rank)
+        job_rank = self._job_rank[np.maximum(f.job, 0)] if len(self._job_rank) else 0
+        rank = np.where(is_job, job_rank, bg_rank)
         order = np.lexsort((f.bg, f.node, rank))
         return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,
                                           view.cluster.ingress_Bps))

@@ -139,6 +139,14 @@ def _props(dep: np.ndarray, dur: np.ndarray, m: np.ndarray,
     return p, mplus
 
 
+def _arrivals(view: SchedulerView, is_job: np.ndarray) -> np.ndarray:
+    """Arrival time of each flow's job (or of the background flow itself), seconds."""
+    f = view.flows
+    job_arr = view.dag.arrival[np.maximum(f.job, 0)] if view.dag.n_jobs else 0.0
+    bg_arr = view.bg_arrival_s[np.maximum(f.bg, 0)] if len(view.bg_arrival_s) else 0.0
+    return np.where(is_job, job_arr, bg_arr)
+
+
 def _job_key(dag: DagArrays, job: int, comm_s: np.ndarray) -> bytes:
     lo, hi = int(dag.job_ptr[job]), int(dag.job_ptr[job + 1])
     h = hashlib.blake2b(digest_size=16)
@@ -210,10 +218,12 @@ class TicTacPolicy(Policy):
         if len(f) == 0:
             return Allocation(np.zeros(0))
         is_job = f.job >= 0
-        arrival = np.where(is_job, view.dag.arrival[np.maximum(f.job, 0)],
-                           view.bg_arrival_s[np.maximum(f.bg, 0)] if len(view.bg_arrival_s) else 0.0)
+        arrival = _arrivals(view, is_job)
         ident = np.where(is_job, f.job, f.bg)
-        rank = np.where(is_job, self._rank[np.maximum(f.node, 0)], 0)
+        if len(self._rank) < view.dag.n_nodes:
+            self._rank = np.concatenate(
+                [self._rank, np.zeros(view.dag.n_nodes - len(self._rank), dtype=np.int64)])
+        rank = np.where(is_job, self._rank[np.maximum(f.node, 0)] if len(self._rank) else 0, 0)
         order = np.lexsort((f.node, rank, ident, ~is_job, arrival))
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         if self.background == "fifo" or is_job.all():
@@ -247,8 +257,7 @@ class FifoPolicy(Policy):
         if len(f) == 0:
             return Allocation(np.zeros(0))
         is_job = f.job >= 0
-        arrival = np.where(is_job, view.dag.arrival[np.maximum(f.job, 0)],
-                           view.bg_arrival_s[np.maximum(f.bg, 0)] if len(view.bg_arrival_s) else 0.0)
+        arrival = _arrivals(view, is_job)
         ident = np.where(is_job, f.job, f.bg)
         order = np.lexsort((f.node, ident, ~is_job, arrival))
         return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,

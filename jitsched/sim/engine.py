@@ -257,8 +257,9 @@ class Simulator:
             now = clock.now()
             if t_flow <= now:
                 advance(now)
-                tol = DONE_ABS_BYTES + DONE_REL * np.where(f_node >= 0, dag.size[np.maximum(f_node, 0)],
-                                                           bg_bytes[np.maximum(f_bg, 0)] if nb else 0.0)
+                fsize = np.where(f_node >= 0, dag.size[np.maximum(f_node, 0)] if n else 0.0,
+                                 bg_bytes[np.maximum(f_bg, 0)] if nb else 0.0)
+                tol = DONE_ABS_BYTES + DONE_REL * fsize
                 done = (f_rem <= tol) | (f_fin <= now)
                 idx = np.flatnonzero(done)
                 keep = ~done
