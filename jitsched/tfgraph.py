@@ -163,7 +163,7 @@ class _TextParser:
             colon = self._at("punct", ":")
             if colon:
                 self.i += 1
-            if self._at("punct", "[") :
+            if self._at("punct", "["):
                 self.i += 1
                 while not self._at("punct", "]"):
                     pairs.append((name, self._value(colon=True)))
