@@ -43,7 +43,7 @@ def run_one(task: dict) -> dict:
     """One simulation in a worker process; returns compact, picklable results."""
     from jitsched.sim import simulate
 
-    wl = paper_workload(task["jobs"], n_hosts=task["hosts"], seed=task["seed"])
+    wl = paper_workload(task["jobs"], n_hosts=task["hosts"], seed=task["seed"], real=task["real"])
     res = simulate(wl, task["policy"], seed=task["seed"], policy_options=task["options"])
     models = np.asarray(res.job_model, dtype=object)
     fig7 = None
@@ -97,16 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
+    # decided once, so every run of a comparison sees the same DAGs
+    real = real_models_available()
     tasks = []
     for seed in sc["seeds"]:
         for pol in POLICIES:
             tasks.append({"key": f"{pol}/s{seed}", "policy": pol, "seed": seed, "options": {},
-                          "jobs": sc["jobs"], "hosts": sc["hosts"]})
+                          "jobs": sc["jobs"], "hosts": sc["hosts"], "real": real})
         for a in sc["alphas"]:
             if a == 0.4:
                 continue  # the main jit run is alpha 0.4
             tasks.append({"key": f"jit-a{a}/s{seed}", "policy": "jit", "seed": seed,
-                          "options": {"alpha": a}, "alpha": a, "jobs": sc["jobs"], "hosts": sc["hosts"]})
+                          "options": {"alpha": a}, "alpha": a, "jobs": sc["jobs"], "hosts": sc["hosts"],
+                          "real": real})
     from tqdm import tqdm
 
     results: dict[str, dict] = {}
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
     seeds = sc["seeds"]
     summary: dict = {"scale": scale_name, "hosts": sc["hosts"], "dl_jobs": sc["jobs"],
-                     "seeds": list(seeds), "real_model_dags": real_models_available()}
+                     "seeds": list(seeds), "real_model_dags": real}
     speed: dict = {}
     for pol in POLICIES:
         per_model: dict[str, list[float]] = {}
