@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -135,7 +136,7 @@ def test_generate_workload_is_a_valid_native_workload():
 def test_stream_properties(seed, share, n_hosts, load):
     arr = generate_arrivals(load, n_jobs=30, n_hosts=n_hosts, background_share=share, seed=seed)
     assert [a.index for a in arr] == list(range(30))
-    assert all(0 < x.arrival_s < y.arrival_s for x, y in zip(arr, arr[1:]))
+    assert all(0 < x.arrival_s < y.arrival_s for x, y in pairwise(arr))
     assert all(a.src != a.dst and int(a.src[1:]) < n_hosts and int(a.dst[1:]) < n_hosts
                for a in arr)
     if share == 0:
