@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
+from jitsched.coflow import coflow_workload
 from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
 from jitsched.policies import POLICIES
 from jitsched.sim import simulate
-from jitsched.sim.coflow import cct_summary, read_coflow_trace
+from jitsched.sim.coflow import cct_summary
 
 GB = 1.25e8  # bytes/s of 1 Gbit/s
 
@@ -127,9 +128,9 @@ def test_coflow_trace(tmp_path):
     p = tmp_path / "trace.txt"
     # coflow 1: mappers 0,1 -> reducer 2 with 2 MB (1 MB each); coflow 2: mapper 2 -> reducer 2 (local)
     p.write_text("3 2\n1 0 2 0 1 1 2:2.0\n2 0 1 2 1 2:5.0\n")
-    wl = read_coflow_trace(p)
+    wl = coflow_workload(p)
     assert len(wl.jobs) == 1 and len(wl.jobs[0].transfers) == 2
     out = cct_summary(simulate(wl, "sincronia"))
-    # 2e6 bytes into host 2's ingress at 1.25e8 bytes/s
+    # 2 MiB into host 2's ingress at 1.25e8 bytes/s
     assert out["coflows"] == 1
-    np.testing.assert_allclose(out["avg_cct_s"], 2e6 / GB)
+    np.testing.assert_allclose(out["avg_cct_s"], 2 * 2**20 / GB)

@@ -40,8 +40,9 @@ def _policy_options(pairs: list[str] | None) -> dict:
     arg("--json", action="store_true", help="print the result as JSON"),
 )
 def cmd_sim(args: argparse.Namespace) -> int:
+    from jitsched.coflow import coflow_workload
     from jitsched.sim import simulate
-    from jitsched.sim.coflow import cct_summary, read_coflow_trace
+    from jitsched.sim.coflow import cct_summary
 
     options = _policy_options(args.option)
     if args.coflow_trace:
@@ -50,7 +51,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if args.policy not in ("sincronia", "tensorflow", "fifo"):
             raise ValidationError(
                 f"--policy: coflow mode supports sincronia, tensorflow, fifo; got {args.policy!r}")
-        wl = read_coflow_trace(args.coflow_trace, args.port_bps)
+        wl = coflow_workload(args.coflow_trace, bps=args.port_bps)
         res = simulate(wl, args.policy, seed=args.seed, policy_options=options)
         out = cct_summary(res)
         if args.json:
