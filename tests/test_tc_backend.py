@@ -12,6 +12,8 @@ import subprocess
 import uuid
 
 import pytest
+from pyroute2 import IPRoute
+
 from jitsched.agents.backends.base import BACKENDS, FlowRate
 from jitsched.agents.backends.tc import (
     BG_MINOR,
@@ -22,8 +24,6 @@ from jitsched.agents.backends.tc import (
     install_shaper,
     u32_keys,
 )
-from pyroute2 import IPRoute
-
 from jitsched.testbed import netns as netns_mod
 
 LINE = 12.5e6  # 100 Mbit/s in bytes/s

@@ -30,8 +30,9 @@ import struct
 import time
 from dataclasses import dataclass
 
-from jitsched.agents.backends.base import Backend, FlowRate, register_backend
 from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+
+from jitsched.agents.backends.base import Backend, FlowRate, register_backend
 
 NETLINK_ROUTE = 0
 NLMSG_ERROR = 2
