@@ -97,6 +97,9 @@ def test_missing_file(tmp_path):
         read_coflow_trace(tmp_path / "none.txt")
 
 
+@pytest.mark.skipif(not FB_TRACE.exists(),
+                    reason=f"public FB2010 trace not beside the checkout ({FB_TRACE}); it is external "
+                           "data the project must not copy in, the synthetic trace covers the reader")
 def test_public_facebook_trace():
     """The public FB2010 trace beside the repository (shared/data, not copied in)."""
     tr = read_coflow_trace(FB_TRACE)
