@@ -16,14 +16,18 @@ VGG16_LAYERS = (
 
 
 def layer_chain_job(job_id: str, ps: str, worker: str, layers=VGG16_LAYERS, *,
-                    arrival_s: float = 0.0, fwd_s_per_mflop_param: float = 2e-9,
+                    arrival_s: float = 0.0, fwd_s_per_param: float = 1e-10,
                     min_compute_s: float = 0.002, model: str | None = "vgg16") -> Job:
     """One training iteration of a layer chain in parameter-server style.
 
     Each parameter tensor is read from ``ps`` by ``worker`` (one transfer per
     tensor, so VGG16 gives 32), feeds its layer's forward op; forward ops form
-    a chain, followed by a chain of backward ops. Compute time grows with the
-    layer's parameter count (a documented stand-in for measured op times).
+    a chain, followed by a chain of backward ops (twice the forward time).
+    A forward op takes ``max(min_compute_s, fwd_s_per_param * parameters)``
+    seconds: 1e-10 s per parameter is about 2 flops x batch 32 per parameter
+    at ~0.6 TFLOP/s effective, so VGG16's largest layer (103 M parameters)
+    computes for ~10 ms. A stand-in for measured op times; real model DAGs
+    come from ``jitsched.workloads.load_model_job``.
 
     Returns
     -------
@@ -32,7 +36,7 @@ def layer_chain_job(job_id: str, ps: str, worker: str, layers=VGG16_LAYERS, *,
     computes, transfers, edges = [], [], []
     prev = None
     for k, (w, b) in enumerate(layers):
-        dur = max(min_compute_s, fwd_s_per_mflop_param * 1e3 * (w + b))
+        dur = max(min_compute_s, fwd_s_per_param * (w + b))
         fwd = f"fwd{k}"
         computes.append(Compute(fwd, worker, float(dur)))
         for name, count in (("w", w), ("b", b)):
@@ -45,7 +49,7 @@ def layer_chain_job(job_id: str, ps: str, worker: str, layers=VGG16_LAYERS, *,
     for k in reversed(range(len(layers))):
         w, b = layers[k]
         bwd = f"bwd{k}"
-        computes.append(Compute(bwd, worker, float(2 * max(min_compute_s, fwd_s_per_mflop_param * 1e3 * (w + b)))))
+        computes.append(Compute(bwd, worker, float(2 * max(min_compute_s, fwd_s_per_param * (w + b)))))
         edges.append((prev, bwd))
         prev = bwd
     return Job(job_id, tuple(computes), tuple(transfers), tuple(edges), float(arrival_s), 0.0, model)
