@@ -7,22 +7,15 @@ import json
 
 import numpy as np
 
-from bench.common import median_time, resnet152_job
+from bench.common import median_time, resnet152_jobs
 from jitsched import _lat
 from jitsched.lat import latest_arrival_times, trans_times
 from jitsched.model import Cluster, compile_jobs
 from jitsched.reference import lat_exact_reference
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeat", type=int, default=200, help="kernel runs (median)")
-    ap.add_argument("--ref-repeat", type=int, default=7, help="reference runs (median)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-
-    cluster = Cluster.uniform(4, 1e9)
-    job, label = resnet152_job("h0", "h1")
+def measure(job, label: str, cluster: Cluster, repeat: int, ref_repeat: int) -> dict:
+    """Kernel, wrapper, paper-estimator and reference times on one job, seconds (medians)."""
     dag = compile_jobs([job], cluster)
     n = dag.n_nodes
     trans = trans_times(dag, cluster)
@@ -34,38 +27,48 @@ def main(argv=None) -> int:
         _lat.lat_pass(dag.topo, dag.kind, dag.job_of, floor, dag.duration, trans, known,
                       dag.pred_ptr, dag.pred_idx, *out)
 
-    def reference():
-        lat_exact_reference(dag, trans, floor, dag.duration)
-
-    kernel_s = median_time(kernel, args.repeat, warmup=5)
-    wrapper_s = median_time(lambda: latest_arrival_times(dag, cluster), args.repeat, warmup=5)
+    kernel_s = median_time(kernel, repeat, warmup=5)
+    wrapper_s = median_time(lambda: latest_arrival_times(dag, cluster), repeat, warmup=5)
     paper_s = median_time(lambda: latest_arrival_times(dag, cluster, estimator="paper"), 5)
-    reference_s = median_time(reference, args.ref_repeat)
+    reference_s = median_time(lambda: lat_exact_reference(dag, trans, floor, dag.duration), ref_repeat)
     ref = lat_exact_reference(dag, trans, floor, dag.duration)
     kernel()
-    agree = bool(np.allclose(out[2][dag.kind == 1], np.asarray(ref[2])[dag.kind == 1], rtol=1e-9))
-    result = {
+    t = dag.kind == 1
+    return {
         "dag": label,
-        "transfers": int((dag.kind == 1).sum()),
-        "computes": int((dag.kind == 0).sum()),
+        "transfers": int(t.sum()),
+        "computes": int((~t).sum()),
         "edges": int(len(dag.pred_idx)),
         "kernel_s": kernel_s,
         "wrapper_s": wrapper_s,
         "paper_estimator_s": paper_s,
         "reference_s": reference_s,
         "ratio": reference_s / kernel_s,
-        "agree": agree,
+        "agree": bool(np.allclose(out[2][t], np.asarray(ref[2])[t], rtol=1e-9)),
     }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=200, help="kernel runs (median)")
+    ap.add_argument("--ref-repeat", type=int, default=7, help="reference runs (median)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    cluster = Cluster.uniform(4, 1e9)
+    results = [measure(job, label, cluster, args.repeat, args.ref_repeat)
+               for job, label in resnet152_jobs("h0", "h1")]
     if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"{label}: {result['transfers']} transfers, {result['computes']} computes, "
-              f"{result['edges']} edges")
-        print(f"  kernel      {kernel_s * 1e6:9.1f} us  (median of {args.repeat}; goal <= 1000 us)")
-        print(f"  with trans  {wrapper_s * 1e6:9.1f} us  (latest_arrival_times, Eq. 1 included)")
-        print(f"  paper Alg.1 {paper_s * 1e3:9.2f} ms")
-        print(f"  reference   {reference_s * 1e3:9.2f} ms  (pure Python, median of {args.ref_repeat})")
-        print(f"  ratio       {result['ratio']:9.0f}x  (goal >= 100x); results agree: {agree}")
+        # the first DAG has the issue's size (>= 900 transfers, >= 2600 computes)
+        print(json.dumps({**results[0], "dags": results}))
+        return 0
+    for r in results:
+        print(f"{r['dag']}: {r['transfers']} transfers, {r['computes']} computes, {r['edges']} edges")
+        print(f"  kernel      {r['kernel_s'] * 1e6:9.1f} us  (median of {args.repeat}; goal <= 1000 us)")
+        print(f"  with trans  {r['wrapper_s'] * 1e6:9.1f} us  (latest_arrival_times, Eq. 1 included)")
+        print(f"  paper Alg.1 {r['paper_estimator_s'] * 1e3:9.2f} ms")
+        print(f"  reference   {r['reference_s'] * 1e3:9.2f} ms  (pure Python, median of {args.ref_repeat})")
+        print(f"  ratio       {r['ratio']:9.0f}x  (goal >= 100x); results agree: {r['agree']}")
     return 0
 
 
