@@ -196,7 +196,8 @@ class Agent:
                 events = dict(poller.poll(timeout=timeout_ms))
                 if dealer in events:
                     self._drain(dealer)
-                if listener in events:
+                # zmq's poller reports plain sockets by file descriptor
+                if listener.fileno() in events:
                     try:
                         c, _ = listener.accept()
                         c.setblocking(False)
@@ -204,10 +205,11 @@ class Agent:
                         poller.register(c, zmq.POLLIN)
                     except BlockingIOError:
                         pass
-                for c in [c for c in events if isinstance(c, socket.socket) and c is not listener]:
+                for fd in [fd for fd in events if isinstance(fd, int) and fd in conns]:
+                    c = conns[fd]
                     if not self._serve_local(c):
                         poller.unregister(c)
-                        conns.pop(c.fileno(), None)
+                        del conns[fd]
                         c.close()
                 mono = time.monotonic()
                 if mono - self._last_rx > self.reconnect_s:
@@ -347,8 +349,9 @@ class Agent:
         return int(k), out, leftover
 
     def _tick(self, force: bool = False) -> None:
-        if self.backend is None or self.schedule is None:
+        if self.backend is None:
             return
+        # without a schedule yet, registered flows share the whole line (slot -1)
         k, flows, leftover = self.slot_rates()
         if k == self.current_slot and not force:
             return

@@ -155,12 +155,13 @@ _HDR = struct.Struct("!I")
 
 
 def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | None = None,
-               timeout_s: float = 60.0) -> float:
+               timeout_s: float = 60.0, mss: int = 1448) -> float:
     """Move ``nbytes`` bytes to a :class:`TransferSink` at ``addr`` over TCP.
 
     The connected socket is registered with the local agent listening at
     ``agent`` (see :func:`jitsched.agents.agent.local_address`) so that it paces
     it; the call returns once the receiver confirms every byte arrived.
+    ``mss`` (bytes) caps the segment size as a 1500-byte MTU would.
 
     Returns
     -------
@@ -170,9 +171,14 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
     from jitsched.agents.agent import register_flow, unregister_flow
 
     t0 = time.perf_counter()
-    sock = socket.create_connection(addr, timeout=timeout_s)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ctrl = None
     try:
+        # An Ethernet-sized MSS: on loopback (64 KiB MTU) TCP would send 128 KiB bursts
+        # and, at a low pacing rate, wait seconds between them even after the rate rises.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+        sock.settimeout(timeout_s)
+        sock.connect(addr)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if agent is not None:
             ctrl = register_flow(agent, flow, sock)

@@ -27,9 +27,9 @@ PAPER_LINK_BPS = 1e9
 class DemoScale:
     """How the paper's setting is shrunk to loopback on a small machine.
 
-    Transfer sizes are multiplied by ``link_mbit`` / 1000 (the paper's 1 Gbit/s
-    links), so every transfer takes as long as in the paper while the machine
-    moves far fewer bytes. Compute times are scaled per job so that the job's
+    Transfer sizes are multiplied by ``byte_scale``; with ``byte_scale`` =
+    ``link_mbit`` / 1000 every transfer would take as long as on the paper's
+    1 Gbit/s links, smaller values make the run shorter. Compute times are scaled per job so that the job's
     total compute is at most ``max_compute_s`` (the synthetic VGG16 stand-in
     charges CPU-like seconds per parameter, minutes per iteration; a GPU
     iteration takes well under a second).
@@ -42,16 +42,13 @@ class DemoScale:
     max_compute_s: float
     slot_s: float
     models: tuple[str, ...]
-
-    @property
-    def byte_scale(self) -> float:
-        return self.link_mbit * 1e6 / PAPER_LINK_BPS
+    byte_scale: float
 
 
 QUICK = DemoScale(hosts=4, jobs=5, rate_per_s=0.5, link_mbit=40.0, max_compute_s=1.5,
-                  slot_s=0.1, models=("vgg16", "alexnet", "lenet"))
-FULL = DemoScale(hosts=4, jobs=14, rate_per_s=0.4, link_mbit=40.0, max_compute_s=1.5,
-                 slot_s=0.1, models=("vgg16", "alexnet", "lenet", "inception"))
+                  slot_s=0.1, models=("vgg16", "alexnet", "lenet"), byte_scale=0.01)
+FULL = DemoScale(hosts=4, jobs=10, rate_per_s=0.4, link_mbit=40.0, max_compute_s=1.5,
+                 slot_s=0.1, models=("vgg16", "alexnet", "lenet", "inception"), byte_scale=0.02)
 
 
 def model_job(model: str, ps: str, worker: str, job_id: str) -> tuple[Job, str]:
@@ -99,11 +96,14 @@ def demo_jobs(scale: DemoScale, seed: int = 0) -> tuple[list[tuple[float, Job]],
     return out, sources
 
 
-def run_demo(quick: bool = False, seed: int = 0,
-             say: Callable[[str], None] | None = None) -> dict:
+def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | None = None,
+             scale: DemoScale | None = None) -> dict:
     """Run the demo; returns the summary (``jobs``, ``completed``, ``lat_hit_rate``,
-    ``mean_jct_s``, ``solve_s_p50``) plus per-job details and the scale used."""
-    scale = QUICK if quick else FULL
+    ``mean_jct_s``, ``solve_s_p50``) plus per-job details and the scale used.
+
+    ``scale`` overrides the ``quick``/full presets (tests use a tiny one).
+    """
+    scale = scale or (QUICK if quick else FULL)
     say = say or (lambda s: None)
     cluster = Cluster.uniform(scale.hosts, bps=scale.link_mbit * 1e6)
     cfg = DaemonConfig(cluster=cluster, job_endpoint="tcp://127.0.0.1:*",
@@ -111,7 +111,7 @@ def run_demo(quick: bool = False, seed: int = 0,
                        heartbeat_s=0.5, heartbeat_timeout_s=3.0)
     jobs, sources = demo_jobs(scale, seed)
     say(f"scale: {scale.hosts} hosts on loopback, links paced at {scale.link_mbit:g} Mbit/s "
-        f"(bytes x{scale.byte_scale:g} of the paper's 1 Gbit/s, compute <= {scale.max_compute_s:g} s per job), "
+        f"(bytes x{scale.byte_scale:g}, i.e. transfers {scale.link_mbit * 1e6 / PAPER_LINK_BPS / scale.byte_scale:.2g}x as long as at 1 Gbit/s; compute <= {scale.max_compute_s:g} s per job), "
         f"{scale.jobs} jobs, Poisson {scale.rate_per_s:g}/s, slot {scale.slot_s} s, alpha 0.4; "
         f"DAGs: {', '.join(sorted(sources))}")
     ns = f"demo{os.getpid()}-{time.monotonic_ns()}"
@@ -186,7 +186,7 @@ def run_demo(quick: bool = False, seed: int = 0,
         say(f"planner: {len(solve)} plans, solve p50 {statistics.median(solve) * 1e3:.1f} ms, "
             f"max {max(solve) * 1e3:.1f} ms; wall {wall:.1f} s")
     summary["details"] = {
-        "wall_s": wall, "scale": scale.__dict__ | {"byte_scale": scale.byte_scale},
+        "wall_s": wall, "scale": dict(scale.__dict__),
         "dag_sources": sorted(sources), "solve_s": solve,
         "jct_s": {j: r.jct_s for j, r in results.items()},
     }

@@ -40,9 +40,12 @@ class PacingBackend(Backend):
     name = "pacing"
     needs_endpoints = False
 
-    def __init__(self, line_rate_Bps: float, *, min_rate_Bps: float = 1500.0, **options) -> None:
+    def __init__(self, line_rate_Bps: float, *, min_rate_Bps: float | None = None,
+                 **options) -> None:
         super().__init__(line_rate_Bps, **options)
-        self.min_rate_Bps = float(min_rate_Bps)
+        # A floor of 1 % of the line: TCP paces whole segments, and one sent at a
+        # near-zero rate delays the next one long after the rate goes back up.
+        self.min_rate_Bps = float(0.01 * self.line_rate_Bps if min_rate_Bps is None else min_rate_Bps)
         self.socks: dict[str, socket.socket] = {}
         self.applied: dict[str, int] = {}
 

@@ -1,0 +1,143 @@
+"""Tests of the host agent: slot rates from a schedule, flow registration, the pacing backend on loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from jitsched.agents.agent import Agent, load_backend, register_flow, unregister_flow
+from jitsched.agents.backends.pacing import PacingBackend, get_pacing_rate, set_pacing_rate
+from jitsched.daemon.server import wait_until
+
+
+def _schedule(epoch_ns: int) -> dict:
+    return {"seq": 3, "slot_s": 0.1, "epoch_ns": epoch_ns, "line_Bps": 1000.0,
+            "leftover_Bps": [900.0, 500.0, 1000.0],
+            "flows": [{"flow": "j/a", "dst": "h1", "start_slot": 0, "rates_Bps": [100.0, 500.0]},
+                      {"flow": "j/b", "dst": "h2", "start_slot": 2, "rates_Bps": [0.0]}]}
+
+
+def test_slot_rates_follow_the_plan():
+    a = Agent("h0", "tcp://127.0.0.1:1", backend="record")
+    a.backend = load_backend("record", 1000.0)
+    a.line_rate_Bps = 1000.0
+    epoch = 10**18
+    a._install(_schedule(epoch))
+    k, flows, left = a.slot_rates(epoch + 50_000_000)  # inside slot 0
+    assert k == 0 and left == 900.0
+    assert {f.flow_id: f.rate_Bps for f in flows} == {"j/a": 100.0, "j/b": 0.0}  # b held until slot 2
+    k, flows, left = a.slot_rates(epoch + 150_000_000)
+    assert k == 1 and left == 500.0 and flows[0].rate_Bps == 500.0
+    k, flows, left = a.slot_rates(epoch + 250_000_000)
+    assert k == 2 and [f.flow_id for f in flows] == ["j/b"]  # a's plan is over: it shares the leftover
+    k, flows, left = a.slot_rates(epoch + 10 * 100_000_000)
+    assert flows == [] and left == 1000.0  # past the plan: the whole line is left over
+
+
+def test_schedules_are_idempotent_by_seq():
+    a = Agent("h0", "tcp://127.0.0.1:1")
+    a._install(_schedule(1))
+    held = a.schedule
+    a._install(_schedule(2) | {"seq": 2})  # older: ignored
+    a._install(_schedule(3) | {"seq": 3})  # same seq: ignored
+    assert a.schedule is held and a.seq == 3
+
+
+def _sink():
+    srv = socket.create_server(("127.0.0.1", 0))
+    got = [0]
+    marks: list[tuple[float, int]] = []
+
+    def read():
+        c, _ = srv.accept()
+        with c:
+            while True:
+                b = c.recv(1 << 20)
+                if not b:
+                    return
+                got[0] += len(b)
+                marks.append((time.perf_counter(), got[0]))
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return srv, t, marks
+
+
+@pytest.mark.parametrize("rate_Bps", [4e6, 20e6])
+def test_pacing_backend_reaches_target_rate(rate_Bps):
+    srv, t, marks = _sink()
+    s = socket.create_connection(srv.getsockname())
+    b = PacingBackend(125e6)
+    try:
+        b.attach("j/x", s)
+        from jitsched.agents.backends.base import FlowRate
+
+        b.apply([FlowRate("j/x", rate_Bps)], 0.0)
+        assert get_pacing_rate(s) == int(rate_Bps)
+        buf = b"\0" * 65536
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 1.5:
+            s.send(buf)
+        s.shutdown(socket.SHUT_WR)
+        t.join(5)
+        # skip the first 0.25 s (the initial congestion window leaves unpaced), then one second
+        start = next(m for m in marks if m[0] >= t0 + 0.25)
+        end = next(m for m in marks if m[0] >= start[0] + 1.0)
+        rate = (end[1] - start[1]) / (end[0] - start[0])
+        assert rate == pytest.approx(rate_Bps, rel=0.10)
+    finally:
+        b.close()
+        s.close()
+        srv.close()
+
+
+def test_pacing_value_is_64_bit():
+    s = socket.socket()
+    try:
+        set_pacing_rate(s, 2**33)  # > 32 bits: ~68 Gbit/s
+        assert get_pacing_rate(s) == 2**33
+        set_pacing_rate(s, None)
+        assert get_pacing_rate(s) == 2**64 - 1
+    finally:
+        s.close()
+
+
+def test_unscheduled_sockets_share_the_leftover():
+    socks = [socket.socket() for _ in range(3)]
+    b = PacingBackend(1e6, min_rate_Bps=10.0)
+    try:
+        for i, s in enumerate(socks):
+            b.attach(f"f{i}", s)
+        from jitsched.agents.backends.base import FlowRate
+
+        b.apply([FlowRate("f0", 300_000.0)], 600_000.0)
+        assert [get_pacing_rate(s) for s in socks] == [300_000, 300_000, 300_000]
+        b.apply([FlowRate("f0", 0.0)], 100_000.0)  # held flows keep a floor, never 0
+        assert [get_pacing_rate(s) for s in socks] == [10, 50_000, 50_000]
+    finally:
+        b.close()
+        for s in socks:
+            s.close()
+
+
+def test_flow_registration_hands_the_socket_to_the_agent():
+    a = Agent("h9", "tcp://127.0.0.1:1", backend="record", local_namespace=f"reg{time.monotonic_ns()}")
+    a.start()
+    srv, t, _ = _sink()
+    s = socket.create_connection(srv.getsockname())
+    try:
+        ctrl = register_flow(a.local_name, "j/t", s)
+        assert ctrl is not None
+        assert wait_until(lambda: "j/t" in a.flows, 2.0)
+        lf = a.flows["j/t"]
+        assert (lf.src_port, lf.dst_port) == (s.getsockname()[1], srv.getsockname()[1])
+        unregister_flow(ctrl, "j/t")
+        assert wait_until(lambda: "j/t" not in a.flows, 2.0)
+        assert register_flow("\0jitsched-no-such-agent", "j/u", s) is None
+    finally:
+        s.close()
+        srv.close()
+        a.stop()

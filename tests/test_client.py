@@ -1,0 +1,79 @@
+"""Tests of the client library: requests, error replies, timeouts, and paced byte transfers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import zmq
+
+from jitsched.agents.agent import Agent
+from jitsched.client import Client, TransferSink, send_bytes
+from jitsched.daemon.server import wait_until
+from jitsched.protocol import ErrorCode, RemoteError
+from tests.test_daemon import system
+
+
+def test_remote_errors_and_status():
+    with system(hosts=("h0", "h1")) as (d, _):
+        with Client(d.job_endpoint) as c:
+            with pytest.raises(RemoteError) as ei:
+                c.submit_job({"id": "x", "computes": [{"id": "c", "host": "h7", "duration_s": 1}]})
+            assert ei.value.code == ErrorCode.INVALID_JOB and "h7" in ei.value.message
+            assert c.submit_job({"id": "y", "computes": [{"id": "c", "host": "h0", "duration_s": 1}]}) == "y"
+            assert c.status()["jobs"]["y"]["computes"] == 1
+
+
+def test_timeout_when_nobody_answers():
+    ctx = zmq.Context()
+    silent = ctx.socket(zmq.ROUTER)
+    silent.setsockopt(zmq.LINGER, 0)
+    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        with Client(f"tcp://127.0.0.1:{port}", timeout_s=0.2, ctx=ctx) as c:
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError):
+                c.status()
+            assert time.monotonic() - t0 < 2.0
+    finally:
+        silent.close(0)
+        ctx.term()
+
+
+def test_send_bytes_arrives_and_is_paced_by_the_agent():
+    arrived = []
+    sink = TransferSink(on_arrival=lambda f, n: arrived.append((f, n)))
+    with system(hosts=("h0", "h1"), backend="pacing") as (d, agents):
+        try:
+            # no schedule yet: a registered flow shares the leftover = the line rate (125 MB/s)
+            secs = send_bytes(sink.address, 3_000_000, "j/t0", agent=agents["h0"].local_name)
+            assert arrived == [("j/t0", 3_000_000)] and sink.received["j/t0"] == 3_000_000
+            assert secs > 0
+            assert wait_until(lambda: not agents["h0"].flows, 2.0)  # unregistered afterwards
+        finally:
+            sink.close()
+
+
+def test_send_bytes_without_agent():
+    sink = TransferSink()
+    try:
+        send_bytes(sink.address, 1, "j/one")
+        assert sink.received == {"j/one": 1}
+    finally:
+        sink.close()
+
+
+def test_agent_paces_a_slow_line():
+    """An agent whose line is 2 MB/s holds an unscheduled transfer to about that rate."""
+    sink = TransferSink()
+    with system(hosts=("h1",)) as (d, _):
+        a = Agent("h0", d.agent_endpoint, backend="pacing", line_rate_Bps=2e6,
+                  local_namespace=f"slow{id(d)}").start()
+        try:
+            assert wait_until(a.registered.is_set, 5.0)
+            secs = send_bytes(sink.address, 2_000_000, "j/slow", agent=a.local_name)
+            # 2 MB at 2 MB/s: ~1 s (the first congestion window leaves before pacing bites)
+            assert 0.7 < secs < 1.5
+        finally:
+            a.stop()
+            sink.close()

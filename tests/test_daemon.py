@@ -1,0 +1,261 @@
+"""Tests of the daemon on real loopback ZeroMQ sockets: schedules, acks, reconnects, failures, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import urllib.request
+
+import msgpack
+import pytest
+import zmq
+
+from jitsched.agents.agent import Agent
+from jitsched.client import Client
+from jitsched.config import DaemonConfig
+from jitsched.daemon import Daemon
+from jitsched.daemon.server import wait_until
+from jitsched.model import Cluster
+from jitsched.protocol import ErrorCode, MsgType, RemoteError, decode_reply, encode_request
+from jitsched.synth import layer_chain_job
+
+HOSTS = ("h0", "h1", "h2", "h3")
+
+
+def config(**kw) -> DaemonConfig:
+    base = dict(cluster=Cluster.uniform(len(HOSTS), bps=1e9), job_endpoint="tcp://127.0.0.1:*",
+                agent_endpoint="tcp://127.0.0.1:*", heartbeat_s=0.1, heartbeat_timeout_s=0.6,
+                resend_s=0.1, slot_s=0.1)
+    base.update(kw)
+    return DaemonConfig(**base)
+
+
+@contextlib.contextmanager
+def system(hosts=HOSTS, backend="record", **kw):
+    """A daemon (real JIT policy) and one agent per host, all stopped on exit."""
+    d = Daemon(config(**kw))
+    agents: dict[str, Agent] = {}
+    try:
+        d.start()
+        for h in hosts:
+            agents[h] = Agent(h, d.agent_endpoint, backend=backend,
+                              local_namespace=f"t{id(d)}").start()
+        assert wait_until(lambda: all(a.registered.is_set() for a in agents.values()), 5.0)
+        yield d, agents
+    finally:
+        for a in agents.values():
+            a.stop()
+        d.stop()
+
+
+@pytest.fixture
+def sys4():
+    with system() as s:
+        yield s
+
+
+@pytest.fixture
+def client(sys4):
+    c = Client(sys4[0].job_endpoint, timeout_s=5.0)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def all_acked(d: Daemon, seq: int, hosts) -> bool:
+    return all(d.state.agents[h].acked_seq >= seq for h in hosts)
+
+
+def test_submit_every_agent_receives_and_acks(sys4, client):
+    d, agents = sys4
+    job = layer_chain_job("vgg-a", "h1", "h2")
+    assert client.submit_job(job) == "vgg-a"
+    assert wait_until(lambda: d.state.schedule_seq >= 1 and all_acked(d, d.state.schedule_seq, HOSTS), 5.0)
+    seq = d.state.schedule_seq
+    assert all(a.seq == seq for a in agents.values())
+    # the sender's agent holds the job's planned flows (first alpha = 13 of 32 transfers)
+    flows = agents["h1"].schedule["flows"]
+    assert len(flows) == 13 and all(f["flow"].startswith("vgg-a/") and f["dst"] == "h2" for f in flows)
+    assert agents["h2"].schedule["flows"] == []
+    # rates never exceed the line rate and the leftover is what they leave
+    line = 1e9 / 8
+    for k in range(len(agents["h1"].schedule["leftover_Bps"])):
+        used = sum(f["rates_Bps"][k - f["start_slot"]] for f in flows
+                   if 0 <= k - f["start_slot"] < len(f["rates_Bps"]))
+        assert used <= line * (1 + 1e-6)
+        assert agents["h1"].schedule["leftover_Bps"][k] == pytest.approx(line - used, abs=1.0)
+    # and it was applied at a slot boundary through the backend
+    assert wait_until(lambda: agents["h1"].backend.snapshot(), 2.0)
+    st = client.status()
+    assert st["plan"]["seq"] == seq and st["plan"]["jobs"] == 1 and st["plan"]["flows"] == 13
+    assert st["jobs"]["vgg-a"]["state"] == "running"
+    assert set(st["agents"]) == set(HOSTS) and all(a["up"] for a in st["agents"].values())
+
+
+def test_second_job_replans_and_duplicate_is_refused(sys4, client):
+    d, _ = sys4
+    client.submit_job(layer_chain_job("a", "h0", "h1"))
+    assert wait_until(lambda: d.state.schedule_seq >= 1, 5.0)
+    first = d.state.schedule_seq
+    client.submit_job(layer_chain_job("b", "h0", "h3"))
+    assert wait_until(lambda: d.state.plan_summary.get("jobs") == 2 and all_acked(d, d.state.schedule_seq, HOSTS), 5.0)
+    assert d.state.schedule_seq > first
+    with pytest.raises(RemoteError) as ei:
+        client.submit_job(layer_chain_job("a", "h0", "h1"))
+    assert ei.value.code == ErrorCode.DUPLICATE_JOB
+    client.job_finished("a", 1.0)
+    client.cancel_job("b")
+    st = client.status()
+    assert st["jobs"]["a"]["state"] == "finished" and st["jobs"]["a"]["jct_s"] == 1.0
+    assert st["jobs"]["b"]["state"] == "cancelled"
+
+
+def test_progress_reports_and_unknown_ids(sys4, client):
+    d, _ = sys4
+    client.submit_job(layer_chain_job("p", "h0", "h1"))
+    client.transfer_started("p", "read_w0")
+    rep = client.transfer_finished("p", "read_w0", 6912)
+    assert "lat_hit" in rep
+    client.compute_finished("p", "fwd0", 0.01)
+    assert d.state.jobs["p"].done.keys() >= {"read_w0", "fwd0"}
+    for call, code in [(lambda: client.transfer_finished("nope", "read_w0"), ErrorCode.UNKNOWN_JOB),
+                       (lambda: client.transfer_finished("p", "fwd0"), ErrorCode.UNKNOWN_NODE),
+                       (lambda: client.compute_finished("p", "read_w1", 0.1), ErrorCode.UNKNOWN_NODE),
+                       (lambda: client.cancel_job("nope"), ErrorCode.UNKNOWN_JOB)]:
+        with pytest.raises(RemoteError) as ei:
+            call()
+        assert ei.value.code == code
+
+
+def test_reconnecting_agent_gets_current_schedule(sys4, client):
+    d, agents = sys4
+    client.submit_job(layer_chain_job("r", "h0", "h1"))
+    assert wait_until(lambda: d.state.schedule_seq >= 1 and all_acked(d, d.state.schedule_seq, HOSTS), 5.0)
+    seq = d.state.schedule_seq
+    agents["h0"].stop()
+    fresh = Agent("h0", d.agent_endpoint, backend="record", local_namespace=f"r{id(d)}")
+    agents["h0"] = fresh  # the fixture stops it
+    fresh.start()
+    assert wait_until(lambda: fresh.seq == seq, 5.0)
+    assert d.state.schedule_seq == seq  # no re-plan was needed to serve it
+    assert [f["flow"] for f in fresh.schedule["flows"]] == [
+        f["flow"] for f in d.state.host_body("h0")["flows"]]
+    assert wait_until(lambda: d.state.agents["h0"].acked_seq == seq, 2.0)
+
+
+def test_killed_agent_is_detected_and_flows_replanned(client, sys4):
+    d, agents = sys4
+    client.submit_job(layer_chain_job("k", "h2", "h3"))
+    assert wait_until(lambda: d.state.schedule_seq >= 1 and all_acked(d, d.state.schedule_seq, HOSTS), 5.0)
+    before = d.state.schedule_seq
+    agents["h2"].kill()
+    assert wait_until(lambda: not d.state.agents["h2"].up, 3.0)
+    # the loss is a re-solve trigger: a new plan reaches the agents still up
+    assert wait_until(lambda: d.state.schedule_seq > before
+                      and "agent_down" in d.state.plan_summary.get("reasons", []), 5.0)
+    new = d.state.schedule_seq
+    assert wait_until(lambda: all_acked(d, new, ("h0", "h1", "h3")), 5.0)
+    assert d.state.agents["h2"].acked_seq < new
+    assert d.state.plan_summary["unenforced_flows"] > 0  # h2's flows, planned but unenforced
+    st = client.status()
+    assert st["agents"]["h2"]["up"] is False
+
+
+def _raw(endpoint: str, data: bytes, ctx: zmq.Context) -> bytes:
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    try:
+        s.connect(endpoint)
+        s.send(data)
+        assert s.poll(5000), "no reply"
+        return s.recv()
+    finally:
+        s.close(0)
+
+
+def test_bad_input_gets_error_replies_and_daemon_keeps_serving(sys4, client):
+    d, _ = sys4
+    ctx = zmq.Context.instance()
+    h0 = {"v": 1, "id": 9, "type": "submit_job"}
+    cases = [
+        (b"\x00\xff\xfe garbage bytes", ErrorCode.BAD_MESSAGE),
+        (encode_request(MsgType.STATUS, {}, 3)[:-2], ErrorCode.BAD_MESSAGE),
+        (msgpack.packb({"v": 1, "id": "one", "type": "status", "body": {}}), ErrorCode.BAD_ENVELOPE),
+        (msgpack.packb(h0 | {"body": {"job": "not a map"}}), ErrorCode.INVALID_BODY),
+        (msgpack.packb({"v": 1, "id": 9, "type": "fly", "body": {}}), ErrorCode.UNKNOWN_TYPE),
+        (msgpack.packb({"v": 1, "id": 9, "type": "register", "body": {"host": "h0"}}), ErrorCode.UNKNOWN_TYPE),
+        (msgpack.packb(h0 | {"body": {"job": {"id": "x", "pad": "y" * (9 * 2**20)}}}), ErrorCode.TOO_LARGE),
+        (msgpack.packb(h0 | {"body": {"job": {"id": "x", "computes": [
+            {"id": "c", "host": "nowhere", "duration_s": 1}]}}}), ErrorCode.INVALID_JOB),
+        (msgpack.packb(h0 | {"body": {"job": {"id": "x", "computes": [
+            {"id": "a", "host": "h0", "duration_s": 1}, {"id": "b", "host": "h0", "duration_s": 1}],
+            "edges": [["a", "b"], ["b", "a"]]}}}), ErrorCode.INVALID_JOB),
+        (msgpack.packb(h0 | {"body": {"job": {"id": "x", "computes": [
+            {"id": "c", "host": "h0", "duration_s": 1}]}, "cluster": {"hosts": [
+                {"name": "zz", "egress_bps": 1, "ingress_bps": 1}]}}}), ErrorCode.UNKNOWN_HOST),
+    ]
+    for data, code in cases:
+        rep = decode_reply(_raw(d.job_endpoint, data, ctx))
+        assert not rep.ok and rep.code == code, (code, rep)
+        assert rep.message
+    rep = decode_reply(_raw(d.job_endpoint, msgpack.packb({"v": 1, "id": 77, "type": "fly", "body": {}}), ctx))
+    assert rep.id == 77  # the error names the request it answers
+    # agent socket: garbage and unregistered agents get errors too
+    rep = decode_reply(_raw(d.agent_endpoint, b"\x93garbage", ctx))
+    assert rep.code == ErrorCode.BAD_MESSAGE
+    rep = decode_reply(_raw(d.agent_endpoint, encode_request(MsgType.HEARTBEAT, {"host": "h0"}, 5), ctx))
+    assert rep.code == ErrorCode.NOT_REGISTERED
+    rep = decode_reply(_raw(d.agent_endpoint, encode_request(MsgType.REGISTER, {"host": "mars"}, 6), ctx))
+    assert rep.code == ErrorCode.UNKNOWN_HOST
+    # still serving, and every real agent still up
+    assert client.submit_job(layer_chain_job("ok", "h0", "h1")) == "ok"
+    assert client.status()["jobs"]["ok"]["state"] == "running"
+    assert all(a.up for a in d.state.agents.values())
+
+
+def test_loop_answers_while_the_lp_solves():
+    """A 60-job plan takes a while; status requests meanwhile are answered at once."""
+    import time
+
+    from jitsched.synth import random_vgg16_jobs
+
+    with system(hosts=("h0",), coalesce_s=0.2) as (d, _):
+        with Client(d.job_endpoint) as c:
+            for j in random_vgg16_jobs(60, list(HOSTS), seed=2):
+                c.submit_job(j)
+            during = []
+            end = time.monotonic() + 20.0
+            while d.state.plan_summary.get("jobs") != 60 and time.monotonic() < end:
+                busy = d.state.planning_seq != 0
+                t0 = time.perf_counter()
+                c.status()
+                if busy and d.state.planning_seq != 0:
+                    during.append(time.perf_counter() - t0)
+            assert d.state.plan_summary.get("jobs") == 60
+            assert len(during) >= 3, during
+            assert sorted(during)[len(during) // 2] < 0.05
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_metrics_endpoint():
+    port = _free_port()
+    with system(hosts=("h0", "h1"), metrics_port=port) as (d, _):
+        with Client(d.job_endpoint) as c:
+            c.submit_job(layer_chain_job("m", "h0", "h1"))
+            assert wait_until(lambda: d.state.n_plans >= 1, 5.0)
+        want = ("jitsched_solve_seconds_count 1.0", 'jitsched_jobs{state="running"} 1.0',
+                'jitsched_agents{up="true"} 2.0', "jitsched_lat_misses 0.0",
+                'jitsched_requests_total{outcome="ok",type="submit_job"} 1.0')
+        # gauges refresh on the loop's housekeeping tick (50 ms)
+        assert wait_until(lambda: all(w in _get(port) for w in want), 3.0), _get(port)
+
+
+def _get(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+        return r.read().decode()

@@ -1,0 +1,66 @@
+"""Tests of the daemon's TOML configuration."""
+
+from __future__ import annotations
+
+import pytest
+import tomli_w
+
+from jitsched.config import DaemonConfig, config_doc, load_config
+from jitsched.errors import ValidationError
+from jitsched.model import Cluster
+
+HOSTS = [{"name": "h0", "egress_bps": 1e9, "ingress_bps": 1e9, "address": "198.18.0.1"},
+         {"name": "h1", "egress_bps": 1e8, "ingress_bps": 1e9}]
+
+
+def test_load_full_config(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text(tomli_w.dumps({"hosts": HOSTS, "daemon": {"job_endpoint": "tcp://127.0.0.1:7000",
+                                                           "metrics_port": 9100},
+                                "scheduler": {"slot_s": 0.05, "alpha": 0.6, "objective": "minmax"}}))
+    cfg = load_config(p)
+    assert cfg.cluster.names == ["h0", "h1"] and cfg.cluster.hosts[0].address == "198.18.0.1"
+    assert cfg.cluster.hosts[1].egress_Bps == 1.25e7
+    assert (cfg.slot_s, cfg.alpha, cfg.objective, cfg.metrics_port) == (0.05, 0.6, "minmax", 9100)
+    assert cfg.job_endpoint == "tcp://127.0.0.1:7000"
+    assert load_config_roundtrip(cfg, tmp_path) == cfg
+
+
+def load_config_roundtrip(cfg: DaemonConfig, tmp_path) -> DaemonConfig:
+    p = tmp_path / "rt.toml"
+    p.write_text(tomli_w.dumps(config_doc(cfg)))
+    return load_config(p)
+
+
+def test_testbed_style_file_is_enough(tmp_path):
+    p = tmp_path / "tb.toml"
+    p.write_text("# written by the testbed\n" + tomli_w.dumps({"hosts": HOSTS}))
+    cfg = load_config(p)
+    assert cfg.policy == "jit" and cfg.slot_s == 0.1 and len(cfg.cluster) == 2
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"hosts": HOSTS, "scheduler": {"alpha": 1.5}}, "alpha"),
+    ({"hosts": HOSTS, "scheduler": {"slot_s": "fast"}}, "[scheduler].slot_s"),
+    ({"hosts": HOSTS, "daemon": {"nope": 1}}, "[daemon].nope"),
+    ({"hosts": HOSTS, "extra": {}}, "extra"),
+    ({"hosts": []}, "no hosts"),
+    ({"hosts": HOSTS + [HOSTS[0]]}, "duplicate"),
+    ({"hosts": HOSTS, "daemon": {"heartbeat_s": 2.0, "heartbeat_timeout_s": 1.0}}, "heartbeat_timeout_s"),
+])
+def test_bad_configs_name_the_setting(tmp_path, doc, needle):
+    p = tmp_path / "bad.toml"
+    p.write_text(tomli_w.dumps(doc))
+    with pytest.raises(ValidationError) as ei:
+        load_config(p)
+    assert needle in str(ei.value)
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ValidationError, match="no such file"):
+        load_config(tmp_path / "absent.toml")
+    p = tmp_path / "x.toml"
+    p.write_text("hosts = [")
+    with pytest.raises(ValidationError, match="not valid TOML"):
+        load_config(p)
+    assert DaemonConfig(cluster=Cluster.uniform(1)).metrics_port == 0

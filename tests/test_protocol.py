@@ -1,0 +1,96 @@
+"""Tests of the wire protocol: envelopes, schemas, every rejection's error code."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from jitsched.protocol import (
+    AGENT_TYPES,
+    ERROR_CODES,
+    JOB_TYPES,
+    MESSAGE_TYPES,
+    VERSION,
+    ErrorCode,
+    MsgType,
+    ProtocolError,
+    decode_any,
+    decode_reply,
+    decode_request,
+    encode_error,
+    encode_ok,
+    encode_request,
+    peek_id,
+)
+
+
+def _code(data: bytes, **kw) -> str:
+    with pytest.raises(ProtocolError) as ei:
+        decode_request(data, **kw)
+    return ei.value.code
+
+
+def test_request_round_trip():
+    data = encode_request(MsgType.CANCEL_JOB, {"job_id": "j"}, req_id=7)
+    req = decode_request(data)
+    assert (req.id, req.type, req.body) == (7, "cancel_job", {"job_id": "j"})
+    assert msgpack.unpackb(data) == {"v": VERSION, "id": 7, "type": "cancel_job", "body": {"job_id": "j"}}
+
+
+def test_replies_round_trip():
+    ok = decode_reply(encode_ok(3, {"job_id": "x"}))
+    assert ok.ok and ok.id == 3 and ok.body == {"job_id": "x"}
+    err = decode_reply(encode_error(4, ErrorCode.UNKNOWN_JOB, "no job"))
+    assert not err.ok and (err.id, err.code, err.message) == (4, "unknown_job", "no job")
+    assert msgpack.unpackb(encode_error(4, ErrorCode.UNKNOWN_JOB, "m"))["error"] == {
+        "code": "unknown_job", "message": "m"}
+    with pytest.raises(ValueError):
+        encode_error(1, "no_such_code", "m")
+
+
+def test_type_sets_partition_the_types():
+    assert JOB_TYPES.isdisjoint(AGENT_TYPES)
+    assert JOB_TYPES | AGENT_TYPES <= MESSAGE_TYPES
+    assert {"submit_job", "transfer_started", "transfer_finished", "compute_finished",
+            "job_finished", "cancel_job", "status"} == JOB_TYPES
+    assert "schedule" in MESSAGE_TYPES and "schedule" not in AGENT_TYPES  # daemon -> agent only
+
+
+@pytest.mark.parametrize("data, code", [
+    (b"\xc1\xff garbage", ErrorCode.BAD_MESSAGE),
+    (encode_request(MsgType.STATUS, {}, 1)[:-3], ErrorCode.BAD_MESSAGE),  # truncated
+    (msgpack.packb([1, 2, 3]), ErrorCode.BAD_MESSAGE),
+    (msgpack.packb({"v": 1, "id": "x", "type": "status", "body": {}}), ErrorCode.BAD_ENVELOPE),
+    (msgpack.packb({"v": 1, "id": True, "type": "status", "body": {}}), ErrorCode.BAD_ENVELOPE),
+    (msgpack.packb({"v": 1, "id": 1, "type": 5, "body": {}}), ErrorCode.BAD_ENVELOPE),
+    (msgpack.packb({"v": 1, "id": 1, "type": "status", "body": []}), ErrorCode.BAD_ENVELOPE),
+    (msgpack.packb({"v": 1, "id": 1, "type": "status", "body": {}, "x": 1}), ErrorCode.BAD_ENVELOPE),
+    (msgpack.packb({"v": 2, "id": 1, "type": "status", "body": {}}), ErrorCode.UNSUPPORTED_VERSION),
+    (msgpack.packb({"v": 1, "id": 1, "type": "launch_missiles", "body": {}}), ErrorCode.UNKNOWN_TYPE),
+    (msgpack.packb({"v": 1, "id": 1, "type": "submit_job", "body": {}}), ErrorCode.INVALID_BODY),
+    (msgpack.packb({"v": 1, "id": 1, "type": "submit_job", "body": {"job": []}}), ErrorCode.INVALID_BODY),
+    (msgpack.packb({"v": 1, "id": 1, "type": "ack", "body": {"host": "h", "seq": True}}),
+     ErrorCode.INVALID_BODY),
+    (msgpack.packb({"v": 1, "id": 1, "type": "compute_finished",
+                    "body": {"job_id": "j", "compute": "c", "duration_s": "1"}}), ErrorCode.INVALID_BODY),
+    (msgpack.packb({"v": 1, "id": 1, "type": "status", "body": {"bogus": 1}}), ErrorCode.INVALID_BODY),
+])
+def test_rejections_have_the_right_code(data, code):
+    assert _code(data) == code
+    assert code in ERROR_CODES
+
+
+def test_size_limit_and_allowed_types():
+    big = encode_request(MsgType.SUBMIT_JOB, {"job": {"id": "x" * 5000}}, 1)
+    assert _code(big, max_bytes=1000) == ErrorCode.TOO_LARGE
+    assert decode_request(big, max_bytes=len(big)).type == "submit_job"
+    # an agent-side type on the job socket is unknown there
+    assert _code(encode_request(MsgType.REGISTER, {"host": "h"}, 1), allowed=JOB_TYPES) == ErrorCode.UNKNOWN_TYPE
+
+
+def test_peek_id_and_decode_any():
+    assert peek_id(msgpack.packb({"v": 9, "id": 42})) == 42
+    assert peek_id(b"\xc1") == 0
+    assert peek_id(msgpack.packb({"id": True})) == 0
+    assert decode_any(encode_ok(5)).ok
+    assert decode_any(encode_request(MsgType.STATUS, {}, 6)).type == "status"

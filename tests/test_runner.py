@@ -1,0 +1,53 @@
+"""Tests of the job runner: a small DAG job runs for real through daemon, pacing agents and sinks."""
+
+from __future__ import annotations
+
+from jitsched.client import TransferSink
+from jitsched.daemon.server import wait_until
+from jitsched.model import Compute, Job, Transfer
+from jitsched.runner import JobRunner
+from tests.test_daemon import system
+
+
+def _job() -> Job:
+    return Job("small", (Compute("c0", "h1", 0.05), Compute("c1", "h1", 0.05)),
+               (Transfer("t0", "h0", "h1", 200_000.0), Transfer("t1", "h0", "h1", 400_000.0),
+                Transfer("push", "h1", "h0", 100_000.0)),
+               (("t0", "c0"), ("c0", "c1"), ("t1", "c1"), ("c1", "push")))
+
+
+def test_runner_executes_and_reports_everything():
+    events = []
+    with system(hosts=("h0", "h1"), backend="pacing") as (d, agents):
+        sinks = {h: TransferSink() for h in ("h0", "h1")}
+        try:
+            r = JobRunner(_job(), d.job_endpoint, {h: s.address for h, s in sinks.items()},
+                          agents={h: a.local_name for h, a in agents.items()},
+                          on_event=lambda *e: events.append(e)).run(timeout_s=30)
+        finally:
+            for s in sinks.values():
+                s.close()
+        assert r.error == ""
+        assert sinks["h1"].received == {"small/t0": 200_000, "small/t1": 400_000}
+        assert sinks["h0"].received == {"small/push": 100_000}
+        # order respects the DAG: c0 after t0, c1 after c0 and t1, push last
+        order = [e[2] for e in events]
+        assert order.index("c0") > order.index("t0")
+        assert order.index("c1") > max(order.index("c0"), order.index("t1"))
+        assert order[-1] == "push"
+        assert r.jct_s >= 0.1  # two 50 ms computes in sequence
+        js = d.state.jobs["small"]
+        assert js.state == "finished" and js.jct_s == r.jct_s
+        assert set(js.done) == {"t0", "t1", "push", "c0", "c1"}
+        assert js.measured_s["c0"] >= 0.05
+        assert r.lat_known == 3 and js.lat_hits + js.lat_misses == 3
+        assert wait_until(lambda: d.state.plan_summary.get("reasons") is not None, 2.0)
+
+
+def test_runner_reports_failure_and_cancels():
+    with system(hosts=("h0", "h1")) as (d, _):
+        # no sink listens on this address: the first transfer fails
+        r = JobRunner(_job(), d.job_endpoint, {"h0": ("127.0.0.1", 1), "h1": ("127.0.0.1", 1)}
+                      ).run(timeout_s=10)
+        assert r.error and "t" in r.error
+        assert d.state.jobs["small"].state == "cancelled"
