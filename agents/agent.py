@@ -14,8 +14,8 @@ import uuid
 from dataclasses import dataclass
 
 import zmq
-from jitsched.agents.backends.base import BACKENDS, Backend, FlowRate
 
+from jitsched.agents.backends.base import BACKENDS, Backend, FlowRate
 from jitsched.protocol import (
     LOCAL_TYPES,
     MAX_MESSAGE_BYTES,
