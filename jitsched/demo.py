@@ -111,7 +111,7 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
                        heartbeat_s=0.5, heartbeat_timeout_s=3.0)
     jobs, sources = demo_jobs(scale, seed)
     say(f"scale: {scale.hosts} hosts on loopback, links paced at {scale.link_mbit:g} Mbit/s "
-        f"(bytes x{scale.byte_scale:g}, i.e. transfers {scale.link_mbit * 1e6 / PAPER_LINK_BPS / scale.byte_scale:.2g}x as long as at 1 Gbit/s; compute <= {scale.max_compute_s:g} s per job), "
+        f"(bytes x{scale.byte_scale:g}, i.e. transfers take {scale.byte_scale * PAPER_LINK_BPS / (scale.link_mbit * 1e6):.2g}x their time at 1 Gbit/s; compute <= {scale.max_compute_s:g} s per job), "
         f"{scale.jobs} jobs, Poisson {scale.rate_per_s:g}/s, slot {scale.slot_s} s, alpha 0.4; "
         f"DAGs: {', '.join(sorted(sources))}")
     ns = f"demo{os.getpid()}-{time.monotonic_ns()}"
