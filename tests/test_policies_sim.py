@@ -79,3 +79,125 @@ def test_jit_schedule_and_options():
         make_policy("jit", trans_estimate="magic")
     with pytest.raises(ValidationError):
         make_policy("nope")
+
+
+# ---------------------------------------------------------------- the "ordered" LAT estimate
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from jitsched.policies.jit import ordered_trans, segmented_cummax  # noqa: E402
+
+
+def ordered_trans_reference(dag, cluster, remaining, active, release, need):
+    """Pure-Python single-server queues per (port, job), in need order, at cap / jobs on the port."""
+    out = np.zeros(dag.n_nodes)
+    idx = [int(i) for i in np.flatnonzero(active)]
+    finish = dict.fromkeys(idx, 0.0)
+    for port, cap in ((dag.src, cluster.egress_Bps), (dag.dst, cluster.ingress_Bps)):
+        queues: dict[tuple[int, int], list[int]] = {}
+        for i in idx:
+            queues.setdefault((int(port[i]), int(dag.job_of[i])), []).append(i)
+        jobs_on = {}
+        for p, _ in queues:
+            jobs_on[p] = jobs_on.get(p, 0) + 1
+        for (p, _), q in queues.items():
+            c = -np.inf
+            for i in sorted(q, key=lambda i: (need[i], release[i], i)):
+                c = max(release[i], c) + remaining[i] * jobs_on[p] / cap[p]
+                finish[i] = max(finish[i], c)
+    for i in idx:
+        out[i] = max(finish[i] - release[i], 0.0)
+    return out
+
+
+def reversed_chain_job():
+    # c0 -> c1 -> c2, each consuming one read; the read needed first is the largest
+    comps = tuple(Compute(f"c{i}", "h1", 1.0) for i in range(3))
+    trs = tuple(Transfer(f"t{i}", "h0", "h1", s * 1.25e8) for i, s in enumerate((3.0, 2.0, 1.0)))
+    edges = (("t0", "c0"), ("c0", "c1"), ("t1", "c1"), ("c1", "c2"), ("t2", "c2"))
+    return Job("j", comps, trs, edges, 0.0, 0.0, "m")
+
+
+def test_segmented_cummax():
+    v = np.array([3.0, 1.0, 5.0, 2.0, 0.5, 4.0, -1.0])
+    start = np.array([True, False, False, True, False, True, False])
+    np.testing.assert_allclose(segmented_cummax(v, start), [3, 3, 5, 2, 2, 4, 4])
+
+
+def test_ordered_trans_by_hand():
+    cl = Cluster.uniform(3)
+    dag = compile_jobs([reversed_chain_job()], cl)
+    act = dag.kind == TRANSFER
+    rel = np.zeros(dag.n_nodes)
+    need = np.where(act, np.arange(dag.n_nodes), 0.0)  # t0, t1, t2 in node order
+    t = ordered_trans(dag, cl, dag.size, act, rel, need)
+    # alone on the port, one after the other: 3, 3+2, 3+2+1 seconds
+    np.testing.assert_allclose(t[act], [3.0, 5.0, 6.0])
+    # a second job on the same egress port halves this job's share there
+    other = Job("k", (), (Transfer("u", "h0", "h2", 1e6),), (), 0.0, 0.0, "m")
+    dag2 = compile_jobs([reversed_chain_job(), other], cl)
+    act2 = dag2.kind == TRANSFER
+    t2 = ordered_trans(dag2, cl, dag2.size, act2, np.zeros(dag2.n_nodes),
+                       np.where(act2, np.arange(dag2.n_nodes), 0.0))
+    np.testing.assert_allclose(t2[act2], [6.0, 10.0, 12.0, 2e6 / 1.25e8])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2 ** 31 - 1))
+def test_ordered_trans_matches_reference(seed):
+    rng = np.random.default_rng(seed)
+    cl = Cluster.uniform(4)
+    jobs = []
+    for j in range(int(rng.integers(1, 4))):
+        trs = []
+        for t in range(int(rng.integers(1, 7))):
+            a, b = rng.choice(4, 2, replace=False)
+            trs.append(Transfer(f"t{t}", f"h{a}", f"h{b}", float(rng.uniform(1e3, 1e8))))
+        jobs.append(Job(f"j{j}", (), tuple(trs), (), 0.0, 0.0, "m"))
+    dag = compile_jobs(jobs, cl)
+    act = (dag.kind == TRANSFER) & (rng.random(dag.n_nodes) < 0.8)
+    rel = rng.uniform(0, 2, dag.n_nodes)
+    need = rng.integers(0, 3, dag.n_nodes).astype(float)  # ties exercise the tie-break
+    rem = dag.size * rng.uniform(0.1, 1, dag.n_nodes)
+    np.testing.assert_allclose(ordered_trans(dag, cl, rem, act, rel, need),
+                               ordered_trans_reference(dag, cl, rem, act, rel, need),
+                               rtol=1e-9, atol=1e-9)
+
+
+def test_ordered_lat_earlier_than_fair_and_jit_beats_fair_sharing():
+    from jitsched.lat import latest_arrival_times
+    from jitsched.model import Workload
+    from jitsched.policies.jit import fair_share_trans
+    from jitsched.sim import simulate
+
+    cl = Cluster.uniform(2)
+    wl = Workload(cl, (reversed_chain_job(),))
+    dag = compile_jobs(list(wl.jobs), cl)
+    act = dag.kind == TRANSFER
+    fair = latest_arrival_times(dag, cl, trans_s=fair_share_trans(dag, cl, dag.size, act))
+    # fair sharing finishes the 1-, 2-, 3-second reads at 3, 5, 6 s: c0 waits for t0 until 6
+    assert fair.lat[dag.node("j", "t0")] == pytest.approx(6.0)
+    tf = simulate(wl, "tensorflow")
+    assert tf.jct_s[0] == pytest.approx(9.0)  # c0 6-7, c1 7-8, c2 8-9
+    jit = simulate(wl, "jit", policy_options={"trans_estimate": "ordered", "backfill": True})
+    # need order: t0 at 3 (c0 3-4), t1 at 5 (c1 5-6), t2 at 6 (c2 6-7)
+    assert jit.jct_s[0] == pytest.approx(7.0, abs=1e-6)
+    st_ = jit.stats
+    assert st_["lat_misses"] == 0
+
+
+def test_jit_backfill_uses_idle_capacity():
+    from jitsched.model import Workload
+    from jitsched.sim import simulate
+
+    # one 1-second read whose consumer is held up 3 s by compute: without backfill
+    # JIT sends it just in time (after ~2 s of idle port); with backfill at once
+    comps = (Compute("a", "h1", 3.0), Compute("b", "h1", 0.1))
+    job = Job("j", comps, (Transfer("t", "h0", "h1", 1.25e8),), (("a", "b"), ("t", "b")), 0.0, 0.0, "m")
+    wl = Workload(Cluster.uniform(2), (job,))
+    lazy = simulate(wl, "jit", policy_options={"backfill": False, "alpha": 1.0})
+    eager = simulate(wl, "jit", policy_options={"backfill": True, "alpha": 1.0})
+    assert lazy.transfer_arrival_s[0] > 2.5
+    assert eager.transfer_arrival_s[0] == pytest.approx(1.0, abs=1e-6)
+    assert eager.jct_s[0] == pytest.approx(lazy.jct_s[0], abs=1e-6)  # compute-bound either way
