@@ -97,9 +97,14 @@ def test_two_jobs_later_arrival_fifo_vs_sincronia():
     np.testing.assert_allclose(simulate(wl, "sincronia").jct_s, [1.5, 2.0])
 
 
-def test_two_jobs_jit_finishes_by_plan():
-    res = simulate(two_jobs(), "jit", policy_options={"alpha": 1.0, "slot_s": 0.1})
-    # LAT (fair sharing, both on h0) is 2 s for both: the plan delivers both by t=2
+@pytest.mark.parametrize("estimate", ["ordered", "fair"])
+@pytest.mark.parametrize("backfill", [True, False])
+def test_two_jobs_jit_finishes_by_plan(estimate, backfill):
+    res = simulate(two_jobs(), "jit", policy_options={"alpha": 1.0, "slot_s": 0.1,
+                                                      "trans_estimate": estimate,
+                                                      "backfill": backfill})
+    # LAT is 2 s for both: fair sharing of h0 by the two transfers, or (ordered)
+    # each job's 1 s of bytes at half the port: the plan delivers both by t=2
     assert np.all(res.transfer_arrival_s <= 2.0 + 1e-6)
     np.testing.assert_allclose(res.jct_s, [2.5, 2.5], atol=1e-6)
     assert res.stats["lat_misses"] == 0 and res.stats["solves"] == 1

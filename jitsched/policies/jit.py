@@ -227,10 +227,13 @@ class JitPolicy(Policy):
     at instant ``t``:
 
     - a planned, released transfer sends at its planned rate for the slot
-      containing ``t`` (0 before its first planned slot: it waits, by design);
+      containing ``t`` (0 before its first planned slot);
     - every other flow (transfers beyond alpha, background flows, and planned
       transfers whose plan is over with bytes left) shares the leftover
-      max-min fair.
+      max-min fair;
+    - with ``backfill``, capacity still unused goes to released planned
+      transfers, earliest LAT first (so a transfer waits for its slots only
+      while someone else can use the port).
 
     Drift: a planned transfer still unfinished when its plan ends (typically
     because a predecessor finished late, so it was released after its planned
@@ -260,12 +263,22 @@ class JitPolicy(Policy):
     time_limit_s : float
         LP budget per solve, seconds.
     solver : {"auto", "simplex", "ipm"}
-    trans_estimate : {"fair", "eq1"}
+    trans_estimate : {"ordered", "fair", "eq1"}
         Transfer-time estimate of the LAT pass: ``eq1`` is the paper's Eq. 1;
-        ``fair`` (default) the fair-sharing completion time of
-        :func:`fair_share_trans`, which Eq. 1 bounds from above. With Eq. 1 a
-        large transfer queued behind many small ones gets a LAT far too late
-        and JIT, sending it just in time for that LAT, slows its job down.
+        ``fair`` the fair-sharing completion time of :func:`fair_share_trans`,
+        which Eq. 1 bounds from above (with Eq. 1 a large transfer queued
+        behind many small ones gets a LAT far too late); ``ordered`` (default)
+        :func:`ordered_trans`: each job sends its transfers in need order at a
+        per-job fair share of each port. ``fair`` deadlines describe the
+        fair-sharing timeline, so meeting them cannot beat fair sharing (quick
+        bench: mean speedup 0.86 vs TensorFlow); ``ordered`` deadlines describe
+        a pipelined one (1.10 quick, 1.15 at 100 hosts / 150 jobs, with backfill).
+    backfill : bool
+        Give port capacity that neither the plan nor the leftover sharers use
+        to released planned transfers, earliest LAT first (default True).
+        Without it a planned transfer idles until its planned slots even on
+        an empty port: the plan, made from estimates, is a floor, not a cap.
+        Background flows and unplanned transfers are served first either way.
     """
 
     name = "jit"
@@ -275,7 +288,7 @@ class JitPolicy(Policy):
                  resolve_period_s: float | None = None, replan_on_drift: bool = False,
                  drift_min_interval_s: float = 1.0, replan_on_arrival: bool = True,
                  time_limit_s: float = 5.0, solver: str = "auto",
-                 trans_estimate: str = "fair", backfill: bool = False) -> None:
+                 trans_estimate: str = "ordered", backfill: bool = True) -> None:
         if not (0.0 <= float(alpha) <= 1.0):
             raise ValidationError(f"alpha: must be within [0, 1], got {alpha!r}")
         if not (math.isfinite(slot_s) and slot_s > 0):
