@@ -54,12 +54,17 @@ class JobRunner:
         Nodes running at once (transfers block in ``send``; computes sleep).
     on_event : callable, optional
         ``on_event(kind, job_id, node_id)`` after each node (progress display).
+    send : callable, optional
+        ``send(src_host, addr, nbytes, flow, agent=...)`` replacing
+        :func:`jitsched.client.send_bytes` (the testbed opens each transfer's
+        socket inside its source host's network namespace).
     """
 
     def __init__(self, job: Job, endpoint: str, sinks: dict[str, tuple[str, int]], *,
                  agents: dict[str, str] | None = None, compute_scale: float = 1.0,
                  max_threads: int = 64,
-                 on_event: Callable[[str, str, str], None] | None = None) -> None:
+                 on_event: Callable[[str, str, str], None] | None = None,
+                 send: Callable[..., float] | None = None) -> None:
         self.job = job
         self.endpoint = endpoint
         self.sinks = sinks
@@ -67,6 +72,7 @@ class JobRunner:
         self.compute_scale = compute_scale
         self.max_threads = max_threads
         self.on_event = on_event
+        self.send = send
         self._lock = threading.Lock()
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
@@ -117,8 +123,12 @@ class JobRunner:
                         else:
                             t = transfers[nid]
                             report(client.transfer_started, job.id, nid)
-                            secs = send_bytes(self.sinks[t.dst], int(t.bytes), flow_id(job.id, nid),
-                                              agent=self.agents.get(t.src))
+                            if self.send is not None:
+                                secs = self.send(t.src, self.sinks[t.dst], int(t.bytes),
+                                                 flow_id(job.id, nid), agent=self.agents.get(t.src))
+                            else:
+                                secs = send_bytes(self.sinks[t.dst], int(t.bytes), flow_id(job.id, nid),
+                                                  agent=self.agents.get(t.src))
                             rep = report(client.transfer_finished, job.id, nid, t.bytes)
                             result.transfer_s[nid] = secs
                             if rep.get("lat_hit") is not None:
