@@ -58,7 +58,15 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             for k, v in out.items():
                 print(f"{k:<30} {v:.4f}")
         return 0
+    from jitsched.testbed.e2e import run_scenario
     from jitsched.testbed.scenario import require_daemon_side
 
     require_daemon_side()
-    raise testbed.TestbedError("testbed run: daemon side present but not wired yet")  # pragma: no cover
+    out = run_scenario(args.scenario, args.policy, seed=args.seed, prefix=args.prefix)
+    if args.json:
+        emit_json(out)
+    else:
+        for k, v in out.items():
+            if k != "details":
+                print(f"{k:<24} {v}")
+    return 0 if out["completed"] == out["jobs"] else 1
