@@ -23,7 +23,8 @@ POLICIES = ("jit", "none")
 
 
 def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, prefix: str = "js",
-                 link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1) -> dict:
+                 link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1,
+                 measure_slots: int = 20) -> dict:
     """Bring the testbed up, run the scenario's jobs and background flows, tear down.
 
     Parameters
@@ -43,11 +44,18 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         Per-job limit in seconds.
     slot_s : float
         Scheduling slot in seconds.
+    measure_slots : int
+        ``jit`` only: slots of random tc rates measured first on hosts 0 -> 1
+        (:func:`jitsched.testbed.measure.measure_enforcement`); 0 skips. ``none``
+        enforces nothing, so its rate fields are None.
 
     Returns
     -------
     dict
-        ``policy, jobs, completed, mean_jct_s, lat_hit_rate, background_mbit_mean`` and ``details``.
+        ``policy, jobs, completed, mean_jct_s`` (s), ``lat_hit_rate``,
+        ``rate_accuracy_p50``/``p5`` (achieved / target rate per slot),
+        ``rate_change_latency_ms_p50`` (ms), ``background_mbit_mean`` (Mbit/s)
+        and ``details``.
     """
     from jitsched.agents.agent import Agent
     from jitsched.client import TransferSink
@@ -66,7 +74,15 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
     daemon = agents = sinks = gen = None
     agents, sinks = [], {}
     results: dict[str, JobResult] = {}
+    enforcement: dict = {}
     try:
+        if policy == "jit" and measure_slots:
+            # the tc backend's per-slot rate accuracy and rate-change latency on these very
+            # links, measured before the agents take the qdiscs over (the run itself mixes
+            # flows that start and stop mid-slot, which says little about enforcement)
+            from jitsched.testbed.measure import measure_enforcement, summarize
+
+            enforcement = summarize(measure_enforcement(tb, slot_s=slot_s, n_slots=measure_slots, seed=seed))
         wl, bg = build_workload(tb, link_mbit, scenario, seed)
         netns_of = {h.name: h.netns for h in tb.hosts}
         addr_of = {h.name: h.address for h in tb.hosts}
@@ -134,8 +150,11 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         "policy": policy, "jobs": len(wl.jobs), "completed": len(ok),
         "mean_jct_s": statistics.fmean(r.jct_s for r in ok) if ok else None,
         "lat_hit_rate": sum(r.lat_hits for r in ok) / known if known else None,
+        "rate_accuracy_p50": enforcement.get("rate_accuracy_p50"),
+        "rate_accuracy_p5": enforcement.get("rate_accuracy_p5"),
+        "rate_change_latency_ms_p50": enforcement.get("rate_change_latency_ms_p50"),
         "background_mbit_mean": bg_mbit,
-        "details": {"scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
+        "details": {"enforcement": enforcement, "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
                     "jct_s": {j: r.jct_s for j, r in sorted(results.items())},
                     "errors": {j: r.error for j, r in results.items() if r.error},
                     "background": bg_res},
