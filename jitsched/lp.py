@@ -72,7 +72,8 @@ class LPSolution:
         ``(finish_slot+1)*slot_s - lat_s`` where the transfer finishes after its
         deadline slot, else 0.
     leftover_egress, leftover_ingress : ndarray, shape (n_hosts, n_slots)
-        Capacity minus planned rates, bytes/s.
+        Capacity minus planned rates, bytes/s (with residual capacities: the
+        residuals minus planned rates, over at least the residuals' slots).
     status : str
         "optimal", or "fallback" when some component hit the time limit or the
         solver failed and earliest-deadline-first filling planned it.
@@ -120,7 +121,8 @@ class LPSolution:
 def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, *,
                        slot_s: float, objective: str = "balanced", weight=None,
                        time_limit_s: float = 5.0, split_components: bool = True,
-                       threads: int = 1, solver: str = "auto") -> LPSolution:
+                       threads: int = 1, solver: str = "auto", residual_egress_Bps=None,
+                       residual_ingress_Bps=None) -> LPSolution:
     """Plan per-slot rates for transfers so they arrive by their LATs.
 
     Parameters
@@ -149,10 +151,20 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         HiGHS threads per solve.
     solver : {"auto", "simplex", "ipm"}
         ``auto``: dual simplex below ``AUTO_IPM_COLUMNS`` columns, interior point above.
+    residual_egress_Bps, residual_ingress_Bps : array, shape (n_hosts, n_res), optional
+        Capacity still free per port and slot (bytes/s), slot 0 being the planning
+        instant's: what allocations planned elsewhere (and frozen) leave. Slots from
+        ``n_res`` on have the full capacity; one of the two may be omitted (full
+        capacity). The plan never exceeds them, and ``balanced``/``minmax`` weigh
+        each port's total utilisation, the frozen part included, so new transfers
+        avoid busy ports and slots.
 
     Returns
     -------
     LPSolution
+        With residuals, ``leftover_*`` are the residuals minus the planned rates
+        over ``max(n_slots, n_res)`` slots and ``peak_utilization`` counts the
+        frozen allocations too.
     """
     t0 = time.perf_counter()
     if highspy is None:  # pragma: no cover
@@ -190,6 +202,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         raise ValidationError("release_s/lat_s: must be finite")
     if np.any(w <= 0):
         raise ValidationError("weight: must be positive")
+    util = _base_utilisation(residual_egress_Bps, residual_ingress_Bps, cap_e, cap_i)
 
     unit = float(max(cap_e.max(), cap_i.max())) if nh else 1.0
     cap = np.concatenate([cap_e, cap_i])  # ports: egress 0..nh-1, ingress nh..2nh-1
@@ -225,21 +238,21 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         # plans fit, and the late tails are most of the columns; only when some
         # demand cannot be met on time is the full tardiness LP solved.
         res = _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, threads,
-                               late_tails=False, solver=solver)
+                               late_tails=False, solver=solver, util=util)
         if res["status"] == "optimal" and res["slack"] > 1e-9 * float(demand[idx].max()):
             build_s += res["build_s"]
             solve_s += res["solve_s"]
             budget = max(deadline - time.perf_counter(), 1e-3)
             res = _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget,
-                                   threads, late_tails=True, solver=solver)
+                                   threads, late_tails=True, solver=solver, util=util)
         build_s += res["build_s"]
         solve_s += res["solve_s"]
         n_var += res["n_var"]
         n_con += res["n_con"]
         if res["status"] != "optimal":
             statuses.append(f"fallback({res['status']})")
-            y, base = _edf_fill(idx, a, dl, demand, coef, pe, pi)
-            objective_value += _objective_of(y, base, idx, pe, pi, coef, dl, w, objective)
+            y, base = _edf_fill(idx, a, dl, demand, coef, pe, pi, util)
+            objective_value += _objective_of(y, base, idx, pe, pi, coef, dl, w, objective, util)
         else:
             statuses.append("optimal")
             y, base = res["y"], res["base"]
@@ -249,7 +262,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
             starts[f] = base[k]
 
     t1 = time.perf_counter()
-    sol = _assemble(slots_of, starts, a, dl, lat, coef, pe, pi, cap_e, cap_i, unit, slot_s, nh)
+    sol = _assemble(slots_of, starts, a, dl, lat, coef, pe, pi, cap_e, cap_i, unit, slot_s, nh, util)
     sol.status = "optimal" if all(s == "optimal" for s in statuses) else "fallback"
     sol.objective_value = float(objective_value)
     sol.build_s = build_s + (time.perf_counter() - t1)
@@ -259,18 +272,62 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     return sol
 
 
-def _horizon(idx, a, dl, demand, coef, pe, pi) -> tuple[int, int]:
+def _base_utilisation(res_e, res_i, cap_e, cap_i) -> np.ndarray | None:
+    """Utilisation already taken per port and slot, shape (2 n_hosts, n_res), or None.
+
+    Rows are egress ports then ingress ports, as in the LP; values in [0, 1].
+    """
+    if res_e is None and res_i is None:
+        return None
+    nh = len(cap_e)
+    arrs = []
+    for name, res in (("residual_egress_Bps", res_e), ("residual_ingress_Bps", res_i)):
+        if res is None:
+            arrs.append(None)
+            continue
+        r = np.asarray(res, dtype=np.float64)
+        if r.ndim != 2 or r.shape[0] != nh:
+            raise ValidationError(f"{name}: expected shape ({nh}, n_slots), got {r.shape}")
+        if not np.all(np.isfinite(r)):
+            raise ValidationError(f"{name}: must be finite")
+        arrs.append(r)
+    n_res = max(r.shape[1] for r in arrs if r is not None)
+    util = np.zeros((2 * nh, n_res))
+    for k, (r, cap) in enumerate(zip(arrs, (cap_e, cap_i), strict=True)):
+        if r is not None:
+            # float crumbs of the plans that left these residuals: clip into [0, cap]
+            util[k * nh:(k + 1) * nh, :r.shape[1]] = 1.0 - np.clip(r, 0.0, cap[:, None]) / cap[:, None]
+    return util
+
+
+def _util_at(util: np.ndarray | None, port: np.ndarray, slot: np.ndarray) -> np.ndarray:
+    """Frozen utilisation of (port, slot) pairs; 0 past the residual window."""
+    if util is None:
+        return np.zeros(len(port))
+    inside = slot < util.shape[1]
+    out = np.zeros(len(port))
+    out[inside] = util[port[inside], slot[inside]]
+    return out
+
+
+def _horizon(idx, a, dl, demand, coef, pe, pi, util=None) -> tuple[int, int]:
     """First slot and horizon of a component, enough to finish every demand.
 
     Fluid preemptive transfers on a bipartite switch can finish all demand in
-    as many slots as the busiest port needs, once every transfer is released.
+    as many slots as the busiest port needs, once every transfer is released
+    and every port is free of frozen allocations.
     """
     t_first = int(a[idx].min())
     nports = int(max(pe[idx].max(), pi[idx].max())) + 1
     load = np.bincount(pe[idx], weights=demand[idx] * coef[pe[idx]], minlength=nports)
     load += np.bincount(pi[idx], weights=demand[idx] * coef[pi[idx]], minlength=nports)
     need = int(math.ceil(load.max() - 1e-9))
-    horizon = max(int(dl[idx].max()) + 1, int(a[idx].max()) + need + 1)
+    busy_until = 0
+    if util is not None:
+        ports = np.unique(np.concatenate([pe[idx], pi[idx]]))
+        busy = np.flatnonzero((util[ports] > 1e-12).any(axis=0))
+        busy_until = int(busy[-1]) + 1 if busy.size else 0
+    horizon = max(int(dl[idx].max()) + 1, max(int(a[idx].max()), busy_until) + need + 1)
     return t_first, horizon
 
 
@@ -280,12 +337,12 @@ def _tardiness_unit(coef_max: float, objective: str) -> float:
 
 
 def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, threads,
-                     late_tails=True, solver="auto"):
+                     late_tails=True, solver="auto", util=None):
     tb = time.perf_counter()
     n = len(idx)
     af, lf = a[idx], dl[idx]
     if late_tails:
-        t_first, horizon = _horizon(idx, a, dl, demand, coef, pe, pi)
+        t_first, horizon = _horizon(idx, a, dl, demand, coef, pe, pi, util)
         nslots = horizon - af  # slots a_f .. horizon-1
     else:
         t_first, horizon = int(af.min()), int(lf.max()) + 1
@@ -307,17 +364,26 @@ def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, thr
                           return_inverse=True)
     nr = len(keys)
     coefs = np.concatenate([ce, ci])
+    # frozen utilisation of each row's port and slot (0 without residual capacities)
+    base_u = _util_at(util, keys // width, keys % width + t_first)
     if objective == "balanced":
         # The most a row can carry: each transfer at most its demand or the port's
-        # capacity in one slot. Below the first breakpoint phi is linear, so such
-        # rows fold into the y costs and vanish; others get only reachable segments.
+        # capacity in one slot. phi is linear within a segment, so a row whose
+        # load (on top of the frozen part) cannot leave the segment it starts in
+        # folds into the y costs and vanishes; others get only reachable
+        # segments, each as wide as the frozen part leaves it.
         d_own = np.concatenate([demand[idx][owner]] * 2)
-        reach = np.minimum(np.bincount(inv, weights=np.minimum(coefs * d_own, 1.0), minlength=nr), 1.0)
-        starts = np.concatenate([[0.0], np.cumsum(SEGMENT_WIDTHS)[:-1]])
-        nseg = (reach[:, None] > starts[None, :] + 1e-12).sum(axis=1)
-        kept = nseg > 1
-        np.add.at(cost_y, np.concatenate([np.arange(ny)] * 2)[~kept[inv]],
-                  SEGMENT_SLOPES[0] * coefs[~kept[inv]])
+        raw = np.bincount(inv, weights=np.minimum(coefs * d_own, 1.0), minlength=nr)
+        hi = np.cumsum(SEGMENT_WIDTHS)
+        lo = np.maximum((hi - SEGMENT_WIDTHS)[None, :], base_u[:, None])
+        avail = np.maximum(hi[None, :] - lo, 0.0)
+        top = np.minimum(base_u + raw, 1.0)
+        reach_seg = (avail > 1e-12) & (lo < top[:, None] - 1e-12)
+        first = np.minimum(np.searchsorted(hi, base_u + 1e-12, side="right"), len(hi) - 1)
+        kept = ~((reach_seg.sum(axis=1) <= 1) & (base_u + raw <= hi[first] + 1e-12))
+        folded = ~kept[inv]
+        np.add.at(cost_y, np.concatenate([np.arange(ny)] * 2)[folded],
+                  SEGMENT_SLOPES[first[inv[folded]]] * coefs[folded])
     else:
         kept = np.ones(nr, dtype=bool)
     new_row = np.cumsum(kept) - 1 + n
@@ -337,26 +403,31 @@ def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, thr
     rows_y, vals_y = rows_y[live], vals_y[live]
     ny_nz = int(y_start[-1])
     if objective == "balanced":
-        kseg = nseg[kept]
-        nu = int(kseg.sum())
-        seg_of = np.arange(nu) - np.repeat(np.cumsum(kseg) - kseg, kseg)
-        rows_u = np.repeat(n + np.arange(nr), kseg)
+        # one u column per reachable segment of each kept row, bounded by its free width
+        row_of, seg_of = np.nonzero(reach_seg[kept])
+        nu = len(seg_of)
+        rows_u = n + row_of
         a_index = np.concatenate([rows_y, rows_u]).astype(np.int32)
         a_value = np.concatenate([vals_y, -np.ones(nu)])
         a_start = np.concatenate([y_start[:-1], ny_nz + np.arange(nu + 1)])
         col_cost = np.concatenate([cost_y, SEGMENT_SLOPES[seg_of]])
-        col_upper = np.concatenate([np.full(ny, np.inf), SEGMENT_WIDTHS[seg_of]])
+        col_upper = np.concatenate([np.full(ny, np.inf), avail[kept][row_of, seg_of]])
         row_upper = np.concatenate([demand[idx], np.zeros(nr)])
         row_lower = row_upper.copy()
         ncol = ny + nu
     else:
-        a_index = np.concatenate([rows_y, n + np.arange(nr)]).astype(np.int32)
-        a_value = np.concatenate([vals_y, -np.ones(nr)])
-        a_start = np.concatenate([y_start, [ny_nz + nr]])
+        # z >= frozen + new load, on the port-slots with capacity left: a frozen
+        # row already full would pin z at 1 and leave the new load unbalanced, so
+        # it only keeps its capacity (no new load there).
+        open_ = base_u < 1.0 - 1e-9
+        nz_rows = n + np.flatnonzero(open_)
+        a_index = np.concatenate([rows_y, nz_rows]).astype(np.int32)
+        a_value = np.concatenate([vals_y, -np.ones(len(nz_rows))])
+        a_start = np.concatenate([y_start, [ny_nz + len(nz_rows)]])
         col_cost = np.concatenate([cost_y, [1.0]])
         col_upper = np.concatenate([np.full(ny, np.inf), [1.0]])
         row_lower = np.concatenate([demand[idx], np.full(nr, -np.inf)])
-        row_upper = np.concatenate([demand[idx], np.zeros(nr)])
+        row_upper = np.concatenate([demand[idx], np.where(open_, -base_u, 0.0)])
         ncol = ny + 1
     nrow = n + nr
     if not late_tails:
@@ -400,11 +471,14 @@ def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, thr
     return out
 
 
-def _edf_fill(idx, a, dl, demand, coef, pe, pi):
+def _edf_fill(idx, a, dl, demand, coef, pe, pi, util=None):
     """Earliest-deadline-first greedy fill: always valid, never optimal."""
-    t_first, horizon = _horizon(idx, a, dl, demand, coef, pe, pi)
+    t_first, horizon = _horizon(idx, a, dl, demand, coef, pe, pi, util)
     nports = int(max(pe[idx].max(), pi[idx].max())) + 1
     free = np.ones((nports, horizon))
+    if util is not None:
+        w = min(horizon, util.shape[1])
+        free[:, :w] -= util[:nports, :w]
     order = np.lexsort((a[idx], dl[idx]))
     result: dict[int, np.ndarray] = {}
     for k in order:
@@ -424,7 +498,7 @@ def _edf_fill(idx, a, dl, demand, coef, pe, pi):
     return [result[k] for k in range(len(idx))], a[idx].copy()
 
 
-def _objective_of(ys, base, idx, pe, pi, coef, dl, w, objective) -> float:
+def _objective_of(ys, base, idx, pe, pi, coef, dl, w, objective, util=None) -> float:
     """The LP objective of a plan (for fallback plans, to report comparable values)."""
     loads: dict[tuple[int, int], float] = {}
     tard = 0.0
@@ -438,9 +512,11 @@ def _objective_of(ys, base, idx, pe, pi, coef, dl, w, objective) -> float:
             for t, v in zip(slots.tolist(), (y * coef[port]).tolist(), strict=True):
                 loads[(port, t)] = loads.get((port, t), 0.0) + v
     u = np.fromiter(loads.values(), dtype=np.float64)
+    keys = np.array(list(loads), dtype=np.int64).reshape(-1, 2)
+    b = _util_at(util, keys[:, 0], keys[:, 1])
     if objective == "minmax":
-        return tard + float(u.max(initial=0.0))
-    return tard + float(np.sum(_phi(u)))
+        return tard + float((b + u).max(initial=0.0))
+    return tard + float(np.sum(_phi(b + u) - _phi(b)))
 
 
 def _phi(u: np.ndarray) -> np.ndarray:
@@ -450,7 +526,8 @@ def _phi(u: np.ndarray) -> np.ndarray:
     return fill @ SEGMENT_SLOPES
 
 
-def _assemble(slots_of, starts, a, dl, lat, coef, pe, pi, cap_e, cap_i, unit, slot_s, nh):
+def _assemble(slots_of, starts, a, dl, lat, coef, pe, pi, cap_e, cap_i, unit, slot_s, nh,
+              util=None):
     m = len(slots_of)
     start = np.zeros(m, dtype=np.int64)
     finish = np.zeros(m, dtype=np.int64)
@@ -470,8 +547,13 @@ def _assemble(slots_of, starts, a, dl, lat, coef, pe, pi, cap_e, cap_i, unit, sl
     ptr = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])
     values = np.concatenate(chunks) if chunks else np.zeros(0)
-    left_e = np.tile(cap_e[:, None], (1, n_slots))
-    left_i = np.tile(cap_i[:, None], (1, n_slots))
+    width = n_slots if util is None else max(n_slots, util.shape[1])
+    left_e = np.tile(cap_e[:, None], (1, width))
+    left_i = np.tile(cap_i[:, None], (1, width))
+    if util is not None:
+        t = util.shape[1]
+        left_e[:, :t] *= 1.0 - util[:nh]
+        left_i[:, :t] *= 1.0 - util[nh:]
     if m:
         owner = np.repeat(np.arange(m), lengths)
         slot = start[owner] + (np.arange(len(values)) - ptr[owner])
