@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -120,7 +120,9 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
               alpha: float = DEFAULT_ALPHA, objective: str = "balanced", estimator: str = "exact",
               now: float | None = None, known_done: np.ndarray | None = None,
               remaining: np.ndarray | None = None, unfinished: np.ndarray | None = None,
-              k_std: float = 0.0, time_limit_s: float = 5.0, solver: str = "auto") -> Plan:
+              k_std: float = 0.0, time_limit_s: float = 5.0, solver: str = "auto",
+              lat_cluster: Cluster | None = None, residual_egress_Bps: np.ndarray | None = None,
+              residual_ingress_Bps: np.ndarray | None = None, min_lat_s: float | None = None) -> Plan:
     """Plan the DAG transfers of ``jobs`` together: LAT pass, alpha cut, LP.
 
     Parameters
@@ -147,6 +149,15 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
         LP budget; past it, an earliest-deadline-first plan is used.
     solver : {"auto", "simplex", "ipm"}
         HiGHS algorithm (see :func:`jitsched.lp.solve_bandwidth_lp`).
+    lat_cluster : Cluster, optional
+        Capacities the LAT pass's transfer-time estimate assumes (default
+        ``cluster``), e.g. :func:`shared_cluster` when other jobs, planned
+        elsewhere, share the ports.
+    residual_egress_Bps, residual_ingress_Bps : ndarray, shape (n_hosts, n_res), optional
+        Capacity left per port and slot by frozen allocations, slot 0 starting
+        at the planning instant (see :func:`jitsched.lp.solve_bandwidth_lp`).
+    min_lat_s : float, optional
+        The LP's deadlines are at least this (seconds, absolute); see :class:`Window`.
 
     Returns
     -------
@@ -157,16 +168,203 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
         raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
     origin = float(dag.arrival.min()) if now is None and dag.n_jobs else float(now or 0.0)
     t0 = time.perf_counter()
-    lat = latest_arrival_times(dag, cluster, estimator=estimator, now=now, known_done=known_done,
-                               remaining=remaining, active=unfinished, k_std=k_std)
+    lat = latest_arrival_times(dag, cluster if lat_cluster is None else lat_cluster,
+                               estimator=estimator, now=now,
+                               known_done=known_done, remaining=remaining, active=unfinished,
+                               k_std=k_std)
     lat_s = time.perf_counter() - t0
     chosen = np.flatnonzero(select_alpha(dag, alpha, unfinished))
     size = dag.size if remaining is None else np.asarray(remaining, dtype=np.float64)
     weight = 1.0 + np.maximum(dag.priority[dag.job_of[chosen]], 0.0)
     lp = solve_bandwidth_lp(
         dag.src[chosen], dag.dst[chosen], size[chosen],
-        np.maximum(lat.release[chosen] - origin, 0.0), lat.lat[chosen] - origin,
+        np.maximum(lat.release[chosen] - origin, 0.0),
+        lp_deadlines(lat.lat[chosen], min_lat_s) - origin,
         cluster.egress_Bps, cluster.ingress_Bps, slot_s=float(slot_s), objective=objective,
         weight=weight, time_limit_s=time_limit_s, solver=solver,
+        residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, alpha, objective, lat_s)
+
+
+def lp_deadlines(lat_s: np.ndarray, min_lat_s: float | None) -> np.ndarray:
+    """LATs as the LP's deadlines: at least ``min_lat_s`` when given (seconds)."""
+    return lat_s if min_lat_s is None else np.maximum(lat_s, min_lat_s)
+
+
+def shared_cluster(cluster: Cluster, busy_egress, busy_ingress) -> Cluster:
+    """``cluster`` with each port's capacity divided among itself and the jobs already on it.
+
+    A job planned on top of others sees, on a port ``busy`` other jobs use, the
+    per-job fair share ``capacity / (1 + busy)``: what the ``ordered`` and
+    ``fair`` transfer-time estimates would give it in a joint plan.
+
+    Parameters
+    ----------
+    cluster : Cluster
+    busy_egress, busy_ingress : array of int, shape (n_hosts,)
+        Other jobs with unfinished transfers leaving / entering each host.
+
+    Returns
+    -------
+    Cluster
+    """
+    be = 1.0 + np.asarray(busy_egress, dtype=np.float64)
+    bi = 1.0 + np.asarray(busy_ingress, dtype=np.float64)
+    hosts = tuple(replace(h, egress_bps=h.egress_bps / be[k], ingress_bps=h.ingress_bps / bi[k])
+                  for k, h in enumerate(cluster.hosts))
+    return Cluster(hosts)
+
+
+# An incremental plan starts in the slot holding the planning instant only if
+# at least this fraction of it is left; otherwise at the next boundary, as if
+# the jobs arrived there (< 10 ms later at 100 ms slots). A sliver would end
+# before the schedule reached the agents, and transfers due in it would be late.
+MIN_SLOT_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class Window:
+    """Where a plan on top of a base plan goes on the base's slot grid.
+
+    Slot ``first_slot`` of the base (the one containing the planning instant, or
+    the next one if less than :data:`MIN_SLOT_FRACTION` of it is left) is slot 0
+    of the new LP, whose origin is ``origin_s``. Only ``fraction`` of that slot
+    is still ahead, so the LP sees that fraction of its residual capacity (bytes
+    per slot are what count) and :func:`place_increment` divides its rates there
+    by the fraction again. Plan with ``max(now, origin_s)`` as the jobs' earliest start.
+
+    A plan made at ``now`` alone gives every transfer at least its first slot,
+    ``[now, now + slot_s)``, as deadlines round up to a grid starting at ``now``.
+    On the base grid a deadline in a partly gone first slot would round up to
+    its early end, with only ``fraction`` of the capacity left before it, so
+    ``min_lat_s`` moves such deadlines to the end of the next slot: never
+    stricter than a plan of its own.
+
+    Attributes
+    ----------
+    epoch_s, slot_s : float
+        The base grid (seconds).
+    first_slot : int
+    origin_s : float
+        ``epoch_s + first_slot * slot_s``.
+    fraction : float
+        Share of ``first_slot`` still ahead (1 when it starts after the planning instant).
+    free_egress_Bps, free_ingress_Bps : ndarray, shape (n_hosts, n_free)
+        Capacity the base leaves from ``first_slot`` on (full capacity past it).
+    residual_egress_Bps, residual_ingress_Bps : ndarray, shape (n_hosts, n_free)
+        The same with slot 0 scaled by ``fraction``: the LP's residual input.
+    base_egress_Bps, base_ingress_Bps : ndarray, shape (n_hosts, first_slot)
+        The base's leftover before ``first_slot`` (kept as is).
+    egress_Bps, ingress_Bps : ndarray, shape (n_hosts,)
+        Port capacities.
+    min_lat_s : float or None
+        Earliest LP deadline (``origin_s + 2 * slot_s`` if the first slot is partly gone).
+    """
+
+    epoch_s: float
+    slot_s: float
+    first_slot: int
+    origin_s: float
+    fraction: float
+    free_egress_Bps: np.ndarray
+    free_ingress_Bps: np.ndarray
+    residual_egress_Bps: np.ndarray
+    residual_ingress_Bps: np.ndarray
+    base_egress_Bps: np.ndarray
+    base_ingress_Bps: np.ndarray
+    egress_Bps: np.ndarray
+    ingress_Bps: np.ndarray
+    min_lat_s: float | None = None
+
+
+def increment_window(now: float, slot_s: float, cluster: Cluster, epoch_s: float | None = None,
+                     leftover_egress_Bps: np.ndarray | None = None,
+                     leftover_ingress_Bps: np.ndarray | None = None) -> Window:
+    """The window of a plan made at ``now`` on top of a base plan's leftover.
+
+    Parameters
+    ----------
+    now : float
+        Planning instant, seconds.
+    slot_s : float
+        Slot length of the base grid, seconds.
+    cluster : Cluster
+    epoch_s : float, optional
+        Start of the base's slot 0 (default: no base, the grid starts at ``now``).
+    leftover_egress_Bps, leftover_ingress_Bps : ndarray, shape (n_hosts, n_base), optional
+        What the base leaves free per host and slot from its slot 0, bytes/s.
+
+    Returns
+    -------
+    Window
+    """
+    cap_e, cap_i = cluster.egress_Bps, cluster.ingress_Bps
+    nh = len(cap_e)
+    if epoch_s is None:
+        epoch_s = float(now)
+    k0 = max(int(math.floor((now - epoch_s) / slot_s + 1e-9)), 0)
+    frac = 1.0 - ((now - epoch_s) / slot_s - k0)
+    frac = min(max(frac, 0.0), 1.0)
+    if frac < MIN_SLOT_FRACTION:
+        k0, frac = k0 + 1, 1.0
+    out = []
+    for left, cap in ((leftover_egress_Bps, cap_e), (leftover_ingress_Bps, cap_i)):
+        left = np.zeros((nh, 0)) if left is None else np.asarray(left, dtype=np.float64)
+        past = left[:, :k0]
+        if past.shape[1] < k0:  # the base ended before now: its tail is all free
+            past = np.concatenate([past, np.tile(cap[:, None], (1, k0 - past.shape[1]))], axis=1)
+        free = left[:, k0:]
+        if free.shape[1] == 0:
+            free = cap[:, None].copy()  # at least the slot the plan starts in
+        res = free.copy()
+        res[:, 0] *= frac
+        out.append((past, free, res))
+    (pe, fe, re), (pi, fi, ri) = out
+    origin = float(epoch_s + k0 * slot_s)
+    return Window(float(epoch_s), float(slot_s), k0, origin, frac, fe, fi, re, ri, pe, pi,
+                  cap_e, cap_i, origin + 2 * slot_s if frac < 1.0 else None)
+
+
+def place_increment(lp: LPSolution | None, win: Window, src: np.ndarray,
+                    dst: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+    """Put an LP solved over ``win`` back on the base grid.
+
+    Parameters
+    ----------
+    lp : LPSolution or None
+        Solved with ``win.residual_*`` as residual capacity and ``win.origin_s``
+        as planning instant; None: nothing was planned.
+    win : Window
+    src, dst : ndarray of int, shape (m,)
+        Host indices of the LP's transfers.
+
+    Returns
+    -------
+    start_slot : ndarray of int64, shape (m,)
+        First planned slot on the base grid.
+    rates : list of ndarray
+        Bytes/s per slot from ``start_slot`` on (first-slot rates raised so that
+        the slot's planned bytes go out in the part of it still ahead).
+    leftover_egress, leftover_ingress : ndarray, shape (n_hosts, n)
+        Base leftover minus the new rates, from the base's slot 0.
+    """
+    m = 0 if lp is None else len(lp.start_slot)
+    rates = [lp.rates(f).copy() for f in range(m)]
+    for f in range(m):
+        if lp.start_slot[f] == 0 and len(rates[f]):
+            rates[f][0] /= win.fraction
+    end = max([int(lp.start_slot[f]) + len(rates[f]) for f in range(m)], default=0)
+    width = max(end, win.free_egress_Bps.shape[1], win.free_ingress_Bps.shape[1])
+    lefts = []
+    for free, base, cap, hosts in ((win.free_egress_Bps, win.base_egress_Bps, win.egress_Bps, src),
+                                   (win.free_ingress_Bps, win.base_ingress_Bps, win.ingress_Bps,
+                                    dst)):
+        full = np.tile(cap[:, None], (1, width))  # past the base's end every port is free
+        full[:, :free.shape[1]] = free
+        for f in range(m):
+            s0 = int(lp.start_slot[f])
+            full[hosts[f], s0:s0 + len(rates[f])] -= rates[f]
+        lefts.append(np.concatenate([base, np.maximum(full, 0.0)], axis=1))
+    start = np.zeros(0, dtype=np.int64) if lp is None else lp.start_slot + win.first_slot
+    return start, rates, lefts[0], lefts[1]

@@ -162,6 +162,31 @@ class Policy(ABC):
         """The time-slotted plan agents should enforce, or None if the policy has none."""
         return None
 
+    def schedule_increment(self, view: SchedulerView, base: SlotSchedule | None,
+                           busy_egress: np.ndarray, busy_ingress: np.ndarray) -> SlotSchedule | None:
+        """Plan only the jobs of ``view`` on top of ``base``, whose allocations stay frozen.
+
+        Parameters
+        ----------
+        view : SchedulerView
+            Just the jobs to add.
+        base : SlotSchedule or None
+            The schedule in force; its ``leftover_*`` is what it leaves free
+            (past its last slot every port is free).
+        busy_egress, busy_ingress : ndarray of int, shape (n_hosts,)
+            Other jobs with unfinished transfers leaving / entering each host.
+
+        Returns
+        -------
+        SlotSchedule or None
+            The new jobs' flows on ``base``'s slot grid (its epoch; ``view.now``
+            without a base), with what base and new flows together leave as
+            leftover; None if the policy cannot plan incrementally, and the owner
+            re-solves in full. Must not change the policy's state: it may run
+            beside a full :meth:`schedule`.
+        """
+        return None
+
     def stats(self) -> dict:
         """Policy-specific figures for reports (solve times, LAT misses...)."""
         return {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -12,7 +13,17 @@ from jitsched.errors import ValidationError
 from jitsched.lat import ESTIMATORS, latest_arrival_times
 from jitsched.lp import OBJECTIVES, SOLVERS, solve_bandwidth_lp
 from jitsched.model import TRANSFER
-from jitsched.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, Plan, plan_jobs, select_alpha
+from jitsched.planner import (
+    DEFAULT_ALPHA,
+    DEFAULT_SLOT_S,
+    Plan,
+    increment_window,
+    lp_deadlines,
+    place_increment,
+    plan_jobs,
+    select_alpha,
+    shared_cluster,
+)
 from jitsched.policies.base import (
     DONE,
     Allocation,
@@ -186,24 +197,29 @@ def ordered_trans(dag, cluster, remaining: np.ndarray, active: np.ndarray, relea
 def plan_subset(sub, cluster, *, now: float, known_done: np.ndarray, remaining: np.ndarray,
                 unfinished: np.ndarray, alpha: float, slot_s: float, objective: str,
                 estimator: str, k_std: float, time_limit_s: float, solver: str,
-                trans_estimate: str) -> Plan:
+                trans_estimate: str, lat_cluster=None, residual_egress_Bps=None,
+                residual_ingress_Bps=None, min_lat_s=None) -> Plan:
     """:func:`jitsched.planner.plan_jobs` with a choice of transfer-time estimate.
 
     ``trans_estimate="eq1"`` is exactly ``plan_jobs``; ``"fair"`` feeds the LAT
     pass :func:`fair_share_trans` instead of Eq. 1. Times are seconds, sizes bytes.
+    ``lat_cluster``, ``residual_*`` and ``min_lat_s`` are as in ``plan_jobs`` (incremental plans).
     """
     if trans_estimate == "eq1":
         return plan_jobs(sub, cluster, slot_s=slot_s, alpha=alpha, objective=objective,
                          estimator=estimator, now=now, known_done=known_done,
                          remaining=remaining, unfinished=unfinished, k_std=k_std,
-                         time_limit_s=time_limit_s, solver=solver)
+                         time_limit_s=time_limit_s, solver=solver, lat_cluster=lat_cluster,
+                         residual_egress_Bps=residual_egress_Bps,
+                         residual_ingress_Bps=residual_ingress_Bps, min_lat_s=min_lat_s)
     t0 = time.perf_counter()
-    trans = fair_share_trans(sub, cluster, remaining, unfinished)
+    share = cluster if lat_cluster is None else lat_cluster
+    trans = fair_share_trans(sub, share, remaining, unfinished)
     lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now, known_done=known_done,
                                k_std=k_std, trans_s=trans)
     if trans_estimate == "ordered":
         for _ in range(ORDERED_PASSES):
-            trans = ordered_trans(sub, cluster, remaining, unfinished, lat.release, lat.lat)
+            trans = ordered_trans(sub, share, remaining, unfinished, lat.release, lat.lat)
             lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now,
                                        known_done=known_done, k_std=k_std, trans_s=trans)
     lat_s = time.perf_counter() - t0
@@ -211,9 +227,10 @@ def plan_subset(sub, cluster, *, now: float, known_done: np.ndarray, remaining: 
     weight = 1.0 + np.maximum(sub.priority[sub.job_of[chosen]], 0.0)
     lp = solve_bandwidth_lp(
         sub.src[chosen], sub.dst[chosen], remaining[chosen],
-        np.maximum(lat.release[chosen] - now, 0.0), lat.lat[chosen] - now,
+        np.maximum(lat.release[chosen] - now, 0.0), lp_deadlines(lat.lat[chosen], min_lat_s) - now,
         cluster.egress_Bps, cluster.ingress_Bps, slot_s=slot_s, objective=objective,
-        weight=weight, time_limit_s=time_limit_s, solver=solver)
+        weight=weight, time_limit_s=time_limit_s, solver=solver,
+        residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps)
     return Plan(sub, cluster, lat, chosen, lp, now, alpha, objective, lat_s)
 
 
@@ -553,6 +570,44 @@ class JitPolicy(Policy):
                             leftover_egress=lp.leftover_egress.copy(),
                             leftover_ingress=lp.leftover_ingress.copy(), late=plan.late(),
                             solve_s=lp.build_s + lp.solve_s + plan.lat_s)
+
+    def schedule_increment(self, view: SchedulerView, base: SlotSchedule | None,
+                           busy_egress: np.ndarray, busy_ingress: np.ndarray) -> SlotSchedule | None:
+        """Plan the jobs of ``view`` alone against the capacity ``base`` leaves (LAT + LP).
+
+        The LAT pass gives each port the per-job share left by the ``busy`` jobs
+        already on it; the LP plans on ``base``'s slot grid from the slot holding
+        ``view.now``, never over ``base``'s leftover. Reads the policy's settings
+        only (see :meth:`Policy.schedule_increment`).
+        """
+        if base is not None and abs(base.slot_s - self.slot_s) > 1e-12:
+            return None  # another grid: only a full re-solve can line them up
+        win = increment_window(view.now, self.slot_s, view.cluster,
+                               *((base.epoch_s, base.leftover_egress, base.leftover_ingress)
+                                 if base is not None else ()))
+        # as in a full plan, nothing starts before the planning instant (or the window)
+        dag = replace(view.dag, arrival=np.maximum(view.dag.arrival, max(view.now, win.origin_s)))
+        unfinished = (dag.kind == TRANSFER) & (view.node_state != DONE) & (view.remaining > 0)
+        if not unfinished.any():
+            _, _, left_e, left_i = place_increment(None, win, dag.src[:0], dag.dst[:0])
+            return SlotSchedule(win.epoch_s, self.slot_s, [], left_e, left_i)
+        # LATs and LP counted from the window's slot boundary
+        plan = plan_subset(dag, view.cluster, now=win.origin_s, known_done=view.node_finish,
+                           remaining=np.where(unfinished, view.remaining, 0.0), unfinished=unfinished,
+                           alpha=self.alpha, slot_s=self.slot_s, objective=self.objective,
+                           estimator=self.estimator, k_std=self.k_std,
+                           time_limit_s=self.time_limit_s, solver=self.solver,
+                           trans_estimate=self.trans_estimate,
+                           lat_cluster=shared_cluster(view.cluster, busy_egress, busy_ingress),
+                           residual_egress_Bps=win.residual_egress_Bps,
+                           residual_ingress_Bps=win.residual_ingress_Bps, min_lat_s=win.min_lat_s)
+        nodes = plan.scheduled
+        start, rates, left_e, left_i = place_increment(plan.lp, win, dag.src[nodes], dag.dst[nodes])
+        flows = [(dag.job_ids[dag.job_of[n]], dag.node_ids[n], int(dag.src[n]), int(dag.dst[n]),
+                  int(start[k]), rates[k]) for k, n in enumerate(nodes)]
+        return SlotSchedule(epoch_s=win.epoch_s, slot_s=self.slot_s, flows=flows,
+                            leftover_egress=left_e, leftover_ingress=left_i, late=plan.late(),
+                            solve_s=plan.lp.build_s + plan.lp.solve_s + plan.lat_s)
 
     def stats(self) -> dict:
         """LP solve log, LAT misses (count, lateness) and drift counts."""
