@@ -19,8 +19,11 @@ from jitsched.protocol import (
     decode_request,
     encode_error,
     encode_ok,
+    encode_packed_request,
     encode_request,
+    pack_body,
     peek_id,
+    unpack_body,
 )
 
 
@@ -35,6 +38,21 @@ def test_request_round_trip():
     req = decode_request(data)
     assert (req.id, req.type, req.body) == (7, "cancel_job", {"job_id": "j"})
     assert msgpack.unpackb(data) == {"v": VERSION, "id": 7, "type": "cancel_job", "body": {"job_id": "j"}}
+
+
+@pytest.mark.parametrize("req_id", [1, 127, 128, 65_536, 2**40])
+def test_packed_body_request_is_byte_for_byte_the_plain_one(req_id):
+    body = {"seq": 9, "slot_s": 0.1, "epoch_ns": 1_700_000_000_000_000_000,
+            "flows": [{"flow": "j/t", "dst": "h1", "start_slot": 2, "rates_Bps": [1.5e8, 2e7]}],
+            "leftover_Bps": [1.25e8, 0.0], "line_Bps": 1.25e8}
+    packed = pack_body(body)
+    data = encode_packed_request(MsgType.SCHEDULE, packed, req_id=req_id)
+    assert data == encode_request(MsgType.SCHEDULE, body, req_id=req_id)
+    assert decode_request(data).body == body == unpack_body(packed)
+    a, b = encode_packed_request(MsgType.SCHEDULE, packed), encode_packed_request(MsgType.SCHEDULE, packed)
+    assert decode_request(a).id != decode_request(b).id  # fresh ids
+    with pytest.raises(ValueError):
+        encode_packed_request("fly", packed)
 
 
 def test_replies_round_trip():
