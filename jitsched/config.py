@@ -17,6 +17,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+FULL = "full"
+INCREMENTAL = "incremental"
+PLANNING_MODES = (INCREMENTAL, FULL)
+
+
 @dataclass(frozen=True)
 class DaemonConfig:
     """Everything the daemon needs; times in seconds, sizes in bytes.
@@ -25,6 +30,14 @@ class DaemonConfig:
     tables with ``name``, ``egress_bps``, ``ingress_bps``, ``address``), as the
     testbed writes it, plus optional ``[daemon]`` and ``[scheduler]`` tables
     whose keys are this class's fields.
+
+    ``planning`` is ``incremental`` (default: an arriving job is planned alone
+    against the capacity the schedule in force leaves, and only the agents whose
+    schedules change are pushed; joint re-solves of all jobs run beside it on
+    drift, the periodic timer, agent changes, planned LAT misses of an
+    incremental plan, and at most ``joint_replan_s`` after the schedule stopped
+    being a joint plan, 0: never for that reason) or ``full`` (every arrival
+    re-solves all jobs).
     """
 
     cluster: Cluster
@@ -41,8 +54,11 @@ class DaemonConfig:
     replan_period_s: float = 0.0  # 0: no periodic re-solve
     drift_s: float = 0.5  # a transfer this much behind its plan triggers a re-solve
     coalesce_s: float = 0.0  # wait this long for more arrivals before solving
+    planning: str = INCREMENTAL
+    joint_replan_s: float = 1.0
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_jobs: int = 10_000
+    planner_process: bool = True  # full re-solves in a child process (False: a thread)
     policy_options: dict = field(default_factory=dict)
 
     def with_(self, **changes: Any) -> DaemonConfig:
@@ -52,10 +68,10 @@ class DaemonConfig:
 
 _DAEMON_KEYS = {"job_endpoint": str, "agent_endpoint": str, "metrics_port": int,
                 "heartbeat_s": float, "heartbeat_timeout_s": float, "resend_s": float,
-                "max_message_bytes": int, "max_jobs": int}
+                "max_message_bytes": int, "max_jobs": int, "planner_process": bool}
 _SCHED_KEYS = {"policy": str, "slot_s": float, "alpha": float, "objective": str,
                "replan_period_s": float, "drift_s": float, "coalesce_s": float,
-               "policy_options": dict}
+               "planning": str, "joint_replan_s": float, "policy_options": dict}
 
 
 def _section(doc: dict, name: str, spec: dict) -> dict:
@@ -69,7 +85,7 @@ def _section(doc: dict, name: str, spec: dict) -> dict:
         kind = spec[key]
         if kind is float and isinstance(val, int) and not isinstance(val, bool):
             val = float(val)
-        if not isinstance(val, kind) or isinstance(val, bool):
+        if not isinstance(val, kind) or (isinstance(val, bool) and kind is not bool):
             raise ValidationError(f"[{name}].{key}: expected {kind.__name__}, got {type(val).__name__}")
         out[key] = val
     return out
@@ -95,6 +111,10 @@ def check_config(cfg: DaemonConfig) -> None:
         raise ValidationError(f"alpha: must be within [0, 1], got {cfg.alpha!r}")
     if cfg.objective not in ("balanced", "minmax"):
         raise ValidationError(f"objective: expected balanced or minmax, got {cfg.objective!r}")
+    if cfg.planning not in PLANNING_MODES:
+        raise ValidationError(f"planning: expected incremental or full, got {cfg.planning!r}")
+    if not cfg.joint_replan_s >= 0:
+        raise ValidationError(f"joint_replan_s: must be >= 0, got {cfg.joint_replan_s!r}")
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"{name}: must be positive")
@@ -131,4 +151,5 @@ def config_doc(cfg: DaemonConfig) -> dict:
     return {"hosts": cfg.cluster.to_dict()["hosts"], "daemon": daemon, "scheduler": sched}
 
 
-__all__ = ["DaemonConfig", "check_config", "config_doc", "load_config", "parse_config"]
+__all__ = ["FULL", "INCREMENTAL", "PLANNING_MODES", "DaemonConfig", "check_config", "config_doc",
+           "load_config", "parse_config"]

@@ -64,3 +64,29 @@ def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(ValidationError, match="not valid TOML"):
         load_config(p)
     assert DaemonConfig(cluster=Cluster.uniform(1)).metrics_port == 0
+
+
+def test_planning_settings(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text(tomli_w.dumps({"hosts": HOSTS, "daemon": {"planner_process": False},
+                                "scheduler": {"planning": "full", "joint_replan_s": 2}}))
+    cfg = load_config(p)
+    assert (cfg.planning, cfg.joint_replan_s, cfg.planner_process) == ("full", 2.0, False)
+    assert load_config_roundtrip(cfg, tmp_path) == cfg
+    default = DaemonConfig(cluster=Cluster.uniform(1))
+    assert (default.planning, default.joint_replan_s, default.planner_process) == (
+        "incremental", 1.0, True)
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"hosts": HOSTS, "scheduler": {"planning": "lazy"}}, "planning"),
+    ({"hosts": HOSTS, "scheduler": {"joint_replan_s": -1.0}}, "joint_replan_s"),
+    ({"hosts": HOSTS, "daemon": {"planner_process": "yes"}}, "[daemon].planner_process"),
+    ({"hosts": HOSTS, "daemon": {"max_jobs": True}}, "[daemon].max_jobs"),
+])
+def test_bad_planning_settings(tmp_path, doc, needle):
+    p = tmp_path / "bad.toml"
+    p.write_text(tomli_w.dumps(doc))
+    with pytest.raises(ValidationError) as ei:
+        load_config(p)
+    assert needle in str(ei.value)

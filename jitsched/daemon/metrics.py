@@ -26,6 +26,8 @@ class Metrics:
                                 registry=r)
         self.requests = Counter("jitsched_requests", "Requests handled, by type and outcome",
                                 ["type", "outcome"], registry=r)
+        self.plans = Counter("jitsched_plans", "Plans computed, by planning mode", ["mode"],
+                             registry=r)
         self.request_s = Histogram("jitsched_request_seconds", "Handling time of accepted requests",
                                    buckets=(1e-5, 1e-4, 1e-3, 1e-2, 0.1), registry=r)
         self._server = None
@@ -48,9 +50,10 @@ class Metrics:
         if seconds is not None:
             self.request_s.observe(seconds)
 
-    def solve(self, seconds: float) -> None:
-        """Record one plan's solve time (seconds)."""
+    def solve(self, seconds: float, mode: str = "full") -> None:
+        """Record one plan's solve time (seconds) and its mode (``full`` or ``incremental``)."""
         self.solve_s.observe(seconds)
+        self.plans.labels(mode).inc()
 
     def update(self, state: SchedulerState) -> None:
         """Refresh the gauges from the scheduler state."""

@@ -1,0 +1,299 @@
+"""Tests of the daemon's incremental planning on loopback sockets: pushes, removals, joint re-solves, rebases."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from jitsched.client import Client
+from jitsched.daemon.server import wait_until
+from jitsched.model import Compute, Job, Transfer
+from jitsched.policies.jit import JitPolicy
+from jitsched.protocol import MsgType, decode_request, encode_request
+from jitsched.synth import layer_chain_job
+from tests.test_daemon import HOSTS, config, system
+
+LINE = 1e9 / 8
+
+
+def settled(d) -> bool:
+    """No plan in flight and every agent holds (and acked) its current schedule."""
+    st = d.state
+    return st.planning_seq == 0 and not st.pending and not st.removals and all(
+        a.acked_seq >= st.host_seq.get(h, 0) for h, a in st.agents.items())
+
+
+def flows_of(body: dict, job: str) -> list[dict]:
+    return [f for f in body["flows"] if f["flow"].startswith(job + "/")]
+
+
+def used_per_slot(body: dict) -> np.ndarray:
+    n = max([f["start_slot"] + len(f["rates_Bps"]) for f in body["flows"]] + [len(body["leftover_Bps"])])
+    used = np.zeros(n)
+    for f in body["flows"]:
+        used[f["start_slot"]:f["start_slot"] + len(f["rates_Bps"])] += f["rates_Bps"]
+    return used
+
+
+def record_adoptions(d, results: list | None = None) -> list[tuple[str, tuple, frozenset]]:
+    """Wrap the state's adoption of plans: (mode, reasons, jobs with flows) of each
+    (and the results themselves into ``results``)."""
+    seen = []
+    adopt = d.state._adopt
+
+    def spy(res, now):
+        jobs = frozenset(f[0] for f in res.schedule.flows) if res.schedule else frozenset()
+        seen.append((res.mode, res.reasons, jobs))
+        if results is not None:
+            results.append(res)
+        adopt(res, now)
+
+    d.state._adopt = spy
+    return seen
+
+
+def test_arrival_pushes_only_the_agents_whose_schedule_changed():
+    with system(joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        # the first plan sets the slot grid: every agent gets it
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        first = d.state.schedule_seq
+        assert all(a.seq == first for a in agents.values())
+        c.submit_job(layer_chain_job("b", "h2", "h3"))
+        assert wait_until(lambda: d.state.schedule_seq > first and settled(d), 5.0)
+        second = d.state.schedule_seq
+        summary = d.state.plan_summary
+        assert summary["mode"] == "incremental" and summary["reasons"] == ["arrival"], (summary["reasons"], d.state.schedule.late)
+        assert summary["hosts_changed"] == 1 and summary["jobs"] == 2 and summary["late"] == 0
+        assert agents["h2"].seq == second and len(flows_of(agents["h2"].schedule, "b")) == 13
+        assert [agents[h].seq for h in ("h0", "h1", "h3")] == [first] * 3
+        assert d.state.plans_by_mode == {"full": 0, "incremental": 2}
+
+
+def test_added_job_fits_in_what_the_frozen_plan_leaves():
+    with system(joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        results = []
+        record_adoptions(d, results)
+        alone = d.state.schedule
+        c.submit_job(layer_chain_job("b", "h0", "h2"))
+        assert wait_until(lambda: len(flows_of(agents["h0"].schedule, "b")) == 13 and settled(d), 5.0)
+        # the incremental step kept a's allocations as they were; b took what they left
+        inc = results[0]
+        assert inc.mode == "incremental" and inc.added == ("b",)
+        assert inc.schedule.epoch_s == alone.epoch_s
+        a_flows = [f for f in inc.schedule.flows if f[0] == "a"]
+        assert [(f[1], f[4], list(f[5])) for f in a_flows] == [
+            (f[1], f[4], list(f[5])) for f in alone.flows]
+        # whatever the agent holds now (a later joint re-solve, if b was planned late):
+        # within the line rate, and the leftover is what the flows leave
+        body = agents["h0"].schedule
+        used = used_per_slot(body)
+        assert np.all(used <= LINE * (1 + 1e-6))
+        left = np.asarray(body["leftover_Bps"])
+        np.testing.assert_allclose(left, np.maximum(LINE - used[:len(left)], 0), atol=1.0)
+
+
+def test_cancel_takes_the_flows_out_without_a_solve():
+    with system(joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        alone = agents["h0"].schedule
+        c.submit_job(layer_chain_job("b", "h0", "h2"))
+        assert wait_until(lambda: flows_of(agents["h0"].schedule, "b") and settled(d), 5.0)
+        c.cancel_job("b")
+        assert wait_until(lambda: not flows_of(agents["h0"].schedule, "b") and settled(d), 5.0)
+        body = agents["h0"].schedule
+        assert d.state.plan_summary["reasons"] == ["removal"]
+        assert d.state.plan_summary["jobs"] == 1
+        assert body["flows"] == alone["flows"]
+        n = len(alone["leftover_Bps"])
+        np.testing.assert_allclose(body["leftover_Bps"][:n], alone["leftover_Bps"], atol=1.0)
+        assert d.state.plans_by_mode["full"] == 0  # no LP for a removal, and no joint re-solve:
+        assert d.state.dirty_since == float("inf")  # a and its frozen plan are a joint plan still
+
+
+def test_joint_replan_follows_incremental_additions():
+    with system(joint_replan_s=0.3) as (d, agents), Client(d.job_endpoint) as c:
+        seen = record_adoptions(d)
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        # a alone on an empty schedule: that plan is a joint plan already
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        assert d.state.dirty_since == float("inf")
+        c.submit_job(layer_chain_job("b", "h0", "h2"))
+        assert wait_until(lambda: any(m == "full" for m, _, _ in seen) and settled(d), 10.0)
+        mode, reasons, jobs = next(x for x in seen if x[0] == "full")
+        assert "joint" in reasons and jobs == {"a", "b"}
+        # a full re-solve has a new slot grid: every agent gets it
+        seq = d.state.schedule_seq
+        assert all(a.seq == seq for a in agents.values())
+        assert d.state.dirty_since == float("inf")
+
+
+class SlowFullJit(JitPolicy):
+    """The JIT policy with a full re-solve that takes at least ``delay_s``."""
+
+    delay_s = 1.0
+
+    def schedule(self, view):
+        time.sleep(self.delay_s)
+        return super().schedule(view)
+
+
+def test_job_added_during_a_full_solve_is_rebased_never_dropped():
+    from jitsched.agents.agent import Agent
+    from jitsched.daemon import Daemon
+    from jitsched.daemon.server import create_policy
+
+    cfg = config(replan_period_s=5.0, joint_replan_s=60.0, planner_process=False)
+    pol = SlowFullJit(**{k: v for k, v in vars(create_policy(cfg)).items()
+                         if k in ("alpha", "slot_s", "objective", "resolve_period_s")})
+    pol.reset(cfg.cluster)
+    d = Daemon(cfg, policy=pol)
+    agents = []
+    try:
+        d.start()
+        agents = [Agent(h, d.agent_endpoint, local_namespace=f"rb{id(d)}").start() for h in HOSTS]
+        seen = record_adoptions(d)
+        with Client(d.job_endpoint) as c:
+            c.submit_job(layer_chain_job("a", "h0", "h1"))
+            # the periodic re-solve starts with the first active job and takes 1 s
+            assert wait_until(lambda: d.state.inflight["full"] != 0, 5.0)
+            c.submit_job(layer_chain_job("b", "h2", "h3"))
+            assert wait_until(lambda: any("b" in jobs for _, _, jobs in seen), 5.0)
+            assert d.state.inflight["full"] != 0  # b went in while the full solve ran
+            assert wait_until(lambda: d.state.plans_by_mode["full"] >= 1 and settled(d), 10.0)
+        first_b = next(k for k, (_, _, jobs) in enumerate(seen) if "b" in jobs)
+        assert all("b" in jobs for _, _, jobs in seen[first_b:])  # never dropped
+        modes = [(m, r) for m, r, _ in seen[first_b + 1:]]
+        assert ("incremental", ("rebase",)) in modes  # the full plan arrived with b on top
+        assert d.state.covered == {"a", "b"}
+    finally:
+        for a in agents:
+            a.stop()
+        d.stop()
+
+
+def one_transfer(jid: str, size: float) -> Job:
+    return Job(jid, (Compute("c", "h1", 0.01),), (Transfer("t", "h0", "h1", size),),
+               (("t", "c"),), 0.0)
+
+
+def test_planned_lat_miss_of_an_increment_triggers_a_joint_resolve():
+    with system(hosts=("h0", "h1"), joint_replan_s=60.0) as (d, _), Client(d.job_endpoint) as c:
+        seen = record_adoptions(d)
+        # a keeps h0's port busy for 2 s (due at 2 s); b, due at ~0.2 s, cannot fit around it
+        c.submit_job(one_transfer("a", 2 * LINE))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        n = len(seen)
+        c.submit_job(one_transfer("b", 0.1 * LINE))
+        assert wait_until(lambda: any(m == "full" for m, _, _ in seen[n:]) and settled(d), 10.0)
+        assert seen[n][0] == "incremental" and "b" in seen[n][2]
+        mode, reasons, jobs = next(x for x in seen[n:] if x[0] == "full")
+        assert "late" in reasons and jobs == {"a", "b"}
+
+
+def test_policy_without_increments_falls_back_to_full_plans():
+    with system(policy="tictac") as (d, _), Client(d.job_endpoint) as c:
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: d.state.plans_by_mode["full"] >= 1 and settled(d), 5.0)
+        assert d.state.incremental_ok is False
+        c.submit_job(layer_chain_job("b", "h0", "h2"))
+        assert wait_until(lambda: d.state.plan_summary.get("jobs") == 2, 5.0)
+        assert d.state.plan_summary["mode"] == "full"
+        # no slot schedule from this policy: agents get empty ones on the configured grid
+        body = d.state.host_body("h0")
+        assert body["flows"] == [] and body["slot_s"] == d.config.slot_s > 0
+
+
+def test_full_planning_mode_replans_everything_on_arrival():
+    with system(planning="full") as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        c.submit_job(layer_chain_job("b", "h2", "h3"))
+        assert wait_until(lambda: d.state.plan_summary.get("jobs") == 2 and settled(d), 5.0)
+        assert d.state.plan_summary["mode"] == "full"
+        assert d.state.plans_by_mode["incremental"] == 0
+        seq = d.state.schedule_seq
+        assert all(a.seq == seq for a in agents.values())
+
+
+def test_dead_planner_process_falls_back_to_the_thread():
+    with system(planning="full") as (d, _), Client(d.job_endpoint) as c:
+        child = d.planner
+        assert child is not None and child.pid
+        # until the child has imported everything the thread plans; each job here is
+        # a full re-solve, which looks whether the child is ready
+        k, end = 0, time.monotonic() + 60.0
+        while not child.started and time.monotonic() < end:
+            c.submit_job(layer_chain_job(f"w{k}", "h0", "h1"))
+            assert wait_until(lambda: settled(d), 10.0)
+            time.sleep(0.2)
+            k += 1
+        assert child.started
+        c.submit_job(layer_chain_job("by-child", "h0", "h1"))
+        assert wait_until(lambda: "by-child" in d.state.covered and settled(d), 10.0)
+        pid = child.pid
+        os.kill(pid, signal.SIGKILL)
+        c.submit_job(layer_chain_job("after", "h2", "h3"))
+        assert wait_until(lambda: "after" in d.state.covered and settled(d), 10.0)
+        assert d.planner is None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # reaped, not a zombie
+
+
+def test_planner_process_ends_with_the_daemon():
+    with system(planning="full") as (d, _), Client(d.job_endpoint) as c:
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: settled(d) and d.state.schedule_seq, 5.0)
+        pid = d.planner.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_fanout_reaches_every_agent_once_in_one_pass():
+    n = 300
+    from jitsched.daemon import Daemon
+    from jitsched.model import Cluster
+
+    cfg = config(cluster=Cluster.uniform(n), planning="full", resend_s=5.0, heartbeat_s=1.0,
+                 heartbeat_timeout_s=30.0)
+    d = Daemon(cfg).start()
+    ctx = zmq.Context()
+    socks = []
+    try:
+        for i in range(n):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(d.agent_endpoint)
+            s.send(encode_request(MsgType.REGISTER, {"host": f"h{i}"}))
+            socks.append(s)
+        assert wait_until(lambda: len(d.state.agents) == n, 10.0)
+        with Client(d.job_endpoint) as c:
+            c.submit_job(layer_chain_job("f", "h0", "h1"))
+        got = {}
+        end = time.monotonic() + 10.0
+        while len(got) < n and time.monotonic() < end:
+            for i, s in enumerate(socks):
+                while s.poll(0):
+                    msg = s.recv()
+                    if b"schedule" in msg:
+                        got.setdefault(i, []).append(decode_request(msg))
+        assert len(got) == n
+        seq = d.state.schedule_seq
+        for i, msgs in got.items():
+            [req] = msgs  # exactly one push each, no re-send within resend_s
+            assert req.type == MsgType.SCHEDULE and req.body["seq"] == seq
+            assert bool(req.body["flows"]) == (i == 0)
+        assert len({req.id for msgs in got.values() for req in msgs}) == n  # fresh ids
+    finally:
+        for s in socks:
+            s.close(0)
+        ctx.term()
+        d.stop()
