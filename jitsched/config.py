@@ -37,7 +37,9 @@ class DaemonConfig:
     drift, the periodic timer, agent changes, planned LAT misses of an
     incremental plan, and at most ``joint_replan_s`` after the schedule stopped
     being a joint plan, 0: never for that reason) or ``full`` (every arrival
-    re-solves all jobs).
+    re-solves all jobs). A batch of arrivals with more than
+    ``max_increment_transfers`` transfers (a single job always qualifies) is no
+    fast plan anyway and goes to a joint re-solve instead.
     """
 
     cluster: Cluster
@@ -56,6 +58,7 @@ class DaemonConfig:
     coalesce_s: float = 0.0  # wait this long for more arrivals before solving
     planning: str = INCREMENTAL
     joint_replan_s: float = 1.0
+    max_increment_transfers: int = 256
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_jobs: int = 10_000
     planner_process: bool = True  # full re-solves in a child process (False: a thread)
@@ -71,7 +74,8 @@ _DAEMON_KEYS = {"job_endpoint": str, "agent_endpoint": str, "metrics_port": int,
                 "max_message_bytes": int, "max_jobs": int, "planner_process": bool}
 _SCHED_KEYS = {"policy": str, "slot_s": float, "alpha": float, "objective": str,
                "replan_period_s": float, "drift_s": float, "coalesce_s": float,
-               "planning": str, "joint_replan_s": float, "policy_options": dict}
+               "planning": str, "joint_replan_s": float, "max_increment_transfers": int,
+               "policy_options": dict}
 
 
 def _section(doc: dict, name: str, spec: dict) -> dict:
@@ -115,6 +119,9 @@ def check_config(cfg: DaemonConfig) -> None:
         raise ValidationError(f"planning: expected incremental or full, got {cfg.planning!r}")
     if not cfg.joint_replan_s >= 0:
         raise ValidationError(f"joint_replan_s: must be >= 0, got {cfg.joint_replan_s!r}")
+    if cfg.max_increment_transfers < 1:
+        raise ValidationError(
+            f"max_increment_transfers: must be >= 1, got {cfg.max_increment_transfers!r}")
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"{name}: must be positive")

@@ -81,6 +81,7 @@ def test_planning_settings(tmp_path):
 @pytest.mark.parametrize("doc, needle", [
     ({"hosts": HOSTS, "scheduler": {"planning": "lazy"}}, "planning"),
     ({"hosts": HOSTS, "scheduler": {"joint_replan_s": -1.0}}, "joint_replan_s"),
+    ({"hosts": HOSTS, "scheduler": {"max_increment_transfers": 0}}, "max_increment_transfers"),
     ({"hosts": HOSTS, "daemon": {"planner_process": "yes"}}, "[daemon].planner_process"),
     ({"hosts": HOSTS, "daemon": {"max_jobs": True}}, "[daemon].max_jobs"),
 ])

@@ -180,6 +180,22 @@ def test_job_added_during_a_full_solve_is_rebased_never_dropped():
         d.stop()
 
 
+def test_big_arrival_batch_goes_to_a_joint_resolve():
+    # 12 VGG16 jobs arrive within the coalescing window: 384 transfers, more than the
+    # 256 an incremental plan takes; a joint re-solve (planner process) plans them all
+    with system(coalesce_s=0.3, max_increment_transfers=256) as (d, _), Client(d.job_endpoint) as c:
+        seen = record_adoptions(d)
+        for k in range(12):
+            c.submit_job(layer_chain_job(f"j{k}", HOSTS[k % 4], HOSTS[(k + 1) % 4]))
+        assert wait_until(lambda: d.state.plan_summary.get("jobs") == 12 and settled(d), 20.0)
+        assert seen[0][:2] == ("full", ("arrival",)) and len(seen[0][2]) == 12
+        assert d.state.plans_by_mode["incremental"] == 0 and not d.state.bulk
+        # one more job alone is planned incrementally again
+        c.submit_job(layer_chain_job("one", "h0", "h2"))
+        assert wait_until(lambda: "one" in d.state.covered and settled(d), 5.0)
+        assert d.state.plans_by_mode["incremental"] == 1
+
+
 def one_transfer(jid: str, size: float) -> Job:
     return Job(jid, (Compute("c", "h1", 0.01),), (Transfer("t", "h0", "h1", size),),
                (("t", "c"),), 0.0)

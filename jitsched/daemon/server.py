@@ -330,7 +330,18 @@ class Daemon:
                 log.error(kv("planner_process_failed", error=f"{type(exc).__name__}: {exc}"))
         try:
             while True:
-                req = q.get()
+                try:
+                    # while the child starts, look at it now and then so that
+                    # `planner.started` tells when the daemon is warm
+                    req = q.get(timeout=0.1 if child is not None and not child.started else None)
+                except queue.Empty:
+                    try:
+                        child.ready()
+                    except Exception as exc:  # noqa: BLE001 - solve here from now on
+                        log.error(kv("planner_process_failed", error=f"{type(exc).__name__}: {exc}"))
+                        child.close(timeout_s=1.0)
+                        child = self.planner = None
+                    continue
                 if req is None:
                     return
                 res = None
@@ -347,7 +358,10 @@ class Daemon:
                     run = run_plan if full else run_increment
                     res = run(self.policy, req, cluster, t0_wall_s=t0)
                 self._result_q.put(res)
-                wake.send(b"", zmq.NOBLOCK)
+                try:
+                    wake.send(b"", zmq.NOBLOCK)
+                except zmq.ContextTerminated:  # stop() gave up waiting for this plan
+                    return
         finally:
             if child is not None:
                 child.close()

@@ -390,6 +390,7 @@ class SchedulerState:
         self.first_reason_s = math.inf
         self.pending: dict[str, None] = {}  # arrivals awaiting an incremental plan, in order
         self.first_pending_s = math.inf
+        self.bulk: set[str] = set()  # arrivals left to the next joint re-solve (a big batch)
         self.removals: set[str] = set()  # ended jobs whose flows may still be in the schedule
         self.plan_seq = 0
         self.inflight = {FULL: 0, INCREMENTAL: 0}  # seq of the request in flight, 0 if none
@@ -555,6 +556,7 @@ class SchedulerState:
         js.finished_s = now
         del self.active[jid]
         self.pending.pop(jid, None)
+        self.bulk.discard(jid)
         if not (self.incremental and self.incremental_ok):
             self._trigger(state, now)
             return
@@ -750,6 +752,15 @@ class SchedulerState:
     def plan_requests(self, now: float) -> list[PlanRequest]:
         """The plans to start now: at most one incremental and one full re-solve in flight."""
         out = []
+        if (self.pending and not self.inflight[INCREMENTAL] and self.held is None
+                and now - self.first_pending_s >= self.config.coalesce_s and len(self.pending) > 1
+                and sum(len(self.active[j].job.transfers) for j in self.pending)
+                > self.config.max_increment_transfers):
+            # a big batch is no fast plan: a joint re-solve, in the planner process, takes it
+            self.bulk.update(self.pending)
+            self.pending.clear()
+            self.first_pending_s = math.inf
+            self._trigger("arrival", now)
         if not self.inflight[INCREMENTAL]:
             if self.held is not None:
                 out.append(self._increment_request(now, rebase=True))
@@ -777,15 +788,17 @@ class SchedulerState:
         self.plan_seq += 1
         self.inflight[INCREMENTAL] = self.plan_seq
         if rebase:
+            # the jobs of the schedule in force that the held result lacks; arrivals not
+            # planned yet stay pending
             base, covered = self.held.schedule, self.held.jobs
-            new = [js for jid, js in self.active.items() if jid not in covered]
+            new = [self.active[j] for j in self.covered if j in self.active and j not in covered]
             reasons = ("rebase",)
         else:
             base, covered = self.schedule, self.covered
             new = [self.active[j] for j in self.pending if j in self.active]
             reasons = ("arrival",) if new else ("removal",)
-        self.pending.clear()
-        self.first_pending_s = math.inf
+            self.pending.clear()
+            self.first_pending_s = math.inf
         removed = frozenset(self.removals)
         self.removals.clear()
         live = None
@@ -826,8 +839,12 @@ class SchedulerState:
             if res.error:
                 self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
                 return False
+            self.bulk.difference_update(res.jobs)
+            # jobs planned meanwhile (in the schedule in force, or in an incremental plan
+            # in flight) must not lose their flows: hold it until they are rebased on it
             if self.incremental and self.incremental_ok and (
-                    self.inflight[INCREMENTAL] or any(j not in res.jobs for j in self.active)):
+                    self.inflight[INCREMENTAL]
+                    or any(j in self.active and j not in res.jobs for j in self.covered)):
                 self.held = res
                 return True
             self._joint()
