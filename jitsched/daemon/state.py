@@ -269,7 +269,16 @@ def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluste
     sched = res.schedule
     slot_s = sched.slot_s if sched is not None else req.slot_s
     bodies = host_bodies(sched, hosts, res.seq, t0_wall_s, cluster, slot_s)
-    res.frames = {h: pack_body(b) for h, b in bodies.items()}
+    # Idle hosts (most of a big cluster) have the same body: pack it once, share the bytes.
+    idle: dict[float, bytes] = {}
+    frames = {}
+    for h, b in bodies.items():
+        if b["flows"] or b["leftover_Bps"]:
+            frames[h] = pack_body(b)
+        else:
+            frame = idle.get(b["line_Bps"])
+            frames[h] = idle[b["line_Bps"]] = frame if frame is not None else pack_body(b)
+    res.frames = frames
     if sched is not None:
         res.flow_index = {(f[0], f[1]): (int(f[4]), len(f[5])) for f in sched.flows}
 
@@ -314,7 +323,9 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
                 t0_wall_s: float, cluster: Cluster, slot_s: float) -> dict[str, dict]:
     """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
 
-    A host's body holds the flows it sends and its egress leftover, bytes/s.
+    A host's body holds the flows it sends and its egress leftover, bytes/s,
+    without the trailing slots at the line rate: agents take slots past the
+    list as the line rate, and an idle host's body gets short (and shared).
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
@@ -331,8 +342,15 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
                         "rates_Bps": np.asarray(rates, dtype=float).tolist()})
     epoch_ns = int((t0_wall_s + sched.epoch_s) * 1e9)
     left = np.asarray(sched.leftover_egress, dtype=float)
+    line = cluster.egress_Bps
+    if left.size:
+        # per host, the number of slots up to the last one below the line rate
+        below = left < line[:, None] * (1.0 - 1e-12)
+        keep = np.where(below.any(axis=1), left.shape[1] - np.argmax(below[:, ::-1], axis=1), 0)
+    else:
+        keep = np.zeros(len(names), dtype=np.int64)
     return {names[h]: {"seq": seq, "slot_s": float(sched.slot_s), "epoch_ns": epoch_ns,
-                       "flows": per[h], "leftover_Bps": left[h].tolist() if left.size else [],
+                       "flows": per[h], "leftover_Bps": left[h, :keep[h]].tolist(),
                        "line_Bps": cluster.hosts[h].egress_Bps}
             for h in idx}
 
