@@ -165,7 +165,7 @@ def submissions_per_s(n: int, n_clients: int = 4) -> float:
 
 
 def _receive_round(socks: list[zmq.Socket], poller: zmq.Poller, after_seq: int,
-                   timeout_s: float = 30.0) -> dict[int, float]:
+                   hosts: list[str], timeout_s: float = 30.0) -> dict[int, float]:
     """Receive until every socket got a schedule newer than ``after_seq``; ack everything.
 
     Returns the wall-clock reception time per socket index. Each poll's batch is
@@ -194,14 +194,14 @@ def _receive_round(socks: list[zmq.Socket], poller: zmq.Poller, after_seq: int,
             if seq > after_seq:
                 got.setdefault(k, t)
     for k, _, seq in inbox:
-        socks[k].send(encode_request(MsgType.ACK, {"host": f"h{k}", "seq": seq}))
+        socks[k].send(encode_request(MsgType.ACK, {"host": hosts[k], "seq": seq}))
     return got
 
 
-def _open_receivers(ctx: zmq.Context, n: int, endpoint: str) -> tuple[list, zmq.Poller]:
+def _open_receivers(ctx: zmq.Context, hosts: range, endpoint: str) -> tuple[list, zmq.Poller]:
     poller = zmq.Poller()
     socks = []
-    for i in range(n):
+    for i in hosts:
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.connect(endpoint)
@@ -211,25 +211,25 @@ def _open_receivers(ctx: zmq.Context, n: int, endpoint: str) -> tuple[list, zmq.
     return socks, poller
 
 
-def _receivers_main(n: int, endpoint: str, conn) -> None:
-    """Child process: ``n`` bare agent sockets; for each ("after", seq) from the parent,
-    reports the reception time of the first newer schedule on every socket."""
+def _receivers_main(hosts: range, endpoint: str, conn) -> None:
+    """Child process: bare agent sockets of ``hosts``; for each ("after", seq) from the
+    parent, reports the reception time of the first newer schedule on every socket."""
     ctx = zmq.Context()
-    socks, poller = _open_receivers(ctx, n, endpoint)
+    socks, poller = _open_receivers(ctx, hosts, endpoint)
     conn.send("ready")
     try:
         while True:
             msg = conn.recv()
             if msg == "stop":
                 return
-            conn.send(_receive_round(socks, poller, msg[1]))
+            conn.send(_receive_round(socks, poller, msg[1], [f"h{i}" for i in hosts]))
     finally:
         for s in socks:
             s.close(0)
         ctx.term()
 
 
-def fanout(n_agents: int, repeats: int, agents_in_process: bool = False
+def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receivers: int = 1
            ) -> tuple[list[float], list[float]]:
     """Seconds until the last of ``n_agents`` agents received a new plan.
 
@@ -237,40 +237,54 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False
     agents' bodies included) and, second list, from the daemon installing it.
     Full planning: every plan has a new slot grid, so every agent gets a new
     schedule (the worst case; an incremental plan changes only the senders').
-    The receiving sockets live in a child process unless ``agents_in_process``.
+    The receiving sockets live in ``receivers`` child processes unless
+    ``agents_in_process``.
     """
     d = _start(_cfg(n_agents, planning="full"))
-    ctx = proc = conn = None
+    ctx = None
+    procs: list = []
+    conns: list = []
     socks: list = []
+    names = [f"h{i}" for i in range(n_agents)]
     from_plan, from_install = [], []
     try:
         if agents_in_process:
             ctx = zmq.Context()
-            socks, poller = _open_receivers(ctx, n_agents, d.agent_endpoint)
-
-            def round_(after):
-                return _receive_round(socks, poller, after)
+            socks, poller = _open_receivers(ctx, range(n_agents), d.agent_endpoint)
         else:
             mctx = mp.get_context("spawn")
-            conn, theirs = mctx.Pipe()
-            proc = mctx.Process(target=_receivers_main, args=(n_agents, d.agent_endpoint, theirs),
-                                daemon=True)
-            proc.start()
-            assert conn.poll(60) and conn.recv() == "ready"
+            for part in np.array_split(np.arange(n_agents), receivers):
+                conn, theirs = mctx.Pipe()
+                hosts = range(int(part[0]), int(part[-1]) + 1)
+                p = mctx.Process(target=_receivers_main, args=(hosts, d.agent_endpoint, theirs),
+                                 daemon=True)
+                p.start()
+                procs.append(p)
+                conns.append(conn)
+            for conn in conns:
+                assert conn.poll(60) and conn.recv() == "ready"
 
-            def round_(after):
+        def start_round(after):
+            for conn in conns:
                 conn.send(("after", after))
+
+        def finish_round(after):
+            if agents_in_process:
+                return _receive_round(socks, poller, after, names)
+            got: dict[int, float] = {}
+            for conn in conns:
                 assert conn.poll(60)
-                return conn.recv()
+                got.update({(id(conn), k): t for k, t in conn.recv().items()})
+            return got
+
         assert wait_until(lambda: len(d.state.agents) == n_agents, 30)
         st = d.state
         with Client(d.job_endpoint) as c:
             for r in range(repeats + 1):
                 before = st.schedule_seq
-                if not agents_in_process:
-                    conn.send(("after", before))
+                start_round(before)
                 c.submit_job(layer_chain_job(f"f{r}", "h0", "h1"))
-                got = round_(before) if agents_in_process else (conn.poll(60) and conn.recv())
+                got = finish_round(before)
                 assert len(got) == n_agents
                 summary = dict(st.plan_summary)
                 if r:  # the first round warms up connections
@@ -280,18 +294,16 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False
                 seq = st.schedule_seq
                 c.job_finished(f"f{r}")
                 assert wait_until(lambda seq=seq: st.schedule_seq > seq and st.planning_seq == 0, 30)
-                if agents_in_process:  # take (and ack) the job_finished plan too
-                    round_(seq)
-                else:
-                    conn.send(("after", seq))
-                    assert conn.poll(60) and len(conn.recv()) == n_agents
+                start_round(seq)  # take (and ack) the job_finished plan too
+                assert len(finish_round(seq)) == n_agents
     finally:
-        if proc is not None:
+        for conn in conns:
             conn.send("stop")
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
         for s in socks:
             s.close(0)
         if ctx is not None:
@@ -316,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents-in-process", action="store_true",
                     help="run agents and fan-out receivers as threads of the daemon's process "
                          "(they then compete with it for the GIL)")
+    ap.add_argument("--receivers", type=int, default=1,
+                    help="fan-out: child processes sharing the receiving sockets (default 1)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat every measurement this often and report medians (default 1)")
     ap.add_argument("--only", choices=("latency", "rate", "fanout"), default=None,
@@ -332,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "rate"):
             out["submissions_per_s"] = statistics.median(submissions_per_s(2000) for _ in range(3))
         if args.only in (None, "fanout"):
-            out["fanout_100_s"] = statistics.median(fanout(100, 5, args.agents_in_process)[0])
-            f1000, f1000_inst = fanout(1000, 5, args.agents_in_process)
+            out["fanout_100_s"] = statistics.median(
+                fanout(100, 5, args.agents_in_process, args.receivers)[0])
+            f1000, f1000_inst = fanout(1000, 5, args.agents_in_process, args.receivers)
             out["fanout_1000_s"] = statistics.median(f1000)
             out["fanout_1000_from_install_s"] = statistics.median(f1000_inst)
         runs.append(out)
