@@ -6,7 +6,8 @@ Layout on the device (egress)::
       class 1:1   rate = ceil = line rate                (the link shaper)
         class 1:2     rate = leftover, ceil = line rate  (background: everything unmatched)
           qdisc 2: bfifo, 20 ms of the line rate       (short queue: bounded delay)
-        class 1:m     rate = ceil = the flow's rate      (one per scheduled flow, m >= 0x10)
+        class 1:m     rate = ceil = the flow's rate      (one per scheduled flow, m >= 0x10;
+                                                        with borrow=True ceil = line rate)
       filter prio m   u32 match on the flow's addresses/ports -> class 1:m
 
 Because class 1:1 caps everything at the line rate, this qdisc IS the egress
@@ -64,6 +65,7 @@ FLOW_MINOR_BASE = 0x10
 FLOW_MINOR_MAX = 0xFFF0
 QUANTUM_B = 65536  # >= the largest GSO packet, so one DRR round always sends a packet
 MIN_BURST_B = 3028  # two full-size Ethernet frames
+FLOW_BORROW_PRIO = 2  # with borrow=True, flow classes borrow after the background class (prio 1)
 
 
 def _nla(kind: int, payload: bytes) -> bytes:
@@ -333,17 +335,23 @@ class TcBackend(Backend):
         Device MTU, bytes: scheduled rates count TCP payload while HTB counts
         whole frames, so each flow's class gets ``rate * (mtu + 14) / (mtu - 52)``
         (Ethernet header, and IPv4 + TCP with timestamps per segment).
+    borrow : bool
+        False (default): a flow's rate is also its ceiling. True: the plan is
+        a floor, as the jit policy's backfill has it; flow classes may borrow
+        up to the line rate what the background class (borrowing first) leaves
+        idle, including flows held at the floor before their first slot.
     """
 
     name = "tc"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
                  min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = 1500,
-                 **options) -> None:
+                 borrow: bool = False, **options) -> None:
         super().__init__(line_rate_Bps, **options)
         from jitsched.testbed.netns import ifindex_in
 
         self.dev, self.netns, self.burst_s = dev, netns, float(burst_s)
+        self.borrow = bool(borrow)
         self.wire_factor = (mtu + 14) / (mtu - 52)
         self.min_rate_Bps = float(min_rate_Bps if min_rate_Bps is not None else 0.005 * self.line_rate_Bps)
         self.ifindex = ifindex_in(netns, dev)
@@ -399,6 +407,12 @@ class TcBackend(Backend):
                       attrs=htb_class_attrs(rate, ceil, _burst(rate, self.burst_s),
                                             _burst(ceil, self.burst_s), prio=prio))
 
+    def _flow_class(self, minor: int, rate: int, flags: int) -> bytes:
+        if self.borrow:
+            # prio 2: spare capacity goes to the background class (prio 1) first
+            return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=FLOW_BORROW_PRIO)
+        return self._class(minor, rate, rate, flags)
+
     def _alloc_minor(self) -> int:
         if self.free_minors:
             return self.free_minors.pop()
@@ -448,9 +462,9 @@ class TcBackend(Backend):
             if inst is None:
                 inst = _Installed(self._alloc_minor(), rate, [])
                 self.flows[fid] = inst
-                msgs.append((self._class(inst.minor, rate, rate, create), f"create class of {fid}", False))
+                msgs.append((self._flow_class(inst.minor, rate, create), f"create class of {fid}", False))
             elif inst.rate_Bps != rate:
-                msgs.append((self._class(inst.minor, rate, rate, change), f"change class of {fid}", False))
+                msgs.append((self._flow_class(inst.minor, rate, change), f"change class of {fid}", False))
             inst.rate_Bps = rate
             if not inst.keys and keys:
                 inst.keys = keys
