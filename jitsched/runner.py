@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -58,13 +59,21 @@ class JobRunner:
         ``send(src_host, addr, nbytes, flow, agent=...)`` replacing
         :func:`jitsched.client.send_bytes` (the testbed opens each transfer's
         socket inside its source host's network namespace).
+    async_reports : bool
+        False (default): each node waits for the daemon's reply to its
+        reports before its successors start. True: one reporter thread sends
+        the reports in order while the DAG runs on, as a training runtime
+        would not stall its ops on the scheduler (thousands of round trips
+        otherwise put the daemon's latency on every node of a 2000-transfer
+        ResNet152); the job's JCT ends with its last node, and the run
+        returns once the daemon has every report.
     """
 
     def __init__(self, job: Job, endpoint: str, sinks: dict[str, tuple[str, int]], *,
                  agents: dict[str, str] | None = None, compute_scale: float = 1.0,
                  max_threads: int = 64,
                  on_event: Callable[[str, str, str], None] | None = None,
-                 send: Callable[..., float] | None = None) -> None:
+                 send: Callable[..., float] | None = None, async_reports: bool = False) -> None:
         self.job = job
         self.endpoint = endpoint
         self.sinks = sinks
@@ -73,6 +82,7 @@ class JobRunner:
         self.max_threads = max_threads
         self.on_event = on_event
         self.send = send
+        self.async_reports = async_reports
         self._lock = threading.Lock()
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
@@ -90,9 +100,16 @@ class JobRunner:
         left = [len(preds)]
         failure: list[str] = []
         client = Client(self.endpoint)
+        reports: queue.SimpleQueue | None = queue.SimpleQueue() if self.async_reports else None
+        reporter = None
         try:
             t0 = time.perf_counter()
             client.submit_job(job)
+            if reports is not None:
+                # the only user of the client until it has sent everything (sockets are per thread)
+                reporter = threading.Thread(target=self._report_loop, args=(reports, failure, all_done),
+                                            name=f"report-{job.id}", daemon=True)
+                reporter.start()
             with ThreadPoolExecutor(max_workers=self.max_threads,
                                     thread_name_prefix=f"run-{job.id}") as pool:
 
@@ -109,9 +126,20 @@ class JobRunner:
                     for s in ready:
                         pool.submit(run_node, s)
 
-                def report(fn, *args):
+                def report(fn, *args, then=None):
+                    if reports is not None:
+                        reports.put((fn, args, then))
+                        return
                     with self._lock:
-                        return fn(*args)
+                        rep = fn(*args)
+                    if then is not None:
+                        then(rep)
+
+                def lat_hit(rep: dict) -> None:
+                    if rep.get("lat_hit") is not None:
+                        with self._lock:
+                            result.lat_known += 1
+                            result.lat_hits += int(rep["lat_hit"])
 
                 def run_node(nid: str) -> None:
                     try:
@@ -129,11 +157,8 @@ class JobRunner:
                             else:
                                 secs = send_bytes(self.sinks[t.dst], int(t.bytes), flow_id(job.id, nid),
                                                   agent=self.agents.get(t.src))
-                            rep = report(client.transfer_finished, job.id, nid, t.bytes)
                             result.transfer_s[nid] = secs
-                            if rep.get("lat_hit") is not None:
-                                result.lat_known += 1
-                                result.lat_hits += int(rep["lat_hit"])
+                            report(client.transfer_finished, job.id, nid, t.bytes, then=lat_hit)
                         if self.on_event is not None:
                             self.on_event("compute" if nid in computes else "transfer", job.id, nid)
                     except Exception as exc:  # noqa: BLE001 - reported, and the run ends
@@ -148,16 +173,41 @@ class JobRunner:
                 if not all_done.wait(timeout_s):
                     failure.append(f"timed out after {timeout_s} s")
             result.jct_s = time.perf_counter() - t0
+            if reporter is not None:
+                reports.put(None)
+                reporter.join()
             if failure:
                 result.error = failure[0]
                 client.cancel_job(job.id)
             else:
                 client.job_finished(job.id, result.jct_s)
         finally:
+            if reporter is not None and reporter.is_alive():
+                reports.put(None)
+                reporter.join(30.0)
             client.close()
         if result.error:
             log.warning("event=job_failed job=%s error=%r", job.id, result.error)
         return result
+
+    @staticmethod
+    def _report_loop(reports: queue.SimpleQueue, failure: list[str], all_done: threading.Event) -> None:
+        # Sends queued reports in order until None; the first failure ends the run, as a
+        # failed synchronous report would, and later reports are dropped.
+        while True:
+            item = reports.get()
+            if item is None:
+                return
+            if failure:
+                continue
+            fn, args, then = item
+            try:
+                rep = fn(*args)
+                if then is not None:
+                    then(rep)
+            except Exception as exc:  # noqa: BLE001 - reported, and the run ends
+                failure.append(f"report {fn.__name__}{args[1:2]}: {type(exc).__name__}: {exc}")
+                all_done.set()
 
 
 __all__ = ["JobResult", "JobRunner"]

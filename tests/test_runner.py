@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from jitsched.client import TransferSink
 from jitsched.daemon.server import wait_until
 from jitsched.model import Compute, Job, Transfer
@@ -16,14 +18,16 @@ def _job() -> Job:
                (("t0", "c0"), ("c0", "c1"), ("t1", "c1"), ("c1", "push")))
 
 
-def test_runner_executes_and_reports_everything():
+@pytest.mark.parametrize("async_reports", [False, True])
+def test_runner_executes_and_reports_everything(async_reports):
     events = []
     with system(hosts=("h0", "h1"), backend="pacing") as (d, agents):
         sinks = {h: TransferSink() for h in ("h0", "h1")}
         try:
             r = JobRunner(_job(), d.job_endpoint, {h: s.address for h, s in sinks.items()},
                           agents={h: a.local_name for h, a in agents.items()},
-                          on_event=lambda *e: events.append(e)).run(timeout_s=30)
+                          on_event=lambda *e: events.append(e),
+                          async_reports=async_reports).run(timeout_s=30)
         finally:
             for s in sinks.values():
                 s.close()
