@@ -238,6 +238,28 @@ class Generator:
                               "complete": sent >= f.bytes,
                               "mbit": sent * 8 / 1e6 / max(end - start, 1e-9)}
 
+    def snapshot(self) -> dict[str, dict]:
+        """Every flow the receivers have seen, as of now, finished or not.
+
+        Returns
+        -------
+        dict
+            Flow id -> ``bytes`` received, ``start_s``/``end_s`` (seconds from
+            ``t0``; ``end_s`` is now while the flow runs), ``complete`` and
+            ``mbit`` (goodput over its own active time, Mbit/s).
+        """
+        now = time.monotonic()
+        out = {}
+        for f in self.flows:
+            rec = self.receivers[f.dst].flows.get(f.id)
+            if rec is None:
+                continue
+            n = rec.bytes
+            end = rec.end_s if rec.end_s == rec.end_s else now
+            out[f.id] = {"bytes": n, "start_s": rec.start_s - self.t0, "end_s": end - self.t0,
+                         "complete": n >= f.bytes, "mbit": n * 8 / 1e6 / max(end - rec.start_s, 1e-9)}
+        return out
+
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop unfinished flows and the receivers."""
         self.stop.set()
