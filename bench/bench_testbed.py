@@ -1,13 +1,20 @@
-"""Real enforcement on the emulated cluster: tc rate accuracy and rate-change latency, medians of repeated runs.
+"""Real enforcement and JIT vs plain TCP on the emulated cluster, medians of repeated runs, beside the fluid simulator's prediction.
 
-Needs root and network namespaces. Each repeat builds a fresh 2-host testbed,
-drives the tc backend with a random per-slot schedule (3 scheduled flows +
-1 unscheduled background flow, host 0 -> host 1) and tears it down.
+Needs root and network namespaces. First the tc backend alone: each repeat
+builds a fresh 2-host testbed, drives the backend with a random per-slot
+schedule (3 scheduled flows + 1 unscheduled background flow, host 0 ->
+host 1), measures per-slot rate accuracy and rate-change latency, and tears
+it down.
 
-Then the JIT vs ``none`` comparison: ``jitsched testbed run`` of the same
-scenario and seed under both policies (real daemon with the ``jit`` policy
-and tc agents, or no scheduling at all), mean JCT, LAT hit rate and
-background throughput; JCT ratio = none / jit (> 1: JIT faster).
+Then, per scenario (:data:`jitsched.testbed.scenario.SCENARIOS`: the paper's
+model DAGs and file transfers, bytes scaled to the link rate), ``jitsched
+testbed run`` under ``jit`` (daemon + tc agents) and ``none`` (plain TCP
+sharing, the TensorFlow baseline) on the same seed, alternating which goes
+first. Per run: mean JCT, LAT hit rate, background goodput; per repeat the
+JCT ratio none / jit (> 1: JIT faster) and the mean per-job speedup. The
+fluid simulator runs the same workload under ``tensorflow`` (ideal max-min
+fair sharing) and ``jit``: its ratio is what the policy could attain on an
+ideal network, next to what the testbed measured.
 """
 
 from __future__ import annotations
@@ -16,58 +23,161 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 from jitsched import testbed
 from jitsched.testbed.measure import measure_enforcement, summarize
-from jitsched.testbed.scenario import SCENARIOS, require_daemon_side
+from jitsched.testbed.scenario import SCENARIOS, predict, require_daemon_side
 
 GOALS = {"rate_accuracy_p50": "within ±3 %", "rate_accuracy_p5": "within ±10 %",
-         "rate_change_latency_ms_p50": "< 5 ms after the slot boundary"}
+         "rate_change_latency_ms_p50": "< 5 ms after the slot boundary",
+         "jct_ratio_none_over_jit": ">= 1.3 with background present",
+         "background": "JIT background goodput >= none's"}
+RUN_KEYS = ("mean_jct_s", "completed", "jobs", "lat_hit_rate", "background_mbit_mean",
+            "background_slowdown_mean", "background_completed")
+
+
+def _f(x, spec: float) -> str:
+    """``x`` formatted as ``{x:<spec>f}``, or ``-`` for None."""
+    return "-" if x is None else format(x, f"{spec}f")
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _paired(jit: dict, none: dict) -> dict:
+    """JCT ratio of one jit/none pair, mean per-job speedup and per-model mean speedups."""
+    jj, nj = jit["details"]["jct_s"], none["details"]["jct_s"]
+    both = [j for j in jj if j in nj and jj[j] > 0 and j not in jit["details"]["errors"]
+            and j not in none["details"]["errors"]]
+    by_model: dict[str, list[float]] = {}
+    for j in both:
+        by_model.setdefault(j.rsplit("-", 1)[0], []).append(nj[j] / jj[j])
+    a, b = jit["mean_jct_s"], none["mean_jct_s"]
+    return {"jct_ratio_none_over_jit": b / a if a and b else None,
+            "mean_speedup": statistics.fmean(nj[j] / jj[j] for j in both) if both else None,
+            "speedup_by_model": {m: statistics.fmean(v) for m, v in sorted(by_model.items())}}
+
+
+def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say) -> dict:
+    """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction."""
+    from jitsched.testbed.e2e import run_scenario
+
+    t = time.perf_counter()
+    pred = predict(scenario, seed)
+    say(f"{scenario}: simulator tensorflow {pred['tensorflow']['mean_jct_s']:.2f} s, "
+        f"jit {pred['jit']['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
+        f"({time.perf_counter() - t:.0f} s)")
+    runs = []
+    for r in range(repeat):
+        order = ("jit", "none") if r % 2 == 0 else ("none", "jit")
+        res = {}
+        for pol in order:
+            t = time.perf_counter()
+            res[pol] = run_scenario(scenario, pol, seed=seed, prefix=prefix, measure_slots=0,
+                                    timeout_s=300.0)
+            say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
+                f"{res[pol]['completed']}/{res[pol]['jobs']} jobs, "
+                f"background {res[pol]['background_mbit_mean']} Mbit/s ({time.perf_counter() - t:.0f} s)")
+        runs.append({**{pol: {k: res[pol][k] for k in RUN_KEYS}
+                        | {"jct_s": res[pol]["details"]["jct_s"], "wall_s": res[pol]["details"]["wall_s"],
+                           "daemon": res[pol]["details"]["daemon"], "agents": res[pol]["details"]["agents"],
+                           "errors": res[pol]["details"]["errors"]} for pol in order},
+                     **_paired(res["jit"], res["none"])})
+    models = sorted({m for x in runs for m in x["speedup_by_model"]})
+    med = {"jct_ratio_none_over_jit": _median(x["jct_ratio_none_over_jit"] for x in runs),
+           "mean_speedup": _median(x["mean_speedup"] for x in runs),
+           "speedup_by_model": {m: _median(x["speedup_by_model"].get(m) for x in runs) for m in models}}
+    for pol in ("jit", "none"):
+        for k in ("mean_jct_s", "lat_hit_rate", "background_mbit_mean", "background_slowdown_mean"):
+            med[f"{pol}_{k}"] = _median(x[pol][k] for x in runs)
+    # how late the agents' tc changes landed after their slot boundaries during the jit runs
+    med["jit_apply_late_ms_p50"] = _median(a.get("apply_late_ms_p50") for x in runs
+                                           for a in x["jit"]["agents"].values())
+    med["jit_apply_late_ms_p95"] = _median(a.get("apply_late_ms_p95") for x in runs
+                                           for a in x["jit"]["agents"].values())
+    sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
+                    for m in pred["jit"]["jct_by_model_s"]}
+    return {"scenario": scenario, "seed": seed, "repeat": repeat, "median": med,
+            "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
+                          "mean_speedup": pred["mean_speedup"],
+                          "tensorflow_mean_jct_s": pred["tensorflow"]["mean_jct_s"],
+                          "jit_mean_jct_s": pred["jit"]["mean_jct_s"],
+                          "speedup_by_model": sim_by_model,
+                          "background_slowdown": {p: pred[p]["background_slowdown"]
+                                                  for p in ("tensorflow", "jit")},
+                          "jct_s": {p: pred[p]["jct_s"] for p in ("tensorflow", "jit")}},
+            "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5, help="enforcement measurements (default 5)")
     p.add_argument("--link-mbit", type=float, default=100.0)
     p.add_argument("--slot-s", type=float, default=0.1)
     p.add_argument("--slots", type=int, default=40)
     p.add_argument("--prefix", default="jsb")
-    p.add_argument("--scenario", choices=tuple(SCENARIOS), default="quick")
+    p.add_argument("--scenario", nargs="+", choices=tuple(SCENARIOS), default=["quick"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--job-repeat", type=int, default=3, help="jit/none pairs per scenario (default 3)")
+    p.add_argument("--skip-enforcement", action="store_true")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    runs = []
-    for r in range(a.repeat):
-        tb = testbed.up(2, a.link_mbit, prefix=a.prefix)
-        try:
-            runs.append(summarize(measure_enforcement(tb, slot_s=a.slot_s, n_slots=a.slots, seed=r)))
-        finally:
-            testbed.down(a.prefix)
-    med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr if a.json else sys.stdout, flush=True)
+
+    med: dict = {}
+    if not a.skip_enforcement:
+        runs = []
+        for r in range(a.repeat):
+            tb = testbed.up(2, a.link_mbit, prefix=a.prefix)
+            try:
+                runs.append(summarize(measure_enforcement(tb, slot_s=a.slot_s, n_slots=a.slots, seed=r)))
+            finally:
+                testbed.down(a.prefix)
+        med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
     try:
         require_daemon_side()
     except testbed.TestbedError as exc:
-        jct = f"unavailable: {exc}"
+        scenarios: dict = {"unavailable": str(exc)}
     else:
-        from jitsched.testbed.e2e import run_scenario
-
-        res = {pol: run_scenario(a.scenario, pol, seed=a.seed, prefix=a.prefix) for pol in ("jit", "none")}
-        j, n = res["jit"]["mean_jct_s"], res["none"]["mean_jct_s"]
-        jct = {"scenario": a.scenario, "seed": a.seed,
-               "jct_ratio_none_over_jit": n / j if j and n else None,
-               **{pol: {k: v for k, v in r.items() if k != "details"} | {"jct_s": r["details"]["jct_s"]}
-                  for pol, r in res.items()}}
+        scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say) for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
-           "median": med, "jct_jit_vs_none": jct}
+           "median": med, "scenarios": scenarios, "goals": GOALS}
     if a.json:
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    print(f"tc enforcement, {a.link_mbit:g} Mbit/s links, {a.slots} slots of {a.slot_s * 1e3:g} ms, "
-          f"median of {a.repeat} runs")
-    for k, v in med.items():
-        print(f"  {k:<30} {v:10.4f}   {GOALS.get(k, '')}")
-    print(f"  JCT jit vs none: {jct}")
+    if med:
+        print(f"tc enforcement, {a.link_mbit:g} Mbit/s links, {a.slots} slots of {a.slot_s * 1e3:g} ms, "
+              f"median of {a.repeat} runs")
+        for k, v in med.items():
+            print(f"  {k:<30} {v:10.4f}   {GOALS.get(k, '')}")
+    for name, s in scenarios.items():
+        if not isinstance(s, dict):
+            print(f"{name}: {s}")
+            continue
+        m, sim = s["median"], s["simulator"]
+        print(f"{name}, seed {s['seed']}, median of {s['repeat']} jit/none pairs "
+              f"(simulator: tensorflow vs jit, same workload)")
+        print(f"  {'JCT ratio none/jit':<28} {m['jct_ratio_none_over_jit']:8.3f}   simulator "
+              f"{sim['jct_ratio_tf_over_jit']:.3f}   goal {GOALS['jct_ratio_none_over_jit']}")
+        print(f"  {'mean per-job speedup':<28} {m['mean_speedup']:8.3f}   simulator {sim['mean_speedup']:.3f}")
+        print(f"  {'mean JCT jit / none (s)':<28} {m['jit_mean_jct_s']:8.2f} / {m['none_mean_jct_s']:.2f}   "
+              f"simulator {sim['jit_mean_jct_s']:.2f} / {sim['tensorflow_mean_jct_s']:.2f}")
+        print(f"  {'LAT hit rate jit / none':<28} {_f(m['jit_lat_hit_rate'], 8.3)} / {_f(m['none_lat_hit_rate'], 0.3)}")
+        print(f"  {'background Mbit/s jit / none':<28} {_f(m['jit_background_mbit_mean'], 8.1)} / "
+              f"{_f(m['none_background_mbit_mean'], 0.1)}")
+        print(f"  {'background slowdown jit/none':<28} {_f(m['jit_background_slowdown_mean'], 8.2)} / "
+              f"{_f(m['none_background_slowdown_mean'], 0.2)}   simulator "
+              f"{_f(sim['background_slowdown']['jit'], 0.2)} / {_f(sim['background_slowdown']['tensorflow'], 0.2)}")
+        print(f"  {'tc apply after slot p50/p95':<28} {_f(m['jit_apply_late_ms_p50'], 8.2)} / "
+              f"{_f(m['jit_apply_late_ms_p95'], 0.2)} ms (agents during the jit runs)")
+        for model, v in m["speedup_by_model"].items():
+            print(f"    speedup {model:<16} {v:6.3f}   simulator {sim['speedup_by_model'].get(model, float('nan')):.3f}")
     return 0
 
 

@@ -182,18 +182,90 @@ def test_background_generator_completes_flows_and_reports_throughput(bed):
     assert np.isfinite(gen.results["bg1"]["mbit"])
 
 
-def test_scenarios_scale_model_dags_to_the_link_and_are_seeded():
-    from jitsched.synth import layer_chain_job
-    from jitsched.testbed.scenario import SCENARIOS, build_workload, scaled_vgg16
+def test_tc_borrow_makes_the_plan_a_floor(bed):
+    # borrow=True (what `testbed run` uses under jit): a flow planned at 10 % of the link
+    # takes the whole idle link, and falls back to about its rate once background wants it
+    from jitsched.agents.backends.base import FlowRate
+    from jitsched.agents.backends.tc import TcBackend
 
-    w1, bg1 = build_workload(4, 100.0, "quick", seed=7)
-    w2, bg2 = build_workload(4, 100.0, "quick", seed=7)
+    h0, h1 = bed.hosts[0], bed.hosts[1]
+    rx = Receiver(h1.address, 5302, netns=h1.netns)
+    backend = TcBackend(bed.link_Bps, dev=h0.dev, netns=h0.netns, borrow=True)
+    stop = threading.Event()
+    threads = []
+    try:
+        s = connect(h1.address, 5302, "planned", netns=h0.netns)
+        src, sport = s.getsockname()[:2]
+        rate = 0.1 * bed.link_Bps
+        backend.apply([FlowRate("planned", rate, src, sport, h1.address, 5302)], bed.link_Bps - rate)
+        threads.append(threading.Thread(target=send_bytes, args=(s, float("inf"), stop), daemon=True))
+        threads[-1].start()
+        time.sleep(0.8)
+        t = time.monotonic()
+        alone = rx.flows["planned"].bytes_between(t - 0.5, t) / 0.5
+        b = connect(h1.address, 5302, "bg", netns=h0.netns)
+        threads.append(threading.Thread(target=send_bytes, args=(b, float("inf"), stop), daemon=True))
+        threads[-1].start()
+        time.sleep(1.2)
+        t = time.monotonic()
+        shared = rx.flows["planned"].bytes_between(t - 0.6, t) / 0.6
+        bg = rx.flows["bg"].bytes_between(t - 0.6, t) / 0.6
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(5)
+        backend.close()
+        rx.close()
+    assert alone > 0.8 * bed.link_Bps, alone / bed.link_Bps
+    assert 0.7 * rate < shared < 1.6 * rate, shared / rate
+    assert bg > 0.7 * bed.link_Bps, bg / bed.link_Bps
+
+
+def test_scenarios_are_the_papers_jobs_and_files_scaled_to_the_link_and_seeded():
+    from jitsched.testbed.scenario import PAPER_FILE_GBIT, SCENARIOS, build_workload
+    from jitsched.workloads import model_template
+
+    sc = SCENARIOS["quick"]
+    w1, bg1 = build_workload(sc.hosts, 100.0, "quick", seed=7)
+    w2, bg2 = build_workload(sc.hosts, 100.0, "quick", seed=7)
     assert w1.to_dict() == w2.to_dict() and bg1 == bg2
-    assert len(w1.jobs) == SCENARIOS["quick"]["jobs"] and len(bg1) == SCENARIOS["quick"]["background"]
+    assert build_workload(sc.hosts, 100.0, "quick", seed=8)[0].to_dict() != w1.to_dict()
+    assert len(w1.jobs) == sc.jobs and len(bg1) == sc.files
     assert all(h.egress_bps == 100e6 for h in w1.cluster.hosts)
-    full = sum(t.bytes for t in layer_chain_job("x", "h0", "h1").transfers)
-    tenth = sum(t.bytes for t in scaled_vgg16("x", "h0", "h1", 0.1, 0.0).transfers)
-    assert abs(tenth / full - 0.1) < 1e-3
-    assert all(b.src != b.dst and b.bytes == SCENARIOS["quick"]["bg_mb"] * 1e5 for b in bg1)
+    # models in equal shares, each the real DAG with its bytes scaled by 100 Mbit/s / 1 Gbit/s
+    models = sorted(j.model for j in w1.jobs)
+    assert models == sorted(list(sc.models) * (sc.jobs // len(sc.models)))
+    for j in w1.jobs:
+        full = sum(t.bytes for t in model_template(j.model).transfers)
+        assert abs(sum(t.bytes for t in j.transfers) / full - 0.1) < 1e-3
+        assert len({t.src for t in j.transfers} | {t.dst for t in j.transfers}) == 2
+    # files: the paper's sizes at the same scale, already moving when the first job arrives
+    assert {b.bytes for b in bg1} <= {g * 1e9 / 8 * 0.1 for g in sc.file_gbit}
+    assert set(sc.file_gbit) <= set(PAPER_FILE_GBIT)
+    assert all(b.src != b.dst for b in bg1)
+    first_job = min(j.arrival_s for j in w1.jobs)
+    assert min(b.arrival_s for b in bg1) == 0.0 and first_job == sc.file_lead_s > 0
+    assert max(b.arrival_s for b in bg1) <= max(j.arrival_s for j in w1.jobs)
     with pytest.raises(testbed.TestbedError, match="unknown scenario"):
         build_workload(4, 100.0, "nope")
+
+
+def test_predict_runs_the_same_workload_in_the_fluid_simulator(monkeypatch):
+    from jitsched.testbed.scenario import SCENARIOS, Scenario, build_workload, predict
+
+    monkeypatch.setitem(SCENARIOS, "tiny", Scenario(hosts=3, jobs=2, rate_per_s=2.0,
+                                                    models=("lenet", "alexnet"), files=1,
+                                                    file_gbit=(5.0,)))
+    p = predict("tiny", seed=1)
+    wl, _ = build_workload(3, 100.0, "tiny", seed=1)
+    assert set(p["tensorflow"]["jct_s"]) == set(p["jit"]["jct_s"]) == {j.id for j in wl.jobs}
+    for j in wl.jobs:
+        # no job beats its bytes over one 100 Mbit/s link in either direction
+        per_dir = {}
+        for t in j.transfers:
+            per_dir[t.src] = per_dir.get(t.src, 0.0) + t.bytes
+        floor = max(per_dir.values()) * 8 / 100e6
+        assert p["tensorflow"]["jct_s"][j.id] >= floor and p["jit"]["jct_s"][j.id] >= floor
+    ratio = p["tensorflow"]["mean_jct_s"] / p["jit"]["mean_jct_s"]
+    assert abs(p["jct_ratio_tf_over_jit"] - ratio) < 1e-12
+    assert p["tensorflow"]["background_slowdown"] >= 1.0 - 1e-9

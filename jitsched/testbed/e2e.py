@@ -1,39 +1,80 @@
 """``testbed run``: the scenario end to end on the namespace testbed, JIT scheduling or none.
 
-One process tree: the daemon listens on ``ipc://`` endpoints in the root
-namespace (Unix sockets reach every namespace, so control traffic never
-crosses the shaped links); per host, an agent thread with the tc backend and
-a transfer sink live in the host's namespace; every transfer's socket is
-opened in its source host's namespace and moves real bytes over the shaped
-198.18.0.x links. Background file transfers (not scheduled) run beside.
+Separate processes, as on a real cluster where the daemon, the host agents
+and the jobs do not share an interpreter (in one they would share one GIL:
+a 100 ms plan would stall every runner and every slot change):
+
+- the daemon, listening on ``ipc://`` endpoints in the root namespace (Unix
+  sockets reach every namespace, so control traffic never crosses the
+  shaped links);
+- under ``jit``, one process per host agent, inside the host's namespace,
+  driving the tc backend of its host's link;
+- this process: a transfer sink per host, the job runners (every
+  transfer's socket is opened in its source host's namespace and moves real
+  bytes over the shaped 198.18.0.x links; reports go to the daemon from a
+  reporter thread per job, off the DAG's critical path) and the background
+  file transfers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import multiprocessing
 import os
+import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+
+import numpy as np
 
 from jitsched import testbed
+from jitsched.agents.backends.tc import MIN_BURST_B
+from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.netns import in_netns
 
 POLICIES = ("jit", "none")
+# The daemon's policy per testbed policy. ``none`` enforces nothing, so its
+# daemon only keeps the books (LATs for the hit rate) and plans nothing:
+# an idle JIT planner would take CPU from plain TCP's runners.
+DAEMON_POLICY = {"jit": "jit", "none": "tensorflow"}
+# The daemon plans as the simulator's jit policy does, so that
+# :func:`jitsched.testbed.scenario.predict` describes the same policy: every
+# arrival re-solves all jobs jointly, and a transfer late against its plan
+# triggers nothing (replan_on_drift off). On this testbed a runner's
+# per-transfer overhead makes most transfers of Inception and ResNet152 finish
+# over 0.5 s behind a fluid plan: with drift re-plans (paper-mini seed 0) the
+# daemon re-solved 98 times, 40 s of solver CPU, and tc changes landed 35 ms
+# late at p95 on a 2-core machine.
+DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
+# A transfer of at most this many bytes fits, with its header (flow id, up to a
+# few hundred bytes) and ACK-sized segments, in the burst an HTB flow class
+# starts with (two full frames, tc.MIN_BURST_B), so it passes its class at once
+# whatever rate the plan gives it; registering it with the agent would change
+# nothing but add two round trips to the transfer (most of Inception's 851 and
+# ResNet152's 2020 transfers are under 1 KB).
+UNREGISTERED_MAX_B = MIN_BURST_B // 1514 * 1448 - 512
+START_TIMEOUT_S = 60.0  # a spawned child imports numpy, zmq and the planner first
 
 
 def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, prefix: str = "js",
                  link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1,
-                 measure_slots: int = 20) -> dict:
+                 measure_slots: int = 20, alpha: float = 0.4, daemon_options: dict | None = None) -> dict:
     """Bring the testbed up, run the scenario's jobs and background flows, tear down.
 
     Parameters
     ----------
     scenario : str
-        ``quick`` or ``paper-mini`` (:data:`jitsched.testbed.scenario.SCENARIOS`).
+        A key of :data:`jitsched.testbed.scenario.SCENARIOS`.
     policy : str
-        ``jit``: the daemon's ``jit`` policy enforced by tc agents; ``none``:
-        the same jobs with no agents, so flows share the shaped links as plain TCP.
+        ``jit``: the daemon's ``jit`` policy enforced by tc agents (a flow's
+        planned rate is a floor; flows borrow what background leaves idle,
+        the policy's backfill); ``none``: the same jobs with no agents, so
+        flows share the shaped links as plain TCP.
     seed : int
         Workload seed (same seed, same jobs and background flows).
     prefix : str
@@ -41,13 +82,18 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
     link_mbit : float, optional
         Link rate in Mbit/s (default: the scenario's).
     timeout_s : float
-        Per-job limit in seconds.
+        Per-job limit in seconds; also how long the files may take to finish after the last job.
     slot_s : float
         Scheduling slot in seconds.
     measure_slots : int
         ``jit`` only: slots of random tc rates measured first on hosts 0 -> 1
         (:func:`jitsched.testbed.measure.measure_enforcement`); 0 skips. ``none``
         enforces nothing, so its rate fields are None.
+    alpha : float
+        Fraction of each job's transfers the jit policy plans.
+    daemon_options : dict, optional
+        Further :class:`jitsched.config.DaemonConfig` fields, over
+        :data:`DAEMON_DEFAULTS` (e.g. ``{"drift_s": 0.5}`` for drift re-plans).
 
     Returns
     -------
@@ -55,27 +101,55 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         ``policy, jobs, completed, mean_jct_s`` (s), ``lat_hit_rate``,
         ``rate_accuracy_p50``/``p5`` (achieved / target rate per slot),
         ``rate_change_latency_ms_p50`` (ms), ``background_mbit_mean`` (Mbit/s,
-        mean of the background flows' goodputs)
-        and ``details``.
+        mean goodput of the files, each over its whole life: the run waits for
+        them after the last job), ``background_slowdown_mean`` (file duration
+        over its duration alone on an idle link), ``background_completed`` and
+        ``details`` (per-job JCTs, the files as they stood when the last job
+        ended, daemon planning figures, how late the agents applied each
+        slot's rates).
     """
-    from jitsched.agents.agent import Agent
-    from jitsched.client import TransferSink
-    from jitsched.client import send_bytes as _send
-    from jitsched.config import DaemonConfig
-    from jitsched.daemon.server import Daemon, wait_until
-    from jitsched.runner import JobResult, JobRunner
-    from jitsched.testbed.scenario import SCENARIOS, build_workload
+    from jitsched.testbed.scenario import get_scenario
 
     if policy not in POLICIES:
         raise testbed.TestbedError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    sc = SCENARIOS[scenario]
-    link_mbit = link_mbit or sc["link_mbit"]
-    tb = testbed.up(sc["hosts"], link_mbit, prefix=prefix)
+    sc = get_scenario(scenario)
+    link_mbit = link_mbit or sc.link_mbit
+    with _sigterm_as_exit():
+        return _run(sc, scenario, policy, seed, prefix, link_mbit, timeout_s, slot_s, measure_slots, alpha,
+                    dict(daemon_options or {}))
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    # SIGTERM's default action ends the process at once, skipping every ``finally``:
+    # namespaces, qdiscs and helper processes would outlive the run
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: float, timeout_s: float,
+         slot_s: float, measure_slots: int, alpha: float, daemon_options: dict) -> dict:
+    from jitsched.client import TransferSink
+    from jitsched.client import send_bytes as _send
+    from jitsched.config import DaemonConfig
+    from jitsched.runner import JobResult, JobRunner
+    from jitsched.testbed.scenario import build_workload
+
+    tb = testbed.up(sc.hosts, link_mbit, prefix=prefix)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
-    daemon = agents = sinks = gen = None
-    agents, sinks = [], {}
+    gen = None
+    children: list[_Child] = []
+    sinks: dict = {}
     results: dict[str, JobResult] = {}
     enforcement: dict = {}
+    daemon_stats: dict = {}
+    agent_stats: dict = {}
     try:
         if policy == "jit" and measure_slots:
             # the tc backend's per-slot rate accuracy and rate-change latency on these very
@@ -88,26 +162,30 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         netns_of = {h.name: h.netns for h in tb.hosts}
         addr_of = {h.name: h.address for h in tb.hosts}
         cfg = DaemonConfig(cluster=wl.cluster, job_endpoint=f"ipc://{tmp}/jobs",
-                           agent_endpoint=f"ipc://{tmp}/agents", policy="jit", slot_s=slot_s,
-                           alpha=0.4, heartbeat_s=0.5, heartbeat_timeout_s=3.0)
-        daemon = Daemon(cfg)
-        daemon.start()
-        ns_tag = f"tb{os.getpid()}"
+                           agent_endpoint=f"ipc://{tmp}/agents", policy=DAEMON_POLICY[policy],
+                           slot_s=slot_s, alpha=alpha, heartbeat_s=0.5, heartbeat_timeout_s=3.0,
+                           **(DAEMON_DEFAULTS | daemon_options))
+        daemon = _Child("daemon", _daemon_main, (cfg,))
+        children.append(daemon)
+        job_ep, agent_ep = daemon.ready()
+        agent_names: dict[str, str] = {}
+        if policy == "jit":
+            # one process per host: a host's agent answers its runners' flow
+            # registrations at once, not behind the other hosts' slot changes
+            for h in tb.hosts:
+                children.append(_Child(f"agent-{h.name}", _agents_main,
+                                       ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}")))
+            for c in children[1:]:
+                (names,) = c.ready()
+                agent_names.update(names)
         for h in tb.hosts:
             with in_netns(h.netns):
                 sinks[h.name] = TransferSink(h.address)
-                if policy == "jit":
-                    # threads inherit the creator's namespace: the agent's local socket
-                    # (abstract, per namespace) and tc calls live in the host's namespace
-                    agents.append(Agent(h.name, daemon.agent_endpoint, backend="tc",
-                                        backend_options={"dev": h.dev, "netns": h.netns},
-                                        local_namespace=ns_tag).start())
-        if agents and not wait_until(lambda: all(a.registered.is_set() for a in agents), 10.0):
-            raise testbed.TestbedError("agents did not register")
-        agent_names = {a.host: a.local_name for a in agents}
         addrs = {h: s.address for h, s in sinks.items()}
 
         def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
+            if nbytes <= UNREGISTERED_MAX_B:
+                agent = None
             with in_netns(netns_of[src]):
                 return _send(addr, nbytes, flow, agent=agent, timeout_s=timeout_s)
 
@@ -118,8 +196,8 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
 
         def launch(job) -> None:
             time.sleep(max(0.0, t0 + job.arrival_s - time.monotonic()))
-            r = JobRunner(job, daemon.job_endpoint, addrs, agents=agent_names, max_threads=32,
-                          send=send).run(timeout_s=timeout_s)
+            r = JobRunner(job, job_ep, addrs, agents=agent_names, max_threads=32,
+                          send=send, async_reports=True).run(timeout_s=timeout_s)
             with lock:
                 results[job.id] = r
 
@@ -130,21 +208,33 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         for t in threads:
             t.join(timeout_s + 30.0)
         t_jobs = time.monotonic() - t0
-        bg_window_mbit = gen.throughput_mbit(t_jobs)
-        bg_res = dict(gen.results)
-        # per-flow goodput (bytes / own duration): the window average above is set by how
-        # long the jobs ran, not by how fast the background moved
-        flow_mbit = [r["mbit"] for r in bg_res.values() if "mbit" in r]
-        bg_mbit = statistics.fmean(flow_mbit) if flow_mbit else None
+        during = gen.snapshot()
+        bg_window_mbit = sum(r["bytes"] for r in during.values()) * 8 / 1e6 / max(t_jobs, 1e-9)
+        # then let every file finish: a file's goodput and slowdown over its whole life
+        # (the paper's Fig. 9 metric) do not depend on when this policy's jobs ended
+        deadline = time.monotonic() + timeout_s
+        while len(gen.results) < len(bg) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        bg_res = gen.snapshot()
+        alone_Bps = link_mbit * 1e6 / 8 * GOODPUT
+        for f in bg:
+            r = bg_res.get(f.id)
+            if r is not None and r["complete"]:
+                r["slowdown"] = (r["end_s"] - r["start_s"]) / (f.bytes / alone_Bps)
+        done = [r for r in bg_res.values() if r["complete"]]
+        bg_mbit = statistics.fmean(r["mbit"] for r in done) if done else None
+        bg_slowdown = statistics.fmean(r["slowdown"] for r in done) if done else None
     finally:
         if gen is not None:
             gen.close()
         for s in sinks.values():
             s.close()
-        for a in agents:
-            a.stop()
-        if daemon is not None:
-            daemon.stop()
+        for c in reversed(children):
+            got = c.stop()
+            if c.name == "daemon":
+                daemon_stats = got
+            elif got:
+                agent_stats[c.name] = got
         testbed.down(prefix)
         for f in os.listdir(tmp):
             os.unlink(os.path.join(tmp, f))
@@ -158,12 +248,157 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         "rate_accuracy_p50": enforcement.get("rate_accuracy_p50"),
         "rate_accuracy_p5": enforcement.get("rate_accuracy_p5"),
         "rate_change_latency_ms_p50": enforcement.get("rate_change_latency_ms_p50"),
-        "background_mbit_mean": bg_mbit,
-        "details": {"enforcement": enforcement, "background_window_mbit": bg_window_mbit, "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
+        "background_mbit_mean": bg_mbit, "background_slowdown_mean": bg_slowdown,
+        "background_completed": f"{len(done)}/{len(bg)}",
+        "details": {"enforcement": enforcement, "background_window_mbit": bg_window_mbit,
+                    "background_during_jobs": during,
+                    "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
                     "jct_s": {j: r.jct_s for j, r in sorted(results.items())},
                     "errors": {j: r.error for j, r in results.items() if r.error},
-                    "background": bg_res},
+                    "background": bg_res, "daemon": daemon_stats, "agents": agent_stats},
     }
 
 
-__all__ = ["POLICIES", "run_scenario"]
+class _Child:
+    """A spawned helper process that reports ``("ready", ...)`` once, then serves until told to stop.
+
+    Spawned, not forked: this process runs threads, and a forked child would
+    inherit their locks in whatever state they were.
+    """
+
+    def __init__(self, name: str, target, args: tuple) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.name = name
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=target, args=(*args, child), name=f"jitsched-tb-{name}", daemon=True)
+        self.proc.start()
+        child.close()
+
+    def ready(self) -> tuple:
+        """The child's ready payload; raise TestbedError if it failed or is silent."""
+        if not self.conn.poll(START_TIMEOUT_S):
+            raise testbed.TestbedError(f"testbed {self.name} did not start within {START_TIMEOUT_S:g} s")
+        try:
+            msg = self.conn.recv()
+        except EOFError:
+            raise testbed.TestbedError(f"testbed {self.name} exited during start-up") from None
+        if msg[0] != "ready":
+            raise testbed.TestbedError(f"testbed {self.name} failed: {msg[1]}")
+        return msg[1:]
+
+    def stop(self, timeout_s: float = 15.0) -> dict:
+        """Ask the child to stop; returns its final figures (empty if none). Kills it if it hangs."""
+        out: dict = {}
+        try:
+            self.conn.send("stop")
+            if self.conn.poll(timeout_s):
+                msg = self.conn.recv()
+                if msg[0] == "stats":
+                    out = msg[1]
+        except (OSError, EOFError):
+            pass  # it is gone already
+        self.proc.join(timeout_s)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5.0)
+        self.conn.close()
+        return out
+
+
+def _wait_stop(conn) -> None:
+    # "stop" from the parent, or its end of the pipe closing (the parent died)
+    try:
+        conn.recv()
+    except (EOFError, OSError):
+        pass
+
+
+def _daemon_main(cfg, conn) -> None:
+    """Child process: the daemon until the parent says stop; sends its planning figures."""
+    from jitsched.daemon.server import Daemon
+
+    try:
+        d = Daemon(cfg).start()
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    try:
+        conn.send(("ready", d.job_endpoint, d.agent_endpoint))
+        _wait_stop(conn)
+    finally:
+        d.stop()
+    st = d.state
+    solves = list(st.solve_times)
+    try:
+        conn.send(("stats", {"plans": st.n_plans, "solve_s_total": float(sum(solves)),
+                             "solve_s_median": float(statistics.median(solves)) if solves else None,
+                             "solve_s_max": float(max(solves)) if solves else None,
+                             "lat_misses": st.lat_misses}))
+    except OSError:
+        pass
+
+
+def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, conn) -> None:
+    """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
+    from jitsched.agents.agent import Agent
+    from jitsched.daemon.server import wait_until
+
+    agents = []
+    late_ms: list[float] = []
+    try:
+        for name, netns, dev in hosts:
+            with in_netns(netns):
+                # threads inherit the creator's namespace: the agent's local socket
+                # (abstract, per namespace) and tc calls live in the host's namespace
+                agents.append(Agent(name, endpoint, backend="tc",
+                                    backend_options={"dev": dev, "netns": netns, "borrow": True},
+                                    local_namespace=ns_tag).start())
+        if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
+            raise testbed.TestbedError("agents did not register")
+        for a in agents:
+            _time_slot_changes(a, late_ms)
+        conn.send(("ready", {a.host: a.local_name for a in agents}))
+        _wait_stop(conn)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        except OSError:
+            pass
+    finally:
+        for a in agents:
+            a.stop()  # removes the flow classes, puts the link shaper back
+    late = np.sort(late_ms) if late_ms else None
+    try:
+        conn.send(("stats", {} if late is None else {
+            "slot_changes": len(late), "apply_late_ms_p50": float(np.percentile(late, 50)),
+            "apply_late_ms_p95": float(np.percentile(late, 95)), "apply_late_ms_max": float(late[-1])}))
+    except OSError:
+        pass
+
+
+def _time_slot_changes(agent, late_ms: list[float]) -> None:
+    """Record how long after its slot boundary each slot's rates reached the kernel (ms).
+
+    Wraps the agent's backend: the first apply in a new slot of the agent's
+    schedule is that slot's change; applies for flow registrations within a
+    slot are not counted.
+    """
+    backend = agent.backend
+    apply = backend.apply
+    last = [None]
+
+    def timed(flows, leftover_Bps):
+        s = agent.schedule
+        t0 = time.time_ns()
+        apply(flows, leftover_Bps)
+        if s and s.get("slot_s"):
+            slot_ns = int(s["slot_s"] * 1e9)
+            k = (t0 - s["epoch_ns"]) // slot_ns
+            if k >= 0 and k != last[0]:
+                last[0] = k
+                late_ms.append((time.time_ns() - s["epoch_ns"] - k * slot_ns) / 1e6)
+
+    backend.apply = timed
+
+
+__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "UNREGISTERED_MAX_B", "run_scenario"]

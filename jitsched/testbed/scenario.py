@@ -1,50 +1,122 @@
-"""Testbed scenarios: model DAG workloads scaled to the link rate, plus background transfers."""
+"""Testbed scenarios: the paper's DL jobs and file transfers, byte sizes scaled to the link rate, and their fluid-simulator prediction."""
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from jitsched.bgtraffic import BackgroundFlow
-from jitsched.model import Cluster, Host, Job, Workload
-from jitsched.synth import layer_chain_job
+from jitsched.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.testbed import Testbed, TestbedError
 
-# (hosts, jobs, Poisson arrival rate per second, background flows, background MB at 1 Gbit/s)
-SCENARIOS = {
-    "quick": dict(hosts=4, jobs=4, rate_per_s=2.0, background=2, bg_mb=25.0, link_mbit=100.0),
-    "paper-mini": dict(hosts=8, jobs=12, rate_per_s=1.5, background=6, bg_mb=50.0, link_mbit=100.0),
-}
 PAPER_LINK_BPS = 1e9  # the paper's links; byte sizes scale by link rate / this
+PAPER_MODELS = ("lenet", "alexnet", "vgg16", "inception_v3", "resnet152")
+PAPER_FILE_GBIT = (5.0, 10.0, 20.0, 30.0, 40.0)  # file-transfer jobs of the paper's §4.1, at 1 Gbit/s
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A testbed workload: DL training iterations and unscheduled file transfers on a small cluster.
+
+    Byte sizes (DAG transfers and files alike) are the paper's multiplied by
+    ``link_mbit`` / 1000, so every transfer takes as long on the testbed's
+    links as on the paper's 1 Gbit/s ones and the compute/communication
+    balance is kept. Compute times are the packaged DAGs' own (GPU-scaled).
+
+    Attributes
+    ----------
+    hosts : int
+        Emulated hosts.
+    jobs : int
+        DL jobs, models in equal shares (each model ``jobs / len(models)``
+        times, rounded, in a seeded random order), parameter server and worker
+        on random distinct hosts, Poisson arrivals at ``rate_per_s``.
+    rate_per_s : float
+        DL job arrival rate, jobs/s.
+    models : tuple of str
+        Model DAGs (:data:`jitsched.workloads.MODELS`).
+    files : int
+        File transfers between random distinct hosts, sizes in equal shares of ``file_gbit``.
+    file_gbit : tuple of float
+        File sizes at the paper's 1 Gbit/s, Gbit (scaled like the DAG bytes).
+    file_lead_s : float
+        The first file starts at 0 s and the first DL job ``file_lead_s``
+        later, so background is already moving when jobs arrive; the other
+        files arrive uniformly over ``[0, last job arrival]``.
+    link_mbit : float
+        Link rate each way, Mbit/s.
+    """
+
+    hosts: int
+    jobs: int
+    rate_per_s: float
+    models: tuple[str, ...]
+    files: int
+    file_gbit: tuple[float, ...] = PAPER_FILE_GBIT
+    file_lead_s: float = 2.0
+    link_mbit: float = 100.0
+
+
+SCENARIOS: dict[str, Scenario] = {
+    # about 30 s of jobs per policy: the three models with few transfers (the
+    # runner opens one TCP connection per transfer; Inception and ResNet152
+    # open 850 and 2000), two of each, among 40-80 s worth of files
+    "quick": Scenario(hosts=4, jobs=6, rate_per_s=0.5, models=("lenet", "alexnet", "vgg16"),
+                      files=3, file_gbit=(5.0, 10.0, 20.0)),
+    # the paper's five models in equal shares and its five file sizes
+    "paper-mini": Scenario(hosts=8, jobs=15, rate_per_s=0.5, models=PAPER_MODELS, files=10),
+}
 
 # Modules of the daemon side (issue 5) that `testbed run` drives; absent until they land.
 REQUIRED_MODULES = ("jitsched.daemon", "jitsched.runner", "jitsched.agents.agent")
 
 
-def scaled_vgg16(job_id: str, ps: str, worker: str, scale: float, arrival_s: float) -> Job:
-    """A VGG16 layer-chain job whose transfer sizes are multiplied by ``scale`` (compute times kept).
+def get_scenario(name: str) -> Scenario:
+    """The scenario called ``name``; raise TestbedError naming the known ones otherwise."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise TestbedError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
 
-    Scaling bytes by link rate / 1 Gbit/s keeps every transfer's time, and so
-    the compute/communication balance of the paper's setting, on slower links.
-    """
-    j = layer_chain_job(job_id, ps, worker, arrival_s=arrival_s)
-    transfers = tuple(type(t)(t.id, t.src, t.dst, max(1.0, round(t.bytes * scale))) for t in j.transfers)
-    return Job(j.id, j.computes, transfers, j.edges, j.arrival_s, j.priority, j.model)
+
+def scale_job(job: Job, scale: float) -> Job:
+    """``job`` with every transfer's bytes multiplied by ``scale`` (at least 1 byte; compute times kept)."""
+    transfers = tuple(Transfer(t.id, t.src, t.dst, max(1.0, float(round(t.bytes * scale))))
+                      for t in job.transfers)
+    return replace(job, transfers=transfers)
+
+
+def _equal_shares(rng: np.random.Generator, items: tuple, n: int) -> list:
+    # every item ceil/floor(n / len) times, in random order: a small sample keeps the mix
+    pool = [items[k % len(items)] for k in range(n)]
+    return [pool[i] for i in rng.permutation(n)]
 
 
 def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, seed: int = 0
                    ) -> tuple[Workload, list[BackgroundFlow]]:
-    """The scenario's DAG jobs (native format) and its background flows, for a testbed.
+    """The scenario's DL jobs (native format) and its file transfers, for a testbed.
 
-    Jobs: VGG16 layer chains, parameter server and worker on random distinct
-    hosts, Poisson arrivals; background: file transfers between random hosts
-    with uniform arrivals over the job arrival span. Same ``seed``, same workload.
+    Parameters
+    ----------
+    tb_or_hosts : Testbed or int
+        The testbed (host names and addresses) or a host count (names ``h0..``).
+    link_mbit : float
+        Link rate, Mbit/s; sets the byte scale (``link_mbit`` / 1000).
+    scenario : str
+        A key of :data:`SCENARIOS`.
+    seed : int
+        Same seed, same workload.
+
+    Returns
+    -------
+    (Workload, list of BackgroundFlow)
+        Jobs ``<model>-<k>`` and files ``file-<k>``; arrival times in seconds from the run's start.
     """
-    try:
-        sc = SCENARIOS[scenario]
-    except KeyError:
-        raise TestbedError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}") from None
+    from jitsched.workloads import load_model_job
+
+    sc = get_scenario(scenario)
     if isinstance(tb_or_hosts, Testbed):
         names = [h.name for h in tb_or_hosts.hosts]
         addrs = [h.address for h in tb_or_hosts.hosts]
@@ -55,19 +127,60 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     cluster = Cluster(tuple(Host(n, bps, bps, a) for n, a in zip(names, addrs, strict=True)))
     rng = np.random.default_rng(seed)
     scale = bps / PAPER_LINK_BPS
-    arrivals = np.cumsum(rng.exponential(1.0 / sc["rate_per_s"], size=sc["jobs"]))
-    arrivals -= arrivals[0]
-    jobs = []
-    for j, a in enumerate(arrivals):
-        ps, worker = rng.choice(len(names), size=2, replace=False)
-        jobs.append(scaled_vgg16(f"vgg16-{j}", names[ps], names[worker], scale, float(a)))
-    span = float(arrivals[-1]) if len(arrivals) else 1.0
+    arrivals = np.cumsum(rng.exponential(1.0 / sc.rate_per_s, size=sc.jobs))
+    arrivals -= arrivals[0] if len(arrivals) else 0.0
+    models = _equal_shares(rng, sc.models, sc.jobs)
+    hosts = [rng.choice(len(names), size=2, replace=False) for _ in range(sc.jobs)]
+    lead = sc.file_lead_s if sc.files else 0.0
+    arrivals += lead
+    span = float(arrivals[-1]) if len(arrivals) else 0.0
+    sizes = _equal_shares(rng, sc.file_gbit, sc.files)
     bg = []
-    for b in range(sc["background"]):
+    for k, gbit in enumerate(sizes):
         s, d = rng.choice(len(names), size=2, replace=False)
-        bg.append(BackgroundFlow(f"file-{b}", names[s], names[d], sc["bg_mb"] * 1e6 * scale,
-                                 float(rng.uniform(0, span))))
+        at = float(rng.uniform(0.0, span)) if k else 0.0
+        bg.append(BackgroundFlow(f"file-{k}", names[s], names[d], gbit * 1e9 / 8 * scale, at))
+    jobs = [scale_job(load_model_job(m, names[ps], names[w], f"{m}-{k}", float(a)), scale)
+            for k, (m, (ps, w), a) in enumerate(zip(models, hosts, arrivals, strict=True))]
     return Workload(cluster, tuple(jobs)), bg
+
+
+def sim_workload(wl: Workload, bg: list[BackgroundFlow]) -> Workload:
+    """The testbed workload as the fluid simulator sees it: the files become background flows."""
+    return replace(wl, background=tuple(Background(b.id, b.src, b.dst, b.bytes, b.arrival_s) for b in bg))
+
+
+def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
+            alpha: float = 0.4) -> dict:
+    """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
+
+    The same jobs and files as :func:`build_workload`; ``tensorflow`` is the
+    simulator's per-flow max-min fair network, the ideal of the testbed's
+    ``none`` policy, and ``jit`` runs with the testbed daemon's slot and alpha.
+
+    Returns
+    -------
+    dict
+        ``jct_ratio_tf_over_jit`` (ratio of mean JCTs), ``mean_speedup``
+        (mean over jobs of TF JCT / JIT JCT) and per policy ``mean_jct_s``,
+        ``jct_s`` (per job), ``jct_by_model_s`` and ``background_slowdown``.
+    """
+    from jitsched.sim import simulate
+
+    sc = get_scenario(scenario)
+    wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
+    w = sim_workload(wl, bg)
+    out: dict = {}
+    for pol, opts in (("tensorflow", {}), ("jit", {"slot_s": slot_s, "alpha": alpha})):
+        r = simulate(w, pol, policy_options=opts)
+        out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
+                    "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
+                    "jct_by_model_s": r.jct_by_model(),
+                    "background_slowdown": float(np.mean(r.bg_slowdown)) if len(r.bg_slowdown) else None}
+    tf, jit = out["tensorflow"], out["jit"]
+    out["jct_ratio_tf_over_jit"] = tf["mean_jct_s"] / jit["mean_jct_s"]
+    out["mean_speedup"] = float(np.mean([tf["jct_s"][j] / jit["jct_s"][j] for j in jit["jct_s"]]))
+    return out
 
 
 def require_daemon_side() -> None:
