@@ -14,7 +14,7 @@ DIRECTIVES = {
     "nonecheck": False,
 }
 
-KERNELS = ["_lat", "_alloc"]
+KERNELS = ["_lat", "_alloc", "_sim"]
 
 extensions = [
     Extension(

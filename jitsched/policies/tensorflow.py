@@ -2,31 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from jitsched.alloc import maxmin_fair
+from jitsched.alloc import pair_maxmin
 from jitsched.policies.base import Allocation, Policy, SchedulerView, register_policy
-
-
-def pair_maxmin(src: np.ndarray, dst: np.ndarray, cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
-    """Per-flow max-min fair rates, computed once per (src, dst) pair.
-
-    Flows on the same host pair always get the same max-min rate, so the
-    kernel runs on pairs weighted by their flow counts: the same answer with
-    far fewer flows (a job's many parameter reads share one pair).
-
-    Returns
-    -------
-    ndarray, shape (F,)
-        Rates, bytes/s.
-    """
-    if len(src) == 0:
-        return np.zeros(0)
-    h = len(cap_e)
-    key = src * h + dst
-    uniq, inv, count = np.unique(key, return_inverse=True, return_counts=True)
-    group = maxmin_fair(uniq // h, uniq % h, cap_e, cap_i, count.astype(np.float64))
-    return (group / count)[inv]
 
 
 @register_policy

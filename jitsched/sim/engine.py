@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from jitsched.alloc import check_capacity
-from jitsched.errors import ValidationError
+from jitsched.alloc import CAPACITY_RTOL, check_capacity
+from jitsched.errors import ValidationError, kernel_import_error
 from jitsched.model import COMPUTE, TRANSFER, Workload, compile_jobs
 from jitsched.policies.base import (
     DONE,
@@ -21,6 +21,14 @@ from jitsched.policies.base import (
 )
 from jitsched.sim.clock import EventQueue, VirtualClock
 from jitsched.sim.metrics import SimResult, collect
+
+try:
+    from jitsched import _sim
+except ImportError as exc:  # pragma: no cover - exercised only on unbuilt trees
+    _SIM_IMPORT_ERROR: ImportError | None = exc
+    _sim = None
+else:
+    _SIM_IMPORT_ERROR = None
 
 # Event kinds; at equal times, arrivals are handled before completions so a
 # policy planning at an arrival sees the state just before anything else moves.
@@ -135,23 +143,24 @@ class Simulator:
         if self.tick_s is not None:
             events.push(self.tick_s, _TICK, None)
 
-        # active flows, as parallel arrays
-        f_src = np.zeros(0, dtype=np.int64)
-        f_dst = np.zeros(0, dtype=np.int64)
-        f_node = np.zeros(0, dtype=np.int64)
-        f_job = np.zeros(0, dtype=np.int64)
-        f_bg = np.zeros(0, dtype=np.int64)
-        f_rel = np.zeros(0)
-        f_rem = np.zeros(0)
-        f_rate = np.zeros(0)
-        f_fin = np.zeros(0)
+        # Active flows live in the first n_live entries of parallel buffers that
+        # grow by doubling: the per-event kernels of _sim update and compact
+        # them in place, so an event costs a few calls, not one numpy call per
+        # array (a paper-scale run has ~10^6 events over a few hundred flows).
+        if _sim is None:
+            raise kernel_import_error("_sim", _SIM_IMPORT_ERROR)
+        buf = _FlowBuffers(64)
+        n_live = 0
         new_flows: list[tuple[int, int, int, int, int, float, float]] = []
-        t_last = 0.0  # f_rem is exact at t_last
+        t_last = 0.0  # buf.rem is exact at t_last
         dag_egress = np.zeros(nh)  # DAG-transfer rate per host egress, bytes/s
         dag_egress_int = np.zeros(nh)  # its integral over time, bytes
+        load_e, load_i = np.zeros(nh), np.zeros(nh)  # scratch of the capacity check
         dag_window = [math.inf, -math.inf]  # first DAG arrival, last DAG finish
         valid_until = math.inf
+        t_flow = math.inf  # earliest finish of a live flow at the current rates
         n_alloc = 0
+        n_events = 0
         policy_s = 0.0
         max_util = 0.0
 
@@ -165,15 +174,10 @@ class Simulator:
             bar = tqdm(total=nj + nb, desc=f"sim {pol.name}", unit="job", leave=False)
 
         def advance(t: float) -> None:
-            nonlocal t_last, f_rem
+            nonlocal t_last
             dt = t - t_last
-            if dt > 0 and len(f_rem):
-                moved = f_rate * dt
-                f_rem = f_rem - moved
-                is_job = f_node >= 0
-                sent[f_node[is_job]] += moved[is_job]
-                remaining[f_node[is_job]] = np.maximum(f_rem[is_job], 0.0)
-                bg_sent[f_bg[~is_job]] += moved[~is_job]
+            if dt > 0 and n_live:
+                _sim.advance(dt, n_live, buf.rate, buf.rem, buf.node, buf.bg, sent, remaining, bg_sent)
                 dag_egress_int[:] += dag_egress * dt
             t_last = t
 
@@ -217,15 +221,24 @@ class Simulator:
                 if new_flows:
                     add = np.array(new_flows, dtype=np.float64).reshape(-1, 7)
                     new_flows.clear()
-                    f_src = np.concatenate([f_src, add[:, 0].astype(np.int64)])
-                    f_dst = np.concatenate([f_dst, add[:, 1].astype(np.int64)])
-                    f_node = np.concatenate([f_node, add[:, 2].astype(np.int64)])
-                    f_job = np.concatenate([f_job, add[:, 3].astype(np.int64)])
-                    f_bg = np.concatenate([f_bg, add[:, 4].astype(np.int64)])
-                    f_rel = np.concatenate([f_rel, add[:, 5]])
-                    f_rem = np.concatenate([f_rem, add[:, 6]])
+                    buf.reserve(n_live + len(add))
+                    lo, n_live = n_live, n_live + len(add)
+                    buf.src[lo:n_live] = add[:, 0]
+                    buf.dst[lo:n_live] = add[:, 1]
+                    buf.node[lo:n_live] = add[:, 2]
+                    buf.job[lo:n_live] = add[:, 3]
+                    buf.bg[lo:n_live] = add[:, 4]
+                    buf.rel[lo:n_live] = add[:, 5]
+                    buf.rem[lo:n_live] = add[:, 6]
+                    # done when at most tol bytes are left; the 7th column is the flow's size
+                    buf.tol[lo:n_live] = DONE_ABS_BYTES + DONE_REL * add[:, 6]
+                f_src, f_dst = buf.src[:n_live], buf.dst[:n_live]
+                f_rem = buf.rem[:n_live]
                 view.now = now
-                view.flows = FlowSet(f_src, f_dst, np.maximum(f_rem, 0.0), f_node, f_job, f_bg, f_rel)
+                # Views of the buffers: policies read them during allocate() only
+                # (they never keep or mutate a FlowSet); remaining is a copy.
+                view.flows = FlowSet(f_src, f_dst, np.maximum(f_rem, 0.0), buf.node[:n_live],
+                                     buf.job[:n_live], buf.bg[:n_live], buf.rel[:n_live])
                 tp = time.perf_counter()
                 alloc = pol.allocate(view)
                 policy_s += time.perf_counter() - tp
@@ -234,41 +247,38 @@ class Simulator:
                 if f_rate.shape != f_rem.shape:
                     raise RuntimeError(f"policy {pol.name!r} returned {f_rate.shape} rates "
                                        f"for {f_rem.shape[0]} flows")
-                if self.check and len(f_rate):
-                    check_capacity(f_src, f_dst, f_rate, cap_e, cap_i)
-                    max_util = max(max_util, float(np.max(
-                        np.bincount(f_src, f_rate, nh) / cap_e)), float(np.max(
-                            np.bincount(f_dst, f_rate, nh) / cap_i)))
-                is_job = f_node >= 0
-                dag_egress = np.bincount(f_src[is_job], f_rate[is_job], nh)
-                with np.errstate(divide="ignore"):
-                    f_fin = np.where(f_rate > 0, now + np.maximum(f_rem, 0.0) / f_rate, math.inf)
+                buf.rate[:n_live] = f_rate
+                check = self.check and n_live > 0
+                t_flow, util_e, util_i, ok = _sim.after_allocation(
+                    now, n_live, check, buf.src, buf.dst, buf.node, buf.rate, buf.rem, cap_e, cap_i,
+                    CAPACITY_RTOL, load_e, load_i, dag_egress, buf.fin)
+                if check:
+                    if not ok:
+                        check_capacity(f_src, f_dst, f_rate, cap_e, cap_i)  # raises, naming the port
+                        raise AssertionError("allocation over capacity")  # pragma: no cover
+                    max_util = max(max_util, util_e, util_i)
                 valid_until = float(alloc.valid_until_s)
                 if valid_until <= now:
                     raise RuntimeError(f"policy {pol.name!r} asked to be woken at "
                                        f"{valid_until} <= now {now}")
                 dirty = False
-            t_flow = float(f_fin.min()) if len(f_fin) else math.inf
             t_ev = events.peek_time()
             t_next = min(t_flow, t_ev, valid_until)
             if t_next == math.inf:
                 break
             clock.wait_until(max(t_next, now))
             now = clock.now()
+            n_events += 1
             if t_flow <= now:
                 advance(now)
-                fsize = np.where(f_node >= 0, dag.size[np.maximum(f_node, 0)] if n else 0.0,
-                                 bg_bytes[np.maximum(f_bg, 0)] if nb else 0.0)
-                tol = DONE_ABS_BYTES + DONE_REL * fsize
-                done = (f_rem <= tol) | (f_fin <= now)
-                idx = np.flatnonzero(done)
-                keep = ~done
-                fin_nodes = f_node[idx].tolist()
-                fin_bgs = f_bg[idx].tolist()
-                crumbs = f_rem[idx]
-                f_src, f_dst, f_node, f_job, f_bg = f_src[keep], f_dst[keep], f_node[keep], f_job[keep], f_bg[keep]
-                f_rel, f_rem, f_rate, f_fin = f_rel[keep], f_rem[keep], f_rate[keep], f_fin[keep]
-                for v, b, c in zip(fin_nodes, fin_bgs, crumbs.tolist(), strict=True):
+                n_done = _sim.collect_done(now, n_live, buf.src, buf.dst, buf.node, buf.job, buf.bg,
+                                           buf.rel, buf.rem, buf.rate, buf.fin, buf.tol,
+                                           buf.out_node, buf.out_bg, buf.out_crumb)
+                n_live -= n_done
+                fin_nodes = buf.out_node[:n_done].tolist()
+                fin_bgs = buf.out_bg[:n_done].tolist()
+                crumbs = buf.out_crumb[:n_done].tolist()
+                for v, b, c in zip(fin_nodes, fin_bgs, crumbs, strict=True):
                     if v >= 0:
                         sent[v] += max(c, 0.0)  # the float crumb goes out with the rest
                         remaining[v] = 0.0
@@ -283,7 +293,7 @@ class Simulator:
                         tp = time.perf_counter()
                         pol.on_flow_done(view, b)
                         policy_s += time.perf_counter() - tp
-                dirty = True
+                dirty = True  # the flow set changed: t_flow is recomputed with the new rates
             while events.peek_time() <= now:
                 _, ev, payload = events.pop()
                 if ev == _COMPUTE_DONE:
@@ -310,7 +320,7 @@ class Simulator:
                     pol.on_flow_arrival(view, b)
                 elif ev == _TICK:
                     pol.on_tick(view)
-                    if len(events) or len(f_rem) or new_flows:
+                    if len(events) or n_live or new_flows:
                         events.push(now + self.tick_s, _TICK, None)
                 policy_s += time.perf_counter() - tp
             if valid_until <= now:
@@ -319,8 +329,8 @@ class Simulator:
                 break
         if bar is not None:
             bar.close()
-        if len(f_rem):
-            raise RuntimeError(f"policy {pol.name!r} left {len(f_rem)} flows starved "
+        if n_live:
+            raise RuntimeError(f"policy {pol.name!r} left {n_live} flows starved "
                                f"(zero rate, nothing left to wake it) at t={clock.now()}")
         if not np.all(job_done):
             stuck = dag.job_ids[int(np.flatnonzero(~job_done)[0])]
@@ -330,7 +340,40 @@ class Simulator:
             start=start, finish=finish, sent=sent, job_finish=job_finish, bg_finish=bg_finish,
             bg_sent=bg_sent, bg_src=bg_src, bg_dst=bg_dst, bg_bytes=bg_bytes, bg_arr=bg_arr,
             dag_egress_int=dag_egress_int, dag_window=tuple(dag_window), wall_s=wall,
-            policy_s=policy_s, n_alloc=n_alloc, max_util=max_util, end_s=clock.now()))
+            policy_s=policy_s, n_alloc=n_alloc, n_events=n_events, max_util=max_util, end_s=clock.now()))
+
+
+class _FlowBuffers:
+    """Parallel per-flow buffers of the simulator's active flows; only a prefix is live.
+
+    Parameters
+    ----------
+    capacity : int
+        Initial number of entries.
+    """
+
+    _INT = ("src", "dst", "node", "job", "bg", "out_node", "out_bg")
+    _FLOAT = ("rel", "rem", "rate", "fin", "tol", "out_crumb")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = 0
+        for name in self._INT:
+            setattr(self, name, np.zeros(0, dtype=np.int64))
+        for name in self._FLOAT:
+            setattr(self, name, np.zeros(0))
+        self.reserve(capacity)
+
+    def reserve(self, n: int) -> None:
+        """Make room for ``n`` entries, keeping the current ones (capacity doubles)."""
+        if n <= self.capacity:
+            return
+        cap = max(n, 2 * self.capacity)
+        for name in self._INT + self._FLOAT:
+            old = getattr(self, name)
+            new = np.zeros(cap, dtype=old.dtype)
+            new[:len(old)] = old
+            setattr(self, name, new)
+        self.capacity = cap
 
 
 def simulate(workload: Workload, policy: Policy | str, **kwargs) -> SimResult:

@@ -181,5 +181,5 @@ def collect(sim, raw: dict) -> SimResult:
         node_start_s=raw["start"], node_finish_s=raw["finish"],
         stats=stats, wall_s=raw["wall_s"], policy_s=raw["policy_s"], lp_s=lp_s,
         n_allocations=raw["n_alloc"], max_port_utilization=raw["max_util"], end_s=raw["end_s"],
-        window_s=(lo, hi),
+        window_s=(lo, hi), extra={"events": raw.get("n_events", 0)},
     )
