@@ -34,9 +34,11 @@ def _check_flows(src, dst, cap_e, cap_i) -> tuple[np.ndarray, np.ndarray, np.nda
         raise ValidationError(f"src/dst: expected two arrays of one shape, got {src.shape} and {dst.shape}")
     if cap_i.shape != (h,):
         raise ValidationError(f"cap_i: expected shape ({h},), got {cap_i.shape}")
-    if len(src) and (src.min() < 0 or src.max() >= h or dst.min() < 0 or dst.max() >= h):
+    # one kernel pass instead of six numpy reductions: policies call this per allocation
+    lo, hi, finite = _kernels().index_bounds(src, dst, cap_e, cap_i)
+    if len(src) and (lo < 0 or hi >= h):
         raise ValidationError("src/dst: host index out of range")
-    if np.any(~np.isfinite(cap_e)) or np.any(~np.isfinite(cap_i)):
+    if not finite:
         raise ValidationError("cap_e/cap_i: capacities must be finite")
     return src, dst, cap_e, cap_i
 
@@ -104,25 +106,10 @@ def pair_maxmin(src, dst, cap_e, cap_i) -> np.ndarray:
         Rates, bytes/s.
     """
     src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
-    nf, h = len(src), len(cap_e)
-    if nf == 0:
-        return np.zeros(0)
-    k = _kernels()
-    gsrc = np.empty(nf, dtype=np.int64)
-    gdst = np.empty(nf, dtype=np.int64)
-    gcount = np.empty(nf)
-    inv = np.empty(nf, dtype=np.int64)
-    ng = k.pair_groups(src, dst, np.empty(h + 1, dtype=np.int64), np.empty(nf, dtype=np.int64),
-                       np.empty(nf, dtype=np.int64), gsrc, gdst, gcount, inv)
-    gsrc, port_b, gcount = gsrc[:ng], gdst[:ng] + h, gcount[:ng]
-    rate = np.zeros(ng)
-    heap = 2 * h + min(2 * ng, 4 * h * h) + 1
-    k.maxmin_fair(gsrc, port_b, gcount, np.concatenate([cap_e, cap_i]),
-                  np.empty(2 * h + 2, dtype=np.int64), np.empty(2 * ng, dtype=np.int32),
-                  np.empty(2 * h), rate, np.empty(ng + 2 * h, dtype=np.int8), np.empty(heap),
-                  np.empty(heap, dtype=np.int32), np.empty(2 * h, dtype=np.int32))
-    rate /= gcount
-    return rate[inv]
+    rate = np.zeros(len(src))
+    if len(src) and _kernels().pair_maxmin(src, dst, cap_e, cap_i, rate) < 0:
+        raise MemoryError("pair_maxmin: no memory for the kernel's scratch")
+    return rate
 
 
 def priority_greedy(order, src, dst, cap_e, cap_i) -> np.ndarray:

@@ -1,10 +1,11 @@
 # cython: language_level=3
 """Rate-allocation kernels over host ports: max-min fair filling and strict-priority greedy (private)."""
 
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, isfinite
+from libc.stdlib cimport free, malloc
 
 
-cdef inline void _push(double[::1] hkey, int[::1] hport, Py_ssize_t* size,
+cdef inline void _push(double* hkey, int* hport, Py_ssize_t* size,
                        double key, int port) noexcept nogil:
     cdef Py_ssize_t i = size[0], parent
     size[0] += 1
@@ -19,7 +20,7 @@ cdef inline void _push(double[::1] hkey, int[::1] hport, Py_ssize_t* size,
     hport[i] = port
 
 
-cdef inline void _pop(double[::1] hkey, int[::1] hport, Py_ssize_t* size) noexcept nogil:
+cdef inline void _pop(double* hkey, int* hport, Py_ssize_t* size) noexcept nogil:
     cdef Py_ssize_t n = size[0] - 1, i = 0, c
     cdef double key = hkey[n]
     cdef int port = hport[n]
@@ -41,35 +42,12 @@ cdef inline void _pop(double[::1] hkey, int[::1] hport, Py_ssize_t* size) noexce
         hport[i] = port
 
 
-def maxmin_fair(const long long[::1] port_a,
-                const long long[::1] port_b,
-                const double[::1] weight,
-                double[::1] cap,
-                long long[::1] pf_ptr,
-                int[::1] pf_idx,
-                double[::1] wsum,
-                double[::1] rate,
-                signed char[::1] mark,
-                double[::1] hkey,
-                int[::1] hport,
-                int[::1] touched):
-    """Weighted max-min fair rates by progressive filling.
-
-    Every flow crosses two ports; the port whose residual capacity per unit
-    of unfrozen weight is smallest saturates next and freezes its flows at
-    ``weight * level``. A lazy binary heap keyed by that level, re-keyed once
-    per touched port per saturation, makes one call O((P + F) log P)-ish.
-
-    # IN  port_a, port_b (F,): the two ports of each flow (egress, ingress)
-    # IN  weight (F,): positive weights
-    # IN/OUT cap (P,): capacities in, residual capacities out
-    # OUT pf_ptr (P+2,), pf_idx (2F,): scratch (CSR port -> flows)
-    # OUT wsum (P,): scratch; rate (F,): weight * level, bytes/s
-    # OUT mark (F + P,): scratch (frozen flows, touched ports)
-    # OUT hkey, hport (P + P*P or P + F, whichever smaller, at least P+1): heap scratch
-    # OUT touched (P,): scratch
-    """
-    cdef Py_ssize_t nf = port_a.shape[0], np_ = cap.shape[0], hsize = 0, f, p, e, k, nt
+cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
+                       const long long* port_b, const double* weight, double* cap,
+                       long long* pf_ptr, int* pf_idx, double* wsum, double* rate,
+                       signed char* mark, double* hkey, int* hport, int* touched) noexcept nogil:
+    # the body of maxmin_fair on raw buffers, so pair_maxmin can run it on its own scratch
+    cdef Py_ssize_t hsize = 0, f, p, e, k, nt
     cdef int q, fl
     cdef double level, key, r
     # counting sort of (port, flow) incidences into pf_ptr/pf_idx
@@ -129,6 +107,39 @@ def maxmin_fair(const long long[::1] port_a,
                 _push(hkey, hport, &hsize, (cap[p] if cap[p] > 0.0 else 0.0) / wsum[p], <int>p)
             else:
                 wsum[p] = 0.0
+
+
+def maxmin_fair(const long long[::1] port_a,
+                const long long[::1] port_b,
+                const double[::1] weight,
+                double[::1] cap,
+                long long[::1] pf_ptr,
+                int[::1] pf_idx,
+                double[::1] wsum,
+                double[::1] rate,
+                signed char[::1] mark,
+                double[::1] hkey,
+                int[::1] hport,
+                int[::1] touched):
+    """Weighted max-min fair rates by progressive filling.
+
+    Every flow crosses two ports; the port whose residual capacity per unit
+    of unfrozen weight is smallest saturates next and freezes its flows at
+    ``weight * level``. A lazy binary heap keyed by that level, re-keyed once
+    per touched port per saturation, makes one call O((P + F) log P)-ish.
+
+    # IN  port_a, port_b (F,): the two ports of each flow (egress, ingress)
+    # IN  weight (F,): positive weights
+    # IN/OUT cap (P,): capacities in, residual capacities out
+    # OUT pf_ptr (P+2,), pf_idx (2F,): scratch (CSR port -> flows)
+    # OUT wsum (P,): scratch; rate (F,): weight * level, bytes/s
+    # OUT mark (F + P,): scratch (frozen flows, touched ports)
+    # OUT hkey, hport (P + P*P or P + F, whichever smaller, at least P+1): heap scratch
+    # OUT touched (P,): scratch
+    """
+    _maxmin_core(port_a.shape[0], cap.shape[0], &port_a[0], &port_b[0], &weight[0], &cap[0],
+                 &pf_ptr[0], &pf_idx[0], &wsum[0], &rate[0], &mark[0], &hkey[0], &hport[0],
+                 &touched[0])
     return 0
 
 
@@ -161,29 +172,13 @@ def priority_greedy(const long long[::1] order,
     return 0
 
 
-def pair_groups(const long long[::1] src,
-                const long long[::1] dst,
-                long long[::1] cnt,
-                long long[::1] tmp,
-                long long[::1] order,
-                long long[::1] gsrc,
-                long long[::1] gdst,
-                double[::1] gcount,
-                long long[::1] inv):
-    """Group flows by (src, dst) host pair, pairs in ascending (src, dst) order.
 
-    Two stable counting sorts (by dst, then by src), O(F + H): the same
-    groups, in the same order, as ``np.unique(src * H + dst)``, without a
-    comparison sort or an H*H table.
-
-    # IN  src, dst (F,): host indices in [0, H)
-    # OUT cnt (H+1,), tmp (F,), order (F,): scratch
-    # OUT gsrc, gdst (>= G,): the G distinct pairs, ascending
-    # OUT gcount (>= G,): flows per pair (as float64, ready as max-min weights)
-    # OUT inv (F,): pair index of each flow
-    Returns G.
-    """
-    cdef Py_ssize_t nf = src.shape[0], h = cnt.shape[0] - 1, f, k, g = -1
+cdef Py_ssize_t _pair_groups(Py_ssize_t nf, Py_ssize_t h, const long long* src, const long long* dst,
+                             long long* cnt, long long* tmp, long long* order, long long* gsrc,
+                             long long* gdst, double* gcount, long long* inv) noexcept nogil:
+    # Two stable counting sorts (by dst, then by src), O(F + H): the groups of
+    # np.unique(src * H + dst), in its (ascending) order, without an H*H table.
+    cdef Py_ssize_t f, k, g = -1
     cdef long long s, d, ps = -1, pd = -1
     for k in range(h + 1):
         cnt[k] = 0
@@ -218,3 +213,112 @@ def pair_groups(const long long[::1] src,
         gcount[g] += 1.0
         inv[f] = g
     return g + 1
+
+
+def pair_maxmin(const long long[::1] src,
+                const long long[::1] dst,
+                const double[::1] cap_e,
+                const double[::1] cap_i,
+                double[::1] rate):
+    """Per-flow max-min fair rates, filled once per (src, dst) host pair.
+
+    Groups the flows by host pair (pairs in ascending (src, dst) order, as
+    ``np.unique(src * H + dst)`` lists them), runs :func:`maxmin_fair` on the
+    pairs weighted by their flow counts, and gives each flow its pair's rate
+    divided by the count. Scratch is allocated here: one call per allocation.
+
+    # IN  src, dst (F,): host indices in [0, H)
+    # IN  cap_e, cap_i (H,): free capacity per port, bytes/s
+    # OUT rate (F,): bytes/s
+    Returns the number of pairs, or -1 if scratch memory ran out.
+    """
+    cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], ng, f, p, heap
+    cdef Py_ssize_t n_ll = (h + 1) + 6 * nf + (2 * h + 2)
+    cdef Py_ssize_t n_dbl = nf + 2 * h + 2 * h + nf + (4 * h + 2 * nf + 1)
+    cdef Py_ssize_t n_int = 2 * nf + (4 * h + 2 * nf + 1) + 2 * h
+    cdef long long* ll = <long long*> malloc((n_ll + 1) * sizeof(long long))
+    cdef double* dbl = <double*> malloc((n_dbl + 1) * sizeof(double))
+    cdef int* ints = <int*> malloc((n_int + 1) * sizeof(int))
+    cdef signed char* mark = <signed char*> malloc(nf + 2 * h + 1)
+    cdef long long *cnt, *tmp, *order, *gsrc, *gdst, *inv, *pf_ptr
+    cdef double *gcount, *cap, *wsum, *grate, *hkey
+    cdef int *pf_idx, *hport, *touched
+    if ll == NULL or dbl == NULL or ints == NULL or mark == NULL:
+        free(ll)
+        free(dbl)
+        free(ints)
+        free(mark)
+        return -1
+    cnt = ll
+    tmp = cnt + (h + 1)
+    order = tmp + nf
+    gsrc = order + nf
+    gdst = gsrc + nf
+    inv = gdst + nf
+    pf_ptr = inv + nf + nf  # one spare block keeps the layout simple
+    gcount = dbl
+    cap = gcount + nf
+    wsum = cap + 2 * h
+    grate = wsum + 2 * h
+    hkey = grate + nf
+    ng = _pair_groups(nf, h, &src[0], &dst[0], cnt, tmp, order, gsrc, gdst, gcount, inv)
+    for p in range(ng):
+        gdst[p] += h  # ingress ports follow the egress ports
+    for p in range(h):
+        cap[p] = cap_e[p]
+        cap[h + p] = cap_i[p]
+    # as maxmin_fair's wrapper sizes it: one entry per port, then at most one
+    # per touched port per saturation
+    heap = 2 * h + min(2 * ng, 4 * h * h) + 1
+    pf_idx = ints
+    hport = pf_idx + 2 * ng
+    touched = hport + heap
+    _maxmin_core(ng, 2 * h, gsrc, gdst, gcount, cap, pf_ptr, pf_idx, wsum, grate, mark, hkey,
+                 hport, touched)
+    for p in range(ng):
+        grate[p] = grate[p] / gcount[p]
+    for f in range(nf):
+        rate[f] = grate[inv[f]]
+    free(ll)
+    free(dbl)
+    free(ints)
+    free(mark)
+    return ng
+
+
+def index_bounds(const long long[::1] src,
+                 const long long[::1] dst,
+                 const double[::1] cap_e,
+                 const double[::1] cap_i):
+    """Smallest and largest host index and whether every capacity is finite, in one pass.
+
+    Lets the Python wrappers validate their inputs without six numpy reductions per call.
+
+    # IN  src, dst (F,): host indices
+    # IN  cap_e, cap_i (H,): capacities
+    Returns ``(lo, hi, finite)``; ``lo``/``hi`` are 0/-1 when F = 0.
+    """
+    cdef Py_ssize_t f
+    cdef long long lo = 0, hi = -1, v
+    cdef bint finite = True
+    if src.shape[0]:
+        lo = src[0]
+        hi = src[0]
+    for f in range(src.shape[0]):
+        v = src[f]
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+        v = dst[f]
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    for f in range(cap_e.shape[0]):
+        if not isfinite(cap_e[f]):
+            finite = False
+    for f in range(cap_i.shape[0]):
+        if not isfinite(cap_i[f]):
+            finite = False
+    return lo, hi, finite
