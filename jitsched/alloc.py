@@ -182,25 +182,125 @@ def fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
     Returns
     -------
     ndarray, shape (F,)
-        Rates in bytes/s; planned rates are scaled down only if they overload a port.
+        Rates in bytes/s; planned rates are scaled down (as :func:`fit_fixed`)
+        only if they overload a port, and the sharers fill what they leave as
+        :func:`maxmin_fair` would.
     """
     src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
-    fixed = np.asarray(fixed, dtype=np.float64)
+    fixed = np.ascontiguousarray(fixed, dtype=np.float64)
     if fixed.shape != src.shape:
         raise ValidationError(f"fixed: expected shape {src.shape}, got {fixed.shape}")
-    planned = ~np.isnan(fixed)
+    if weight is None:
+        w = np.zeros(0)
+    else:
+        w = np.ascontiguousarray(weight, dtype=np.float64)
+        ws = w[np.isnan(fixed)] if w.shape == fixed.shape else w
+        if w.shape != fixed.shape or (len(ws) and (not np.all(np.isfinite(ws)) or ws.min() <= 0)):
+            raise ValidationError("weight: expected one positive finite weight per flow")
     rate = np.zeros(len(src))
-    h = len(cap_e)
-    if planned.any():
-        rate[planned] = fit_fixed(fixed[planned], src[planned], dst[planned], cap_e, cap_i)
-        cap_e = cap_e - np.bincount(src[planned], weights=rate[planned], minlength=h)
-        cap_i = cap_i - np.bincount(dst[planned], weights=rate[planned], minlength=h)
-    share = ~planned
-    if share.any():
-        w = None if weight is None else np.asarray(weight, dtype=np.float64)[share]
-        rate[share] = maxmin_fair(src[share], dst[share], np.maximum(cap_e, 0.0),
-                                  np.maximum(cap_i, 0.0), w)
+    # one kernel call: a JIT allocation used to make ~30 numpy calls here
+    if len(src) and _kernels().fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, w, rate) < 0:
+        raise MemoryError("fixed_then_maxmin: no memory for the kernel's scratch")
     return rate
+
+
+def backfill(order, src, dst, cap_e, cap_i, rate) -> np.ndarray:
+    """Give the capacity ``rate`` leaves unused on each port to the flows in ``order``, in turn.
+
+    Work-conserving strict priority over the leftover: each listed flow in
+    turn adds ``min(unused egress of its src, unused ingress of its dst)``
+    to its rate (as :func:`priority_greedy` on ``max(cap - load, 0)``).
+
+    Parameters
+    ----------
+    order : array of int, shape (K,)
+        Indices of the flows that may take more, highest priority first.
+    src, dst : array of int, shape (F,)
+    cap_e, cap_i : array, shape (H,)
+        Capacity per host, bytes/s.
+    rate : array, shape (F,)
+        Current rates, bytes/s.
+
+    Returns
+    -------
+    ndarray, shape (F,)
+        The new rates, bytes/s.
+    """
+    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    out = np.array(rate, dtype=np.float64)  # a copy: the kernel adds in place
+    nf, h = len(src), len(cap_e)
+    if out.shape != (nf,):
+        raise ValidationError(f"rate: expected shape ({nf},), got {out.shape}")
+    if order.ndim != 1 or (len(order) and (order.min() < 0 or order.max() >= nf)):
+        raise ValidationError("order: expected flow indices")
+    if len(order):
+        _kernels().backfill(order, src, dst, cap_e, cap_i, out, np.empty(h), np.empty(h))
+    return out
+
+
+def slot_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
+               cap_e, cap_i, crumb_rtol) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Each flow's rate in slot ``k`` of a time-slotted plan, for :func:`fixed_then_maxmin`.
+
+    Parameters
+    ----------
+    k : int
+        Slot index.
+    node : array of int, shape (F,)
+        DAG node of each flow, -1 for background flows.
+    src, dst : array of int, shape (F,)
+    remaining : array, shape (F,)
+        Bytes left per flow.
+    p_start, p_len, p_off : array of int, shape (N,)
+        Per DAG node: first planned slot (-1: unplanned), number of planned
+        slots and offset of its rates in ``plan_rates``.
+    plan_rates : array, shape (R,)
+        Planned rates, bytes/s.
+    size, lat : array, shape (N,)
+        Bytes and latest arrival time (s) per DAG node.
+    cap_e, cap_i : array, shape (H,)
+        Capacity per host, bytes/s.
+    crumb_rtol : float
+        A flow past its planned slots with at most this fraction of its size
+        left is a crumb and gets line rate; with more it has drifted.
+
+    Returns
+    -------
+    fixed : ndarray, shape (F,)
+        Planned rate (0 before the first planned slot), line rate for
+        crumbs, NaN for flows that share the leftover.
+    cand : ndarray of int64
+        Flows before or within their planned slots, in flow order.
+    cand_lat : ndarray
+        Their nodes' ``lat``.
+    drifted : int
+        Flows past their planned slots with more than a crumb left.
+    """
+    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+    node = np.ascontiguousarray(node, dtype=np.int64)
+    remaining = np.ascontiguousarray(remaining, dtype=np.float64)
+    p_start = np.ascontiguousarray(p_start, dtype=np.int64)
+    p_len = np.ascontiguousarray(p_len, dtype=np.int64)
+    p_off = np.ascontiguousarray(p_off, dtype=np.int64)
+    plan_rates = np.ascontiguousarray(plan_rates, dtype=np.float64)
+    size = np.ascontiguousarray(size, dtype=np.float64)
+    lat = np.ascontiguousarray(lat, dtype=np.float64)
+    nf, nn = len(src), len(p_start)
+    if node.shape != (nf,) or remaining.shape != (nf,):
+        raise ValidationError(f"node/remaining: expected shape ({nf},)")
+    if p_len.shape != (nn,) or p_off.shape != (nn,) or size.shape != (nn,) or lat.shape != (nn,):
+        raise ValidationError(f"p_len/p_off/size/lat: expected shape ({nn},)")
+    if nf and node.max() >= nn:
+        raise ValidationError("node: index out of range")
+    # (p_off + p_len <= len(plan_rates) for planned nodes is the caller's
+    # invariant, checked once per plan: it would cost O(N) per call here)
+    fixed = np.empty(nf)
+    cand = np.empty(nf, dtype=np.int64)
+    key = np.empty(nf)
+    nc, nd = _kernels().slot_rates(int(k), node, src, dst, remaining, p_start, p_len, p_off, plan_rates,
+                                   size, lat, cap_e, cap_i, float(crumb_rtol), fixed, cand, key)
+    return fixed, cand[:nc], key[:nc], int(nd)
 
 
 def port_loads(src, dst, rate, n_hosts: int) -> tuple[np.ndarray, np.ndarray]:

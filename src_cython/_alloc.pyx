@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Rate-allocation kernels over host ports: max-min fair filling and strict-priority greedy (private)."""
 
-from libc.math cimport INFINITY, isfinite
+from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdlib cimport free, malloc
 
 
@@ -322,3 +322,215 @@ def index_bounds(const long long[::1] src,
         if not isfinite(cap_i[f]):
             finite = False
     return lo, hi, finite
+
+
+def fixed_then_maxmin(const double[::1] fixed,
+                      const long long[::1] src,
+                      const long long[::1] dst,
+                      const double[::1] cap_e,
+                      const double[::1] cap_i,
+                      const double[::1] weight,
+                      double[::1] rate):
+    """Planned rates first (scaled down where they overload a port), max-min fair leftover for the rest.
+
+    The float operations of the former numpy code in the same order, so the
+    rates are bit-identical: each port's planned load is summed in flow order;
+    a planned flow gets ``max(fixed, 0) * min(factor of its egress, of its
+    ingress)`` with factor ``max(cap, 0) / load`` on overloaded ports (1
+    elsewhere); the sharing flows, in flow order, fill ``max(cap - planned
+    load, 0)`` as :func:`maxmin_fair` does.
+
+    # IN  fixed (F,): planned rate in bytes/s, NaN for a flow that shares the leftover
+    # IN  src, dst (F,): host indices in [0, H)
+    # IN  cap_e, cap_i (H,): capacity per port, bytes/s
+    # IN  weight (F,) or (0,): max-min weights of sharing flows (empty: all 1)
+    # OUT rate (F,): bytes/s
+    Returns 0, or -1 if scratch memory ran out.
+    """
+    cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, p, ns = 0, heap
+    cdef bint any_planned = False
+    cdef double x, fe, fi
+    cdef bint weighted = weight.shape[0] > 0
+    cdef Py_ssize_t n_dbl = 4 * h + nf + nf + (2 * h + 2 * nf + 1)
+    cdef Py_ssize_t n_ll = 3 * nf + (2 * h + 2)
+    cdef Py_ssize_t n_int = 2 * nf + (2 * h + 2 * nf + 1) + 2 * h
+    cdef double* dbl = <double*> malloc((n_dbl + 1) * sizeof(double))
+    cdef long long* ll = <long long*> malloc((n_ll + 1) * sizeof(long long))
+    cdef int* ints = <int*> malloc((n_int + 1) * sizeof(int))
+    cdef signed char* mark = <signed char*> malloc(nf + 2 * h + 1)
+    cdef double *load, *cap, *sw, *srate, *hkey
+    cdef long long *sa, *sb, *sidx, *pf_ptr
+    if dbl == NULL or ll == NULL or ints == NULL or mark == NULL:
+        free(dbl)
+        free(ll)
+        free(ints)
+        free(mark)
+        return -1
+    load = dbl  # planned load per port, egress then ingress
+    cap = load + 2 * h  # what is left for the sharers, egress then ingress
+    sw = cap + 2 * h
+    srate = sw + nf
+    hkey = srate + nf
+    sa = ll
+    sb = sa + nf
+    sidx = sb + nf
+    pf_ptr = sidx + nf
+    for p in range(2 * h):
+        load[p] = 0.0
+    for f in range(nf):
+        if fixed[f] == fixed[f]:
+            any_planned = True
+            x = fixed[f] if fixed[f] > 0.0 else 0.0
+            load[src[f]] += x
+            load[h + dst[f]] += x
+    if any_planned:
+        for p in range(2 * h):
+            cap[p] = 0.0  # the planned flows' rates, summed per port in flow order
+        for f in range(nf):
+            if fixed[f] == fixed[f]:
+                x = fixed[f] if fixed[f] > 0.0 else 0.0
+                if load[src[f]] > cap_e[src[f]]:
+                    fe = (cap_e[src[f]] if cap_e[src[f]] > 0.0 else 0.0) / load[src[f]]
+                else:
+                    fe = 1.0
+                if load[h + dst[f]] > cap_i[dst[f]]:
+                    fi = (cap_i[dst[f]] if cap_i[dst[f]] > 0.0 else 0.0) / load[h + dst[f]]
+                else:
+                    fi = 1.0
+                x = x * (fe if fe < fi else fi)
+                rate[f] = x
+                cap[src[f]] += x
+                cap[h + dst[f]] += x
+        for p in range(h):
+            cap[p] = cap_e[p] - cap[p]
+            cap[h + p] = cap_i[p] - cap[h + p]
+    else:
+        for p in range(h):
+            cap[p] = cap_e[p]
+            cap[h + p] = cap_i[p]
+    for p in range(2 * h):
+        if not cap[p] > 0.0:
+            cap[p] = 0.0
+    for f in range(nf):
+        if fixed[f] != fixed[f]:
+            sa[ns] = src[f]
+            sb[ns] = h + dst[f]
+            sw[ns] = weight[f] if weighted else 1.0
+            sidx[ns] = f
+            ns += 1
+    if ns:
+        heap = 2 * h + min(2 * ns, 4 * h * h) + 1
+        _maxmin_core(ns, 2 * h, sa, sb, sw, cap, pf_ptr, ints, load, srate, mark, hkey,
+                     ints + 2 * ns, ints + 2 * ns + heap)
+        for f in range(ns):
+            rate[sidx[f]] = srate[f]
+    free(dbl)
+    free(ll)
+    free(ints)
+    free(mark)
+    return 0
+
+
+def backfill(const long long[::1] order,
+             const long long[::1] src,
+             const long long[::1] dst,
+             const double[::1] cap_e,
+             const double[::1] cap_i,
+             double[::1] rate,
+             double[::1] free_e,
+             double[::1] free_i):
+    """Give the capacity ``rate`` leaves unused to the flows in ``order``, first come first served.
+
+    # IN  order (K,): flow indices, highest priority first
+    # IN  src, dst (F,): host indices in [0, H)
+    # IN  cap_e, cap_i (H,): capacity per port, bytes/s
+    # IN/OUT rate (F,): rates in, plus each listed flow's share of the unused capacity out
+    # OUT free_e, free_i (H,): scratch (unused capacity, bytes/s)
+    """
+    cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, k
+    cdef long long s, d
+    cdef double r
+    for k in range(h):
+        free_e[k] = 0.0
+        free_i[k] = 0.0
+    for f in range(nf):
+        free_e[src[f]] += rate[f]
+        free_i[dst[f]] += rate[f]
+    for k in range(h):
+        r = cap_e[k] - free_e[k]
+        free_e[k] = r if r > 0.0 else 0.0
+        r = cap_i[k] - free_i[k]
+        free_i[k] = r if r > 0.0 else 0.0
+    for k in range(order.shape[0]):
+        f = order[k]
+        s = src[f]
+        d = dst[f]
+        r = free_e[s] if free_e[s] < free_i[d] else free_i[d]
+        if r < 0.0:
+            r = 0.0
+        rate[f] += r
+        free_e[s] -= r
+        free_i[d] -= r
+    return 0
+
+
+def slot_rates(long long k,
+               const long long[::1] node,
+               const long long[::1] src,
+               const long long[::1] dst,
+               const double[::1] remaining,
+               const long long[::1] p_start,
+               const long long[::1] p_len,
+               const long long[::1] p_off,
+               const double[::1] plan_rates,
+               const double[::1] size,
+               const double[::1] lat,
+               const double[::1] cap_e,
+               const double[::1] cap_i,
+               double crumb_rtol,
+               double[::1] fixed,
+               long long[::1] cand,
+               double[::1] cand_key):
+    """Each flow's planned rate in slot ``k`` of a time-slotted plan (the JIT policy's per-allocation step).
+
+    A flow of a planned DAG node is *waiting* before its first planned slot
+    (rate 0), *running* within its planned slots (that slot's rate), and
+    *over* after them: a crumb (at most ``crumb_rtol`` of its size left) then
+    gets line rate, anything more is left to the sharers and counted as drift.
+    Every other flow gets NaN (shares the leftover).
+
+    # IN  k: slot index; node, src, dst (F,): DAG node (-1: background) and hosts per flow
+    # IN  remaining (F,): bytes left per flow
+    # IN  p_start, p_len, p_off (N,): per DAG node, first planned slot (-1: unplanned),
+    #     planned slots and offset of its rates in plan_rates (p_off + p_len <= len(plan_rates))
+    # IN  size, lat (N,): bytes and latest arrival time per DAG node
+    # IN  cap_e, cap_i (H,): capacities, bytes/s; crumb_rtol: crumb threshold
+    # OUT fixed (F,): planned rate, bytes/s, or NaN
+    # OUT cand, cand_key (F,): the waiting and running flows in flow order, and their nodes' LATs
+    Returns ``(number of waiting and running flows, number of drifted flows)``.
+    """
+    cdef Py_ssize_t nf = node.shape[0], f, nc = 0, nd = 0
+    cdef long long v, off
+    cdef double ce, ci
+    for f in range(nf):
+        fixed[f] = NAN
+        v = node[f]
+        if v < 0 or p_start[v] < 0:
+            continue
+        off = k - p_start[v]
+        if off < 0:
+            fixed[f] = 0.0
+        elif off < p_len[v]:
+            fixed[f] = plan_rates[p_off[v] + off]
+        else:
+            if remaining[f] <= crumb_rtol * size[v]:
+                ce = cap_e[src[f]]
+                ci = cap_i[dst[f]]
+                fixed[f] = ce if ce < ci else ci
+            else:
+                nd += 1
+            continue
+        cand[nc] = f
+        cand_key[nc] = lat[v]
+        nc += 1
+    return nc, nd

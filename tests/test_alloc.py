@@ -123,3 +123,96 @@ def test_pair_maxmin_bad_input():
     with pytest.raises(ValidationError):
         alloc.pair_maxmin([0], [1], [1.0, np.inf], [1.0, 1.0])
     assert alloc.pair_maxmin([], [], [1.0], [1.0]).shape == (0,)
+
+
+def fixed_then_maxmin_numpy(fixed, src, dst, cap_e, cap_i, weight=None):
+    """The former numpy composition (fit_fixed, then maxmin_fair on what is left): the kernel must equal it."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    cap_e, cap_i = np.asarray(cap_e, dtype=np.float64), np.asarray(cap_i, dtype=np.float64)
+    fixed = np.asarray(fixed, dtype=np.float64)
+    planned = ~np.isnan(fixed)
+    rate = np.zeros(len(src))
+    h = len(cap_e)
+    if planned.any():
+        rate[planned] = alloc.fit_fixed(fixed[planned], src[planned], dst[planned], cap_e, cap_i)
+        cap_e = cap_e - np.bincount(src[planned], weights=rate[planned], minlength=h)
+        cap_i = cap_i - np.bincount(dst[planned], weights=rate[planned], minlength=h)
+    share = ~planned
+    if share.any():
+        w = None if weight is None else np.asarray(weight, dtype=np.float64)[share]
+        rate[share] = alloc.maxmin_fair(src[share], dst[share], np.maximum(cap_e, 0.0),
+                                        np.maximum(cap_i, 0.0), w)
+    return rate
+
+
+def fixed_then_maxmin_reference(fixed, src, dst, cap_e, cap_i, weight=None):
+    """Pure Python: planned rates scaled per port, then the pure-Python filling of the leftover."""
+    h = len(cap_e)
+    fixed = [float(x) for x in fixed]
+    planned = [not np.isnan(x) for x in fixed]
+    load_e, load_i = [0.0] * h, [0.0] * h
+    for f, p in enumerate(planned):
+        if p:
+            load_e[src[f]] += max(fixed[f], 0.0)
+            load_i[dst[f]] += max(fixed[f], 0.0)
+    rate = [0.0] * len(src)
+    left_e, left_i = [float(c) for c in cap_e], [float(c) for c in cap_i]
+    for f, p in enumerate(planned):
+        if p:
+            fe = max(cap_e[src[f]], 0.0) / load_e[src[f]] if load_e[src[f]] > cap_e[src[f]] else 1.0
+            fi = max(cap_i[dst[f]], 0.0) / load_i[dst[f]] if load_i[dst[f]] > cap_i[dst[f]] else 1.0
+            rate[f] = max(fixed[f], 0.0) * min(fe, fi)
+            left_e[src[f]] -= rate[f]
+            left_i[dst[f]] -= rate[f]
+    share = [f for f, p in enumerate(planned) if not p]
+    if share:
+        w = None if weight is None else [weight[f] for f in share]
+        got = alloc.maxmin_fair_reference([src[f] for f in share], [dst[f] for f in share],
+                                          [max(c, 0.0) for c in left_e], [max(c, 0.0) for c in left_i], w)
+        for f, r in zip(share, got, strict=True):
+            rate[f] = r
+    return np.asarray(rate, dtype=np.float64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(flows(), st.data())
+def test_fixed_then_maxmin_kernel_matches_references(case, data):
+    src, dst, ce, ci, w = case
+    nf = len(src)
+    fixed = np.array(data.draw(st.lists(st.one_of(st.just(np.nan), st.floats(-1.0, 8.0)),
+                                        min_size=nf, max_size=nf)))
+    for weight in (None, w):
+        got = alloc.fixed_then_maxmin(fixed, src, dst, ce, ci, weight)
+        np.testing.assert_array_equal(got, fixed_then_maxmin_numpy(fixed, src, dst, ce, ci, weight))
+        np.testing.assert_allclose(got, fixed_then_maxmin_reference(fixed, src, dst, ce, ci, weight),
+                                   atol=1e-9)
+        alloc.check_capacity(src, dst, got, ce, ci)
+
+
+@settings(max_examples=200, deadline=None)
+@given(flows(), st.data())
+def test_backfill_kernel_matches_reference(case, data):
+    src, dst, ce, ci, w = case
+    nf, h = len(src), len(ce)
+    rate = alloc.maxmin_fair(src, dst, ce / 2, ci / 2) if nf else np.zeros(0)
+    order = np.array(data.draw(st.lists(st.integers(0, nf - 1), unique=True)) if nf else [], dtype=np.int64)
+    got = alloc.backfill(order, src, dst, ce, ci, rate)
+    free_e = np.maximum(ce - np.bincount(src, rate, h), 0.0)
+    free_i = np.maximum(ci - np.bincount(dst, rate, h), 0.0)
+    want = rate.copy()
+    if len(order):
+        want[order] += alloc.priority_greedy_reference(np.arange(len(order)), src[order], dst[order],
+                                                       free_e, free_i)
+    np.testing.assert_array_equal(got, want)
+    alloc.check_capacity(src, dst, got, ce, ci)
+
+
+def test_fixed_then_maxmin_and_backfill_bad_input():
+    with pytest.raises(ValidationError):
+        alloc.fixed_then_maxmin([1.0], [0, 1], [1, 0], [1.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValidationError):
+        alloc.fixed_then_maxmin([np.nan], [0], [1], [1.0, 1.0], [1.0, 1.0], weight=[0.0])
+    with pytest.raises(ValidationError):
+        alloc.backfill([2], [0, 1], [1, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0])
+    with pytest.raises(ValidationError):
+        alloc.backfill([0], [0, 1], [1, 0], [1.0, 1.0], [1.0, 1.0], [0.0])

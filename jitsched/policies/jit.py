@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jitsched.alloc import fixed_then_maxmin, priority_greedy
+from jitsched.alloc import backfill, fixed_then_maxmin, slot_rates
 from jitsched.errors import ValidationError
 from jitsched.lat import ESTIMATORS, latest_arrival_times
 from jitsched.lp import OBJECTIVES, SOLVERS, solve_bandwidth_lp
@@ -446,6 +446,9 @@ class JitPolicy(Policy):
         self._p_start[glob] = lp.start_slot
         self._p_off[glob] = lp.rate_ptr[:-1]
         self._p_len[glob] = np.diff(lp.rate_ptr)
+        if len(glob) and int(lp.rate_ptr[-1]) > len(lp.rate_values):
+            # allocate() reads rates at p_off + slot offset < p_off + p_len unchecked
+            raise RuntimeError("jit: plan rates shorter than its rate pointers")
         self._planned_ever[glob] = True
         self._rates = lp.rate_values
         self._epoch = float(view.now)
@@ -491,62 +494,44 @@ class JitPolicy(Policy):
         self._ensure_plan(view)
         flows = view.flows
         n = len(flows)
-        fixed = np.full(n, np.nan)
         until = math.inf
+        cand = np.zeros(0, dtype=np.int64)
+        cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         if n and len(self._plan_nodes):
             k = self._slot(view.now)
-            is_job = flows.node >= 0
-            fi = np.flatnonzero(is_job)
-            nodes = flows.node[fi]
-            start = self._p_start[nodes]
-            planned = start >= 0
-            off = k - start
-            length = self._p_len[nodes]
-            waiting = planned & (off < 0)
-            running = planned & (off >= 0) & (off < length)
-            over = planned & (off >= length)
-            fixed[fi[waiting]] = 0.0
-            fixed[fi[running]] = self._rates[self._p_off[nodes[running]] + off[running]]
-            if over.any():
-                size = view.dag.size[nodes[over]]
-                crumb = flows.remaining[fi[over]] <= DRIFT_RTOL * size
-                # The LP meets each demand only to its feasibility tolerance, so
-                # an on-plan transfer can end its plan a few bytes short. Left
-                # to the leftover, those bytes could wait behind a saturated
-                # port for seconds and hold up the consumer; at line rate they
-                # take microseconds (the planned flows sharing the port are
-                # scaled down for that instant only).
-                crumb_flows = fi[over][crumb]
-                fixed[crumb_flows] = np.minimum(view.cluster.egress_Bps[flows.src[crumb_flows]],
-                                                view.cluster.ingress_Bps[flows.dst[crumb_flows]])
-                if not crumb.all():
-                    if not self._drifted:
-                        self.drift_events += 1
-                    self._drifted = True
-            if waiting.any() or running.any():
+            # One kernel pass over the flows. A flow past its planned slots
+            # with only crumbs left gets line rate: the LP meets each demand
+            # only to its feasibility tolerance, so an on-plan transfer can end
+            # its plan a few bytes short; left to the leftover, those bytes
+            # could wait behind a saturated port for seconds and hold up the
+            # consumer, at line rate they take microseconds (the planned flows
+            # sharing the port are scaled down for that instant only).
+            fixed, cand, cand_lat, drifted = slot_rates(
+                k, flows.node, flows.src, flows.dst, flows.remaining, self._p_start, self._p_len,
+                self._p_off, self._rates, view.dag.size, self._lat, cap_e, cap_i, DRIFT_RTOL)
+            if drifted:
+                if not self._drifted:
+                    self.drift_events += 1
+                self._drifted = True
+            if len(cand):  # someone is waiting for or within its planned slots
                 until = self._epoch + (k + 1) * self.slot_s
+        else:
+            fixed = np.full(n, np.nan)
         if self.resolve_period_s is not None and (view.job_arrived & ~view.job_done).any():
             until = min(until, max(self._next_periodic, view.now))
         if self._drifted and self.replan_on_drift:
             until = min(until, self._last_plan_s + self.drift_min_interval_s)
         if until <= view.now:  # never ask to be woken in the past
             until = view.now + self.slot_s
-        cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         rates = fixed_then_maxmin(fixed, flows.src, flows.dst, cap_e, cap_i)
-        if self.backfill and n and len(self._plan_nodes):
+        if self.backfill and len(cand):
             # Capacity that neither the plan nor the leftover sharers can use
             # would idle; planned transfers already released may take it,
             # earliest LAT first. Sending their bytes early never delays
             # anyone (the sharers were served first), and the plan's later
             # slots then free up for the leftover.
-            cand = fi[waiting | running]
-            if len(cand):
-                h = len(cap_e)
-                free_e = np.maximum(cap_e - np.bincount(flows.src, rates, h), 0.0)
-                free_i = np.maximum(cap_i - np.bincount(flows.dst, rates, h), 0.0)
-                order = np.argsort(self._lat[flows.node[cand]], kind="stable")
-                rates[cand] += priority_greedy(order, flows.src[cand], flows.dst[cand],
-                                               free_e, free_i)
+            order = np.argsort(cand_lat, kind="stable")
+            rates = backfill(cand[order], flows.src, flows.dst, cap_e, cap_i, rates)
         return Allocation(rates, until)
 
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
