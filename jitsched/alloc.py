@@ -239,6 +239,63 @@ def backfill(order, src, dst, cap_e, cap_i, rate) -> np.ndarray:
     return out
 
 
+def _check_plan(src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat):
+    """Validated contiguous inputs of :func:`slot_rates` / :func:`jit_rates`."""
+    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+    node = np.ascontiguousarray(node, dtype=np.int64)
+    remaining = np.ascontiguousarray(remaining, dtype=np.float64)
+    p_start = np.ascontiguousarray(p_start, dtype=np.int64)
+    p_len = np.ascontiguousarray(p_len, dtype=np.int64)
+    p_off = np.ascontiguousarray(p_off, dtype=np.int64)
+    plan_rates = np.ascontiguousarray(plan_rates, dtype=np.float64)
+    size = np.ascontiguousarray(size, dtype=np.float64)
+    lat = np.ascontiguousarray(lat, dtype=np.float64)
+    nf, nn = len(src), len(p_start)
+    if node.shape != (nf,) or remaining.shape != (nf,):
+        raise ValidationError(f"node/remaining: expected shape ({nf},)")
+    if p_len.shape != (nn,) or p_off.shape != (nn,) or size.shape != (nn,) or lat.shape != (nn,):
+        raise ValidationError(f"p_len/p_off/size/lat: expected shape ({nn},)")
+    if nf and node.max() >= nn:
+        raise ValidationError("node: index out of range")
+    # (p_off + p_len <= len(plan_rates) for planned nodes is the caller's
+    # invariant, checked once per plan: it would cost O(N) per call here)
+    return src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat
+
+
+def jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
+              cap_e, cap_i, crumb_rtol, backfill_free: bool = True) -> tuple[np.ndarray, int, int]:
+    """A JIT allocation in one kernel call: :func:`slot_rates`, then :func:`fixed_then_maxmin`,
+    then (with ``backfill_free``) :func:`backfill` of the flows waiting for or within their
+    planned slots, earliest ``lat`` first (stable).
+
+    Parameters are those of :func:`slot_rates`.
+
+    Returns
+    -------
+    rate : ndarray, shape (F,)
+        Bytes/s, bit-identical to the three functions in turn.
+    n_planned : int
+        Flows waiting for or within their planned slots.
+    drifted : int
+        Flows past their planned slots with more than a crumb left.
+    """
+    (src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size,
+     lat) = _check_plan(src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat)
+    nf, h = len(src), len(cap_e)
+    rate = np.zeros(nf)
+    if nf == 0:
+        return rate, 0, 0
+    i8 = np.empty((3, nf), dtype=np.int64)  # cand, order, tmp
+    f8 = np.empty(2 * nf + 2 * h)  # fixed, cand_key, free_e, free_i
+    nc, nd = _kernels().jit_rates(int(k), node, src, dst, remaining, p_start, p_len, p_off, plan_rates,
+                                  size, lat, cap_e, cap_i, float(crumb_rtol), bool(backfill_free),
+                                  f8[:nf], i8[0], f8[nf:2 * nf], i8[1], i8[2], f8[2 * nf:2 * nf + h],
+                                  f8[2 * nf + h:], rate)
+    if nc < 0:
+        raise MemoryError("jit_rates: no memory for the kernel's scratch")
+    return rate, int(nc), int(nd)
+
+
 def slot_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
                cap_e, cap_i, crumb_rtol) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Each flow's rate in slot ``k`` of a time-slotted plan, for :func:`fixed_then_maxmin`.
@@ -277,24 +334,9 @@ def slot_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, 
     drifted : int
         Flows past their planned slots with more than a crumb left.
     """
-    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
-    node = np.ascontiguousarray(node, dtype=np.int64)
-    remaining = np.ascontiguousarray(remaining, dtype=np.float64)
-    p_start = np.ascontiguousarray(p_start, dtype=np.int64)
-    p_len = np.ascontiguousarray(p_len, dtype=np.int64)
-    p_off = np.ascontiguousarray(p_off, dtype=np.int64)
-    plan_rates = np.ascontiguousarray(plan_rates, dtype=np.float64)
-    size = np.ascontiguousarray(size, dtype=np.float64)
-    lat = np.ascontiguousarray(lat, dtype=np.float64)
-    nf, nn = len(src), len(p_start)
-    if node.shape != (nf,) or remaining.shape != (nf,):
-        raise ValidationError(f"node/remaining: expected shape ({nf},)")
-    if p_len.shape != (nn,) or p_off.shape != (nn,) or size.shape != (nn,) or lat.shape != (nn,):
-        raise ValidationError(f"p_len/p_off/size/lat: expected shape ({nn},)")
-    if nf and node.max() >= nn:
-        raise ValidationError("node: index out of range")
-    # (p_off + p_len <= len(plan_rates) for planned nodes is the caller's
-    # invariant, checked once per plan: it would cost O(N) per call here)
+    (src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size,
+     lat) = _check_plan(src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat)
+    nf = len(src)
     fixed = np.empty(nf)
     cand = np.empty(nf, dtype=np.int64)
     key = np.empty(nf)

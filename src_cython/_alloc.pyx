@@ -324,29 +324,14 @@ def index_bounds(const long long[::1] src,
     return lo, hi, finite
 
 
-def fixed_then_maxmin(const double[::1] fixed,
-                      const long long[::1] src,
-                      const long long[::1] dst,
-                      const double[::1] cap_e,
-                      const double[::1] cap_i,
-                      const double[::1] weight,
-                      double[::1] rate):
-    """Planned rates first (scaled down where they overload a port), max-min fair leftover for the rest.
-
-    The float operations of the former numpy code in the same order, so the
-    rates are bit-identical: each port's planned load is summed in flow order;
-    a planned flow gets ``max(fixed, 0) * min(factor of its egress, of its
-    ingress)`` with factor ``max(cap, 0) / load`` on overloaded ports (1
-    elsewhere); the sharing flows, in flow order, fill ``max(cap - planned
-    load, 0)`` as :func:`maxmin_fair` does.
-
-    # IN  fixed (F,): planned rate in bytes/s, NaN for a flow that shares the leftover
-    # IN  src, dst (F,): host indices in [0, H)
-    # IN  cap_e, cap_i (H,): capacity per port, bytes/s
-    # IN  weight (F,) or (0,): max-min weights of sharing flows (empty: all 1)
-    # OUT rate (F,): bytes/s
-    Returns 0, or -1 if scratch memory ran out.
-    """
+cdef int _fixed_then_maxmin(const double[::1] fixed,
+                           const long long[::1] src,
+                           const long long[::1] dst,
+                           const double[::1] cap_e,
+                           const double[::1] cap_i,
+                           const double[::1] weight,
+                           double[::1] rate) noexcept nogil:
+    # the body of fixed_then_maxmin, callable from jit_rates without a Python call
     cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, p, ns = 0, heap
     cdef bint any_planned = False
     cdef double x, fe, fi
@@ -431,22 +416,41 @@ def fixed_then_maxmin(const double[::1] fixed,
     return 0
 
 
-def backfill(const long long[::1] order,
-             const long long[::1] src,
-             const long long[::1] dst,
-             const double[::1] cap_e,
-             const double[::1] cap_i,
-             double[::1] rate,
-             double[::1] free_e,
-             double[::1] free_i):
-    """Give the capacity ``rate`` leaves unused to the flows in ``order``, first come first served.
+def fixed_then_maxmin(const double[::1] fixed,
+                      const long long[::1] src,
+                      const long long[::1] dst,
+                      const double[::1] cap_e,
+                      const double[::1] cap_i,
+                      const double[::1] weight,
+                      double[::1] rate):
+    """Planned rates first (scaled down where they overload a port), max-min fair leftover for the rest.
 
-    # IN  order (K,): flow indices, highest priority first
+    The float operations of the former numpy code in the same order, so the
+    rates are bit-identical: each port's planned load is summed in flow order;
+    a planned flow gets ``max(fixed, 0) * min(factor of its egress, of its
+    ingress)`` with factor ``max(cap, 0) / load`` on overloaded ports (1
+    elsewhere); the sharing flows, in flow order, fill ``max(cap - planned
+    load, 0)`` as :func:`maxmin_fair` does.
+
+    # IN  fixed (F,): planned rate in bytes/s, NaN for a flow that shares the leftover
     # IN  src, dst (F,): host indices in [0, H)
     # IN  cap_e, cap_i (H,): capacity per port, bytes/s
-    # IN/OUT rate (F,): rates in, plus each listed flow's share of the unused capacity out
-    # OUT free_e, free_i (H,): scratch (unused capacity, bytes/s)
+    # IN  weight (F,) or (0,): max-min weights of sharing flows (empty: all 1)
+    # OUT rate (F,): bytes/s
+    Returns 0, or -1 if scratch memory ran out.
     """
+    return _fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, weight, rate)
+
+
+cdef void _backfill(const long long[::1] order,
+                   const long long[::1] src,
+                   const long long[::1] dst,
+                   const double[::1] cap_e,
+                   const double[::1] cap_i,
+                   double[::1] rate,
+                   double[::1] free_e,
+                   double[::1] free_i) noexcept nogil:
+    # the body of backfill, callable from jit_rates without a Python call
     cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, k
     cdef long long s, d
     cdef double r
@@ -471,7 +475,72 @@ def backfill(const long long[::1] order,
         rate[f] += r
         free_e[s] -= r
         free_i[d] -= r
+
+
+def backfill(const long long[::1] order,
+             const long long[::1] src,
+             const long long[::1] dst,
+             const double[::1] cap_e,
+             const double[::1] cap_i,
+             double[::1] rate,
+             double[::1] free_e,
+             double[::1] free_i):
+    """Give the capacity ``rate`` leaves unused to the flows in ``order``, first come first served.
+
+    # IN  order (K,): flow indices, highest priority first
+    # IN  src, dst (F,): host indices in [0, H)
+    # IN  cap_e, cap_i (H,): capacity per port, bytes/s
+    # IN/OUT rate (F,): rates in, plus each listed flow's share of the unused capacity out
+    # OUT free_e, free_i (H,): scratch (unused capacity, bytes/s)
+    """
+    _backfill(order, src, dst, cap_e, cap_i, rate, free_e, free_i)
     return 0
+
+
+cdef Py_ssize_t _slot_rates(Py_ssize_t* n_drift, long long k,
+                              const long long[::1] node,
+                              const long long[::1] src,
+                              const long long[::1] dst,
+                              const double[::1] remaining,
+                              const long long[::1] p_start,
+                              const long long[::1] p_len,
+                              const long long[::1] p_off,
+                              const double[::1] plan_rates,
+                              const double[::1] size,
+                              const double[::1] lat,
+                              const double[::1] cap_e,
+                              const double[::1] cap_i,
+                              double crumb_rtol,
+                              double[::1] fixed,
+                              long long[::1] cand,
+                              double[::1] cand_key) noexcept nogil:
+    # the body of slot_rates, callable from jit_rates without a Python call
+    cdef Py_ssize_t nf = node.shape[0], f, nc = 0, nd = 0
+    cdef long long v, off
+    cdef double ce, ci
+    for f in range(nf):
+        fixed[f] = NAN
+        v = node[f]
+        if v < 0 or p_start[v] < 0:
+            continue
+        off = k - p_start[v]
+        if off < 0:
+            fixed[f] = 0.0
+        elif off < p_len[v]:
+            fixed[f] = plan_rates[p_off[v] + off]
+        else:
+            if remaining[f] <= crumb_rtol * size[v]:
+                ce = cap_e[src[f]]
+                ci = cap_i[dst[f]]
+                fixed[f] = ce if ce < ci else ci
+            else:
+                nd += 1
+            continue
+        cand[nc] = f
+        cand_key[nc] = lat[v]
+        nc += 1
+    n_drift[0] = nd
+    return nc
 
 
 def slot_rates(long long k,
@@ -509,28 +578,109 @@ def slot_rates(long long k,
     # OUT cand, cand_key (F,): the waiting and running flows in flow order, and their nodes' LATs
     Returns ``(number of waiting and running flows, number of drifted flows)``.
     """
-    cdef Py_ssize_t nf = node.shape[0], f, nc = 0, nd = 0
-    cdef long long v, off
-    cdef double ce, ci
-    for f in range(nf):
-        fixed[f] = NAN
-        v = node[f]
-        if v < 0 or p_start[v] < 0:
-            continue
-        off = k - p_start[v]
-        if off < 0:
-            fixed[f] = 0.0
-        elif off < p_len[v]:
-            fixed[f] = plan_rates[p_off[v] + off]
-        else:
-            if remaining[f] <= crumb_rtol * size[v]:
-                ce = cap_e[src[f]]
-                ci = cap_i[dst[f]]
-                fixed[f] = ce if ce < ci else ci
-            else:
-                nd += 1
-            continue
-        cand[nc] = f
-        cand_key[nc] = lat[v]
-        nc += 1
+    cdef Py_ssize_t nd = 0
+    nc = _slot_rates(&nd, k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
+                     cap_e, cap_i, crumb_rtol, fixed, cand, cand_key)
+    return nc, nd
+
+
+cdef inline bint _key_less(double a, double b) noexcept nogil:
+    # a < b with NaN after every number, as np.argsort orders them
+    return a < b or (b != b and a == a)
+
+
+cdef void _stable_order(Py_ssize_t n, const double* key, long long* idx, long long* tmp) noexcept nogil:
+    # idx = 0..n-1 sorted by key, stably (bottom-up merge sort): np.argsort(kind="stable")
+    cdef Py_ssize_t i, width = 1, lo, mid, hi, a, b, o
+    cdef long long* src = idx
+    cdef long long* dst = tmp
+    cdef long long* sw
+    for i in range(n):
+        idx[i] = i
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = lo + width if lo + width < n else n
+            hi = lo + 2 * width if lo + 2 * width < n else n
+            a, b, o = lo, mid, lo
+            while a < mid and b < hi:
+                if _key_less(key[src[b]], key[src[a]]):
+                    dst[o] = src[b]
+                    b += 1
+                else:
+                    dst[o] = src[a]
+                    a += 1
+                o += 1
+            while a < mid:
+                dst[o] = src[a]
+                a += 1
+                o += 1
+            while b < hi:
+                dst[o] = src[b]
+                b += 1
+                o += 1
+            lo = hi
+        sw = src
+        src = dst
+        dst = sw
+        width *= 2
+    if src != idx:
+        for i in range(n):
+            idx[i] = src[i]
+
+
+def stable_order(const double[::1] key, long long[::1] idx, long long[::1] tmp):
+    """Indices that sort ``key`` stably, NaN last: ``np.argsort(key, kind="stable")``.
+
+    # IN  key (n,)
+    # OUT idx (n,): the order; tmp (n,): scratch
+    """
+    if key.shape[0]:
+        _stable_order(key.shape[0], &key[0], &idx[0], &tmp[0])
+    return 0
+
+
+def jit_rates(long long k,
+              const long long[::1] node,
+              const long long[::1] src,
+              const long long[::1] dst,
+              const double[::1] remaining,
+              const long long[::1] p_start,
+              const long long[::1] p_len,
+              const long long[::1] p_off,
+              const double[::1] plan_rates,
+              const double[::1] size,
+              const double[::1] lat,
+              const double[::1] cap_e,
+              const double[::1] cap_i,
+              double crumb_rtol,
+              bint backfill,
+              double[::1] fixed,
+              long long[::1] cand,
+              double[::1] cand_key,
+              long long[::1] order,
+              long long[::1] tmp,
+              double[::1] free_e,
+              double[::1] free_i,
+              double[::1] rate):
+    """The JIT policy's allocation in one call: :func:`slot_rates`, :func:`fixed_then_maxmin`, then
+    (if ``backfill``) :func:`backfill` of the waiting and running flows, earliest LAT first.
+
+    # IN  k ... crumb_rtol: as slot_rates; backfill: give unused capacity to planned flows
+    # OUT fixed, cand, cand_key (F,): as slot_rates
+    # OUT order, tmp (F,), free_e, free_i (H,): scratch
+    # OUT rate (F,): bytes/s
+    Returns ``(waiting and running flows, drifted flows)``, or ``(-1, 0)`` if
+    scratch memory ran out.
+    """
+    cdef Py_ssize_t nd = 0, nc, i
+    nc = _slot_rates(&nd, k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
+                     cap_e, cap_i, crumb_rtol, fixed, cand, cand_key)
+    if _fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, fixed[:0], rate) < 0:
+        return -1, 0
+    if backfill and nc:
+        _stable_order(nc, &cand_key[0], &tmp[0], &order[0])
+        for i in range(nc):
+            order[i] = cand[tmp[i]]
+        _backfill(order[:nc], src, dst, cap_e, cap_i, rate, free_e, free_i)
     return nc, nd

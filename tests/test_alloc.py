@@ -216,3 +216,79 @@ def test_fixed_then_maxmin_and_backfill_bad_input():
         alloc.backfill([2], [0, 1], [1, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0])
     with pytest.raises(ValidationError):
         alloc.backfill([0], [0, 1], [1, 0], [1.0, 1.0], [1.0, 1.0], [0.0])
+
+
+def slot_rates_reference(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
+                         cap_e, cap_i, crumb_rtol):
+    """Pure Python: each flow's planned rate in slot k, the waiting/running flows and the drift count."""
+    fixed, cand, key, drifted = [], [], [], 0
+    for f, v in enumerate(node):
+        if v < 0 or p_start[v] < 0:
+            fixed.append(np.nan)
+            continue
+        off = k - p_start[v]
+        if off < 0:
+            fixed.append(0.0)
+        elif off < p_len[v]:
+            fixed.append(plan_rates[p_off[v] + off])
+        else:
+            if remaining[f] <= crumb_rtol * size[v]:
+                fixed.append(min(cap_e[src[f]], cap_i[dst[f]]))
+            else:
+                fixed.append(np.nan)
+                drifted += 1
+            continue
+        cand.append(f)
+        key.append(lat[v])
+    return np.array(fixed, dtype=np.float64), np.array(cand, dtype=np.int64), np.array(key), drifted
+
+
+@st.composite
+def plans(draw):
+    src, dst, ce, ci, _ = draw(flows())
+    nf = len(src)
+    nn = nf + draw(st.integers(0, 3))
+    node = np.array(draw(st.permutations(list(range(nn))))[:nf], dtype=np.int64)
+    node[np.array(draw(st.lists(st.booleans(), min_size=nf, max_size=nf)), dtype=bool)] = -1
+    p_len = np.array(draw(st.lists(st.integers(0, 4), min_size=nn, max_size=nn)), dtype=np.int64)
+    p_off = (np.cumsum(p_len) - p_len).astype(np.int64)
+    p_start = np.array(draw(st.lists(st.integers(-1, 5), min_size=nn, max_size=nn)), dtype=np.int64)
+    plan_rates = np.array(draw(st.lists(st.floats(0.0, 6.0), min_size=int(p_len.sum()),
+                                        max_size=int(p_len.sum()))))
+    size = np.array(draw(st.lists(st.floats(1.0, 100.0), min_size=nn, max_size=nn)))
+    remaining = np.array(draw(st.lists(st.floats(0.0, 1e-2), min_size=nf, max_size=nf))) \
+        * draw(st.sampled_from([1.0, 1e4]))
+    # ties and NaN among the LATs exercise the stable order
+    lat = np.array(draw(st.lists(st.one_of(st.sampled_from([1.0, 2.0, np.nan]), st.floats(0.0, 3.0)),
+                                 min_size=nn, max_size=nn)))
+    k = draw(st.integers(-1, 7))
+    return (k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat, ce, ci, 1e-3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plans())
+def test_slot_rates_and_jit_rates_match_references(case):
+    fixed, cand, key, drifted = alloc.slot_rates(*case)
+    rfixed, rcand, rkey, rdrifted = slot_rates_reference(*case)
+    np.testing.assert_array_equal(fixed, rfixed)
+    np.testing.assert_array_equal(cand, rcand)
+    np.testing.assert_array_equal(key, rkey)
+    assert drifted == rdrifted
+    src, dst, ce, ci = case[2], case[3], case[11], case[12]
+    for bf in (False, True):
+        rate, n_planned, nd = alloc.jit_rates(*case, backfill_free=bf)
+        want = alloc.fixed_then_maxmin(rfixed, src, dst, ce, ci)
+        if bf and len(rcand):
+            want = alloc.backfill(rcand[np.argsort(rkey, kind="stable")], src, dst, ce, ci, want)
+        np.testing.assert_array_equal(rate, want)
+        assert (n_planned, nd) == (len(rcand), rdrifted)
+        alloc.check_capacity(src, dst, rate, ce, ci)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([0.0, 1.0, np.nan, -np.inf]), st.floats(-5.0, 5.0)), max_size=70))
+def test_stable_order_matches_numpy(keys):
+    key = np.array(keys, dtype=np.float64)
+    idx, tmp = np.empty(len(key), dtype=np.int64), np.empty(len(key), dtype=np.int64)
+    alloc._kernels().stable_order(key, idx, tmp)
+    np.testing.assert_array_equal(idx, np.argsort(key, kind="stable"))

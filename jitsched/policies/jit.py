@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jitsched.alloc import backfill, fixed_then_maxmin, slot_rates
+from jitsched.alloc import fixed_then_maxmin, jit_rates
 from jitsched.errors import ValidationError
 from jitsched.lat import ESTIMATORS, latest_arrival_times
 from jitsched.lp import OBJECTIVES, SOLVERS, solve_bandwidth_lp
@@ -495,43 +495,40 @@ class JitPolicy(Policy):
         flows = view.flows
         n = len(flows)
         until = math.inf
-        cand = np.zeros(0, dtype=np.int64)
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         if n and len(self._plan_nodes):
             k = self._slot(view.now)
-            # One kernel pass over the flows. A flow past its planned slots
-            # with only crumbs left gets line rate: the LP meets each demand
-            # only to its feasibility tolerance, so an on-plan transfer can end
-            # its plan a few bytes short; left to the leftover, those bytes
-            # could wait behind a saturated port for seconds and hold up the
-            # consumer, at line rate they take microseconds (the planned flows
-            # sharing the port are scaled down for that instant only).
-            fixed, cand, cand_lat, drifted = slot_rates(
+            # One kernel call (jitsched.alloc.jit_rates): planned transfers
+            # send at their rate for slot k (0 before their first slot); every
+            # other flow shares the leftover max-min fair. A planned transfer
+            # past its slots with only crumbs left gets line rate: the LP meets
+            # each demand only to its feasibility tolerance, so an on-plan
+            # transfer can end its plan a few bytes short; left to the leftover,
+            # those bytes could wait behind a saturated port for seconds and
+            # hold up the consumer, at line rate they take microseconds (the
+            # planned flows sharing the port are scaled down for that instant
+            # only). With backfill, capacity that neither the plan nor the
+            # sharers use goes to released planned transfers, earliest LAT
+            # first: sending their bytes early never delays anyone (the sharers
+            # were served first), and the plan's later slots free up.
+            rates, n_planned, drifted = jit_rates(
                 k, flows.node, flows.src, flows.dst, flows.remaining, self._p_start, self._p_len,
-                self._p_off, self._rates, view.dag.size, self._lat, cap_e, cap_i, DRIFT_RTOL)
+                self._p_off, self._rates, view.dag.size, self._lat, cap_e, cap_i, DRIFT_RTOL,
+                self.backfill)
             if drifted:
                 if not self._drifted:
                     self.drift_events += 1
                 self._drifted = True
-            if len(cand):  # someone is waiting for or within its planned slots
+            if n_planned:  # someone is waiting for or within its planned slots
                 until = self._epoch + (k + 1) * self.slot_s
         else:
-            fixed = np.full(n, np.nan)
+            rates = fixed_then_maxmin(np.full(n, np.nan), flows.src, flows.dst, cap_e, cap_i)
         if self.resolve_period_s is not None and (view.job_arrived & ~view.job_done).any():
             until = min(until, max(self._next_periodic, view.now))
         if self._drifted and self.replan_on_drift:
             until = min(until, self._last_plan_s + self.drift_min_interval_s)
         if until <= view.now:  # never ask to be woken in the past
             until = view.now + self.slot_s
-        rates = fixed_then_maxmin(fixed, flows.src, flows.dst, cap_e, cap_i)
-        if self.backfill and len(cand):
-            # Capacity that neither the plan nor the leftover sharers can use
-            # would idle; planned transfers already released may take it,
-            # earliest LAT first. Sending their bytes early never delays
-            # anyone (the sharers were served first), and the plan's later
-            # slots then free up for the leftover.
-            order = np.argsort(cand_lat, kind="stable")
-            rates = backfill(cand[order], flows.src, flows.dst, cap_e, cap_i, rates)
         return Allocation(rates, until)
 
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
