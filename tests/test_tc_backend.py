@@ -7,7 +7,6 @@ silently; set JITSCHED_NO_NETNS=1 to skip them on a workstation that lacks them.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 
@@ -24,24 +23,15 @@ from jitsched.agents.backends.tc import (
     install_shaper,
     u32_keys,
 )
-from jitsched.testbed import netns as netns_mod
 
 LINE = 12.5e6  # 100 Mbit/s in bytes/s
 
 
-def netns_or_fail():
-    if os.environ.get("JITSCHED_NO_NETNS") == "1":
-        pytest.skip("JITSCHED_NO_NETNS=1: network-namespace tests disabled by the user")
-    try:
-        netns_mod.require_netns()
-    except netns_mod.TestbedError as exc:
-        pytest.fail(f"network namespaces unavailable: {exc} (set JITSCHED_NO_NETNS=1 to skip)")
 
 
 @pytest.fixture
-def ns():
+def ns(netns_available):
     """A scratch namespace holding a veth pair a0/a1 (a0 up); removed even if the test fails."""
-    netns_or_fail()
     name = f"jst-{uuid.uuid4().hex[:8]}"
     try:
         subprocess.run(["ip", "netns", "add", name], check=True)

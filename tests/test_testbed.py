@@ -31,13 +31,6 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 
-def netns_or_fail():
-    if os.environ.get("JITSCHED_NO_NETNS") == "1":
-        pytest.skip("JITSCHED_NO_NETNS=1: network-namespace tests disabled by the user")
-    try:
-        netns_mod.require_netns()
-    except netns_mod.TestbedError as exc:
-        pytest.fail(f"network namespaces unavailable: {exc} (set JITSCHED_NO_NETNS=1 to skip)")
 
 
 def new_prefix() -> str:
@@ -45,9 +38,8 @@ def new_prefix() -> str:
 
 
 @pytest.fixture
-def make_bed():
+def make_bed(netns_available):
     """``make_bed(link_mbit)``: a 3-host testbed, torn down after the test even if it fails."""
-    netns_or_fail()
     prefixes = []
 
     def make(link_mbit: float = 100.0) -> testbed.Testbed:
@@ -127,8 +119,7 @@ def test_link_is_shaped_to_its_rate(make_bed):
     assert 20 * 1448 / 1514 * 0.95 < mbit < 20 * 1.01
 
 
-def test_down_cleans_up_after_a_crashed_owner():
-    netns_or_fail()
+def test_down_cleans_up_after_a_crashed_owner(netns_available):
     prefix = new_prefix()
     code = (f"import subprocess, time; from jitsched import testbed; tb = testbed.up(2, 10, prefix={prefix!r}); "
             "subprocess.Popen(['ip', 'netns', 'exec', tb.hosts[0].netns, 'sleep', '600']); "

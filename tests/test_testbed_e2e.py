@@ -8,7 +8,6 @@ its testbed down in a ``finally`` (checked below) even when it fails.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import uuid
 
 import pytest
@@ -20,13 +19,7 @@ from jitsched.testbed.scenario import SCENARIOS, Scenario, build_workload
 
 
 @pytest.fixture
-def tiny(monkeypatch):
-    if os.environ.get("JITSCHED_NO_NETNS") == "1":
-        pytest.skip("JITSCHED_NO_NETNS=1: network-namespace tests disabled by the user")
-    try:
-        netns_mod.require_netns()
-    except netns_mod.TestbedError as exc:
-        pytest.fail(f"network namespaces unavailable: {exc} (set JITSCHED_NO_NETNS=1 to skip)")
+def tiny(monkeypatch, netns_available):
     # 3 hosts, LeNet and AlexNet, one 5 Gbit file (62.5 MB at 100 Mbit/s): ~10 s per policy
     monkeypatch.setitem(SCENARIOS, "tiny", Scenario(hosts=3, jobs=2, rate_per_s=2.0,
                                                     models=("lenet", "alexnet"), files=1,

@@ -1,0 +1,20 @@
+"""Shared fixtures: the network-namespace gate of the testbed and tc tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from jitsched.testbed import netns as netns_mod
+
+
+@pytest.fixture
+def netns_available() -> None:
+    """Fail (never skip) when namespaces are unavailable, unless JITSCHED_NO_NETNS=1 asks to skip."""
+    if os.environ.get("JITSCHED_NO_NETNS") == "1":
+        pytest.skip("JITSCHED_NO_NETNS=1: network-namespace tests disabled by the user")
+    try:
+        netns_mod.require_netns()
+    except netns_mod.TestbedError as exc:
+        pytest.fail(f"network namespaces unavailable: {exc} (set JITSCHED_NO_NETNS=1 to skip)")
