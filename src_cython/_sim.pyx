@@ -21,7 +21,9 @@ def advance(double dt,
             const long long[::1] bg,
             double[::1] sent,
             double[::1] remaining,
-            double[::1] bg_sent):
+            double[::1] bg_sent,
+            const double[::1] dag_egress,
+            double[::1] dag_egress_int):
     """Move every live flow ``rate * dt`` bytes forward.
 
     # IN  dt: seconds (> 0); n: live flows
@@ -30,8 +32,12 @@ def advance(double dt,
     # IN  node, bg (>= n,): DAG node of a job transfer (-1 otherwise), background index (-1 otherwise)
     # IN/OUT sent (n_nodes,), bg_sent (n_bg,): bytes sent so far
     # OUT remaining (n_nodes,): ``max(rem, 0)`` of every live job transfer
+    # IN  dag_egress (H,): DAG transfer rate per egress port, bytes/s
+    # IN/OUT dag_egress_int (H,): its integral over time, bytes (+= dag_egress * dt)
     """
     cdef Py_ssize_t f
+    for f in range(dag_egress.shape[0]):
+        dag_egress_int[f] += dag_egress[f] * dt
     cdef double moved, r
     cdef long long v
     for f in range(n):
@@ -171,3 +177,36 @@ def collect_done(double now,
             tol[k] = tol[f]
         k += 1
     return d
+
+
+def append_flows(const double[::1] add,
+                 Py_ssize_t lo,
+                 double abs_tol,
+                 double rel_tol,
+                 long long[::1] src,
+                 long long[::1] dst,
+                 long long[::1] node,
+                 long long[::1] job,
+                 long long[::1] bg,
+                 double[::1] rel,
+                 double[::1] rem,
+                 double[::1] tol):
+    """Write new flows after the live ones.
+
+    # IN  add (7K,): K rows of (src, dst, node, job, bg, release s, bytes), row-major
+    # IN  lo: live flows so far (the new ones go to lo .. lo + K - 1)
+    # IN  abs_tol, rel_tol: a flow is done at ``abs_tol + rel_tol * bytes`` left
+    # OUT src, dst, node, job, bg, rel, rem, tol (>= lo + K,): the new entries
+    """
+    cdef Py_ssize_t r, k = add.shape[0] // 7, i
+    for r in range(k):
+        i = lo + r
+        src[i] = <long long> add[7 * r]
+        dst[i] = <long long> add[7 * r + 1]
+        node[i] = <long long> add[7 * r + 2]
+        job[i] = <long long> add[7 * r + 3]
+        bg[i] = <long long> add[7 * r + 4]
+        rel[i] = add[7 * r + 5]
+        rem[i] = add[7 * r + 6]
+        tol[i] = abs_tol + rel_tol * add[7 * r + 6]
+    return 0

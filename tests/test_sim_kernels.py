@@ -79,11 +79,34 @@ def live_flows(draw):
 def test_advance_matches_reference(c, dt):
     rng = np.random.default_rng(0)
     sent, remaining, bg_sent = rng.random(c["n_nodes"]), rng.random(c["n_nodes"]), rng.random(c["n_bg"])
+    dag_egress, dag_egress_int = rng.random(c["h"]) * 1e3, rng.random(c["h"]) * 1e4
     want = advance_reference(dt, c["n"], c["rate"], c["rem"], c["node"], c["bg"], sent, remaining, bg_sent)
+    want_int = dag_egress_int.copy()
+    want_int[:] += dag_egress * dt
     rem = c["rem"].copy()
-    _sim.advance(dt, c["n"], c["rate"], rem, c["node"], c["bg"], sent, remaining, bg_sent)
-    for got, ref in zip((rem, sent, remaining, bg_sent), want, strict=True):
+    _sim.advance(dt, c["n"], c["rate"], rem, c["node"], c["bg"], sent, remaining, bg_sent,
+                 dag_egress, dag_egress_int)
+    for got, ref in zip((rem, sent, remaining, bg_sent, dag_egress_int), (*want, want_int), strict=True):
         np.testing.assert_array_equal(got, ref)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 50), st.integers(-1, 50), st.integers(-1, 10**6), st.integers(-1, 999),
+                          st.integers(-1, 999), st.floats(0.0, 1e4), st.floats(0.0, 1e10)), max_size=12),
+       st.integers(0, 5))
+def test_append_flows_matches_reference(rows, lo):
+    add = np.array(rows, dtype=np.float64).reshape(-1, 7)
+    size = lo + len(rows) + 2
+    ints = [np.full(size, -7, dtype=np.int64) for _ in range(5)]
+    flts = [np.full(size, -7.0) for _ in range(3)]
+    _sim.append_flows(add.reshape(-1), lo, 1e-3, 1e-9, *ints, *flts)
+    hi = lo + len(rows)
+    for col, a in enumerate(ints):
+        np.testing.assert_array_equal(a[lo:hi], add[:, col].astype(np.int64))
+        assert (a[:lo] == -7).all() and (a[hi:] == -7).all()
+    np.testing.assert_array_equal(flts[0][lo:hi], add[:, 5])
+    np.testing.assert_array_equal(flts[1][lo:hi], add[:, 6])
+    np.testing.assert_array_equal(flts[2][lo:hi], 1e-3 + 1e-9 * add[:, 6])
 
 
 @settings(max_examples=200, deadline=None)

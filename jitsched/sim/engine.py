@@ -123,7 +123,7 @@ class Simulator:
         finish = np.full(n, np.nan)
         remaining = np.where(kind == TRANSFER, dag.size, 0.0)
         sent = np.zeros(n)
-        nodes_left = np.diff(dag.job_ptr).astype(np.int64)
+        nodes_left = np.diff(dag.job_ptr).tolist()  # per job, a list: decremented per node
         job_arrived = np.zeros(nj, dtype=bool)
         job_done = np.zeros(nj, dtype=bool)
         job_finish = np.full(nj, np.nan)
@@ -177,29 +177,35 @@ class Simulator:
             nonlocal t_last
             dt = t - t_last
             if dt > 0 and n_live:
-                _sim.advance(dt, n_live, buf.rate, buf.rem, buf.node, buf.bg, sent, remaining, bg_sent)
-                dag_egress_int[:] += dag_egress * dt
+                _sim.advance(dt, n_live, buf.rate, buf.rem, buf.node, buf.bg, sent, remaining, bg_sent,
+                             dag_egress, dag_egress_int)
             t_last = t
+
+        # Per-node bookkeeping runs ~10^6 times at paper scale: read the DAG
+        # from Python lists (a numpy scalar access costs several list reads).
+        kind_l, dur_l, job_of_l = kind.tolist(), dur.tolist(), dag.job_of.tolist()
+        src_l, dst_l, size_l = dag.src.tolist(), dag.dst.tolist(), dag.size.tolist()
+        succ_ptr_l, succ_idx_l = succ_ptr.tolist(), succ_idx.tolist()
+        pending_l = pending.tolist()
 
         def release(v: int, now: float, out: list) -> None:
             # node v's predecessors are all done
             state[v] = RUNNING
             start[v] = now
-            if kind[v] == COMPUTE:
-                events.push(now + dur[v], _COMPUTE_DONE, v)
+            if kind_l[v] == COMPUTE:
+                events.push(now + dur_l[v], _COMPUTE_DONE, v)
             else:
-                out.append((int(dag.src[v]), int(dag.dst[v]), v, int(dag.job_of[v]), -1, now,
-                            float(dag.size[v])))
+                out.append((src_l[v], dst_l[v], v, job_of_l[v], -1, now, size_l[v]))
 
         def node_done(v: int, now: float) -> None:
             nonlocal policy_s
             state[v] = DONE
             finish[v] = now
-            k = int(dag.job_of[v])
-            for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                w = int(succ_idx[e])
-                pending[w] -= 1
-                if pending[w] == 0:
+            k = job_of_l[v]
+            for e in range(succ_ptr_l[v], succ_ptr_l[v + 1]):
+                w = succ_idx_l[e]
+                pending_l[w] -= 1
+                if pending_l[w] == 0:
                     release(w, now, new_flows)
             nodes_left[k] -= 1
             if nodes_left[k] == 0:
@@ -219,19 +225,13 @@ class Simulator:
             if dirty:
                 advance(now)
                 if new_flows:
-                    add = np.array(new_flows, dtype=np.float64).reshape(-1, 7)
-                    new_flows.clear()
-                    buf.reserve(n_live + len(add))
-                    lo, n_live = n_live, n_live + len(add)
-                    buf.src[lo:n_live] = add[:, 0]
-                    buf.dst[lo:n_live] = add[:, 1]
-                    buf.node[lo:n_live] = add[:, 2]
-                    buf.job[lo:n_live] = add[:, 3]
-                    buf.bg[lo:n_live] = add[:, 4]
-                    buf.rel[lo:n_live] = add[:, 5]
-                    buf.rem[lo:n_live] = add[:, 6]
+                    add = np.array(new_flows, dtype=np.float64).reshape(-1)
+                    buf.reserve(n_live + len(new_flows))
                     # done when at most tol bytes are left; the 7th column is the flow's size
-                    buf.tol[lo:n_live] = DONE_ABS_BYTES + DONE_REL * add[:, 6]
+                    _sim.append_flows(add, n_live, DONE_ABS_BYTES, DONE_REL, buf.src, buf.dst, buf.node,
+                                      buf.job, buf.bg, buf.rel, buf.rem, buf.tol)
+                    n_live += len(new_flows)
+                    new_flows.clear()
                 f_src, f_dst = buf.src[:n_live], buf.dst[:n_live]
                 f_rem = buf.rem[:n_live]
                 view.now = now
@@ -311,7 +311,7 @@ class Simulator:
                     dag_window[0] = min(dag_window[0], now)
                     lo, hi = int(dag.job_ptr[k]), int(dag.job_ptr[k + 1])
                     for v in range(lo, hi):
-                        if pending[v] == 0:
+                        if pending_l[v] == 0:
                             release(v, now, new_flows)
                     pol.on_job_arrival(view, k)
                 elif ev == _BG_ARRIVAL:
