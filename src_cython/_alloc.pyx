@@ -590,43 +590,83 @@ cdef inline bint _key_less(double a, double b) noexcept nogil:
 
 
 cdef void _stable_order(Py_ssize_t n, const double* key, long long* idx, long long* tmp) noexcept nogil:
-    # idx = 0..n-1 sorted by key, stably (bottom-up merge sort): np.argsort(kind="stable")
-    cdef Py_ssize_t i, width = 1, lo, mid, hi, a, b, o
-    cdef long long* src = idx
-    cdef long long* dst = tmp
-    cdef long long* sw
+    # idx = 0..n-1 sorted by key, stably: np.argsort(key, kind="stable").
+    # Natural merge sort: each pass merges neighbouring ascending runs, so
+    # nearly sorted keys (LATs of flows in release order) take a few passes.
+    cdef Py_ssize_t i, m, e, o, a, b, c
+    cdef bint merged
+    cdef double* kbuf
+    cdef double* ka
+    cdef double* kb
+    cdef double* ks
+    cdef long long* ia = idx
+    cdef long long* ib = tmp
+    cdef long long* isw
     for i in range(n):
         idx[i] = i
-    while width < n:
-        lo = 0
-        while lo < n:
-            mid = lo + width if lo + width < n else n
-            hi = lo + 2 * width if lo + 2 * width < n else n
-            a, b, o = lo, mid, lo
-            while a < mid and b < hi:
-                if _key_less(key[src[b]], key[src[a]]):
-                    dst[o] = src[b]
+    if n < 2:
+        return
+    kbuf = <double*> malloc(2 * n * sizeof(double))
+    if kbuf == NULL:  # no scratch: insertion sort, stable, O(n^2)
+        for i in range(1, n):
+            c = i
+            while c > 0 and _key_less(key[idx[c]], key[idx[c - 1]]):
+                idx[c], idx[c - 1] = idx[c - 1], idx[c]
+                c -= 1
+        return
+    ka = kbuf
+    kb = kbuf + n
+    for i in range(n):
+        ka[i] = key[i]
+    while True:
+        i = 0
+        o = 0
+        merged = False
+        while i < n:
+            m = i + 1
+            while m < n and not _key_less(ka[m], ka[m - 1]):
+                m += 1
+            e = m
+            if m < n:
+                e = m + 1
+                while e < n and not _key_less(ka[e], ka[e - 1]):
+                    e += 1
+                merged = True
+            a = i
+            b = m
+            while a < m and b < e:
+                if _key_less(ka[b], ka[a]):
+                    kb[o] = ka[b]
+                    ib[o] = ia[b]
                     b += 1
                 else:
-                    dst[o] = src[a]
+                    kb[o] = ka[a]
+                    ib[o] = ia[a]
                     a += 1
                 o += 1
-            while a < mid:
-                dst[o] = src[a]
+            while a < m:
+                kb[o] = ka[a]
+                ib[o] = ia[a]
                 a += 1
                 o += 1
-            while b < hi:
-                dst[o] = src[b]
+            while b < e:
+                kb[o] = ka[b]
+                ib[o] = ia[b]
                 b += 1
                 o += 1
-            lo = hi
-        sw = src
-        src = dst
-        dst = sw
-        width *= 2
-    if src != idx:
+            i = e
+        ks = ka
+        ka = kb
+        kb = ks
+        isw = ia
+        ia = ib
+        ib = isw
+        if not merged:
+            break
+    if ia != idx:
         for i in range(n):
-            idx[i] = src[i]
+            idx[i] = ia[i]
+    free(kbuf)
 
 
 def stable_order(const double[::1] key, long long[::1] idx, long long[::1] tmp):

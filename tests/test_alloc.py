@@ -286,7 +286,8 @@ def test_slot_rates_and_jit_rates_match_references(case):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from([0.0, 1.0, np.nan, -np.inf]), st.floats(-5.0, 5.0)), max_size=70))
+@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, np.nan, -np.inf, np.inf]), st.floats(-5.0, 5.0),
+                          st.floats(allow_nan=True)), max_size=300))
 def test_stable_order_matches_numpy(keys):
     key = np.array(keys, dtype=np.float64)
     idx, tmp = np.empty(len(key), dtype=np.int64), np.empty(len(key), dtype=np.int64)
