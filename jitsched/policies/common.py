@@ -52,8 +52,10 @@ def sub_dag(dag: DagArrays, jobs: np.ndarray) -> tuple[DagArrays, np.ndarray]:
     job_map = np.full(dag.n_jobs, -1, dtype=np.int32)
     job_map[jobs] = np.arange(len(jobs), dtype=np.int32)
     sub = DagArrays(
-        job_ids=tuple(dag.job_ids[k] for k in jobs),
-        node_ids=tuple(dag.node_ids[i] for i in nodes) if len(dag.node_ids) else (),
+        # map over Python ints: a generator over numpy ints cost seconds per
+        # paper-scale run (every re-plan copies ~10^4 ids)
+        job_ids=tuple(map(dag.job_ids.__getitem__, jobs.tolist())),
+        node_ids=tuple(map(dag.node_ids.__getitem__, nodes.tolist())) if len(dag.node_ids) else (),
         job_ptr=job_ptr,
         kind=dag.kind[nodes],
         host=dag.host[nodes],
