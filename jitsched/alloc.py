@@ -255,7 +255,8 @@ def _check_plan(src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, 
         raise ValidationError(f"node/remaining: expected shape ({nf},)")
     if p_len.shape != (nn,) or p_off.shape != (nn,) or size.shape != (nn,) or lat.shape != (nn,):
         raise ValidationError(f"p_len/p_off/size/lat: expected shape ({nn},)")
-    if nf and node.max() >= nn:
+    # (index_bounds over node alone: np.max costs more than the kernel call)
+    if nf and _kernels().index_bounds(node, node, cap_e[:0], cap_i[:0])[1] >= nn:
         raise ValidationError("node: index out of range")
     # (p_off + p_len <= len(plan_rates) for planned nodes is the caller's
     # invariant, checked once per plan: it would cost O(N) per call here)

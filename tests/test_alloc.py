@@ -293,3 +293,13 @@ def test_stable_order_matches_numpy(keys):
     idx, tmp = np.empty(len(key), dtype=np.int64), np.empty(len(key), dtype=np.int64)
     alloc._kernels().stable_order(key, idx, tmp)
     np.testing.assert_array_equal(idx, np.argsort(key, kind="stable"))
+
+
+def test_slot_rates_bad_input():
+    plan = ([-1] * 3, [0] * 3, [0] * 3, [], [1.0] * 3, [1.0] * 3, [1.0, 1.0], [1.0, 1.0], 1e-3)
+    with pytest.raises(ValidationError):
+        alloc.slot_rates(0, [3], [0], [1], [1.0], *plan)
+    with pytest.raises(ValidationError):
+        alloc.jit_rates(0, [0, 1], [0], [1], [1.0], *plan)
+    fixed, cand, _, drifted = alloc.slot_rates(0, [-1, 2], [0, 1], [1, 0], [1.0, 1.0], *plan)
+    assert np.isnan(fixed).all() and len(cand) == 0 and drifted == 0
