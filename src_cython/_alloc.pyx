@@ -451,8 +451,19 @@ cdef void _backfill(const long long[::1] order,
                    double[::1] free_e,
                    double[::1] free_i) noexcept nogil:
     # the body of backfill, callable from jit_rates without a Python call
+    _free_capacity(src, dst, cap_e, cap_i, rate, free_e, free_i)
+    _take_free(order, src, dst, rate, free_e, free_i)
+
+
+cdef void _free_capacity(const long long[::1] src,
+                         const long long[::1] dst,
+                         const double[::1] cap_e,
+                         const double[::1] cap_i,
+                         const double[::1] rate,
+                         double[::1] free_e,
+                         double[::1] free_i) noexcept nogil:
+    # free_e, free_i = max(cap - load of rate, 0), loads summed in flow order
     cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, k
-    cdef long long s, d
     cdef double r
     for k in range(h):
         free_e[k] = 0.0
@@ -465,6 +476,18 @@ cdef void _backfill(const long long[::1] order,
         free_e[k] = r if r > 0.0 else 0.0
         r = cap_i[k] - free_i[k]
         free_i[k] = r if r > 0.0 else 0.0
+
+
+cdef void _take_free(const long long[::1] order,
+                     const long long[::1] src,
+                     const long long[::1] dst,
+                     double[::1] rate,
+                     double[::1] free_e,
+                     double[::1] free_i) noexcept nogil:
+    # the flows in order, in turn, add min(free egress, free ingress) to their rate
+    cdef Py_ssize_t k
+    cdef long long f, s, d
+    cdef double r
     for k in range(order.shape[0]):
         f = order[k]
         s = src[f]
@@ -707,20 +730,34 @@ def jit_rates(long long k,
     (if ``backfill``) :func:`backfill` of the waiting and running flows, earliest LAT first.
 
     # IN  k ... crumb_rtol: as slot_rates; backfill: give unused capacity to planned flows
-    # OUT fixed, cand, cand_key (F,): as slot_rates
+    # OUT fixed, cand, cand_key (F,): scratch (slot_rates' outputs, then overwritten)
     # OUT order, tmp (F,), free_e, free_i (H,): scratch
     # OUT rate (F,): bytes/s
     Returns ``(waiting and running flows, drifted flows)``, or ``(-1, 0)`` if
     scratch memory ran out.
     """
-    cdef Py_ssize_t nd = 0, nc, i
+    cdef Py_ssize_t nd = 0, nc, i, m
+    cdef long long f
     nc = _slot_rates(&nd, k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
                      cap_e, cap_i, crumb_rtol, fixed, cand, cand_key)
     if _fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, fixed[:0], rate) < 0:
         return -1, 0
     if backfill and nc:
-        _stable_order(nc, &cand_key[0], &tmp[0], &order[0])
+        _free_capacity(src, dst, cap_e, cap_i, rate, free_e, free_i)
+        # Free capacity only shrinks as candidates take it, so one that finds
+        # none on either port now gets nothing whatever its turn: sort only
+        # the others (a stable sort of a subsequence is the subsequence of the
+        # stable sort, so the rates are the same).
+        m = 0
         for i in range(nc):
-            order[i] = cand[tmp[i]]
-        _backfill(order[:nc], src, dst, cap_e, cap_i, rate, free_e, free_i)
+            f = cand[i]
+            if free_e[src[f]] > 0.0 and free_i[dst[f]] > 0.0:
+                cand[m] = f
+                cand_key[m] = cand_key[i]
+                m += 1
+        if m:
+            _stable_order(m, &cand_key[0], &tmp[0], &order[0])
+            for i in range(m):
+                order[i] = cand[tmp[i]]
+            _take_free(order[:m], src, dst, rate, free_e, free_i)
     return nc, nd

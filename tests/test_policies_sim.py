@@ -1,5 +1,7 @@
 """Tests of the simulator-side policies' own algorithms: BSSI, TicTac orders, fair-share estimate, sub-DAGs, jit schedule."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -62,6 +64,16 @@ def test_sub_dag_equals_compiling_the_subset():
         np.testing.assert_array_equal(getattr(sub, name), getattr(ref, name), err_msg=name)
     assert sub.node_ids == ref.node_ids
     np.testing.assert_array_equal(dag.size[nodes], sub.size)
+    # topo: the chosen nodes in dag's topological order (the fast path and the
+    # fallback for an order that is not job by job)
+    for order in (dag.topo, dag.topo[::-1].copy()):
+        d = replace(dag, topo=order)
+        for sel in ([0, 2], [1], [0, 1, 2], [2]):
+            s, nd = sub_dag(d, np.array(sel))
+            remap = np.full(d.n_nodes, -1)
+            remap[nd] = np.arange(len(nd))
+            want = remap[d.topo]
+            np.testing.assert_array_equal(s.topo, want[want >= 0])
 
 
 def test_jit_schedule_and_options():

@@ -47,8 +47,15 @@ def sub_dag(dag: DagArrays, jobs: np.ndarray) -> tuple[DagArrays, np.ndarray]:
     remap[nodes] = np.arange(n)
     pred_ptr, pred_idx = _gather_csr(dag.pred_ptr, dag.pred_idx, nodes)
     succ_ptr, succ_idx = _gather_csr(dag.succ_ptr, dag.succ_idx, nodes)
-    topo = remap[dag.topo]
-    topo = topo[topo >= 0]
+    # compile_jobs orders topo job by job, so the topo positions of the chosen
+    # jobs' node ranges hold exactly their nodes: gather those instead of
+    # remapping the whole order (O(all nodes) per re-plan, seconds per run).
+    seg = dag.topo[nodes]
+    if np.array_equal(dag.job_of[seg], dag.job_of[nodes]):
+        topo = remap[seg]
+    else:  # some other order: filter the whole one
+        topo = remap[dag.topo]
+        topo = topo[topo >= 0]
     job_map = np.full(dag.n_jobs, -1, dtype=np.int32)
     job_map[jobs] = np.arange(len(jobs), dtype=np.int32)
     sub = DagArrays(
