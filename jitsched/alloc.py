@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitsched.errors import ValidationError, kernel_import_error
-
-try:
-    from jitsched import _alloc
-except ImportError as exc:  # pragma: no cover - exercised only on unbuilt trees
-    _IMPORT_ERROR: ImportError | None = exc
-    _alloc = None
-else:
-    _IMPORT_ERROR = None
+from jitsched.errors import ValidationError, load_kernel
 
 # Relative slack allowed when checking that rates fit the ports (float rounding).
 CAPACITY_RTOL = 1e-9
 
 
 def _kernels():
-    if _alloc is None:
-        raise kernel_import_error("_alloc", _IMPORT_ERROR)
-    return _alloc
+    return load_kernel("_alloc")
 
 
 def _check_flows(src, dst, cap_e, cap_i) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

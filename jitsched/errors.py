@@ -1,4 +1,10 @@
-"""Exception types of jitsched."""
+"""Exception types of jitsched, and the one loader of its compiled kernels."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from types import ModuleType
 
 
 class JitschedError(Exception):
@@ -23,3 +29,18 @@ def kernel_import_error(name: str, exc: ImportError) -> ExtensionNotBuiltError:
         "install the package with `pip install .` (or `pip install -e .`), "
         "or build in place with `python setup.py build_ext --inplace`"
     )
+
+
+@functools.cache
+def load_kernel(name: str) -> ModuleType:
+    """The compiled kernel module ``jitsched.<name>`` (e.g. ``"_lat"``), imported once.
+
+    Raises
+    ------
+    ExtensionNotBuiltError
+        The extension was not compiled; the message says how to build it.
+    """
+    try:
+        return importlib.import_module(f"jitsched.{name}")
+    except ImportError as exc:
+        raise kernel_import_error(name, exc) from exc

@@ -6,24 +6,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jitsched.errors import ValidationError, kernel_import_error
+from jitsched.errors import ValidationError, load_kernel
 from jitsched.model import COMPUTE, TRANSFER, Cluster, DagArrays
-
-try:
-    from jitsched import _lat
-except ImportError as exc:  # pragma: no cover - exercised only on unbuilt trees
-    _IMPORT_ERROR: ImportError | None = exc
-    _lat = None
-else:
-    _IMPORT_ERROR = None
 
 ESTIMATORS = ("exact", "paper")
 
 
 def _kernels():
-    if _lat is None:
-        raise kernel_import_error("_lat", _IMPORT_ERROR)
-    return _lat
+    return load_kernel("_lat")
 
 
 def topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,

@@ -176,12 +176,17 @@ def test_topological_order_reports_cycle_by_length():
 
 
 def test_unbuilt_kernel_raises_one_clear_error(monkeypatch):
-    import jitsched.lat as lat_mod
-    from jitsched.errors import ExtensionNotBuiltError
+    import sys
 
-    monkeypatch.setattr(lat_mod, "_lat", None)
-    monkeypatch.setattr(lat_mod, "_IMPORT_ERROR", ImportError("No module named 'jitsched._lat'"))
+    from jitsched.errors import ExtensionNotBuiltError, load_kernel
+
+    # a None entry in sys.modules makes `import jitsched._lat` fail as an unbuilt tree does
+    monkeypatch.setitem(sys.modules, "jitsched._lat", None)
+    load_kernel.cache_clear()
     w = workload([job(computes=[("c", "h1", 1.0)], transfers=[("t", "h0", "h1", GB)], edges=[("t", "c")])])
-    with pytest.raises(ExtensionNotBuiltError, match=r"pip install \.") as info:
-        compile_jobs(w.jobs, w.cluster)
+    try:
+        with pytest.raises(ExtensionNotBuiltError, match=r"pip install \.") as info:
+            compile_jobs(w.jobs, w.cluster)
+    finally:
+        load_kernel.cache_clear()
     assert "jitsched._lat is not built" in str(info.value)

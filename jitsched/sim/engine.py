@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from jitsched.alloc import CAPACITY_RTOL, check_capacity
-from jitsched.errors import ValidationError, kernel_import_error
+from jitsched.errors import ValidationError, load_kernel
 from jitsched.model import COMPUTE, TRANSFER, Workload, compile_jobs
 from jitsched.policies.base import (
     DONE,
@@ -21,14 +21,6 @@ from jitsched.policies.base import (
 )
 from jitsched.sim.clock import EventQueue, VirtualClock
 from jitsched.sim.metrics import SimResult, collect
-
-try:
-    from jitsched import _sim
-except ImportError as exc:  # pragma: no cover - exercised only on unbuilt trees
-    _SIM_IMPORT_ERROR: ImportError | None = exc
-    _sim = None
-else:
-    _SIM_IMPORT_ERROR = None
 
 # Event kinds; at equal times, arrivals are handled before completions so a
 # policy planning at an arrival sees the state just before anything else moves.
@@ -147,8 +139,7 @@ class Simulator:
         # grow by doubling: the per-event kernels of _sim update and compact
         # them in place, so an event costs a few calls, not one numpy call per
         # array (a paper-scale run has ~10^6 events over a few hundred flows).
-        if _sim is None:
-            raise kernel_import_error("_sim", _SIM_IMPORT_ERROR)
+        _sim = load_kernel("_sim")
         buf = _FlowBuffers(64)
         n_live = 0
         new_flows: list[tuple[int, int, int, int, int, float, float]] = []
