@@ -155,13 +155,14 @@ _HDR = struct.Struct("!I")
 
 
 def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | None = None,
-               timeout_s: float = 60.0, mss: int = 1448) -> float:
+               timeout_s: float = 60.0, mss: int = 1448, tos: int | None = None) -> float:
     """Move ``nbytes`` bytes to a :class:`TransferSink` at ``addr`` over TCP.
 
     The connected socket is registered with the local agent listening at
     ``agent`` (see :func:`jitsched.agents.agent.local_address`) so that it paces
     it; the call returns once the receiver confirms every byte arrived.
-    ``mss`` (bytes) caps the segment size as a 1500-byte MTU would.
+    ``mss`` (bytes) caps the segment size as a 1500-byte MTU would; ``tos``
+    sets the IPv4 TOS byte (DSCP class) of the connection's packets.
 
     Returns
     -------
@@ -177,6 +178,8 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
         # An Ethernet-sized MSS: on loopback (64 KiB MTU) TCP would send 128 KiB bursts
         # and, at a low pacing rate, wait seconds between them even after the rate rises.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, mss)
+        if tos is not None:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(tos))
         sock.settimeout(timeout_s)
         sock.connect(addr)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

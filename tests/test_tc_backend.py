@@ -150,6 +150,26 @@ def test_adopts_testbed_shaper_and_restores_it(ns):
     assert "flowid" not in filters_text(ns)
 
 
+def test_shaper_priority_band_for_a_dscp_class(ns):
+    from jitsched.agents.backends.tc import BG_RESERVE, PRIO_LEAF_HANDLE, PRIO_MINOR
+
+    install_shaper("a0", LINE, netns=ns, priority_tos=0x88)
+    cl = classes(ns)
+    assert set(cl) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR, ROOT_HANDLE | PRIO_MINOR}
+    # the band may take the whole link; background keeps its reserve and borrows after it
+    assert cl[ROOT_HANDLE | PRIO_MINOR][1:] == (int(LINE * (1 - BG_RESERVE)), int(LINE))
+    assert cl[ROOT_HANDLE | BG_MINOR][1:] == (int(LINE * BG_RESERVE), int(LINE))
+    assert qdisc_kinds(ns)[PRIO_LEAF_HANDLE] == "bfifo"
+    text = filters_text(ns)
+    # the TOS byte (second of the IPv4 header), DSCP bits only, sent to 1:3
+    assert "match 00880000/00fc0000 at 0" in text
+    assert "flowid 1:3" in text
+    # without a band the shaper is the plain two-class layout
+    install_shaper("a0", LINE, netns=ns)
+    assert set(classes(ns)) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR}
+    assert "flowid" not in filters_text(ns)
+
+
 def test_refused_request_raises_with_the_flow(ns):
     b = TcBackend(LINE, dev="a0", netns=ns)
     try:

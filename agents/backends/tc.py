@@ -66,6 +66,10 @@ FLOW_MINOR_MAX = 0xFFF0
 QUANTUM_B = 65536  # >= the largest GSO packet, so one DRR round always sends a packet
 MIN_BURST_B = 3028  # two full-size Ethernet frames
 FLOW_BORROW_PRIO = 2  # with borrow=True, flow classes borrow after the background class (prio 1)
+PRIO_MINOR = 3  # 1:3, the scheduled-traffic band of a switch port (install_shaper(priority_tos=...))
+PRIO_LEAF_HANDLE = 0x30000  # 3:
+BG_RESERVE = 0.02  # with a priority band, background keeps this fraction of the line rate
+DSCP_MASK = 0xFC  # the TOS byte's DSCP bits (ECN bits ignored)
 
 
 def _nla(kind: int, payload: bytes) -> bytes:
@@ -247,7 +251,7 @@ def _burst(rate_Bps: float, burst_s: float) -> float:
 
 
 def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
-                   burst_s: float = 0.001) -> None:
+                   burst_s: float = 0.001, priority_tos: int | None = None) -> None:
     """Shape ``dev``'s egress to ``line_rate_Bps`` with the backend's HTB layout and no flow classes.
 
     Replaces whatever root qdisc ``dev`` had. Background class 1:2 gets the
@@ -264,6 +268,13 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
         Named network namespace of ``dev``.
     burst_s : float
         Token-bucket depth in seconds of the rate (at least two full frames).
+    priority_tos : int or None
+        A switch port's scheduled-traffic band: IPv4 packets whose TOS byte
+        has these DSCP bits go to class 1:3 (rate = the line rate less
+        :data:`BG_RESERVE`, borrowing first) with its own short FIFO, the rest
+        to the background class, whose guaranteed rate drops to that reserve.
+        HTB then serves the band like a switch's strict-priority queue while
+        background keeps a trickle. None (default): one class, one FIFO.
     """
     from jitsched.testbed.netns import ifindex_in
 
@@ -271,8 +282,30 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
     nl = TcSocket(netns)
     try:
         _install(nl, ifindex, line_rate_Bps, burst_s)
+        if priority_tos is not None:
+            _install_priority_band(nl, ifindex, line_rate_Bps, burst_s, int(priority_tos))
     finally:
         nl.close()
+
+
+def _install_priority_band(nl: TcSocket, ifindex: int, line: float, burst_s: float, tos: int) -> None:
+    create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    change = NLM_F_REQUEST | NLM_F_ACK
+    b = _burst(line, burst_s)
+    reserve = max(MIN_BURST_B, BG_RESERVE * line)
+    keys = [((tos & DSCP_MASK) << 16, DSCP_MASK << 16, 0)]  # second byte of the IPv4 header
+    nl.transact([
+        (_tcmsg(RTM_NEWTCLASS, change, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR, LINK_CLASS,
+                attrs=htb_class_attrs(reserve, line, _burst(reserve, burst_s), b, prio=1)),
+         "background class 1:2 (reserve)", False),
+        (_tcmsg(RTM_NEWTCLASS, create, nl.next_seq(), ifindex, ROOT_HANDLE | PRIO_MINOR, LINK_CLASS,
+                attrs=htb_class_attrs(line - reserve, line, b, b, prio=0)), "priority class 1:3", False),
+        (_tcmsg(RTM_NEWQDISC, create, nl.next_seq(), ifindex, PRIO_LEAF_HANDLE, ROOT_HANDLE | PRIO_MINOR,
+                attrs=bfifo_attrs(_queue_limit(line))), "priority bfifo", False),
+        (_tcmsg(RTM_NEWTFILTER, create, nl.next_seq(), ifindex, 0, ROOT_HANDLE,
+                info=(1 << 16) | socket.htons(ETH_P_IP), attrs=u32_filter_attrs(ROOT_HANDLE | PRIO_MINOR, keys)),
+         "priority filter", False),
+    ])
 
 
 def bfifo_attrs(limit_B: int) -> bytes:

@@ -121,7 +121,7 @@ def cluster_doc(tb: Testbed) -> dict:
 
 
 def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str | Path | None = None,
-       burst_s: float = 0.001) -> Testbed:
+       burst_s: float = 0.001, priority_tos: int | None = None) -> Testbed:
     """Build the emulated cluster, replacing any earlier one with the same prefix.
 
     Parameters
@@ -136,6 +136,10 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
         Where to write the TOML cluster file (default ``STATE_DIR/<prefix>-cluster.toml``).
     burst_s : float
         Shaper token-bucket depth, seconds of the link rate.
+    priority_tos : int or None
+        Give the switch ports a strict-priority band for packets with this
+        TOS byte's DSCP bits (:func:`jitsched.agents.backends.tc.install_shaper`),
+        as datacenter switches do for a scheduled traffic class. None: one FIFO.
 
     Returns
     -------
@@ -175,7 +179,8 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
             run(["ip", "netns", "exec", h.netns, "sh", "-c",
                  f"printf {TCP_CC} > /proc/sys/net/ipv4/tcp_congestion_control"])
             install_shaper(h.dev, tb.link_Bps, netns=h.netns, burst_s=burst_s)
-            install_shaper(h.switch_port, tb.link_Bps, netns=sw, burst_s=burst_s)
+            install_shaper(h.switch_port, tb.link_Bps, netns=sw, burst_s=burst_s,
+                           priority_tos=priority_tos)
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         path = Path(cluster_file) if cluster_file else STATE_DIR / f"{prefix}-cluster.toml"
         path.write_text(f"# jitsched testbed {prefix!r}: {n_hosts} hosts, {link_mbit:g} Mbit/s links\n"

@@ -59,11 +59,14 @@ DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
 # ResNet152's 2020 transfers are under 1 KB).
 UNREGISTERED_MAX_B = MIN_BURST_B // 1514 * 1448 - 512
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy, zmq and the planner first
+# DSCP AF41 in the TOS byte: DL transfers' class when switch ports have a priority band
+SCHEDULED_TOS = 0x88
 
 
 def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, prefix: str = "js",
                  link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1,
-                 measure_slots: int = 20, alpha: float = 0.4, daemon_options: dict | None = None) -> dict:
+                 measure_slots: int = 20, alpha: float = 0.4, daemon_options: dict | None = None,
+                 switch_priority: bool = False) -> dict:
     """Bring the testbed up, run the scenario's jobs and background flows, tear down.
 
     Parameters
@@ -94,6 +97,11 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
     daemon_options : dict, optional
         Further :class:`jitsched.config.DaemonConfig` fields, over
         :data:`DAEMON_DEFAULTS` (e.g. ``{"drift_s": 0.5}`` for drift re-plans).
+    switch_priority : bool
+        Mark every DL transfer with :data:`SCHEDULED_TOS` and give the switch
+        ports a strict-priority band for it, so DL traffic is ahead of the
+        files where the agents cannot reach (the receivers' ports); applies to
+        either policy, so ``none`` with it is the ablation.
 
     Returns
     -------
@@ -116,7 +124,7 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
     link_mbit = link_mbit or sc.link_mbit
     with _sigterm_as_exit():
         return _run(sc, scenario, policy, seed, prefix, link_mbit, timeout_s, slot_s, measure_slots, alpha,
-                    dict(daemon_options or {}))
+                    dict(daemon_options or {}), switch_priority)
 
 
 @contextlib.contextmanager
@@ -134,14 +142,16 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 
 def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: float, timeout_s: float,
-         slot_s: float, measure_slots: int, alpha: float, daemon_options: dict) -> dict:
+         slot_s: float, measure_slots: int, alpha: float, daemon_options: dict,
+         switch_priority: bool = False) -> dict:
     from jitsched.client import TransferSink
     from jitsched.client import send_bytes as _send
     from jitsched.config import DaemonConfig
     from jitsched.runner import JobResult, JobRunner
     from jitsched.testbed.scenario import build_workload
 
-    tb = testbed.up(sc.hosts, link_mbit, prefix=prefix)
+    tos = SCHEDULED_TOS if switch_priority else None
+    tb = testbed.up(sc.hosts, link_mbit, prefix=prefix, priority_tos=tos)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     children: list[_Child] = []
@@ -187,7 +197,7 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
             if nbytes <= UNREGISTERED_MAX_B:
                 agent = None
             with in_netns(netns_of[src]):
-                return _send(addr, nbytes, flow, agent=agent, timeout_s=timeout_s)
+                return _send(addr, nbytes, flow, agent=agent, timeout_s=timeout_s, tos=tos)
 
         from jitsched.bgtraffic import Generator
         gen = Generator(bg, netns_of, addr_of)
@@ -401,4 +411,5 @@ def _time_slot_changes(agent, late_ms: list[float]) -> None:
     backend.apply = timed
 
 
-__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "UNREGISTERED_MAX_B", "run_scenario"]
+__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "UNREGISTERED_MAX_B",
+           "run_scenario"]
