@@ -26,6 +26,7 @@ import sys
 import time
 
 from jitsched import testbed
+from jitsched.policies.jit import JOB_ORDERS
 from jitsched.testbed.measure import measure_enforcement, summarize
 from jitsched.testbed.scenario import SCENARIOS, predict, require_daemon_side
 
@@ -61,12 +62,18 @@ def _paired(jit: dict, none: dict) -> dict:
             "speedup_by_model": {m: statistics.fmean(v) for m, v in sorted(by_model.items())}}
 
 
-def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say) -> dict:
-    """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction."""
+def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
+             job_order: str = "fair", switch_priority: bool = False) -> dict:
+    """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
+
+    ``alpha`` and ``job_order`` are the jit policy's (daemon and simulator
+    alike); ``switch_priority`` gives DL transfers the switch ports' priority
+    band under both policies.
+    """
     from jitsched.testbed.e2e import run_scenario
 
     t = time.perf_counter()
-    pred = predict(scenario, seed)
+    pred = predict(scenario, seed, alpha=alpha, job_order=job_order)
     say(f"{scenario}: simulator tensorflow {pred['tensorflow']['mean_jct_s']:.2f} s, "
         f"jit {pred['jit']['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
         f"({time.perf_counter() - t:.0f} s)")
@@ -77,7 +84,9 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say) -> dict:
         for pol in order:
             t = time.perf_counter()
             res[pol] = run_scenario(scenario, pol, seed=seed, prefix=prefix, measure_slots=0,
-                                    timeout_s=300.0)
+                                    timeout_s=300.0, alpha=alpha, switch_priority=switch_priority,
+                                    daemon_options={"policy_options": {"job_order": job_order}}
+                                    if pol == "jit" else None)
             say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
                 f"{res[pol]['completed']}/{res[pol]['jobs']} jobs, "
                 f"background {res[pol]['background_mbit_mean']} Mbit/s ({time.perf_counter() - t:.0f} s)")
@@ -100,7 +109,8 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say) -> dict:
                                            for a in x["jit"]["agents"].values())
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
-    return {"scenario": scenario, "seed": seed, "repeat": repeat, "median": med,
+    return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
+            "switch_priority": switch_priority, "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
                           "mean_speedup": pred["mean_speedup"],
                           "tensorflow_mean_jct_s": pred["tensorflow"]["mean_jct_s"],
@@ -123,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--job-repeat", type=int, default=3, help="jit/none pairs per scenario (default 3)")
     p.add_argument("--skip-enforcement", action="store_true")
+    p.add_argument("--alpha", type=float, default=0.4, help="jit: fraction of each job's transfers planned")
+    p.add_argument("--job-order", choices=JOB_ORDERS, default="fair",
+                   help="jit: how jobs share a port in the LAT estimate (default fair, the paper's)")
+    p.add_argument("--switch-priority", action="store_true",
+                   help="DL transfers in a strict-priority band at the switch ports (both policies)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
 
@@ -144,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     except testbed.TestbedError as exc:
         scenarios: dict = {"unavailable": str(exc)}
     else:
-        scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say) for s in a.scenario}
+        scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
+                                 job_order=a.job_order, switch_priority=a.switch_priority)
+                     for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
     if a.json:

@@ -151,7 +151,7 @@ def sim_workload(wl: Workload, bg: list[BackgroundFlow]) -> Workload:
 
 
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
-            alpha: float = 0.4) -> dict:
+            alpha: float = 0.4, job_order: str = "fair") -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`; ``tensorflow`` is the
@@ -171,7 +171,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
     w = sim_workload(wl, bg)
     out: dict = {}
-    for pol, opts in (("tensorflow", {}), ("jit", {"slot_s": slot_s, "alpha": alpha})):
+    for pol, opts in (("tensorflow", {}), ("jit", {"slot_s": slot_s, "alpha": alpha, "job_order": job_order})):
         r = simulate(w, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
