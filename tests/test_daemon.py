@@ -265,3 +265,27 @@ def test_metrics_endpoint():
 def _get(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
         return r.read().decode()
+
+
+def test_replies_to_departed_clients_are_counted_and_logged_sparingly(caplog):
+    from jitsched.daemon.server import JOB_TYPES
+
+    class Gone:
+        def send_multipart(self, frames, flags=0):
+            raise zmq.ZMQError(zmq.EHOSTUNREACH)
+
+    d = Daemon(config())
+    try:
+        req = encode_request(MsgType.STATUS, {})
+        with caplog.at_level("WARNING", logger="jitsched.daemon"):
+            for _ in range(50):
+                d._serve_one(Gone(), [b"peer", req], JOB_TYPES)
+        assert d.replies_dropped == 50
+        lines = [r.getMessage() for r in caplog.records if "reply_dropped" in r.getMessage()]
+        assert len(lines) == 1 and "count=1" in lines[0]  # the first, then quiet for DROPPED_LOG_S
+        d._dropped_log_s -= 60.0  # the interval is over: the next one reports all held back
+        d._serve_one(Gone(), [b"peer", req], JOB_TYPES)
+        lines = [r.getMessage() for r in caplog.records if "reply_dropped" in r.getMessage()]
+        assert len(lines) == 2 and "count=50" in lines[1] and "total=51" in lines[1]
+    finally:
+        d.ctx.term()

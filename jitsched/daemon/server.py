@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import logging
 import queue
 import threading
@@ -74,6 +75,9 @@ def error_code(exc: BaseException) -> str:
     return ErrorCode.INTERNAL
 
 
+DROPPED_LOG_S = 10.0  # at most one reply_dropped warning this often, seconds
+
+
 def kv(event: str, **fields: Any) -> str:
     """A structured log line: ``event=NAME key=value ...`` (values with spaces quoted)."""
     parts = [f"event={event}"]
@@ -127,6 +131,9 @@ class Daemon:
         self.policy = policy if policy is not None else create_policy(config)
         self.state = SchedulerState(config)
         self.metrics = Metrics()
+        self.replies_dropped = 0  # replies to peers that had gone, since start
+        self._dropped_logged = 0  # of which the log has reported
+        self._dropped_log_s = -math.inf  # monotonic time of the last such log line
         self.ctx = zmq.Context()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -277,7 +284,18 @@ class Daemon:
         try:
             sock.send_multipart([identity, reply], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue full
-            log.warning(kv("reply_dropped", error=exc.strerror))
+            self._reply_dropped(exc.strerror)
+
+    def _reply_dropped(self, error: str) -> None:
+        # A client that submits and leaves without waiting drops every later
+        # reply: one warning per DROPPED_LOG_S with the count, not one per reply.
+        self.replies_dropped += 1
+        now = time.monotonic()
+        if now - self._dropped_log_s >= DROPPED_LOG_S:
+            log.warning(kv("reply_dropped", error=error,
+                           count=self.replies_dropped - self._dropped_logged, total=self.replies_dropped))
+            self._dropped_logged = self.replies_dropped
+            self._dropped_log_s = now
 
     def handle(self, identity: bytes, data: bytes, allowed: frozenset[str]) -> bytes:
         """Decode one request, dispatch it, and return the encoded reply (never raises)."""
