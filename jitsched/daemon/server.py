@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-import math
 import logging
+import math
 import queue
 import threading
 import time
