@@ -229,28 +229,107 @@ def backfill(order, src, dst, cap_e, cap_i, rate) -> np.ndarray:
     return out
 
 
-def _check_plan(src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat):
-    """Validated contiguous inputs of :func:`slot_rates` / :func:`jit_rates`."""
-    src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
-    node = np.ascontiguousarray(node, dtype=np.int64)
-    remaining = np.ascontiguousarray(remaining, dtype=np.float64)
-    p_start = np.ascontiguousarray(p_start, dtype=np.int64)
-    p_len = np.ascontiguousarray(p_len, dtype=np.int64)
-    p_off = np.ascontiguousarray(p_off, dtype=np.int64)
-    plan_rates = np.ascontiguousarray(plan_rates, dtype=np.float64)
-    size = np.ascontiguousarray(size, dtype=np.float64)
-    lat = np.ascontiguousarray(lat, dtype=np.float64)
-    nf, nn = len(src), len(p_start)
-    if node.shape != (nf,) or remaining.shape != (nf,):
-        raise ValidationError(f"node/remaining: expected shape ({nf},)")
-    if p_len.shape != (nn,) or p_off.shape != (nn,) or size.shape != (nn,) or lat.shape != (nn,):
-        raise ValidationError(f"p_len/p_off/size/lat: expected shape ({nn},)")
-    # (index_bounds over node alone: np.max costs more than the kernel call)
-    if nf and _kernels().index_bounds(node, node, cap_e[:0], cap_i[:0])[1] >= nn:
-        raise ValidationError("node: index out of range")
-    # (p_off + p_len <= len(plan_rates) for planned nodes is the caller's
-    # invariant, checked once per plan: it would cost O(N) per call here)
-    return src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat
+class SlotPlan:
+    """A time-slotted plan, checked once, for many JIT allocations (:meth:`rates`).
+
+    The JIT policy allocates on every event but re-plans rarely: checking the
+    node-indexed plan arrays on every allocation cost a fifth of a paper-scale
+    run, so they are checked here, once, and each allocation checks only its
+    flows. The arrays are kept by reference (the kernel reads them unchecked):
+    do not change them while the plan is in use, make a new ``SlotPlan``.
+
+    Parameters
+    ----------
+    p_start, p_len, p_off : array of int, shape (N,)
+        Per DAG node: first planned slot (-1: unplanned), number of planned
+        slots and offset of its rates in ``plan_rates``.
+    plan_rates : array, shape (R,)
+        Planned rates, bytes/s.
+    lat : array, shape (N,)
+        Latest arrival time (s) per DAG node: the backfill order.
+
+    Raises
+    ------
+    ValidationError
+        If the shapes disagree or a planned node's rates lie outside ``plan_rates``.
+    """
+
+    def __init__(self, p_start, p_len, p_off, plan_rates, lat) -> None:
+        self.p_start = np.ascontiguousarray(p_start, dtype=np.int64)
+        self.p_len = np.ascontiguousarray(p_len, dtype=np.int64)
+        self.p_off = np.ascontiguousarray(p_off, dtype=np.int64)
+        self.plan_rates = np.ascontiguousarray(plan_rates, dtype=np.float64)
+        self.lat = np.ascontiguousarray(lat, dtype=np.float64)
+        nn = len(self.p_start)
+        if self.p_start.shape != (nn,) or self.plan_rates.ndim != 1:
+            raise ValidationError("p_start/plan_rates: expected one-dimensional arrays")
+        if self.p_len.shape != (nn,) or self.p_off.shape != (nn,) or self.lat.shape != (nn,):
+            raise ValidationError(f"p_len/p_off/lat: expected shape ({nn},)")
+        k = _kernels()
+        lo, hi = k.plan_extent(self.p_start, self.p_len, self.p_off)
+        if lo < 0 or hi > len(self.plan_rates):
+            raise ValidationError("p_off/p_len: planned rates outside plan_rates")
+        self._kernel = k.SlotPlan(self.p_start, self.p_len, self.p_off, self.plan_rates, self.lat)
+
+    def __len__(self) -> int:
+        return len(self.p_start)
+
+    def _check(self, node, src, dst, remaining, size, cap_e, cap_i):
+        """Validated contiguous flow inputs of :meth:`rates` and :func:`slot_rates`."""
+        src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
+        node = np.ascontiguousarray(node, dtype=np.int64)
+        remaining = np.ascontiguousarray(remaining, dtype=np.float64)
+        size = np.ascontiguousarray(size, dtype=np.float64)
+        self._check_shapes(node, src, dst, remaining, size, cap_e, cap_i)
+        # (index_bounds over node alone: np.max costs more than the kernel call)
+        if len(node) and _kernels().index_bounds(node, node, cap_e[:0], cap_i[:0])[1] >= len(self.p_start):
+            raise ValidationError("node: index out of range")
+        return node, src, dst, remaining, size, cap_e, cap_i
+
+    def _check_shapes(self, node, src, dst, remaining, size, cap_e, cap_i) -> None:
+        nf, nn, h = len(node), len(self.p_start), len(cap_e)
+        if src.shape != (nf,) or dst.shape != (nf,) or remaining.shape != (nf,):
+            raise ValidationError(f"src/dst/remaining: expected shape ({nf},) as node")
+        if size.shape != (nn,):
+            raise ValidationError(f"size: expected shape ({nn},)")
+        if cap_i.shape != (h,):
+            raise ValidationError(f"cap_i: expected shape ({h},)")
+
+    def rates(self, k, node, src, dst, remaining, size, cap_e, cap_i, crumb_rtol,
+              backfill_free: bool = True, *, in_range: bool = False) -> tuple[np.ndarray, int, int]:
+        """A JIT allocation in slot ``k``: as :func:`jit_rates` with this plan.
+
+        Parameters
+        ----------
+        k, node, src, dst, remaining, size, cap_e, cap_i, crumb_rtol, backfill_free
+            As for :func:`jit_rates`.
+        in_range : bool
+            The caller guarantees what would take a pass over the flows to
+            check: ``node``/``src``/``dst`` are contiguous int64 with hosts in
+            ``[0, len(cap_e))`` and nodes below the plan's N, ``remaining``,
+            ``size`` and the finite capacities contiguous float64 (e.g. a
+            simulator's own flow buffers, checked when they entered them).
+            Only the shapes are checked then; a wrong dtype still raises.
+
+        Returns
+        -------
+        rate : ndarray, shape (F,)
+        n_planned, drifted : int
+            As for :func:`jit_rates`.
+        """
+        if in_range:
+            self._check_shapes(node, src, dst, remaining, size, cap_e, cap_i)
+        else:
+            node, src, dst, remaining, size, cap_e, cap_i = self._check(node, src, dst, remaining, size,
+                                                                        cap_e, cap_i)
+        rate = np.zeros(len(node))
+        if len(node) == 0:
+            return rate, 0, 0
+        nc, nd = self._kernel.rates(int(k), node, src, dst, remaining, size, cap_e, cap_i,
+                                    float(crumb_rtol), bool(backfill_free), rate)
+        if nc < 0:
+            raise MemoryError("jit_rates: no memory for the kernel's scratch")
+        return rate, nc, nd
 
 
 def jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
@@ -259,7 +338,8 @@ def jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, s
     then (with ``backfill_free``) :func:`backfill` of the flows waiting for or within their
     planned slots, earliest ``lat`` first (stable).
 
-    Parameters are those of :func:`slot_rates`.
+    Parameters are those of :func:`slot_rates`. Checks the plan on every call:
+    to allocate many times with one plan, use :class:`SlotPlan`.
 
     Returns
     -------
@@ -270,21 +350,8 @@ def jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, s
     drifted : int
         Flows past their planned slots with more than a crumb left.
     """
-    (src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size,
-     lat) = _check_plan(src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat)
-    nf, h = len(src), len(cap_e)
-    rate = np.zeros(nf)
-    if nf == 0:
-        return rate, 0, 0
-    i8 = np.empty((3, nf), dtype=np.int64)  # cand, order, tmp
-    f8 = np.empty(2 * nf + 2 * h)  # fixed, cand_key, free_e, free_i
-    nc, nd = _kernels().jit_rates(int(k), node, src, dst, remaining, p_start, p_len, p_off, plan_rates,
-                                  size, lat, cap_e, cap_i, float(crumb_rtol), bool(backfill_free),
-                                  f8[:nf], i8[0], f8[nf:2 * nf], i8[1], i8[2], f8[2 * nf:2 * nf + h],
-                                  f8[2 * nf + h:], rate)
-    if nc < 0:
-        raise MemoryError("jit_rates: no memory for the kernel's scratch")
-    return rate, int(nc), int(nd)
+    return SlotPlan(p_start, p_len, p_off, plan_rates, lat).rates(
+        k, node, src, dst, remaining, size, cap_e, cap_i, crumb_rtol, backfill_free)
 
 
 def slot_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
@@ -325,14 +392,15 @@ def slot_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, 
     drifted : int
         Flows past their planned slots with more than a crumb left.
     """
-    (src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size,
-     lat) = _check_plan(src, dst, cap_e, cap_i, node, remaining, p_start, p_len, p_off, plan_rates, size, lat)
+    plan = SlotPlan(p_start, p_len, p_off, plan_rates, lat)
+    node, src, dst, remaining, size, cap_e, cap_i = plan._check(node, src, dst, remaining, size, cap_e, cap_i)
     nf = len(src)
     fixed = np.empty(nf)
     cand = np.empty(nf, dtype=np.int64)
     key = np.empty(nf)
-    nc, nd = _kernels().slot_rates(int(k), node, src, dst, remaining, p_start, p_len, p_off, plan_rates,
-                                   size, lat, cap_e, cap_i, float(crumb_rtol), fixed, cand, key)
+    nc, nd = _kernels().slot_rates(int(k), node, src, dst, remaining, plan.p_start, plan.p_len, plan.p_off,
+                                   plan.plan_rates, size, plan.lat, cap_e, cap_i, float(crumb_rtol),
+                                   fixed, cand, key)
     return fixed, cand[:nc], key[:nc], int(nd)
 
 

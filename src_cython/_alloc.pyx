@@ -4,6 +4,8 @@
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdlib cimport free, malloc
 
+from cython.view cimport array
+
 
 cdef inline void _push(double* hkey, int* hport, Py_ssize_t* size,
                        double key, int port) noexcept nogil:
@@ -703,61 +705,139 @@ def stable_order(const double[::1] key, long long[::1] idx, long long[::1] tmp):
     return 0
 
 
-def jit_rates(long long k,
+def plan_extent(const long long[::1] p_start,
+                const long long[::1] p_len,
+                const long long[::1] p_off):
+    """Where the planned nodes' rates lie in ``plan_rates``, in one pass.
+
+    Lets :class:`jitsched.alloc.SlotPlan` check a plan once instead of every allocation.
+
+    # IN  p_start, p_len, p_off (N,): first planned slot (-1: unplanned), slots and offset per node
+    Returns ``(lo, hi)``: the smallest ``p_off`` and the largest ``p_off + p_len``
+    over planned nodes with ``p_len > 0`` (``(0, 0)`` if there is none).
+    """
+    cdef Py_ssize_t v
+    cdef long long lo = 0, hi = 0, end
+    cdef bint first = True
+    for v in range(p_start.shape[0]):
+        if p_start[v] < 0 or p_len[v] <= 0:
+            continue
+        end = p_off[v] + p_len[v]
+        if first or p_off[v] < lo:
+            lo = p_off[v]
+        if first or end > hi:
+            hi = end
+        first = False
+    return lo, hi
+
+
+cdef class SlotPlan:
+    """A time-slotted plan and the scratch of the JIT policy's allocations (private).
+
+    :class:`jitsched.alloc.SlotPlan` checks the plan arrays once and then
+    calls :meth:`rates` on every allocation: the arrays are held here (by
+    reference, not copied) and the scratch grows with the flow count, so a
+    call acquires only the flows' buffers.
+
+    # IN  p_start, p_len, p_off (N,): per DAG node, first planned slot (-1: unplanned),
+    #     planned slots and offset of its rates in plan_rates (p_off + p_len <= len(plan_rates))
+    # IN  plan_rates (R,): planned rates, bytes/s
+    # IN  lat (N,): latest arrival time per DAG node, seconds
+    """
+
+    cdef const long long[::1] p_start
+    cdef const long long[::1] p_len
+    cdef const long long[::1] p_off
+    cdef const double[::1] plan_rates
+    cdef const double[::1] lat
+    cdef double[::1] fixed
+    cdef double[::1] cand_key
+    cdef long long[::1] cand
+    cdef long long[::1] order
+    cdef long long[::1] tmp
+    cdef double[::1] free_e
+    cdef double[::1] free_i
+
+    def __init__(self,
+                 const long long[::1] p_start,
+                 const long long[::1] p_len,
+                 const long long[::1] p_off,
+                 const double[::1] plan_rates,
+                 const double[::1] lat):
+        self.p_start = p_start
+        self.p_len = p_len
+        self.p_off = p_off
+        self.plan_rates = plan_rates
+        self.lat = lat
+        self._reserve(0, 0)
+
+    cdef void _reserve(self, Py_ssize_t nf, Py_ssize_t h):
+        # scratch for nf flows and h hosts; doubles, so a run reallocates a few times only
+        cdef Py_ssize_t cap
+        if self.fixed is None or self.fixed.shape[0] < nf:
+            cap = max(nf, 2 * (0 if self.fixed is None else self.fixed.shape[0]), 16)
+            self.fixed = array((cap,), sizeof(double), "d")
+            self.cand_key = array((cap,), sizeof(double), "d")
+            self.cand = array((cap,), sizeof(long long), "q")
+            self.order = array((cap,), sizeof(long long), "q")
+            self.tmp = array((cap,), sizeof(long long), "q")
+        if self.free_e is None or self.free_e.shape[0] < h:
+            self.free_e = array((max(h, 1),), sizeof(double), "d")
+            self.free_i = array((max(h, 1),), sizeof(double), "d")
+
+    def rates(self,
+              long long k,
               const long long[::1] node,
               const long long[::1] src,
               const long long[::1] dst,
               const double[::1] remaining,
-              const long long[::1] p_start,
-              const long long[::1] p_len,
-              const long long[::1] p_off,
-              const double[::1] plan_rates,
               const double[::1] size,
-              const double[::1] lat,
               const double[::1] cap_e,
               const double[::1] cap_i,
               double crumb_rtol,
               bint backfill,
-              double[::1] fixed,
-              long long[::1] cand,
-              double[::1] cand_key,
-              long long[::1] order,
-              long long[::1] tmp,
-              double[::1] free_e,
-              double[::1] free_i,
               double[::1] rate):
-    """The JIT policy's allocation in one call: :func:`slot_rates`, :func:`fixed_then_maxmin`, then
-    (if ``backfill``) :func:`backfill` of the waiting and running flows, earliest LAT first.
+        """The JIT policy's allocation in one call: :func:`slot_rates`, :func:`fixed_then_maxmin`,
+        then (if ``backfill``) :func:`backfill` of the waiting and running flows, earliest LAT first.
 
-    # IN  k ... crumb_rtol: as slot_rates; backfill: give unused capacity to planned flows
-    # OUT fixed, cand, cand_key (F,): scratch (slot_rates' outputs, then overwritten)
-    # OUT order, tmp (F,), free_e, free_i (H,): scratch
-    # OUT rate (F,): bytes/s
-    Returns ``(waiting and running flows, drifted flows)``, or ``(-1, 0)`` if
-    scratch memory ran out.
-    """
-    cdef Py_ssize_t nd = 0, nc, i, m
-    cdef long long f
-    nc = _slot_rates(&nd, k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
-                     cap_e, cap_i, crumb_rtol, fixed, cand, cand_key)
-    if _fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, fixed[:0], rate) < 0:
-        return -1, 0
-    if backfill and nc:
-        _free_capacity(src, dst, cap_e, cap_i, rate, free_e, free_i)
-        # Free capacity only shrinks as candidates take it, so one that finds
-        # none on either port now gets nothing whatever its turn: sort only
-        # the others (a stable sort of a subsequence is the subsequence of the
-        # stable sort, so the rates are the same).
-        m = 0
-        for i in range(nc):
-            f = cand[i]
-            if free_e[src[f]] > 0.0 and free_i[dst[f]] > 0.0:
-                cand[m] = f
-                cand_key[m] = cand_key[i]
-                m += 1
-        if m:
-            _stable_order(m, &cand_key[0], &tmp[0], &order[0])
-            for i in range(m):
-                order[i] = cand[tmp[i]]
-            _take_free(order[:m], src, dst, rate, free_e, free_i)
-    return nc, nd
+        # IN  k: slot index; node, src, dst (F,): DAG node (-1: background, else < N) and hosts
+        # IN  remaining (F,): bytes left per flow; size (N,): bytes per DAG node
+        # IN  cap_e, cap_i (H,): capacities, bytes/s; crumb_rtol: crumb threshold (as slot_rates)
+        # IN  backfill: give unused capacity to planned flows
+        # OUT rate (F,): bytes/s
+        Returns ``(waiting and running flows, drifted flows)``, or ``(-1, 0)`` if
+        scratch memory ran out.
+        """
+        cdef Py_ssize_t nd = 0, nc, i, m, nf = node.shape[0], h = cap_e.shape[0]
+        cdef long long f
+        self._reserve(nf, h)
+        cdef double[::1] fixed = self.fixed[:nf]
+        cdef double[::1] cand_key = self.cand_key
+        cdef long long[::1] cand = self.cand
+        cdef long long[::1] order = self.order
+        cdef double[::1] free_e = self.free_e[:h]
+        cdef double[::1] free_i = self.free_i[:h]
+        nc = _slot_rates(&nd, k, node, src, dst, remaining, self.p_start, self.p_len, self.p_off,
+                         self.plan_rates, size, self.lat, cap_e, cap_i, crumb_rtol, fixed, cand,
+                         cand_key)
+        if _fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, fixed[:0], rate) < 0:
+            return -1, 0
+        if backfill and nc:
+            _free_capacity(src, dst, cap_e, cap_i, rate, free_e, free_i)
+            # Free capacity only shrinks as candidates take it, so one that finds
+            # none on either port now gets nothing whatever its turn: sort only
+            # the others (a stable sort of a subsequence is the subsequence of the
+            # stable sort, so the rates are the same).
+            m = 0
+            for i in range(nc):
+                f = cand[i]
+                if free_e[src[f]] > 0.0 and free_i[dst[f]] > 0.0:
+                    cand[m] = f
+                    cand_key[m] = cand_key[i]
+                    m += 1
+            if m:
+                _stable_order(m, &cand_key[0], &self.tmp[0], &order[0])
+                for i in range(m):
+                    order[i] = cand[self.tmp[i]]
+                _take_free(order[:m], src, dst, rate, free_e, free_i)
+        return nc, nd

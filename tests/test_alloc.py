@@ -303,3 +303,73 @@ def test_slot_rates_bad_input():
         alloc.jit_rates(0, [0, 1], [0], [1], [1.0], *plan)
     fixed, cand, _, drifted = alloc.slot_rates(0, [-1, 2], [0, 1], [1, 0], [1.0, 1.0], *plan)
     assert np.isnan(fixed).all() and len(cand) == 0 and drifted == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(plans(), min_size=1, max_size=6), st.booleans())
+def test_slot_plan_reused_over_calls_matches_jit_rates(cases, bf):
+    # One SlotPlan serves every call of a plan: its scratch, sized by the first
+    # call and grown by later ones, must not leak from one allocation into the next.
+    nn = max(len(c[5]) for c in cases)
+    p_start = np.full(nn, -1, dtype=np.int64)
+    p_len = np.zeros(nn, dtype=np.int64)
+    p_off = np.zeros(nn, dtype=np.int64)
+    lat, size = np.full(nn, np.nan), np.ones(nn)
+    first = cases[0]
+    m = len(first[5])
+    p_start[:m], p_len[:m], p_off[:m], lat[:m], size[:m] = first[5], first[6], first[7], first[10], first[9]
+    plan = alloc.SlotPlan(p_start, p_len, p_off, first[8], lat)
+    for k, node, src, dst, remaining, *_, ce, ci, crumb in cases:
+        node = np.where(node < m, node, -1)  # flows of nodes the plan does not know share the leftover
+        want = alloc.jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, first[8], size, lat,
+                               ce, ci, crumb, backfill_free=bf)
+        for in_range in (False, True):
+            got = plan.rates(k, node, src, dst, remaining, size, ce, ci, crumb, bf, in_range=in_range)
+            np.testing.assert_array_equal(got[0], want[0])
+            assert got[1:] == want[1:]
+
+
+def plan_extent_reference(p_start, p_len, p_off):
+    """Pure Python: smallest offset and largest end of the planned nodes' rates."""
+    spans = [(o, o + n) for s, n, o in zip(p_start, p_len, p_off, strict=True) if s >= 0 and n > 0]
+    return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 3), st.integers(-1, 4), st.integers(-3, 9)), max_size=12))
+def test_plan_extent_matches_reference(rows):
+    p_start, p_len, p_off = (np.array([r[i] for r in rows], dtype=np.int64) for i in range(3))
+    assert alloc._kernels().plan_extent(p_start, p_len, p_off) == plan_extent_reference(p_start, p_len, p_off)
+
+
+def test_slot_plan_bad_input():
+    ok = dict(p_start=[0, -1], p_len=[2, 5], p_off=[0, 9], plan_rates=[1.0, 2.0], lat=[1.0, 2.0])
+    alloc.SlotPlan(**ok)  # the unplanned node's span is never read
+    for bad in (dict(p_off=[1, 0]), dict(p_len=[3, 0]), dict(p_off=[-1, 0]), dict(lat=[1.0]),
+                dict(p_len=[2]), dict(plan_rates=[[1.0, 2.0]])):
+        with pytest.raises(ValidationError):
+            alloc.SlotPlan(**{**ok, **bad})
+    plan = alloc.SlotPlan(**ok)
+    args = ([0], [0], [1], [1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], 1e-3)
+    rate, n_planned, drifted = plan.rates(1, [0], [0], [1], [1.0], [1.0, 1.0], [4.0, 4.0], [4.0, 4.0], 1e-3,
+                                          False)
+    np.testing.assert_array_equal(rate, [2.0])  # slot 1 of node 0's plan
+    assert (n_planned, drifted) == (1, 0)
+    rate, _, _ = plan.rates(1, *args)
+    np.testing.assert_array_equal(rate, [1.0])  # scaled to the ports
+    with pytest.raises(ValidationError):
+        plan.rates(0, [2], *args[1:])  # node out of range
+    with pytest.raises(ValidationError):
+        plan.rates(0, [0], [0], [2], *args[3:])  # host out of range
+    with pytest.raises(ValidationError):
+        plan.rates(0, [0], [0], [1], [1.0], [1.0], *args[5:])  # size of one node for two
+    i8 = np.array([0], dtype=np.int64)
+    with pytest.raises(ValidationError):  # in_range still checks the shapes
+        plan.rates(0, i8, np.array([0, 1], dtype=np.int64), i8, np.ones(1), np.ones(2), np.ones(2),
+                   np.ones(2), 1e-3, in_range=True)
+    with pytest.raises(ValueError):  # and the kernel the dtypes
+        plan.rates(0, i8, i8.astype(np.int32), i8 + 1, np.ones(1), np.ones(2), np.ones(2), np.ones(2), 1e-3,
+                   in_range=True)
+    rate, _, _ = plan.rates(1, i8, i8, i8 + 1, np.ones(1), np.ones(2), np.ones(2), np.ones(2), 1e-3,
+                            in_range=True)
+    np.testing.assert_array_equal(rate, [1.0])

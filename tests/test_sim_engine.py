@@ -139,3 +139,37 @@ def test_coflow_trace(tmp_path):
     # 2 MiB into host 2's ingress at 1.25e8 bytes/s
     assert out["coflows"] == 1
     np.testing.assert_allclose(out["avg_cct_s"], 2 * 2**20 / GB)
+
+
+def test_checked_flows_skip_checks_only():
+    # The simulator marks its flows checked (policies skip their O(F) range
+    # checks); a JIT run must not depend on whether the policy trusts them.
+    import dataclasses
+
+    from jitsched.policies.jit import JitPolicy
+
+    seen = []
+
+    class Unchecked(JitPolicy):
+        def allocate(self, view):
+            seen.append(view.flows.checked)
+            view.flows = dataclasses.replace(view.flows, checked=False)
+            return super().allocate(view)
+
+    wl = random_workload(4, n_jobs=8)
+    opts = {"alpha": 0.5, "slot_s": 0.05}
+    a = simulate(wl, JitPolicy(**opts), seed=4)
+    b = simulate(wl, Unchecked(**opts), seed=4)
+    assert seen and all(seen)
+    assert a.stats["solves"] >= 1
+    np.testing.assert_array_equal(a.node_finish_s, b.node_finish_s)
+    np.testing.assert_array_equal(a.bg_jct_s, b.bg_jct_s)
+
+
+def test_infinite_capacity_rejected():
+    from jitsched.errors import ValidationError
+    from jitsched.model import Host
+
+    cl = Cluster((Host("h0", 1e9, 1e9), Host("h1", float("inf"), 1e9)))
+    with pytest.raises(ValidationError, match="finite"):
+        simulate(Workload(cl, (), (Background("b", "h0", "h1", 1e6, 0.0),)), "jit")

@@ -23,6 +23,12 @@ class FlowSet:
     ``node`` is the DAG node index of a job transfer (-1 for background flows),
     ``job`` its job index (-1 for background), ``bg`` the background index
     (-1 for job transfers). ``remaining`` is in bytes, ``release_s`` in seconds.
+
+    ``checked`` is the owner's promise that the arrays are contiguous (int64
+    indices, float64 values), of one shape, with hosts within the view's
+    cluster and nodes within its DAG, and that the cluster's capacities are
+    finite: policies may then skip per-allocation passes that check it (the
+    simulator's own buffers are; a daemon's flows need not be).
     """
 
     src: np.ndarray
@@ -32,6 +38,7 @@ class FlowSet:
     job: np.ndarray
     bg: np.ndarray
     release_s: np.ndarray
+    checked: bool = False
 
     def __len__(self) -> int:
         return len(self.src)

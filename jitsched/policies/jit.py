@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jitsched.alloc import fixed_then_maxmin, jit_rates
+from jitsched.alloc import SlotPlan, fixed_then_maxmin
 from jitsched.errors import ValidationError
 from jitsched.lat import ESTIMATORS, latest_arrival_times
 from jitsched.lp import OBJECTIVES, SOLVERS, solve_bandwidth_lp
@@ -526,6 +526,8 @@ class JitPolicy(Policy):
         grid = view.now + np.ceil((lat - view.now) / self.slot_s - SLOT_EPS) * self.slot_s
         self._lat[nodes[unfinished]] = np.maximum(lat, grid)
         self.plan = plan
+        # allocate() runs on every event, the plan changes here only: check it once
+        self._slot_plan = SlotPlan(self._p_start, self._p_len, self._p_off, self._rates, self._lat)
         self.solve_log.append({
             "t_s": float(view.now), "jobs": int(len(jobs)), "transfers": int(unfinished.sum()),
             "scheduled": int(len(glob)), "lat_s": plan.lat_s, "build_s": lp.build_s,
@@ -566,7 +568,7 @@ class JitPolicy(Policy):
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         if n and len(self._plan_nodes):
             k = self._slot(view.now)
-            # One kernel call (jitsched.alloc.jit_rates): planned transfers
+            # One kernel call (jitsched.alloc.SlotPlan.rates): planned transfers
             # send at their rate for slot k (0 before their first slot); every
             # other flow shares the leftover max-min fair. A planned transfer
             # past its slots with only crumbs left gets line rate: the LP meets
@@ -579,10 +581,10 @@ class JitPolicy(Policy):
             # sharers use goes to released planned transfers, earliest LAT
             # first: sending their bytes early never delays anyone (the sharers
             # were served first), and the plan's later slots free up.
-            rates, n_planned, drifted = jit_rates(
-                k, flows.node, flows.src, flows.dst, flows.remaining, self._p_start, self._p_len,
-                self._p_off, self._rates, view.dag.size, self._lat, cap_e, cap_i, DRIFT_RTOL,
-                self.backfill)
+            # (the plan set by _replan, whenever _plan_nodes is not empty)
+            rates, n_planned, drifted = self._slot_plan.rates(
+                k, flows.node, flows.src, flows.dst, flows.remaining, view.dag.size, cap_e, cap_i,
+                DRIFT_RTOL, self.backfill, in_range=flows.checked)
             if drifted:
                 if not self._drifted:
                     self.drift_events += 1

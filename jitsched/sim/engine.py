@@ -77,6 +77,9 @@ class Simulator:
         self.check = check
         self.progress = progress
         self.cluster = workload.cluster
+        caps = np.concatenate([self.cluster.egress_Bps, self.cluster.ingress_Bps])
+        if not np.all(np.isfinite(caps)):  # once here, not on every allocation (FlowSet.checked)
+            raise ValidationError("cluster: host capacities must be finite")
         self.dag = compile_jobs(list(workload.jobs), self.cluster)
 
     # ------------------------------------------------------------------ setup
@@ -228,8 +231,10 @@ class Simulator:
                 view.now = now
                 # Views of the buffers: policies read them during allocate() only
                 # (they never keep or mutate a FlowSet); remaining is a copy.
+                # checked: the buffers hold compiled host/node indices only (and
+                # __init__ checked the capacities), so policies skip their O(F) checks
                 view.flows = FlowSet(f_src, f_dst, np.maximum(f_rem, 0.0), buf.node[:n_live],
-                                     buf.job[:n_live], buf.bg[:n_live], buf.rel[:n_live])
+                                     buf.job[:n_live], buf.bg[:n_live], buf.rel[:n_live], checked=True)
                 tp = time.perf_counter()
                 alloc = pol.allocate(view)
                 policy_s += time.perf_counter() - tp
