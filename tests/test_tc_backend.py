@@ -170,6 +170,30 @@ def test_shaper_priority_band_for_a_dscp_class(ns):
     assert "flowid" not in filters_text(ns)
 
 
+def test_ack_class_on_the_shaper_and_in_a_backend_of_its_own(ns):
+    from jitsched.agents.backends.tc import ACK_MINOR, ACK_RESERVE
+
+    install_shaper("a0", LINE, netns=ns, ack_priority=True)
+    cl = classes(ns)
+    assert cl[ROOT_HANDLE | ACK_MINOR][1:] == (int(LINE * ACK_RESERVE), int(LINE))
+    text = filters_text(ns)
+    # TCP, and an IPv4 total length under 64 bytes (the low half of the header's first word)
+    assert "match 00060000/00ff0000 at 8" in text
+    assert "match 00000000/0000ffc0 at 0" in text
+    assert "flowid 1:4" in text
+    subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "a0", "root"], check=True)
+    # a backend that builds its own qdisc adds the class, and flow floors leave its reserve
+    b = TcBackend(LINE, dev="a0", netns=ns)
+    try:
+        assert ROOT_HANDLE | ACK_MINOR in classes(ns)
+        b.apply([flow("j/a", LINE), flow("j/b", LINE, sport=40001)], 0.0)
+        cl = classes(ns)
+        flows = [r for h, (_, r, _) in cl.items() if h & 0xFFFF >= FLOW_MINOR_BASE]
+        assert sum(flows) + cl[ROOT_HANDLE | ACK_MINOR][1] <= LINE * 1.001
+    finally:
+        b.close()
+
+
 def test_refused_request_raises_with_the_flow(ns):
     b = TcBackend(LINE, dev="a0", netns=ns)
     try:

@@ -70,6 +70,10 @@ PRIO_MINOR = 3  # 1:3, the scheduled-traffic band of a switch port (install_shap
 PRIO_LEAF_HANDLE = 0x30000  # 3:
 BG_RESERVE = 0.02  # with a priority band, background keeps this fraction of the line rate
 DSCP_MASK = 0xFC  # the TOS byte's DSCP bits (ECN bits ignored)
+ACK_MINOR = 4  # 1:4, pure TCP ACKs (install_shaper(ack_priority=True))
+ACK_LEAF_HANDLE = 0x40000  # 4:
+ACK_RESERVE = 0.03  # of the line rate; delayed ACKs of a full reverse link need ~1.7 %
+ACK_MAX_LEN = 64  # IPv4 total length below this and TCP: a pure ACK (40-60 bytes with options)
 
 
 def _nla(kind: int, payload: bytes) -> bytes:
@@ -251,7 +255,8 @@ def _burst(rate_Bps: float, burst_s: float) -> float:
 
 
 def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
-                   burst_s: float = 0.001, priority_tos: int | None = None) -> None:
+                   burst_s: float = 0.001, priority_tos: int | None = None,
+                   ack_priority: bool = False) -> None:
     """Shape ``dev``'s egress to ``line_rate_Bps`` with the backend's HTB layout and no flow classes.
 
     Replaces whatever root qdisc ``dev`` had. Background class 1:2 gets the
@@ -275,6 +280,11 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
         to the background class, whose guaranteed rate drops to that reserve.
         HTB then serves the band like a switch's strict-priority queue while
         background keeps a trickle. None (default): one class, one FIFO.
+    ack_priority : bool
+        Pure TCP ACKs leaving ``dev`` go to class 1:4 (guaranteed
+        :data:`ACK_RESERVE` of the line rate, borrowing first): a host whose
+        egress is busy must not hold back the ACKs of the data it receives,
+        or its inbound flows slow down with its outbound load.
     """
     from jitsched.testbed.netns import ifindex_in
 
@@ -284,8 +294,31 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
         _install(nl, ifindex, line_rate_Bps, burst_s)
         if priority_tos is not None:
             _install_priority_band(nl, ifindex, line_rate_Bps, burst_s, int(priority_tos))
+        if ack_priority:
+            _install_ack_class(nl, ifindex, line_rate_Bps, burst_s)
     finally:
         nl.close()
+
+
+def ack_keys() -> list[tuple[int, int, int]]:
+    """u32 keys of a pure TCP ACK: protocol TCP and an IPv4 total length under :data:`ACK_MAX_LEN`."""
+    assert ACK_MAX_LEN & (ACK_MAX_LEN - 1) == 0  # a power of two: "below" is a mask
+    return [(socket.IPPROTO_TCP << 16, 0x00FF0000, 8), (0, 0xFFFF & ~(ACK_MAX_LEN - 1), 0)]
+
+
+def _install_ack_class(nl: TcSocket, ifindex: int, line: float, burst_s: float) -> None:
+    create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    b = _burst(line, burst_s)
+    reserve = max(MIN_BURST_B, ACK_RESERVE * line)
+    nl.transact([
+        (_tcmsg(RTM_NEWTCLASS, create, nl.next_seq(), ifindex, ROOT_HANDLE | ACK_MINOR, LINK_CLASS,
+                attrs=htb_class_attrs(reserve, line, _burst(reserve, burst_s), b, prio=0)), "ACK class 1:4", False),
+        (_tcmsg(RTM_NEWQDISC, create, nl.next_seq(), ifindex, ACK_LEAF_HANDLE, ROOT_HANDLE | ACK_MINOR,
+                attrs=bfifo_attrs(_queue_limit(line))), "ACK bfifo", False),
+        (_tcmsg(RTM_NEWTFILTER, create, nl.next_seq(), ifindex, 0, ROOT_HANDLE,
+                info=(2 << 16) | socket.htons(ETH_P_IP), attrs=u32_filter_attrs(ROOT_HANDLE | ACK_MINOR, ack_keys())),
+         "ACK filter", False),
+    ])
 
 
 def _install_priority_band(nl: TcSocket, ifindex: int, line: float, burst_s: float, tos: int) -> None:
@@ -401,9 +434,14 @@ class TcBackend(Backend):
             self._remove_stale_flows()
         _install_or_adopt = self._adopt if self.adopted else self._create
         _install_or_adopt()
+        # Flow floors leave the ACK class its reserve (when the qdisc has one).
+        has_ack = any(h == ROOT_HANDLE | ACK_MINOR for _, h, _, _ in self.nl.dump(RTM_GETTCLASS, self.ifindex))
+        self.ack_reserve_Bps = max(MIN_BURST_B, ACK_RESERVE * self.line_rate_Bps) if has_ack else 0.0
 
     def _create(self) -> None:
+        # with the ACK class: this host's planned egress must not starve the ACKs of what it receives
         _install(self.nl, self.ifindex, self.line_rate_Bps, self.burst_s)
+        _install_ack_class(self.nl, self.ifindex, self.line_rate_Bps, self.burst_s)
 
     def _adopt(self) -> None:
         # The shaper's rates may differ from ours (another link speed): make them ours.
@@ -483,7 +521,7 @@ class TcBackend(Backend):
             self.free_minors.append(inst.minor)
         wire = {fid: max(self.min_rate_Bps, f.rate_Bps) * self.wire_factor for fid, f in wanted.items()}
         total = sum(wire.values())
-        scale = min(1.0, (line - MIN_BURST_B) / total) if total > 0 else 1.0
+        scale = min(1.0, (line - MIN_BURST_B - self.ack_reserve_Bps) / total) if total > 0 else 1.0
         for fid, f in wanted.items():
             rate = max(1, int(wire[fid] * scale))
             keys = u32_keys(f)

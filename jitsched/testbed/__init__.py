@@ -121,7 +121,7 @@ def cluster_doc(tb: Testbed) -> dict:
 
 
 def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str | Path | None = None,
-       burst_s: float = 0.001, priority_tos: int | None = None) -> Testbed:
+       burst_s: float = 0.001, priority_tos: int | None = None, ack_priority: bool = True) -> Testbed:
     """Build the emulated cluster, replacing any earlier one with the same prefix.
 
     Parameters
@@ -140,6 +140,12 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
         Give the switch ports a strict-priority band for packets with this
         TOS byte's DSCP bits (:func:`jitsched.agents.backends.tc.install_shaper`),
         as datacenter switches do for a scheduled traffic class. None: one FIFO.
+    ack_priority : bool
+        Hosts send pure TCP ACKs ahead of their data (default True): without
+        it, a host whose link is busy both ways delays the ACKs of its inbound
+        flows behind its outbound data, and plain TCP lost ~40 % against the
+        fluid model on two jobs sending to each other (AlexNet 7.29 s vs 5.24 s;
+        5.11 s with it).
 
     Returns
     -------
@@ -178,7 +184,7 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
         for h in tb.hosts:
             run(["ip", "netns", "exec", h.netns, "sh", "-c",
                  f"printf {TCP_CC} > /proc/sys/net/ipv4/tcp_congestion_control"])
-            install_shaper(h.dev, tb.link_Bps, netns=h.netns, burst_s=burst_s)
+            install_shaper(h.dev, tb.link_Bps, netns=h.netns, burst_s=burst_s, ack_priority=ack_priority)
             install_shaper(h.switch_port, tb.link_Bps, netns=sw, burst_s=burst_s,
                            priority_tos=priority_tos)
         STATE_DIR.mkdir(parents=True, exist_ok=True)
