@@ -48,10 +48,12 @@ cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
                        const long long* port_b, const double* weight, double* cap,
                        long long* pf_ptr, int* pf_idx, double* wsum, double* rate,
                        signed char* mark, double* hkey, int* hport, int* touched) noexcept nogil:
-    # the body of maxmin_fair on raw buffers, so pair_maxmin can run it on its own scratch
+    # the body of maxmin_fair on raw buffers, so pair_maxmin can run it on its own scratch;
+    # weight NULL: every weight is 1
     cdef Py_ssize_t hsize = 0, f, p, e, k, nt
     cdef int q, fl
-    cdef double level, key, r
+    cdef long long other
+    cdef double level, key, r, w = 1.0
     # counting sort of (port, flow) incidences into pf_ptr/pf_idx
     for p in range(np_ + 2):
         pf_ptr[p] = 0
@@ -61,10 +63,16 @@ cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
     for f in range(nf):
         mark[f] = 0
         rate[f] = 0.0
-        wsum[port_a[f]] += weight[f]
-        wsum[port_b[f]] += weight[f]
         pf_ptr[port_a[f] + 2] += 1
         pf_ptr[port_b[f] + 2] += 1
+    if weight != NULL:
+        for f in range(nf):
+            wsum[port_a[f]] += weight[f]
+            wsum[port_b[f]] += weight[f]
+    else:
+        # a sum of ones is the count, exactly (< 2^53): no float add chain per flow
+        for p in range(np_):
+            wsum[p] = <double> pf_ptr[p + 2]
     for p in range(2, np_ + 2):
         pf_ptr[p] += pf_ptr[p - 1]
     for f in range(nf):
@@ -85,21 +93,24 @@ cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
         if level != key:  # stale entry: the port's level changed after it was pushed
             continue
         nt = 0
+        # Port q is done after this loop (all its flows freeze, wsum[q] = 0 keeps
+        # it so): only the other port of each flow needs its capacity and weight
+        # updated, which spares a serial chain of updates to q's own entries.
         for e in range(pf_ptr[q], pf_ptr[q + 1]):
             fl = pf_idx[e]
             if mark[fl]:
                 continue
             mark[fl] = 1
-            r = weight[fl] * level
+            if weight != NULL:
+                w = weight[fl]
+            r = w * level
             rate[fl] = r
-            cap[port_a[fl]] -= r
-            cap[port_b[fl]] -= r
-            wsum[port_a[fl]] -= weight[fl]
-            wsum[port_b[fl]] -= weight[fl]
-            p = port_b[fl] if port_a[fl] == q else port_a[fl]
-            if not mark[nf + p]:
-                mark[nf + p] = 1
-                touched[nt] = <int>p
+            other = port_b[fl] if port_a[fl] == q else port_a[fl]
+            cap[other] -= r
+            wsum[other] -= w
+            if not mark[nf + other]:
+                mark[nf + other] = 1
+                touched[nt] = <int>other
                 nt += 1
         wsum[q] = 0.0
         for k in range(nt):
@@ -132,7 +143,7 @@ def maxmin_fair(const long long[::1] port_a,
 
     # IN  port_a, port_b (F,): the two ports of each flow (egress, ingress)
     # IN  weight (F,): positive weights
-    # IN/OUT cap (P,): capacities in, residual capacities out
+    # IN/OUT cap (P,): capacities in, scratch out (a saturated port keeps its last value)
     # OUT pf_ptr (P+2,), pf_idx (2F,): scratch (CSR port -> flows)
     # OUT wsum (P,): scratch; rate (F,): weight * level, bytes/s
     # OUT mark (F + P,): scratch (frozen flows, touched ports)
@@ -402,13 +413,14 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
         if fixed[f] != fixed[f]:
             sa[ns] = src[f]
             sb[ns] = h + dst[f]
-            sw[ns] = weight[f] if weighted else 1.0
+            if weighted:
+                sw[ns] = weight[f]
             sidx[ns] = f
             ns += 1
     if ns:
         heap = 2 * h + min(2 * ns, 4 * h * h) + 1
-        _maxmin_core(ns, 2 * h, sa, sb, sw, cap, pf_ptr, ints, load, srate, mark, hkey,
-                     ints + 2 * ns, ints + 2 * ns + heap)
+        _maxmin_core(ns, 2 * h, sa, sb, sw if weighted else NULL, cap, pf_ptr, ints, load, srate, mark,
+                     hkey, ints + 2 * ns, ints + 2 * ns + heap)
         for f in range(ns):
             rate[sidx[f]] = srate[f]
     free(dbl)
