@@ -35,6 +35,21 @@ def advance(double dt,
     # IN  dag_egress (H,): DAG transfer rate per egress port, bytes/s
     # IN/OUT dag_egress_int (H,): its integral over time, bytes (+= dag_egress * dt)
     """
+    _advance(dt, n, rate, rem, node, bg, sent, remaining, bg_sent, dag_egress, dag_egress_int)
+    return 0
+
+
+cdef void _advance(double dt,
+                   Py_ssize_t n,
+                   const double[::1] rate,
+                   double[::1] rem,
+                   const long long[::1] node,
+                   const long long[::1] bg,
+                   double[::1] sent,
+                   double[::1] remaining,
+                   double[::1] bg_sent,
+                   const double[::1] dag_egress,
+                   double[::1] dag_egress_int) noexcept nogil:
     cdef Py_ssize_t f
     for f in range(dag_egress.shape[0]):
         dag_egress_int[f] += dag_egress[f] * dt
@@ -50,7 +65,6 @@ def advance(double dt,
             remaining[v] = r if r > 0.0 else 0.0
         else:
             bg_sent[bg[f]] += moved
-    return 0
 
 
 def after_allocation(double now,
@@ -82,6 +96,31 @@ def after_allocation(double now,
     or a port is over capacity (utilisations are then meaningless, -inf); a
     utilisation is NaN if a ratio is (0/0), as ``np.max`` would report it.
     """
+    cdef double util[2]
+    cdef bint ok
+    tmin = _after_allocation(now, n, check, src, dst, node, rate, rem, cap_e, cap_i, rtol, load_e, load_i,
+                             dag_egress, fin, util, &ok)
+    return tmin, util[0], util[1], ok
+
+
+cdef double _after_allocation(double now,
+                              Py_ssize_t n,
+                              bint check,
+                              const long long[::1] src,
+                              const long long[::1] dst,
+                              const long long[::1] node,
+                              const double[::1] rate,
+                              const double[::1] rem,
+                              const double[::1] cap_e,
+                              const double[::1] cap_i,
+                              double rtol,
+                              double[::1] load_e,
+                              double[::1] load_i,
+                              double[::1] dag_egress,
+                              double[::1] fin,
+                              double* util,
+                              bint* ok_out)noexcept nogil:
+    # util: largest egress and ingress utilisation out; ok_out: the verdict
     cdef Py_ssize_t f, h = cap_e.shape[0]
     cdef double r, x, tmin = INFINITY, util_e = -INFINITY, util_i = -INFINITY
     cdef bint ok = True
@@ -114,7 +153,10 @@ def after_allocation(double now,
                 ok = False
         util_e = _max_ratio(load_e, cap_e)
         util_i = _max_ratio(load_i, cap_i)
-    return tmin, util_e, util_i, ok
+    util[0] = util_e
+    util[1] = util_i
+    ok_out[0] = ok
+    return tmin
 
 
 cdef double _max_ratio(const double[::1] a, const double[::1] b) noexcept nogil:
@@ -156,6 +198,24 @@ def collect_done(double now,
     #     bytes left of each finished flow, in their former order
     Returns the number of finished flows (the live count drops by as much).
     """
+    return _collect_done(now, n, src, dst, node, job, bg, rel, rem, rate, fin, tol, out_node, out_bg, out_crumb)
+
+
+cdef Py_ssize_t _collect_done(double now,
+                              Py_ssize_t n,
+                              long long[::1] src,
+                              long long[::1] dst,
+                              long long[::1] node,
+                              long long[::1] job,
+                              long long[::1] bg,
+                              double[::1] rel,
+                              double[::1] rem,
+                              double[::1] rate,
+                              double[::1] fin,
+                              double[::1] tol,
+                              long long[::1] out_node,
+                              long long[::1] out_bg,
+                              double[::1] out_crumb)noexcept nogil:
     cdef Py_ssize_t f, k = 0, d = 0
     for f in range(n):
         if rem[f] <= tol[f] or fin[f] <= now:
@@ -179,34 +239,157 @@ def collect_done(double now,
     return d
 
 
-def append_flows(const double[::1] add,
-                 Py_ssize_t lo,
+cdef class FlowTable:
+    """The simulator's active flows in parallel buffers, of which the first ``n`` are live.
+
+    The per-flow buffers (numpy arrays, attributes of the same names) grow by
+    doubling; the simulator's per-node and per-port arrays are bound once at
+    construction. A paper-scale run calls these methods about a million
+    times, and acquiring a dozen buffers per call cost more than the loops:
+    here a call acquires at most the policy's rates. The methods are the
+    kernels above on the bound buffers (tests/test_sim_kernels.py).
+
+    # IN/OUT sent, remaining (n_nodes,), bg_sent (n_bg,): as advance
+    # IN/OUT dag_egress, dag_egress_int (H,): as advance and after_allocation
+    # IN  cap_e, cap_i (H,): port capacities, bytes/s
+    # IN  abs_tol, rel_tol: a flow is done at ``abs_tol + rel_tol * bytes`` left
+    # IN  capacity: initial buffer length
+    """
+
+    cdef readonly Py_ssize_t n
+    cdef readonly double t_last
+    cdef readonly object src, dst, node, job, bg, rel, rem, rate, fin, tol
+    cdef readonly object out_node, out_bg, out_crumb
+    cdef long long[::1] _src, _dst, _node, _job, _bg, _out_node, _out_bg
+    cdef double[::1] _rel, _rem, _rate, _fin, _tol, _out_crumb
+    cdef double[::1] _sent, _remaining, _bg_sent, _dag_egress, _dag_egress_int
+    cdef const double[::1] _cap_e, _cap_i
+    cdef double[::1] _load_e, _load_i
+    cdef double abs_tol, rel_tol
+
+    def __init__(self,
+                 double[::1] sent,
+                 double[::1] remaining,
+                 double[::1] bg_sent,
+                 double[::1] dag_egress,
+                 double[::1] dag_egress_int,
+                 const double[::1] cap_e,
+                 const double[::1] cap_i,
                  double abs_tol,
                  double rel_tol,
-                 long long[::1] src,
-                 long long[::1] dst,
-                 long long[::1] node,
-                 long long[::1] job,
-                 long long[::1] bg,
-                 double[::1] rel,
-                 double[::1] rem,
-                 double[::1] tol):
-    """Write new flows after the live ones.
+                 Py_ssize_t capacity=64):
+        import numpy as np
 
-    # IN  add (7K,): K rows of (src, dst, node, job, bg, release s, bytes), row-major
-    # IN  lo: live flows so far (the new ones go to lo .. lo + K - 1)
-    # IN  abs_tol, rel_tol: a flow is done at ``abs_tol + rel_tol * bytes`` left
-    # OUT src, dst, node, job, bg, rel, rem, tol (>= lo + K,): the new entries
-    """
-    cdef Py_ssize_t r, k = add.shape[0] // 7, i
-    for r in range(k):
-        i = lo + r
-        src[i] = <long long> add[7 * r]
-        dst[i] = <long long> add[7 * r + 1]
-        node[i] = <long long> add[7 * r + 2]
-        job[i] = <long long> add[7 * r + 3]
-        bg[i] = <long long> add[7 * r + 4]
-        rel[i] = add[7 * r + 5]
-        rem[i] = add[7 * r + 6]
-        tol[i] = abs_tol + rel_tol * add[7 * r + 6]
-    return 0
+        self._sent = sent
+        self._remaining = remaining
+        self._bg_sent = bg_sent
+        self._dag_egress = dag_egress
+        self._dag_egress_int = dag_egress_int
+        self._cap_e = cap_e
+        self._cap_i = cap_i
+        self._load_e = np.zeros(cap_e.shape[0])
+        self._load_i = np.zeros(cap_e.shape[0])
+        self.abs_tol = abs_tol
+        self.rel_tol = rel_tol
+        self.n = 0
+        self.t_last = 0.0
+        empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
+        self.src = self.dst = self.node = self.job = self.bg = self.out_node = self.out_bg = empty_i
+        self.rel = self.rem = self.rate = self.fin = self.tol = self.out_crumb = empty_f
+        self._bind()
+        self.reserve(capacity)
+
+    cdef void _bind(self):
+        self._src = self.src
+        self._dst = self.dst
+        self._node = self.node
+        self._job = self.job
+        self._bg = self.bg
+        self._out_node = self.out_node
+        self._out_bg = self.out_bg
+        self._rel = self.rel
+        self._rem = self.rem
+        self._rate = self.rate
+        self._fin = self.fin
+        self._tol = self.tol
+        self._out_crumb = self.out_crumb
+
+    def reserve(self, Py_ssize_t n):
+        """Make room for ``n`` flows, keeping the live ones (the buffers at least double)."""
+        import numpy as np
+
+        cdef Py_ssize_t cap = self._src.shape[0]
+        if n <= cap:
+            return
+        cap = max(n, 2 * cap)
+
+        def grown(old):
+            new = np.zeros(cap, dtype=old.dtype)
+            new[:len(old)] = old
+            return new
+
+        self.src, self.dst, self.node, self.job, self.bg = (
+            grown(self.src), grown(self.dst), grown(self.node), grown(self.job), grown(self.bg))
+        self.out_node, self.out_bg = grown(self.out_node), grown(self.out_bg)
+        self.rel, self.rem, self.rate, self.fin, self.tol, self.out_crumb = (
+            grown(self.rel), grown(self.rem), grown(self.rate), grown(self.fin), grown(self.tol),
+            grown(self.out_crumb))
+        self._bind()
+
+    def append(self, list rows):
+        """Add flows after the live ones, at rate 0 until the next allocation.
+
+        # IN  rows: tuples (src, dst, node, job, bg, release s, bytes)
+        """
+        cdef Py_ssize_t i = self.n, k = len(rows)
+        cdef double size
+        self.reserve(self.n + k)
+        for row in rows:
+            self._src[i] = row[0]
+            self._dst[i] = row[1]
+            self._node[i] = row[2]
+            self._job[i] = row[3]
+            self._bg[i] = row[4]
+            self._rel[i] = row[5]
+            size = row[6]
+            self._rem[i] = size
+            self._tol[i] = self.abs_tol + self.rel_tol * size
+            self._rate[i] = 0.0  # until the next allocation
+            self._fin[i] = INFINITY
+            i += 1
+        self.n = i
+
+    def advance(self, double t):
+        """Move the live flows to time ``t`` at their rates (nothing if ``t`` is not later)."""
+        cdef double dt = t - self.t_last
+        if dt > 0 and self.n:
+            _advance(dt, self.n, self._rate, self._rem, self._node, self._bg, self._sent, self._remaining,
+                     self._bg_sent, self._dag_egress, self._dag_egress_int)
+        self.t_last = t
+
+    def allocated(self, double now, bint check, double rtol, const double[::1] rate):
+        """Take the policy's rates for the live flows: as :func:`after_allocation`.
+
+        # IN  rate (n,): bytes/s per live flow
+        Returns ``(earliest finish, egress utilisation, ingress utilisation, ok)``.
+        """
+        cdef double util[2]
+        cdef bint ok
+        cdef Py_ssize_t f
+        for f in range(self.n):
+            self._rate[f] = rate[f]
+        tmin = _after_allocation(now, self.n, check, self._src, self._dst, self._node, self._rate,
+                                 self._rem, self._cap_e, self._cap_i, rtol, self._load_e, self._load_i,
+                                 self._dag_egress, self._fin, util, &ok)
+        return tmin, util[0], util[1], ok
+
+    def collect_done(self, double now):
+        """Take finished flows out: as :func:`collect_done`.
+
+        Returns the finished flows' nodes, background indices and bytes left, as lists in flow order.
+        """
+        cdef Py_ssize_t d = _collect_done(now, self.n, self._src, self._dst, self._node, self._job, self._bg,
+                                          self._rel, self._rem, self._rate, self._fin, self._tol,
+                                          self._out_node, self._out_bg, self._out_crumb)
+        self.n -= d
+        return self.out_node[:d].tolist(), self.out_bg[:d].tolist(), self.out_crumb[:d].tolist()

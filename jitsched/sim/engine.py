@@ -138,18 +138,19 @@ class Simulator:
         if self.tick_s is not None:
             events.push(self.tick_s, _TICK, None)
 
-        # Active flows live in the first n_live entries of parallel buffers that
-        # grow by doubling: the per-event kernels of _sim update and compact
-        # them in place, so an event costs a few calls, not one numpy call per
-        # array (a paper-scale run has ~10^6 events over a few hundred flows).
-        _sim = load_kernel("_sim")
-        buf = _FlowBuffers(64)
-        n_live = 0
-        new_flows: list[tuple[int, int, int, int, int, float, float]] = []
-        t_last = 0.0  # buf.rem is exact at t_last
+        # Active flows live in the first buf.n entries of parallel buffers that
+        # grow by doubling: the per-event kernels of _sim.FlowTable update and
+        # compact them in place, so an event costs a few calls, not one numpy
+        # call per array (a paper-scale run has ~10^6 events over a few hundred
+        # flows); the table holds every array they touch, so a call acquires none.
         dag_egress = np.zeros(nh)  # DAG-transfer rate per host egress, bytes/s
         dag_egress_int = np.zeros(nh)  # its integral over time, bytes
-        load_e, load_i = np.zeros(nh), np.zeros(nh)  # scratch of the capacity check
+        buf = load_kernel("_sim").FlowTable(sent, remaining, bg_sent, dag_egress, dag_egress_int,
+                                            np.ascontiguousarray(cap_e, dtype=np.float64),
+                                            np.ascontiguousarray(cap_i, dtype=np.float64),
+                                            DONE_ABS_BYTES, DONE_REL, 64)
+        advance = buf.advance  # moves buf.rem (exact at buf.t_last) to a later time
+        new_flows: list[tuple[int, int, int, int, int, float, float]] = []
         dag_window = [math.inf, -math.inf]  # first DAG arrival, last DAG finish
         valid_until = math.inf
         t_flow = math.inf  # earliest finish of a live flow at the current rates
@@ -166,14 +167,6 @@ class Simulator:
             from tqdm import tqdm
 
             bar = tqdm(total=nj + nb, desc=f"sim {pol.name}", unit="job", leave=False)
-
-        def advance(t: float) -> None:
-            nonlocal t_last
-            dt = t - t_last
-            if dt > 0 and n_live:
-                _sim.advance(dt, n_live, buf.rate, buf.rem, buf.node, buf.bg, sent, remaining, bg_sent,
-                             dag_egress, dag_egress_int)
-            t_last = t
 
         # Per-node bookkeeping runs ~10^6 times at paper scale: read the DAG
         # from Python lists (a numpy scalar access costs several list reads).
@@ -219,13 +212,9 @@ class Simulator:
             if dirty:
                 advance(now)
                 if new_flows:
-                    add = np.array(new_flows, dtype=np.float64).reshape(-1)
-                    buf.reserve(n_live + len(new_flows))
-                    # done when at most tol bytes are left; the 7th column is the flow's size
-                    _sim.append_flows(add, n_live, DONE_ABS_BYTES, DONE_REL, buf.src, buf.dst, buf.node,
-                                      buf.job, buf.bg, buf.rel, buf.rem, buf.tol)
-                    n_live += len(new_flows)
+                    buf.append(new_flows)  # done when at most tol bytes are left (from the size)
                     new_flows.clear()
+                n_live = buf.n
                 f_src, f_dst = buf.src[:n_live], buf.dst[:n_live]
                 f_rem = buf.rem[:n_live]
                 view.now = now
@@ -239,15 +228,12 @@ class Simulator:
                 alloc = pol.allocate(view)
                 policy_s += time.perf_counter() - tp
                 n_alloc += 1
-                f_rate = np.asarray(alloc.rates, dtype=np.float64)
+                f_rate = np.ascontiguousarray(alloc.rates, dtype=np.float64)
                 if f_rate.shape != f_rem.shape:
                     raise RuntimeError(f"policy {pol.name!r} returned {f_rate.shape} rates "
                                        f"for {f_rem.shape[0]} flows")
-                buf.rate[:n_live] = f_rate
                 check = self.check and n_live > 0
-                t_flow, util_e, util_i, ok = _sim.after_allocation(
-                    now, n_live, check, buf.src, buf.dst, buf.node, buf.rate, buf.rem, cap_e, cap_i,
-                    CAPACITY_RTOL, load_e, load_i, dag_egress, buf.fin)
+                t_flow, util_e, util_i, ok = buf.allocated(now, check, CAPACITY_RTOL, f_rate)
                 if check:
                     if not ok:
                         check_capacity(f_src, f_dst, f_rate, cap_e, cap_i)  # raises, naming the port
@@ -267,13 +253,7 @@ class Simulator:
             n_events += 1
             if t_flow <= now:
                 advance(now)
-                n_done = _sim.collect_done(now, n_live, buf.src, buf.dst, buf.node, buf.job, buf.bg,
-                                           buf.rel, buf.rem, buf.rate, buf.fin, buf.tol,
-                                           buf.out_node, buf.out_bg, buf.out_crumb)
-                n_live -= n_done
-                fin_nodes = buf.out_node[:n_done].tolist()
-                fin_bgs = buf.out_bg[:n_done].tolist()
-                crumbs = buf.out_crumb[:n_done].tolist()
+                fin_nodes, fin_bgs, crumbs = buf.collect_done(now)
                 for v, b, c in zip(fin_nodes, fin_bgs, crumbs, strict=True):
                     if v >= 0:
                         sent[v] += max(c, 0.0)  # the float crumb goes out with the rest
@@ -316,7 +296,7 @@ class Simulator:
                     pol.on_flow_arrival(view, b)
                 elif ev == _TICK:
                     pol.on_tick(view)
-                    if len(events) or n_live or new_flows:
+                    if len(events) or buf.n or new_flows:
                         events.push(now + self.tick_s, _TICK, None)
                 policy_s += time.perf_counter() - tp
             if valid_until <= now:
@@ -325,8 +305,8 @@ class Simulator:
                 break
         if bar is not None:
             bar.close()
-        if n_live:
-            raise RuntimeError(f"policy {pol.name!r} left {n_live} flows starved "
+        if buf.n:
+            raise RuntimeError(f"policy {pol.name!r} left {buf.n} flows starved "
                                f"(zero rate, nothing left to wake it) at t={clock.now()}")
         if not np.all(job_done):
             stuck = dag.job_ids[int(np.flatnonzero(~job_done)[0])]
@@ -337,39 +317,6 @@ class Simulator:
             bg_sent=bg_sent, bg_src=bg_src, bg_dst=bg_dst, bg_bytes=bg_bytes, bg_arr=bg_arr,
             dag_egress_int=dag_egress_int, dag_window=tuple(dag_window), wall_s=wall,
             policy_s=policy_s, n_alloc=n_alloc, n_events=n_events, max_util=max_util, end_s=clock.now()))
-
-
-class _FlowBuffers:
-    """Parallel per-flow buffers of the simulator's active flows; only a prefix is live.
-
-    Parameters
-    ----------
-    capacity : int
-        Initial number of entries.
-    """
-
-    _INT = ("src", "dst", "node", "job", "bg", "out_node", "out_bg")
-    _FLOAT = ("rel", "rem", "rate", "fin", "tol", "out_crumb")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = 0
-        for name in self._INT:
-            setattr(self, name, np.zeros(0, dtype=np.int64))
-        for name in self._FLOAT:
-            setattr(self, name, np.zeros(0))
-        self.reserve(capacity)
-
-    def reserve(self, n: int) -> None:
-        """Make room for ``n`` entries, keeping the current ones (capacity doubles)."""
-        if n <= self.capacity:
-            return
-        cap = max(n, 2 * self.capacity)
-        for name in self._INT + self._FLOAT:
-            old = getattr(self, name)
-            new = np.zeros(cap, dtype=old.dtype)
-            new[:len(old)] = old
-            setattr(self, name, new)
-        self.capacity = cap
 
 
 def simulate(workload: Workload, policy: Policy | str, **kwargs) -> SimResult:
