@@ -45,15 +45,18 @@ cdef inline void _pop(double* hkey, int* hport, Py_ssize_t* size) noexcept nogil
 
 
 cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
-                       const long long* port_b, const double* weight, double* cap,
-                       long long* pf_ptr, int* pf_idx, double* wsum, double* rate,
+                       const long long* port_b, const double* weight, const long long* mult,
+                       double* cap, long long* pf_ptr, int* pf_idx, double* wsum, double* rate,
                        signed char* mark, double* hkey, int* hport, int* touched) noexcept nogil:
-    # the body of maxmin_fair on raw buffers, so pair_maxmin can run it on its own scratch;
-    # weight NULL: every weight is 1
+    # the body of maxmin_fair on raw buffers, so pair_maxmin can run it on its own scratch.
+    # Either weight (positive weights) or mult is given: with mult, entry f stands
+    # for mult[f] unit-weight flows on the same two ports (at most one entry per
+    # pair of ports), and the filling does exactly the float operations it would
+    # do on those flows one by one (_unit_pairs).
     cdef Py_ssize_t hsize = 0, f, p, e, k, nt
     cdef int q, fl
-    cdef long long other
-    cdef double level, key, r, w = 1.0
+    cdef long long other, m, i
+    cdef double level, key, r, w, c
     # counting sort of (port, flow) incidences into pf_ptr/pf_idx
     for p in range(np_ + 2):
         pf_ptr[p] = 0
@@ -70,9 +73,10 @@ cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
             wsum[port_a[f]] += weight[f]
             wsum[port_b[f]] += weight[f]
     else:
-        # a sum of ones is the count, exactly (< 2^53): no float add chain per flow
-        for p in range(np_):
-            wsum[p] = <double> pf_ptr[p + 2]
+        # sums of whole numbers below 2^53 are exact: the order does not matter
+        for f in range(nf):
+            wsum[port_a[f]] += <double> mult[f]
+            wsum[port_b[f]] += <double> mult[f]
     for p in range(2, np_ + 2):
         pf_ptr[p] += pf_ptr[p - 1]
     for f in range(nf):
@@ -101,13 +105,23 @@ cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
             if mark[fl]:
                 continue
             mark[fl] = 1
-            if weight != NULL:
-                w = weight[fl]
-            r = w * level
-            rate[fl] = r
             other = port_b[fl] if port_a[fl] == q else port_a[fl]
-            cap[other] -= r
-            wsum[other] -= w
+            if weight == NULL:
+                # mult[fl] flows at the level, one subtraction each, as they would
+                # be taken one by one (no other entry of q shares port other)
+                m = mult[fl]
+                rate[fl] = level
+                c = cap[other]
+                for i in range(m):
+                    c -= level
+                cap[other] = c
+                wsum[other] -= <double> m
+            else:
+                w = weight[fl]
+                r = w * level
+                rate[fl] = r
+                cap[other] -= r
+                wsum[other] -= w
             if not mark[nf + other]:
                 mark[nf + other] = 1
                 touched[nt] = <int>other
@@ -150,7 +164,7 @@ def maxmin_fair(const long long[::1] port_a,
     # OUT hkey, hport (P + P*P or P + F, whichever smaller, at least P+1): heap scratch
     # OUT touched (P,): scratch
     """
-    _maxmin_core(port_a.shape[0], cap.shape[0], &port_a[0], &port_b[0], &weight[0], &cap[0],
+    _maxmin_core(port_a.shape[0], cap.shape[0], &port_a[0], &port_b[0], &weight[0], NULL, &cap[0],
                  &pf_ptr[0], &pf_idx[0], &wsum[0], &rate[0], &mark[0], &hkey[0], &hport[0],
                  &touched[0])
     return 0
@@ -286,7 +300,7 @@ def pair_maxmin(const long long[::1] src,
     pf_idx = ints
     hport = pf_idx + 2 * ng
     touched = hport + heap
-    _maxmin_core(ng, 2 * h, gsrc, gdst, gcount, cap, pf_ptr, pf_idx, wsum, grate, mark, hkey,
+    _maxmin_core(ng, 2 * h, gsrc, gdst, gcount, NULL, cap, pf_ptr, pf_idx, wsum, grate, mark, hkey,
                  hport, touched)
     for p in range(ng):
         grate[p] = grate[p] / gcount[p]
@@ -337,6 +351,54 @@ def index_bounds(const long long[::1] src,
     return lo, hi, finite
 
 
+cdef Py_ssize_t _unit_pairs(Py_ssize_t n, const long long* a, const long long* b, long long* pair_of,
+                            long long* pa, long long* pb, long long* mult) noexcept nogil:
+    # Group n flows by their two ports: pair g joins ports pa[g] and pb[g] and
+    # holds mult[g] flows, flow f is in pair pair_of[f] (pairs in order of first
+    # appearance). A job releases its transfers together, so a pair's flows
+    # mostly come in runs: runs are measured in registers, and only a run's
+    # first flow looks its pair up, in a hash table of twice the runs.
+    # Returns the number of pairs, or -1 if scratch memory ran out.
+    cdef Py_ssize_t f, i, start, runs = 0, size = 2, g = 0, slot
+    cdef long long ka, kb, k
+    cdef unsigned long long x
+    cdef long long* table
+    for f in range(n):
+        if f == 0 or a[f] != a[f - 1] or b[f] != b[f - 1]:
+            runs += 1
+    while size < 2 * runs:
+        size *= 2
+    table = <long long*> malloc(size * sizeof(long long))
+    if table == NULL:
+        return -1
+    for slot in range(size):
+        table[slot] = -1
+    f = 0
+    while f < n:
+        ka = a[f]
+        kb = b[f]
+        start = f
+        f += 1
+        while f < n and a[f] == ka and b[f] == kb:
+            f += 1
+        x = (<unsigned long long> ka) * 0x9E3779B97F4A7C15ULL ^ (<unsigned long long> kb) * 0xC2B2AE3D27D4EB4FULL
+        slot = <Py_ssize_t> ((x >> 32) & <unsigned long long> (size - 1))
+        while table[slot] >= 0 and (pa[table[slot]] != ka or pb[table[slot]] != kb):
+            slot = (slot + 1) & (size - 1)  # linear probing; the table is at most half full
+        if table[slot] < 0:
+            table[slot] = g
+            pa[g] = ka
+            pb[g] = kb
+            mult[g] = 0
+            g += 1
+        k = table[slot]
+        mult[k] += f - start
+        for i in range(start, f):
+            pair_of[i] = k
+    free(table)
+    return g
+
+
 cdef int _fixed_then_maxmin(const double[::1] fixed,
                            const long long[::1] src,
                            const long long[::1] dst,
@@ -350,14 +412,15 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
     cdef double x, fe, fi
     cdef bint weighted = weight.shape[0] > 0
     cdef Py_ssize_t n_dbl = 4 * h + nf + nf + (2 * h + 2 * nf + 1)
-    cdef Py_ssize_t n_ll = 3 * nf + (2 * h + 2)
+    cdef Py_ssize_t n_ll = 7 * nf + (2 * h + 2)
     cdef Py_ssize_t n_int = 2 * nf + (2 * h + 2 * nf + 1) + 2 * h
+    cdef Py_ssize_t ng
     cdef double* dbl = <double*> malloc((n_dbl + 1) * sizeof(double))
     cdef long long* ll = <long long*> malloc((n_ll + 1) * sizeof(long long))
     cdef int* ints = <int*> malloc((n_int + 1) * sizeof(int))
     cdef signed char* mark = <signed char*> malloc(nf + 2 * h + 1)
     cdef double *load, *cap, *sw, *srate, *hkey
-    cdef long long *sa, *sb, *sidx, *pf_ptr
+    cdef long long *sa, *sb, *sidx, *pf_ptr, *pair_of, *pa, *pb, *mult
     if dbl == NULL or ll == NULL or ints == NULL or mark == NULL:
         free(dbl)
         free(ll)
@@ -372,7 +435,11 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
     sa = ll
     sb = sa + nf
     sidx = sb + nf
-    pf_ptr = sidx + nf
+    pair_of = sidx + nf
+    pa = pair_of + nf
+    pb = pa + nf
+    mult = pb + nf
+    pf_ptr = mult + nf
     for p in range(2 * h):
         load[p] = 0.0
     for f in range(nf):
@@ -417,12 +484,27 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
                 sw[ns] = weight[f]
             sidx[ns] = f
             ns += 1
-    if ns:
+    if ns and weighted:
         heap = 2 * h + min(2 * ns, 4 * h * h) + 1
-        _maxmin_core(ns, 2 * h, sa, sb, sw if weighted else NULL, cap, pf_ptr, ints, load, srate, mark,
+        _maxmin_core(ns, 2 * h, sa, sb, sw, NULL, cap, pf_ptr, ints, load, srate, mark,
                      hkey, ints + 2 * ns, ints + 2 * ns + heap)
         for f in range(ns):
             rate[sidx[f]] = srate[f]
+    elif ns:
+        # Unit weights: fill host pairs, not flows (a JIT allocation has ~25 flows
+        # per pair), with the float operations of the flow-by-flow filling.
+        ng = _unit_pairs(ns, sa, sb, pair_of, pa, pb, mult)
+        if ng < 0:
+            free(dbl)
+            free(ll)
+            free(ints)
+            free(mark)
+            return -1
+        heap = 2 * h + min(2 * ng, 4 * h * h) + 1
+        _maxmin_core(ng, 2 * h, pa, pb, NULL, mult, cap, pf_ptr, ints, load, srate, mark,
+                     hkey, ints + 2 * ng, ints + 2 * ng + heap)
+        for f in range(ns):
+            rate[sidx[f]] = srate[pair_of[f]]
     free(dbl)
     free(ll)
     free(ints)
