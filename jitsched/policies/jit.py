@@ -405,6 +405,7 @@ class JitPolicy(Policy):
         self.time_limit_s = float(time_limit_s)
         self.solver = solver
         self.cluster = None
+        self._cap_cluster, self._cap = None, None
         self._clear()
 
     # ------------------------------------------------------------------ state
@@ -551,6 +552,16 @@ class JitPolicy(Policy):
 
     # ------------------------------------------------------------------ rates
 
+    def _capacities(self, cluster) -> tuple[np.ndarray, np.ndarray]:
+        # Cluster hands out fresh copies; allocate() runs on every simulator event,
+        # so keep one read-only pair per cluster object (a daemon's view may change it)
+        if cluster is not self._cap_cluster:
+            e, i = cluster.egress_Bps, cluster.ingress_Bps
+            e.setflags(write=False)
+            i.setflags(write=False)
+            self._cap_cluster, self._cap = cluster, (e, i)
+        return self._cap
+
     def _slot(self, now: float) -> int:
         return int(math.floor((now - self._epoch) / self.slot_s + SLOT_EPS))
 
@@ -567,7 +578,7 @@ class JitPolicy(Policy):
         flows = view.flows
         n = len(flows)
         until = math.inf
-        cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
+        cap_e, cap_i = self._capacities(view.cluster)
         if n and len(self._plan_nodes):
             k = self._slot(view.now)
             # One kernel call (jitsched.alloc.SlotPlan.rates): planned transfers
