@@ -306,38 +306,45 @@ def ack_keys() -> list[tuple[int, int, int]]:
     return [(socket.IPPROTO_TCP << 16, 0x00FF0000, 8), (0, 0xFFFF & ~(ACK_MAX_LEN - 1), 0)]
 
 
-def _install_ack_class(nl: TcSocket, ifindex: int, line: float, burst_s: float) -> None:
+def reserve_Bps(fraction: float, line: float) -> float:
+    """A class's guaranteed share of the line rate, bytes/s (at least two full frames)."""
+    return max(MIN_BURST_B, fraction * line)
+
+
+def _leaf_class_msgs(nl: TcSocket, ifindex: int, minor: int, leaf: int, rate: float, burst_B: float,
+                     line: float, burst_s: float, prio: int, filter_prio: int,
+                     keys: list[tuple[int, int, int]], name: str) -> list[tuple[bytes, str, bool]]:
+    # a class 1:minor (rate with burst_B, line-rate ceiling) with its own short
+    # FIFO and the u32 filter that sends matching IPv4 packets to it
     create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
-    b = _burst(line, burst_s)
-    reserve = max(MIN_BURST_B, ACK_RESERVE * line)
-    nl.transact([
-        (_tcmsg(RTM_NEWTCLASS, create, nl.next_seq(), ifindex, ROOT_HANDLE | ACK_MINOR, LINK_CLASS,
-                attrs=htb_class_attrs(reserve, line, _burst(reserve, burst_s), b, prio=0)), "ACK class 1:4", False),
-        (_tcmsg(RTM_NEWQDISC, create, nl.next_seq(), ifindex, ACK_LEAF_HANDLE, ROOT_HANDLE | ACK_MINOR,
-                attrs=bfifo_attrs(_queue_limit(line))), "ACK bfifo", False),
+    return [
+        (_tcmsg(RTM_NEWTCLASS, create, nl.next_seq(), ifindex, ROOT_HANDLE | minor, LINK_CLASS,
+                attrs=htb_class_attrs(rate, line, burst_B, _burst(line, burst_s), prio=prio)),
+         f"{name} class 1:{minor}", False),
+        (_tcmsg(RTM_NEWQDISC, create, nl.next_seq(), ifindex, leaf, ROOT_HANDLE | minor,
+                attrs=bfifo_attrs(_queue_limit(line))), f"{name} bfifo", False),
         (_tcmsg(RTM_NEWTFILTER, create, nl.next_seq(), ifindex, 0, ROOT_HANDLE,
-                info=(2 << 16) | socket.htons(ETH_P_IP), attrs=u32_filter_attrs(ROOT_HANDLE | ACK_MINOR, ack_keys())),
-         "ACK filter", False),
-    ])
+                info=(filter_prio << 16) | socket.htons(ETH_P_IP),
+                attrs=u32_filter_attrs(ROOT_HANDLE | minor, keys)), f"{name} filter", False),
+    ]
+
+
+def _install_ack_class(nl: TcSocket, ifindex: int, line: float, burst_s: float) -> None:
+    reserve = reserve_Bps(ACK_RESERVE, line)
+    nl.transact(_leaf_class_msgs(nl, ifindex, ACK_MINOR, ACK_LEAF_HANDLE, reserve, _burst(reserve, burst_s), line,
+                                 burst_s, prio=0, filter_prio=2, keys=ack_keys(), name="ACK"))
 
 
 def _install_priority_band(nl: TcSocket, ifindex: int, line: float, burst_s: float, tos: int) -> None:
-    create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
-    change = NLM_F_REQUEST | NLM_F_ACK
-    b = _burst(line, burst_s)
-    reserve = max(MIN_BURST_B, BG_RESERVE * line)
+    reserve = reserve_Bps(BG_RESERVE, line)
     keys = [((tos & DSCP_MASK) << 16, DSCP_MASK << 16, 0)]  # second byte of the IPv4 header
     nl.transact([
-        (_tcmsg(RTM_NEWTCLASS, change, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR, LINK_CLASS,
-                attrs=htb_class_attrs(reserve, line, _burst(reserve, burst_s), b, prio=1)),
+        (_tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR,
+                LINK_CLASS, attrs=htb_class_attrs(reserve, line, _burst(reserve, burst_s), _burst(line, burst_s),
+                                                  prio=1)),
          "background class 1:2 (reserve)", False),
-        (_tcmsg(RTM_NEWTCLASS, create, nl.next_seq(), ifindex, ROOT_HANDLE | PRIO_MINOR, LINK_CLASS,
-                attrs=htb_class_attrs(line - reserve, line, b, b, prio=0)), "priority class 1:3", False),
-        (_tcmsg(RTM_NEWQDISC, create, nl.next_seq(), ifindex, PRIO_LEAF_HANDLE, ROOT_HANDLE | PRIO_MINOR,
-                attrs=bfifo_attrs(_queue_limit(line))), "priority bfifo", False),
-        (_tcmsg(RTM_NEWTFILTER, create, nl.next_seq(), ifindex, 0, ROOT_HANDLE,
-                info=(1 << 16) | socket.htons(ETH_P_IP), attrs=u32_filter_attrs(ROOT_HANDLE | PRIO_MINOR, keys)),
-         "priority filter", False),
+        *_leaf_class_msgs(nl, ifindex, PRIO_MINOR, PRIO_LEAF_HANDLE, line - reserve, _burst(line, burst_s), line,
+                          burst_s, prio=0, filter_prio=1, keys=keys, name="priority"),
     ])
 
 
@@ -436,7 +443,7 @@ class TcBackend(Backend):
         _install_or_adopt()
         # Flow floors leave the ACK class its reserve (when the qdisc has one).
         has_ack = any(h == ROOT_HANDLE | ACK_MINOR for _, h, _, _ in self.nl.dump(RTM_GETTCLASS, self.ifindex))
-        self.ack_reserve_Bps = max(MIN_BURST_B, ACK_RESERVE * self.line_rate_Bps) if has_ack else 0.0
+        self.ack_reserve_Bps = reserve_Bps(ACK_RESERVE, self.line_rate_Bps) if has_ack else 0.0
 
     def _create(self) -> None:
         # with the ACK class: this host's planned egress must not starve the ACKs of what it receives
