@@ -87,6 +87,17 @@ def _speedups(base: dict, other: dict) -> dict:
     return {m: float(np.mean(v)) for m, v in per.items()}
 
 
+def _speedup_table(results: dict, key: str, seeds) -> dict:
+    """Per model speedup of run ``key`` over tensorflow, averaged over seeds, and their ``mean``."""
+    per_model: dict[str, list[float]] = {}
+    for s in seeds:
+        for m, v in _speedups(results[f"tensorflow/s{s}"], results[f"{key}/s{s}"]).items():
+            per_model.setdefault(m, []).append(v)
+    out = {m: float(np.mean(per_model[m])) for m in MODELS if m in per_model}
+    out["mean"] = float(np.mean([out[m] for m in MODELS if m in out]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paper", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small scale for CI (under 2 minutes)")
@@ -131,15 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = sc["seeds"]
     summary: dict = {"scale": scale_name, "hosts": sc["hosts"], "dl_jobs": sc["jobs"],
                      "seeds": list(seeds), "real_model_dags": real}
-    speed: dict = {}
-    for pol in POLICIES:
-        per_model: dict[str, list[float]] = {}
-        for s in seeds:
-            for m, v in _speedups(results[f"tensorflow/s{s}"], results[f"{pol}/s{s}"]).items():
-                per_model.setdefault(m, []).append(v)
-        speed[pol] = {m: float(np.mean(per_model[m])) for m in MODELS if m in per_model}
-        speed[pol]["mean"] = float(np.mean([speed[pol][m] for m in MODELS if m in speed[pol]]))
-    summary["speedup"] = speed
+    summary["speedup"] = {pol: _speedup_table(results, pol, seeds) for pol in POLICIES}
     summary["waiting_time_s"] = {
         pol: {m: float(np.mean([results[f"{pol}/s{s}"]["waiting"][m] for s in seeds
                                 if m in results[f"{pol}/s{s}"]["waiting"]]))
@@ -167,18 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             bw.append(np.median(r["remaining_bw"]))
         sweep.append({"alpha": a, "speedup": float(np.mean(sp)), "remaining_bw": float(np.mean(bw))})
     summary["alpha_sweep"] = sweep
-    var: dict = {}
-    for key, opts in (("jit-smallest", JIT_SMALLEST),):
-        per_model = {}
-        for s_ in seeds:
-            for m, v in _speedups(results[f"tensorflow/s{s_}"], results[f"{key}/s{s_}"]).items():
-                per_model.setdefault(m, []).append(v)
-        sp = {m: float(np.mean(per_model[m])) for m in MODELS if m in per_model}
-        sp["mean"] = float(np.mean(list(sp.values())))
-        slow = np.concatenate([results[f"{key}/s{s_}"]["bg_slowdown"] for s_ in seeds])
-        var[key] = {"options": opts, "speedup": sp,
-                    "background_slowdown": float(slow.mean()) if len(slow) else None}
-    summary["jit_variants"] = var
+    slow = np.concatenate([results[f"jit-smallest/s{s}"]["bg_slowdown"] for s in seeds])
+    summary["jit_variants"] = {"jit-smallest": {
+        "options": JIT_SMALLEST, "speedup": _speedup_table(results, "jit-smallest", seeds),
+        "background_slowdown": float(slow.mean()) if len(slow) else None}}
     summary["lp_time_s"] = lp_rows
     summary["sim_wall_s"] = {pol: float(np.median([results[f"{pol}/s{s}"]["wall_s"] for s in seeds]))
                              for pol in POLICIES}
