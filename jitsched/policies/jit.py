@@ -419,6 +419,7 @@ class JitPolicy(Policy):
         self._lat = np.zeros(0)  # latest LAT per global node (absolute seconds)
         self._planned_ever = np.zeros(0, dtype=bool)
         self._rates = np.zeros(0)
+        self._slot_plan: SlotPlan | None = None  # checked view of the plan arrays, set by _replan
         self._epoch = 0.0
         self._pending = False
         self._drifted = False
@@ -594,7 +595,6 @@ class JitPolicy(Policy):
             # sharers use goes to released planned transfers, earliest LAT
             # first: sending their bytes early never delays anyone (the sharers
             # were served first), and the plan's later slots free up.
-            # (the plan set by _replan, whenever _plan_nodes is not empty)
             rates, n_planned, drifted = self._slot_plan.rates(
                 k, flows.node, flows.src, flows.dst, flows.remaining, view.dag.size, cap_e, cap_i,
                 DRIFT_RTOL, self.backfill, in_range=flows.checked)

@@ -143,7 +143,7 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: float, timeout_s: float,
          slot_s: float, measure_slots: int, alpha: float, daemon_options: dict,
-         switch_priority: bool = False) -> dict:
+         switch_priority: bool) -> dict:
     from jitsched.client import TransferSink
     from jitsched.client import send_bytes as _send
     from jitsched.config import DaemonConfig
