@@ -101,11 +101,16 @@ class Agent:
         Distinguishes the local registration socket of agents of the same host name.
     reconnect_s : float
         Silence from the daemon after which the agent reconnects and re-registers.
+    ingress : dict, optional
+        Also enforce the plan on what this host receives: options of the
+        ``tc-ingress`` backend (``dev``, ``netns``, ``borrow``, ...), shaped to
+        the host's ingress rate in the daemon's cluster. Receivers register
+        inbound sockets with ``direction="in"`` (:func:`register_flow`).
     """
 
     def __init__(self, host: str, daemon_endpoint: str, *, backend: str = "record",
                  backend_options: dict | None = None, line_rate_Bps: float | None = None,
-                 local_namespace: str = "", reconnect_s: float = 3.0) -> None:
+                 local_namespace: str = "", reconnect_s: float = 3.0, ingress: dict | None = None) -> None:
         self.host = host
         self.endpoint = daemon_endpoint
         self.backend_name = backend
@@ -114,6 +119,9 @@ class Agent:
         self.local_name = local_address(host, local_namespace)
         self.reconnect_s = reconnect_s
         self.backend: Backend | None = None
+        self.ingress_options = None if ingress is None else dict(ingress)
+        self.in_backend: Backend | None = None
+        self.in_line_Bps: float | None = None
         self.schedule: dict | None = None
         self.seq = 0  # seq of the schedule held
         self.applied_seq = 0
@@ -121,6 +129,8 @@ class Agent:
         self.registered = threading.Event()
         self.heartbeat_s = 0.5
         self.flows: dict[str, LocalFlow] = {}
+        self.in_flows: dict[str, LocalFlow] = {}  # inbound sockets, for the ingress backend
+        self.registrations = {"out": 0, "in": 0}  # flows registered so far, per direction
         self.current_slot: int | None = None
         self.applied_at_ns = 0
         self._ctx = zmq.Context()
@@ -230,9 +240,11 @@ class Agent:
                 c.close()
             listener.close()
             dealer.close(0)
-            if self.backend is not None and not self._kill:
-                self.backend.close()
-            for f in self.flows.values():
+            if not self._kill:
+                for be in (self.backend, self.in_backend):
+                    if be is not None:
+                        be.close()
+            for f in [*self.flows.values(), *self.in_flows.values()]:
                 f.sock.close()
 
     def _poll_timeout_ms(self, next_hb: float) -> int:
@@ -281,6 +293,11 @@ class Agent:
                 self.backend = load_backend(self.backend_name, line, **self.backend_options)
                 for f in self.flows.values():
                     self.backend.attach(f.flow_id, f.sock)
+            if self.in_backend is None and self.ingress_options is not None:
+                self.in_line_Bps = float(b.get("ingress_Bps", self.line_rate_Bps))
+                self.in_backend = load_backend("tc-ingress", self.in_line_Bps, **self.ingress_options)
+                for f in self.in_flows.values():
+                    self.in_backend.attach(f.flow_id, f.sock)
             self.registered.set()
         elif "flows" in b and "epoch_ns" in b:  # the get_schedule reply
             self._install(b)
@@ -317,29 +334,36 @@ class Agent:
 
     # ------------------------------------------------------------------ enforcement
 
-    def slot_rates(self, now_ns: int | None = None) -> tuple[int, list[FlowRate], float]:
+    def slot_rates(self, now_ns: int | None = None, inbound: bool = False
+                   ) -> tuple[int, list[FlowRate], float]:
         """The current slot index, the flows' rates (bytes/s) and the leftover (bytes/s).
 
         Before a flow's first planned slot it is held at zero; after its last one it
         leaves the list and shares the leftover like unscheduled traffic.
+        ``inbound``: the flows this host receives and its ingress leftover.
         """
         s = self.schedule
-        line = float(self.line_rate_Bps or (s or {}).get("line_Bps", 0.0))
+        if inbound:
+            line = float(self.in_line_Bps or (s or {}).get("in_line_Bps", 0.0))
+            backend, local = self.in_backend, self.in_flows
+        else:
+            line = float(self.line_rate_Bps or (s or {}).get("line_Bps", 0.0))
+            backend, local = self.backend, self.flows
         if not s:
             return -1, [], line
         now_ns = time.time_ns() if now_ns is None else now_ns
         k = (now_ns - s["epoch_ns"]) // int(s["slot_s"] * 1e9)
-        left = s["leftover_Bps"]
+        left = s.get("in_leftover_Bps", []) if inbound else s["leftover_Bps"]
         leftover = float(left[k]) if 0 <= k < len(left) else line
-        need_ep = self.backend.needs_endpoints if self.backend is not None else False
+        need_ep = backend.needs_endpoints if backend is not None else False
         out = []
-        for f in s["flows"]:
+        for f in s.get("in_flows", []) if inbound else s["flows"]:
             j = k - f["start_slot"]
             rates = f["rates_Bps"]
             if j >= len(rates):
                 continue
             rate = float(rates[j]) if j >= 0 else 0.0
-            lf = self.flows.get(f["flow"])
+            lf = local.get(f["flow"])
             if lf is None:
                 if need_ep:
                     continue
@@ -357,6 +381,9 @@ class Agent:
             return
         self.current_slot = k
         self.backend.apply(flows, leftover)
+        if self.in_backend is not None:
+            _, in_flows, in_left = self.slot_rates(inbound=True)
+            self.in_backend.apply(in_flows, in_left)
         self.applied_seq = self.seq
         self.applied_at_ns = time.time_ns()
 
@@ -388,48 +415,60 @@ class Agent:
 
     def _local_request(self, req: Request, fds: list[int]) -> bytes:
         fid = req.body["flow"]
+        direction = req.body.get("direction", "out")
+        # on ProtocolError the caller closes every passed descriptor: close none here
+        if direction not in ("in", "out"):
+            raise ProtocolError("invalid_body", f"direction must be 'in' or 'out', not {direction!r}")
+        inbound = direction == "in"
+        flows, backend = (self.in_flows, self.in_backend) if inbound else (self.flows, self.backend)
         if req.type == MsgType.REGISTER_FLOW:
             if len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
                 raise ProtocolError("invalid_body", "register_flow carries exactly one socket")
             sock = socket.socket(fileno=fds[0])
             try:
-                src, dst = sock.getsockname(), sock.getpeername()
+                local, peer = sock.getsockname(), sock.getpeername()
             except OSError:
-                sock.close()
+                sock.detach()
                 raise ProtocolError("invalid_body", "register_flow: the socket is not connected") from None
-            old = self.flows.pop(fid, None)
+            # the flow's packets go from its sender to its receiver, whichever end registers it
+            src, dst = (peer, local) if inbound else (local, peer)
+            old = flows.pop(fid, None)
             if old is not None:
                 old.sock.close()
-            self.flows[fid] = LocalFlow(fid, sock, src[0], src[1], dst[0], dst[1],
-                                        bytes_acked(sock), time.monotonic())
-            if self.backend is not None:
-                self.backend.attach(fid, sock)
+            flows[fid] = LocalFlow(fid, sock, src[0], src[1], dst[0], dst[1],
+                                   0 if inbound else bytes_acked(sock), time.monotonic())
+            self.registrations[direction] += 1
+            if backend is not None:
+                backend.attach(fid, sock)
             self._tick(force=True)  # the new socket gets its rate before it sends much
             return encode_ok(req.id, {"flow": fid})
         for fd in fds:
             os.close(fd)
-        f = self.flows.pop(fid, None)
+        f = flows.pop(fid, None)
         if f is not None:
-            if self.backend is not None:
-                self.backend.detach(fid)
+            if backend is not None:
+                backend.detach(fid)
             f.sock.close()
         return encode_ok(req.id, {"flow": fid, "known": f is not None})
 
 
 def register_flow(local_name: str, flow_id: str, sock: socket.socket,
-                  timeout_s: float = 2.0) -> socket.socket | None:
+                  timeout_s: float = 2.0, direction: str = "out") -> socket.socket | None:
     """Hand ``sock`` to the local agent for pacing; returns the control connection (keep it
-    open until :func:`unregister_flow`), or None if no agent listens at ``local_name``."""
+    open until :func:`unregister_flow`), or None if no agent listens at ``local_name``.
+
+    ``direction``: ``"out"`` when this host sends the flow, ``"in"`` when it
+    receives it (for an agent enforcing its ingress too).
+    """
     c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     c.settimeout(timeout_s)
     try:
         c.connect(local_name)
-        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, {"flow": flow_id})],
+        body = {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
+        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, body)],
                         [sock.fileno()])
         rep = decode_any(c.recv(65536))
-    except OSError:
+    except (OSError, ProtocolError):  # no agent, or it went away mid-request
         c.close()
         return None
     if not isinstance(rep, Reply) or not rep.ok:
@@ -438,12 +477,13 @@ def register_flow(local_name: str, flow_id: str, sock: socket.socket,
     return c
 
 
-def unregister_flow(ctrl: socket.socket | None, flow_id: str) -> None:
+def unregister_flow(ctrl: socket.socket | None, flow_id: str, direction: str = "out") -> None:
     """Tell the agent the flow is over and close the control connection."""
     if ctrl is None:
         return
+    body = {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
     try:
-        ctrl.send(encode_request(MsgType.UNREGISTER_FLOW, {"flow": flow_id}))
+        ctrl.send(encode_request(MsgType.UNREGISTER_FLOW, body))
         ctrl.recv(65536)
     except OSError:
         pass

@@ -63,12 +63,12 @@ def _paired(jit: dict, none: dict) -> dict:
 
 
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
-             job_order: str = "fair", switch_priority: bool = False) -> dict:
+             job_order: str = "fair", switch_priority: bool = False, ingress: bool = True) -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
     ``alpha`` and ``job_order`` are the jit policy's (daemon and simulator
     alike); ``switch_priority`` gives DL transfers the switch ports' priority
-    band under both policies.
+    band under both policies; ``ingress`` False: jit agents pace egress only.
     """
     from jitsched.testbed.e2e import run_scenario
 
@@ -85,6 +85,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
             t = time.perf_counter()
             res[pol] = run_scenario(scenario, pol, seed=seed, prefix=prefix, measure_slots=0,
                                     timeout_s=300.0, alpha=alpha, switch_priority=switch_priority,
+                                    ingress=ingress,
                                     daemon_options={"policy_options": {"job_order": job_order}}
                                     if pol == "jit" else None)
             say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
@@ -110,7 +111,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
     return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
-            "switch_priority": switch_priority, "median": med,
+            "switch_priority": switch_priority, "ingress": ingress, "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
                           "mean_speedup": pred["mean_speedup"],
                           "tensorflow_mean_jct_s": pred["tensorflow"]["mean_jct_s"],
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="jit: how jobs share a port in the LAT estimate (default fair, the paper's)")
     p.add_argument("--switch-priority", action="store_true",
                    help="DL transfers in a strict-priority band at the switch ports (both policies)")
+    p.add_argument("--no-ingress", action="store_true",
+                   help="jit agents pace their egress only (the receivers' ingress is not enforced)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
 
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         scenarios: dict = {"unavailable": str(exc)}
     else:
         scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
-                                 job_order=a.job_order, switch_priority=a.switch_priority)
+                                 job_order=a.job_order, switch_priority=a.switch_priority,
+                                 ingress=not a.no_ingress)
                      for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}

@@ -214,13 +214,22 @@ class TransferSink:
         Address to listen on.
     on_arrival : callable, optional
         ``on_arrival(flow, nbytes)`` after the last byte of a flow arrived.
+    agent : str, optional
+        Local socket name of this host's agent: each inbound flow of more than
+        ``register_min_bytes`` is registered with it (``direction="in"``) for
+        as long as it lasts, so an agent enforcing its ingress can give it its
+        planned rate.
+    register_min_bytes : int
+        Flows up to this size are not registered (they fit in a class's burst).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0,
-                 on_arrival: Callable[[str, int], None] | None = None) -> None:
+                 on_arrival: Callable[[str, int], None] | None = None, *,
+                 agent: str | None = None, register_min_bytes: int = 0) -> None:
         self.server = socket.create_server((host, port), backlog=256)
         self.address = self.server.getsockname()[:2]
         self.on_arrival = on_arrival
+        self.agent, self.register_min_bytes = agent, int(register_min_bytes)
         self.received: dict[str, int] = {}
         self._stop = False
         self._threads: list[threading.Thread] = []
@@ -238,6 +247,9 @@ class TransferSink:
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
 
     def _read(self, conn: socket.socket) -> None:
+        from jitsched.agents.agent import register_flow, unregister_flow
+
+        ctrl = None
         with conn:
             try:
                 hlen = _HDR.unpack(_recv_exact(conn, _HDR.size))[0]
@@ -246,6 +258,8 @@ class TransferSink:
                 hdr = msgpack.unpackb(_recv_exact(conn, hlen))
                 flow, left = str(hdr["flow"]), int(hdr["bytes"])
                 total = left
+                if self.agent is not None and total > self.register_min_bytes:
+                    ctrl = register_flow(self.agent, flow, conn, direction="in")
                 buf = bytearray(CHUNK)
                 while left > 0:
                     n = conn.recv_into(buf, min(left, CHUNK))
@@ -258,6 +272,9 @@ class TransferSink:
                 conn.sendall(b"\x01")
             except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
                 return
+            finally:
+                if ctrl is not None:
+                    unregister_flow(ctrl, flow, direction="in")
 
     def close(self) -> None:
         """Stop accepting and wait briefly for readers."""

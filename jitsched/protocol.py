@@ -127,9 +127,10 @@ _SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
     MsgType.GET_SCHEDULE: {"host": (str, True)},
     MsgType.SCHEDULE: {"seq": (int, True), "slot_s": (NUM, True), "epoch_ns": (int, True),
                        "flows": (list, True), "leftover_Bps": (list, True),
-                       "line_Bps": (NUM, False)},
-    MsgType.REGISTER_FLOW: {"flow": (str, True)},
-    MsgType.UNREGISTER_FLOW: {"flow": (str, True)},
+                       "line_Bps": (NUM, False), "in_flows": (list, False),
+                       "in_leftover_Bps": (list, False), "in_line_Bps": (NUM, False)},
+    MsgType.REGISTER_FLOW: {"flow": (str, True), "direction": (str, False)},
+    MsgType.UNREGISTER_FLOW: {"flow": (str, True), "direction": (str, False)},
 }
 MESSAGE_TYPES = frozenset(_SCHEMAS)
 

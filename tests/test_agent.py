@@ -141,3 +141,49 @@ def test_flow_registration_hands_the_socket_to_the_agent():
         s.close()
         srv.close()
         a.stop()
+
+
+def test_inbound_flows_and_ingress_leftover_come_from_the_in_fields():
+    a = Agent("h1", "tcp://127.0.0.1:1", backend="record")
+    a.backend, a.in_backend = load_backend("record", 1000.0), load_backend("record", 800.0)
+    a.line_rate_Bps, a.in_line_Bps = 1000.0, 800.0
+    epoch = 10**18
+    body = _schedule(epoch) | {
+        "in_leftover_Bps": [700.0, 300.0], "in_line_Bps": 800.0,
+        "in_flows": [{"flow": "k/x", "src": "h0", "start_slot": 1, "rates_Bps": [500.0]}]}
+    a._install(body)
+    k, flows, left = a.slot_rates(epoch + 50_000_000, inbound=True)
+    assert k == 0 and left == 700.0 and [(f.flow_id, f.rate_Bps) for f in flows] == [("k/x", 0.0)]
+    k, flows, left = a.slot_rates(epoch + 150_000_000, inbound=True)
+    assert left == 300.0 and [(f.flow_id, f.rate_Bps) for f in flows] == [("k/x", 500.0)]
+    k, flows, left = a.slot_rates(epoch + 250_000_000, inbound=True)
+    assert flows == [] and left == 800.0  # past the ingress plan: the shaped rate is left over
+    # the egress side is untouched by the inbound fields
+    assert {f.flow_id for f in a.slot_rates(epoch + 50_000_000)[1]} == {"j/a", "j/b"}
+    # a schedule from a daemon that sends no ingress fields: nothing inbound, all left over
+    a._install(_schedule(epoch) | {"seq": 4})
+    assert a.slot_rates(epoch, inbound=True)[1:] == ([], 800.0)
+
+
+def test_inbound_registration_names_the_remote_end_as_source():
+    a = Agent("h8", "tcp://127.0.0.1:1", backend="record", local_namespace=f"in{time.monotonic_ns()}")
+    a.start()
+    srv = socket.create_server(("127.0.0.1", 0))
+    s = socket.create_connection(srv.getsockname())
+    conn, _ = srv.accept()
+    try:
+        ctrl = register_flow(a.local_name, "j/in", conn, direction="in")
+        assert ctrl is not None
+        assert wait_until(lambda: "j/in" in a.in_flows, 2.0) and "j/in" not in a.flows
+        lf = a.in_flows["j/in"]
+        # packets of the flow go from the connecting side (s) to the accepted one
+        assert (lf.src_port, lf.dst_port) == (s.getsockname()[1], srv.getsockname()[1])
+        unregister_flow(ctrl, "j/in", direction="in")
+        assert wait_until(lambda: "j/in" not in a.in_flows, 2.0)
+        bad = register_flow(a.local_name, "j/odd", conn, direction="sideways")
+        assert bad is None and "j/odd" not in a.flows and "j/odd" not in a.in_flows
+    finally:
+        s.close()
+        conn.close()
+        srv.close()
+        a.stop()

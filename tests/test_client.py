@@ -54,6 +54,31 @@ def test_send_bytes_arrives_and_is_paced_by_the_agent():
             sink.close()
 
 
+def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
+    with system(hosts=("h0", "h1"), backend="record") as (d, agents):
+        rx = agents["h1"]
+        seen = []
+        orig = rx._local_request
+
+        def spy(req, fds):  # what the receiver's agent held while the flow was open
+            out = orig(req, fds)
+            seen.append((req.body.get("direction"), sorted(rx.in_flows)))
+            return out
+
+        rx._local_request = spy
+        sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
+        try:
+            send_bytes(sink.address, 2_000_000, "j/big", agent=agents["h0"].local_name)
+            send_bytes(sink.address, 1000, "j/small")
+            assert sink.received == {"j/big": 2_000_000, "j/small": 1000}
+            assert wait_until(lambda: len(seen) == 2, 2.0)
+            assert seen == [("in", ["j/big"]), ("in", [])]  # registered, then gone; the small one never
+            assert rx.registrations == {"out": 0, "in": 1}
+            assert agents["h0"].registrations == {"out": 1, "in": 0}
+        finally:
+            sink.close()
+
+
 def test_send_bytes_without_agent():
     sink = TransferSink()
     try:

@@ -69,9 +69,12 @@ def test_arrival_pushes_only_the_agents_whose_schedule_changed():
         second = d.state.schedule_seq
         summary = d.state.plan_summary
         assert summary["mode"] == "incremental" and summary["reasons"] == ["arrival"], (summary["reasons"], d.state.schedule.late)
-        assert summary["hosts_changed"] == 1 and summary["jobs"] == 2 and summary["late"] == 0
+        # b's sender and its receiver (whose ingress side changed), nobody else
+        assert summary["hosts_changed"] == 2 and summary["jobs"] == 2 and summary["late"] == 0
         assert agents["h2"].seq == second and len(flows_of(agents["h2"].schedule, "b")) == 13
-        assert [agents[h].seq for h in ("h0", "h1", "h3")] == [first] * 3
+        assert agents["h3"].seq == second and len(agents["h3"].schedule["in_flows"]) == 13
+        assert agents["h3"].schedule["in_flows"][0]["src"] == "h2"
+        assert [agents[h].seq for h in ("h0", "h1")] == [first] * 2
         assert d.state.plans_by_mode == {"full": 0, "incremental": 2}
 
 

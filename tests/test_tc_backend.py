@@ -20,6 +20,8 @@ from jitsched.agents.backends.tc import (
     LINK_CLASS,
     ROOT_HANDLE,
     TcBackend,
+    TcIngressBackend,
+    ifb_name,
     install_shaper,
     u32_keys,
 )
@@ -203,3 +205,34 @@ def test_refused_request_raises_with_the_flow(ns):
             b.apply([flow("j/a", 1e6)], 1e6)
     finally:
         b.close()
+
+
+def test_ingress_backend_schedules_a0s_ingress_on_an_ifb_and_removes_it(ns):
+    assert BACKENDS["tc-ingress"] is TcIngressBackend and ifb_name("a0") == "jsi-a0"
+    assert len(ifb_name("a-very-long-interface")) == 15
+    b = TcIngressBackend(0.98 * LINE, dev="a0", netns=ns)
+    try:
+        with IPRoute(netns=ns) as ip:
+            ifb = ip.link_lookup(ifname="jsi-a0")[0]
+            a0 = ip.link_lookup(ifname="a0")[0]
+            assert ip.get_links(ifb)[0].get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND") == "ifb"
+            assert {q.get_attr("TCA_KIND") for q in ip.get_qdiscs(a0)} >= {"ingress"}
+            ifb_qdiscs = {q["handle"]: q.get_attr("TCA_KIND") for q in ip.get_qdiscs(ifb)}
+        assert ifb_qdiscs[ROOT_HANDLE] == "htb"
+        redirect = subprocess.run(["ip", "netns", "exec", ns, "tc", "filter", "show", "dev", "a0", "ingress"],
+                                  capture_output=True, text=True, check=True).stdout
+        assert "mirred" in redirect and "jsi-a0" in redirect
+        # inbound flows are matched on the IFB exactly as outbound ones on a link
+        b.apply([FlowRate("j/in", 1e6, "198.18.0.2", 5201, "198.18.0.1", 40000)], 5e6)
+        shown = subprocess.run(["ip", "netns", "exec", ns, "tc", "filter", "show", "dev", "jsi-a0"],
+                               capture_output=True, text=True, check=True).stdout
+        assert "flowid 1:10" in shown and "match c6120002/ffffffff at 12" in shown
+        # a second backend (an agent restarted after a crash) replaces the leftovers
+        b.closed = True
+        b.nl.close()
+        b = TcIngressBackend(0.98 * LINE, dev="a0", netns=ns)
+    finally:
+        b.close()
+    with IPRoute(netns=ns) as ip:
+        assert not ip.link_lookup(ifname="jsi-a0")
+        assert "ingress" not in {q.get_attr("TCA_KIND") for q in ip.get_qdiscs(ip.link_lookup(ifname="a0")[0])}

@@ -260,3 +260,42 @@ def test_predict_runs_the_same_workload_in_the_fluid_simulator(monkeypatch):
     ratio = p["tensorflow"]["mean_jct_s"] / p["jit"]["mean_jct_s"]
     assert abs(p["jct_ratio_tf_over_jit"] - ratio) < 1e-12
     assert p["tensorflow"]["background_slowdown"] >= 1.0 - 1e-9
+
+
+def test_tc_ingress_keeps_an_inbound_flows_plan_against_another_sender(bed):
+    # two senders into h2: in the switch port's FIFO plain TCP splits the port about
+    # evenly; with h2's ingress shaped below the port (tc-ingress) the planned inbound
+    # flow keeps its floor and the other sender gets the rest
+    from jitsched.agents.backends.base import FlowRate
+    from jitsched.agents.backends.tc import TcIngressBackend
+
+    h0, h1, h2 = bed.hosts
+    rx = Receiver(h2.address, 5303, netns=h2.netns)
+    shaped = 0.98 * bed.link_Bps
+    backend = None
+    stop = threading.Event()
+    threads = []
+    try:
+        backend = TcIngressBackend(shaped, dev=h2.dev, netns=h2.netns, borrow=True)
+        p = connect(h2.address, 5303, "planned", netns=h0.netns)
+        src, sport = p.getsockname()[:2]
+        rate = 0.75 * shaped
+        backend.apply([FlowRate("planned", rate, src, sport, h2.address, 5303)], shaped - rate)
+        o = connect(h2.address, 5303, "other", netns=h1.netns)
+        for s in (p, o):
+            threads.append(threading.Thread(target=send_bytes, args=(s, float("inf"), stop), daemon=True))
+            threads[-1].start()
+        time.sleep(1.6)
+        t = time.monotonic()
+        planned = rx.flows["planned"].bytes_between(t - 0.8, t) / 0.8
+        other = rx.flows["other"].bytes_between(t - 0.8, t) / 0.8
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(5)
+        if backend is not None:
+            backend.close()
+        rx.close()
+    assert planned > 0.85 * rate, (planned / rate, other / bed.link_Bps)
+    assert other > 0.1 * bed.link_Bps, other / bed.link_Bps
+    assert planned + other > 0.85 * bed.link_Bps, (planned + other) / bed.link_Bps

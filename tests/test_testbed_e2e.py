@@ -51,6 +51,11 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy):
     assert 0.0 < out["background_mbit_mean"] <= 100.0
     # jit: the daemon planned; none: it only kept the books, nothing was enforced
     assert (out["details"]["daemon"]["plans"] >= 1) if policy == "jit" else out["rate_accuracy_p50"] is None
+    if policy == "jit":
+        # both ends of every large transfer registered it: senders for egress, receivers for ingress
+        agents = out["details"]["agents"].values()
+        n_out, n_in = (sum(a["registered_" + d] for a in agents) for d in ("out", "in"))
+        assert n_out > 0 and n_in == n_out, (n_out, n_in)
     assert not netns_mod.list_netns(tiny)
     assert not multiprocessing.active_children()  # the daemon and agent processes are gone
 

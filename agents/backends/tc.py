@@ -579,3 +579,93 @@ class TcBackend(Backend):
             self.flows.clear()
         finally:
             self.nl.close()
+
+
+IFB_PREFIX = "jsi-"  # IFB devices this backend creates: "jsi-" + the link's name (15 characters at most)
+
+
+def ifb_name(dev: str) -> str:
+    """Name of the IFB device that receives ``dev``'s ingress traffic."""
+    return (IFB_PREFIX + dev)[:15]
+
+
+def redirect_ingress(dev: str, ifb: str, netns: str | None = None) -> None:
+    """Create IFB device ``ifb`` and redirect every packet arriving on ``dev`` to its egress.
+
+    A qdisc on ``ifb``'s egress then schedules what ``dev`` receives. Runs the
+    ``ip``/``tc`` tools once at set-up (not on the per-slot path); a ``ifb`` or
+    ingress qdisc left by a crashed agent is replaced.
+    """
+    from jitsched.testbed.netns import ns_command, run
+
+    remove_ingress_redirect(dev, ifb, netns)
+    run(ns_command(netns, ["ip", "link", "add", ifb, "type", "ifb"]))
+    try:
+        run(ns_command(netns, ["ip", "link", "set", ifb, "up"]))
+        run(ns_command(netns, ["tc", "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"]))
+        run(ns_command(netns, ["tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all",
+                               "prio", "1", "u32", "match", "u32", "0", "0",
+                               "action", "mirred", "egress", "redirect", "dev", ifb]))
+    except BaseException:
+        remove_ingress_redirect(dev, ifb, netns)
+        raise
+
+
+def remove_ingress_redirect(dev: str, ifb: str, netns: str | None = None) -> None:
+    """Undo :func:`redirect_ingress` (whatever part of it exists)."""
+    from jitsched.testbed.netns import ns_command, run
+
+    run(ns_command(netns, ["tc", "qdisc", "del", "dev", dev, "ingress"]), check=False)
+    run(ns_command(netns, ["ip", "link", "del", ifb]), check=False)
+
+
+@register_backend
+class TcIngressBackend(TcBackend):
+    """Receiver-side enforcement: :class:`TcBackend`'s layout on an IFB device fed by ``dev``'s ingress.
+
+    Senders' agents pace their egress; into a host, the flows of several
+    senders, the files and the flows borrowing above their plan meet in the
+    switch port's FIFO, where TCP, not the plan, shares the port. Shaping what
+    a host receives a little below the port's rate moves that queue into the
+    host, where each inbound flow has its planned floor (the LP's ingress
+    rows) and background traffic the ingress leftover; drops there slow the
+    senders down as the switch's would. The ingress counterpart of Linux's
+    usual "shape ingress through an IFB below the line rate".
+
+    Parameters
+    ----------
+    line_rate_Bps : float
+        Rate the host's ingress is shaped to, bytes/s: below the link's rate
+        (e.g. 98 %), or the switch port stays the bottleneck and this qdisc
+        never queues; the daemon should plan ingress with the same rate.
+    dev : str
+        The link whose ingress is scheduled.
+    netns : str or None
+        Named network namespace of ``dev``.
+    ifb : str, optional
+        IFB device name (default :func:`ifb_name` of ``dev``).
+    **options
+        :class:`TcBackend`'s (``borrow``, ``min_rate_Bps``, ``burst_s``, ``mtu``).
+    """
+
+    name = "tc-ingress"
+
+    def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
+                 ifb: str | None = None, **options) -> None:
+        self.link_dev = dev
+        self.ifb = ifb or ifb_name(dev)
+        redirect_ingress(dev, self.ifb, netns)
+        try:
+            super().__init__(line_rate_Bps, dev=self.ifb, netns=netns, **options)
+        except BaseException:
+            remove_ingress_redirect(dev, self.ifb, netns)
+            raise
+
+    def close(self) -> None:
+        """Remove the flow classes, the IFB device and the ingress redirect."""
+        if self.closed:
+            return
+        try:
+            super().close()
+        finally:
+            remove_ingress_redirect(self.link_dev, self.ifb, self.netns)

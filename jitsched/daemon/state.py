@@ -247,7 +247,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
                 return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
                                   unsupported=True, **kw)
             sched = merge_schedules(base, inc)
-            changed.update(f[2] for f in inc.flows)
+            changed.update(h for f in inc.flows for h in (f[2], f[3]))
             late = len(inc.late)
             lats = _lats(view, set(added), shared_cluster(cluster, req.busy_egress, req.busy_ingress))
         solve_s = time.perf_counter() - t0
@@ -288,7 +288,7 @@ def prune_schedule(sched: SlotSchedule | None, live: np.ndarray | None,
     """``sched`` without the flows ``live`` marks False, their rates back in the leftover.
 
     Returns the pruned schedule (``sched`` itself when nothing goes; never
-    mutated) and the source hosts of the flows that went.
+    mutated) and the hosts (sources and destinations) of the flows that went.
     """
     if sched is None or live is None or bool(np.all(live)):
         return sched, set()
@@ -307,7 +307,7 @@ def prune_schedule(sched: SlotSchedule | None, live: np.ndarray | None,
     kept = {(f[0], f[1]) for f in keep}
     late = [x for x in sched.late if (x.get("job"), x.get("transfer")) in kept]
     return (replace(sched, flows=keep, leftover_egress=left_e, leftover_ingress=left_i, late=late),
-            {int(f[2]) for f in gone})
+            {int(h) for f in gone for h in (f[2], f[3])})
 
 
 def merge_schedules(base: SlotSchedule | None, inc: SlotSchedule) -> SlotSchedule:
@@ -324,35 +324,48 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
 
     A host's body holds the flows it sends and its egress leftover, bytes/s,
-    without the trailing slots at the line rate: agents take slots past the
-    list as the line rate, and an idle host's body gets short (and shared).
+    and the flows it receives and its ingress leftover (``in_*``, for agents
+    that enforce their ingress too), each without the trailing slots at the
+    line rate: agents take slots past the list as the line rate, and an idle
+    host's body gets short (and shared).
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
     if sched is None:
         epoch_ns = int(t0_wall_s * 1e9)
         return {names[h]: {"seq": seq, "slot_s": slot_s, "epoch_ns": epoch_ns, "flows": [],
-                           "leftover_Bps": [], "line_Bps": cluster.hosts[h].egress_Bps}
+                           "leftover_Bps": [], "line_Bps": cluster.hosts[h].egress_Bps,
+                           "in_flows": [], "in_leftover_Bps": [], "in_line_Bps": cluster.hosts[h].ingress_Bps}
                 for h in idx}
-    per: dict[int, list] = {h: [] for h in idx}
+    out_of: dict[int, list] = {h: [] for h in idx}
+    into: dict[int, list] = {h: [] for h in idx}
     for job, tid, src, dst, start, rates in sched.flows:
-        lst = per.get(src)
-        if lst is not None:
-            lst.append({"flow": flow_id(job, tid), "dst": names[dst], "start_slot": int(start),
-                        "rates_Bps": np.asarray(rates, dtype=float).tolist()})
+        lo, li = out_of.get(src), into.get(dst)
+        if lo is None and li is None:
+            continue
+        fid, r = flow_id(job, tid), np.asarray(rates, dtype=float).tolist()
+        if lo is not None:
+            lo.append({"flow": fid, "dst": names[dst], "start_slot": int(start), "rates_Bps": r})
+        if li is not None:
+            li.append({"flow": fid, "src": names[src], "start_slot": int(start), "rates_Bps": r})
     epoch_ns = int((t0_wall_s + sched.epoch_s) * 1e9)
-    left = np.asarray(sched.leftover_egress, dtype=float)
-    line = cluster.egress_Bps
-    if left.size:
-        # per host, the number of slots up to the last one below the line rate
-        below = left < line[:, None] * (1.0 - 1e-12)
-        keep = np.where(below.any(axis=1), left.shape[1] - np.argmax(below[:, ::-1], axis=1), 0)
-    else:
-        keep = np.zeros(len(names), dtype=np.int64)
+    left_e, keep_e = _trimmed_leftover(sched.leftover_egress, cluster.egress_Bps)
+    left_i, keep_i = _trimmed_leftover(sched.leftover_ingress, cluster.ingress_Bps)
     return {names[h]: {"seq": seq, "slot_s": float(sched.slot_s), "epoch_ns": epoch_ns,
-                       "flows": per[h], "leftover_Bps": left[h, :keep[h]].tolist(),
-                       "line_Bps": cluster.hosts[h].egress_Bps}
+                       "flows": out_of[h], "leftover_Bps": left_e[h, :keep_e[h]].tolist(),
+                       "line_Bps": cluster.hosts[h].egress_Bps,
+                       "in_flows": into[h], "in_leftover_Bps": left_i[h, :keep_i[h]].tolist(),
+                       "in_line_Bps": cluster.hosts[h].ingress_Bps}
             for h in idx}
+
+
+def _trimmed_leftover(leftover: np.ndarray, line: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # per host, the number of slots up to the last one below the line rate
+    left = np.asarray(leftover, dtype=float)
+    if not left.size:
+        return left, np.zeros(len(line), dtype=np.int64)
+    below = left < line[:, None] * (1.0 - 1e-12)
+    return left, np.where(below.any(axis=1), left.shape[1] - np.argmax(below[:, ::-1], axis=1), 0)
 
 
 def _node_index(dag: DagArrays, k: int, node_id: str) -> int:
@@ -657,7 +670,8 @@ class SchedulerState:
         idx = self.cluster.index(host)
         h = self.cluster.hosts[idx]
         return {"host": host, "seq": self.host_seq.get(host, 0), "heartbeat_s": self.config.heartbeat_s,
-                "line_Bps": h.egress_Bps, "t0_wall_ns": int(self.t0_wall_s * 1e9)}
+                "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
+                "t0_wall_ns": int(self.t0_wall_s * 1e9)}
 
     def _agent(self, identity: bytes, body: dict, now: float) -> AgentState | Reject:
         host = self.by_identity.get(identity)
@@ -747,10 +761,11 @@ class SchedulerState:
         if body is None and host in self.host_frames:
             body = self._bodies[host] = unpack_body(self.host_frames[host])
         if body is None:
-            line = self.cluster.hosts[self.cluster.index(host)].egress_Bps
+            h = self.cluster.hosts[self.cluster.index(host)]
             body = {"seq": 0, "slot_s": self.config.slot_s,
                     "epoch_ns": int(self.t0_wall_s * 1e9), "flows": [], "leftover_Bps": [],
-                    "line_Bps": line}
+                    "line_Bps": h.egress_Bps, "in_flows": [], "in_leftover_Bps": [],
+                    "in_line_Bps": h.ingress_Bps}
         return body
 
     # ------------------------------------------------------------------ planning

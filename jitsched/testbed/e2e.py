@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 
@@ -61,12 +62,16 @@ UNREGISTERED_MAX_B = MIN_BURST_B // 1514 * 1448 - 512
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy, zmq and the planner first
 # DSCP AF41 in the TOS byte: DL transfers' class when switch ports have a priority band
 SCHEDULED_TOS = 0x88
+# Share of the link rate a host's ingress is shaped to under ingress enforcement: low
+# enough that inbound traffic queues in the host's IFB (per-flow floors) rather than in
+# the switch port's FIFO (TCP sharing), high enough to cost little.
+INGRESS_SHARE = 0.98
 
 
 def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, prefix: str = "js",
                  link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1,
                  measure_slots: int = 20, alpha: float = 0.4, daemon_options: dict | None = None,
-                 switch_priority: bool = False) -> dict:
+                 switch_priority: bool = False, ingress: bool = True) -> dict:
     """Bring the testbed up, run the scenario's jobs and background flows, tear down.
 
     Parameters
@@ -102,6 +107,12 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         ports a strict-priority band for it, so DL traffic is ahead of the
         files where the agents cannot reach (the receivers' ports); applies to
         either policy, so ``none`` with it is the ablation.
+    ingress : bool
+        ``jit`` only: the agents enforce the plan on their hosts' ingress too
+        (``tc-ingress`` backend, shaped to :data:`INGRESS_SHARE` of the link,
+        the rate the daemon then plans ingress with; receivers register their
+        inbound flows). False: only egress is paced, and flows from several
+        senders meet in the switch port's FIFO.
 
     Returns
     -------
@@ -124,7 +135,7 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
     link_mbit = link_mbit or sc.link_mbit
     with _sigterm_as_exit():
         return _run(sc, scenario, policy, seed, prefix, link_mbit, timeout_s, slot_s, measure_slots, alpha,
-                    dict(daemon_options or {}), switch_priority)
+                    dict(daemon_options or {}), switch_priority, ingress and policy == "jit")
 
 
 @contextlib.contextmanager
@@ -143,7 +154,7 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: float, timeout_s: float,
          slot_s: float, measure_slots: int, alpha: float, daemon_options: dict,
-         switch_priority: bool) -> dict:
+         switch_priority: bool, ingress: bool) -> dict:
     from jitsched.client import TransferSink
     from jitsched.client import send_bytes as _send
     from jitsched.config import DaemonConfig
@@ -169,9 +180,13 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
 
             enforcement = summarize(measure_enforcement(tb, slot_s=slot_s, n_slots=measure_slots, seed=seed))
         wl, bg = build_workload(tb, link_mbit, scenario, seed)
+        cluster = wl.cluster
+        if ingress:
+            cluster = replace(cluster, hosts=tuple(replace(h, ingress_bps=h.ingress_bps * INGRESS_SHARE)
+                                                   for h in cluster.hosts))
         netns_of = {h.name: h.netns for h in tb.hosts}
         addr_of = {h.name: h.address for h in tb.hosts}
-        cfg = DaemonConfig(cluster=wl.cluster, job_endpoint=f"ipc://{tmp}/jobs",
+        cfg = DaemonConfig(cluster=cluster, job_endpoint=f"ipc://{tmp}/jobs",
                            agent_endpoint=f"ipc://{tmp}/agents", policy=DAEMON_POLICY[policy],
                            slot_s=slot_s, alpha=alpha, heartbeat_s=0.5, heartbeat_timeout_s=3.0,
                            **(DAEMON_DEFAULTS | daemon_options))
@@ -184,13 +199,14 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
             # registrations at once, not behind the other hosts' slot changes
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
-                                       ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}")))
+                                       ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
         for h in tb.hosts:
             with in_netns(h.netns):
-                sinks[h.name] = TransferSink(h.address)
+                sinks[h.name] = TransferSink(h.address, agent=agent_names.get(h.name) if ingress else None,
+                                             register_min_bytes=UNREGISTERED_MAX_B)
         addrs = {h: s.address for h, s in sinks.items()}
 
         def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
@@ -348,7 +364,7 @@ def _daemon_main(cfg, conn) -> None:
         pass
 
 
-def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, conn) -> None:
+def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, conn) -> None:
     """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
     from jitsched.agents.agent import Agent
     from jitsched.daemon.server import wait_until
@@ -360,9 +376,9 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
             with in_netns(netns):
                 # threads inherit the creator's namespace: the agent's local socket
                 # (abstract, per namespace) and tc calls live in the host's namespace
-                agents.append(Agent(name, endpoint, backend="tc",
-                                    backend_options={"dev": dev, "netns": netns, "borrow": True},
-                                    local_namespace=ns_tag).start())
+                opts = {"dev": dev, "netns": netns, "borrow": True}
+                agents.append(Agent(name, endpoint, backend="tc", backend_options=opts,
+                                    local_namespace=ns_tag, ingress=opts if ingress else None).start())
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
             raise testbed.TestbedError("agents did not register")
         for a in agents:
@@ -378,10 +394,12 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
         for a in agents:
             a.stop()  # removes the flow classes, puts the link shaper back
     late = np.sort(late_ms) if late_ms else None
+    stats = {f"registered_{d}": sum(a.registrations[d] for a in agents) for d in ("out", "in")}
+    if late is not None:
+        stats |= {"slot_changes": len(late), "apply_late_ms_p50": float(np.percentile(late, 50)),
+                  "apply_late_ms_p95": float(np.percentile(late, 95)), "apply_late_ms_max": float(late[-1])}
     try:
-        conn.send(("stats", {} if late is None else {
-            "slot_changes": len(late), "apply_late_ms_p50": float(np.percentile(late, 50)),
-            "apply_late_ms_p95": float(np.percentile(late, 95)), "apply_late_ms_max": float(late[-1])}))
+        conn.send(("stats", stats))
     except OSError:
         pass
 
@@ -411,5 +429,5 @@ def _time_slot_changes(agent, late_ms: list[float]) -> None:
     backend.apply = timed
 
 
-__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "UNREGISTERED_MAX_B",
+__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "INGRESS_SHARE", "POLICIES", "SCHEDULED_TOS", "UNREGISTERED_MAX_B",
            "run_scenario"]
