@@ -173,6 +173,18 @@ def test_background_generator_completes_flows_and_reports_throughput(bed):
     assert np.isfinite(gen.results["bg1"]["mbit"])
 
 
+def start_sending(sock, stop: threading.Event, threads: list) -> None:
+    """Send on ``sock`` flat out from a thread of ``threads`` until ``stop``."""
+    threads.append(threading.Thread(target=send_bytes, args=(sock, float("inf"), stop), daemon=True))
+    threads[-1].start()
+
+
+def recent_Bps(rx: Receiver, flow: str, window_s: float) -> float:
+    """Bytes/s ``rx`` received of ``flow`` over the last ``window_s`` seconds."""
+    t = time.monotonic()
+    return rx.flows[flow].bytes_between(t - window_s, t) / window_s
+
+
 def test_tc_borrow_makes_the_plan_a_floor(bed):
     # borrow=True (what `testbed run` uses under jit): a flow planned at 10 % of the link
     # takes the whole idle link, and falls back to about its rate once background wants it
@@ -189,18 +201,12 @@ def test_tc_borrow_makes_the_plan_a_floor(bed):
         src, sport = s.getsockname()[:2]
         rate = 0.1 * bed.link_Bps
         backend.apply([FlowRate("planned", rate, src, sport, h1.address, 5302)], bed.link_Bps - rate)
-        threads.append(threading.Thread(target=send_bytes, args=(s, float("inf"), stop), daemon=True))
-        threads[-1].start()
+        start_sending(s, stop, threads)
         time.sleep(0.8)
-        t = time.monotonic()
-        alone = rx.flows["planned"].bytes_between(t - 0.5, t) / 0.5
-        b = connect(h1.address, 5302, "bg", netns=h0.netns)
-        threads.append(threading.Thread(target=send_bytes, args=(b, float("inf"), stop), daemon=True))
-        threads[-1].start()
+        alone = recent_Bps(rx, "planned", 0.5)
+        start_sending(connect(h1.address, 5302, "bg", netns=h0.netns), stop, threads)
         time.sleep(1.2)
-        t = time.monotonic()
-        shared = rx.flows["planned"].bytes_between(t - 0.6, t) / 0.6
-        bg = rx.flows["bg"].bytes_between(t - 0.6, t) / 0.6
+        shared, bg = recent_Bps(rx, "planned", 0.6), recent_Bps(rx, "bg", 0.6)
     finally:
         stop.set()
         for th in threads:
@@ -281,14 +287,10 @@ def test_tc_ingress_keeps_an_inbound_flows_plan_against_another_sender(bed):
         src, sport = p.getsockname()[:2]
         rate = 0.75 * shaped
         backend.apply([FlowRate("planned", rate, src, sport, h2.address, 5303)], shaped - rate)
-        o = connect(h2.address, 5303, "other", netns=h1.netns)
-        for s in (p, o):
-            threads.append(threading.Thread(target=send_bytes, args=(s, float("inf"), stop), daemon=True))
-            threads[-1].start()
+        for s in (p, connect(h2.address, 5303, "other", netns=h1.netns)):
+            start_sending(s, stop, threads)
         time.sleep(1.6)
-        t = time.monotonic()
-        planned = rx.flows["planned"].bytes_between(t - 0.8, t) / 0.8
-        other = rx.flows["other"].bytes_between(t - 0.8, t) / 0.8
+        planned, other = recent_Bps(rx, "planned", 0.8), recent_Bps(rx, "other", 0.8)
     finally:
         stop.set()
         for th in threads:
