@@ -372,16 +372,20 @@ class Agent:
                 out.append(FlowRate(f["flow"], rate, lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port))
         return int(k), out, leftover
 
-    def _tick(self, force: bool = False) -> None:
+    def _tick(self, force: bool = False, only: str | None = None) -> None:
+        # only="out"/"in": a registration changed that direction's flows, within the slot
         if self.backend is None:
             return
         # without a schedule yet, registered flows share the whole line (slot -1)
         k, flows, leftover = self.slot_rates()
         if k == self.current_slot and not force:
             return
+        if k != self.current_slot:
+            only = None  # a new slot changes both directions
         self.current_slot = k
-        self.backend.apply(flows, leftover)
-        if self.in_backend is not None:
+        if only != "in":
+            self.backend.apply(flows, leftover)
+        if self.in_backend is not None and only != "out":
             _, in_flows, in_left = self.slot_rates(inbound=True)
             self.in_backend.apply(in_flows, in_left)
         self.applied_seq = self.seq
@@ -440,7 +444,7 @@ class Agent:
             self.registrations[direction] += 1
             if backend is not None:
                 backend.attach(fid, sock)
-            self._tick(force=True)  # the new socket gets its rate before it sends much
+            self._tick(force=True, only=direction)  # the new socket gets its rate before it sends much
             return encode_ok(req.id, {"flow": fid})
         for fd in fds:
             os.close(fd)

@@ -187,3 +187,19 @@ def test_inbound_registration_names_the_remote_end_as_source():
         conn.close()
         srv.close()
         a.stop()
+
+
+def test_a_registration_reapplies_only_its_own_direction_within_a_slot():
+    a = Agent("h1", "tcp://127.0.0.1:1", backend="record")
+    a.backend, a.in_backend = load_backend("record", 1000.0), load_backend("record", 800.0)
+    a.line_rate_Bps, a.in_line_Bps = 1000.0, 800.0
+    a._install(_schedule(time.time_ns()) | {"slot_s": 60.0})  # one long slot: no boundary mid-test
+    a._tick()
+    assert (len(a.backend.snapshot()), len(a.in_backend.snapshot())) == (1, 1)
+    a._tick(force=True, only="in")  # what an inbound registration does
+    assert (len(a.backend.snapshot()), len(a.in_backend.snapshot())) == (1, 2)
+    a._tick(force=True, only="out")
+    assert (len(a.backend.snapshot()), len(a.in_backend.snapshot())) == (2, 2)
+    a.current_slot = -5  # a new slot: both directions change, whatever asked
+    a._tick(force=True, only="out")
+    assert (len(a.backend.snapshot()), len(a.in_backend.snapshot())) == (3, 3)
