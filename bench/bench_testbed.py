@@ -63,12 +63,12 @@ def _paired(jit: dict, none: dict) -> dict:
 
 
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
-             job_order: str = "fair", switch_priority: bool = False, ingress: bool = True) -> dict:
+             job_order: str = "fair", switch_priority: bool = False, ingress: bool = False) -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
     ``alpha`` and ``job_order`` are the jit policy's (daemon and simulator
     alike); ``switch_priority`` gives DL transfers the switch ports' priority
-    band under both policies; ``ingress`` False: jit agents pace egress only.
+    band under both policies; ``ingress``: jit agents enforce their hosts' ingress too.
     """
     from jitsched.testbed.e2e import run_scenario
 
@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="jit: how jobs share a port in the LAT estimate (default fair, the paper's)")
     p.add_argument("--switch-priority", action="store_true",
                    help="DL transfers in a strict-priority band at the switch ports (both policies)")
-    p.add_argument("--no-ingress", action="store_true",
-                   help="jit agents pace their egress only (the receivers' ingress is not enforced)")
+    p.add_argument("--ingress", action="store_true",
+                   help="jit agents also enforce the plan on their hosts' ingress (tc-ingress)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
                                  job_order=a.job_order, switch_priority=a.switch_priority,
-                                 ingress=not a.no_ingress)
+                                 ingress=a.ingress)
                      for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
