@@ -130,8 +130,14 @@ cdef double _after_allocation(double now,
         for f in range(h):
             load_e[f] = 0.0
             load_i[f] = 0.0
+    # Zero rates (most flows waiting for their planned slots) are left out of
+    # the port sums: a sum that starts at +0.0 is never -0.0, so adding a zero
+    # leaves it as it is, and the hot ports' chains of additions get shorter.
     for f in range(n):
         r = rate[f]
+        if r == 0.0:
+            fin[f] = INFINITY
+            continue
         if check:
             if r < 0.0 or not isfinite(r):
                 ok = False
@@ -258,10 +264,10 @@ cdef class FlowTable:
 
     cdef readonly Py_ssize_t n
     cdef readonly double t_last
-    cdef readonly object src, dst, node, job, bg, rel, rem, rate, fin, tol
+    cdef readonly object src, dst, node, job, bg, rel, rem, rate, fin, tol, pos
     cdef readonly object out_node, out_bg, out_crumb
     cdef long long[::1] _src, _dst, _node, _job, _bg, _out_node, _out_bg
-    cdef double[::1] _rel, _rem, _rate, _fin, _tol, _out_crumb
+    cdef double[::1] _rel, _rem, _rate, _fin, _tol, _pos, _out_crumb
     cdef double[::1] _sent, _remaining, _bg_sent, _dag_egress, _dag_egress_int
     cdef const double[::1] _cap_e, _cap_i
     cdef double[::1] _load_e, _load_i
@@ -295,7 +301,7 @@ cdef class FlowTable:
         self.t_last = 0.0
         empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
         self.src = self.dst = self.node = self.job = self.bg = self.out_node = self.out_bg = empty_i
-        self.rel = self.rem = self.rate = self.fin = self.tol = self.out_crumb = empty_f
+        self.rel = self.rem = self.rate = self.fin = self.tol = self.pos = self.out_crumb = empty_f
         self._bind()
         self.reserve(capacity)
 
@@ -312,6 +318,7 @@ cdef class FlowTable:
         self._rate = self.rate
         self._fin = self.fin
         self._tol = self.tol
+        self._pos = self.pos
         self._out_crumb = self.out_crumb
 
     def reserve(self, Py_ssize_t n):
@@ -334,6 +341,7 @@ cdef class FlowTable:
         self.rel, self.rem, self.rate, self.fin, self.tol, self.out_crumb = (
             grown(self.rel), grown(self.rem), grown(self.rate), grown(self.fin), grown(self.tol),
             grown(self.out_crumb))
+        self.pos = np.zeros(cap)  # scratch of remaining(): nothing to keep
         self._bind()
 
     def append(self, list rows):
@@ -382,6 +390,20 @@ cdef class FlowTable:
                                  self._rem, self._cap_e, self._cap_i, rtol, self._load_e, self._load_i,
                                  self._dag_egress, self._fin, util, &ok)
         return tmin, util[0], util[1], ok
+
+    def remaining(self):
+        """``np.maximum(rem, 0.0)`` of the live flows, in a buffer the next call overwrites.
+
+        The simulator hands it to the policy on every allocation: filling one
+        kept buffer costs less than the ufunc call and its new array.
+        """
+        cdef Py_ssize_t f
+        cdef double x
+        for f in range(self.n):
+            x = self._rem[f]
+            # np.maximum's answer: NaN stays NaN, -0.0 becomes +0.0
+            self._pos[f] = x if x > 0.0 or x != x else 0.0
+        return self.pos[:self.n]
 
     def collect_done(self, double now):
         """Take finished flows out: as :func:`collect_done`.
