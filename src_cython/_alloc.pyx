@@ -932,16 +932,23 @@ cdef class SlotPlan:
         cdef long long* order = cand + nf
         cdef long long* tmp = order + nf
         cdef long long* pf_ptr = tmp + nf
+        # the plan as plain pointers: read through self, every access reloads
+        # the buffer's address (the stores below might alias it, as far as C knows)
+        cdef const long long* p_start = &self.p_start[0] if self.p_start.shape[0] else NULL
+        cdef const long long* p_len = &self.p_len[0] if self.p_len.shape[0] else NULL
+        cdef const long long* p_off = &self.p_off[0] if self.p_off.shape[0] else NULL
+        cdef const double* plan_rates = &self.plan_rates[0] if self.plan_rates.shape[0] else NULL
+        cdef const double* lat = &self.lat[0] if self.lat.shape[0] else NULL
         for p in range(2 * h):
             load[p] = 0.0
         for f in range(nf):
             v = node[f]
-            if v >= 0 and self.p_start[v] >= 0:
-                off = k - self.p_start[v]
-                if off < 0 or off < self.p_len[v]:  # waiting or running: a candidate
-                    x = 0.0 if off < 0 else self.plan_rates[self.p_off[v] + off]
+            if v >= 0 and p_start[v] >= 0:
+                off = k - p_start[v]
+                if off < 0 or off < p_len[v]:  # waiting or running: a candidate
+                    x = 0.0 if off < 0 else plan_rates[p_off[v] + off]
                     cand[nc] = f
-                    cand_key[nc] = self.lat[v]
+                    cand_key[nc] = lat[v]
                     nc += 1
                 elif remaining[f] <= crumb_rtol * size[v]:
                     fe = cap_e[src[f]]

@@ -31,7 +31,9 @@ def advance(double dt,
     # IN/OUT rem (>= n,): bytes left per flow (may go slightly negative)
     # IN  node, bg (>= n,): DAG node of a job transfer (-1 otherwise), background index (-1 otherwise)
     # IN/OUT sent (n_nodes,), bg_sent (n_bg,): bytes sent so far
-    # OUT remaining (n_nodes,): ``max(rem, 0)`` of every live job transfer
+    # IN/OUT remaining (n_nodes,): ``max(rem, 0)`` of every live job transfer that moves
+    #        (rate not 0); the others keep theirs, which the simulator already holds at
+    #        ``max(rem, 0)`` (from the transfer's size, or its last move)
     # IN  dag_egress (H,): DAG transfer rate per egress port, bytes/s
     # IN/OUT dag_egress_int (H,): its integral over time, bytes (+= dag_egress * dt)
     """
@@ -56,6 +58,11 @@ cdef void _advance(double dt,
     cdef double moved, r
     cdef long long v
     for f in range(n):
+        # A flow at rate 0 (most wait for their planned slots) does not move:
+        # rem - 0.0 and sent + 0.0 are what they were (sums from +0.0 are never
+        # -0.0; a rem of +-0.0 takes the full step), and remaining[v] holds it.
+        if rate[f] == 0.0 and rem[f] != 0.0:
+            continue
         moved = rate[f] * dt
         r = rem[f] - moved
         rem[f] = r

@@ -11,14 +11,15 @@ from jitsched.alloc import CAPACITY_RTOL
 
 
 def advance_reference(dt, n, rate, rem, node, bg, sent, remaining, bg_sent):
-    """The simulator's former numpy advance step, on copies."""
+    """The simulator's former numpy advance step, on copies; ``remaining`` of flows at rate 0 is left alone."""
     rem, sent, remaining, bg_sent = rem.copy(), sent.copy(), remaining.copy(), bg_sent.copy()
     moved = rate[:n] * dt
     r = rem[:n] - moved
     rem[:n] = r
     is_job = node[:n] >= 0
     sent[node[:n][is_job]] += moved[is_job]
-    remaining[node[:n][is_job]] = np.maximum(r[is_job], 0.0)
+    moves = is_job & ((rate[:n] != 0.0) | (r == 0.0))
+    remaining[node[:n][moves]] = np.maximum(r[moves], 0.0)
     bg_sent[bg[:n][~is_job]] += moved[~is_job]
     return rem, sent, remaining, bg_sent
 
