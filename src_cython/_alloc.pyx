@@ -4,8 +4,6 @@
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdlib cimport free, malloc
 
-from cython.view cimport array
-
 
 cdef inline void _push(double* hkey, int* hport, Py_ssize_t* size,
                        double key, int port) noexcept nogil:
@@ -844,13 +842,12 @@ cdef class SlotPlan:
     cdef const long long[::1] p_off
     cdef const double[::1] plan_rates
     cdef const double[::1] lat
-    cdef double[::1] fixed
-    cdef double[::1] cand_key
-    cdef long long[::1] cand
-    cdef long long[::1] order
-    cdef long long[::1] tmp
-    cdef double[::1] free_e
-    cdef double[::1] free_i
+    # scratch for cap_f flows and cap_h hosts (malloc'd: rates() slices none of it)
+    cdef Py_ssize_t cap_f, cap_h
+    cdef double* dbl
+    cdef long long* ll
+    cdef int* ints
+    cdef signed char* mark
 
     def __init__(self,
                  const long long[::1] p_start,
@@ -863,21 +860,205 @@ cdef class SlotPlan:
         self.p_off = p_off
         self.plan_rates = plan_rates
         self.lat = lat
-        self._reserve(0, 0)
 
-    cdef void _reserve(self, Py_ssize_t nf, Py_ssize_t h):
-        # scratch for nf flows and h hosts; doubles, so a run reallocates a few times only
-        cdef Py_ssize_t cap
-        if self.fixed is None or self.fixed.shape[0] < nf:
-            cap = max(nf, 2 * (0 if self.fixed is None else self.fixed.shape[0]), 16)
-            self.fixed = array((cap,), sizeof(double), "d")
-            self.cand_key = array((cap,), sizeof(double), "d")
-            self.cand = array((cap,), sizeof(long long), "q")
-            self.order = array((cap,), sizeof(long long), "q")
-            self.tmp = array((cap,), sizeof(long long), "q")
-        if self.free_e is None or self.free_e.shape[0] < h:
-            self.free_e = array((max(h, 1),), sizeof(double), "d")
-            self.free_i = array((max(h, 1),), sizeof(double), "d")
+    def __dealloc__(self):
+        free(self.dbl)
+        free(self.ll)
+        free(self.ints)
+        free(self.mark)
+
+    cdef bint _reserve(self, Py_ssize_t nf, Py_ssize_t h) noexcept:
+        # scratch for nf flows and h hosts; doubles, so a run reallocates a few times only.
+        # False if memory ran out (the old scratch is gone then, and cap_f is 0).
+        if nf <= self.cap_f and h <= self.cap_h and self.dbl != NULL:
+            return True
+        cdef Py_ssize_t cf = max(nf, 2 * self.cap_f, 16), ch = max(h, self.cap_h, 1)
+        free(self.dbl)
+        free(self.ll)
+        free(self.ints)
+        free(self.mark)
+        # layouts: see _rates
+        self.dbl = <double*> malloc((8 * ch + 5 * cf + 1) * sizeof(double))
+        self.ll = <long long*> malloc((11 * cf + 2 * ch + 2) * sizeof(long long))
+        self.ints = <int*> malloc((4 * cf + 6 * ch + 1) * sizeof(int))
+        self.mark = <signed char*> malloc(cf + 2 * ch)
+        if self.dbl == NULL or self.ll == NULL or self.ints == NULL or self.mark == NULL:
+            free(self.dbl)
+            free(self.ll)
+            free(self.ints)
+            free(self.mark)
+            self.dbl = self.ll = self.ints = self.mark = NULL
+            self.cap_f = self.cap_h = 0
+            return False
+        self.cap_f = cf
+        self.cap_h = ch
+        return True
+
+    cdef Py_ssize_t _rates(self, long long k, Py_ssize_t nf, Py_ssize_t h, const long long* node,
+                           const long long* src, const long long* dst, const double* remaining,
+                           const double* size, const double* cap_e, const double* cap_i, double crumb_rtol,
+                           bint backfill, double* rate, Py_ssize_t* n_drift) noexcept nogil:
+        # slot_rates, fixed_then_maxmin (unit weights) and backfill of the candidates, fused
+        # so that a waiting flow (planned rate 0: most flows of a busy run) costs one visit:
+        # adding its 0.0 to a port sum that starts at +0.0 changes nothing, and its rate is
+        # 0.0 * a finite factor, so only flows planned above 0 go through the scaling pass
+        # and only flows with a rate through the free-capacity sums, each in flow order, as
+        # the three kernels in turn add them. The exception: a factor is NaN (0/0) on an
+        # ingress of negative capacity with no planned load, so 0.0 flows into such a port
+        # take the scaling pass too. Returns the candidates (waiting and running flows), or -1
+        # if scratch memory ran out.
+        cdef Py_ssize_t f, i, j, p, nc = 0, nd = 0, npl = 0, ns = 0, ng, m, heap
+        cdef long long v, off, s, d
+        cdef double x, fe, fi, r
+        # doubles: load 2h | cap 2h | free_e h | free_i h | srate F | hkey 2h+2F+1 | pl_x F | cand_key F
+        cdef double* load = self.dbl
+        cdef double* cap = load + 2 * h
+        cdef double* free_e = cap + 2 * h
+        cdef double* free_i = free_e + h
+        cdef double* srate = free_i + h
+        cdef double* hkey = srate + nf
+        cdef double* pl_x = hkey + (2 * h + 2 * nf + 1)
+        cdef double* cand_key = pl_x + nf
+        # long longs: sa sb sidx pair_of pa pb mult pl_idx cand order tmp (F each) | pf_ptr 2h+2
+        cdef long long* sa = self.ll
+        cdef long long* sb = sa + nf
+        cdef long long* sidx = sb + nf
+        cdef long long* pair_of = sidx + nf
+        cdef long long* pa = pair_of + nf
+        cdef long long* pb = pa + nf
+        cdef long long* mult = pb + nf
+        cdef long long* pl_idx = mult + nf
+        cdef long long* cand = pl_idx + nf
+        cdef long long* order = cand + nf
+        cdef long long* tmp = order + nf
+        cdef long long* pf_ptr = tmp + nf
+        # the plan as plain pointers: read through self, every access reloads
+        # the buffer's address (the stores below might alias it, as far as C knows)
+        cdef const long long* p_start = &self.p_start[0] if self.p_start.shape[0] else NULL
+        cdef const long long* p_len = &self.p_len[0] if self.p_len.shape[0] else NULL
+        cdef const long long* p_off = &self.p_off[0] if self.p_off.shape[0] else NULL
+        cdef const double* plan_rates = &self.plan_rates[0] if self.plan_rates.shape[0] else NULL
+        cdef const double* lat = &self.lat[0] if self.lat.shape[0] else NULL
+        for p in range(2 * h):
+            load[p] = 0.0
+        for f in range(nf):
+            v = node[f]
+            if v >= 0 and p_start[v] >= 0:
+                off = k - p_start[v]
+                if off < 0 or off < p_len[v]:  # waiting or running: a candidate
+                    x = 0.0 if off < 0 else plan_rates[p_off[v] + off]
+                    cand[nc] = f
+                    cand_key[nc] = lat[v]
+                    nc += 1
+                elif remaining[f] <= crumb_rtol * size[v]:
+                    fe = cap_e[src[f]]
+                    fi = cap_i[dst[f]]
+                    x = fe if fe < fi else fi
+                else:
+                    x = NAN  # drifted: shares the leftover
+                    nd += 1
+                if x == x:  # a NaN planned rate shares the leftover, as fixed_then_maxmin has it
+                    if x > 0.0:
+                        load[src[f]] += x
+                        load[h + dst[f]] += x
+                        pl_idx[npl] = f
+                        pl_x[npl] = x
+                        npl += 1
+                    elif cap_i[dst[f]] < 0.0:
+                        pl_idx[npl] = f
+                        pl_x[npl] = 0.0
+                        npl += 1
+                    else:
+                        rate[f] = 0.0
+                    continue
+            sa[ns] = src[f]
+            sb[ns] = h + dst[f]
+            sidx[ns] = f
+            ns += 1
+        n_drift[0] = nd
+        if npl:
+            for p in range(2 * h):
+                cap[p] = 0.0  # the planned flows' rates, summed per port in flow order
+            for i in range(npl):
+                f = pl_idx[i]
+                s = src[f]
+                d = dst[f]
+                if load[s] > cap_e[s]:
+                    fe = (cap_e[s] if cap_e[s] > 0.0 else 0.0) / load[s]
+                else:
+                    fe = 1.0
+                if load[h + d] > cap_i[d]:
+                    fi = (cap_i[d] if cap_i[d] > 0.0 else 0.0) / load[h + d]
+                else:
+                    fi = 1.0
+                x = pl_x[i] * (fe if fe < fi else fi)
+                rate[f] = x
+                cap[s] += x
+                cap[h + d] += x
+            for p in range(h):
+                cap[p] = cap_e[p] - cap[p]
+                cap[h + p] = cap_i[p] - cap[h + p]
+        else:
+            for p in range(h):
+                cap[p] = cap_e[p]
+                cap[h + p] = cap_i[p]
+        for p in range(2 * h):
+            if not cap[p] > 0.0:
+                cap[p] = 0.0
+        if ns:
+            ng = _unit_pairs(ns, sa, sb, pair_of, pa, pb, mult)
+            if ng < 0:
+                return -1
+            heap = 2 * h + min(2 * ng, 4 * h * h) + 1
+            _maxmin_core(ng, 2 * h, pa, pb, NULL, mult, cap, pf_ptr, self.ints, load, srate, self.mark,
+                         hkey, self.ints + 2 * ng, self.ints + 2 * ng + heap)
+            for i in range(ns):
+                rate[sidx[i]] = srate[pair_of[i]]
+        if not backfill or nc == 0:
+            return nc
+        for p in range(h):
+            free_e[p] = 0.0
+            free_i[p] = 0.0
+        i = 0
+        j = 0
+        while i < npl or j < ns:  # the flows with a rate, merged back into flow order
+            if j == ns or (i < npl and pl_idx[i] < sidx[j]):
+                f = pl_idx[i]
+                i += 1
+            else:
+                f = sidx[j]
+                j += 1
+            free_e[src[f]] += rate[f]
+            free_i[dst[f]] += rate[f]
+        for p in range(h):
+            r = cap_e[p] - free_e[p]
+            free_e[p] = r if r > 0.0 else 0.0
+            r = cap_i[p] - free_i[p]
+            free_i[p] = r if r > 0.0 else 0.0
+        # Free capacity only shrinks as candidates take it, so one that finds
+        # none on either port now gets nothing whatever its turn: sort only
+        # the others (a stable sort of a subsequence is the subsequence of the
+        # stable sort, so the rates are the same).
+        m = 0
+        for i in range(nc):
+            f = cand[i]
+            if free_e[src[f]] > 0.0 and free_i[dst[f]] > 0.0:
+                cand[m] = f
+                cand_key[m] = cand_key[i]
+                m += 1
+        if m:
+            _stable_order(m, cand_key, tmp, order)
+            for i in range(m):
+                f = cand[tmp[i]]
+                s = src[f]
+                d = dst[f]
+                r = free_e[s] if free_e[s] < free_i[d] else free_i[d]
+                if r < 0.0:
+                    r = 0.0
+                rate[f] += r
+                free_e[s] -= r
+                free_i[d] -= r
+        return nc
 
     def rates(self,
               long long k,
@@ -902,36 +1083,13 @@ cdef class SlotPlan:
         Returns ``(waiting and running flows, drifted flows)``, or ``(-1, 0)`` if
         scratch memory ran out.
         """
-        cdef Py_ssize_t nd = 0, nc, i, m, nf = node.shape[0], h = cap_e.shape[0]
-        cdef long long f
-        self._reserve(nf, h)
-        cdef double[::1] fixed = self.fixed[:nf]
-        cdef double[::1] cand_key = self.cand_key
-        cdef long long[::1] cand = self.cand
-        cdef long long[::1] order = self.order
-        cdef double[::1] free_e = self.free_e[:h]
-        cdef double[::1] free_i = self.free_i[:h]
-        nc = _slot_rates(&nd, k, node, src, dst, remaining, self.p_start, self.p_len, self.p_off,
-                         self.plan_rates, size, self.lat, cap_e, cap_i, crumb_rtol, fixed, cand,
-                         cand_key)
-        if _fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, fixed[:0], rate) < 0:
+        cdef Py_ssize_t nd = 0, nc, nf = node.shape[0], h = cap_e.shape[0]
+        if nf == 0:
+            return 0, 0
+        if not self._reserve(nf, h):
             return -1, 0
-        if backfill and nc:
-            _free_capacity(src, dst, cap_e, cap_i, rate, free_e, free_i)
-            # Free capacity only shrinks as candidates take it, so one that finds
-            # none on either port now gets nothing whatever its turn: sort only
-            # the others (a stable sort of a subsequence is the subsequence of the
-            # stable sort, so the rates are the same).
-            m = 0
-            for i in range(nc):
-                f = cand[i]
-                if free_e[src[f]] > 0.0 and free_i[dst[f]] > 0.0:
-                    cand[m] = f
-                    cand_key[m] = cand_key[i]
-                    m += 1
-            if m:
-                _stable_order(m, &cand_key[0], &self.tmp[0], &order[0])
-                for i in range(m):
-                    order[i] = cand[self.tmp[i]]
-                _take_free(order[:m], src, dst, rate, free_e, free_i)
+        nc = self._rates(k, nf, h, &node[0], &src[0], &dst[0], &remaining[0], &size[0] if size.shape[0] else NULL,
+                         &cap_e[0] if h else NULL, &cap_i[0] if h else NULL, crumb_rtol, backfill, &rate[0], &nd)
+        if nc < 0:
+            return -1, 0
         return nc, nd

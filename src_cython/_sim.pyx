@@ -11,6 +11,7 @@ pure-Python references).
 """
 
 from libc.math cimport INFINITY, NAN, isfinite
+from libc.string cimport memmove
 
 
 def advance(double dt,
@@ -31,7 +32,9 @@ def advance(double dt,
     # IN/OUT rem (>= n,): bytes left per flow (may go slightly negative)
     # IN  node, bg (>= n,): DAG node of a job transfer (-1 otherwise), background index (-1 otherwise)
     # IN/OUT sent (n_nodes,), bg_sent (n_bg,): bytes sent so far
-    # OUT remaining (n_nodes,): ``max(rem, 0)`` of every live job transfer
+    # IN/OUT remaining (n_nodes,): ``max(rem, 0)`` of every live job transfer that moves
+    #        (rate not 0); the others keep theirs, which the simulator already holds at
+    #        ``max(rem, 0)`` (from the transfer's size, or its last move)
     # IN  dag_egress (H,): DAG transfer rate per egress port, bytes/s
     # IN/OUT dag_egress_int (H,): its integral over time, bytes (+= dag_egress * dt)
     """
@@ -56,6 +59,11 @@ cdef void _advance(double dt,
     cdef double moved, r
     cdef long long v
     for f in range(n):
+        # A flow at rate 0 (most wait for their planned slots) does not move:
+        # rem - 0.0 and sent + 0.0 are what they were (sums from +0.0 are never
+        # -0.0; a rem of +-0.0 takes the full step), and remaining[v] holds it.
+        if rate[f] == 0.0 and rem[f] != 0.0:
+            continue
         moved = rate[f] * dt
         r = rem[f] - moved
         rem[f] = r
@@ -130,8 +138,14 @@ cdef double _after_allocation(double now,
         for f in range(h):
             load_e[f] = 0.0
             load_i[f] = 0.0
+    # Zero rates (most flows waiting for their planned slots) are left out of
+    # the port sums: a sum that starts at +0.0 is never -0.0, so adding a zero
+    # leaves it as it is, and the hot ports' chains of additions get shorter.
     for f in range(n):
         r = rate[f]
+        if r == 0.0:
+            fin[f] = INFINITY
+            continue
         if check:
             if r < 0.0 or not isfinite(r):
                 ok = False
@@ -216,27 +230,49 @@ cdef Py_ssize_t _collect_done(double now,
                               long long[::1] out_node,
                               long long[::1] out_bg,
                               double[::1] out_crumb)noexcept nogil:
-    cdef Py_ssize_t f, k = 0, d = 0
+    # The kept flows move down in runs (one memmove per array and run): a
+    # flow finishing near the front of a few hundred used to cost ten
+    # element-by-element copies per later flow.
+    cdef Py_ssize_t f, k = 0, d = 0, start = 0
     for f in range(n):
         if rem[f] <= tol[f] or fin[f] <= now:
             out_node[d] = node[f]
             out_bg[d] = bg[f]
             out_crumb[d] = rem[f]
             d += 1
-            continue
-        if k != f:
-            src[k] = src[f]
-            dst[k] = dst[f]
-            node[k] = node[f]
-            job[k] = job[f]
-            bg[k] = bg[f]
-            rel[k] = rel[f]
-            rem[k] = rem[f]
-            rate[k] = rate[f]
-            fin[k] = fin[f]
-            tol[k] = tol[f]
-        k += 1
+            _move_run(k, start, f - start, src, dst, node, job, bg, rel, rem, rate, fin, tol)
+            k += f - start
+            start = f + 1
+    _move_run(k, start, n - start, src, dst, node, job, bg, rel, rem, rate, fin, tol)
     return d
+
+
+cdef inline void _move_run(Py_ssize_t to,
+                           Py_ssize_t at,
+                           Py_ssize_t length,
+                           long long[::1] src,
+                           long long[::1] dst,
+                           long long[::1] node,
+                           long long[::1] job,
+                           long long[::1] bg,
+                           double[::1] rel,
+                           double[::1] rem,
+                           double[::1] rate,
+                           double[::1] fin,
+                           double[::1] tol) noexcept nogil:
+    # entries [at, at + length) of every array to [to, to + length), to <= at
+    if length <= 0 or to == at:
+        return
+    memmove(&src[to], &src[at], length * sizeof(long long))
+    memmove(&dst[to], &dst[at], length * sizeof(long long))
+    memmove(&node[to], &node[at], length * sizeof(long long))
+    memmove(&job[to], &job[at], length * sizeof(long long))
+    memmove(&bg[to], &bg[at], length * sizeof(long long))
+    memmove(&rel[to], &rel[at], length * sizeof(double))
+    memmove(&rem[to], &rem[at], length * sizeof(double))
+    memmove(&rate[to], &rate[at], length * sizeof(double))
+    memmove(&fin[to], &fin[at], length * sizeof(double))
+    memmove(&tol[to], &tol[at], length * sizeof(double))
 
 
 cdef class FlowTable:
@@ -258,10 +294,10 @@ cdef class FlowTable:
 
     cdef readonly Py_ssize_t n
     cdef readonly double t_last
-    cdef readonly object src, dst, node, job, bg, rel, rem, rate, fin, tol
+    cdef readonly object src, dst, node, job, bg, rel, rem, rate, fin, tol, pos
     cdef readonly object out_node, out_bg, out_crumb
     cdef long long[::1] _src, _dst, _node, _job, _bg, _out_node, _out_bg
-    cdef double[::1] _rel, _rem, _rate, _fin, _tol, _out_crumb
+    cdef double[::1] _rel, _rem, _rate, _fin, _tol, _pos, _out_crumb
     cdef double[::1] _sent, _remaining, _bg_sent, _dag_egress, _dag_egress_int
     cdef const double[::1] _cap_e, _cap_i
     cdef double[::1] _load_e, _load_i
@@ -295,7 +331,7 @@ cdef class FlowTable:
         self.t_last = 0.0
         empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
         self.src = self.dst = self.node = self.job = self.bg = self.out_node = self.out_bg = empty_i
-        self.rel = self.rem = self.rate = self.fin = self.tol = self.out_crumb = empty_f
+        self.rel = self.rem = self.rate = self.fin = self.tol = self.pos = self.out_crumb = empty_f
         self._bind()
         self.reserve(capacity)
 
@@ -312,6 +348,7 @@ cdef class FlowTable:
         self._rate = self.rate
         self._fin = self.fin
         self._tol = self.tol
+        self._pos = self.pos
         self._out_crumb = self.out_crumb
 
     def reserve(self, Py_ssize_t n):
@@ -334,6 +371,7 @@ cdef class FlowTable:
         self.rel, self.rem, self.rate, self.fin, self.tol, self.out_crumb = (
             grown(self.rel), grown(self.rem), grown(self.rate), grown(self.fin), grown(self.tol),
             grown(self.out_crumb))
+        self.pos = np.zeros(cap)  # scratch of remaining(): nothing to keep
         self._bind()
 
     def append(self, list rows):
@@ -382,6 +420,20 @@ cdef class FlowTable:
                                  self._rem, self._cap_e, self._cap_i, rtol, self._load_e, self._load_i,
                                  self._dag_egress, self._fin, util, &ok)
         return tmin, util[0], util[1], ok
+
+    def remaining(self):
+        """``np.maximum(rem, 0.0)`` of the live flows, in a buffer the next call overwrites.
+
+        The simulator hands it to the policy on every allocation: filling one
+        kept buffer costs less than the ufunc call and its new array.
+        """
+        cdef Py_ssize_t f
+        cdef double x
+        for f in range(self.n):
+            x = self._rem[f]
+            # np.maximum's answer: NaN stays NaN, -0.0 becomes +0.0
+            self._pos[f] = x if x > 0.0 or x != x else 0.0
+        return self.pos[:self.n]
 
     def collect_done(self, double now):
         """Take finished flows out: as :func:`collect_done`.

@@ -304,6 +304,31 @@ def test_slot_rates_and_jit_rates_match_references(case):
         alloc.check_capacity(src, dst, rate, ce, ci)
 
 
+@settings(max_examples=300, deadline=None)
+@given(plans(), st.data())
+def test_slot_plan_matches_composition_on_odd_inputs(case, data):
+    # SlotPlan.rates fuses the three kernels and sends only flows planned above
+    # 0 through the scaling and free-capacity passes: it must stay bit-identical
+    # to them in turn where that shortcut is delicate too, i.e. negative and
+    # zero capacities (a 0/0 factor makes a 0.0 flow NaN) and NaN, negative or
+    # zero planned rates (NaN shares the leftover, the others count as 0).
+    k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat, ce, ci, crumb = case
+    odd = st.sampled_from([0.0, -0.0, -1.0, -3.5, np.nan, 2.0])
+    plan_rates = np.array([data.draw(st.one_of(odd, st.just(float(x)))) for x in plan_rates])
+    ce = np.array([data.draw(st.one_of(odd.filter(np.isfinite), st.just(float(x)))) for x in ce])
+    ci = np.array([data.draw(st.one_of(odd.filter(np.isfinite), st.just(float(x)))) for x in ci])
+    args = (k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat, ce, ci, crumb)
+    fixed, cand, key, drifted = alloc.slot_rates(*args)
+    for bf in (False, True):
+        rate, n_planned, nd = alloc.jit_rates(*args, backfill_free=bf)
+        with np.errstate(all="ignore"):
+            want = alloc.fixed_then_maxmin(fixed, src, dst, ce, ci)
+            if bf and len(cand):
+                want = alloc.backfill(cand[np.argsort(key, kind="stable")], src, dst, ce, ci, want)
+        np.testing.assert_array_equal(rate, want)  # NaN where NaN
+        assert (n_planned, nd) == (len(cand), drifted)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, np.nan, -np.inf, np.inf]), st.floats(-5.0, 5.0),
                           st.floats(allow_nan=True)), max_size=300))

@@ -11,14 +11,15 @@ from jitsched.alloc import CAPACITY_RTOL
 
 
 def advance_reference(dt, n, rate, rem, node, bg, sent, remaining, bg_sent):
-    """The simulator's former numpy advance step, on copies."""
+    """The simulator's former numpy advance step, on copies; ``remaining`` of flows at rate 0 is left alone."""
     rem, sent, remaining, bg_sent = rem.copy(), sent.copy(), remaining.copy(), bg_sent.copy()
     moved = rate[:n] * dt
     r = rem[:n] - moved
     rem[:n] = r
     is_job = node[:n] >= 0
     sent[node[:n][is_job]] += moved[is_job]
-    remaining[node[:n][is_job]] = np.maximum(r[is_job], 0.0)
+    moves = is_job & ((rate[:n] != 0.0) | (r == 0.0))
+    remaining[node[:n][moves]] = np.maximum(r[moves], 0.0)
     bg_sent[bg[:n][~is_job]] += moved[~is_job]
     return rem, sent, remaining, bg_sent
 
@@ -149,6 +150,7 @@ def test_flow_table_matches_kernels(data, h, check):
         assert table.n == n
         t += data.draw(st.sampled_from([0.0, 1e-3, 0.5]))
         advance_both(t)
+        np.testing.assert_array_equal(table.remaining(), np.maximum(cols[REM], 0.0))
         rate = rng.uniform(0.0, 1e3, n) * (rng.random(n) < 0.8)
         got = table.allocated(t, check, CAPACITY_RTOL, rate)
         cols[RATE] = rate.copy()
@@ -208,3 +210,16 @@ def test_collect_done_matches_reference(c, now):
     np.testing.assert_array_equal(out_node[:d], c["node"][:n][done])
     np.testing.assert_array_equal(out_bg[:d], c["bg"][:n][done])
     np.testing.assert_array_equal(out_crumb[:d], c["rem"][:n][done])
+
+
+def test_flow_table_remaining_is_numpy_maximum():
+    # NaN stays NaN and -0.0 becomes +0.0, as np.maximum(rem, 0.0) has them
+    table = _sim.FlowTable(np.zeros(4), np.zeros(4), np.zeros(1), np.zeros(2), np.zeros(2), np.ones(2),
+                           np.ones(2), 1e-3, 1e-9, 2)
+    table.append([(0, 1, v, 0, -1, 0.0, 1.0) for v in range(4)])
+    rem = np.array([-0.0, np.nan, -1.0, 2.5])
+    table.rem[:4] = rem
+    got = table.remaining()
+    np.testing.assert_array_equal(got, np.maximum(rem, 0.0))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(np.maximum(rem, 0.0)))
+    assert len(got) == table.n == 4

@@ -219,10 +219,11 @@ class Simulator:
                 f_rem = buf.rem[:n_live]
                 view.now = now
                 # Views of the buffers: policies read them during allocate() only
-                # (they never keep or mutate a FlowSet); remaining is a copy.
+                # (they never keep or mutate a FlowSet); remaining is a copy, in
+                # a buffer of the table that the next allocation refills.
                 # checked: the buffers hold compiled host/node indices only (and
                 # __init__ checked the capacities), so policies skip their O(F) checks
-                view.flows = FlowSet(f_src, f_dst, np.maximum(f_rem, 0.0), buf.node[:n_live],
+                view.flows = FlowSet(f_src, f_dst, buf.remaining(), buf.node[:n_live],
                                      buf.job[:n_live], buf.bg[:n_live], buf.rel[:n_live], checked=True)
                 tp = time.perf_counter()
                 alloc = pol.allocate(view)
