@@ -397,6 +397,20 @@ cdef Py_ssize_t _unit_pairs(Py_ssize_t n, const long long* a, const long long* b
     return g
 
 
+cdef inline void _leftover_caps(Py_ssize_t h, double* cap, const double[::1] cap_e,
+                                const double[::1] cap_i, bint used) noexcept nogil:
+    # IN  cap[:2h]: with ``used``, the planned rates summed per port (egress, then ingress)
+    # IN  cap_e, cap_i (H,): capacity per port, bytes/s
+    # OUT cap[:2h]: what is left per port for the flows that share, at least 0
+    cdef Py_ssize_t p
+    for p in range(h):
+        cap[p] = cap_e[p] - cap[p] if used else cap_e[p]
+        cap[h + p] = cap_i[p] - cap[h + p] if used else cap_i[p]
+    for p in range(2 * h):
+        if not cap[p] > 0.0:
+            cap[p] = 0.0
+
+
 cdef int _fixed_then_maxmin(const double[::1] fixed,
                            const long long[::1] src,
                            const long long[::1] dst,
@@ -464,16 +478,7 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
                 rate[f] = x
                 cap[src[f]] += x
                 cap[h + dst[f]] += x
-        for p in range(h):
-            cap[p] = cap_e[p] - cap[p]
-            cap[h + p] = cap_i[p] - cap[h + p]
-    else:
-        for p in range(h):
-            cap[p] = cap_e[p]
-            cap[h + p] = cap_i[p]
-    for p in range(2 * h):
-        if not cap[p] > 0.0:
-            cap[p] = 0.0
+    _leftover_caps(h, cap, cap_e, cap_i, any_planned)
     for f in range(nf):
         if fixed[f] != fixed[f]:
             sa[ns] = src[f]
@@ -995,16 +1000,7 @@ cdef class SlotPlan:
                 rate[f] = x
                 cap[s] += x
                 cap[h + d] += x
-            for p in range(h):
-                cap[p] = cap_e[p] - cap[p]
-                cap[h + p] = cap_i[p] - cap[h + p]
-        else:
-            for p in range(h):
-                cap[p] = cap_e[p]
-                cap[h + p] = cap_i[p]
-        for p in range(2 * h):
-            if not cap[p] > 0.0:
-                cap[p] = 0.0
+        _leftover_caps(h, cap, cap_e, cap_i, npl > 0)
         if ns:
             ng = _unit_pairs(ns, sa, sb, pair_of, pa, pb, mult)
             if ng < 0:
