@@ -20,6 +20,8 @@ from jitsched.cli.registry import arg, register
     arg("--policy", choices=("jit", "none"), default="jit",
         help="run: jit scheduling, or none (plain TCP sharing, the TensorFlow baseline)"),
     arg("--seed", type=int, default=0, help="workload seed for run"),
+    arg("--ingress", action="store_true",
+        help="run, jit: agents also enforce the plan on their hosts' ingress (tc-ingress)"),
     arg("--slots", type=int, default=30, help="measure: slots of random rates (default 30)"),
     arg("--slot-s", type=float, default=0.1, help="measure: slot length in seconds (default 0.1)"),
     arg("--json", action="store_true", help="print the result as JSON"),
@@ -62,7 +64,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import require_daemon_side
 
     require_daemon_side()
-    out = run_scenario(args.scenario, args.policy, seed=args.seed, prefix=args.prefix)
+    out = run_scenario(args.scenario, args.policy, seed=args.seed, prefix=args.prefix, ingress=args.ingress)
     if args.json:
         emit_json(out)
     else:

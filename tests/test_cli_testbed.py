@@ -1,0 +1,27 @@
+"""The ``testbed`` command's wiring: ``run`` passes its options to the scenario runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import jitsched.testbed.e2e as e2e
+import jitsched.testbed.scenario as scenario
+from jitsched.cli import main
+
+
+@pytest.mark.parametrize("extra,ingress", [([], False), (["--ingress"], True)])
+def test_run_passes_scenario_policy_seed_and_ingress(monkeypatch, capsys, extra, ingress):
+    calls = []
+
+    def fake_run(name, policy, **kw):
+        calls.append((name, policy, kw))
+        return {"policy": policy, "jobs": 2, "completed": 2, "details": {}}
+
+    monkeypatch.setattr(e2e, "run_scenario", fake_run)
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    assert main(["testbed", "run", "--scenario", "paper-mini", "--seed", "3", "--prefix", "tq", "--json",
+                 *extra]) == 0
+    assert calls == [("paper-mini", "jit", {"seed": 3, "prefix": "tq", "ingress": ingress})]
+    assert json.loads(capsys.readouterr().out)["completed"] == 2
