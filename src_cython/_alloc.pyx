@@ -397,8 +397,8 @@ cdef Py_ssize_t _unit_pairs(Py_ssize_t n, const long long* a, const long long* b
     return g
 
 
-cdef inline void _leftover_caps(Py_ssize_t h, double* cap, const double[::1] cap_e,
-                                const double[::1] cap_i, bint used) noexcept nogil:
+cdef inline void _leftover_caps(Py_ssize_t h, double* cap, const double* cap_e,
+                                const double* cap_i, bint used) noexcept nogil:
     # IN  cap[:2h]: with ``used``, the planned rates summed per port (egress, then ingress)
     # IN  cap_e, cap_i (H,): capacity per port, bytes/s
     # OUT cap[:2h]: what is left per port for the flows that share, at least 0
@@ -478,7 +478,8 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
                 rate[f] = x
                 cap[src[f]] += x
                 cap[h + dst[f]] += x
-    _leftover_caps(h, cap, cap_e, cap_i, any_planned)
+    if h:
+        _leftover_caps(h, cap, &cap_e[0], &cap_i[0], any_planned)
     for f in range(nf):
         if fixed[f] != fixed[f]:
             sa[ns] = src[f]
