@@ -44,7 +44,9 @@ def test_runner_executes_and_reports_everything(async_reports):
         assert js.state == "finished" and js.jct_s == r.jct_s
         assert set(js.done) == {"t0", "t1", "push", "c0", "c1"}
         assert js.measured_s["c0"] >= 0.05
-        assert r.lat_known == 3 and js.lat_hits + js.lat_misses == 3
+        # t0 and t1 start at submission and may finish (~8 ms) before the first plan lands,
+        # when no LAT exists yet; push follows 100 ms of compute, when the job is planned
+        assert 1 <= r.lat_known <= 3 and js.lat_hits + js.lat_misses == r.lat_known
         assert wait_until(lambda: d.state.plan_summary.get("reasons") is not None, 2.0)
 
 
