@@ -397,6 +397,28 @@ cdef Py_ssize_t _unit_pairs(Py_ssize_t n, const long long* a, const long long* b
     return g
 
 
+cdef inline double _scaled(double x, double load_e, double cap_e, double load_i,
+                           double cap_i) noexcept nogil:
+    # a planned rate x scaled down by the more oversubscribed of its two ports
+    # (factor 1 where the planned load fits; a negative capacity counts as 0)
+    cdef double fe = 1.0, fi = 1.0
+    if load_e > cap_e:
+        fe = (cap_e if cap_e > 0.0 else 0.0) / load_e
+    if load_i > cap_i:
+        fi = (cap_i if cap_i > 0.0 else 0.0) / load_i
+    return x * (fe if fe < fi else fi)
+
+
+cdef inline void _take(double* rate, double* free_e, double* free_i) noexcept nogil:
+    # one backfill turn: the flow adds min(free egress, free ingress) of its two ports
+    cdef double r = free_e[0] if free_e[0] < free_i[0] else free_i[0]
+    if r < 0.0:
+        r = 0.0
+    rate[0] += r
+    free_e[0] -= r
+    free_i[0] -= r
+
+
 cdef inline void _leftover_caps(Py_ssize_t h, double* cap, const double* cap_e,
                                 const double* cap_i, bint used) noexcept nogil:
     # IN  cap[:2h]: with ``used``, the planned rates summed per port (egress, then ingress)
@@ -421,7 +443,7 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
     # the body of fixed_then_maxmin, callable from jit_rates without a Python call
     cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, p, ns = 0, heap
     cdef bint any_planned = False
-    cdef double x, fe, fi
+    cdef double x
     cdef bint weighted = weight.shape[0] > 0
     cdef Py_ssize_t n_dbl = 4 * h + nf + nf + (2 * h + 2 * nf + 1)
     cdef Py_ssize_t n_ll = 7 * nf + (2 * h + 2)
@@ -465,16 +487,8 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
             cap[p] = 0.0  # the planned flows' rates, summed per port in flow order
         for f in range(nf):
             if fixed[f] == fixed[f]:
-                x = fixed[f] if fixed[f] > 0.0 else 0.0
-                if load[src[f]] > cap_e[src[f]]:
-                    fe = (cap_e[src[f]] if cap_e[src[f]] > 0.0 else 0.0) / load[src[f]]
-                else:
-                    fe = 1.0
-                if load[h + dst[f]] > cap_i[dst[f]]:
-                    fi = (cap_i[dst[f]] if cap_i[dst[f]] > 0.0 else 0.0) / load[h + dst[f]]
-                else:
-                    fi = 1.0
-                x = x * (fe if fe < fi else fi)
+                x = _scaled(fixed[f] if fixed[f] > 0.0 else 0.0, load[src[f]], cap_e[src[f]],
+                            load[h + dst[f]], cap_i[dst[f]])
                 rate[f] = x
                 cap[src[f]] += x
                 cap[h + dst[f]] += x
@@ -586,18 +600,10 @@ cdef void _take_free(const long long[::1] order,
                      double[::1] free_i) noexcept nogil:
     # the flows in order, in turn, add min(free egress, free ingress) to their rate
     cdef Py_ssize_t k
-    cdef long long f, s, d
-    cdef double r
+    cdef long long f
     for k in range(order.shape[0]):
         f = order[k]
-        s = src[f]
-        d = dst[f]
-        r = free_e[s] if free_e[s] < free_i[d] else free_i[d]
-        if r < 0.0:
-            r = 0.0
-        rate[f] += r
-        free_e[s] -= r
-        free_i[d] -= r
+        _take(&rate[f], &free_e[src[f]], &free_i[dst[f]])
 
 
 def backfill(const long long[::1] order,
@@ -989,15 +995,7 @@ cdef class SlotPlan:
                 f = pl_idx[i]
                 s = src[f]
                 d = dst[f]
-                if load[s] > cap_e[s]:
-                    fe = (cap_e[s] if cap_e[s] > 0.0 else 0.0) / load[s]
-                else:
-                    fe = 1.0
-                if load[h + d] > cap_i[d]:
-                    fi = (cap_i[d] if cap_i[d] > 0.0 else 0.0) / load[h + d]
-                else:
-                    fi = 1.0
-                x = pl_x[i] * (fe if fe < fi else fi)
+                x = _scaled(pl_x[i], load[s], cap_e[s], load[h + d], cap_i[d])
                 rate[f] = x
                 cap[s] += x
                 cap[h + d] += x
@@ -1047,14 +1045,7 @@ cdef class SlotPlan:
             _stable_order(m, cand_key, tmp, order)
             for i in range(m):
                 f = cand[tmp[i]]
-                s = src[f]
-                d = dst[f]
-                r = free_e[s] if free_e[s] < free_i[d] else free_i[d]
-                if r < 0.0:
-                    r = 0.0
-                rate[f] += r
-                free_e[s] -= r
-                free_i[d] -= r
+                _take(&rate[f], &free_e[src[f]], &free_i[dst[f]])
         return nc
 
     def rates(self,
