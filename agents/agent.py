@@ -456,6 +456,11 @@ class Agent:
         return encode_ok(req.id, {"flow": fid, "known": f is not None})
 
 
+def _flow_body(flow_id: str, direction: str) -> dict:
+    # "out" is the default: such bodies stay what agents before ingress enforcement accept
+    return {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
+
+
 def register_flow(local_name: str, flow_id: str, sock: socket.socket,
                   timeout_s: float = 2.0, direction: str = "out") -> socket.socket | None:
     """Hand ``sock`` to the local agent for pacing; returns the control connection (keep it
@@ -468,8 +473,7 @@ def register_flow(local_name: str, flow_id: str, sock: socket.socket,
     c.settimeout(timeout_s)
     try:
         c.connect(local_name)
-        body = {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
-        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, body)],
+        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, _flow_body(flow_id, direction))],
                         [sock.fileno()])
         rep = decode_any(c.recv(65536))
     except (OSError, ProtocolError):  # no agent, or it went away mid-request
@@ -485,9 +489,8 @@ def unregister_flow(ctrl: socket.socket | None, flow_id: str, direction: str = "
     """Tell the agent the flow is over and close the control connection."""
     if ctrl is None:
         return
-    body = {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
     try:
-        ctrl.send(encode_request(MsgType.UNREGISTER_FLOW, body))
+        ctrl.send(encode_request(MsgType.UNREGISTER_FLOW, _flow_body(flow_id, direction)))
         ctrl.recv(65536)
     except OSError:
         pass

@@ -760,12 +760,9 @@ class SchedulerState:
         body = self._bodies.get(host)
         if body is None and host in self.host_frames:
             body = self._bodies[host] = unpack_body(self.host_frames[host])
-        if body is None:
-            h = self.cluster.hosts[self.cluster.index(host)]
-            body = {"seq": 0, "slot_s": self.config.slot_s,
-                    "epoch_ns": int(self.t0_wall_s * 1e9), "flows": [], "leftover_Bps": [],
-                    "line_Bps": h.egress_Bps, "in_flows": [], "in_leftover_Bps": [],
-                    "in_line_Bps": h.ingress_Bps}
+        if body is None:  # nothing planned for it yet: the empty body of seq 0
+            body = host_bodies(None, [self.cluster.index(host)], 0, self.t0_wall_s, self.cluster,
+                               self.config.slot_s)[host]
         return body
 
     # ------------------------------------------------------------------ planning
