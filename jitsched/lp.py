@@ -75,8 +75,12 @@ class LPSolution:
         Capacity minus planned rates, bytes/s (with residual capacities: the
         residuals minus planned rates, over at least the residuals' slots).
     status : str
-        "optimal", or "fallback" when some component hit the time limit or the
-        solver failed and earliest-deadline-first filling planned it.
+        "optimal", or "fallback" when some component hit the time or iteration
+        limit or the solver failed and earliest-deadline-first filling planned it.
+    component_status : list of str
+        Per component: "optimal" or "fallback(<solver status>)".
+    iterations : int
+        Solver iterations over all solves (simplex, interior point, crossover).
     """
 
     slot_s: float
@@ -98,6 +102,7 @@ class LPSolution:
     n_constraints: int
     n_components: int
     component_status: list[str] = field(default_factory=list)
+    iterations: int = 0
 
     def rates(self, f: int) -> np.ndarray:
         """Rates of transfer ``f`` in bytes/s from ``start_slot[f]`` on."""
@@ -120,9 +125,9 @@ class LPSolution:
 
 def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, *,
                        slot_s: float, objective: str = "balanced", weight=None,
-                       time_limit_s: float = 5.0, split_components: bool = True,
-                       threads: int = 1, solver: str = "auto", residual_egress_Bps=None,
-                       residual_ingress_Bps=None) -> LPSolution:
+                       time_limit_s: float | None = 5.0, iteration_limit: int | None = None,
+                       split_components: bool = True, threads: int = 1, solver: str = "auto",
+                       residual_egress_Bps=None, residual_ingress_Bps=None) -> LPSolution:
     """Plan per-slot rates for transfers so they arrive by their LATs.
 
     Parameters
@@ -142,9 +147,15 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         utilisation in every slot; ``minmax`` the largest utilisation.
     weight : array, shape (m,), optional
         Tardiness weight per transfer (e.g. from job priority), default 1.
-    time_limit_s : float
-        Total solver budget; a component that runs out is planned by
-        earliest-deadline-first filling instead.
+    time_limit_s : float or None
+        Total wall-clock solver budget, seconds; a component that runs out is
+        planned by earliest-deadline-first filling instead. ``None``: no time limit.
+        A time limit makes the plan depend on the machine's speed and load.
+    iteration_limit : int, optional
+        Solver iterations (simplex or interior point) per solve; a component
+        whose solve runs out is planned by earliest-deadline-first filling. Unlike
+        the time limit it is machine-independent: the same input gives the same
+        plan anywhere (single-threaded HiGHS is deterministic).
     split_components : bool
         Solve transfers that share no port as separate LPs.
     threads : int
@@ -175,8 +186,12 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
     if solver not in SOLVERS:
         raise ValidationError(f"solver: expected one of {SOLVERS}, got {solver!r}")
-    if time_limit_s <= 0:
-        raise ValidationError(f"time_limit_s: must be positive, got {time_limit_s!r}")
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise ValidationError(f"time_limit_s: must be positive or None, got {time_limit_s!r}")
+    if iteration_limit is not None and (isinstance(iteration_limit, bool)
+                                        or not isinstance(iteration_limit, (int, np.integer))
+                                        or iteration_limit <= 0):
+        raise ValidationError(f"iteration_limit: must be a positive integer or None, got {iteration_limit!r}")
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     size = np.asarray(size_bytes, dtype=np.float64)
@@ -228,7 +243,8 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     objective_value = 0.0
     n_var = n_con = 0
     statuses: list[str] = []
-    deadline = t0 + time_limit_s
+    iterations = 0
+    deadline = t0 + (math.inf if time_limit_s is None else time_limit_s)
     order = np.argsort(labels, kind="stable")
     bounds = np.searchsorted(labels[order], np.arange(n_comp + 1))
     for c in range(n_comp):
@@ -238,15 +254,19 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         # plans fit, and the late tails are most of the columns; only when some
         # demand cannot be met on time is the full tardiness LP solved.
         res = _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, threads,
-                               late_tails=False, solver=solver, util=util)
+                               late_tails=False, solver=solver, util=util,
+                               iteration_limit=iteration_limit)
         if res["status"] == "optimal" and res["slack"] > 1e-9 * float(demand[idx].max()):
             build_s += res["build_s"]
             solve_s += res["solve_s"]
+            iterations += res["iterations"]
             budget = max(deadline - time.perf_counter(), 1e-3)
             res = _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget,
-                                   threads, late_tails=True, solver=solver, util=util)
+                                   threads, late_tails=True, solver=solver, util=util,
+                                   iteration_limit=iteration_limit)
         build_s += res["build_s"]
         solve_s += res["solve_s"]
+        iterations += res["iterations"]
         n_var += res["n_var"]
         n_con += res["n_con"]
         if res["status"] != "optimal":
@@ -269,6 +289,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     sol.solve_s = solve_s
     sol.n_variables, sol.n_constraints, sol.n_components = n_var, n_con, n_comp
     sol.component_status = statuses
+    sol.iterations = iterations
     return sol
 
 
@@ -337,7 +358,7 @@ def _tardiness_unit(coef_max: float, objective: str) -> float:
 
 
 def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, threads,
-                     late_tails=True, solver="auto", util=None):
+                     late_tails=True, solver="auto", util=None, iteration_limit=None):
     tb = time.perf_counter()
     n = len(idx)
     af, lf = a[idx], dl[idx]
@@ -448,7 +469,11 @@ def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, thr
     else:
         h.setOptionValue("solver", "simplex")
         h.setOptionValue("simplex_strategy", 1)  # dual simplex
-    h.setOptionValue("time_limit", float(budget))
+    if math.isfinite(budget):
+        h.setOptionValue("time_limit", float(budget))
+    if iteration_limit is not None:
+        h.setOptionValue("simplex_iteration_limit", int(iteration_limit))
+        h.setOptionValue("ipm_iteration_limit", int(iteration_limit))
     h.setOptionValue("threads", int(threads))
     h.passModel(int(ncol), int(nrow), int(len(a_value)), 1, 1, 0.0,
                 col_cost, col_lower, col_upper, row_lower, row_upper,
@@ -459,13 +484,16 @@ def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, thr
     te = time.perf_counter()
     status_name = h.getModelStatus().name
     status = _STATUS_TABLE.get(status_name, "error")
-    out = {"build_s": ts - tb, "solve_s": te - ts, "n_var": ncol, "n_con": nrow, "status": status}
+    info = h.getInfo()
+    out = {"build_s": ts - tb, "solve_s": te - ts, "n_var": ncol, "n_con": nrow, "status": status,
+           "iterations": int(max(info.simplex_iteration_count, 0) + max(info.ipm_iteration_count, 0)
+                             + max(info.crossover_iteration_count, 0))}
     if status != "optimal":
         return out
     x = np.asarray(h.getSolution().col_value)
     y = np.maximum(x[:ny], 0.0)
     out["slack"] = 0.0 if late_tails else float(np.max(x[ncol - n:], initial=0.0))
-    out["objective"] = float(h.getInfo().objective_function_value)
+    out["objective"] = float(info.objective_function_value)
     out["y"] = [y[col_ptr[f]:col_ptr[f + 1]] for f in range(n)]
     out["base"] = af
     return out

@@ -113,6 +113,7 @@ class Plan:
             "solve_s": self.lp.solve_s,
             "variables": self.lp.n_variables,
             "components": self.lp.n_components,
+            "iterations": self.lp.iterations,
         }
 
 
@@ -120,7 +121,8 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
               alpha: float = DEFAULT_ALPHA, objective: str = "balanced", estimator: str = "exact",
               now: float | None = None, known_done: np.ndarray | None = None,
               remaining: np.ndarray | None = None, unfinished: np.ndarray | None = None,
-              k_std: float = 0.0, time_limit_s: float = 5.0, solver: str = "auto",
+              k_std: float = 0.0, time_limit_s: float | None = 5.0,
+              iteration_limit: int | None = None, solver: str = "auto",
               lat_cluster: Cluster | None = None, residual_egress_Bps: np.ndarray | None = None,
               residual_ingress_Bps: np.ndarray | None = None, min_lat_s: float | None = None) -> Plan:
     """Plan the DAG transfers of ``jobs`` together: LAT pass, alpha cut, LP.
@@ -145,8 +147,12 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
         Transfers still to plan (default: all).
     k_std : float
         LAT uses ``duration + k_std * std``.
-    time_limit_s : float
-        LP budget; past it, an earliest-deadline-first plan is used.
+    time_limit_s : float or None
+        LP wall-clock budget, seconds; past it, an earliest-deadline-first plan
+        is used. ``None``: no time limit.
+    iteration_limit : int, optional
+        LP iteration budget per solve: the same fallback, but machine-independent
+        (see :func:`jitsched.lp.solve_bandwidth_lp`).
     solver : {"auto", "simplex", "ipm"}
         HiGHS algorithm (see :func:`jitsched.lp.solve_bandwidth_lp`).
     lat_cluster : Cluster, optional
@@ -181,7 +187,7 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
         np.maximum(lat.release[chosen] - origin, 0.0),
         lp_deadlines(lat.lat[chosen], min_lat_s) - origin,
         cluster.egress_Bps, cluster.ingress_Bps, slot_s=float(slot_s), objective=objective,
-        weight=weight, time_limit_s=time_limit_s, solver=solver,
+        weight=weight, time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, alpha, objective, lat_s)

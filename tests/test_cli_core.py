@@ -34,6 +34,16 @@ def test_plan_json(capsys):
     assert isinstance(r["start_slot"], int) and all(x >= 0 for x in r["bytes_per_s"])
 
 
+def test_plan_iteration_limit_gives_a_fallback_plan_and_iterations(capsys):
+    assert main(["plan", str(EXAMPLE), "--alpha", "1.0", "--json"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["status"] == "optimal" and full["iterations"] > 1
+    assert main(["plan", str(EXAMPLE), "--alpha", "1.0", "--iteration-limit", "1", "--json"]) == 0
+    cut = json.loads(capsys.readouterr().out)
+    assert cut["status"] == "fallback"
+    assert sum(len(r) for r in cut["rates"].values()) == 4 * 32
+
+
 def test_plan_human_output(capsys):
     assert main(["plan", str(EXAMPLE)]) == 0
     assert "transfers scheduled" in capsys.readouterr().out

@@ -180,6 +180,26 @@ def test_time_limit_fallback_is_a_valid_edf_plan():
         assert np.all(rates[f, :a[f]] == 0)
 
 
+def test_iteration_limit_fallback_is_valid_and_machine_independent():
+    m, nh = 60, 6
+    src, dst, size, rel, lat = random_instance(3, m, nh, 5, 0.5, 6)
+    cap = np.ones(nh)
+    full = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=None)
+    assert full.status == "optimal" and full.iterations > 50
+    # a budget far below what the solves need: every component falls back, however fast the machine
+    cut = [solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=None,
+                              iteration_limit=5) for _ in range(2)]
+    assert cut[0].status == "fallback"
+    assert any(s == "fallback(iteration_limit)" for s in cut[0].component_status)
+    check_valid(cut[0], src, dst, size, cap, cap, 0.25)
+    np.testing.assert_array_equal(cut[0].rate_values, cut[1].rate_values)
+    # a budget the solves fit in: the same plan as no budget at all
+    roomy = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=None,
+                               iteration_limit=10 * full.iterations)
+    assert roomy.status == "optimal" and roomy.iterations == full.iterations
+    np.testing.assert_array_equal(roomy.rate_values, full.rate_values)
+
+
 def test_balanced_spreads_a_lone_transfer_evenly_over_its_window():
     sol = solve_bandwidth_lp([0], [1], [2.0], [0.0], [4.0], ONE, ONE, slot_s=1.0)
     np.testing.assert_allclose(sol.rates(0), [0.5, 0.5, 0.5, 0.5], atol=1e-7)
@@ -190,6 +210,10 @@ def test_balanced_spreads_a_lone_transfer_evenly_over_its_window():
     ({"objective": "cheap"}, "objective"),
     ({"slot_s": 0}, "slot_s"),
     ({"time_limit_s": -1}, "time_limit_s"),
+    ({"time_limit_s": 0.0}, "time_limit_s"),
+    ({"iteration_limit": 0}, "iteration_limit"),
+    ({"iteration_limit": 2.5}, "iteration_limit"),
+    ({"iteration_limit": True}, "iteration_limit"),
     ({"solver": "gurobi"}, "solver"),
 ])
 def test_bad_arguments(kwargs, message):

@@ -61,3 +61,35 @@ def test_replan_on_arrival_switch():
     # without arrival re-plans the second job's transfers share the leftover
     assert [s["t_s"] for s in once.solve_log] == [0.0]
     assert once.solve_log[0]["jobs"] == 1
+
+
+def test_simulation_ignores_the_wall_clock_time_limit():
+    # a wall-clock budget no solve fits in: a simulation must not notice it, or its
+    # results would depend on the machine's speed (the iteration limit is the budget there)
+    jobs = [push_job(i, 0.25 * i) for i in range(4)]
+    res, pol = run(jobs)
+    res_tiny, tiny = run(jobs, time_limit_s=1e-9)
+    assert [s["status"] for s in tiny.solve_log] == ["optimal"] * 4
+    np.testing.assert_array_equal(res_tiny.jct_s, res.jct_s)
+    _, cut = run(jobs, iteration_limit=1)
+    assert all(s["status"] == "fallback" for s in cut.solve_log)
+
+
+def test_wall_clock_views_pass_the_time_limit(monkeypatch):
+    import jitsched.policies.jit as jit
+    from jitsched.daemon.state import PlanRequest, build_view
+
+    seen = []
+    real = jit.plan_subset
+
+    def spy(*args, **kw):
+        seen.append((kw["time_limit_s"], kw["iteration_limit"]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(jit, "plan_subset", spy)
+    view, _ = build_view(PlanRequest(1, 0.0, ((push_job(0, 0.0), {}, {}),), (), ()), CLUSTER)
+    pol = jit.JitPolicy(alpha=1.0, time_limit_s=2.5, iteration_limit=1000)
+    pol.reset(CLUSTER)
+    pol.on_job_arrival(view, 0)
+    assert pol.schedule(view) is not None
+    assert seen == [(2.5, 1000)]

@@ -49,14 +49,17 @@ def cmd_lat(args: argparse.Namespace) -> int:
     arg("--objective", choices=OBJECTIVES, default="balanced", help="LP objective (default balanced)"),
     arg("--estimator", choices=ESTIMATORS, default="exact", help="LAT estimator"),
     arg("--time-limit-s", type=float, default=5.0,
-        help="solver budget; past it an earliest-deadline-first plan is used"),
+        help="solver budget in seconds; past it an earliest-deadline-first plan is used"),
+    arg("--iteration-limit", type=int, default=None,
+        help="solver iterations per solve, the same fallback past it; unlike the time "
+             "limit the plan then does not depend on the machine (default: none)"),
     arg("--json", action="store_true", help="print the plan as JSON"),
 )
 def cmd_plan(args: argparse.Namespace) -> int:
     w = load_workload(args.file)
     plan = plan_jobs(w.jobs, w.cluster, slot_s=args.slot_s, alpha=args.alpha,
                      objective=args.objective, estimator=args.estimator,
-                     time_limit_s=args.time_limit_s)
+                     time_limit_s=args.time_limit_s, iteration_limit=args.iteration_limit)
     out = plan.to_json()
     if args.json:
         emit_json(out)

@@ -74,6 +74,10 @@ class SchedulerView:
         The flows that may send now, job transfers and background flows.
     bg_src, bg_dst, bg_bytes, bg_arrival_s : ndarray, shape (n_background,)
         All background flows (arrived or not).
+    virtual_time : bool
+        ``now`` is a simulated clock: decisions must not depend on wall time
+        (e.g. solver time limits), or the same run gives different results on
+        different machines.
     """
 
     cluster: Cluster
@@ -89,6 +93,7 @@ class SchedulerView:
     bg_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     bg_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     bg_arrival_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    virtual_time: bool = False
 
 
 @dataclass

@@ -161,7 +161,7 @@ class Simulator:
 
         pol.reset(cl)
         view = SchedulerView(cl, 0.0, dag, job_arrived, job_done, state, finish, remaining,
-                             FlowSet.empty(), bg_src, bg_dst, bg_bytes, bg_arr)
+                             FlowSet.empty(), bg_src, bg_dst, bg_bytes, bg_arr, virtual_time=True)
         bar = None
         if self.progress:
             from tqdm import tqdm
