@@ -63,12 +63,15 @@ def _paired(jit: dict, none: dict) -> dict:
 
 
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
-             job_order: str = "fair", switch_priority: bool = False, ingress: bool = False) -> dict:
+             job_order: str = "fair", switch_priority: bool = False, ingress: bool = False,
+             drift_s: float | None = None) -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
     ``alpha`` and ``job_order`` are the jit policy's (daemon and simulator
     alike); ``switch_priority`` gives DL transfers the switch ports' priority
-    band under both policies; ``ingress``: jit agents enforce their hosts' ingress too.
+    band under both policies; ``ingress``: jit agents enforce their hosts' ingress too;
+    ``drift_s``: the jit daemon re-solves when a transfer is this many seconds
+    behind its plan (None: never, as the simulator's prediction).
     """
     from jitsched.testbed.e2e import run_scenario
 
@@ -77,6 +80,9 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     say(f"{scenario}: simulator tensorflow {pred['tensorflow']['mean_jct_s']:.2f} s, "
         f"jit {pred['jit']['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
         f"({time.perf_counter() - t:.0f} s)")
+    jit_options: dict = {"policy_options": {"job_order": job_order}}
+    if drift_s is not None:
+        jit_options["drift_s"] = drift_s
     runs = []
     for r in range(repeat):
         order = ("jit", "none") if r % 2 == 0 else ("none", "jit")
@@ -86,8 +92,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
             res[pol] = run_scenario(scenario, pol, seed=seed, prefix=prefix, measure_slots=0,
                                     timeout_s=300.0, alpha=alpha, switch_priority=switch_priority,
                                     ingress=ingress,
-                                    daemon_options={"policy_options": {"job_order": job_order}}
-                                    if pol == "jit" else None)
+                                    daemon_options=jit_options if pol == "jit" else None)
             say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
                 f"{res[pol]['completed']}/{res[pol]['jobs']} jobs, "
                 f"background {res[pol]['background_mbit_mean']} Mbit/s ({time.perf_counter() - t:.0f} s)")
@@ -111,7 +116,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
     return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
-            "switch_priority": switch_priority, "ingress": ingress, "median": med,
+            "switch_priority": switch_priority, "ingress": ingress, "drift_s": drift_s, "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
                           "mean_speedup": pred["mean_speedup"],
                           "tensorflow_mean_jct_s": pred["tensorflow"]["mean_jct_s"],
@@ -141,8 +146,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="DL transfers in a strict-priority band at the switch ports (both policies)")
     p.add_argument("--ingress", action="store_true",
                    help="jit agents also enforce the plan on their hosts' ingress (tc-ingress)")
+    p.add_argument("--drift-s", type=float, default=None,
+                   help="jit: re-solve when a transfer is this many seconds behind its plan "
+                        "(default: never, like the simulator's prediction)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.drift_s is not None and not a.drift_s > 0:
+        p.error(f"--drift-s: must be positive, got {a.drift_s}")
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr if a.json else sys.stdout, flush=True)
@@ -164,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
                                  job_order=a.job_order, switch_priority=a.switch_priority,
-                                 ingress=a.ingress)
+                                 ingress=a.ingress, drift_s=a.drift_s)
                      for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}

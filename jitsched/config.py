@@ -122,6 +122,8 @@ def check_config(cfg: DaemonConfig) -> None:
     if cfg.max_increment_transfers < 1:
         raise ValidationError(
             f"max_increment_transfers: must be >= 1, got {cfg.max_increment_transfers!r}")
+    if not cfg.drift_s > 0:
+        raise ValidationError(f"drift_s: must be positive (inf: never), got {cfg.drift_s!r}")
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"{name}: must be positive")

@@ -11,8 +11,14 @@ import jitsched.testbed.scenario as scenario
 from jitsched.cli import main
 
 
-@pytest.mark.parametrize("extra,ingress", [([], False), (["--ingress"], True)])
-def test_run_passes_scenario_policy_seed_and_ingress(monkeypatch, capsys, extra, ingress):
+@pytest.mark.parametrize("extra,more", [
+    ([], {"ingress": False}),
+    (["--ingress"], {"ingress": True}),
+    (["--alpha", "0.7", "--job-order", "smallest", "--drift-s", "0.5"],
+     {"ingress": False, "alpha": 0.7,
+      "daemon_options": {"policy_options": {"job_order": "smallest"}, "drift_s": 0.5}}),
+])
+def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more):
     calls = []
 
     def fake_run(name, policy, **kw):
@@ -23,5 +29,5 @@ def test_run_passes_scenario_policy_seed_and_ingress(monkeypatch, capsys, extra,
     monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
     assert main(["testbed", "run", "--scenario", "paper-mini", "--seed", "3", "--prefix", "tq", "--json",
                  *extra]) == 0
-    assert calls == [("paper-mini", "jit", {"seed": 3, "prefix": "tq", "ingress": ingress})]
+    assert calls == [("paper-mini", "jit", {"seed": 3, "prefix": "tq", **more})]
     assert json.loads(capsys.readouterr().out)["completed"] == 2

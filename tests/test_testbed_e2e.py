@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from jitsched import testbed
+from jitsched.errors import ValidationError
 from jitsched.testbed import netns as netns_mod
 from jitsched.testbed.e2e import run_scenario
 from jitsched.testbed.scenario import SCENARIOS, Scenario, build_workload
@@ -77,3 +78,17 @@ def test_failed_run_still_tears_down(tiny, monkeypatch):
     assert not multiprocessing.active_children()
     with pytest.raises(testbed.TestbedError, match="unknown policy"):
         run_scenario("tiny", "nonsense", prefix=tiny)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"alpha": 1.5}, "alpha"),
+    ({"daemon_options": {"drift_s": -1.0}}, "drift_s"),
+    ({"daemon_options": {"policy_options": {"job_order": "random"}}}, "job_order"),
+    ({"daemon_options": {"no_such_option": 1}}, "no_such_option"),
+])
+def test_bad_options_fail_before_the_testbed_is_built(monkeypatch, kw, message):
+    built = []
+    monkeypatch.setattr(testbed, "up", lambda *a, **k: built.append(a))
+    with pytest.raises((ValidationError, testbed.TestbedError), match=message):
+        run_scenario("quick", "jit", prefix="jsbad", **kw)
+    assert built == []

@@ -22,6 +22,13 @@ from jitsched.cli.registry import arg, register
     arg("--seed", type=int, default=0, help="workload seed for run"),
     arg("--ingress", action="store_true",
         help="run, jit: agents also enforce the plan on their hosts' ingress (tc-ingress)"),
+    arg("--alpha", type=float, default=None,
+        help="run, jit: fraction of each job's transfers the LP plans (default 0.4, the paper's)"),
+    arg("--job-order", choices=("fair", "fifo", "smallest"), default=None,
+        help="run, jit: how jobs share a port in the LAT estimate (default fair, the paper's)"),
+    arg("--drift-s", type=float, default=None,
+        help="run, jit: re-solve when a transfer is this many seconds behind its plan "
+             "(default: never, like the simulator)"),
     arg("--slots", type=int, default=30, help="measure: slots of random rates (default 30)"),
     arg("--slot-s", type=float, default=0.1, help="measure: slot length in seconds (default 0.1)"),
     arg("--json", action="store_true", help="print the result as JSON"),
@@ -64,7 +71,17 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import require_daemon_side
 
     require_daemon_side()
-    out = run_scenario(args.scenario, args.policy, seed=args.seed, prefix=args.prefix, ingress=args.ingress)
+    kw: dict = {"seed": args.seed, "prefix": args.prefix, "ingress": args.ingress}
+    if args.alpha is not None:
+        kw["alpha"] = args.alpha
+    daemon: dict = {}
+    if args.job_order is not None:
+        daemon["policy_options"] = {"job_order": args.job_order}
+    if args.drift_s is not None:
+        daemon["drift_s"] = args.drift_s
+    if daemon:
+        kw["daemon_options"] = daemon
+    out = run_scenario(args.scenario, args.policy, **kw)
     if args.json:
         emit_json(out)
     else:

@@ -137,9 +137,26 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         raise testbed.TestbedError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     sc = get_scenario(scenario)
     link_mbit = link_mbit or sc.link_mbit
+    _check_daemon_options(policy, sc.hosts, slot_s, alpha, dict(daemon_options or {}))
     with _sigterm_as_exit():
         return _run(sc, scenario, policy, seed, prefix, link_mbit, timeout_s, slot_s, measure_slots, alpha,
                     dict(daemon_options or {}), switch_priority, ingress and policy == "jit")
+
+
+def _check_daemon_options(policy: str, hosts: int, slot_s: float, alpha: float, options: dict) -> None:
+    # bad settings fail here, before the testbed is built, rather than in the
+    # daemon's process once namespaces and qdiscs are up
+    from jitsched.config import DaemonConfig, check_config
+    from jitsched.daemon.server import create_policy
+    from jitsched.model import Cluster
+
+    try:
+        cfg = DaemonConfig(cluster=Cluster.uniform(hosts), policy=DAEMON_POLICY[policy], slot_s=slot_s,
+                           alpha=alpha, **(DAEMON_DEFAULTS | options))
+    except TypeError as exc:
+        raise testbed.TestbedError(f"daemon_options: {exc}") from None
+    check_config(cfg)
+    create_policy(cfg)
 
 
 @contextlib.contextmanager
