@@ -15,6 +15,10 @@ JCT ratio none / jit (> 1: JIT faster) and the mean per-job speedup. The
 fluid simulator runs the same workload under ``tensorflow`` (ideal max-min
 fair sharing) and ``jit``: its ratio is what the policy could attain on an
 ideal network, next to what the testbed measured.
+
+``--figure PATH`` draws each scenario's per-job JCTs (testbed medians beside
+the simulator's) to a PNG; ``--replot FILE.json`` redraws it from a saved
+``--json`` output without running anything.
 """
 
 from __future__ import annotations
@@ -128,6 +132,67 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
             "runs": runs}
 
 
+def plot_jobs(result: dict, path: str) -> None:
+    """Per-job JCT bars of one scenario: testbed none and jit (medians over the pairs), simulator
+    tensorflow and jit, with the files' mean goodput in the legend.
+
+    Parameters
+    ----------
+    result : dict
+        One scenario of the ``--json`` output (:func:`run_jobs`).
+    path : str
+        PNG file to write.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sim = result["simulator"]["jct_s"]
+    jobs = sorted(sim["jit"], key=lambda j: sim["tensorflow"][j])
+    med = result["median"]
+
+    def testbed_median(pol: str) -> list[float]:
+        return [_median(r[pol]["jct_s"].get(j) for r in result["runs"]) or np.nan for j in jobs]
+
+    series = [
+        (f"testbed none (plain TCP), files {_f(med['none_background_mbit_mean'], 0.1)} Mbit/s",
+         testbed_median("none"), "#bbbbbb"),
+        (f"testbed jit, files {_f(med['jit_background_mbit_mean'], 0.1)} Mbit/s",
+         testbed_median("jit"), "#1f77b4"),
+        ("simulator tensorflow (fair sharing)", [sim["tensorflow"][j] for j in jobs], "#e0e0e0"),
+        ("simulator jit", [sim["jit"][j] for j in jobs], "#aec7e8"),
+    ]
+    x = np.arange(len(jobs))
+    w = 0.2
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(jobs) + 2), 3.8))
+    for k, (label, ys, color) in enumerate(series):
+        ax.bar(x + (k - 1.5) * w, ys, w, label=label, color=color, edgecolor="black", linewidth=0.4)
+    ax.set_xticks(x, jobs, rotation=20, ha="right")
+    ax.set_ylabel("JCT (s)")
+    opts = f"alpha {result['alpha']}, job order {result['job_order']}"
+    if result.get("ingress"):
+        opts += ", ingress enforced"
+    if result.get("drift_s") is not None:
+        opts += f", drift re-plans at {result['drift_s']} s"
+    ax.set_title(f"{result['scenario']}, seed {result['seed']}, {result['repeat']} pairs; {opts}\n"
+                 f"JCT ratio none/jit {_f(med['jct_ratio_none_over_jit'], 0.3)}, "
+                 f"simulator {result['simulator']['jct_ratio_tf_over_jit']:.3f}", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _figure_path(path: str, scenario: str, n: int) -> str:
+    # one scenario: the path as given; several: the scenario's name before the suffix
+    if n == 1:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}-{scenario}.{ext}" if dot else f"{path}-{scenario}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=5, help="enforcement measurements (default 5)")
@@ -149,8 +214,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drift-s", type=float, default=None,
                    help="jit: re-solve when a transfer is this many seconds behind its plan "
                         "(default: never, like the simulator's prediction)")
+    p.add_argument("--figure", metavar="PATH.png",
+                   help="draw each scenario's per-job JCTs (testbed and simulator) to this PNG")
+    p.add_argument("--replot", metavar="FILE.json",
+                   help="only redraw --figure from a saved --json output (runs nothing)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.replot:
+        if not a.figure:
+            p.error("--replot needs --figure")
+        try:
+            with open(a.replot) as fh:
+                saved = json.load(fh)
+            drawn = {k: v for k, v in saved["scenarios"].items() if isinstance(v, dict)}
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            p.error(f"--replot {a.replot}: not a bench_testbed --json output ({exc})")
+        for name, res in drawn.items():
+            plot_jobs(res, _figure_path(a.figure, name, len(drawn)))
+            print(f"wrote {_figure_path(a.figure, name, len(drawn))}")
+        return 0
     if a.drift_s is not None and not a.drift_s > 0:
         p.error(f"--drift-s: must be positive, got {a.drift_s}")
 
@@ -178,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
                      for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
+    if a.figure:
+        drawn = {k: v for k, v in scenarios.items() if isinstance(v, dict)}
+        for name, res in drawn.items():
+            plot_jobs(res, _figure_path(a.figure, name, len(drawn)))
+            say(f"wrote {_figure_path(a.figure, name, len(drawn))}")
     if a.json:
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
