@@ -19,7 +19,12 @@ log = logging.getLogger("jitsched.runner")
 
 @dataclass
 class JobResult:
-    """What one run of a job measured (seconds, bytes)."""
+    """What one run of a job measured (seconds, bytes).
+
+    ``transfer_s`` is each transfer's duration as its sender saw it (connect
+    to the receiver's confirmation), ``transfer_start_s`` when it started,
+    seconds after the job's submission began.
+    """
 
     job_id: str
     jct_s: float
@@ -28,6 +33,7 @@ class JobResult:
     lat_hits: int = 0
     lat_known: int = 0
     transfer_s: dict[str, float] = field(default_factory=dict)
+    transfer_start_s: dict[str, float] = field(default_factory=dict)
     error: str = ""
 
     @property
@@ -150,6 +156,7 @@ class JobRunner:
                             report(client.compute_finished, job.id, nid, time.perf_counter() - s0)
                         else:
                             t = transfers[nid]
+                            result.transfer_start_s[nid] = time.perf_counter() - t0
                             report(client.transfer_started, job.id, nid)
                             if self.send is not None:
                                 secs = self.send(t.src, self.sinks[t.dst], int(t.bytes),

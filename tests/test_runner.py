@@ -40,6 +40,10 @@ def test_runner_executes_and_reports_everything(async_reports):
         assert order.index("c1") > max(order.index("c0"), order.index("t1"))
         assert order[-1] == "push"
         assert r.jct_s >= 0.1  # two 50 ms computes in sequence
+        # the timeline: push starts after both computes, every transfer ends within the job
+        assert set(r.transfer_start_s) == set(r.transfer_s) == {"t0", "t1", "push"}
+        assert r.transfer_start_s["push"] >= 0.1
+        assert all(r.transfer_start_s[t] + r.transfer_s[t] <= r.jct_s for t in r.transfer_s)
         js = d.state.jobs["small"]
         assert js.state == "finished" and js.jct_s == r.jct_s
         assert set(js.done) == {"t0", "t1", "push", "c0", "c1"}

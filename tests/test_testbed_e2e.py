@@ -46,6 +46,10 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
             per_dir[t.src] = per_dir.get(t.src, 0.0) + t.bytes
         floor = max(per_dir.values()) * 8 / 100e6
         assert floor <= out["details"]["jct_s"][job.id] < 60.0, (job.id, floor, out["details"]["jct_s"])
+        # every transfer's [start, duration] lies within its job
+        spans = out["details"]["transfers"][job.id]
+        assert set(spans) == {t.id for t in job.transfers}
+        assert all(0.0 <= a and a + d <= out["details"]["jct_s"][job.id] for a, d in spans.values())
     # the file was moving while the jobs ran, at no more than the line rate
     bg = out["details"]["background"]
     assert set(bg) == {"file-0"} and bg["file-0"]["bytes"] > 0, bg

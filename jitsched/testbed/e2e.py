@@ -301,6 +301,9 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
                     "background_during_jobs": during,
                     "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
                     "jct_s": {j: r.jct_s for j, r in sorted(results.items())},
+                    # per job, per transfer: [start, duration] in seconds from the job's submission
+                    "transfers": {j: {t: [r.transfer_start_s[t], r.transfer_s[t]] for t in r.transfer_s}
+                                  for j, r in sorted(results.items())},
                     "errors": {j: r.error for j, r in results.items() if r.error},
                     "background": bg_res, "daemon": daemon_stats, "agents": agent_stats},
     }
