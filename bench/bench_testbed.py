@@ -68,14 +68,15 @@ def _paired(jit: dict, none: dict) -> dict:
 
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
              job_order: str = "fair", switch_priority: bool = False, ingress: bool = False,
-             drift_s: float | None = None) -> dict:
+             drift_s: float | None = None, early_s: float | None = None) -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
     ``alpha`` and ``job_order`` are the jit policy's (daemon and simulator
     alike); ``switch_priority`` gives DL transfers the switch ports' priority
     band under both policies; ``ingress``: jit agents enforce their hosts' ingress too;
     ``drift_s``: the jit daemon re-solves when a transfer is this many seconds
-    behind its plan (None: never, as the simulator's prediction).
+    behind its plan (None: never, as the simulator's prediction); ``early_s``:
+    also when one arrives this many seconds before its LAT (None: never).
     """
     from jitsched.testbed.e2e import run_scenario
 
@@ -87,6 +88,8 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     jit_options: dict = {"policy_options": {"job_order": job_order}}
     if drift_s is not None:
         jit_options["drift_s"] = drift_s
+    if early_s is not None:
+        jit_options["early_s"] = early_s
     runs = []
     for r in range(repeat):
         order = ("jit", "none") if r % 2 == 0 else ("none", "jit")
@@ -120,7 +123,8 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
     return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
-            "switch_priority": switch_priority, "ingress": ingress, "drift_s": drift_s, "median": med,
+            "switch_priority": switch_priority, "ingress": ingress, "drift_s": drift_s, "early_s": early_s,
+            "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
                           "mean_speedup": pred["mean_speedup"],
                           "tensorflow_mean_jct_s": pred["tensorflow"]["mean_jct_s"],
@@ -176,6 +180,8 @@ def plot_jobs(result: dict, path: str) -> None:
         opts += ", ingress enforced"
     if result.get("drift_s") is not None:
         opts += f", drift re-plans at {result['drift_s']} s"
+    if result.get("early_s") is not None:
+        opts += f", early re-plans at {result['early_s']} s"
     ax.set_title(f"{result['scenario']}, seed {result['seed']}, {result['repeat']} pairs; {opts}\n"
                  f"JCT ratio none/jit {_f(med['jct_ratio_none_over_jit'], 0.3)}, "
                  f"simulator {result['simulator']['jct_ratio_tf_over_jit']:.3f}", fontsize=9)
@@ -214,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drift-s", type=float, default=None,
                    help="jit: re-solve when a transfer is this many seconds behind its plan "
                         "(default: never, like the simulator's prediction)")
+    p.add_argument("--early-s", type=float, default=None,
+                   help="jit: also re-solve when a transfer arrives this many seconds before its LAT "
+                        "(default: never)")
     p.add_argument("--figure", metavar="PATH.png",
                    help="draw each scenario's per-job JCTs (testbed and simulator) to this PNG")
     p.add_argument("--replot", metavar="FILE.json",
@@ -233,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
             plot_jobs(res, _figure_path(a.figure, name, len(drawn)))
             print(f"wrote {_figure_path(a.figure, name, len(drawn))}")
         return 0
-    if a.drift_s is not None and not a.drift_s > 0:
-        p.error(f"--drift-s: must be positive, got {a.drift_s}")
+    for name in ("drift_s", "early_s"):
+        v = getattr(a, name)
+        if v is not None and not v > 0:
+            p.error(f"--{name.replace('_', '-')}: must be positive, got {v}")
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr if a.json else sys.stdout, flush=True)
@@ -256,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
                                  job_order=a.job_order, switch_priority=a.switch_priority,
-                                 ingress=a.ingress, drift_s=a.drift_s)
+                                 ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s)
                      for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,6 +56,9 @@ class DaemonConfig:
     resend_s: float = 0.2
     replan_period_s: float = 0.0  # 0: no periodic re-solve
     drift_s: float = 0.5  # a transfer this much behind its plan triggers a re-solve
+    # a transfer this much ahead of its LAT triggers a re-solve (inf: never): the plan
+    # paced the job's later transfers for a later arrival, and they now hold the job up
+    early_s: float = math.inf
     coalesce_s: float = 0.0  # wait this long for more arrivals before solving
     planning: str = INCREMENTAL
     joint_replan_s: float = 1.0
@@ -73,7 +77,7 @@ _DAEMON_KEYS = {"job_endpoint": str, "agent_endpoint": str, "metrics_port": int,
                 "heartbeat_s": float, "heartbeat_timeout_s": float, "resend_s": float,
                 "max_message_bytes": int, "max_jobs": int, "planner_process": bool}
 _SCHED_KEYS = {"policy": str, "slot_s": float, "alpha": float, "objective": str,
-               "replan_period_s": float, "drift_s": float, "coalesce_s": float,
+               "replan_period_s": float, "drift_s": float, "early_s": float, "coalesce_s": float,
                "planning": str, "joint_replan_s": float, "max_increment_transfers": int,
                "policy_options": dict}
 
@@ -122,8 +126,9 @@ def check_config(cfg: DaemonConfig) -> None:
     if cfg.max_increment_transfers < 1:
         raise ValidationError(
             f"max_increment_transfers: must be >= 1, got {cfg.max_increment_transfers!r}")
-    if not cfg.drift_s > 0:
-        raise ValidationError(f"drift_s: must be positive (inf: never), got {cfg.drift_s!r}")
+    for name in ("drift_s", "early_s"):
+        if not getattr(cfg, name) > 0:
+            raise ValidationError(f"{name}: must be positive (inf: never), got {getattr(cfg, name)!r}")
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"{name}: must be positive")

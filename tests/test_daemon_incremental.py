@@ -316,3 +316,28 @@ def test_fanout_reaches_every_agent_once_in_one_pass():
             s.close(0)
         ctx.term()
         d.stop()
+
+
+def paced_job(jid: str) -> Job:
+    """t1 is needed only after t0 (2 s at line rate) and c0 (1 s): the plan paces it to ~3 s."""
+    return Job(jid, (Compute("c0", "h1", 1.0), Compute("c1", "h1", 0.01)),
+               (Transfer("t0", "h0", "h1", 2 * LINE), Transfer("t1", "h0", "h1", 0.1 * LINE)),
+               (("t0", "c0"), ("c0", "c1"), ("t1", "c1")), 0.0)
+
+
+@pytest.mark.parametrize("early_s, replans", [(0.3, True), (float("inf"), False)])
+def test_transfer_far_ahead_of_the_plan_triggers_an_early_resolve(early_s, replans):
+    with system(hosts=("h0", "h1"), planning="full", alpha=1.0, early_s=early_s) as (d, _), \
+            Client(d.job_endpoint) as c:
+        seen = record_adoptions(d)
+        c.submit_job(paced_job("p"))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        n = len(seen)
+        # t0 arrives at once, ~2 s before the plan expected it: t1 is still paced for ~3 s
+        c.transfer_started("p", "t0")
+        c.transfer_finished("p", "t0", 2 * LINE)
+        if replans:
+            assert wait_until(lambda: any("early" in r for _, r, _ in seen[n:]) and settled(d), 5.0)
+        else:
+            time.sleep(0.5)
+            assert not any("early" in r for _, r, _ in seen[n:])

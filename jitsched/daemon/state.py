@@ -538,8 +538,23 @@ class SchedulerState:
         planned = self._planned_finish(js.job.id, nid)
         if planned is not None and now - planned > self.config.drift_s:
             self._trigger("drift", now)
+        elif self.config.early_s < math.inf and js.in_left and self._holds_back(js, now):
+            self._trigger("early", now)
         self._policy_event("node_done", js.job.id, nid)
         return {"lat_hit": hit}
+
+    def _holds_back(self, js: JobState, now: float) -> bool:
+        """Whether the schedule paces one of ``js``'s unfinished transfers to finish more than
+        ``early_s`` from now: planned for the job's progress as estimated, not as it went."""
+        s = self.schedule
+        if s is None:
+            return False
+        first = now + self.config.early_s - s.epoch_s
+        for t in js.job.transfers:
+            got = self._flow_index.get((js.job.id, t.id))
+            if got is not None and (got[0] + got[1]) * s.slot_s > first and t.id not in js.done:
+                return True
+        return False
 
     def _planned_finish(self, job_id: str, nid: str) -> float | None:
         s = self.schedule
