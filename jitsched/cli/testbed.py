@@ -29,6 +29,9 @@ from jitsched.cli.registry import arg, register
     arg("--drift-s", type=float, default=None,
         help="run, jit: re-solve when a transfer is this many seconds behind its plan "
              "(default: never, like the simulator)"),
+    arg("--early-s", type=float, default=None,
+        help="run, jit: re-solve when a transfer arrives while its job has another paced to "
+             "finish more than this many seconds later (default: never)"),
     arg("--slots", type=int, default=30, help="measure: slots of random rates (default 30)"),
     arg("--slot-s", type=float, default=0.1, help="measure: slot length in seconds (default 0.1)"),
     arg("--json", action="store_true", help="print the result as JSON"),
@@ -79,6 +82,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
         daemon["policy_options"] = {"job_order": args.job_order}
     if args.drift_s is not None:
         daemon["drift_s"] = args.drift_s
+    if args.early_s is not None:
+        daemon["early_s"] = args.early_s
     if daemon:
         kw["daemon_options"] = daemon
     out = run_scenario(args.scenario, args.policy, **kw)
