@@ -338,6 +338,12 @@ def test_transfer_far_ahead_of_the_plan_triggers_an_early_resolve(early_s, repla
         c.transfer_finished("p", "t0", 2 * LINE)
         if replans:
             assert wait_until(lambda: any("early" in r for _, r, _ in seen[n:]) and settled(d), 5.0)
+            # once t1 is done too nothing is held back: no further early re-solve
+            m = len(seen)
+            c.transfer_started("p", "t1")
+            c.transfer_finished("p", "t1", 0.1 * LINE)
+            time.sleep(0.5)
+            assert not any("early" in r for _, r, _ in seen[m:])
         else:
             time.sleep(0.5)
             assert not any("early" in r for _, r, _ in seen[n:])

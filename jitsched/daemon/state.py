@@ -441,6 +441,9 @@ class SchedulerState:
         self._outbox_changed = False  # bodies or agents changed since the last outbox scan
         self._next_resend_s = math.inf
         self._flow_index: dict[tuple[str, str], tuple[int, int]] = {}
+        # per job, for the schedule in force: its planned transfers, latest planned finish
+        # first, and how many of those are known done (early_s checks, amortised O(1))
+        self._paced: dict[str, tuple[list[tuple[int, str]], list[int]]] = {}
         self.plan_summary: dict[str, Any] = {}
         self.solve_times: list[float] = []
         self.n_plans = 0
@@ -549,12 +552,20 @@ class SchedulerState:
         s = self.schedule
         if s is None:
             return False
-        first = now + self.config.early_s - s.epoch_s
-        for t in js.job.transfers:
-            got = self._flow_index.get((js.job.id, t.id))
-            if got is not None and (got[0] + got[1]) * s.slot_s > first and t.id not in js.done:
-                return True
-        return False
+        got = self._paced.get(js.job.id)
+        if got is None:
+            ends = []
+            for t in js.job.transfers:
+                x = self._flow_index.get((js.job.id, t.id))
+                if x is not None:
+                    ends.append((x[0] + x[1], t.id))
+            ends.sort(reverse=True)
+            got = self._paced[js.job.id] = (ends, [0])
+        ends, skip = got
+        # done only grows, so transfers skipped once stay skipped until the next schedule
+        while skip[0] < len(ends) and ends[skip[0]][1] in js.done:
+            skip[0] += 1
+        return skip[0] < len(ends) and ends[skip[0]][0] * s.slot_s > now + self.config.early_s - s.epoch_s
 
     def _planned_finish(self, job_id: str, nid: str) -> float | None:
         s = self.schedule
@@ -602,6 +613,7 @@ class SchedulerState:
         js.finished_s = now
         del self.active[jid]
         self.pending.pop(jid, None)
+        self._paced.pop(jid, None)
         self.bulk.discard(jid)
         if not (self.incremental and self.incremental_ok):
             self._trigger(state, now)
@@ -932,6 +944,7 @@ class SchedulerState:
         self.schedule_seq = res.seq
         self.covered = res.jobs
         self._flow_index = res.flow_index
+        self._paced.clear()
         for h, frame in res.frames.items():
             self.host_frames[h] = frame
             self._bodies.pop(h, None)
