@@ -68,10 +68,10 @@ def _paired(jit: dict, none: dict) -> dict:
 
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
              job_order: str = "fair", switch_priority: bool = False, ingress: bool = False,
-             drift_s: float | None = None, early_s: float | None = None) -> dict:
+             drift_s: float | None = None, early_s: float | None = None, dl_share: float = 1.0) -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
-    ``alpha`` and ``job_order`` are the jit policy's (daemon and simulator
+    ``alpha``, ``job_order`` and ``dl_share`` are the jit policy's (daemon and simulator
     alike); ``switch_priority`` gives DL transfers the switch ports' priority
     band under both policies; ``ingress``: jit agents enforce their hosts' ingress too;
     ``drift_s``: the jit daemon re-solves when a transfer is this many seconds
@@ -81,11 +81,11 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     from jitsched.testbed.e2e import run_scenario
 
     t = time.perf_counter()
-    pred = predict(scenario, seed, alpha=alpha, job_order=job_order)
+    pred = predict(scenario, seed, alpha=alpha, job_order=job_order, dl_share=dl_share)
     say(f"{scenario}: simulator tensorflow {pred['tensorflow']['mean_jct_s']:.2f} s, "
         f"jit {pred['jit']['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
         f"({time.perf_counter() - t:.0f} s)")
-    jit_options: dict = {"policy_options": {"job_order": job_order}}
+    jit_options: dict = {"policy_options": {"job_order": job_order, "dl_share": dl_share}}
     if drift_s is not None:
         jit_options["drift_s"] = drift_s
     if early_s is not None:
@@ -106,7 +106,9 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
         runs.append({**{pol: {k: res[pol][k] for k in RUN_KEYS}
                         | {"jct_s": res[pol]["details"]["jct_s"], "wall_s": res[pol]["details"]["wall_s"],
                            "daemon": res[pol]["details"]["daemon"], "agents": res[pol]["details"]["agents"],
-                           "errors": res[pol]["details"]["errors"]} for pol in order},
+                           "errors": res[pol]["details"]["errors"],
+                           "background_contention": res[pol]["details"]["background_contention"]}
+                        for pol in order},
                      **_paired(res["jit"], res["none"])})
     models = sorted({m for x in runs for m in x["speedup_by_model"]})
     med = {"jct_ratio_none_over_jit": _median(x["jct_ratio_none_over_jit"] for x in runs),
@@ -115,6 +117,10 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     for pol in ("jit", "none"):
         for k in ("mean_jct_s", "lat_hit_rate", "background_mbit_mean", "background_slowdown_mean"):
             med[f"{pol}_{k}"] = _median(x[pol][k] for x in runs)
+        # DL bytes that crossed the files' ports while they moved: what the files gave up
+        for side in ("egress", "ingress"):
+            med[f"{pol}_background_{side}_dl_mb"] = _median(
+                sum(c[f"{side}_dl_mb"] for c in x[pol]["background_contention"].values()) for x in runs)
     # how late the agents' tc changes landed after their slot boundaries during the jit runs
     med["jit_apply_late_ms_p50"] = _median(a.get("apply_late_ms_p50") for x in runs
                                            for a in x["jit"]["agents"].values())
@@ -123,6 +129,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
     return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
+            "dl_share": dl_share,
             "switch_priority": switch_priority, "ingress": ingress, "drift_s": drift_s, "early_s": early_s,
             "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
@@ -176,6 +183,8 @@ def plot_jobs(result: dict, path: str) -> None:
     ax.set_xticks(x, jobs, rotation=20, ha="right")
     ax.set_ylabel("JCT (s)")
     opts = f"alpha {result['alpha']}, job order {result['job_order']}"
+    if result.get("dl_share", 1.0) != 1.0:
+        opts += f", DL share {result['dl_share']}"
     if result.get("ingress"):
         opts += ", ingress enforced"
     if result.get("drift_s") is not None:
@@ -213,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.4, help="jit: fraction of each job's transfers planned")
     p.add_argument("--job-order", choices=JOB_ORDERS, default="fair",
                    help="jit: how jobs share a port in the LAT estimate (default fair, the paper's)")
+    p.add_argument("--dl-share", type=float, default=1.0,
+                   help="jit: fraction of each port plans may give DL transfers; the rest is the "
+                        "background's floor (default 1)")
     p.add_argument("--switch-priority", action="store_true",
                    help="DL transfers in a strict-priority band at the switch ports (both policies)")
     p.add_argument("--ingress", action="store_true",
@@ -242,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             plot_jobs(res, _figure_path(a.figure, name, len(drawn)))
             print(f"wrote {_figure_path(a.figure, name, len(drawn))}")
         return 0
+    if not 0.0 < a.dl_share <= 1.0:
+        p.error(f"--dl-share: must be within (0, 1], got {a.dl_share}")
     for name in ("drift_s", "early_s"):
         v = getattr(a, name)
         if v is not None and not v > 0:
@@ -267,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
                                  job_order=a.job_order, switch_priority=a.switch_priority,
-                                 ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s)
+                                 ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s,
+                                 dl_share=a.dl_share)
                      for s in a.scenario}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
@@ -303,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'background slowdown jit/none':<28} {_f(m['jit_background_slowdown_mean'], 8.2)} / "
               f"{_f(m['none_background_slowdown_mean'], 0.2)}   simulator "
               f"{_f(sim['background_slowdown']['jit'], 0.2)} / {_f(sim['background_slowdown']['tensorflow'], 0.2)}")
+        print(f"  {'DL MB on files ports, jit':<28} {_f(m['jit_background_egress_dl_mb'], 8.1)} / "
+              f"{_f(m['jit_background_ingress_dl_mb'], 0.1)}   none "
+              f"{_f(m['none_background_egress_dl_mb'], 0.1)} / {_f(m['none_background_ingress_dl_mb'], 0.1)}"
+              "   (senders' egress / receivers' ingress, during the files' lives)")
         print(f"  {'tc apply after slot p50/p95':<28} {_f(m['jit_apply_late_ms_p50'], 8.2)} / "
               f"{_f(m['jit_apply_late_ms_p95'], 0.2)} ms (agents during the jit runs)")
         for model, v in m["speedup_by_model"].items():

@@ -215,11 +215,28 @@ def shared_cluster(cluster: Cluster, busy_egress, busy_ingress) -> Cluster:
     -------
     Cluster
     """
-    be = 1.0 + np.asarray(busy_egress, dtype=np.float64)
-    bi = 1.0 + np.asarray(busy_ingress, dtype=np.float64)
-    hosts = tuple(replace(h, egress_bps=h.egress_bps / be[k], ingress_bps=h.ingress_bps / bi[k])
-                  for k, h in enumerate(cluster.hosts))
-    return Cluster(hosts)
+    return scale_cluster(cluster, 1.0 / (1.0 + np.asarray(busy_egress, dtype=np.float64)),
+                         1.0 / (1.0 + np.asarray(busy_ingress, dtype=np.float64)))
+
+
+def scale_cluster(cluster: Cluster, egress_factor, ingress_factor) -> Cluster:
+    """``cluster`` with every host's egress and ingress capacity multiplied by a factor.
+
+    Parameters
+    ----------
+    cluster : Cluster
+    egress_factor, ingress_factor : float or array of float, shape (n_hosts,)
+        One factor for all hosts, or one per host (> 0).
+
+    Returns
+    -------
+    Cluster
+    """
+    n = len(cluster.hosts)
+    fe = np.broadcast_to(np.asarray(egress_factor, dtype=np.float64), (n,))
+    fi = np.broadcast_to(np.asarray(ingress_factor, dtype=np.float64), (n,))
+    return Cluster(tuple(replace(h, egress_bps=h.egress_bps * float(fe[k]), ingress_bps=h.ingress_bps * float(fi[k]))
+                         for k, h in enumerate(cluster.hosts)))
 
 
 # An incremental plan starts in the slot holding the planning instant only if

@@ -17,6 +17,7 @@ from jitsched.cli import main
     (["--alpha", "0.7", "--job-order", "smallest", "--drift-s", "0.5", "--early-s", "0.25"],
      {"ingress": False, "alpha": 0.7,
       "daemon_options": {"policy_options": {"job_order": "smallest"}, "drift_s": 0.5, "early_s": 0.25}}),
+    (["--dl-share", "0.6"], {"ingress": False, "daemon_options": {"policy_options": {"dl_share": 0.6}}}),
 ])
 def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more):
     calls = []

@@ -177,3 +177,24 @@ def test_increments_on_a_joint_plan_never_exceed_capacity(seed):
             np.testing.assert_allclose(left, np.maximum(cap[:, None] - used, 0), atol=cap[0] * 1e-6)
         busy_e[names.index(job.transfers[0].src)] += 1
         busy_i[names.index(job.transfers[0].dst)] += 1
+
+
+def test_increment_plans_within_dl_share_of_each_port():
+    # dl_share 0.5: a 1.2 GB transfer (LAT from a half port: 2.4 s) never gets more than
+    # half of either port, on the grid of a base that already holds a flow on h0's egress
+    cfg = DaemonConfig(cluster=Cluster.uniform(2, bps=8e9), slot_s=1.0, alpha=1.0,
+                       policy_options={"dl_share": 0.5})
+    pol, cluster = create_policy(cfg), cfg.cluster
+    base = SlotSchedule(0.0, 1.0, [("old", "t", 0, 1, 0, np.array([0.2 * GBYTE]))],
+                        np.array([[0.3 * GBYTE], [0.5 * GBYTE]]), np.array([[0.5 * GBYTE], [0.3 * GBYTE]]))
+    job = one_transfer_job("new", "h0", "h1", 1.2 * GBYTE, 0.0)
+    inc = pol.schedule_increment(view_of([job], cluster, 0.0), base, np.zeros(2), np.zeros(2))
+    merged = merge_schedules(base, inc)
+    width = inc.leftover_egress.shape[1]
+    eg = port_rates(merged, 2, width)
+    ing = port_rates(merged, 2, width, ingress=True)
+    assert eg.max() <= 0.5 * GBYTE * (1 + 1e-6) and ing.max() <= 0.5 * GBYTE * (1 + 1e-6)
+    [(_, _, _, _, start, rates)] = inc.flows
+    assert float(np.sum(rates)) * 1.0 == pytest.approx(1.2 * GBYTE, rel=1e-6)  # demand met
+    # the leftover the schedule reports is what later plans may still take: up to the share
+    np.testing.assert_allclose(inc.leftover_egress[0], 0.5 * GBYTE - eg[0], atol=1.0)

@@ -1,8 +1,10 @@
 """Tests of the JIT policy's re-plan triggers: on arrival, periodic and drift-triggered."""
 
 import numpy as np
+import pytest
 
-from jitsched.model import Cluster, Compute, Job, Transfer, Workload
+from jitsched.errors import ValidationError
+from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
 from jitsched.sim import Simulator
 
 CLUSTER = Cluster.uniform(2)
@@ -93,3 +95,55 @@ def test_wall_clock_views_pass_the_time_limit(monkeypatch):
     pol.on_job_arrival(view, 0)
     assert pol.schedule(view) is not None
     assert seen == [(2.5, 1000)]
+
+
+# ---------------------------------------------------------------- dl_share
+
+
+def test_dl_share_is_validated():
+    from jitsched.policies.jit import JitPolicy
+
+    for bad in (0.0, -0.1, 1.5, True, "half", float("nan")):
+        with pytest.raises(ValidationError, match="dl_share"):
+            JitPolicy(dl_share=bad)
+    assert JitPolicy(dl_share=1).dl_share == 1.0
+
+
+def big_job(arrival_s: float = 0.0) -> Job:
+    # one 250 MB read (2 s on a whole 1 Gbit/s port), then a short compute
+    return Job("dl", (Compute("c", "h1", 0.1),), (Transfer("t", "h0", "h1", 2.5e8),), (("t", "c"),), arrival_s)
+
+
+def test_dl_share_caps_what_plans_promise_per_port():
+    bg = (Background("file", "h0", "h1", 5e8, 0.0),)
+    for share in (1.0, 0.4):
+        sim = Simulator(Workload(CLUSTER, (big_job(),), bg), "jit",
+                        policy_options={"alpha": 1.0, "dl_share": share})
+        sim.run()
+        lp = sim.policy.plan.lp
+        cap = CLUSTER.egress_Bps[0]
+        peak = max(lp.rates(k).max() for k in range(len(lp.start_slot)))
+        if share == 1.0:
+            assert peak > 0.5 * cap  # the whole port is plannable: the plan takes more than 0.4
+        else:
+            assert peak <= share * cap * (1 + 1e-6)
+
+
+def test_dl_share_gives_background_a_floor_and_dl_backfills_an_idle_port():
+    def run_with(share, background):
+        wl = Workload(CLUSTER, (big_job(),), background)
+        res = Simulator(wl, "jit", policy_options={"alpha": 1.0, "dl_share": share}).run()
+        return float(res.jct_s[0]), (float(res.bg_slowdown[0]) if len(res.bg_slowdown) else None)
+
+    # a file shorter than the DL transfer: its whole life falls within the transfer's
+    bg = (Background("file", "h0", "h1", 1e8, 0.0),)
+    jct_full, slow_full = run_with(1.0, bg)
+    jct_cap, slow_cap = run_with(0.4, bg)
+    # the file keeps at least 60 % of the port while the DL transfer runs: it ends sooner,
+    # the DL job later (its planned floor is 40 % of the port)
+    assert slow_cap < slow_full - 0.1
+    assert jct_cap > jct_full + 0.5
+    # alone on the port, DL backfills what the background does not use: same JCT either way
+    alone_full, _ = run_with(1.0, ())
+    alone_cap, _ = run_with(0.4, ())
+    assert alone_cap == pytest.approx(alone_full, abs=0.11)  # within one 0.1 s slot

@@ -301,3 +301,28 @@ def test_tc_ingress_keeps_an_inbound_flows_plan_against_another_sender(bed):
     assert planned > 0.85 * rate, (planned / rate, other / bed.link_Bps)
     assert other > 0.1 * bed.link_Bps, other / bed.link_Bps
     assert planned + other > 0.85 * bed.link_Bps, (planned + other) / bed.link_Bps
+
+
+def test_background_contention_counts_dl_bytes_on_a_files_ports_during_its_life():
+    from jitsched.model import Cluster, Compute, Job, Transfer, Workload
+    from jitsched.testbed.scenario import background_contention
+
+    job = Job("j", (Compute("c", "h1", 0.1),),
+              (Transfer("same-path", "h0", "h1", 4e6),   # the file's very path: both ports
+               Transfer("egress", "h0", "h2", 2e6),      # the file's sender only
+               Transfer("ingress", "h2", "h1", 1e6),     # the file's receiver only
+               Transfer("elsewhere", "h2", "h0", 8e6),   # neither port
+               Transfer("instant", "h0", "h2", 5e5)),    # zero duration, inside the life
+              (("same-path", "c"),), 1.0)
+    wl = Workload(Cluster.uniform(3), (job,))
+    bg = [BackgroundFlow("f", "h0", "h1", 1e8, 0.0), BackgroundFlow("unfinished", "h0", "h1", 1e8, 0.0)]
+    # spans from the job's arrival (1 s): same-path 1-3 s (half inside the file's 2-4 s life),
+    # egress 2-3 s (all inside), ingress 5-6 s (after), instant at 3 s
+    spans = {"j": {"same-path": [0.0, 2.0], "egress": [1.0, 1.0], "ingress": [4.0, 1.0],
+                   "elsewhere": [1.0, 2.0], "instant": [2.0, 0.0]}}
+    files = {"f": {"start_s": 2.0, "end_s": 4.0}, "unfinished": {"start_s": 0.0, "end_s": None}}
+    out = background_contention(wl, bg, spans, files)
+    assert set(out) == {"f"}
+    assert out["f"]["egress_dl_mb"] == pytest.approx(2.0 + 2.0 + 0.5)
+    assert out["f"]["ingress_dl_mb"] == pytest.approx(2.0)
+    assert out["f"]["life_s"] == pytest.approx(2.0)

@@ -54,6 +54,10 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
     bg = out["details"]["background"]
     assert set(bg) == {"file-0"} and bg["file-0"]["bytes"] > 0, bg
     assert 0.0 < out["background_mbit_mean"] <= 100.0
+    # what the file shared its ports with: some DL bytes, never more than its ports carried
+    [(fid, c)] = out["details"]["background_contention"].items()
+    assert fid == "file-0" and c["life_s"] > 0
+    assert 0.0 <= c["egress_dl_mb"] <= 12.5 * c["life_s"] and 0.0 <= c["ingress_dl_mb"] <= 12.5 * c["life_s"]
     # jit: the daemon planned; none: it only kept the books, nothing was enforced
     assert (out["details"]["daemon"]["plans"] >= 1) if policy == "jit" else out["rate_accuracy_p50"] is None
     if policy == "jit":

@@ -26,6 +26,9 @@ from jitsched.cli.registry import arg, register
         help="run, jit: fraction of each job's transfers the LP plans (default 0.4, the paper's)"),
     arg("--job-order", choices=("fair", "fifo", "smallest"), default=None,
         help="run, jit: how jobs share a port in the LAT estimate (default fair, the paper's)"),
+    arg("--dl-share", type=float, default=None,
+        help="run, jit: fraction of each port plans may give DL transfers; the rest is the "
+             "background's floor (default 1)"),
     arg("--drift-s", type=float, default=None,
         help="run, jit: re-solve when a transfer is this many seconds behind its plan "
              "(default: never, like the simulator)"),
@@ -78,8 +81,10 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     if args.alpha is not None:
         kw["alpha"] = args.alpha
     daemon: dict = {}
-    if args.job_order is not None:
-        daemon["policy_options"] = {"job_order": args.job_order}
+    policy_options = {k: v for k, v in (("job_order", args.job_order), ("dl_share", args.dl_share))
+                      if v is not None}
+    if policy_options:
+        daemon["policy_options"] = policy_options
     if args.drift_s is not None:
         daemon["drift_s"] = args.drift_s
     if args.early_s is not None:

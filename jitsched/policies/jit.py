@@ -21,6 +21,7 @@ from jitsched.planner import (
     lp_deadlines,
     place_increment,
     plan_jobs,
+    scale_cluster,
     select_alpha,
     shared_cluster,
 )
@@ -372,6 +373,13 @@ class JitPolicy(Policy):
         insight; with alpha 0.7 it lifts the quick testbed scenario's
         simulated JCT ratio from 1.05 to 1.31 and the 100-host, 150-job
         mean speedup from 1.15 to 1.23).
+    dl_share : float
+        Fraction of each port's capacity, in (0, 1], that plans may promise
+        DL transfers (LAT estimate and LP alike; default 1). The rest is a
+        floor for background flows and unplanned transfers whenever they
+        want it; DL transfers still backfill whatever they leave idle, so
+        allocation stays work-conserving. The operator's knob between DL
+        JCTs and background throughput on ports both use.
     """
 
     name = "jit"
@@ -383,7 +391,7 @@ class JitPolicy(Policy):
                  time_limit_s: float | None = 5.0,
                  iteration_limit: int | None = DEFAULT_ITERATION_LIMIT, solver: str = "auto",
                  trans_estimate: str = "ordered", backfill: bool = True,
-                 job_order: str = "fair") -> None:
+                 job_order: str = "fair", dl_share: float = 1.0) -> None:
         if not (0.0 <= float(alpha) <= 1.0):
             raise ValidationError(f"alpha: must be within [0, 1], got {alpha!r}")
         if not (math.isfinite(slot_s) and slot_s > 0):
@@ -403,6 +411,10 @@ class JitPolicy(Policy):
                 f"trans_estimate: expected one of {TRANS_ESTIMATES}, got {trans_estimate!r}")
         if job_order not in JOB_ORDERS:
             raise ValidationError(f"job_order: expected one of {JOB_ORDERS}, got {job_order!r}")
+        if isinstance(dl_share, bool) or not (isinstance(dl_share, (int, float)) and 0.0 < dl_share <= 1.0):
+            raise ValidationError(f"dl_share: must be within (0, 1], got {dl_share!r}")
+        self.dl_share = float(dl_share)
+        self._share_of: tuple = (None, None)  # (cluster, its dl_share-scaled copy)
         self.trans_estimate = trans_estimate
         self.job_order = job_order
         self.backfill = bool(backfill)
@@ -526,7 +538,8 @@ class JitPolicy(Policy):
         unfinished &= remaining > 0
         if not unfinished.any():
             return
-        plan = plan_subset(sub, view.cluster, now=float(view.now), known_done=view.node_finish[nodes],
+        plan = plan_subset(sub, self._plan_cluster(view.cluster), now=float(view.now),
+                           known_done=view.node_finish[nodes],
                            remaining=np.where(unfinished, remaining, 0.0), unfinished=unfinished,
                            alpha=self.alpha, slot_s=self.slot_s, objective=self.objective,
                            estimator=self.estimator, k_std=self.k_std,
@@ -560,6 +573,15 @@ class JitPolicy(Policy):
             "solve_s": lp.solve_s, "wall_s": wall, "status": lp.status, "iterations": lp.iterations,
             "planned_late": int(len(lp.late)),
         })
+
+    def _plan_cluster(self, cluster):
+        # the capacities plans may use: the whole port, or dl_share of it (the
+        # rest is the background's floor); allocation always sees the whole port
+        if self.dl_share == 1.0:
+            return cluster
+        if self._share_of[0] is not cluster:
+            self._share_of = (cluster, scale_cluster(cluster, self.dl_share, self.dl_share))
+        return self._share_of[1]
 
     def _time_limit(self, view: SchedulerView) -> float | None:
         # a wall-clock budget in virtual time would make a simulation's plans
@@ -674,7 +696,8 @@ class JitPolicy(Policy):
         """
         if base is not None and abs(base.slot_s - self.slot_s) > 1e-12:
             return None  # another grid: only a full re-solve can line them up
-        win = increment_window(view.now, self.slot_s, view.cluster,
+        cluster = self._plan_cluster(view.cluster)
+        win = increment_window(view.now, self.slot_s, cluster,
                                *((base.epoch_s, base.leftover_egress, base.leftover_ingress)
                                  if base is not None else ()))
         # as in a full plan, nothing starts before the planning instant (or the window)
@@ -684,14 +707,14 @@ class JitPolicy(Policy):
             _, _, left_e, left_i = place_increment(None, win, dag.src[:0], dag.dst[:0])
             return SlotSchedule(win.epoch_s, self.slot_s, [], left_e, left_i)
         # LATs and LP counted from the window's slot boundary
-        plan = plan_subset(dag, view.cluster, now=win.origin_s, known_done=view.node_finish,
+        plan = plan_subset(dag, cluster, now=win.origin_s, known_done=view.node_finish,
                            remaining=np.where(unfinished, view.remaining, 0.0), unfinished=unfinished,
                            alpha=self.alpha, slot_s=self.slot_s, objective=self.objective,
                            estimator=self.estimator, k_std=self.k_std,
                            time_limit_s=self._time_limit(view), iteration_limit=self.iteration_limit,
                            solver=self.solver, trans_estimate=self.trans_estimate,
                            job_order=self.job_order,
-                           lat_cluster=shared_cluster(view.cluster, busy_egress, busy_ingress),
+                           lat_cluster=shared_cluster(cluster, busy_egress, busy_ingress),
                            residual_egress_Bps=win.residual_egress_Bps,
                            residual_ingress_Bps=win.residual_ingress_Bps, min_lat_s=win.min_lat_s)
         nodes = plan.scheduled

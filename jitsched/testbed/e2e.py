@@ -180,7 +180,7 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
     from jitsched.client import send_bytes as _send
     from jitsched.config import DaemonConfig
     from jitsched.runner import JobResult, JobRunner
-    from jitsched.testbed.scenario import build_workload
+    from jitsched.testbed.scenario import background_contention, build_workload
 
     tos = SCHEDULED_TOS if switch_priority else None
     tb = testbed.up(sc.hosts, link_mbit, prefix=prefix, priority_tos=tos)
@@ -288,6 +288,8 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
         os.rmdir(tmp)
     ok = [r for r in results.values() if not r.error]
     known = sum(r.lat_known for r in ok)
+    spans = {j: {t: [r.transfer_start_s[t], r.transfer_s[t]] for t in r.transfer_s}
+             for j, r in sorted(results.items())}
     return {
         "policy": policy, "jobs": len(wl.jobs), "completed": len(ok),
         "mean_jct_s": statistics.fmean(r.jct_s for r in ok) if ok else None,
@@ -302,8 +304,9 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
                     "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
                     "jct_s": {j: r.jct_s for j, r in sorted(results.items())},
                     # per job, per transfer: [start, duration] in seconds from the job's submission
-                    "transfers": {j: {t: [r.transfer_start_s[t], r.transfer_s[t]] for t in r.transfer_s}
-                                  for j, r in sorted(results.items())},
+                    "transfers": spans,
+                    # per file: DL MB through its ports during its life (what the file gave up)
+                    "background_contention": background_contention(wl, bg, spans, bg_res),
                     "errors": {j: r.error for j, r in results.items() if r.error},
                     "background": bg_res, "daemon": daemon_stats, "agents": agent_stats},
     }

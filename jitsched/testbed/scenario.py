@@ -150,8 +150,64 @@ def sim_workload(wl: Workload, bg: list[BackgroundFlow]) -> Workload:
     return replace(wl, background=tuple(Background(b.id, b.src, b.dst, b.bytes, b.arrival_s) for b in bg))
 
 
+def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[str, dict[str, list[float]]],
+                          files: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """DL bytes that crossed each file's ports while the file was moving.
+
+    On a saturated port bytes are conserved: every DL byte that leaves the
+    file's sender (or enters its receiver) during the file's life is a byte
+    the file did not send then. So a policy that finishes DL jobs sooner by
+    sending their bytes earlier lengthens the files whose lives those bytes
+    now fall into; this is the figure that shows it.
+
+    Parameters
+    ----------
+    wl : Workload
+        The run's jobs (arrival times, seconds from the run's start).
+    bg : list of BackgroundFlow
+    spans : dict
+        Per job, per transfer ``[start, duration]``, seconds from the job's
+        arrival (``run_scenario(...)["details"]["transfers"]``).
+    files : dict
+        Per file id, at least ``start_s`` and ``end_s`` (seconds from the
+        run's start; files without ``end_s`` are left out).
+
+    Returns
+    -------
+    dict
+        Per file: ``egress_dl_mb`` and ``ingress_dl_mb``, DL megabytes (1e6
+        bytes) leaving the file's source host / entering its destination host
+        within ``[start_s, end_s]``, each transfer's bytes spread evenly over
+        its span; ``life_s``, the file's duration.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for f in bg:
+        r = files.get(f.id) or {}
+        if r.get("end_s") is None or r.get("start_s") is None:
+            continue
+        t0, t1 = float(r["start_s"]), float(r["end_s"])
+        mb = {"egress_dl_mb": 0.0, "ingress_dl_mb": 0.0}
+        for job in wl.jobs:
+            got = spans.get(job.id, {})
+            for t in job.transfers:
+                if t.id not in got or (t.src != f.src and t.dst != f.dst):
+                    continue
+                start, dur = got[t.id]
+                a = job.arrival_s + float(start)
+                b = a + float(dur)
+                if b <= a:  # instantaneous: all of it or none
+                    inside = t.bytes / 1e6 if t0 <= a <= t1 else 0.0
+                else:
+                    inside = t.bytes / 1e6 * max(0.0, min(b, t1) - max(a, t0)) / (b - a)
+                # a transfer on the file's very path shares both of its ports
+                mb["egress_dl_mb"] += inside if t.src == f.src else 0.0
+                mb["ingress_dl_mb"] += inside if t.dst == f.dst else 0.0
+        out[f.id] = mb | {"life_s": t1 - t0}
+    return out
+
+
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
-            alpha: float = 0.4, job_order: str = "fair") -> dict:
+            alpha: float = 0.4, job_order: str = "fair", dl_share: float = 1.0) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`; ``tensorflow`` is the
@@ -171,7 +227,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
     w = sim_workload(wl, bg)
     out: dict = {}
-    for pol, opts in (("tensorflow", {}), ("jit", {"slot_s": slot_s, "alpha": alpha, "job_order": job_order})):
+    jit_opts = {"slot_s": slot_s, "alpha": alpha, "job_order": job_order, "dl_share": dl_share}
+    for pol, opts in (("tensorflow", {}), ("jit", jit_opts)):
         r = simulate(w, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
