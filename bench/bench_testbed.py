@@ -139,6 +139,8 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
                           "speedup_by_model": sim_by_model,
                           "background_slowdown": {p: pred[p]["background_slowdown"]
                                                   for p in ("tensorflow", "jit")},
+                          "background_mbit": {p: pred[p]["background_mbit_mean"]
+                                              for p in ("tensorflow", "jit")},
                           "jct_s": {p: pred[p]["jct_s"] for p in ("tensorflow", "jit")}},
             "runs": runs}
 
@@ -200,6 +202,79 @@ def plot_jobs(result: dict, path: str) -> None:
     plt.close(fig)
 
 
+def plot_tradeoff(results: list[dict], path: str) -> None:
+    """One scenario's JCT ratio none/jit against the files' mean goodput, a point per DL share.
+
+    Testbed medians (jit points labelled with their ``dl_share``), none's
+    goodput as a vertical line, the simulator's jit beside its tensorflow,
+    and the issue's goal region (ratio >= 1.3, goodput >= none's) shaded.
+
+    Parameters
+    ----------
+    results : list of dict
+        :func:`run_jobs` outputs of one scenario and seed (one per DL share).
+    path : str
+        PNG file to write.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = sorted(results, key=lambda r: r.get("dl_share", 1.0))
+    none_mbit = _median(r["median"]["none_background_mbit_mean"] for r in results)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    xs = [r["median"]["jit_background_mbit_mean"] for r in results]
+    ys = [r["median"]["jct_ratio_none_over_jit"] for r in results]
+    ax.plot(xs, ys, "o-", color="#d62728", label="testbed jit (median of pairs)")
+    for r, x, y in zip(results, xs, ys, strict=True):
+        if x is not None and y is not None:
+            ax.annotate(f"DL share {r.get('dl_share', 1.0):g}", (x, y), textcoords="offset points",
+                        xytext=(5, 4), fontsize=7)
+    sx = [r["simulator"].get("background_mbit", {}).get("jit") for r in results]
+    sy = [r["simulator"]["jct_ratio_tf_over_jit"] for r in results]
+    if all(v is not None for v in sx):
+        ax.plot(sx, sy, "s--", color="#aec7e8", label="simulator jit vs tensorflow")
+        tf = r["simulator"]["background_mbit"].get("tensorflow")
+        if tf is not None:
+            ax.plot([tf], [1.0], "D", color="#aec7e8", markeredgecolor="black", markeredgewidth=0.4,
+                    label="simulator tensorflow")
+    if none_mbit is not None:
+        ax.axvline(none_mbit, color="#1f77b4", linestyle=":", label=f"testbed none: {none_mbit:.1f} Mbit/s")
+        x_hi = max([v for v in xs + sx + [none_mbit] if v is not None]) * 1.1
+        y_hi = max([v for v in ys + sy + [1.3] if v is not None]) * 1.1
+        ax.fill_between([none_mbit, x_hi], 1.3, y_hi, color="#2ca02c", alpha=0.12,
+                        label="goal: ratio >= 1.3 and files >= none")
+        ax.set_xlim(right=x_hi)
+        ax.set_ylim(top=y_hi)
+    ax.axhline(1.0, color="grey", linewidth=0.6)
+    ax.set_xlabel("files' mean goodput (Mbit/s)")
+    ax.set_ylabel("mean JCT none / jit")
+    r0 = results[0]
+    ax.set_title(f"{r0['scenario']}, seed {r0['seed']}: DL speed-up against background goodput\n"
+                 f"alpha {r0['alpha']}, job order {r0['job_order']}"
+                 f"{', ingress enforced' if r0.get('ingress') else ''}", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _draw(results: dict, figure: str | None, tradeoff: str | None, say) -> None:
+    # --figure: one per result; --tradeoff: one per scenario, over its DL shares
+    if figure:
+        for name, res in results.items():
+            plot_jobs(res, _figure_path(figure, name, len(results)))
+            say(f"wrote {_figure_path(figure, name, len(results))}")
+    if tradeoff:
+        by_scenario: dict[str, list[dict]] = {}
+        for res in results.values():
+            by_scenario.setdefault(res["scenario"], []).append(res)
+        for name, group in by_scenario.items():
+            plot_tradeoff(group, _figure_path(tradeoff, name, len(by_scenario)))
+            say(f"wrote {_figure_path(tradeoff, name, len(by_scenario))}")
+
+
 def _figure_path(path: str, scenario: str, n: int) -> str:
     # one scenario: the path as given; several: the scenario's name before the suffix
     if n == 1:
@@ -222,9 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.4, help="jit: fraction of each job's transfers planned")
     p.add_argument("--job-order", choices=JOB_ORDERS, default="fair",
                    help="jit: how jobs share a port in the LAT estimate (default fair, the paper's)")
-    p.add_argument("--dl-share", type=float, default=1.0,
+    p.add_argument("--dl-share", type=float, nargs="+", default=[1.0],
                    help="jit: fraction of each port plans may give DL transfers; the rest is the "
-                        "background's floor (default 1)")
+                        "background's floor (default 1). Several values: one set of pairs each")
+    p.add_argument("--tradeoff", metavar="PATH.png",
+                   help="draw each scenario's JCT ratio against the files' goodput, one point per "
+                        "--dl-share, beside none's goodput and the simulator's curve")
     p.add_argument("--switch-priority", action="store_true",
                    help="DL transfers in a strict-priority band at the switch ports (both policies)")
     p.add_argument("--ingress", action="store_true",
@@ -242,20 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.replot:
-        if not a.figure:
-            p.error("--replot needs --figure")
+        if not (a.figure or a.tradeoff):
+            p.error("--replot needs --figure or --tradeoff")
         try:
             with open(a.replot) as fh:
                 saved = json.load(fh)
             drawn = {k: v for k, v in saved["scenarios"].items() if isinstance(v, dict)}
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             p.error(f"--replot {a.replot}: not a bench_testbed --json output ({exc})")
-        for name, res in drawn.items():
-            plot_jobs(res, _figure_path(a.figure, name, len(drawn)))
-            print(f"wrote {_figure_path(a.figure, name, len(drawn))}")
+        _draw(drawn, a.figure, a.tradeoff, print)
         return 0
-    if not 0.0 < a.dl_share <= 1.0:
-        p.error(f"--dl-share: must be within (0, 1], got {a.dl_share}")
+    for share in a.dl_share:
+        if not 0.0 < share <= 1.0:
+            p.error(f"--dl-share: must be within (0, 1], got {share}")
     for name in ("drift_s", "early_s"):
         v = getattr(a, name)
         if v is not None and not v > 0:
@@ -279,18 +356,15 @@ def main(argv: list[str] | None = None) -> int:
     except testbed.TestbedError as exc:
         scenarios: dict = {"unavailable": str(exc)}
     else:
-        scenarios = {s: run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
-                                 job_order=a.job_order, switch_priority=a.switch_priority,
-                                 ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s,
-                                 dl_share=a.dl_share)
-                     for s in a.scenario}
+        # one share: results under the scenario's name; several: "<scenario>@<share>"
+        scenarios = {(s if len(a.dl_share) == 1 else f"{s}@{share:g}"):
+                     run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
+                              job_order=a.job_order, switch_priority=a.switch_priority,
+                              ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s, dl_share=share)
+                     for s in a.scenario for share in a.dl_share}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
-    if a.figure:
-        drawn = {k: v for k, v in scenarios.items() if isinstance(v, dict)}
-        for name, res in drawn.items():
-            plot_jobs(res, _figure_path(a.figure, name, len(drawn)))
-            say(f"wrote {_figure_path(a.figure, name, len(drawn))}")
+    _draw({k: v for k, v in scenarios.items() if isinstance(v, dict)}, a.figure, a.tradeoff, say)
     if a.json:
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
@@ -305,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {s}")
             continue
         m, sim = s["median"], s["simulator"]
-        print(f"{name}, seed {s['seed']}, median of {s['repeat']} jit/none pairs "
+        print(f"{name}, seed {s['seed']}, DL share {s.get('dl_share', 1.0):g}, median of {s['repeat']} jit/none pairs "
               f"(simulator: tensorflow vs jit, same workload)")
         print(f"  {'JCT ratio none/jit':<28} {m['jct_ratio_none_over_jit']:8.3f}   simulator "
               f"{sim['jct_ratio_tf_over_jit']:.3f}   goal {GOALS['jct_ratio_none_over_jit']}")
@@ -313,8 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'mean JCT jit / none (s)':<28} {m['jit_mean_jct_s']:8.2f} / {m['none_mean_jct_s']:.2f}   "
               f"simulator {sim['jit_mean_jct_s']:.2f} / {sim['tensorflow_mean_jct_s']:.2f}")
         print(f"  {'LAT hit rate jit / none':<28} {_f(m['jit_lat_hit_rate'], 8.3)} / {_f(m['none_lat_hit_rate'], 0.3)}")
+        sim_mbit = sim.get("background_mbit", {})
         print(f"  {'background Mbit/s jit / none':<28} {_f(m['jit_background_mbit_mean'], 8.1)} / "
-              f"{_f(m['none_background_mbit_mean'], 0.1)}")
+              f"{_f(m['none_background_mbit_mean'], 0.1)}   simulator {_f(sim_mbit.get('jit'), 0.1)} / "
+              f"{_f(sim_mbit.get('tensorflow'), 0.1)}   goal {GOALS['background']}")
         print(f"  {'background slowdown jit/none':<28} {_f(m['jit_background_slowdown_mean'], 8.2)} / "
               f"{_f(m['none_background_slowdown_mean'], 0.2)}   simulator "
               f"{_f(sim['background_slowdown']['jit'], 0.2)} / {_f(sim['background_slowdown']['tensorflow'], 0.2)}")

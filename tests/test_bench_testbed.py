@@ -50,3 +50,21 @@ def test_one_figure_per_scenario_when_several():
     assert _figure_path("out/jobs.png", "quick", 1) == "out/jobs.png"
     assert _figure_path("out/jobs.png", "paper-mini", 2) == "out/jobs-paper-mini.png"
     assert _figure_path("jobs", "quick", 2) == "jobs-quick"
+
+
+def test_tradeoff_figure_from_a_saved_dl_share_sweep(tmp_path, capsys):
+    one = saved_output()["scenarios"]["quick"]
+    sweep = {}
+    for share, ratio, mbit in ((1.0, 1.3, 45.0), (0.6, 1.1, 48.0)):
+        r = json.loads(json.dumps(one))
+        r["dl_share"] = share
+        r["median"].update(jct_ratio_none_over_jit=ratio, jit_background_mbit_mean=mbit)
+        r["simulator"]["background_mbit"] = {"jit": mbit + 4, "tensorflow": 46.0}
+        sweep[f"quick@{share:g}"] = r
+    src = tmp_path / "sweep.json"
+    src.write_text(json.dumps({"scenarios": sweep}))
+    fig = tmp_path / "tradeoff.png"
+    assert main(["--replot", str(src), "--tradeoff", str(fig)]) == 0
+    # one scenario: one figure at the path as given, however many shares
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 5000
+    assert capsys.readouterr().out.strip() == f"wrote {fig}"

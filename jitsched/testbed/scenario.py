@@ -10,6 +10,7 @@ import numpy as np
 from jitsched.bgtraffic import BackgroundFlow
 from jitsched.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.testbed import Testbed, TestbedError
+from jitsched.testbed.measure import GOODPUT
 
 PAPER_LINK_BPS = 1e9  # the paper's links; byte sizes scale by link rate / this
 PAPER_MODELS = ("lenet", "alexnet", "vgg16", "inception_v3", "resnet152")
@@ -219,7 +220,9 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     dict
         ``jct_ratio_tf_over_jit`` (ratio of mean JCTs), ``mean_speedup``
         (mean over jobs of TF JCT / JIT JCT) and per policy ``mean_jct_s``,
-        ``jct_s`` (per job), ``jct_by_model_s`` and ``background_slowdown``.
+        ``jct_s`` (per job), ``jct_by_model_s``, ``background_slowdown`` and
+        ``background_mbit_mean`` (the files' mean goodput, Mbit/s of payload
+        as the testbed counts it).
     """
     from jitsched.sim import simulate
 
@@ -233,7 +236,10 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
                     "jct_by_model_s": r.jct_by_model(),
-                    "background_slowdown": float(np.mean(r.bg_slowdown)) if len(r.bg_slowdown) else None}
+                    "background_slowdown": float(np.mean(r.bg_slowdown)) if len(r.bg_slowdown) else None,
+                    # files' mean goodput as the testbed measures it: payload, at GOODPUT of the wire
+                    "background_mbit_mean": (float(np.mean(r.bg_size * 8 / r.bg_jct_s)) / 1e6 * GOODPUT
+                                             if len(r.bg_jct_s) else None)}
     tf, jit = out["tensorflow"], out["jit"]
     out["jct_ratio_tf_over_jit"] = tf["mean_jct_s"] / jit["mean_jct_s"]
     out["mean_speedup"] = float(np.mean([tf["jct_s"][j] / jit["jct_s"][j] for j in jit["jct_s"]]))
