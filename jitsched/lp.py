@@ -123,6 +123,38 @@ class LPSolution:
         return np.flatnonzero(self.lateness_s > 0)
 
 
+_highs_made = False  # this process has built a Highs object (its banner is printed)
+
+
+def _new_highs() -> highspy.Highs:
+    """A Highs object; the first in a process prints HiGHS's banner on stderr, not stdout.
+
+    HiGHS writes its version banner to the process's standard output when the
+    first Highs object is built, before any option can turn logging off; it
+    would corrupt what this process prints there (``jitsched plan --json``,
+    bench ``--json`` outputs). Later objects print nothing.
+    """
+    global _highs_made
+    if _highs_made:
+        return highspy.Highs()
+    import ctypes
+    import os
+    import sys
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        try:
+            return highspy.Highs()
+        finally:
+            ctypes.CDLL(None).fflush(None)  # the banner may sit in C stdio's buffer
+            os.dup2(saved, 1)
+            _highs_made = True
+    finally:
+        os.close(saved)
+
+
 def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, *,
                        slot_s: float, objective: str = "balanced", weight=None,
                        time_limit_s: float | None = 5.0, iteration_limit: int | None = None,
@@ -462,7 +494,7 @@ def _solve_component(idx, a, dl, demand, coef, pe, pi, w, objective, budget, thr
         ncol += n
     col_lower = np.zeros(ncol)
 
-    h = highspy.Highs()
+    h = _new_highs()
     h.setOptionValue("output_flag", False)
     if solver == "ipm" or (solver == "auto" and ncol > AUTO_IPM_COLUMNS):
         h.setOptionValue("solver", "ipm")

@@ -70,3 +70,12 @@ def test_bad_option_value_exits_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "jitsched", "plan", str(EXAMPLE), "--alpha", "3"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "alpha" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_plan_json_stdout_is_only_json_in_a_fresh_process():
+    # HiGHS prints a banner when a process builds its first solver object: it must not
+    # land in the JSON a caller pipes into another program
+    proc = subprocess.run([sys.executable, "-m", "jitsched", "plan", str(EXAMPLE), "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "optimal"
