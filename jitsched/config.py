@@ -40,7 +40,10 @@ class DaemonConfig:
     being a joint plan, 0: never for that reason) or ``full`` (every arrival
     re-solves all jobs). A batch of arrivals with more than
     ``max_increment_transfers`` transfers (a single job always qualifies) is no
-    fast plan anyway and goes to a joint re-solve instead.
+    fast plan anyway and goes to a joint re-solve instead. ``max_planner_duty``
+    bounds the share of time full re-solves keep the planner busy (1: no
+    bound): a re-solve over DAGs of thousands of transfers can take seconds,
+    and back-to-back ones take a core from the hosts' agents and jobs.
     """
 
     cluster: Cluster
@@ -63,6 +66,9 @@ class DaemonConfig:
     planning: str = INCREMENTAL
     joint_replan_s: float = 1.0
     max_increment_transfers: int = 256
+    # full re-solves may keep the planner busy at most this fraction of the time: after
+    # one that took d seconds the next starts no sooner than d * (1 / duty - 1) later
+    max_planner_duty: float = 1.0
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_jobs: int = 10_000
     planner_process: bool = True  # full re-solves in a child process (False: a thread)
@@ -79,7 +85,7 @@ _DAEMON_KEYS = {"job_endpoint": str, "agent_endpoint": str, "metrics_port": int,
 _SCHED_KEYS = {"policy": str, "slot_s": float, "alpha": float, "objective": str,
                "replan_period_s": float, "drift_s": float, "early_s": float, "coalesce_s": float,
                "planning": str, "joint_replan_s": float, "max_increment_transfers": int,
-               "policy_options": dict}
+               "max_planner_duty": float, "policy_options": dict}
 
 
 def _section(doc: dict, name: str, spec: dict) -> dict:
@@ -123,6 +129,8 @@ def check_config(cfg: DaemonConfig) -> None:
         raise ValidationError(f"planning: expected incremental or full, got {cfg.planning!r}")
     if not cfg.joint_replan_s >= 0:
         raise ValidationError(f"joint_replan_s: must be >= 0, got {cfg.joint_replan_s!r}")
+    if not 0.0 < cfg.max_planner_duty <= 1.0:
+        raise ValidationError(f"max_planner_duty: must be within (0, 1], got {cfg.max_planner_duty!r}")
     if cfg.max_increment_transfers < 1:
         raise ValidationError(
             f"max_increment_transfers: must be >= 1, got {cfg.max_increment_transfers!r}")

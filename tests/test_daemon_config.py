@@ -69,9 +69,11 @@ def test_missing_and_malformed_files(tmp_path):
 def test_planning_settings(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text(tomli_w.dumps({"hosts": HOSTS, "daemon": {"planner_process": False},
-                                "scheduler": {"planning": "full", "joint_replan_s": 2}}))
+                                "scheduler": {"planning": "full", "joint_replan_s": 2,
+                                              "max_planner_duty": 0.5}}))
     cfg = load_config(p)
     assert (cfg.planning, cfg.joint_replan_s, cfg.planner_process) == ("full", 2.0, False)
+    assert cfg.max_planner_duty == 0.5
     assert load_config_roundtrip(cfg, tmp_path) == cfg
     default = DaemonConfig(cluster=Cluster.uniform(1))
     assert (default.planning, default.joint_replan_s, default.planner_process) == (
@@ -82,6 +84,8 @@ def test_planning_settings(tmp_path):
     ({"hosts": HOSTS, "scheduler": {"planning": "lazy"}}, "planning"),
     ({"hosts": HOSTS, "scheduler": {"joint_replan_s": -1.0}}, "joint_replan_s"),
     ({"hosts": HOSTS, "scheduler": {"max_increment_transfers": 0}}, "max_increment_transfers"),
+    ({"hosts": HOSTS, "scheduler": {"max_planner_duty": 0.0}}, "max_planner_duty"),
+    ({"hosts": HOSTS, "scheduler": {"max_planner_duty": 1.5}}, "max_planner_duty"),
     ({"hosts": HOSTS, "daemon": {"planner_process": "yes"}}, "[daemon].planner_process"),
     ({"hosts": HOSTS, "daemon": {"max_jobs": True}}, "[daemon].max_jobs"),
 ])

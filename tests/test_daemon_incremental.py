@@ -347,3 +347,49 @@ def test_transfer_far_ahead_of_the_plan_triggers_an_early_resolve(early_s, repla
         else:
             time.sleep(0.5)
             assert not any("early" in r for _, r, _ in seen[n:])
+
+
+@pytest.mark.parametrize("duty", [1.0, 0.25])
+def test_planner_duty_spaces_full_resolves_by_their_duration(duty):
+    from jitsched.agents.agent import Agent
+    from jitsched.daemon import Daemon
+    from jitsched.daemon.server import create_policy
+
+    # every arrival is a full re-solve of at least 0.4 s; with duty 0.25 the next may
+    # start only 3 x its duration after it ended
+    cfg = config(planning="full", planner_process=False, max_planner_duty=duty)
+    pol = SlowFullJit(**{k: v for k, v in vars(create_policy(cfg)).items()
+                         if k in ("alpha", "slot_s", "objective", "resolve_period_s")})
+    pol.delay_s = 0.4
+    pol.reset(cfg.cluster)
+    d = Daemon(cfg, policy=pol)
+    agents = []
+    try:
+        d.start()
+        agents = [Agent(h, d.agent_endpoint, local_namespace=f"du{id(d)}").start() for h in HOSTS]
+        results: list = []
+        record_adoptions(d, results)
+        ended = []
+        adopt = d.state._adopt
+
+        def stamp(res, now):
+            ended.append(time.monotonic())
+            adopt(res, now)
+
+        d.state._adopt = stamp
+        with Client(d.job_endpoint) as c:
+            c.submit_job(layer_chain_job("a", "h0", "h1"))
+            assert wait_until(lambda: len(ended) >= 1, 5.0)
+            c.submit_job(layer_chain_job("b", "h2", "h3"))  # a trigger during the cool-down
+            assert wait_until(lambda: len(ended) >= 2 and settled(d), 10.0)
+        first, second = results[0], results[1]
+        assert "b" not in first.jobs and "b" in second.jobs  # the trigger waited, it was not lost
+        gap = (ended[1] - second.solve_s) - ended[0]  # from the first's end to the second's start
+        if duty < 1.0:
+            assert gap >= first.solve_s * (1 / duty - 1) - 0.05
+        else:
+            assert gap < first.solve_s  # back to back as soon as asked
+    finally:
+        for a in agents:
+            a.stop()
+        d.stop()

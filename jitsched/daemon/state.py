@@ -450,6 +450,7 @@ class SchedulerState:
         self.plans_by_mode = {FULL: 0, INCREMENTAL: 0}
         self.lat_misses = 0
         self.last_plan_s = -math.inf  # the last full re-solve
+        self.last_full_solve_s = 0.0  # how long it took (max_planner_duty)
         self.incremental_ok = True  # False once the policy said it cannot plan incrementally
 
     @property
@@ -798,6 +799,9 @@ class SchedulerState:
         """Whether a full re-solve is due (a trigger fired, coalescing elapsed, none in flight)."""
         if self.inflight[FULL] or self.held is not None:
             return False
+        duty = self.config.max_planner_duty
+        if duty < 1.0 and now - self.last_plan_s < self.last_full_solve_s * (1.0 / duty - 1.0):
+            return False  # cooling down: triggers wait, none is lost
         if (self.config.replan_period_s > 0 and self.active
                 and now - self.last_plan_s >= self.config.replan_period_s):
             self._trigger("tick", now)
@@ -893,6 +897,7 @@ class SchedulerState:
         if res.mode == FULL:
             self.inflight[FULL] = 0
             self.last_plan_s = now
+            self.last_full_solve_s = res.solve_s
             if res.error:
                 self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
                 return False
