@@ -68,7 +68,8 @@ def _paired(jit: dict, none: dict) -> dict:
 
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
              job_order: str = "fair", switch_priority: bool = False, ingress: bool = False,
-             drift_s: float | None = None, early_s: float | None = None, dl_share: float = 1.0) -> dict:
+             drift_s: float | None = None, early_s: float | None = None, dl_share: float = 1.0,
+             planning: str | None = None, max_planner_duty: float | None = None) -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
     ``alpha``, ``job_order`` and ``dl_share`` are the jit policy's (daemon and simulator
@@ -76,7 +77,10 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     band under both policies; ``ingress``: jit agents enforce their hosts' ingress too;
     ``drift_s``: the jit daemon re-solves when a transfer is this many seconds
     behind its plan (None: never, as the simulator's prediction); ``early_s``:
-    also when one arrives this many seconds before its LAT (None: never).
+    also when one arrives this many seconds before its LAT (None: never);
+    ``planning`` and ``max_planner_duty``: the jit daemon's planning mode and
+    bound on re-solve time (None: the testbed's defaults, full re-solves as the
+    simulator plans, unbounded).
     """
     from jitsched.testbed.e2e import run_scenario
 
@@ -90,6 +94,10 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
         jit_options["drift_s"] = drift_s
     if early_s is not None:
         jit_options["early_s"] = early_s
+    if planning is not None:
+        jit_options["planning"] = planning
+    if max_planner_duty is not None:
+        jit_options["max_planner_duty"] = max_planner_duty
     runs = []
     for r in range(repeat):
         order = ("jit", "none") if r % 2 == 0 else ("none", "jit")
@@ -129,7 +137,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
     return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
-            "dl_share": dl_share,
+            "dl_share": dl_share, "planning": planning, "max_planner_duty": max_planner_duty,
             "switch_priority": switch_priority, "ingress": ingress, "drift_s": drift_s, "early_s": early_s,
             "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
@@ -300,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dl-share", type=float, nargs="+", default=[1.0],
                    help="jit: fraction of each port plans may give DL transfers; the rest is the "
                         "background's floor (default 1). Several values: one set of pairs each")
+    p.add_argument("--planning", choices=("full", "incremental"), default=None,
+                   help="jit daemon's planning mode (default full: every arrival re-solves all jobs, "
+                        "as the simulator plans)")
+    p.add_argument("--max-planner-duty", type=float, default=None,
+                   help="jit daemon: bound on the share of time full re-solves keep the planner busy "
+                        "(default: none)")
     p.add_argument("--tradeoff", metavar="PATH.png",
                    help="draw each scenario's JCT ratio against the files' goodput, one point per "
                         "--dl-share, beside none's goodput and the simulator's curve")
@@ -330,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--replot {a.replot}: not a bench_testbed --json output ({exc})")
         _draw(drawn, a.figure, a.tradeoff, print)
         return 0
+    if a.max_planner_duty is not None and not 0.0 < a.max_planner_duty <= 1.0:
+        p.error(f"--max-planner-duty: must be within (0, 1], got {a.max_planner_duty}")
     for share in a.dl_share:
         if not 0.0 < share <= 1.0:
             p.error(f"--dl-share: must be within (0, 1], got {share}")
@@ -360,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         scenarios = {(s if len(a.dl_share) == 1 else f"{s}@{share:g}"):
                      run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
                               job_order=a.job_order, switch_priority=a.switch_priority,
-                              ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s, dl_share=share)
+                              ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s, dl_share=share,
+                              planning=a.planning, max_planner_duty=a.max_planner_duty)
                      for s in a.scenario for share in a.dl_share}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}

@@ -37,6 +37,7 @@ def test_replot_draws_a_png_from_saved_output(tmp_path, capsys):
     (["--replot", "/nonexistent/bt.json", "--figure", "f.png"], "not a bench_testbed --json output"),
     (["--drift-s", "0"], "--drift-s: must be positive"),
     (["--dl-share", "0"], "--dl-share: must be within (0, 1]"),
+    (["--max-planner-duty", "2"], "--max-planner-duty: must be within (0, 1]"),
     (["--dl-share", "1.2"], "--dl-share: must be within (0, 1]"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, message, capsys):

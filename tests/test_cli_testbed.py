@@ -18,6 +18,8 @@ from jitsched.cli import main
      {"ingress": False, "alpha": 0.7,
       "daemon_options": {"policy_options": {"job_order": "smallest"}, "drift_s": 0.5, "early_s": 0.25}}),
     (["--dl-share", "0.6"], {"ingress": False, "daemon_options": {"policy_options": {"dl_share": 0.6}}}),
+    (["--planning", "incremental", "--max-planner-duty", "0.33"],
+     {"ingress": False, "daemon_options": {"planning": "incremental", "max_planner_duty": 0.33}}),
 ])
 def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more):
     calls = []

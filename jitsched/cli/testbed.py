@@ -29,6 +29,10 @@ from jitsched.cli.registry import arg, register
     arg("--dl-share", type=float, default=None,
         help="run, jit: fraction of each port plans may give DL transfers; the rest is the "
              "background's floor (default 1)"),
+    arg("--planning", choices=("full", "incremental"), default=None,
+        help="run, jit: the daemon's planning mode (default full, as the simulator plans)"),
+    arg("--max-planner-duty", type=float, default=None,
+        help="run, jit: bound on the share of time full re-solves keep the planner busy (default none)"),
     arg("--drift-s", type=float, default=None,
         help="run, jit: re-solve when a transfer is this many seconds behind its plan "
              "(default: never, like the simulator)"),
@@ -85,10 +89,9 @@ def cmd_testbed(args: argparse.Namespace) -> int:
                       if v is not None}
     if policy_options:
         daemon["policy_options"] = policy_options
-    if args.drift_s is not None:
-        daemon["drift_s"] = args.drift_s
-    if args.early_s is not None:
-        daemon["early_s"] = args.early_s
+    for name in ("drift_s", "early_s", "planning", "max_planner_duty"):
+        if getattr(args, name) is not None:
+            daemon[name] = getattr(args, name)
     if daemon:
         kw["daemon_options"] = daemon
     out = run_scenario(args.scenario, args.policy, **kw)
