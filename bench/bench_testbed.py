@@ -192,8 +192,16 @@ def plot_jobs(result: dict, path: str) -> None:
         ax.bar(x + (k - 1.5) * w, ys, w, label=label, color=color, edgecolor="black", linewidth=0.4)
     ax.set_xticks(x, jobs, rotation=20, ha="right")
     ax.set_ylabel("JCT (s)")
+    ax.set_title(f"{result['scenario']}, seed {result['seed']}, {result['repeat']} pairs; {_options(result)}\n"
+                 f"JCT ratio none/jit {_f(med['jct_ratio_none_over_jit'], 0.3)}, "
+                 f"simulator {result['simulator']['jct_ratio_tf_over_jit']:.3f}", fontsize=9)
+    _save(fig, ax, path)
+
+
+def _options(result: dict, share: bool = True) -> str:
+    """The jit options of a :func:`run_jobs` result, as a figure title shows them."""
     opts = f"alpha {result['alpha']}, job order {result['job_order']}"
-    if result.get("dl_share", 1.0) != 1.0:
+    if share and result.get("dl_share", 1.0) != 1.0:
         opts += f", DL share {result['dl_share']}"
     if result.get("ingress"):
         opts += ", ingress enforced"
@@ -201,12 +209,19 @@ def plot_jobs(result: dict, path: str) -> None:
         opts += f", drift re-plans at {result['drift_s']} s"
     if result.get("early_s") is not None:
         opts += f", early re-plans at {result['early_s']} s"
-    ax.set_title(f"{result['scenario']}, seed {result['seed']}, {result['repeat']} pairs; {opts}\n"
-                 f"JCT ratio none/jit {_f(med['jct_ratio_none_over_jit'], 0.3)}, "
-                 f"simulator {result['simulator']['jct_ratio_tf_over_jit']:.3f}", fontsize=9)
+    if result.get("planning") is not None:
+        opts += f", {result['planning']} planning"
+    if result.get("max_planner_duty") is not None:
+        opts += f", planner duty {result['max_planner_duty']}"
+    return opts
+
+
+def _save(fig, ax, path: str) -> None:
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
+
     plt.close(fig)
 
 
@@ -260,12 +275,8 @@ def plot_tradeoff(results: list[dict], path: str) -> None:
     ax.set_ylabel("mean JCT none / jit")
     r0 = results[0]
     ax.set_title(f"{r0['scenario']}, seed {r0['seed']}: DL speed-up against background goodput\n"
-                 f"alpha {r0['alpha']}, job order {r0['job_order']}"
-                 f"{', ingress enforced' if r0.get('ingress') else ''}", fontsize=9)
-    ax.legend(fontsize=7, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+                 f"{_options(r0, share=False)}", fontsize=9)
+    _save(fig, ax, path)
 
 
 def _draw(results: dict, figure: str | None, tradeoff: str | None, say) -> None:
@@ -330,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--figure", metavar="PATH.png",
                    help="draw each scenario's per-job JCTs (testbed and simulator) to this PNG")
     p.add_argument("--replot", metavar="FILE.json",
-                   help="only redraw --figure from a saved --json output (runs nothing)")
+                   help="only redraw --figure / --tradeoff from a saved --json output (runs nothing)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.replot:

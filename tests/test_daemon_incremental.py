@@ -149,16 +149,23 @@ class SlowFullJit(JitPolicy):
         return super().schedule(view)
 
 
+def slow_full_jit(cfg, delay_s: float) -> SlowFullJit:
+    """The daemon's JIT policy for ``cfg``, its full re-solves taking at least ``delay_s``."""
+    from jitsched.daemon.server import create_policy
+
+    pol = SlowFullJit(**{k: v for k, v in vars(create_policy(cfg)).items()
+                         if k in ("alpha", "slot_s", "objective", "resolve_period_s")})
+    pol.delay_s = delay_s
+    pol.reset(cfg.cluster)
+    return pol
+
+
 def test_job_added_during_a_full_solve_is_rebased_never_dropped():
     from jitsched.agents.agent import Agent
     from jitsched.daemon import Daemon
-    from jitsched.daemon.server import create_policy
 
     cfg = config(replan_period_s=5.0, joint_replan_s=60.0, planner_process=False)
-    pol = SlowFullJit(**{k: v for k, v in vars(create_policy(cfg)).items()
-                         if k in ("alpha", "slot_s", "objective", "resolve_period_s")})
-    pol.reset(cfg.cluster)
-    d = Daemon(cfg, policy=pol)
+    d = Daemon(cfg, policy=slow_full_jit(cfg, 1.0))
     agents = []
     try:
         d.start()
@@ -353,16 +360,11 @@ def test_transfer_far_ahead_of_the_plan_triggers_an_early_resolve(early_s, repla
 def test_planner_duty_spaces_full_resolves_by_their_duration(duty):
     from jitsched.agents.agent import Agent
     from jitsched.daemon import Daemon
-    from jitsched.daemon.server import create_policy
 
     # every arrival is a full re-solve of at least 0.4 s; with duty 0.25 the next may
     # start only 3 x its duration after it ended
     cfg = config(planning="full", planner_process=False, max_planner_duty=duty)
-    pol = SlowFullJit(**{k: v for k, v in vars(create_policy(cfg)).items()
-                         if k in ("alpha", "slot_s", "objective", "resolve_period_s")})
-    pol.delay_s = 0.4
-    pol.reset(cfg.cluster)
-    d = Daemon(cfg, policy=pol)
+    d = Daemon(cfg, policy=slow_full_jit(cfg, 0.4))
     agents = []
     try:
         d.start()
