@@ -30,6 +30,7 @@ import sys
 import time
 
 from jitsched import testbed
+from jitsched.agents.backends.tc import SPARE_MODES
 from jitsched.policies.jit import JOB_ORDERS
 from jitsched.testbed.measure import measure_enforcement, summarize
 from jitsched.testbed.scenario import SCENARIOS, predict, require_daemon_side
@@ -69,7 +70,8 @@ def _paired(jit: dict, none: dict) -> dict:
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
              job_order: str = "fair", switch_priority: bool = False, ingress: bool = False,
              drift_s: float | None = None, early_s: float | None = None, dl_share: float = 1.0,
-             planning: str | None = None, max_planner_duty: float | None = None) -> dict:
+             planning: str | None = None, max_planner_duty: float | None = None,
+             spare: str = "background") -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
     ``alpha``, ``job_order`` and ``dl_share`` are the jit policy's (daemon and simulator
@@ -80,7 +82,8 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     also when one arrives this many seconds before its LAT (None: never);
     ``planning`` and ``max_planner_duty``: the jit daemon's planning mode and
     bound on re-solve time (None: the testbed's defaults, full re-solves as the
-    simulator plans, unbounded).
+    simulator plans, unbounded); ``spare``: who borrows capacity no plan holds
+    (:func:`jitsched.testbed.e2e.run_scenario`).
     """
     from jitsched.testbed.e2e import run_scenario
 
@@ -106,7 +109,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
             t = time.perf_counter()
             res[pol] = run_scenario(scenario, pol, seed=seed, prefix=prefix, measure_slots=0,
                                     timeout_s=300.0, alpha=alpha, switch_priority=switch_priority,
-                                    ingress=ingress,
+                                    ingress=ingress, spare=spare,
                                     daemon_options=jit_options if pol == "jit" else None)
             say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
                 f"{res[pol]['completed']}/{res[pol]['jobs']} jobs, "
@@ -137,7 +140,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
     return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
-            "dl_share": dl_share, "planning": planning, "max_planner_duty": max_planner_duty,
+            "dl_share": dl_share, "planning": planning, "max_planner_duty": max_planner_duty, "spare": spare,
             "switch_priority": switch_priority, "ingress": ingress, "drift_s": drift_s, "early_s": early_s,
             "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
@@ -213,6 +216,8 @@ def _options(result: dict, share: bool = True) -> str:
         opts += f", {result['planning']} planning"
     if result.get("max_planner_duty") is not None:
         opts += f", planner duty {result['max_planner_duty']}"
+    if result.get("spare", "background") != "background":
+        opts += f", spare {result['spare']}"
     return opts
 
 
@@ -325,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-planner-duty", type=float, default=None,
                    help="jit daemon: bound on the share of time full re-solves keep the planner busy "
                         "(default: none)")
+    p.add_argument("--spare", choices=SPARE_MODES, default="background",
+                   help="jit agents: who borrows capacity no plan holds: the files first (background, "
+                        "default, as the simulator's backfill) or flows and files in turn (shared)")
     p.add_argument("--tradeoff", metavar="PATH.png",
                    help="draw each scenario's JCT ratio against the files' goodput, one point per "
                         "--dl-share, beside none's goodput and the simulator's curve")
@@ -388,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                      run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
                               job_order=a.job_order, switch_priority=a.switch_priority,
                               ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s, dl_share=share,
-                              planning=a.planning, max_planner_duty=a.max_planner_duty)
+                              planning=a.planning, max_planner_duty=a.max_planner_duty, spare=a.spare)
                      for s in a.scenario for share in a.dl_share}
     out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}

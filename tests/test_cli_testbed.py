@@ -18,6 +18,7 @@ from jitsched.cli import main
      {"ingress": False, "alpha": 0.7,
       "daemon_options": {"policy_options": {"job_order": "smallest"}, "drift_s": 0.5, "early_s": 0.25}}),
     (["--dl-share", "0.6"], {"ingress": False, "daemon_options": {"policy_options": {"dl_share": 0.6}}}),
+    (["--spare", "shared"], {"ingress": False, "spare": "shared"}),
     (["--planning", "incremental", "--max-planner-duty", "0.33"],
      {"ingress": False, "daemon_options": {"planning": "incremental", "max_planner_duty": 0.33}}),
 ])

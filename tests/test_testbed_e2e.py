@@ -32,9 +32,11 @@ def tiny(monkeypatch, netns_available):
         testbed.down(prefix)
 
 
-@pytest.mark.parametrize("policy,ingress", [("jit", False), ("jit", True), ("none", False)])
-def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress):
-    out = run_scenario("tiny", policy, seed=1, prefix=tiny, timeout_s=60.0, measure_slots=0, ingress=ingress)
+@pytest.mark.parametrize("policy,ingress,spare", [("jit", False, "background"), ("jit", True, "shared"),
+                                                  ("none", False, "background")])
+def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare):
+    out = run_scenario("tiny", policy, seed=1, prefix=tiny, timeout_s=60.0, measure_slots=0, ingress=ingress,
+                       spare=spare)
     assert out["policy"] == policy and out["jobs"] == 2
     assert out["completed"] == 2, out["details"]["errors"]
     assert out["lat_hit_rate"] is not None and 0.0 <= out["lat_hit_rate"] <= 1.0
@@ -93,6 +95,9 @@ def test_failed_run_still_tears_down(tiny, monkeypatch):
     ({"daemon_options": {"drift_s": -1.0}}, "drift_s"),
     ({"daemon_options": {"policy_options": {"job_order": "random"}}}, "job_order"),
     ({"daemon_options": {"no_such_option": 1}}, "no_such_option"),
+    ({"daemon_options": {"policy_options": {"dl_share": 0.0}}}, "dl_share"),
+    ({"daemon_options": {"max_planner_duty": 2.0}}, "max_planner_duty"),
+    ({"spare": "greedy"}, "spare"),
 ])
 def test_bad_options_fail_before_the_testbed_is_built(monkeypatch, kw, message):
     built = []

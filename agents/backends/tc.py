@@ -66,6 +66,7 @@ FLOW_MINOR_MAX = 0xFFF0
 QUANTUM_B = 65536  # >= the largest GSO packet, so one DRR round always sends a packet
 MIN_BURST_B = 3028  # two full-size Ethernet frames
 FLOW_BORROW_PRIO = 2  # with borrow=True, flow classes borrow after the background class (prio 1)
+SPARE_MODES = ("background", "shared")  # who borrows first with borrow=True (TcBackend's spare)
 PRIO_MINOR = 3  # 1:3, the scheduled-traffic band of a switch port (install_shaper(priority_tos=...))
 PRIO_LEAF_HANDLE = 0x30000  # 3:
 BG_RESERVE = 0.02  # with a priority band, background keeps this fraction of the line rate
@@ -413,18 +414,29 @@ class TcBackend(Backend):
         a floor, as the jit policy's backfill has it; flow classes may borrow
         up to the line rate what the background class (borrowing first) leaves
         idle, including flows held at the floor before their first slot.
+    spare : {"background", "shared"}
+        With ``borrow``, who gets capacity no class's rate holds:
+        ``background`` (default) the background class first, flows after it,
+        as the jit policy's backfill has it (it assumes jobs follow their
+        plan); ``shared`` flows and the background class in turn (HTB's
+        round robin by quantum), so a job running behind its plan is not held
+        to floors made for a timeline it does not follow.
     """
 
     name = "tc"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
                  min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = 1500,
-                 borrow: bool = False, **options) -> None:
+                 borrow: bool = False, spare: str = "background", **options) -> None:
+        if spare not in SPARE_MODES:
+            raise ValueError(f"tc backend: spare must be one of {SPARE_MODES}, got {spare!r}")
         super().__init__(line_rate_Bps, **options)
         from jitsched.testbed.netns import ifindex_in
 
         self.dev, self.netns, self.burst_s = dev, netns, float(burst_s)
         self.borrow = bool(borrow)
+        # the background class borrows at prio 1: flows after it, or beside it
+        self.flow_prio = FLOW_BORROW_PRIO if spare == "background" else 1
         self.wire_factor = (mtu + 14) / (mtu - 52)
         self.min_rate_Bps = float(min_rate_Bps if min_rate_Bps is not None else 0.005 * self.line_rate_Bps)
         self.ifindex = ifindex_in(netns, dev)
@@ -487,8 +499,7 @@ class TcBackend(Backend):
 
     def _flow_class(self, minor: int, rate: int, flags: int) -> bytes:
         if self.borrow:
-            # prio 2: spare capacity goes to the background class (prio 1) first
-            return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=FLOW_BORROW_PRIO)
+            return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=self.flow_prio)
         return self._class(minor, rate, rate, flags)
 
     def _alloc_minor(self) -> int:
@@ -645,7 +656,7 @@ class TcIngressBackend(TcBackend):
     ifb : str, optional
         IFB device name (default :func:`ifb_name` of ``dev``).
     **options
-        :class:`TcBackend`'s (``borrow``, ``min_rate_Bps``, ``burst_s``, ``mtu``).
+        :class:`TcBackend`'s (``borrow``, ``spare``, ``min_rate_Bps``, ``burst_s``, ``mtu``).
     """
 
     name = "tc-ingress"

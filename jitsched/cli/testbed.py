@@ -29,6 +29,9 @@ from jitsched.cli.registry import arg, register
     arg("--dl-share", type=float, default=None,
         help="run, jit: fraction of each port plans may give DL transfers; the rest is the "
              "background's floor (default 1)"),
+    arg("--spare", choices=("background", "shared"), default=None,
+        help="run, jit: who borrows capacity no plan holds: background first (default) or "
+             "flows and background in turn"),
     arg("--planning", choices=("full", "incremental"), default=None,
         help="run, jit: the daemon's planning mode (default full, as the simulator plans)"),
     arg("--max-planner-duty", type=float, default=None,
@@ -82,6 +85,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
 
     require_daemon_side()
     kw: dict = {"seed": args.seed, "prefix": args.prefix, "ingress": args.ingress}
+    if args.spare is not None:
+        kw["spare"] = args.spare
     if args.alpha is not None:
         kw["alpha"] = args.alpha
     daemon: dict = {}

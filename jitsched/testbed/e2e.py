@@ -34,7 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from jitsched import testbed
-from jitsched.agents.backends.tc import MIN_BURST_B
+from jitsched.agents.backends.tc import MIN_BURST_B, SPARE_MODES
 from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.netns import in_netns
 
@@ -71,7 +71,7 @@ INGRESS_SHARE = 0.98
 def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, prefix: str = "js",
                  link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1,
                  measure_slots: int = 20, alpha: float = 0.4, daemon_options: dict | None = None,
-                 switch_priority: bool = False, ingress: bool = False) -> dict:
+                 switch_priority: bool = False, ingress: bool = False, spare: str = "background") -> dict:
     """Bring the testbed up, run the scenario's jobs and background flows, tear down.
 
     Parameters
@@ -117,6 +117,11 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         (JCT ratio 1.01 -> 1.16) but not the paper's default policy (1.05 ->
         1.04), and it costs the files the excess plain TCP gives them at the
         receivers; on ``paper-mini`` it slowed Inception and ResNet152.
+    spare : {"background", "shared"}
+        ``jit`` only: who borrows the capacity no class's rate holds
+        (:class:`jitsched.agents.backends.tc.TcBackend`): ``background``
+        (default) the files first, then flows above their plan, as the
+        simulator's backfill; ``shared`` the flows and the files in turn.
 
     Returns
     -------
@@ -135,12 +140,14 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
 
     if policy not in POLICIES:
         raise testbed.TestbedError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if spare not in SPARE_MODES:
+        raise testbed.TestbedError(f"unknown spare mode {spare!r}; known: {', '.join(SPARE_MODES)}")
     sc = get_scenario(scenario)
     link_mbit = link_mbit or sc.link_mbit
     _check_daemon_options(policy, sc.hosts, slot_s, alpha, dict(daemon_options or {}))
     with _sigterm_as_exit():
         return _run(sc, scenario, policy, seed, prefix, link_mbit, timeout_s, slot_s, measure_slots, alpha,
-                    dict(daemon_options or {}), switch_priority, ingress and policy == "jit")
+                    dict(daemon_options or {}), switch_priority, ingress and policy == "jit", spare)
 
 
 def _check_daemon_options(policy: str, hosts: int, slot_s: float, alpha: float, options: dict) -> None:
@@ -175,7 +182,7 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: float, timeout_s: float,
          slot_s: float, measure_slots: int, alpha: float, daemon_options: dict,
-         switch_priority: bool, ingress: bool) -> dict:
+         switch_priority: bool, ingress: bool, spare: str) -> dict:
     from jitsched.client import TransferSink
     from jitsched.client import send_bytes as _send
     from jitsched.config import DaemonConfig
@@ -220,7 +227,8 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
             # registrations at once, not behind the other hosts' slot changes
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
-                                       ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress)))
+                                       ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress,
+                                        spare)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
@@ -391,7 +399,8 @@ def _daemon_main(cfg, conn) -> None:
         pass
 
 
-def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, conn) -> None:
+def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,
+                 conn) -> None:
     """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
     from jitsched.agents.agent import Agent
     from jitsched.daemon.server import wait_until
@@ -403,7 +412,7 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
             with in_netns(netns):
                 # threads inherit the creator's namespace: the agent's local socket
                 # (abstract, per namespace) and tc calls live in the host's namespace
-                opts = {"dev": dev, "netns": netns, "borrow": True}
+                opts = {"dev": dev, "netns": netns, "borrow": True, "spare": spare}
                 agents.append(Agent(name, endpoint, backend="tc", backend_options=opts,
                                     local_namespace=ns_tag, ingress=opts if ingress else None).start())
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
