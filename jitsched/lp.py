@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -124,6 +125,7 @@ class LPSolution:
 
 
 _highs_made = False  # this process has built a Highs object (its banner is printed)
+_highs_lock = threading.Lock()  # the daemon's planner threads may build their first at once
 
 
 def _new_highs() -> highspy.Highs:
@@ -141,18 +143,21 @@ def _new_highs() -> highspy.Highs:
     import os
     import sys
 
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        try:
+    with _highs_lock:
+        if _highs_made:
             return highspy.Highs()
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            os.dup2(2, 1)
+            try:
+                return highspy.Highs()
+            finally:
+                ctypes.CDLL(None).fflush(None)  # the banner may sit in C stdio's buffer
+                os.dup2(saved, 1)
+                _highs_made = True
         finally:
-            ctypes.CDLL(None).fflush(None)  # the banner may sit in C stdio's buffer
-            os.dup2(saved, 1)
-            _highs_made = True
-    finally:
-        os.close(saved)
+            os.close(saved)
 
 
 def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, *,
