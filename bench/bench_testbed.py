@@ -263,7 +263,8 @@ def plot_tradeoff(results: list[dict], path: str) -> None:
     sy = [r["simulator"]["jct_ratio_tf_over_jit"] for r in results]
     if all(v is not None for v in sx):
         ax.plot(sx, sy, "s--", color="#aec7e8", label="simulator jit vs tensorflow")
-        tf = r["simulator"]["background_mbit"].get("tensorflow")
+        # the same files under fair sharing whatever the DL share: one point
+        tf = results[0]["simulator"]["background_mbit"].get("tensorflow")
         if tf is not None:
             ax.plot([tf], [1.0], "D", color="#aec7e8", markeredgecolor="black", markeredgewidth=0.4,
                     label="simulator tensorflow")

@@ -171,7 +171,9 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
         arrival (``run_scenario(...)["details"]["transfers"]``).
     files : dict
         Per file id, at least ``start_s`` and ``end_s`` (seconds from the
-        run's start; files without ``end_s`` are left out).
+        run's start; for a file still moving, when it was last seen, as
+        :meth:`jitsched.bgtraffic.Generator.snapshot` gives it). Files the
+        receivers never saw, or without both times, are left out.
 
     Returns
     -------
