@@ -20,7 +20,7 @@ from jitsched.policies.base import (
     make_policy,
 )
 from jitsched.sim.clock import EventQueue, VirtualClock
-from jitsched.sim.metrics import SimResult, collect
+from jitsched.sim.metrics import SimResult, SlotLog, collect
 
 # Event kinds; at equal times, arrivals are handled before completions so a
 # policy planning at an arrival sees the state just before anything else moves.
@@ -152,6 +152,27 @@ class Simulator:
         advance = buf.advance  # moves buf.rem (exact at buf.t_last) to a later time
         new_flows: list[tuple[int, int, int, int, int, float, float]] = []
         dag_window = [math.inf, -math.inf]  # first DAG arrival, last DAG finish
+        # Remaining bandwidth per slot: the per-host byte integrals are sampled
+        # at the grid instants (from the first DL arrival) and at the last DL
+        # finish, between events, from the table's integrals (exact at its
+        # last advance) and the rates in force since. No work per allocation.
+        slots = SlotLog()
+        next_slot = math.inf  # next grid instant to sample
+        bg_int = bg_sent.copy()  # background bytes per flow without the finishing crumbs
+        slot_k = [0]  # grid instants sampled
+        jobs_left = [nj]
+
+        def sample_slot(t: float) -> None:
+            # rates are constant from the table's last advance to t
+            dt = t - buf.t_last
+            dag_int = dag_egress_int + dag_egress * dt
+            bg_live = np.where(np.isnan(bg_finish), bg_sent, bg_int)
+            bg_host = np.bincount(bg_src, bg_live, nh) if nb else np.zeros(nh)
+            k = buf.n
+            if k and dt > 0:
+                live = buf.bg[:k] >= 0
+                bg_host += np.bincount(buf.src[:k][live], buf.rate[:k][live] * dt, nh)
+            slots.add(t, dag_int, bg_host)
         valid_until = math.inf
         t_flow = math.inf  # earliest finish of a live flow at the current rates
         n_alloc = 0
@@ -199,6 +220,9 @@ class Simulator:
                 job_done[k] = True
                 job_finish[k] = now
                 dag_window[1] = max(dag_window[1], now)
+                jobs_left[0] -= 1
+                if jobs_left[0] == 0:
+                    sample_slot(now)  # the remaining-bandwidth window ends here
                 if bar is not None:
                     bar.update(1)
             view.now = now
@@ -251,6 +275,11 @@ class Simulator:
                 break
             clock.wait_until(max(t_next, now))
             now = clock.now()
+            while next_slot <= now and jobs_left[0]:
+                # the grid instants passed on the way, up to the last DL finish
+                sample_slot(next_slot)
+                slot_k[0] += 1
+                next_slot = slots.origin + slots.slot_s * slot_k[0]
             n_events += 1
             if t_flow <= now:
                 advance(now)
@@ -261,6 +290,7 @@ class Simulator:
                         remaining[v] = 0.0
                         node_done(v, now)
                     else:
+                        bg_int[b] = bg_sent[b]  # before the crumb: a finished flow adds nothing later
                         bg_sent[b] += max(c, 0.0)
                         bg_rem[b] = 0.0
                         bg_finish[b] = now
@@ -286,6 +316,11 @@ class Simulator:
                     k = payload
                     job_arrived[k] = True
                     dag_window[0] = min(dag_window[0], now)
+                    if slots.origin is None:  # the slot grid starts at the first DL arrival
+                        slots.origin = now
+                        sample_slot(now)
+                        slot_k[0] = 1
+                        next_slot = now + slots.slot_s
                     lo, hi = int(dag.job_ptr[k]), int(dag.job_ptr[k + 1])
                     for v in range(lo, hi):
                         if pending_l[v] == 0:
@@ -316,7 +351,7 @@ class Simulator:
         return collect(self, dict(
             start=start, finish=finish, sent=sent, job_finish=job_finish, bg_finish=bg_finish,
             bg_sent=bg_sent, bg_src=bg_src, bg_dst=bg_dst, bg_bytes=bg_bytes, bg_arr=bg_arr,
-            dag_egress_int=dag_egress_int, dag_window=tuple(dag_window), wall_s=wall,
+            dag_egress_int=dag_egress_int, dag_window=tuple(dag_window), slots=slots, wall_s=wall,
             policy_s=policy_s, n_alloc=n_alloc, n_events=n_events, max_util=max_util, end_s=clock.now()))
 
 

@@ -8,6 +8,39 @@ import numpy as np
 
 from jitsched.model import COMPUTE, TRANSFER
 
+# Width of the remaining-bandwidth sampling slots, seconds.
+REMAINING_SLOT_S = 0.1
+
+
+class SlotLog:
+    """Per-host cumulative DAG and background egress bytes, sampled on the remaining-bandwidth grid.
+
+    The simulator samples the integrals at the first DL arrival
+    (:attr:`origin`), every ``slot_s`` after it, and at the last DL finish:
+    a few thousand samples per run instead of a log of the per-host rates at
+    each of the ~10^6 allocations of a paper-scale run. The rates are
+    piecewise constant, so the difference of two samples is the exact bytes
+    sent in between.
+
+    Parameters
+    ----------
+    slot_s : float
+        Grid step, seconds.
+    """
+
+    def __init__(self, slot_s: float = REMAINING_SLOT_S) -> None:
+        self.slot_s = float(slot_s)
+        self.origin: float | None = None
+        self.times: list[float] = []
+        self.dag: list[np.ndarray] = []
+        self.background: list[np.ndarray] = []
+
+    def add(self, t: float, dag: np.ndarray, background: np.ndarray) -> None:
+        """Bytes each host egress sent up to time ``t`` (s): DAG transfers and background flows."""
+        self.times.append(float(t))
+        self.dag.append(dag)
+        self.background.append(background)
+
 
 @dataclass
 class SimResult:
@@ -33,7 +66,19 @@ class SimResult:
         Bytes the simulator delivered per transfer (conservation check).
     remaining_bw : ndarray
         Per host egress, ``1 - DAG bytes sent / (capacity * window)`` over the
-        window from the first job arrival to the last job finish.
+        window from the first job arrival to the last job finish. Every policy
+        sends the same DAG bytes in about the same window, so this hardly
+        tells policies apart; see ``remaining_bw_slots``.
+    remaining_bw_slots : ndarray
+        One sample ``1 - DAG bytes sent in the slot / (capacity * slot length)``
+        per (host egress, slot) in which the host sent DAG bytes, host-major.
+        Slots are ``remaining_bw_slot_s`` long from the first job arrival; the
+        last one ends at the last job finish (it may be shorter).
+    remaining_bw_contended : ndarray
+        The samples of ``remaining_bw_slots`` whose host also had background
+        egress in the slot: what the background got when it wanted the port.
+    remaining_bw_slot_s : float
+        Slot length, seconds.
     bg_ids, bg_size, bg_arrival_s, bg_finish_s, bg_jct_s, bg_alone_s, bg_slowdown, bg_sent : ndarray
         ``bg_alone_s`` is the flow's time alone in an empty cluster.
     stats : dict
@@ -75,6 +120,9 @@ class SimResult:
     max_port_utilization: float
     end_s: float
     window_s: tuple[float, float]
+    remaining_bw_slots: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    remaining_bw_contended: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    remaining_bw_slot_s: float = REMAINING_SLOT_S
     extra: dict = field(default_factory=dict)
 
     def waiting_by_model(self) -> dict[str, float]:
@@ -113,6 +161,8 @@ class SimResult:
                 "min": float(np.min(self.remaining_bw)) if len(self.remaining_bw) else None,
                 "median": float(np.median(self.remaining_bw)) if len(self.remaining_bw) else None,
             },
+            "remaining_bw_slots": quantile_summary(self.remaining_bw_slots),
+            "remaining_bw_contended": quantile_summary(self.remaining_bw_contended),
             "background_slowdown": {
                 "mean": float(np.mean(self.bg_slowdown)) if len(self.bg_slowdown) else None,
                 "by_size_gbit": by_size,
@@ -133,6 +183,58 @@ class SimResult:
             out["background_jct_s"] = {b: float(x) for b, x in zip(self.bg_ids, self.bg_jct_s, strict=True)}
         out["stats"] = {k: v for k, v in self.stats.items() if not isinstance(v, list)}
         return out
+
+
+def quantile_summary(x: np.ndarray) -> dict | None:
+    """``{p5, p25, median, n}`` of the samples ``x`` (None when there are none)."""
+    x = np.asarray(x, dtype=np.float64)
+    if not len(x):
+        return None
+    p5, p25, p50 = np.percentile(x, [5, 25, 50])
+    return {"p5": float(p5), "p25": float(p25), "median": float(p50), "n": int(len(x))}
+
+
+def remaining_slots(log: SlotLog, cap_Bps: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-slot remaining-bandwidth samples from a :class:`SlotLog`.
+
+    A host counts as sending DAG (background) bytes in a slot when it sent
+    more than 1e-9 of the slot's capacity: integrals sampled at instants
+    between allocations carry float dust (~1e-6 bytes) where a flow stopped
+    exactly on a grid instant.
+
+    Parameters
+    ----------
+    log : SlotLog
+        Sampled on its grid from ``lo`` and at ``hi``.
+    cap_Bps : ndarray, shape (n_hosts,)
+        Egress capacities, bytes/s.
+    lo, hi : float
+        First job arrival and last job finish, seconds.
+
+    Returns
+    -------
+    slots, contended : ndarray
+        As :attr:`SimResult.remaining_bw_slots` and :attr:`SimResult.remaining_bw_contended`.
+    """
+    if not hi > lo or len(log.times) < 2:
+        return np.zeros(0), np.zeros(0)
+    qt = np.asarray(log.times)
+    keep = (qt >= lo) & (qt <= hi)
+    # a grid instant may coincide with hi: the later sample (the window's end) wins
+    b, last = np.unique(qt[keep][::-1], return_index=True)
+    rows = np.flatnonzero(keep)[::-1][last]
+    dag, bg = np.asarray(log.dag)[rows], np.asarray(log.background)[rows]
+    if len(b) >= 2 and b[-1] - b[-2] <= 1e-9 * log.slot_s:
+        # hi a float crumb past a grid instant: no sliver slot of ~0 s (its ratio is noise)
+        b, dag, bg = np.delete(b, -2), np.delete(dag, -2, axis=0), np.delete(bg, -2, axis=0)
+    if len(b) < 2:
+        return np.zeros(0), np.zeros(0)
+    full = cap_Bps[None, :] * np.diff(b)[:, None]  # bytes each port could send per slot
+    sent = np.diff(dag, axis=0)
+    ratio = (1.0 - sent / full).T  # (host, slot)
+    active = (sent > 1e-9 * full).T
+    contended = active & (np.diff(bg, axis=0) > 1e-9 * full).T
+    return ratio[active], ratio[contended]
 
 
 def consumer_starts(dag, start: np.ndarray) -> np.ndarray:
@@ -159,6 +261,11 @@ def collect(sim, raw: dict) -> SimResult:
         remaining_bw = 1.0 - raw["dag_egress_int"] / (cap * window)
     else:
         remaining_bw = np.ones(len(cl))
+    if raw.get("slots") is not None:
+        slots, contended = remaining_slots(raw["slots"], cap, lo, hi)
+        slot_s = raw["slots"].slot_s
+    else:
+        slots, contended, slot_s = np.zeros(0), np.zeros(0), REMAINING_SLOT_S
     alone = raw["bg_bytes"] / np.minimum(cl.egress_Bps[raw["bg_src"]], cl.ingress_Bps[raw["bg_dst"]]) \
         if len(raw["bg_bytes"]) else np.zeros(0)
     bg_jct = raw["bg_finish"] - raw["bg_arr"]
@@ -181,5 +288,6 @@ def collect(sim, raw: dict) -> SimResult:
         node_start_s=raw["start"], node_finish_s=raw["finish"],
         stats=stats, wall_s=raw["wall_s"], policy_s=raw["policy_s"], lp_s=lp_s,
         n_allocations=raw["n_alloc"], max_port_utilization=raw["max_util"], end_s=raw["end_s"],
-        window_s=(lo, hi), extra={"events": raw.get("n_events", 0)},
+        window_s=(lo, hi), remaining_bw_slots=slots, remaining_bw_contended=contended,
+        remaining_bw_slot_s=slot_s, extra={"events": raw.get("n_events", 0)},
     )

@@ -1,0 +1,122 @@
+"""Tests of the per-slot remaining-bandwidth metric on hand-computed scenarios (1 Gbit/s = 1.25e8 bytes/s)."""
+
+import numpy as np
+import pytest
+
+from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
+from jitsched.policies import POLICIES
+from jitsched.sim import simulate
+from jitsched.sim.metrics import REMAINING_SLOT_S, quantile_summary
+from tests.test_sim_engine import random_workload
+
+GB = 1.25e8  # bytes/s of 1 Gbit/s
+
+
+def one_transfer(size: float, compute_s: float | None = None, arrival_s: float = 0.0) -> Job:
+    """A job sending ``size`` bytes h0 -> h1, then (optionally) computing ``compute_s`` on h1."""
+    if compute_s is None:
+        return Job("j", (), (Transfer("t", "h0", "h1", size),), (), arrival_s, 0.0, "m")
+    return Job("j", (Compute("c", "h1", compute_s),), (Transfer("t", "h0", "h1", size),),
+               (("t", "c"),), arrival_s, 0.0, "m")
+
+
+def run(jobs, bgs=(), policy="tensorflow"):
+    return simulate(Workload(Cluster.uniform(5), tuple(jobs), tuple(bgs)), policy)
+
+
+def test_slot_constant():
+    assert REMAINING_SLOT_S == 0.1
+
+
+def test_alone_one_full_slot():
+    # 1.25e7 bytes at 1.25e8 bytes/s: 0.1 s, exactly the one slot of the window [0, 0.1]
+    res = run([one_transfer(1.25e7)])
+    np.testing.assert_allclose(res.remaining_bw_slots, [0.0], atol=1e-9)
+    assert len(res.remaining_bw_contended) == 0
+    assert res.remaining_bw_slot_s == 0.1
+
+
+def test_alone_partial_slot_then_compute():
+    # 1.875e7 bytes: [0, 0.1] full (0), [0.1, 0.15] half of the slot [0.1, 0.2] (0.5);
+    # the compute (0.5 s) keeps the window open to 0.65 but sends nothing
+    res = run([one_transfer(1.875e7, compute_s=0.5)])
+    assert res.window_s == pytest.approx((0.0, 0.65))
+    np.testing.assert_allclose(res.remaining_bw_slots, [0.0, 0.5], atol=1e-9)
+
+
+def test_alone_window_ends_mid_slot():
+    # no compute: the window ends at 0.15, so the last slot is [0.1, 0.15] and full
+    res = run([one_transfer(1.875e7)])
+    np.testing.assert_allclose(res.remaining_bw_slots, [0.0, 0.0], atol=1e-9)
+
+
+def test_fair_share_with_background_is_contended():
+    # tensorflow: the DL transfer (1.25e8) and a file (2.5e8) share h0's egress:
+    # 6.25e7 bytes/s each until the transfer ends at 2.0 s -> 20 slots at 0.5, all contended.
+    # A file h3 -> h4 sends all along, on another host: it contends nothing on h0.
+    bgs = [Background("f", "h0", "h2", 2.5e8, 0.0), Background("g", "h3", "h4", 1e9, 0.0)]
+    res = run([one_transfer(1.25e8, compute_s=0.5)], bgs)
+    np.testing.assert_allclose(res.jct_s, [2.5])
+    np.testing.assert_allclose(res.remaining_bw_slots, np.full(20, 0.5), atol=1e-9)
+    np.testing.assert_allclose(res.remaining_bw_contended, np.full(20, 0.5), atol=1e-9)
+    # the old metric: 1.25e8 bytes over a 2.5 s window at 1.25e8 bytes/s on h0
+    assert res.remaining_bw[0] == pytest.approx(1 - 1.25e8 / (GB * 2.5))
+    s = res.summary()
+    assert s["remaining_bw_slots"] == pytest.approx({"p5": 0.5, "p25": 0.5, "median": 0.5, "n": 20})
+    assert s["remaining_bw_contended"]["n"] == 20
+
+
+def test_grid_starts_at_first_arrival():
+    # the job arrives at 0.05 while the file sends since 0: slots [0.05 + 0.1 k, ...];
+    # fair share from 0.05, the transfer ends at 2.05 -> 20 slots at 0.5
+    bgs = [Background("f", "h0", "h2", 5e8, 0.0)]
+    res = run([one_transfer(1.25e8, compute_s=0.5, arrival_s=0.05)], bgs)
+    np.testing.assert_allclose(res.remaining_bw_slots, np.full(20, 0.5), atol=1e-9)
+    np.testing.assert_allclose(res.remaining_bw_contended, np.full(20, 0.5), atol=1e-9)
+
+
+def test_background_ending_on_a_grid_instant():
+    # DL 2.5e7 bytes from 0; a file of 6.25e6 bytes arrives at 0.1 and shares until it ends at 0.2:
+    # [0, 0.1] alone (sent 1.25e7 -> 0), [0.1, 0.2] half (6.25e6 -> 0.5, contended),
+    # [0.2, 0.25] the last 6.25e6 at full rate (-> 0.5 over the slot, background gone: not contended)
+    bgs = [Background("f", "h0", "h2", 6.25e6, 0.1)]
+    res = run([one_transfer(2.5e7, compute_s=0.5)], bgs)
+    np.testing.assert_allclose(res.bg_finish_s, [0.2])
+    np.testing.assert_allclose(res.remaining_bw_slots, [0.0, 0.5, 0.5], atol=1e-9)
+    np.testing.assert_allclose(res.remaining_bw_contended, [0.5], atol=1e-9)
+
+
+def test_two_hosts_host_major_order():
+    # h0 sends 1.25e7 (one slot, 0); h2 sends 3.125e7 to h3 (0.25 s: 0, 0, 0.5)
+    j0 = one_transfer(1.25e7, compute_s=0.5)
+    j1 = Job("k", (Compute("c", "h3", 0.5),), (Transfer("t", "h2", "h3", 3.125e7),),
+             (("t", "c"),), 0.0, 0.0, "m")
+    res = run([j0, j1])
+    np.testing.assert_allclose(res.remaining_bw_slots, [0.0, 0.0, 0.0, 0.5], atol=1e-9)
+
+
+def test_no_jobs_no_samples():
+    res = run([], [Background("f", "h0", "h2", 1e7, 0.0)])
+    assert len(res.remaining_bw_slots) == 0 and len(res.remaining_bw_contended) == 0
+    assert res.summary()["remaining_bw_slots"] is None
+
+
+def test_quantile_summary():
+    assert quantile_summary(np.zeros(0)) is None
+    q = quantile_summary(np.arange(101) / 100)
+    assert q == pytest.approx({"p5": 0.05, "p25": 0.25, "median": 0.5, "n": 101})
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_samples_in_range_every_policy(policy):
+    wl = random_workload(3, n_bg=3)
+    res = simulate(wl, policy, seed=3)
+    assert len(res.remaining_bw_slots) > 0
+    assert np.all(res.remaining_bw_slots >= -1e-9) and np.all(res.remaining_bw_slots < 1)
+    # the contended samples are a sub-multiset of the slot samples
+    assert len(res.remaining_bw_contended) <= len(res.remaining_bw_slots)
+    assert np.all(np.isin(res.remaining_bw_contended, res.remaining_bw_slots))
+    # slots partition the window: every DAG byte is in one; only the last slot
+    # (per host at most one) is shorter than slot_s, which this bound charges in full
+    est = np.sum(1 - res.remaining_bw_slots) * GB * res.remaining_bw_slot_s
+    assert res.transfer_size.sum() * (1 - 1e-9) <= est <= res.transfer_size.sum() + 5 * GB * 0.1
