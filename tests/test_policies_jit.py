@@ -18,7 +18,7 @@ def push_job(i: int, arrival_s: float) -> Job:
 
 
 def run(jobs, seed=0, noise=0.0, **opts):
-    sim = Simulator(Workload(CLUSTER, tuple(jobs)), "jit", seed=seed, compute_noise=noise,
+    sim = Simulator(Workload(CLUSTER, tuple(jobs)), "jit-paper", seed=seed, compute_noise=noise,
                     policy_options=dict(alpha=1.0, **opts))
     res = sim.run()
     return res, sim.policy
@@ -117,7 +117,7 @@ def big_job(arrival_s: float = 0.0) -> Job:
 def test_dl_share_caps_what_plans_promise_per_port():
     bg = (Background("file", "h0", "h1", 5e8, 0.0),)
     for share in (1.0, 0.4):
-        sim = Simulator(Workload(CLUSTER, (big_job(),), bg), "jit",
+        sim = Simulator(Workload(CLUSTER, (big_job(),), bg), "jit-paper",
                         policy_options={"alpha": 1.0, "dl_share": share})
         sim.run()
         lp = sim.policy.plan.lp
@@ -132,7 +132,7 @@ def test_dl_share_caps_what_plans_promise_per_port():
 def test_dl_share_gives_background_a_floor_and_dl_backfills_an_idle_port():
     def run_with(share, background):
         wl = Workload(CLUSTER, (big_job(),), background)
-        res = Simulator(wl, "jit", policy_options={"alpha": 1.0, "dl_share": share}).run()
+        res = Simulator(wl, "jit-paper", policy_options={"alpha": 1.0, "dl_share": share}).run()
         return float(res.jct_s[0]), (float(res.bg_slowdown[0]) if len(res.bg_slowdown) else None)
 
     # a file shorter than the DL transfer: its whole life falls within the transfer's

@@ -81,7 +81,7 @@ def test_jit_schedule_and_options():
     from jitsched.sim import Simulator
 
     cl = Cluster.uniform(4)
-    sim = Simulator(Workload(cl, tuple(random_vgg16_jobs(2, cl.names, seed=0))), "jit")
+    sim = Simulator(Workload(cl, tuple(random_vgg16_jobs(2, cl.names, seed=0))), "jit-paper")
     sim.run()
     st = sim.policy.stats()
     assert st["solves"] == 1 and len(st["lp_solve_s"]) == 1  # both jobs arrive at 0: one plan
@@ -225,8 +225,8 @@ def test_jit_job_order_smallest_first_in_simulation():
     small = Job("k", (Compute("c", "h1", 0.0),), (Transfer("u", "h0", "h1", 1.25e8),),
                 (("u", "c"),), 0.01, 0.0, "m")
     wl = Workload(cl, (big, small))
-    fair = simulate(wl, "jit", policy_options={"alpha": 1.0})
-    smallest = simulate(wl, "jit", policy_options={"alpha": 1.0, "job_order": "smallest"})
+    fair = simulate(wl, "jit-paper", policy_options={"alpha": 1.0})
+    smallest = simulate(wl, "jit-paper", policy_options={"alpha": 1.0, "job_order": "smallest"})
     assert smallest.jct_s[1] == pytest.approx(1.0, abs=0.02)  # alone on the port
     assert fair.jct_s[1] > 1.1  # shares h0 with the big job's first read
     assert smallest.jct_s[0] <= fair.jct_s[0] + 1.0 + 1e-6  # the big job waits at most that second
@@ -249,7 +249,7 @@ def test_ordered_lat_earlier_than_fair_and_jit_beats_fair_sharing():
     assert fair.lat[dag.node("j", "t0")] == pytest.approx(6.0)
     tf = simulate(wl, "tensorflow")
     assert tf.jct_s[0] == pytest.approx(9.0)  # c0 6-7, c1 7-8, c2 8-9
-    jit = simulate(wl, "jit", policy_options={"trans_estimate": "ordered", "backfill": True})
+    jit = simulate(wl, "jit-paper", policy_options={"trans_estimate": "ordered", "backfill": True})
     # need order: t0 at 3 (c0 3-4), t1 at 5 (c1 5-6), t2 at 6 (c2 6-7)
     assert jit.jct_s[0] == pytest.approx(7.0, abs=1e-6)
     st_ = jit.stats
@@ -265,8 +265,8 @@ def test_jit_backfill_uses_idle_capacity():
     comps = (Compute("a", "h1", 3.0), Compute("b", "h1", 0.1))
     job = Job("j", comps, (Transfer("t", "h0", "h1", 1.25e8),), (("a", "b"), ("t", "b")), 0.0, 0.0, "m")
     wl = Workload(Cluster.uniform(2), (job,))
-    lazy = simulate(wl, "jit", policy_options={"backfill": False, "alpha": 1.0})
-    eager = simulate(wl, "jit", policy_options={"backfill": True, "alpha": 1.0})
+    lazy = simulate(wl, "jit-paper", policy_options={"backfill": False, "alpha": 1.0})
+    eager = simulate(wl, "jit-paper", policy_options={"backfill": True, "alpha": 1.0})
     assert lazy.transfer_arrival_s[0] > 2.5
     assert eager.transfer_arrival_s[0] == pytest.approx(1.0, abs=1e-6)
     assert eager.jct_s[0] == pytest.approx(lazy.jct_s[0], abs=1e-6)  # compute-bound either way

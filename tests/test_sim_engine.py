@@ -100,7 +100,7 @@ def test_two_jobs_later_arrival_fifo_vs_sincronia():
 @pytest.mark.parametrize("estimate", ["ordered", "fair"])
 @pytest.mark.parametrize("backfill", [True, False])
 def test_two_jobs_jit_finishes_by_plan(estimate, backfill):
-    res = simulate(two_jobs(), "jit", policy_options={"alpha": 1.0, "slot_s": 0.1,
+    res = simulate(two_jobs(), "jit-paper", policy_options={"alpha": 1.0, "slot_s": 0.1,
                                                       "trans_estimate": estimate,
                                                       "backfill": backfill})
     # LAT is 2 s for both: fair sharing of h0 by the two transfers, or (ordered)

@@ -232,7 +232,11 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
     w = sim_workload(wl, bg)
     out: dict = {}
-    jit_opts = {"slot_s": slot_s, "alpha": alpha, "job_order": job_order, "dl_share": dl_share}
+    # the host agents enforce the LP's planned rates and leave the rest to TCP
+    # (shared fairly, DL backfilling): the jit policy's fair leftover, not the
+    # simulator-only priority leftover
+    jit_opts = {"slot_s": slot_s, "alpha": alpha, "job_order": job_order, "dl_share": dl_share,
+                "leftover": "fair"}
     for pol, opts in (("tensorflow", {}), ("jit", jit_opts)):
         r = simulate(w, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
