@@ -112,7 +112,7 @@ def test_samples_in_range_every_policy(policy):
     wl = random_workload(3, n_bg=3)
     res = simulate(wl, policy, seed=3)
     assert len(res.remaining_bw_slots) > 0
-    assert np.all(res.remaining_bw_slots >= -1e-9) and np.all(res.remaining_bw_slots < 1)
+    assert np.all(res.remaining_bw_slots >= 0) and np.all(res.remaining_bw_slots < 1)
     # the contended samples are a sub-multiset of the slot samples
     assert len(res.remaining_bw_contended) <= len(res.remaining_bw_slots)
     assert np.all(np.isin(res.remaining_bw_contended, res.remaining_bw_slots))

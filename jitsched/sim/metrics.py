@@ -200,7 +200,8 @@ def remaining_slots(log: SlotLog, cap_Bps: np.ndarray, lo: float, hi: float) -> 
     A host counts as sending DAG (background) bytes in a slot when it sent
     more than 1e-9 of the slot's capacity: integrals sampled at instants
     between allocations carry float dust (~1e-6 bytes) where a flow stopped
-    exactly on a grid instant.
+    exactly on a grid instant. Ratios within 1e-9 of 0 are 0 (a port at
+    capacity), and ratios are clipped to [0, 1].
 
     Parameters
     ----------
@@ -232,6 +233,9 @@ def remaining_slots(log: SlotLog, cap_Bps: np.ndarray, lo: float, hi: float) -> 
     full = cap_Bps[None, :] * np.diff(b)[:, None]  # bytes each port could send per slot
     sent = np.diff(dag, axis=0)
     ratio = (1.0 - sent / full).T  # (host, slot)
+    # a port sending at capacity gives 1 - (1 +- a few ulp): float dust, not a
+    # difference between policies that comparisons of p5s should see
+    ratio = np.where(np.abs(ratio) < 1e-9, 0.0, np.clip(ratio, 0.0, 1.0))
     active = (sent > 1e-9 * full).T
     contended = active & (np.diff(bg, axis=0) > 1e-9 * full).T
     return ratio[active], ratio[contended]
