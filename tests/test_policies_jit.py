@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jitsched.errors import ValidationError
 from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
@@ -147,3 +149,134 @@ def test_dl_share_gives_background_a_floor_and_dl_backfills_an_idle_port():
     alone_full, _ = run_with(1.0, ())
     alone_cap, _ = run_with(0.4, ())
     assert alone_cap == pytest.approx(alone_full, abs=0.11)  # within one 0.1 s slot
+
+
+# ---------------------------------------------------------------- priority leftover (the default)
+
+C = 1.25e8  # bytes/s of a 1 Gbit/s port
+
+
+def one_transfer_job(name: str, nbytes: float, src: str = "h0", dst: str = "h1", arrival_s: float = 0.0) -> Job:
+    return Job(name, (Compute("c", dst, 0.0),), (Transfer("t", src, dst, nbytes),), (("t", "c"),), arrival_s)
+
+
+def test_default_jit_serves_the_job_with_fewer_bytes_left_first():
+    # two jobs on one host pair at once: shortest first finishes B at 1 s and A
+    # at 3 s; fair sharing (tensorflow) would finish B at 2 s
+    wl = Workload(CLUSTER, (one_transfer_job("a", 2 * C), one_transfer_job("b", C)))
+    jit = Simulator(wl, "jit").run()
+    tf = Simulator(wl, "tensorflow").run()
+    assert jit.jct_s == pytest.approx([3.0, 1.0])
+    assert tf.jct_s == pytest.approx([3.0, 2.0])
+
+
+def test_default_jit_orders_a_jobs_transfers_by_need():
+    # t1 feeds c1 (0.5 s), t2 feeds c2, which also waits for c1. Sent in need
+    # order, t1 lands at 1 s, c1 runs 1-1.5, t2 lands at 2 s, c2 runs 2-2.5:
+    # JCT 2.5 s. Fair sharing lands both at 2 s and c2 ends at 3 s. t2 is
+    # listed first so that node order alone would get it wrong.
+    job = Job("j", (Compute("c1", "h1", 0.5), Compute("c2", "h1", 0.5)),
+              (Transfer("t2", "h0", "h1", C), Transfer("t1", "h0", "h1", C)),
+              (("t1", "c1"), ("t2", "c2"), ("c1", "c2")), 0.0)
+    wl = Workload(CLUSTER, (job,))
+    assert Simulator(wl, "jit").run().jct_s[0] == pytest.approx(2.5)
+    assert Simulator(wl, "tensorflow").run().jct_s[0] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("file_bytes,file_first", [(1e9, True), (2e9, False)])
+def test_background_ranks_against_jobs_by_smiths_rule(file_bytes, file_first):
+    # a DL job with 0.8 GB on h0->h1 and a file on the same pair, both at 0.
+    # The file's key is remaining * (size / 1 GB) * 0.7: 0.7e9 < 0.8e9 for a
+    # 1 GB file (it goes first), 2.8e9 > 0.8e9 for a 2 GB file (it goes after).
+    job = one_transfer_job("j", 0.8e9)
+    wl = Workload(CLUSTER, (job,), (Background("f", "h0", "h1", file_bytes, 0.0),))
+    res = Simulator(wl, "jit").run()
+    dl, f = 0.8e9 / C, file_bytes / C
+    if file_first:
+        assert res.bg_jct_s[0] == pytest.approx(f) and res.jct_s[0] == pytest.approx(f + dl)
+    else:
+        assert res.jct_s[0] == pytest.approx(dl) and res.bg_jct_s[0] == pytest.approx(dl + f)
+
+
+def test_bg_weight_moves_the_file_behind_the_job():
+    wl = Workload(CLUSTER, (one_transfer_job("j", 0.8e9),), (Background("f", "h0", "h1", 1e9, 0.0),))
+    res = Simulator(wl, "jit", policy_options={"bg_weight": 1.0}).run()  # key 1e9 > 0.8e9
+    assert res.jct_s[0] == pytest.approx(0.8e9 / C)
+    with pytest.raises(ValidationError, match="bg_weight"):
+        Simulator(wl, "jit", policy_options={"bg_weight": 0.0})
+    with pytest.raises(ValidationError, match="leftover"):
+        Simulator(wl, "jit", policy_options={"leftover": "lottery"})
+
+
+def test_a_job_alone_gets_its_isolated_jct_under_background_it_outranks():
+    # a small job next to a large file on the same pair: the job's key (0.1 GB)
+    # beats the file's (5 GB * 5 * 0.7), so the job runs as if alone
+    job = one_transfer_job("j", 1e8)
+    alone = Simulator(Workload(CLUSTER, (job,)), "jit").run().jct_s[0]
+    with_bg = Simulator(Workload(CLUSTER, (job,), (Background("f", "h0", "h1", 5e9, 0.0),)), "jit").run()
+    assert alone == pytest.approx(1e8 / C)
+    assert with_bg.jct_s[0] == pytest.approx(alone)
+
+
+class _Checked:
+    """Wraps a policy: asserts every allocation is work-conserving and honours reservations."""
+
+    def __init__(self, policy):
+        self.p, self.allocations = policy, 0
+
+    def __getattr__(self, name):
+        return getattr(self.p, name)
+
+    def allocate(self, view):
+        a = self.p.allocate(view)
+        f, cl = view.flows, view.cluster
+        h = len(cl)
+        used_e = np.bincount(f.src, weights=a.rates, minlength=h)
+        used_i = np.bincount(f.dst, weights=a.rates, minlength=h)
+        full_e = used_e >= cl.egress_Bps * (1 - 1e-9)
+        full_i = used_i >= cl.ingress_Bps * (1 - 1e-9)
+        # work conservation: a flow below line rate has a saturated port
+        assert np.all((full_e[f.src] | full_i[f.dst]) | (a.rates >= np.minimum(
+            cl.egress_Bps[f.src], cl.ingress_Bps[f.dst]) * (1 - 1e-9)))
+        pol = self.p
+        if len(pol._plan_nodes) and len(f):
+            # every planned transfer in its slot gets at least its reservation
+            # (reservations fit: the LP plans within capacity)
+            k = pol._slot(view.now)
+            for i in np.flatnonzero(f.node >= 0):
+                v = int(f.node[i])
+                s = int(pol._p_start[v])
+                if s >= 0 and 0 <= k - s < pol._p_len[v]:
+                    floor = pol._rates[pol._p_off[v] + k - s]
+                    assert a.rates[i] >= floor * (1 - 1e-6) - 1e-3
+        self.allocations += 1
+        return a
+
+
+def random_ps_job(rng, i: int, n_hosts: int) -> Job:
+    """A parameter-server iteration: reads feed a forward chain, then gradient pushes."""
+    ps, w = (f"h{x}" for x in rng.choice(n_hosts, 2, replace=False))
+    n = int(rng.integers(1, 4))
+    comps = [Compute(f"f{k}", w, float(rng.uniform(0, 0.3))) for k in range(n)]
+    comps.append(Compute("b", w, float(rng.uniform(0, 0.3))))
+    tr = [Transfer(f"r{k}", ps, w, float(rng.uniform(1e6, 2e8))) for k in range(n)]
+    tr += [Transfer(f"g{k}", w, ps, float(rng.uniform(1e6, 2e8))) for k in range(n)]
+    edges = [(f"r{k}", f"f{k}") for k in range(n)] + [(f"f{k}", f"f{k + 1}") for k in range(n - 1)]
+    edges += [(f"f{n - 1}", "b")] + [("b", f"g{k}") for k in range(n)]
+    return Job(f"j{i}", tuple(comps), tuple(tr), tuple(edges), float(rng.uniform(0, 2)))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([0.0, 1.0]))
+def test_priority_leftover_is_work_conserving_and_keeps_reservations(seed, alpha):
+    from jitsched.policies import make_policy
+
+    rng = np.random.default_rng(seed)
+    cl = Cluster.uniform(4)
+    jobs = tuple(random_ps_job(rng, i, 4) for i in range(3))
+    bg = tuple(Background(f"b{i}", f"h{a}", f"h{(a + 1 + d) % 4}", float(rng.uniform(1e7, 3e8)),
+                          float(rng.uniform(0, 3)))
+               for i, (a, d) in enumerate(zip(rng.integers(0, 4, 3), rng.integers(0, 3, 3), strict=True)))
+    pol = _Checked(make_policy("jit", alpha=alpha))
+    res = Simulator(Workload(cl, jobs, bg), pol).run()
+    assert pol.allocations > 0 and np.all(np.isfinite(res.jct_s))

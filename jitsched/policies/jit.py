@@ -759,6 +759,10 @@ class JitPolicy(Policy):
         # large files after them (plain remaining-bytes keys, measured at 100 hosts,
         # 150 jobs, seeds 0-1: no bg_weight beat Sincronia on JCT and background at once)
         key = np.where(is_job, left[grp], bg_key)
+        # float crumbs of a transfer whose plan met its demand only to the LP's
+        # tolerance go first: a job ranked behind a busy port would otherwise
+        # hold them, and their consumer, for as long as the port stays busy
+        key[is_job & (f.remaining <= DRIFT_RTOL * view.dag.size[node])] = -1.0
         ident = np.where(is_job, job, view.dag.n_jobs + f.bg)
         need = np.where(is_job, self._need[node], 0.0)
         return np.lexsort((f.bg, f.node, need, ident, key))
