@@ -116,3 +116,32 @@ def paper_workload(n_dl_jobs: int, *, n_hosts: int = 100, load: float = 0.5,
         else:
             jobs.append(make(str(kinds[i]), names[a], names[b], f"{kinds[i]}-{i}", float(t[i])))
     return Workload(cl, tuple(jobs), tuple(bgs))
+
+
+def model_job(model: str, ps: str, worker: str, job_id: str, arrival_s: float = 0.0, *,
+              real: bool | None = None) -> Job:
+    """One job of ``model`` as :func:`paper_workload` makes it (real DAG or stand-in).
+
+    Parameters
+    ----------
+    model : str
+        One of :data:`MODELS`.
+    ps, worker : str
+        Hosts of the parameter server and the worker (distinct).
+    job_id : str
+    arrival_s : float
+        Seconds.
+    real : bool, optional
+        Use the real TensorFlow model DAG (default: when packaged).
+
+    Returns
+    -------
+    Job
+    """
+    if real is None:
+        real = real_models_available()
+    if real:
+        from jitsched.workloads import load_model_job
+
+        return load_model_job(model, ps, worker, job_id, float(arrival_s))
+    return standin_job(model, ps, worker, job_id, float(arrival_s))

@@ -1,0 +1,156 @@
+"""Tests of ``python -m bench.paper``: a tiny end-to-end run, the dominance verdict, the paper-point calibration."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from bench.paper import __main__ as bp
+
+FILES = ("summary.md", "summary.json", "metrics.csv", "jct.csv", "remaining_bw.csv", "background.csv",
+         "alpha_sweep.csv", "lp_time.csv", "fig5_speedup.png", "fig6_waiting.png", "fig7_arrival_vs_use.png",
+         "fig8_remaining_bw_cdf.png", "fig9_background_slowdown.png", "fig10_alpha.png", "fig11_lp_time.png",
+         "figP_pareto.png", "figL_load_sweep.png")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("paper")
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert bp.main(["--scale", "tiny", "--paper-load", "0.8", "--json", "--out", str(out)]) == 0
+    return out, buf.getvalue()
+
+
+def test_tiny_json_line(tiny_run):
+    out, stdout = tiny_run
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 1  # the markdown stays in the file
+    d = json.loads(lines[0])
+    assert d["scale"] == "tiny" and d["paper_load"] == 0.8
+    assert set(d["points"]) == {"load0.5", "paper"}
+    pols = bp.run_policies()
+    assert pols[:4] == bp.POLICIES
+    for pt in ("load0.5", "paper"):
+        assert set(d["points"][pt]) == set(pols)
+        for pol in pols:
+            m = d["points"][pt][pol]
+            for key in bp.JSON_METRICS:
+                assert key in m
+            assert m["speedup_mean"] > 0 and m["jct_mean_s"] > 0 and m["jct_p95_slowdown"] > 0
+            assert 0 <= m["remaining_bw_p5"] <= m["remaining_bw_median"] <= 1
+        assert d["points"][pt]["tensorflow"]["speedup_mean"] == pytest.approx(1.0)
+
+
+def test_tiny_files_and_summary(tiny_run):
+    out, _ = tiny_run
+    for name in FILES:
+        assert (out / name).stat().st_size > 0, name
+    s = json.loads((out / "summary.json").read_text())
+    assert s["paper_point"]["load"] == 0.8 and s["paper_point"]["source"] == "--paper-load"
+    assert s["isolated_jct_host_check"] <= 1e-9  # a model's job alone: same JCT on other hosts
+    md = (out / "summary.md").read_text()
+    assert "jit dominates at load0.5: " in md and "jit dominates at paper: " in md
+    assert "offered load 0.8" in md
+    assert not (out / "paper_load.json").exists()  # --paper-load: no calibration
+
+
+def metrics(**by_policy):
+    base = {"speedup_mean": 1.0, "jct_mean_s": 5.0, "bg_slowdown_mean": 2.0,
+            "remaining_bw_p5": 0.1, "remaining_bw_median": 0.5}
+    return {pol: {**base, **kw} for pol, kw in by_policy.items()}
+
+
+def test_dominance_yes():
+    ms = metrics(tensorflow={}, tictac={"speedup_mean": 1.2}, sincronia={"jct_mean_s": 4.0},
+                 jit={"speedup_mean": 1.2, "jct_mean_s": 4.0, "bg_slowdown_mean": 1.9,
+                      "remaining_bw_p5": 0.2, "remaining_bw_median": 0.6})
+    assert bp.dominance_failures(ms) == []
+    assert bp.dominance_line("paper", ms) == "jit dominates at paper: yes"
+
+
+def test_dominance_no_names_metric_and_baseline():
+    ms = metrics(tensorflow={}, tictac={"remaining_bw_median": 0.7}, sincronia={"speedup_mean": 1.5},
+                 jit={"speedup_mean": 1.4, "jct_mean_s": 4.0, "bg_slowdown_mean": 2.0,
+                      "remaining_bw_p5": 0.2, "remaining_bw_median": 0.6})
+    fails = bp.dominance_failures(ms)
+    assert fails == [
+        "speedup_mean 1.400 < sincronia 1.500",
+        "bg_slowdown_mean 2.000 >= tensorflow 2.000",  # strictly lower is required
+        "bg_slowdown_mean 2.000 >= tictac 2.000",
+        "bg_slowdown_mean 2.000 >= sincronia 2.000",
+        "remaining_bw_median 0.600 <= tictac 0.700",
+    ]
+    line = bp.dominance_line("load0.5", ms)
+    assert line.startswith("jit dominates at load0.5: no (speedup_mean 1.400 < sincronia 1.500; ")
+
+
+def test_dominance_missing_metric_fails():
+    ms = metrics(tensorflow={}, tictac={}, sincronia={},
+                 jit={"speedup_mean": 2.0, "jct_mean_s": 1.0, "bg_slowdown_mean": None,
+                      "remaining_bw_p5": 0.9, "remaining_bw_median": 0.9})
+    assert bp.dominance_failures(ms) == [f"bg_slowdown_mean missing vs {b}" for b in bp.BASELINES]
+
+
+def test_calibration_bisects_and_picks_closest():
+    calls = []
+
+    def slowdown(load, share):
+        calls.append((load, share))
+        return 1.0 + 1.5 * load  # 2.23 at load 0.82
+
+    cal = bp.calibrate_paper_point("tiny", slowdown=slowdown)
+    # 1.2 -> 2.8 and 0.5 -> 1.75 bracket the target; then 5 bisection steps
+    assert [c[0] for c in calls] == pytest.approx([1.2, 0.5, 0.85, 0.675, 0.7625, 0.80625, 0.828125])
+    assert all(c[1] == bp.DEFAULT_SHARE for c in calls)
+    assert cal["load"] == pytest.approx(0.828125)  # |2.2422 - 2.23| beats 0.80625's |2.2094 - 2.23|
+    assert cal["background_share"] == bp.DEFAULT_SHARE
+    assert cal["tf_bg_slowdown"] == pytest.approx(1.0 + 1.5 * 0.828125)
+    assert len(cal["evaluations"]) == bp.CALIBRATION_EVALS
+    assert bp.calibrate_paper_load("tiny", slowdown=lambda load, share: 1.0 + 1.5 * load) == pytest.approx(0.828125)
+
+
+def test_calibration_raises_share_when_top_load_falls_short():
+    def slowdown(load, share):
+        return 1.0 + 5.0 * load * share  # at share 0.2 the top load gives 2.2 < 2.23; 0.3 gives 2.8
+
+    cal = bp.calibrate_paper_point("tiny", slowdown=slowdown)
+    ev = cal["evaluations"]
+    assert [tuple(e[:2]) for e in ev[:3]] == pytest.approx([(1.2, 0.2), (1.2, 0.3), (0.5, 0.3)])
+    assert cal["background_share"] == pytest.approx(0.3)
+    # the choice is the evaluation closest to the target
+    assert abs(cal["tf_bg_slowdown"] - 2.23) == pytest.approx(min(abs(e[2] - 2.23) for e in ev))
+    assert len(ev) == bp.CALIBRATION_EVALS
+
+
+def test_calibration_never_reaching_target():
+    cal = bp.calibrate_paper_point("tiny", slowdown=lambda load, share: 1.0 + share)
+    assert [tuple(e[:2]) for e in cal["evaluations"]] == pytest.approx(
+        [(1.2, 0.2), (1.2, 0.3), (1.2, 0.4), (1.2, 0.5)])
+    assert cal["background_share"] == pytest.approx(0.5) and cal["load"] == pytest.approx(1.2)
+
+
+def test_select_calibration_ties_prefer_lower_share_and_load():
+    ev = [(1.0, 0.3, 2.20), (0.9, 0.2, 2.26), (0.8, 0.2, 2.20)]
+    assert bp.select_calibration(ev) == {"load": 0.8, "background_share": 0.2, "tf_bg_slowdown": 2.20}
+
+
+def test_paper_point_cache(tmp_path):
+    sc = bp.SCALES["tiny"]
+    key = bp._calibration_key("tiny", sc, True)
+    (tmp_path / "paper_load.json").write_text(json.dumps(
+        {key: {"load": 0.93, "background_share": 0.2, "tf_bg_slowdown": 2.2}}))
+    args = SimpleNamespace(paper_load=None, paper_share=0.2)
+    p = bp.paper_point(args, "tiny", sc, True, tmp_path, executor=None)  # no executor: must not simulate
+    assert p["load"] == 0.93 and p["source"].startswith("cached")
+    p = bp.paper_point(SimpleNamespace(paper_load=0.7, paper_share=0.3), "tiny", sc, True, tmp_path, None)
+    assert (p["load"], p["background_share"], p["source"]) == (0.7, 0.3, "--paper-load")
+
+
+def test_variant_names():
+    assert bp.variant_name("jit", {}) == "jit"
+    assert bp.variant_name("jit", {"bg_weight": 1.5}) == "jit[bg_weight=1.5]"
+    assert bp.point_name(0.5) == "load0.5"
