@@ -154,3 +154,12 @@ def test_variant_names():
     assert bp.variant_name("jit", {}) == "jit"
     assert bp.variant_name("jit", {"bg_weight": 1.5}) == "jit[bg_weight=1.5]"
     assert bp.point_name(0.5) == "load0.5"
+
+
+def test_unknown_knob_option_is_skipped_with_a_note(monkeypatch):
+    monkeypatch.setattr(bp, "PARETO_KNOB", ("jit", "no_such_option", (1.0, 2.0)))
+    runs, notes = bp.plan_runs(bp.SCALES["tiny"], {}, bp.run_policies())
+    assert not any("no_such_option" in r[1] for r in runs)
+    assert len([n for n in notes if "no_such_option" in n]) == 2
+    # every policy still runs at both main points
+    assert {(r[0], r[1]) for r in runs} >= {(pt, pol) for pt in bp.MAIN_POINTS for pol in bp.run_policies()}
