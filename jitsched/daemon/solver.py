@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 from multiprocessing.connection import Connection
 
+import jitsched
 from jitsched.daemon.state import PlanRequest, PlanResult, run_plan
 from jitsched.model import Cluster
 from jitsched.policies.base import Policy
 
 # ``-c`` rather than ``-m``: the package would import this module before runpy runs it.
-_CHILD = "import sys; from jitsched.daemon.solver import main; sys.exit(main(sys.argv[1:]))"
+# ``-c`` puts the working directory first on sys.path, so a daemon of an installed
+# jitsched started from a source checkout had a child importing the checkout (no
+# compiled kernels: every full re-solve failed); the child's sys.path[0] is the
+# directory the daemon's own jitsched came from instead.
+_CHILD = ("import sys; sys.path[0] = sys.argv[1]; from jitsched.daemon.solver import main; "
+          "sys.exit(main(sys.argv[2:]))")
+# the directory holding the jitsched package this process imported
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(jitsched.__file__)))
 
 
 class PlannerProcess:
@@ -53,7 +62,7 @@ class PlannerProcess:
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, str(theirs.fileno())],
+                [sys.executable, "-c", _CHILD, _ROOT, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         except BaseException:
             ours.close()
