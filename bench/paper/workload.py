@@ -91,12 +91,11 @@ def paper_workload(n_dl_jobs: int, *, n_hosts: int = 100, load: float = 0.5,
     """
     if real is None:
         real = real_models_available()
+    make = _job_maker(real)
     if real:
-        from jitsched.workloads import load_model_job, model_bytes
-        make = load_model_job
+        from jitsched.workloads import model_bytes
         dl_bytes = float(np.mean([model_bytes(m) for m in MODELS]))
     else:
-        make = standin_job
         dl_bytes = float(np.mean([TABLE1[m][1] * 1e6 for m in MODELS]))
     rng = np.random.default_rng(seed)
     n_total = int(round(n_dl_jobs / (1 - background_share)))
@@ -138,10 +137,14 @@ def model_job(model: str, ps: str, worker: str, job_id: str, arrival_s: float = 
     -------
     Job
     """
-    if real is None:
-        real = real_models_available()
+    return _job_maker(real_models_available() if real is None else real)(
+        model, ps, worker, job_id, float(arrival_s))
+
+
+def _job_maker(real: bool):
+    """The function that builds one model job: the real DAG's loader, or :func:`standin_job`."""
     if real:
         from jitsched.workloads import load_model_job
 
-        return load_model_job(model, ps, worker, job_id, float(arrival_s))
-    return standin_job(model, ps, worker, job_id, float(arrival_s))
+        return load_model_job
+    return standin_job

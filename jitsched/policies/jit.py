@@ -271,6 +271,43 @@ def job_ranks(dag, cluster, remaining: np.ndarray, active: np.ndarray, job_order
     return rank
 
 
+def estimated_lats(sub, cluster, share, remaining: np.ndarray, unfinished: np.ndarray, *, now: float,
+                   ordered: bool, job_rank: np.ndarray | None = None, estimator: str = "exact",
+                   known_done: np.ndarray | None = None, k_std: float = 0.0):
+    """The LAT pass with the ``fair`` estimate, then ``ORDERED_PASSES`` with ``ordered`` if asked.
+
+    Parameters
+    ----------
+    sub : DagArrays
+    cluster : Cluster
+        Capacities of the LAT pass itself.
+    share : Cluster
+        Capacities the transfer-time estimates assume (e.g. a shared cluster).
+    remaining : ndarray, shape (n_nodes,)
+        Bytes left per transfer.
+    unfinished : ndarray of bool, shape (n_nodes,)
+    now : float
+        Seconds; nothing unfinished starts before it.
+    ordered : bool
+        Follow the seed pass with :func:`ordered_trans` passes.
+    job_rank, estimator, known_done, k_std
+        As for :func:`ordered_trans` and :func:`jitsched.lat.latest_arrival_times`.
+
+    Returns
+    -------
+    LatResult
+    """
+    trans = fair_share_trans(sub, share, remaining, unfinished)
+    lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now, known_done=known_done,
+                               k_std=k_std, trans_s=trans)
+    if ordered:
+        for _ in range(ORDERED_PASSES):
+            trans = ordered_trans(sub, share, remaining, unfinished, lat.release, lat.lat, job_rank)
+            lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now,
+                                       known_done=known_done, k_std=k_std, trans_s=trans)
+    return lat
+
+
 def plan_subset(sub, cluster, *, now: float, known_done: np.ndarray, remaining: np.ndarray,
                 unfinished: np.ndarray, alpha: float, slot_s: float, objective: str,
                 estimator: str, k_std: float, time_limit_s: float | None, solver: str,
@@ -293,15 +330,10 @@ def plan_subset(sub, cluster, *, now: float, known_done: np.ndarray, remaining: 
                          residual_ingress_Bps=residual_ingress_Bps, min_lat_s=min_lat_s)
     t0 = time.perf_counter()
     share = cluster if lat_cluster is None else lat_cluster
-    trans = fair_share_trans(sub, share, remaining, unfinished)
-    lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now, known_done=known_done,
-                               k_std=k_std, trans_s=trans)
-    if trans_estimate == "ordered":
-        rank = job_ranks(sub, share, remaining, unfinished, job_order)
-        for _ in range(ORDERED_PASSES):
-            trans = ordered_trans(sub, share, remaining, unfinished, lat.release, lat.lat, rank)
-            lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now,
-                                       known_done=known_done, k_std=k_std, trans_s=trans)
+    rank = job_ranks(sub, share, remaining, unfinished, job_order) if trans_estimate == "ordered" else None
+    lat = estimated_lats(sub, cluster, share, remaining, unfinished, now=now,
+                         ordered=trans_estimate == "ordered", job_rank=rank, estimator=estimator,
+                         known_done=known_done, k_std=k_std)
     lat_s = time.perf_counter() - t0
     chosen = np.flatnonzero(select_alpha(sub, alpha, unfinished))
     weight = 1.0 + np.maximum(sub.priority[sub.job_of[chosen]], 0.0)
@@ -343,12 +375,8 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray) -> np.ndarray
         act = sub.kind == TRANSFER
         if not act.any():
             continue
-        rem = np.where(act, sub.size, 0.0)
-        trans = fair_share_trans(sub, cluster, rem, act)
-        lat = latest_arrival_times(sub, cluster, now=t, trans_s=trans)
-        for _ in range(ORDERED_PASSES):
-            trans = ordered_trans(sub, cluster, rem, act, lat.release, lat.lat)
-            lat = latest_arrival_times(sub, cluster, now=t, trans_s=trans)
+        lat = estimated_lats(sub, cluster, cluster, np.where(act, sub.size, 0.0), act, now=t,
+                             ordered=True)
         out_n.append(nodes[act])
         out_v.append(lat.lat[act])
     if not out_n:
@@ -541,9 +569,11 @@ class JitPolicy(Policy):
         self._rates = np.zeros(0)
         self._slot_plan: SlotPlan | None = None  # checked view of the plan arrays, set by _replan
         self._epoch = 0.0
-        self._prio_dag = None  # the DagArrays _need/_job_left were built for
+        self._prio_dag = None  # the DagArrays _need/_pair_left were built for
         self._need = np.zeros(0)  # per node: LAT of the job planned alone (s), the in-job order
-        self._job_left = np.zeros(0)  # per job: bytes of its transfers not yet done
+        self._pair_left = np.zeros(0)  # per (job, src, dst) group: bytes of its transfers not yet done
+        self._group = np.zeros(0, dtype=np.int64)  # per node: its (job, src, dst) group
+        self._need_done = np.zeros(0, dtype=bool)  # per job: _need computed
         self._pending = False
         self._drifted = False
         self._last_plan_s = -math.inf
@@ -589,7 +619,7 @@ class JitPolicy(Policy):
         if dag.kind[node] != TRANSFER:
             return
         if self._prio_dag is dag:
-            self._job_left[self._group[node]] -= dag.size[node]
+            self._pair_left[self._group[node]] -= dag.size[node]
         if node >= len(self._lat):
             return
         self.transfers_seen += 1
@@ -710,7 +740,7 @@ class JitPolicy(Policy):
         return int(math.floor((now - self._epoch) / self.slot_s + SLOT_EPS))
 
     def _sync_priority(self, view: SchedulerView) -> None:
-        """(Re)build the per-node need order and per-job bytes left for ``view.dag``.
+        """(Re)build the per-node need order and per-host-pair bytes left for ``view.dag``.
 
         The simulator keeps one DagArrays for a run (built once); a daemon
         hands a new one whenever its job set changes, and then all of it is
@@ -722,14 +752,14 @@ class JitPolicy(Policy):
             self._prio_dag = dag
             self._need = np.full(dag.n_nodes, np.inf)
             self._need_done = np.zeros(dag.n_jobs, dtype=bool)
-            left = (dag.kind == TRANSFER) & (view.node_state != DONE)
             # group: (job, src, dst) of each transfer, the bytes a job still has on one host pair
             tr = dag.kind == TRANSFER
+            left = tr & (view.node_state != DONE)
             h = len(view.cluster)
             code = (dag.job_of.astype(np.int64) * h + dag.src) * h + dag.dst
             _, grp = np.unique(np.where(tr, code, -1), return_inverse=True)
             self._group = grp.astype(np.int64).ravel()
-            self._job_left = np.bincount(self._group[left], weights=dag.size[left],
+            self._pair_left = np.bincount(self._group[left], weights=dag.size[left],
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
         todo = arrived[~self._need_done[arrived]]
@@ -749,11 +779,11 @@ class JitPolicy(Policy):
             return np.lexsort((f.bg, bg_key))
         job = np.where(is_job, f.job, 0)
         node = np.where(is_job, f.node, 0)
-        # a job's key: its transfer bytes not yet sent (done transfers left
-        # _job_left when they finished; the live ones count what they still hold)
+        # a job's key: its bytes not yet sent on the flow's host pair (done
+        # transfers left _pair_left when they finished; live ones count what they hold)
         sent = np.where(is_job, view.dag.size[node] - f.remaining, 0.0)
         grp = self._group[node]
-        left = self._job_left - np.bincount(grp, weights=sent, minlength=len(self._job_left))
+        left = self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
         # Smith's rule for slowdown: a background flow's key grows with its size as
         # well as with what it has left, so small files go before large DL jobs and
         # large files after them (plain remaining-bytes keys, measured at 100 hosts,
