@@ -339,7 +339,9 @@ class Agent:
         """The current slot index, the flows' rates (bytes/s) and the leftover (bytes/s).
 
         Before a flow's first planned slot it is held at zero; after its last one it
-        leaves the list and shares the leftover like unscheduled traffic.
+        leaves the list and shares the leftover like unscheduled traffic, unless it
+        has a strict-priority level (``prio``): then it stays, at zero, borrowing
+        by its level, and the leftover guaranteed to background is zero.
         ``inbound``: the flows this host receives and its ingress leftover.
         """
         s = self.schedule
@@ -357,19 +359,27 @@ class Agent:
         leftover = float(left[k]) if 0 <= k < len(left) else line
         need_ep = backend.needs_endpoints if backend is not None else False
         out = []
+        ranked = False
         for f in s.get("in_flows", []) if inbound else s["flows"]:
             j = k - f["start_slot"]
             rates = f["rates_Bps"]
-            if j >= len(rates):
+            prio = f.get("prio")
+            ranked = ranked or prio is not None
+            if j >= len(rates) and prio is None:
                 continue
-            rate = float(rates[j]) if j >= 0 else 0.0
+            rate = float(rates[j]) if 0 <= j < len(rates) else 0.0
             lf = local.get(f["flow"])
             if lf is None:
                 if need_ep:
                     continue
-                out.append(FlowRate(f["flow"], rate))
+                out.append(FlowRate(f["flow"], rate, prio=prio))
             else:
-                out.append(FlowRate(f["flow"], rate, lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port))
+                out.append(FlowRate(f["flow"], rate, lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port,
+                                    prio=prio))
+        if ranked:
+            # strict priority: background is guaranteed nothing and borrows after every
+            # level, so what the DL flows leave is all it gets (and all of it)
+            leftover = 0.0
         return int(k), out, leftover
 
     def _tick(self, force: bool = False, only: str | None = None) -> None:

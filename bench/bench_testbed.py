@@ -67,15 +67,15 @@ def _paired(jit: dict, none: dict) -> dict:
             "speedup_by_model": {m: statistics.fmean(v) for m, v in sorted(by_model.items())}}
 
 
-def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float = 0.4,
-             job_order: str = "fair", switch_priority: bool = False, ingress: bool = False,
+def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float | None = None,
+             job_order: str | None = None, switch_priority: bool = False, ingress: bool = False,
              drift_s: float | None = None, early_s: float | None = None, dl_share: float = 1.0,
              planning: str | None = None, max_planner_duty: float | None = None,
              spare: str = "background") -> dict:
     """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
 
     ``alpha``, ``job_order`` and ``dl_share`` are the jit policy's (daemon and simulator
-    alike); ``switch_priority`` gives DL transfers the switch ports' priority
+    alike; None: the policy's default); ``switch_priority`` gives DL transfers the switch ports' priority
     band under both policies; ``ingress``: jit agents enforce their hosts' ingress too;
     ``drift_s``: the jit daemon re-solves when a transfer is this many seconds
     behind its plan (None: never, as the simulator's prediction); ``early_s``:
@@ -92,7 +92,8 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     say(f"{scenario}: simulator tensorflow {pred['tensorflow']['mean_jct_s']:.2f} s, "
         f"jit {pred['jit']['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
         f"({time.perf_counter() - t:.0f} s)")
-    jit_options: dict = {"policy_options": {"job_order": job_order, "dl_share": dl_share}}
+    policy_options = {k: v for k, v in (("job_order", job_order), ("dl_share", dl_share)) if v is not None}
+    jit_options: dict = {"policy_options": policy_options} if policy_options else {}
     if drift_s is not None:
         jit_options["drift_s"] = drift_s
     if early_s is not None:
@@ -203,7 +204,8 @@ def plot_jobs(result: dict, path: str) -> None:
 
 def _options(result: dict, share: bool = True) -> str:
     """The jit options of a :func:`run_jobs` result, as a figure title shows them."""
-    opts = f"alpha {result['alpha']}, job order {result['job_order']}"
+    opts = ", ".join(f"{name} {result[key]}" for key, name in (("alpha", "alpha"), ("job_order", "job order"))
+                     if result.get(key) is not None) or "jit defaults"
     if share and result.get("dl_share", 1.0) != 1.0:
         opts += f", DL share {result['dl_share']}"
     if result.get("ingress"):
@@ -319,9 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--job-repeat", type=int, default=3, help="jit/none pairs per scenario (default 3)")
     p.add_argument("--skip-enforcement", action="store_true")
-    p.add_argument("--alpha", type=float, default=0.4, help="jit: fraction of each job's transfers planned")
-    p.add_argument("--job-order", choices=JOB_ORDERS, default="fair",
-                   help="jit: how jobs share a port in the LAT estimate (default fair, the paper's)")
+    p.add_argument("--alpha", type=float, default=None,
+                   help="jit: fraction of each job's transfers planned (default: the policy's, 0)")
+    p.add_argument("--job-order", choices=JOB_ORDERS, default=None,
+                   help="jit: how jobs share a port in the LAT estimate (default: the policy's)")
     p.add_argument("--dl-share", type=float, nargs="+", default=[1.0],
                    help="jit: fraction of each port plans may give DL transfers; the rest is the "
                         "background's floor (default 1). Several values: one set of pairs each")

@@ -52,7 +52,8 @@ class DaemonConfig:
     metrics_port: int = 0  # 0: no Prometheus endpoint
     policy: str = "jit"
     slot_s: float = 0.1
-    alpha: float = 0.4
+    # None: the policy's own default (jit: 0, no LP reservations; jit-paper: 0.4)
+    alpha: float | None = None
     objective: str = "balanced"
     heartbeat_s: float = 0.5
     heartbeat_timeout_s: float = 2.0
@@ -121,7 +122,7 @@ def check_config(cfg: DaemonConfig) -> None:
     """Raise ValidationError on out-of-range settings."""
     if not cfg.slot_s > 0:
         raise ValidationError(f"slot_s: must be positive, got {cfg.slot_s!r}")
-    if not 0.0 <= cfg.alpha <= 1.0:
+    if cfg.alpha is not None and not 0.0 <= cfg.alpha <= 1.0:
         raise ValidationError(f"alpha: must be within [0, 1], got {cfg.alpha!r}")
     if cfg.objective not in ("balanced", "minmax"):
         raise ValidationError(f"objective: expected balanced or minmax, got {cfg.objective!r}")
@@ -167,7 +168,9 @@ def load_config(path: str | Path) -> DaemonConfig:
 def config_doc(cfg: DaemonConfig) -> dict:
     """The TOML document of ``cfg`` (inverse of :func:`parse_config`)."""
     daemon = {k: getattr(cfg, k) for k in _DAEMON_KEYS}
-    sched = {k: getattr(cfg, k) for k in _SCHED_KEYS if k != "policy_options"}
+    # TOML has no null: a setting left to the policy is left out
+    sched = {k: getattr(cfg, k) for k in _SCHED_KEYS
+             if k != "policy_options" and getattr(cfg, k) is not None}
     if cfg.policy_options:
         sched["policy_options"] = dict(cfg.policy_options)
     return {"hosts": cfg.cluster.to_dict()["hosts"], "daemon": daemon, "scheduler": sched}

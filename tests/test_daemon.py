@@ -17,22 +17,24 @@ from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.model import Cluster
 from jitsched.protocol import ErrorCode, MsgType, RemoteError, decode_reply, encode_request
-from jitsched.synth import layer_chain_job
+from jitsched.synth import VGG16_LAYERS, layer_chain_job
 
 HOSTS = ("h0", "h1", "h2", "h3")
 
 
 def config(**kw) -> DaemonConfig:
+    # the paper's LP formulation (jit-paper, alpha 0.4): these tests follow planned
+    # per-slot rates; the default jit policy's levels have tests of their own below
     base = dict(cluster=Cluster.uniform(len(HOSTS), bps=1e9), job_endpoint="tcp://127.0.0.1:*",
                 agent_endpoint="tcp://127.0.0.1:*", heartbeat_s=0.1, heartbeat_timeout_s=0.6,
-                resend_s=0.1, slot_s=0.1)
+                resend_s=0.1, slot_s=0.1, policy="jit-paper")
     base.update(kw)
     return DaemonConfig(**base)
 
 
 @contextlib.contextmanager
 def system(hosts=HOSTS, backend="record", **kw):
-    """A daemon (real JIT policy) and one agent per host, all stopped on exit."""
+    """A daemon (real JIT policy, jit-paper unless ``policy=``) and one agent per host, all stopped on exit."""
     d = Daemon(config(**kw))
     agents: dict[str, Agent] = {}
     try:
@@ -95,6 +97,34 @@ def test_submit_every_agent_receives_and_acks(sys4, client):
     assert st["plan"]["seq"] == seq and st["plan"]["jobs"] == 1 and st["plan"]["flows"] == 13
     assert st["jobs"]["vgg-a"]["state"] == "running"
     assert set(st["agents"]) == set(HOSTS) and all(a["up"] for a in st["agents"].values())
+
+
+def test_default_policy_pushes_priority_levels_and_no_background_guarantee():
+    # the default jit policy (alpha 0): each sender's agent gets every unfinished
+    # transfer of its jobs with a level, no rates; the smaller job on h1 goes first
+    with system(policy="jit") as (d, agents), Client(d.job_endpoint) as c:
+        assert d.state.incremental_ok is False  # joint plans only: no refused increments
+        c.submit_job(layer_chain_job("big", "h1", "h2"))
+        c.submit_job(layer_chain_job("small", "h1", "h3", layers=VGG16_LAYERS[:3]))
+        assert wait_until(lambda: {f["flow"].split("/")[0] for f in agents["h1"].schedule["flows"]}
+                          == {"big", "small"} if agents["h1"].schedule else False, 5.0)
+        flows = agents["h1"].schedule["flows"]
+        levels = {f["flow"].split("/")[0]: f["prio"] for f in flows}
+        assert levels == {"small": 0, "big": 1} and all(f["rates_Bps"] == [] for f in flows)
+        k, rates, leftover = agents["h1"].slot_rates()
+        assert leftover == 0.0 and len(rates) == len(flows)
+        assert {r.prio for r in rates} == {0, 1} and all(r.rate_Bps == 0.0 for r in rates)
+        assert agents["h0"].slot_rates()[2] == 1e9 / 8  # a host with no DL keeps its line
+
+
+def test_create_policy_gives_jit_paper_the_daemons_slot_and_alpha():
+    # jit-paper's constructor names only alpha and leftover; slot_s reaches JitPolicy's
+    from jitsched.daemon.server import create_policy
+
+    pol = create_policy(config(policy="jit-paper", slot_s=0.05, objective="minmax"))
+    assert (pol.slot_s, pol.objective, pol.alpha, pol.leftover) == (0.05, "minmax", 0.4, "fair")
+    pol = create_policy(config(policy="jit"))  # alpha left to the policy: 0
+    assert (pol.alpha, pol.leftover) == (0.0, "priority")
 
 
 def test_second_job_replans_and_duplicate_is_refused(sys4, client):

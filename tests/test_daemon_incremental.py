@@ -140,7 +140,7 @@ def test_joint_replan_follows_incremental_additions():
 
 
 class SlowFullJit(JitPolicy):
-    """The JIT policy with a full re-solve that takes at least ``delay_s``."""
+    """The paper's JIT formulation (LP, fair leftover) with a full re-solve that takes at least ``delay_s``."""
 
     delay_s = 1.0
 
@@ -154,7 +154,7 @@ def slow_full_jit(cfg, delay_s: float) -> SlowFullJit:
     from jitsched.daemon.server import create_policy
 
     pol = SlowFullJit(**{k: v for k, v in vars(create_policy(cfg)).items()
-                         if k in ("alpha", "slot_s", "objective", "resolve_period_s")})
+                         if k in ("alpha", "slot_s", "objective", "resolve_period_s", "leftover")})
     pol.delay_s = delay_s
     pol.reset(cfg.cluster)
     return pol

@@ -19,7 +19,8 @@ GBYTE = 1e9  # bytes/s of an 8 Gbit/s port: 1 GB takes 1 s
 
 
 def policy(n_hosts: int, slot_s: float = 1.0, alpha: float = 1.0):
-    cfg = DaemonConfig(cluster=Cluster.uniform(n_hosts, bps=8e9), slot_s=slot_s, alpha=alpha)
+    cfg = DaemonConfig(cluster=Cluster.uniform(n_hosts, bps=8e9), slot_s=slot_s, alpha=alpha,
+                       policy="jit-paper")
     return create_policy(cfg), cfg.cluster
 
 
@@ -147,7 +148,7 @@ def test_increments_on_a_joint_plan_never_exceed_capacity(seed):
     # every port, every slot, every instant stays within capacity, and every planned
     # transfer gets its bytes (the first slot's rate over the part of it that is left).
     n_hosts, slot_s = 6, 0.1
-    cfg = DaemonConfig(cluster=Cluster.uniform(n_hosts, bps=1e9), slot_s=slot_s)
+    cfg = DaemonConfig(cluster=Cluster.uniform(n_hosts, bps=1e9), slot_s=slot_s, policy="jit-paper")
     pol, cluster = create_policy(cfg), cfg.cluster
     names = cluster.names
     jobs = random_vgg16_jobs(6, names, seed=seed)
@@ -182,7 +183,7 @@ def test_increments_on_a_joint_plan_never_exceed_capacity(seed):
 def test_increment_plans_within_dl_share_of_each_port():
     # dl_share 0.5: a 1.2 GB transfer (LAT from a half port: 2.4 s) never gets more than
     # half of either port, on the grid of a base that already holds a flow on h0's egress
-    cfg = DaemonConfig(cluster=Cluster.uniform(2, bps=8e9), slot_s=1.0, alpha=1.0,
+    cfg = DaemonConfig(cluster=Cluster.uniform(2, bps=8e9), slot_s=1.0, alpha=1.0, policy="jit-paper",
                        policy_options={"dl_share": 0.5})
     pol, cluster = create_policy(cfg), cfg.cluster
     base = SlotSchedule(0.0, 1.0, [("old", "t", 0, 1, 0, np.array([0.2 * GBYTE]))],

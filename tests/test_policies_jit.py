@@ -280,3 +280,66 @@ def test_priority_leftover_is_work_conserving_and_keeps_reservations(seed, alpha
     pol = _Checked(make_policy("jit", alpha=alpha))
     res = Simulator(Workload(cl, jobs, bg), pol).run()
     assert pol.allocations > 0 and np.all(np.isfinite(res.jct_s))
+
+
+def test_background_key_is_the_same_at_a_tenth_of_the_link_rate_and_bytes():
+    # The 1 GB file ranks ahead of the 0.8 GB job at 1 Gbit/s (key 0.7e9 < 0.8e9);
+    # on 100 Mbit/s links with a tenth of every size the order must not change: the
+    # file first, so the job ends after both (a byte-count reference put every file
+    # of the 100 Mbit/s testbed ahead of every job)
+    slow = Cluster.uniform(2, bps=1e8)
+    wl = Workload(slow, (one_transfer_job("j", 0.8e8),), (Background("f", "h0", "h1", 1e8, 0.0),))
+    res = Simulator(wl, "jit").run()
+    c = 1.25e7
+    assert res.bg_jct_s[0] == pytest.approx(1e8 / c) and res.jct_s[0] == pytest.approx(1.8e8 / c)
+
+
+def test_infinite_bg_weight_puts_background_after_every_job():
+    # a 10 MB file against a 0.8 GB job: Smith's rule sends the file first (key
+    # 0.01 * 0.7e7 bytes), bg_weight inf after the job, as the host agents do
+    wl = Workload(CLUSTER, (one_transfer_job("j", 0.8e9),), (Background("f", "h0", "h1", 1e7, 0.0),))
+    first = Simulator(wl, "jit").run()
+    last = Simulator(wl, "jit", policy_options={"bg_weight": float("inf")}).run()
+    assert first.bg_jct_s[0] == pytest.approx(1e7 / C)
+    assert last.jct_s[0] == pytest.approx(0.8e9 / C)
+    assert last.bg_jct_s[0] == pytest.approx((0.8e9 + 1e7) / C)
+    with pytest.raises(ValidationError, match="bg_weight"):
+        Simulator(wl, "jit", policy_options={"bg_weight": float("nan")})
+
+
+def _view(jobs, cluster, now=0.0):
+    from jitsched.daemon.state import PlanRequest, build_view
+
+    return build_view(PlanRequest(1, now, tuple((j, {}, {}) for j in jobs), (), ()), cluster)[0]
+
+
+def two_transfer_job(name: str, a: float, b: float, src: str, dst: str) -> Job:
+    return Job(name, (Compute("c", dst, 0.0),),
+               (Transfer("t1", src, dst, a), Transfer("t2", src, dst, b)), (("t1", "c"), ("t2", "c")), 0.0)
+
+
+def test_priority_levels_rank_a_hosts_job_pairs_by_bytes_left():
+    from jitsched.policies.jit import MAX_DL_LEVEL, JitPolicy
+
+    cluster = Cluster.uniform(4)
+    # on h0: job b has 30 MB for h2, job a 150 MB (two transfers) for h1, job c
+    # 500 MB for h1; on h3, job d alone. Levels on h0: b 0, a 1 (both of its
+    # transfers), c 2; d is level 0 on its own host.
+    jobs = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2"),
+            one_transfer_job("c", 5e8, "h0", "h1"), one_transfer_job("d", 9e8, "h3", "h1")]
+    pol = JitPolicy()
+    pol.reset(cluster)
+    view = _view(jobs, cluster)
+    nodes, levels = pol.priority_levels(view)
+    got = {(view.dag.job_ids[view.dag.job_of[n]], view.dag.node_ids[n]): int(lv)
+           for n, lv in zip(nodes, levels, strict=True)}
+    assert got == {("a", "t1"): 1, ("a", "t2"): 1, ("b", "t"): 0, ("c", "t"): 2, ("d", "t"): 0}
+    # eight jobs on one host pair: levels 0..6, the eighth shares the last level
+    many = [one_transfer_job(f"j{i}", (i + 1) * 1e6) for i in range(MAX_DL_LEVEL + 2)]
+    view = _view(many, cluster)
+    _, levels = pol.priority_levels(view)
+    assert sorted(levels.tolist()) == [*range(MAX_DL_LEVEL + 1), MAX_DL_LEVEL]
+    # the schedule lists every unfinished transfer with its level and no rates (alpha 0)
+    sched = pol.schedule(_view(jobs, cluster))
+    assert sched.prio == got and all(len(f[5]) == 0 for f in sched.flows)
+    assert not pol.plans_increments()

@@ -236,3 +236,42 @@ def test_ingress_backend_schedules_a0s_ingress_on_an_ifb_and_removes_it(ns):
     with IPRoute(netns=ns) as ip:
         assert not ip.link_lookup(ifname="jsi-a0")
         assert "ingress" not in {q.get_attr("TCA_KIND") for q in ip.get_qdiscs(ip.link_lookup(ifname="a0")[0])}
+
+
+def class_prios(ns: str) -> dict[int, int]:
+    """``{handle: HTB borrowing prio}`` of a0's classes, decoded by pyroute2."""
+    with IPRoute(netns=ns) as ip:
+        idx = ip.link_lookup(ifname="a0")[0]
+        return {c["handle"]: c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")["prio"]
+                for c in ip.get_classes(idx)}
+
+
+def test_priority_levels_borrow_by_level_and_background_last(ns):
+    from jitsched.agents.backends.tc import BG_LAST_PRIO, DL_MINOR, MAX_FLOW_PRIO, MIN_BURST_B
+
+    install_shaper("a0", LINE, netns=ns)
+    b = TcBackend(LINE, dev="a0", netns=ns, dl_tos=0x88)  # borrow=False: levels borrow anyway
+    try:
+        # the unregistered-DL class borrows first, matched on the TOS after every flow filter
+        assert class_prios(ns)[ROOT_HANDLE | DL_MINOR] == 0
+        text = filters_text(ns)
+        assert "match 00880000/00fc0000 at 0" in text and "flowid 1:5" in text and "pref 65528" in text
+        ranked = [FlowRate("j/a", 0.0, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0),
+                  FlowRate("j/b", 0.0, "198.18.0.1", 40001, "198.18.0.2", 5201, prio=9)]
+        b.apply(ranked, 0.0)
+        cl, pr = classes(ns), class_prios(ns)
+        minors = {fid: inst.minor for fid, inst in b.flows.items()}
+        assert pr[ROOT_HANDLE | minors["j/a"]] == 0
+        assert pr[ROOT_HANDLE | minors["j/b"]] == MAX_FLOW_PRIO  # capped at the last DL level
+        assert all(cl[ROOT_HANDLE | m][2] == int(LINE) for m in minors.values())  # ceiling: the line
+        assert pr[ROOT_HANDLE | BG_MINOR] == BG_LAST_PRIO
+        assert cl[ROOT_HANDLE | BG_MINOR][1] == MIN_BURST_B  # nothing guaranteed to background
+        # rates only again: background borrows first, as before
+        b.apply([flow("j/c", 1e6)], 5e6)
+        assert class_prios(ns)[ROOT_HANDLE | BG_MINOR] == 1
+        assert classes(ns)[ROOT_HANDLE | BG_MINOR][1] == int(5e6)
+    finally:
+        b.close()
+    # adopted shaper: closing puts it back as it was, without the DL class
+    assert set(classes(ns)) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR}
+    assert "flowid" not in filters_text(ns)

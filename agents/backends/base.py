@@ -13,7 +13,9 @@ class FlowRate:
 
     ``flow_id`` is ``"<job_id>/<transfer_id>"``; addresses and ports identify
     the flow's TCP connection when known (0 / "" otherwise); ``rate_Bps`` is
-    in bytes/s.
+    in bytes/s. ``prio`` is the flow's strict-priority level (0 first) when
+    the schedule ranks flows: it borrows spare capacity by that level, ahead
+    of background traffic; None: the backend's own borrowing rule.
     """
 
     flow_id: str
@@ -22,6 +24,7 @@ class FlowRate:
     src_port: int = 0
     dst_addr: str = ""
     dst_port: int = 0
+    prio: int | None = None
 
 
 class Backend(ABC):

@@ -75,6 +75,12 @@ ACK_MINOR = 4  # 1:4, pure TCP ACKs (install_shaper(ack_priority=True))
 ACK_LEAF_HANDLE = 0x40000  # 4:
 ACK_RESERVE = 0.03  # of the line rate; delayed ACKs of a full reverse link need ~1.7 %
 ACK_MAX_LEN = 64  # IPv4 total length below this and TCP: a pure ACK (40-60 bytes with options)
+# Strict-priority levels (FlowRate.prio): HTB borrows by class prio 0..7, 0 first.
+MAX_FLOW_PRIO = 6
+BG_LAST_PRIO = 7  # the background class's prio while the schedule ranks flows
+DL_MINOR = 5  # 1:5, marked DL packets no flow class matches (TcBackend(dl_tos=...))
+DL_LEAF_HANDLE = 0x50000  # 5:
+DL_FILTER_PRIO = 0xFFF8  # after every flow filter (whose prio is its minor, at most FLOW_MINOR_MAX)
 
 
 def _nla(kind: int, payload: bytes) -> bytes:
@@ -384,6 +390,7 @@ class _Installed:
     minor: int
     rate_Bps: int
     keys: list[tuple[int, int, int]]
+    prio: int | None = None
 
 
 @register_backend
@@ -421,13 +428,23 @@ class TcBackend(Backend):
         plan); ``shared`` flows and the background class in turn (HTB's
         round robin by quantum), so a job running behind its plan is not held
         to floors made for a timeline it does not follow.
+        A flow with a strict-priority level (``FlowRate.prio``) borrows up to
+        the line rate at that level (capped at :data:`MAX_FLOW_PRIO`) whatever
+        ``borrow`` and ``spare`` say, and while any flow has one the background
+        class borrows last (:data:`BG_LAST_PRIO`).
+    dl_tos : int or None
+        DL packets carry this TOS byte (DSCP bits matched): those no flow class
+        matches (transfers too small to register with the agent) go to a class
+        of their own (1:5) that borrows first, instead of queueing behind the
+        background in class 1:2. None (default): no such class.
     """
 
     name = "tc"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
                  min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = 1500,
-                 borrow: bool = False, spare: str = "background", **options) -> None:
+                 borrow: bool = False, spare: str = "background", dl_tos: int | None = None,
+                 **options) -> None:
         if spare not in SPARE_MODES:
             raise ValueError(f"tc backend: spare must be one of {SPARE_MODES}, got {spare!r}")
         super().__init__(line_rate_Bps, **options)
@@ -445,6 +462,8 @@ class TcBackend(Backend):
         self.free_minors: list[int] = []
         self.next_minor = FLOW_MINOR_BASE
         self.bg_rate_Bps = int(self.line_rate_Bps)
+        self.bg_prio = 1
+        self.dl_tos = None if dl_tos is None else int(dl_tos)
         self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
         self.closed = False
         qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
@@ -453,6 +472,8 @@ class TcBackend(Backend):
             self._remove_stale_flows()
         _install_or_adopt = self._adopt if self.adopted else self._create
         _install_or_adopt()
+        if self.dl_tos is not None:
+            self._install_dl_class()
         # Flow floors leave the ACK class its reserve (when the qdisc has one).
         has_ack = any(h == ROOT_HANDLE | ACK_MINOR for _, h, _, _ in self.nl.dump(RTM_GETTCLASS, self.ifindex))
         self.ack_reserve_Bps = reserve_Bps(ACK_RESERVE, self.line_rate_Bps) if has_ack else 0.0
@@ -474,11 +495,25 @@ class TcBackend(Backend):
                      LINK_CLASS, attrs=htb_class_attrs(line, line, b, b, prio=1)), "background class 1:2", False),
         ])
 
+    def _install_dl_class(self) -> None:
+        line = self.line_rate_Bps
+        keys = [((self.dl_tos & DSCP_MASK) << 16, DSCP_MASK << 16, 0)]
+        self.nl.transact(_leaf_class_msgs(self.nl, self.ifindex, DL_MINOR, DL_LEAF_HANDLE, MIN_BURST_B,
+                                          MIN_BURST_B, line, self.burst_s, prio=0,
+                                          filter_prio=DL_FILTER_PRIO, keys=keys, name="unregistered DL"))
+
+    def _remove_dl_class(self) -> list[tuple[bytes, str, bool]]:
+        return [(_tcmsg(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex, 0,
+                        ROOT_HANDLE, info=(DL_FILTER_PRIO << 16) | socket.htons(ETH_P_IP)),
+                 "delete unregistered-DL filter", True),
+                (self._del_class(DL_MINOR), "delete unregistered-DL class", True)]
+
     def _remove_stale_flows(self) -> None:
         # A crashed agent leaves its flow classes behind; a new one starts from the bare shaper.
-        stale = [h & 0xFFFF for _, h, _, _ in self.nl.dump(RTM_GETTCLASS, self.ifindex)
+        classes = [h for _, h, _, _ in self.nl.dump(RTM_GETTCLASS, self.ifindex)]
+        stale = [h & 0xFFFF for h in classes
                  if h >> 16 == ROOT_HANDLE >> 16 and (h & 0xFFFF) >= FLOW_MINOR_BASE]
-        msgs = []
+        msgs = self._remove_dl_class() if ROOT_HANDLE | DL_MINOR in classes else []
         for m in stale:
             msgs.append((self._del_filter(m), f"stale filter prio {m}", True))
             msgs.append((self._del_class(m), f"stale class 1:{m:x}", True))
@@ -497,7 +532,9 @@ class TcBackend(Backend):
                       attrs=htb_class_attrs(rate, ceil, _burst(rate, self.burst_s),
                                             _burst(ceil, self.burst_s), prio=prio))
 
-    def _flow_class(self, minor: int, rate: int, flags: int) -> bytes:
+    def _flow_class(self, minor: int, rate: int, flags: int, prio: int | None = None) -> bytes:
+        if prio is not None:
+            return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=prio)
         if self.borrow:
             return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=self.flow_prio)
         return self._class(minor, rate, rate, flags)
@@ -542,6 +579,7 @@ class TcBackend(Backend):
         scale = min(1.0, (line - MIN_BURST_B - self.ack_reserve_Bps) / total) if total > 0 else 1.0
         for fid, f in wanted.items():
             rate = max(1, int(wire[fid] * scale))
+            prio = None if f.prio is None else min(max(int(f.prio), 0), MAX_FLOW_PRIO)
             keys = u32_keys(f)
             inst = self.flows.get(fid)
             if inst is not None and inst.keys != keys:
@@ -549,12 +587,12 @@ class TcBackend(Backend):
                 msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
                 inst.keys = []
             if inst is None:
-                inst = _Installed(self._alloc_minor(), rate, [])
+                inst = _Installed(self._alloc_minor(), rate, [], prio)
                 self.flows[fid] = inst
-                msgs.append((self._flow_class(inst.minor, rate, create), f"create class of {fid}", False))
-            elif inst.rate_Bps != rate:
-                msgs.append((self._flow_class(inst.minor, rate, change), f"change class of {fid}", False))
-            inst.rate_Bps = rate
+                msgs.append((self._flow_class(inst.minor, rate, create, prio), f"create class of {fid}", False))
+            elif inst.rate_Bps != rate or inst.prio != prio:
+                msgs.append((self._flow_class(inst.minor, rate, change, prio), f"change class of {fid}", False))
+            inst.rate_Bps, inst.prio = rate, prio
             if not inst.keys and keys:
                 inst.keys = keys
                 msgs.append((_tcmsg(RTM_NEWTFILTER, create, self.nl.next_seq(), self.ifindex, 0, ROOT_HANDLE,
@@ -562,9 +600,10 @@ class TcBackend(Backend):
                                     attrs=u32_filter_attrs(ROOT_HANDLE | inst.minor, keys)),
                              f"filter of {fid}", False))
         bg = int(max(MIN_BURST_B, min(leftover_Bps, line - total * scale)))
-        if bg != self.bg_rate_Bps:
-            msgs.append((self._class(BG_MINOR, bg, line, change, prio=1), "background class", False))
-            self.bg_rate_Bps = bg
+        bg_prio = BG_LAST_PRIO if any(f.prio is not None for f in flows) else 1
+        if bg != self.bg_rate_Bps or bg_prio != self.bg_prio:
+            msgs.append((self._class(BG_MINOR, bg, line, change, prio=bg_prio), "background class", False))
+            self.bg_rate_Bps, self.bg_prio = bg, bg_prio
         t0 = time.perf_counter()
         self.nl.transact(msgs)
         self.last_apply_s = time.perf_counter() - t0
@@ -579,7 +618,7 @@ class TcBackend(Backend):
                 self.nl.transact([(_tcmsg(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(),
                                           self.ifindex, ROOT_HANDLE, TC_H_ROOT), "delete root qdisc", True)])
                 return
-            msgs = []
+            msgs = self._remove_dl_class() if self.dl_tos is not None else []
             for fid, inst in self.flows.items():
                 msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", True))
                 msgs.append((self._del_class(inst.minor), f"delete class of {fid}", True))

@@ -87,6 +87,21 @@ def kv(event: str, **fields: Any) -> str:
     return " ".join(parts)
 
 
+def _init_params(cls: type) -> set[str]:
+    # the constructor's named parameters, through **options passed on to a base class's
+    # (jit-paper's __init__ names only what it changes; slot_s reaches JitPolicy's)
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        ps = inspect.signature(init).parameters.values()
+        names |= {p.name for p in ps if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in ps):
+            break
+    return names
+
+
 def create_policy(cfg: DaemonConfig) -> Policy:
     """The configured policy object, given the daemon's slot length, alpha and objective
     when its constructor takes them."""
@@ -101,9 +116,9 @@ def create_policy(cfg: DaemonConfig) -> Policy:
     opts = dict(cfg.policy_options)
     cls = POLICIES.get(cfg.policy)
     if cls is not None:
-        params = inspect.signature(cls).parameters
+        params = _init_params(cls)
         for key in ("slot_s", "alpha", "objective"):
-            if key in params and key not in opts:
+            if key in params and key not in opts and getattr(cfg, key) is not None:
                 opts[key] = getattr(cfg, key)
         # The daemon decides when to re-solve (DESIGN 2.3 triggers) and asks for a
         # schedule only then, so a policy with a re-plan period re-plans on every ask.
@@ -130,6 +145,9 @@ class Daemon:
         self.config = config
         self.policy = policy if policy is not None else create_policy(config)
         self.state = SchedulerState(config)
+        # a policy that only plans jointly gets full re-solves from the start, not a
+        # refused increment (and a warning) on the first arrival
+        self.state.incremental_ok = self.policy.plans_increments()
         self.metrics = Metrics()
         self.replies_dropped = 0  # replies to peers that had gone, since start
         self._dropped_logged = 0  # of which the log has reported

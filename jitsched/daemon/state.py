@@ -306,7 +306,8 @@ def prune_schedule(sched: SlotSchedule | None, live: np.ndarray | None,
     np.minimum(left_i, cluster.ingress_Bps[:, None], out=left_i)
     kept = {(f[0], f[1]) for f in keep}
     late = [x for x in sched.late if (x.get("job"), x.get("transfer")) in kept]
-    return (replace(sched, flows=keep, leftover_egress=left_e, leftover_ingress=left_i, late=late),
+    prio = {k: v for k, v in sched.prio.items() if k in kept}
+    return (replace(sched, flows=keep, leftover_egress=left_e, leftover_ingress=left_i, late=late, prio=prio),
             {int(h) for f in gone for h in (f[2], f[3])})
 
 
@@ -316,7 +317,7 @@ def merge_schedules(base: SlotSchedule | None, inc: SlotSchedule) -> SlotSchedul
         return inc
     return SlotSchedule(epoch_s=base.epoch_s, slot_s=base.slot_s, flows=base.flows + inc.flows,
                         leftover_egress=inc.leftover_egress, leftover_ingress=inc.leftover_ingress,
-                        late=base.late + inc.late, solve_s=inc.solve_s)
+                        late=base.late + inc.late, solve_s=inc.solve_s, prio=base.prio | inc.prio)
 
 
 def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: int,
@@ -327,7 +328,8 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     and the flows it receives and its ingress leftover (``in_*``, for agents
     that enforce their ingress too), each without the trailing slots at the
     line rate: agents take slots past the list as the line rate, and an idle
-    host's body gets short (and shared).
+    host's body gets short (and shared). A flow with a strict-priority level
+    (``sched.prio``) carries it as ``prio``.
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
@@ -344,10 +346,12 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
         if lo is None and li is None:
             continue
         fid, r = flow_id(job, tid), np.asarray(rates, dtype=float).tolist()
+        level = sched.prio.get((job, tid))
+        extra = {} if level is None else {"prio": level}
         if lo is not None:
-            lo.append({"flow": fid, "dst": names[dst], "start_slot": int(start), "rates_Bps": r})
+            lo.append({"flow": fid, "dst": names[dst], "start_slot": int(start), "rates_Bps": r} | extra)
         if li is not None:
-            li.append({"flow": fid, "src": names[src], "start_slot": int(start), "rates_Bps": r})
+            li.append({"flow": fid, "src": names[src], "start_slot": int(start), "rates_Bps": r} | extra)
     epoch_ns = int((t0_wall_s + sched.epoch_s) * 1e9)
     left_e, keep_e = _trimmed_leftover(sched.leftover_egress, cluster.egress_Bps)
     left_i, keep_i = _trimmed_leftover(sched.leftover_ingress, cluster.ingress_Bps)

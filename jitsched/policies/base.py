@@ -126,6 +126,11 @@ class SlotSchedule:
         Planned LAT misses ``{"job", "transfer", "lateness_s"}``.
     solve_s : float
         Planner time, seconds.
+    prio : dict of (job_id, transfer_id) -> int
+        Strict-priority level of a flow on its source host (0 first). A flow
+        with a level is work-conserving: it borrows whatever its port has
+        spare by level, and stays listed (at its floor) past its rates;
+        background traffic borrows after every level. Empty: rates only.
     """
 
     epoch_s: float
@@ -135,6 +140,7 @@ class SlotSchedule:
     leftover_ingress: np.ndarray
     late: list[dict] = field(default_factory=list)
     solve_s: float = 0.0
+    prio: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class Policy(ABC):
@@ -198,6 +204,10 @@ class Policy(ABC):
             beside a full :meth:`schedule`.
         """
         return None
+
+    def plans_increments(self) -> bool:
+        """Whether :meth:`schedule_increment` can return a schedule (False: the owner re-solves in full)."""
+        return type(self).schedule_increment is not Policy.schedule_increment
 
     def stats(self) -> dict:
         """Policy-specific figures for reports (solve times, LAT misses...)."""

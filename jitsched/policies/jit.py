@@ -59,9 +59,14 @@ ORDERED_PASSES = 2
 # DAG bytes first, a job's transfers by LAT, background flows among them by
 # remaining bytes times bg_weight).
 LEFTOVERS = ("fair", "priority")
-# A background flow of this many bytes ranks against DL jobs by its remaining
-# bytes times bg_weight; other sizes scale that key linearly (see _priority_order).
-BG_REF_BYTES = 1e9
+# A background flow that takes this long at its source's line rate ranks against
+# DL jobs by its remaining bytes times bg_weight; other sizes scale that key
+# linearly (see _priority_order). A time, not a byte count, so that the order is
+# the same on any link rate when sizes scale with it (the testbed's 100 Mbit/s
+# scenarios carry the paper's bytes / 10): with a fixed 1 GB reference every
+# file there ranked ahead of every DL job and the simulated DL jobs of the quick
+# scenario ran 14 % slower than under fair sharing (seed 0). 8 s is 1 GB at 1 Gbit/s.
+BG_REF_S = 8.0
 # The default weight, measured (bench/paper, 100 hosts, 150 DL jobs, seeds 0-1,
 # Sincronia in the same runs): 0.6 loses Sincronia's mean speedup at load 0.9
 # (2.060 vs 2.075), 0.9 loses its background slowdown at load 0.9 (1.502 vs
@@ -69,6 +74,10 @@ BG_REF_BYTES = 1e9
 # 1.669, 4.379 vs 4.488 s, 1.341 vs 1.351) and 0.9 (2.078 vs 2.075, 4.900 vs
 # 4.973 s, 1.448 vs 1.505).
 DEFAULT_BG_WEIGHT = 0.7
+# Host agents enforce the priority order with HTB's eight borrowing priorities
+# (0 first): levels 0..MAX_DL_LEVEL rank a host's DL (job, destination) groups,
+# the level after them is the background's (see JitPolicy.priority_levels).
+MAX_DL_LEVEL = 6
 # Per-solve LP iteration budget: machine-independent, unlike a time limit, so
 # a simulation's plans are the same on any machine. The largest solve of the
 # 300-job paper workload (100 hosts) takes 11.6k iterations (0.8 s here, about
@@ -486,7 +495,9 @@ class JitPolicy(Policy):
     bg_weight : float
         With ``leftover="priority"``: how background flows rank against DL
         jobs (smaller: background earlier). The main knob between DL speed-up
-        and background slowdown; default :data:`DEFAULT_BG_WEIGHT`.
+        and background slowdown; default :data:`DEFAULT_BG_WEIGHT`. ``inf``:
+        background after every DL transfer, what host agents enforce (a
+        daemon does not know the background flows, see :meth:`schedule`).
     """
 
     name = "jit"
@@ -503,8 +514,8 @@ class JitPolicy(Policy):
         if leftover not in LEFTOVERS:
             raise ValidationError(f"leftover: expected one of {LEFTOVERS}, got {leftover!r}")
         if isinstance(bg_weight, bool) or not (isinstance(bg_weight, (int, float))
-                                               and math.isfinite(bg_weight) and bg_weight > 0):
-            raise ValidationError(f"bg_weight: must be a positive number, got {bg_weight!r}")
+                                               and not math.isnan(bg_weight) and bg_weight > 0):
+            raise ValidationError(f"bg_weight: must be a positive number or inf, got {bg_weight!r}")
         self.leftover = leftover
         self.bg_weight = float(bg_weight)
         if not (0.0 <= float(alpha) <= 1.0):
@@ -774,7 +785,9 @@ class JitPolicy(Policy):
         f = view.flows
         is_job = f.job >= 0
         size = view.bg_bytes[np.maximum(f.bg, 0)] if len(view.bg_bytes) else f.remaining
-        bg_key = f.remaining * (size / BG_REF_BYTES) * self.bg_weight
+        ref_B = BG_REF_S * view.cluster.egress_Bps[f.src]
+        with np.errstate(invalid="ignore"):  # bg_weight inf: background last (inf * 0 is nan)
+            bg_key = np.where(f.remaining > 0, f.remaining * (size / ref_B) * self.bg_weight, 0.0)
         if not is_job.any():
             return np.lexsort((f.bg, bg_key))
         job = np.where(is_job, f.job, 0)
@@ -888,12 +901,79 @@ class JitPolicy(Policy):
             until = view.now + self.slot_s
         return Allocation(rates, until)
 
+    def priority_levels(self, view: SchedulerView) -> tuple[np.ndarray, np.ndarray]:
+        """Every unfinished transfer of the active jobs and its strict-priority level on its source.
+
+        The simulator's order (see :data:`LEFTOVERS`) made coarse for a host's
+        egress: on each source host, the (job, destination) groups rank by the
+        bytes the job still has on that host pair (then job index), and a
+        group's rank is its level, capped at :data:`MAX_DL_LEVEL`; a group's
+        transfers share their level. A job's remaining bytes only shrink, so
+        the levels stay in order between re-plans (a daemon re-plans on arrivals).
+
+        Returns
+        -------
+        nodes : ndarray of int, shape (T,)
+        levels : ndarray of int, shape (T,)
+            0 is served first.
+        """
+        self._sync_priority(view)
+        dag = view.dag
+        live = view.job_arrived & ~view.job_done
+        nodes = np.flatnonzero((dag.kind == TRANSFER) & (view.node_state != DONE)
+                               & (view.remaining > 0) & live[dag.job_of])
+        if not len(nodes):
+            return nodes, np.zeros(0, dtype=np.int64)
+        grp = self._group[nodes]
+        sent = dag.size[nodes] - view.remaining[nodes]
+        left = self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
+        src = dag.src[nodes]
+        o = np.lexsort((self._need[nodes], dag.dst[nodes], dag.job_of[nodes], left[grp], src))
+        g, s = grp[o], src[o]
+        new_host = np.r_[True, s[1:] != s[:-1]]
+        count = np.cumsum(new_host | np.r_[True, g[1:] != g[:-1]]) - 1
+        first = np.maximum.accumulate(np.where(new_host, count, 0))
+        levels = np.empty(len(nodes), dtype=np.int64)
+        levels[o] = np.minimum(count - first, MAX_DL_LEVEL)
+        return nodes, levels
+
+    def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        # Every unfinished transfer with its level; planned ones (alpha > 0) with their
+        # rates as floors, the rest with none. Background is not the daemon's to know:
+        # agents put it after every level (the simulator's bg_weight=inf).
+        nodes, levels = self.priority_levels(view)
+        if not len(nodes) and self.plan is None:
+            return None
+        dag = view.dag
+        planned = {}
+        h = len(view.cluster)
+        epoch, left_e, left_i, late, solve_s = view.now, np.zeros((h, 0)), np.zeros((h, 0)), [], 0.0
+        if self.plan is not None:
+            lp = self.plan.lp
+            planned = {int(n): k for k, n in enumerate(self._plan_nodes)}
+            epoch, left_e, left_i = self._epoch, lp.leftover_egress.copy(), lp.leftover_ingress.copy()
+            late, solve_s = self.plan.late(), lp.build_s + lp.solve_s + self.plan.lat_s
+        flows, prio = [], {}
+        for n, lvl in zip(nodes.tolist(), levels.tolist(), strict=True):
+            k = planned.get(n)
+            start, rates = (0, np.zeros(0)) if k is None else (int(lp.start_slot[k]), lp.rates(k).copy())
+            key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
+            flows.append((*key, int(dag.src[n]), int(dag.dst[n]), start, rates))
+            prio[key] = int(lvl)
+        return SlotSchedule(epoch_s=epoch, slot_s=self.slot_s, flows=flows, leftover_egress=left_e,
+                            leftover_ingress=left_i, late=late, solve_s=solve_s, prio=prio)
+
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
         """The current plan as per-slot rates for the host agents (None before any job).
 
         Re-plans first if an arrival (or drift/period, when enabled) asks for it.
+        With ``leftover="priority"`` every unfinished transfer is listed with
+        its level (:meth:`priority_levels`, in ``prio``): agents serve a
+        host's egress by level, work-conserving, background last.
         """
         self._ensure_plan(view)
+        if self.leftover == "priority":
+            return self._priority_schedule(view)
         plan = self.plan
         if plan is None:
             return None
@@ -921,6 +1001,8 @@ class JitPolicy(Policy):
         """
         if base is not None and abs(base.slot_s - self.slot_s) > 1e-12:
             return None  # another grid: only a full re-solve can line them up
+        if self.leftover == "priority":
+            return None  # levels rank every job on a host together: a full re-plan
         cluster = self._plan_cluster(view.cluster)
         win = increment_window(view.now, self.slot_s, cluster,
                                *((base.epoch_s, base.leftover_egress, base.leftover_ingress)
@@ -949,6 +1031,10 @@ class JitPolicy(Policy):
         return SlotSchedule(epoch_s=win.epoch_s, slot_s=self.slot_s, flows=flows,
                             leftover_egress=left_e, leftover_ingress=left_i, late=plan.late(),
                             solve_s=plan.lp.build_s + plan.lp.solve_s + plan.lat_s)
+
+    def plans_increments(self) -> bool:
+        """False with the priority leftover: levels rank every job on a host together."""
+        return self.leftover != "priority"
 
     def stats(self) -> dict:
         """LP solve log, LAT misses (count, lateness) and drift counts."""

@@ -70,7 +70,7 @@ INGRESS_SHARE = 0.98
 
 def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, prefix: str = "js",
                  link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1,
-                 measure_slots: int = 20, alpha: float = 0.4, daemon_options: dict | None = None,
+                 measure_slots: int = 20, alpha: float | None = None, daemon_options: dict | None = None,
                  switch_priority: bool = False, ingress: bool = False, spare: str = "background") -> dict:
     """Bring the testbed up, run the scenario's jobs and background flows, tear down.
 
@@ -97,8 +97,9 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         ``jit`` only: slots of random tc rates measured first on hosts 0 -> 1
         (:func:`jitsched.testbed.measure.measure_enforcement`); 0 skips. ``none``
         enforces nothing, so its rate fields are None.
-    alpha : float
-        Fraction of each job's transfers the jit policy plans.
+    alpha : float or None
+        Fraction of each job's transfers the jit policy plans (None: the
+        policy's default, 0: the daemon sends strict-priority levels only).
     daemon_options : dict, optional
         Further :class:`jitsched.config.DaemonConfig` fields, over
         :data:`DAEMON_DEFAULTS` (e.g. ``{"drift_s": 0.5}`` for drift re-plans).
@@ -150,7 +151,7 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
                     dict(daemon_options or {}), switch_priority, ingress and policy == "jit", spare)
 
 
-def _check_daemon_options(policy: str, hosts: int, slot_s: float, alpha: float, options: dict) -> None:
+def _check_daemon_options(policy: str, hosts: int, slot_s: float, alpha: float | None, options: dict) -> None:
     # bad settings fail here, before the testbed is built, rather than in the
     # daemon's process once namespaces and qdiscs are up
     from jitsched.config import DaemonConfig, check_config
@@ -181,7 +182,7 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 
 def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: float, timeout_s: float,
-         slot_s: float, measure_slots: int, alpha: float, daemon_options: dict,
+         slot_s: float, measure_slots: int, alpha: float | None, daemon_options: dict,
          switch_priority: bool, ingress: bool, spare: str) -> dict:
     from jitsched.client import TransferSink
     from jitsched.client import send_bytes as _send
@@ -189,8 +190,12 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
     from jitsched.runner import JobResult, JobRunner
     from jitsched.testbed.scenario import background_contention, build_workload
 
-    tos = SCHEDULED_TOS if switch_priority else None
-    tb = testbed.up(sc.hosts, link_mbit, prefix=prefix, priority_tos=tos)
+    # Under jit every DL transfer is marked, so the agents' tc can put the ones too
+    # small to register ahead of the background (TcBackend's dl_tos class); the
+    # switch ports' priority band is a separate choice (switch_priority).
+    tos = SCHEDULED_TOS if switch_priority or policy == "jit" else None
+    tb = testbed.up(sc.hosts, link_mbit, prefix=prefix,
+                    priority_tos=SCHEDULED_TOS if switch_priority else None)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     children: list[_Child] = []
@@ -412,7 +417,7 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
             with in_netns(netns):
                 # threads inherit the creator's namespace: the agent's local socket
                 # (abstract, per namespace) and tc calls live in the host's namespace
-                opts = {"dev": dev, "netns": netns, "borrow": True, "spare": spare}
+                opts = {"dev": dev, "netns": netns, "borrow": True, "spare": spare, "dl_tos": SCHEDULED_TOS}
                 agents.append(Agent(name, endpoint, backend="tc", backend_options=opts,
                                     local_namespace=ns_tag, ingress=opts if ingress else None).start())
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):

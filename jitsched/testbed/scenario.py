@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -210,12 +211,15 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
 
 
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
-            alpha: float = 0.4, job_order: str = "fair", dl_share: float = 1.0) -> dict:
+            alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`; ``tensorflow`` is the
     simulator's per-flow max-min fair network, the ideal of the testbed's
-    ``none`` policy, and ``jit`` runs with the testbed daemon's slot and alpha.
+    ``none`` policy, and ``jit`` the daemon's policy with the testbed's
+    settings (None: the policy's default) as its agents enforce it: DL
+    transfers by strict priority, background after all of them
+    (``bg_weight=inf``: the daemon does not know the files).
 
     Returns
     -------
@@ -232,11 +236,9 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
     w = sim_workload(wl, bg)
     out: dict = {}
-    # the host agents enforce the LP's planned rates and leave the rest to TCP
-    # (shared fairly, DL backfilling): the jit policy's fair leftover, not the
-    # simulator-only priority leftover
-    jit_opts = {"slot_s": slot_s, "alpha": alpha, "job_order": job_order, "dl_share": dl_share,
-                "leftover": "fair"}
+    jit_opts = {"slot_s": slot_s, "bg_weight": math.inf}
+    jit_opts |= {k: v for k, v in (("alpha", alpha), ("job_order", job_order), ("dl_share", dl_share))
+                 if v is not None}
     for pol, opts in (("tensorflow", {}), ("jit", jit_opts)):
         r = simulate(w, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
