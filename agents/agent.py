@@ -11,11 +11,11 @@ import struct
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import zmq
 
-from jitsched.agents.backends.base import BACKENDS, Backend, FlowRate
+from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
 from jitsched.protocol import (
     LOCAL_TYPES,
     MAX_MESSAGE_BYTES,
@@ -377,8 +377,9 @@ class Agent:
                 out.append(FlowRate(f["flow"], rate, lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port,
                                     prio=prio))
         if ranked:
+            out = dense_levels(out)
             # strict priority: background is guaranteed nothing and borrows after every
-            # level, so what the DL flows leave is all it gets (and all of it)
+            # ranked flow, so what the DL flows leave is all it gets (and all of it)
             leftover = 0.0
         return int(k), out, leftover
 
@@ -464,6 +465,21 @@ class Agent:
                 backend.detach(fid)
             f.sock.close()
         return encode_ok(req.id, {"flow": fid, "known": f is not None})
+
+
+def dense_levels(flows: list[FlowRate], levels: int = FLOW_LEVELS) -> list[FlowRate]:
+    """``flows`` with their ranks (``prio``) replaced by levels ``0..levels-1`` in rank order.
+
+    The daemon ranks every transfer a host will send; the host carries a few
+    of them at a time, and a backend has a handful of priorities (HTB: 8, the
+    last for background): the flows carried now take the levels in rank
+    order, the last ones sharing the last level. A flow without a rank keeps None.
+    """
+    ranked = sorted((f.prio, i) for i, f in enumerate(flows) if f.prio is not None)
+    out = list(flows)
+    for level, (_, i) in enumerate(ranked):
+        out[i] = replace(flows[i], prio=min(level, levels - 1))
+    return out
 
 
 def _flow_body(flow_id: str, direction: str) -> dict:

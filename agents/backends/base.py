@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 
+# Strict-priority levels a backend gives ranked flows (FlowRate.prio): HTB has 8
+# borrowing priorities, and the last is the background's.
+FLOW_LEVELS = 7
+
+
 @dataclass(frozen=True)
 class FlowRate:
     """One scheduled flow leaving this host and its rate for the current slot.

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
 
-from jitsched.agents.backends.base import Backend, FlowRate, register_backend
+from jitsched.agents.backends.base import FLOW_LEVELS, Backend, FlowRate, register_backend
 
 NETLINK_ROUTE = 0
 NLMSG_ERROR = 2
@@ -76,7 +76,7 @@ ACK_LEAF_HANDLE = 0x40000  # 4:
 ACK_RESERVE = 0.03  # of the line rate; delayed ACKs of a full reverse link need ~1.7 %
 ACK_MAX_LEN = 64  # IPv4 total length below this and TCP: a pure ACK (40-60 bytes with options)
 # Strict-priority levels (FlowRate.prio): HTB borrows by class prio 0..7, 0 first.
-MAX_FLOW_PRIO = 6
+MAX_FLOW_PRIO = FLOW_LEVELS - 1
 BG_LAST_PRIO = 7  # the background class's prio while the schedule ranks flows
 DL_MINOR = 5  # 1:5, marked DL packets no flow class matches (TcBackend(dl_tos=...))
 DL_LEAF_HANDLE = 0x50000  # 5:

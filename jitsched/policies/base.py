@@ -127,10 +127,10 @@ class SlotSchedule:
     solve_s : float
         Planner time, seconds.
     prio : dict of (job_id, transfer_id) -> int
-        Strict-priority level of a flow on its source host (0 first). A flow
-        with a level is work-conserving: it borrows whatever its port has
-        spare by level, and stays listed (at its floor) past its rates;
-        background traffic borrows after every level. Empty: rates only.
+        Strict-priority rank of a flow among its source host's (0 first). A
+        ranked flow is work-conserving: it borrows whatever its port has
+        spare in rank order, and stays listed (at its floor) past its rates;
+        background traffic borrows after every ranked flow. Empty: rates only.
     """
 
     epoch_s: float

@@ -74,10 +74,6 @@ BG_REF_S = 8.0
 # 1.669, 4.379 vs 4.488 s, 1.341 vs 1.351) and 0.9 (2.078 vs 2.075, 4.900 vs
 # 4.973 s, 1.448 vs 1.505).
 DEFAULT_BG_WEIGHT = 0.7
-# Host agents enforce the priority order with HTB's eight borrowing priorities
-# (0 first): levels 0..MAX_DL_LEVEL rank a host's DL (job, destination) groups,
-# the level after them is the background's (see JitPolicy.priority_levels).
-MAX_DL_LEVEL = 6
 # Per-solve LP iteration budget: machine-independent, unlike a time limit, so
 # a simulation's plans are the same on any machine. The largest solve of the
 # 300-job paper workload (100 hosts) takes 11.6k iterations (0.8 s here, about
@@ -901,21 +897,22 @@ class JitPolicy(Policy):
             until = view.now + self.slot_s
         return Allocation(rates, until)
 
-    def priority_levels(self, view: SchedulerView) -> tuple[np.ndarray, np.ndarray]:
-        """Every unfinished transfer of the active jobs and its strict-priority level on its source.
+    def priority_ranks(self, view: SchedulerView) -> tuple[np.ndarray, np.ndarray]:
+        """Every unfinished transfer of the active jobs and its rank among its source host's.
 
-        The simulator's order (see :data:`LEFTOVERS`) made coarse for a host's
-        egress: on each source host, the (job, destination) groups rank by the
-        bytes the job still has on that host pair (then job index), and a
-        group's rank is its level, capped at :data:`MAX_DL_LEVEL`; a group's
-        transfers share their level. A job's remaining bytes only shrink, so
-        the levels stay in order between re-plans (a daemon re-plans on arrivals).
+        The simulator's order (see :data:`LEFTOVERS`) restricted to one host's
+        egress: by the bytes the job still has on the transfer's host pair,
+        then job index, then the LAT the transfer would have with the job
+        alone, then node. A job's remaining bytes only shrink, so the ranks
+        stay in order between re-plans (a daemon re-plans on arrivals); an
+        agent maps the ranks of the flows it carries at the moment to its
+        borrowing priorities (``jitsched.agents.agent.dense_levels``).
 
         Returns
         -------
         nodes : ndarray of int, shape (T,)
-        levels : ndarray of int, shape (T,)
-            0 is served first.
+        ranks : ndarray of int, shape (T,)
+            0 is served first; unique per source host.
         """
         self._sync_priority(view)
         dag = view.dag
@@ -928,20 +925,19 @@ class JitPolicy(Policy):
         sent = dag.size[nodes] - view.remaining[nodes]
         left = self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
         src = dag.src[nodes]
-        o = np.lexsort((self._need[nodes], dag.dst[nodes], dag.job_of[nodes], left[grp], src))
-        g, s = grp[o], src[o]
+        o = np.lexsort((nodes, self._need[nodes], dag.job_of[nodes], left[grp], src))
+        s = src[o]
         new_host = np.r_[True, s[1:] != s[:-1]]
-        count = np.cumsum(new_host | np.r_[True, g[1:] != g[:-1]]) - 1
-        first = np.maximum.accumulate(np.where(new_host, count, 0))
-        levels = np.empty(len(nodes), dtype=np.int64)
-        levels[o] = np.minimum(count - first, MAX_DL_LEVEL)
-        return nodes, levels
+        pos = np.arange(len(nodes))
+        ranks = np.empty(len(nodes), dtype=np.int64)
+        ranks[o] = pos - np.maximum.accumulate(np.where(new_host, pos, 0))
+        return nodes, ranks
 
     def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
-        # Every unfinished transfer with its level; planned ones (alpha > 0) with their
+        # Every unfinished transfer with its rank; planned ones (alpha > 0) with their
         # rates as floors, the rest with none. Background is not the daemon's to know:
-        # agents put it after every level (the simulator's bg_weight=inf).
-        nodes, levels = self.priority_levels(view)
+        # agents put it after every ranked flow (the simulator's bg_weight=inf).
+        nodes, ranks = self.priority_ranks(view)
         if not len(nodes) and self.plan is None:
             return None
         dag = view.dag
@@ -954,12 +950,12 @@ class JitPolicy(Policy):
             epoch, left_e, left_i = self._epoch, lp.leftover_egress.copy(), lp.leftover_ingress.copy()
             late, solve_s = self.plan.late(), lp.build_s + lp.solve_s + self.plan.lat_s
         flows, prio = [], {}
-        for n, lvl in zip(nodes.tolist(), levels.tolist(), strict=True):
+        for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
             k = planned.get(n)
             start, rates = (0, np.zeros(0)) if k is None else (int(lp.start_slot[k]), lp.rates(k).copy())
             key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
             flows.append((*key, int(dag.src[n]), int(dag.dst[n]), start, rates))
-            prio[key] = int(lvl)
+            prio[key] = int(rank)
         return SlotSchedule(epoch_s=epoch, slot_s=self.slot_s, flows=flows, leftover_egress=left_e,
                             leftover_ingress=left_i, late=late, solve_s=solve_s, prio=prio)
 
@@ -968,8 +964,8 @@ class JitPolicy(Policy):
 
         Re-plans first if an arrival (or drift/period, when enabled) asks for it.
         With ``leftover="priority"`` every unfinished transfer is listed with
-        its level (:meth:`priority_levels`, in ``prio``): agents serve a
-        host's egress by level, work-conserving, background last.
+        its rank on its source host (:meth:`priority_ranks`, in ``prio``):
+        agents serve a host's egress in that order, work-conserving, background last.
         """
         self._ensure_plan(view)
         if self.leftover == "priority":
@@ -1002,7 +998,7 @@ class JitPolicy(Policy):
         if base is not None and abs(base.slot_s - self.slot_s) > 1e-12:
             return None  # another grid: only a full re-solve can line them up
         if self.leftover == "priority":
-            return None  # levels rank every job on a host together: a full re-plan
+            return None  # ranks order every job on a host together: a full re-plan
         cluster = self._plan_cluster(view.cluster)
         win = increment_window(view.now, self.slot_s, cluster,
                                *((base.epoch_s, base.leftover_egress, base.leftover_ingress)
@@ -1033,7 +1029,7 @@ class JitPolicy(Policy):
                             solve_s=plan.lp.build_s + plan.lp.solve_s + plan.lat_s)
 
     def plans_increments(self) -> bool:
-        """False with the priority leftover: levels rank every job on a host together."""
+        """False with the priority leftover: ranks order every job on a host together."""
         return self.leftover != "priority"
 
     def stats(self) -> dict:
