@@ -472,14 +472,12 @@ def dense_levels(flows: list[FlowRate], levels: int = FLOW_LEVELS) -> list[FlowR
 
     The daemon ranks every transfer a host will send; the host carries a few
     of them at a time, and a backend has a handful of priorities (HTB: 8, the
-    last for background): the flows carried now take the levels in rank
-    order, the last ones sharing the last level. A flow without a rank keeps None.
+    last for background): the distinct ranks of the flows carried now take the
+    levels in order (equal ranks, equal levels), the last ones sharing the
+    last level. A flow without a rank keeps None.
     """
-    ranked = sorted((f.prio, i) for i, f in enumerate(flows) if f.prio is not None)
-    out = list(flows)
-    for level, (_, i) in enumerate(ranked):
-        out[i] = replace(flows[i], prio=min(level, levels - 1))
-    return out
+    level_of = {r: min(i, levels - 1) for i, r in enumerate(sorted({f.prio for f in flows if f.prio is not None}))}
+    return [f if f.prio is None else replace(f, prio=level_of[f.prio]) for f in flows]
 
 
 def _flow_body(flow_id: str, direction: str) -> dict:

@@ -209,10 +209,10 @@ def test_dense_levels_map_the_carried_flows_ranks_to_the_backends_levels():
     from jitsched.agents.agent import dense_levels
     from jitsched.agents.backends.base import FLOW_LEVELS, FlowRate
 
-    # ranks 40, 3, 17 of a host's transfers are the three it carries now: levels 2, 0, 1;
-    # an unranked flow keeps None; past the last level the rest share it
+    # ranks 40, 3, 17 (twice) of a host's transfers are the flows it carries now:
+    # levels 2, 0, 1, 1; an unranked flow keeps None; past the last level the rest share it
     flows = [FlowRate("a", 0.0, prio=40), FlowRate("b", 0.0, prio=3), FlowRate("u", 5.0),
-             FlowRate("c", 0.0, prio=17)]
-    assert [f.prio for f in dense_levels(flows)] == [2, 0, None, 1]
+             FlowRate("c", 0.0, prio=17), FlowRate("d", 0.0, prio=17)]
+    assert [f.prio for f in dense_levels(flows)] == [2, 0, None, 1, 1]
     many = [FlowRate(f"f{i}", 0.0, prio=100 - i) for i in range(FLOW_LEVELS + 2)]
     assert [f.prio for f in dense_levels(many)] == [FLOW_LEVELS - 1] * 3 + list(range(FLOW_LEVELS - 1))[::-1]

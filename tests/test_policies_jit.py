@@ -318,13 +318,13 @@ def two_transfer_job(name: str, a: float, b: float, src: str, dst: str) -> Job:
                (Transfer("t1", src, dst, a), Transfer("t2", src, dst, b)), (("t1", "c"), ("t2", "c")), 0.0)
 
 
-def test_priority_ranks_order_a_hosts_transfers_by_job_bytes_left_then_need():
+def test_priority_ranks_order_a_hosts_job_pairs_by_bytes_left():
     from jitsched.policies.jit import JitPolicy
 
     cluster = Cluster.uniform(4)
-    # on h0: job b has 30 MB for h2, job a 150 MB (t1 100 MB, t2 50 MB, both for
-    # c, so equal need: node order) for h1, job c 500 MB for h1; on h3, job d
-    # alone. Ranks on h0: b 0, a/t1 1, a/t2 2, c 3; d is 0 on its own host.
+    # on h0: job b has 30 MB for h2, job a 150 MB (two transfers) for h1, job c
+    # 500 MB for h1; on h3, job d alone. Ranks on h0: b 0, a 1 (both of its
+    # transfers), c 2; d is 0 on its own host.
     jobs = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2"),
             one_transfer_job("c", 5e8, "h0", "h1"), one_transfer_job("d", 9e8, "h3", "h1")]
     pol = JitPolicy()
@@ -333,14 +333,14 @@ def test_priority_ranks_order_a_hosts_transfers_by_job_bytes_left_then_need():
     nodes, ranks = pol.priority_ranks(view)
     got = {(view.dag.job_ids[view.dag.job_of[n]], view.dag.node_ids[n]): int(r)
            for n, r in zip(nodes, ranks, strict=True)}
-    assert got == {("a", "t1"): 1, ("a", "t2"): 2, ("b", "t"): 0, ("c", "t"): 3, ("d", "t"): 0}
-    # inside a job, need order beats node order: t2 feeds c1, which c2 (fed by t1) waits for
-    job = Job("j", (Compute("c1", "h1", 0.5), Compute("c2", "h1", 0.5)),
-              (Transfer("t1", "h0", "h1", C), Transfer("t2", "h0", "h1", C)),
-              (("t2", "c1"), ("t1", "c2"), ("c1", "c2")), 0.0)
-    view = _view([job], cluster)
-    nodes, ranks = pol.priority_ranks(view)
-    assert [view.dag.node_ids[n] for n in nodes[np.argsort(ranks)]] == ["t2", "t1"]
+    assert got == {("a", "t1"): 1, ("a", "t2"): 1, ("b", "t"): 0, ("c", "t"): 2, ("d", "t"): 0}
+    # half of c sent: 250 MB left, still behind a's 150 MB; then 100 MB left: ahead of a
+    view = _view(jobs, cluster)
+    c = view.dag.node_ids.index("t", int(view.dag.job_ptr[2]))
+    view.remaining[c] = 2.5e8
+    assert pol.priority_ranks(view)[1][list(pol.priority_ranks(view)[0]).index(c)] == 2
+    view.remaining[c] = 1e8
+    assert pol.priority_ranks(view)[1][list(pol.priority_ranks(view)[0]).index(c)] == 1
     # the schedule lists every unfinished transfer with its rank and no rates (alpha 0)
     sched = pol.schedule(_view(jobs, cluster))
     assert sched.prio == got and all(len(f[5]) == 0 for f in sched.flows)

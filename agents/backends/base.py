@@ -6,7 +6,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-
 # Strict-priority levels a backend gives ranked flows (FlowRate.prio): HTB has 8
 # borrowing priorities, and the last is the background's.
 FLOW_LEVELS = 7

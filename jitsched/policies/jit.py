@@ -898,21 +898,27 @@ class JitPolicy(Policy):
         return Allocation(rates, until)
 
     def priority_ranks(self, view: SchedulerView) -> tuple[np.ndarray, np.ndarray]:
-        """Every unfinished transfer of the active jobs and its rank among its source host's.
+        """Every unfinished transfer of the active jobs and its group's rank on its source host.
 
-        The simulator's order (see :data:`LEFTOVERS`) restricted to one host's
-        egress: by the bytes the job still has on the transfer's host pair,
-        then job index, then the LAT the transfer would have with the job
-        alone, then node. A job's remaining bytes only shrink, so the ranks
-        stay in order between re-plans (a daemon re-plans on arrivals); an
-        agent maps the ranks of the flows it carries at the moment to its
-        borrowing priorities (``jitsched.agents.agent.dense_levels``).
+        The simulator's job order restricted to one host's egress: a job's
+        transfers to one destination form a group; a host's groups rank by the
+        bytes the job still has on that host pair, then job index, then
+        destination, and a transfer has its group's rank. A job's remaining
+        bytes only shrink, so the ranks stay in order between re-plans (a
+        daemon re-plans on arrivals); an agent maps the ranks of the flows it
+        carries at the moment to its borrowing priorities
+        (``jitsched.agents.agent.dense_levels``). Inside a group the
+        transfers share a level rather than go in need order as in the
+        simulator: on the quick testbed scenario (seed 0, one run each) ranks
+        per transfer gave a mean JCT of 10.0 s, one VGG16 25.6 s, against
+        9.3 s and 18.1 s per group (plain TCP 10.4 s): a TCP flow held at
+        its floor behind its job's earlier ones backs off and restarts late.
 
         Returns
         -------
         nodes : ndarray of int, shape (T,)
         ranks : ndarray of int, shape (T,)
-            0 is served first; unique per source host.
+            0 is served first; equal for the transfers of one group.
         """
         self._sync_priority(view)
         dag = view.dag
@@ -925,12 +931,12 @@ class JitPolicy(Policy):
         sent = dag.size[nodes] - view.remaining[nodes]
         left = self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
         src = dag.src[nodes]
-        o = np.lexsort((nodes, self._need[nodes], dag.job_of[nodes], left[grp], src))
-        s = src[o]
+        o = np.lexsort((dag.dst[nodes], dag.job_of[nodes], left[grp], src))
+        g, s = grp[o], src[o]
         new_host = np.r_[True, s[1:] != s[:-1]]
-        pos = np.arange(len(nodes))
+        count = np.cumsum(new_host | np.r_[True, g[1:] != g[:-1]]) - 1
         ranks = np.empty(len(nodes), dtype=np.int64)
-        ranks[o] = pos - np.maximum.accumulate(np.where(new_host, pos, 0))
+        ranks[o] = count - np.maximum.accumulate(np.where(new_host, count, 0))
         return nodes, ranks
 
     def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
