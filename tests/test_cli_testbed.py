@@ -29,9 +29,24 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
         calls.append((name, policy, kw))
         return {"policy": policy, "jobs": 2, "completed": 2, "details": {}}
 
+    predicted = []
+
+    def fake_predict(name, seed, **kw):
+        predicted.append((name, seed, kw))
+        return {pol: {"mean_jct_s": t, "background_mbit_mean": m, "jct_s": {}}
+                for pol, t, m in (("jit", 2.0, 40.0), ("tensorflow", 3.0, 30.0))}
+
     monkeypatch.setattr(e2e, "run_scenario", fake_run)
+    monkeypatch.setattr(scenario, "predict", fake_predict)
     monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
     assert main(["testbed", "run", "--scenario", "paper-mini", "--seed", "3", "--prefix", "tq", "--json",
                  *extra]) == 0
     assert calls == [("paper-mini", "jit", {"seed": 3, "prefix": "tq", **more})]
-    assert json.loads(capsys.readouterr().out)["completed"] == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["completed"] == 2
+    # the simulator's prediction of the same workload with the same policy options
+    opts = more.get("daemon_options", {}).get("policy_options", {})
+    assert predicted == [("paper-mini", 3, {"alpha": more.get("alpha"), "job_order": opts.get("job_order"),
+                                            "dl_share": opts.get("dl_share")})]
+    assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
+                          "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}

@@ -100,6 +100,13 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     if daemon:
         kw["daemon_options"] = daemon
     out = run_scenario(args.scenario, args.policy, **kw)
+    # what the fluid simulator expects of the same workload under the same settings
+    from jitsched.testbed.scenario import predict
+
+    pred = predict(args.scenario, args.seed, alpha=args.alpha, job_order=args.job_order,
+                   dl_share=args.dl_share)
+    out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
+                  for pol in ("jit", "tensorflow")}
     if args.json:
         emit_json(out)
     else:
