@@ -107,12 +107,12 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
     say = say or (lambda s: None)
     cluster = Cluster.uniform(scale.hosts, bps=scale.link_mbit * 1e6)
     cfg = DaemonConfig(cluster=cluster, job_endpoint="tcp://127.0.0.1:*",
-                       agent_endpoint="tcp://127.0.0.1:*", slot_s=scale.slot_s, alpha=0.4,
+                       agent_endpoint="tcp://127.0.0.1:*", slot_s=scale.slot_s,
                        heartbeat_s=0.5, heartbeat_timeout_s=3.0)
     jobs, sources = demo_jobs(scale, seed)
     say(f"scale: {scale.hosts} hosts on loopback, links paced at {scale.link_mbit:g} Mbit/s "
         f"(bytes x{scale.byte_scale:g}, i.e. transfers take {scale.byte_scale * PAPER_LINK_BPS / (scale.link_mbit * 1e6):.2g}x their time at 1 Gbit/s; compute <= {scale.max_compute_s:g} s per job), "
-        f"{scale.jobs} jobs, Poisson {scale.rate_per_s:g}/s, slot {scale.slot_s} s, alpha 0.4; "
+        f"{scale.jobs} jobs, Poisson {scale.rate_per_s:g}/s, slot {scale.slot_s} s, jit defaults; "
         f"DAGs: {', '.join(sorted(sources))}")
     ns = f"demo{os.getpid()}-{time.monotonic_ns()}"
     daemon = Daemon(cfg)

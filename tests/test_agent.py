@@ -216,3 +216,23 @@ def test_dense_levels_map_the_carried_flows_ranks_to_the_backends_levels():
     assert [f.prio for f in dense_levels(flows)] == [2, 0, None, 1, 1]
     many = [FlowRate(f"f{i}", 0.0, prio=100 - i) for i in range(FLOW_LEVELS + 2)]
     assert [f.prio for f in dense_levels(many)] == [FLOW_LEVELS - 1] * 3 + list(range(FLOW_LEVELS - 1))[::-1]
+
+
+def test_pacing_backend_does_not_cap_a_ranked_flow():
+    # a ranked flow's rate is a floor (0 past its plan); sockets have no priorities,
+    # so the pacing backend leaves it at the line rate instead of its 0 floor
+    from jitsched.agents.backends.base import FlowRate
+
+    srv, t, _ = _sink()
+    s = socket.create_connection(srv.getsockname())
+    b = PacingBackend(125e6)
+    try:
+        b.attach("j/x", s)
+        b.apply([FlowRate("j/x", 0.0, prio=3)], 0.0)
+        assert get_pacing_rate(s) == int(125e6)
+        b.apply([FlowRate("j/x", 2e6)], 0.0)  # unranked: its rate is its cap
+        assert get_pacing_rate(s) == int(2e6)
+    finally:
+        b.close()
+        s.close()
+        srv.close()

@@ -60,7 +60,10 @@ class PacingBackend(Backend):
 
     def apply(self, flows: list[FlowRate], leftover_Bps: float) -> None:
         """Set every registered socket's pacing rate for this slot (bytes/s)."""
-        rates = {f.flow_id: f.rate_Bps for f in flows if f.flow_id in self.socks}
+        # a ranked flow (prio) is work-conserving, its rate only a floor, and a socket's
+        # pacing has no priorities to give it: it is not capped (the line rate)
+        rates = {f.flow_id: self.line_rate_Bps if f.prio is not None else f.rate_Bps
+                 for f in flows if f.flow_id in self.socks}
         free = [fid for fid in self.socks if fid not in rates]
         if free:
             share = max(float(leftover_Bps), 0.0) / len(free)
