@@ -345,3 +345,18 @@ def test_priority_ranks_order_a_hosts_job_pairs_by_bytes_left():
     sched = pol.schedule(_view(jobs, cluster))
     assert sched.prio == got and all(len(f[5]) == 0 for f in sched.flows)
     assert not pol.plans_increments()
+
+
+def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():
+    from jitsched.policies.jit import JitPolicy
+
+    cluster = Cluster.uniform(4)
+    jobs = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2")]
+    pol = JitPolicy(alpha=1.0)
+    pol.reset(cluster)
+    sched = pol.schedule(_view(jobs, cluster))
+    # every transfer planned: its LP rates carry its bytes, and it still has its rank
+    assert sched.prio == {("a", "t1"): 1, ("a", "t2"): 1, ("b", "t"): 0}
+    sent = {(f[0], f[1]): float(np.sum(f[5])) * sched.slot_s for f in sched.flows}
+    assert sent == pytest.approx({("a", "t1"): 1e8, ("a", "t2"): 5e7, ("b", "t"): 3e7}, rel=1e-6)
+    assert sched.leftover_egress.shape[1] > 0 and sched.late == []

@@ -776,6 +776,13 @@ class JitPolicy(Policy):
             self._need[nodes] = need
             self._need_done[todo] = True
 
+    def _group_left(self, grp: np.ndarray, sent: np.ndarray) -> np.ndarray:
+        """Bytes each (job, src, dst) group has not sent, given live transfers' groups and bytes sent.
+
+        Done transfers left ``_pair_left`` when they finished; live ones count what they sent.
+        """
+        return self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
+
     def _priority_order(self, view: SchedulerView) -> np.ndarray:
         """Flow indices, first served first (see :data:`LEFTOVERS`)."""
         f = view.flows
@@ -788,11 +795,9 @@ class JitPolicy(Policy):
             return np.lexsort((f.bg, bg_key))
         job = np.where(is_job, f.job, 0)
         node = np.where(is_job, f.node, 0)
-        # a job's key: its bytes not yet sent on the flow's host pair (done
-        # transfers left _pair_left when they finished; live ones count what they hold)
-        sent = np.where(is_job, view.dag.size[node] - f.remaining, 0.0)
+        # a job's key: its bytes not yet sent on the flow's host pair
         grp = self._group[node]
-        left = self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
+        left = self._group_left(grp, np.where(is_job, view.dag.size[node] - f.remaining, 0.0))
         # Smith's rule for slowdown: a background flow's key grows with its size as
         # well as with what it has left, so small files go before large DL jobs and
         # large files after them (plain remaining-bytes keys, measured at 100 hosts,
@@ -928,8 +933,7 @@ class JitPolicy(Policy):
         if not len(nodes):
             return nodes, np.zeros(0, dtype=np.int64)
         grp = self._group[nodes]
-        sent = dag.size[nodes] - view.remaining[nodes]
-        left = self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
+        left = self._group_left(grp, dag.size[nodes] - view.remaining[nodes])
         src = dag.src[nodes]
         o = np.lexsort((dag.dst[nodes], dag.job_of[nodes], left[grp], src))
         g, s = grp[o], src[o]
@@ -944,38 +948,24 @@ class JitPolicy(Policy):
         # rates as floors, the rest with none. Background is not the daemon's to know:
         # agents put it after every ranked flow (the simulator's bg_weight=inf).
         nodes, ranks = self.priority_ranks(view)
-        if not len(nodes) and self.plan is None:
+        base = self._plan_schedule(view)
+        if not len(nodes) and base is None:
             return None
         dag = view.dag
-        planned = {}
-        h = len(view.cluster)
-        epoch, left_e, left_i, late, solve_s = view.now, np.zeros((h, 0)), np.zeros((h, 0)), [], 0.0
-        if self.plan is not None:
-            lp = self.plan.lp
-            planned = {int(n): k for k, n in enumerate(self._plan_nodes)}
-            epoch, left_e, left_i = self._epoch, lp.leftover_egress.copy(), lp.leftover_ingress.copy()
-            late, solve_s = self.plan.late(), lp.build_s + lp.solve_s + self.plan.lat_s
+        planned = {} if base is None else {(f[0], f[1]): f for f in base.flows}
         flows, prio = [], {}
         for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
-            k = planned.get(n)
-            start, rates = (0, np.zeros(0)) if k is None else (int(lp.start_slot[k]), lp.rates(k).copy())
             key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
-            flows.append((*key, int(dag.src[n]), int(dag.dst[n]), start, rates))
+            flows.append(planned.get(key) or (*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
             prio[key] = int(rank)
-        return SlotSchedule(epoch_s=epoch, slot_s=self.slot_s, flows=flows, leftover_egress=left_e,
-                            leftover_ingress=left_i, late=late, solve_s=solve_s, prio=prio)
+        if base is None:
+            h = len(view.cluster)
+            return SlotSchedule(epoch_s=view.now, slot_s=self.slot_s, flows=flows,
+                                leftover_egress=np.zeros((h, 0)), leftover_ingress=np.zeros((h, 0)), prio=prio)
+        return replace(base, flows=flows, prio=prio)
 
-    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
-        """The current plan as per-slot rates for the host agents (None before any job).
-
-        Re-plans first if an arrival (or drift/period, when enabled) asks for it.
-        With ``leftover="priority"`` every unfinished transfer is listed with
-        its rank on its source host (:meth:`priority_ranks`, in ``prio``):
-        agents serve a host's egress in that order, work-conserving, background last.
-        """
-        self._ensure_plan(view)
-        if self.leftover == "priority":
-            return self._priority_schedule(view)
+    def _plan_schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        # the LP plan's unfinished transfers and leftover as per-slot rates
         plan = self.plan
         if plan is None:
             return None
@@ -991,6 +981,19 @@ class JitPolicy(Policy):
                             leftover_egress=lp.leftover_egress.copy(),
                             leftover_ingress=lp.leftover_ingress.copy(), late=plan.late(),
                             solve_s=lp.build_s + lp.solve_s + plan.lat_s)
+
+    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        """The current plan as per-slot rates for the host agents (None before any job).
+
+        Re-plans first if an arrival (or drift/period, when enabled) asks for it.
+        With ``leftover="priority"`` every unfinished transfer is listed with
+        its rank on its source host (:meth:`priority_ranks`, in ``prio``):
+        agents serve a host's egress in that order, work-conserving, background last.
+        """
+        self._ensure_plan(view)
+        if self.leftover == "priority":
+            return self._priority_schedule(view)
+        return self._plan_schedule(view)
 
     def schedule_increment(self, view: SchedulerView, base: SlotSchedule | None,
                            busy_egress: np.ndarray, busy_ingress: np.ndarray) -> SlotSchedule | None:
