@@ -77,7 +77,7 @@ ACK_RESERVE = 0.03  # of the line rate; delayed ACKs of a full reverse link need
 ACK_MAX_LEN = 64  # IPv4 total length below this and TCP: a pure ACK (40-60 bytes with options)
 # Strict-priority levels (FlowRate.prio): HTB borrows by class prio 0..7, 0 first.
 MAX_FLOW_PRIO = FLOW_LEVELS - 1
-BG_LAST_PRIO = 7  # the background class's prio while the schedule ranks flows
+BG_LAST_PRIO = MAX_FLOW_PRIO + 1  # the background class's prio while the schedule ranks flows (HTB's last, 7)
 DL_MINOR = 5  # 1:5, marked DL packets no flow class matches (TcBackend(dl_tos=...))
 DL_LEAF_HANDLE = 0x50000  # 5:
 DL_FILTER_PRIO = 0xFFF8  # after every flow filter (whose prio is its minor, at most FLOW_MINOR_MAX)
@@ -313,6 +313,11 @@ def ack_keys() -> list[tuple[int, int, int]]:
     return [(socket.IPPROTO_TCP << 16, 0x00FF0000, 8), (0, 0xFFFF & ~(ACK_MAX_LEN - 1), 0)]
 
 
+def tos_keys(tos: int) -> list[tuple[int, int, int]]:
+    """u32 keys of IPv4 packets whose TOS byte (the header's second) has ``tos``'s DSCP bits (ECN ignored)."""
+    return [((tos & DSCP_MASK) << 16, DSCP_MASK << 16, 0)]
+
+
 def reserve_Bps(fraction: float, line: float) -> float:
     """A class's guaranteed share of the line rate, bytes/s (at least two full frames)."""
     return max(MIN_BURST_B, fraction * line)
@@ -344,14 +349,13 @@ def _install_ack_class(nl: TcSocket, ifindex: int, line: float, burst_s: float) 
 
 def _install_priority_band(nl: TcSocket, ifindex: int, line: float, burst_s: float, tos: int) -> None:
     reserve = reserve_Bps(BG_RESERVE, line)
-    keys = [((tos & DSCP_MASK) << 16, DSCP_MASK << 16, 0)]  # second byte of the IPv4 header
     nl.transact([
         (_tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR,
                 LINK_CLASS, attrs=htb_class_attrs(reserve, line, _burst(reserve, burst_s), _burst(line, burst_s),
                                                   prio=1)),
          "background class 1:2 (reserve)", False),
         *_leaf_class_msgs(nl, ifindex, PRIO_MINOR, PRIO_LEAF_HANDLE, line - reserve, _burst(line, burst_s), line,
-                          burst_s, prio=0, filter_prio=1, keys=keys, name="priority"),
+                          burst_s, prio=0, filter_prio=1, keys=tos_keys(tos), name="priority"),
     ])
 
 
@@ -496,16 +500,13 @@ class TcBackend(Backend):
         ])
 
     def _install_dl_class(self) -> None:
-        line = self.line_rate_Bps
-        keys = [((self.dl_tos & DSCP_MASK) << 16, DSCP_MASK << 16, 0)]
         self.nl.transact(_leaf_class_msgs(self.nl, self.ifindex, DL_MINOR, DL_LEAF_HANDLE, MIN_BURST_B,
-                                          MIN_BURST_B, line, self.burst_s, prio=0,
-                                          filter_prio=DL_FILTER_PRIO, keys=keys, name="unregistered DL"))
+                                          MIN_BURST_B, self.line_rate_Bps, self.burst_s, prio=0,
+                                          filter_prio=DL_FILTER_PRIO, keys=tos_keys(self.dl_tos),
+                                          name="unregistered DL"))
 
     def _remove_dl_class(self) -> list[tuple[bytes, str, bool]]:
-        return [(_tcmsg(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex, 0,
-                        ROOT_HANDLE, info=(DL_FILTER_PRIO << 16) | socket.htons(ETH_P_IP)),
-                 "delete unregistered-DL filter", True),
+        return [(self._del_filter(DL_FILTER_PRIO), "delete unregistered-DL filter", True),
                 (self._del_class(DL_MINOR), "delete unregistered-DL class", True)]
 
     def _remove_stale_flows(self) -> None:
@@ -519,9 +520,10 @@ class TcBackend(Backend):
             msgs.append((self._del_class(m), f"stale class 1:{m:x}", True))
         self.nl.transact(msgs)
 
-    def _del_filter(self, minor: int) -> bytes:
+    def _del_filter(self, prio: int) -> bytes:
+        # a flow's filter has its class's minor as its prio
         return _tcmsg(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex, 0,
-                      ROOT_HANDLE, info=(minor << 16) | socket.htons(ETH_P_IP))
+                      ROOT_HANDLE, info=(prio << 16) | socket.htons(ETH_P_IP))
 
     def _del_class(self, minor: int) -> bytes:
         return _tcmsg(RTM_DELTCLASS, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex,
