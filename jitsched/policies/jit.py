@@ -1006,8 +1006,8 @@ class JitPolicy(Policy):
         """
         if base is not None and abs(base.slot_s - self.slot_s) > 1e-12:
             return None  # another grid: only a full re-solve can line them up
-        if self.leftover == "priority":
-            return None  # ranks order every job on a host together: a full re-plan
+        if not self.plans_increments():
+            return None
         cluster = self._plan_cluster(view.cluster)
         win = increment_window(view.now, self.slot_s, cluster,
                                *((base.epoch_s, base.leftover_egress, base.leftover_ingress)
