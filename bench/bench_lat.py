@@ -9,7 +9,8 @@ import numpy as np
 
 from bench.common import median_time, resnet152_jobs
 from jitsched import _lat
-from jitsched.lat import latest_arrival_times, trans_times
+from jitsched.estimate import trans_times
+from jitsched.lat import latest_arrival_times
 from jitsched.model import Cluster, compile_jobs
 from jitsched.reference import lat_exact_reference
 

@@ -8,7 +8,7 @@ import statistics
 import sys
 
 from jitsched.model import Cluster, compile_jobs
-from jitsched.planner import plan_jobs
+from jitsched.planner import PlanOptions, plan_jobs
 from jitsched.synth import random_vgg16_jobs
 
 PAPER = "paper (Gurobi): under 1 s up to 70 jobs"
@@ -20,8 +20,8 @@ def run(n_jobs: int, repeat: int, objective: str, slot_s: float, alpha: float, s
     dag = compile_jobs(jobs, cluster)
     builds, solves, lats = [], [], []
     for _ in range(repeat):
-        plan = plan_jobs(dag, cluster, slot_s=slot_s, alpha=alpha, objective=objective,
-                         time_limit_s=600.0)
+        plan = plan_jobs(dag, cluster, PlanOptions(slot_s=slot_s, alpha=alpha, objective=objective,
+                                                   time_limit_s=600.0))
         builds.append(plan.lp.build_s)
         solves.append(plan.lp.solve_s)
         lats.append(plan.lat_s)

@@ -31,7 +31,7 @@ import time
 
 from jitsched import testbed
 from jitsched.agents.backends.tc import SPARE_MODES
-from jitsched.policies.jit import JOB_ORDERS
+from jitsched.estimate import JOB_ORDERS
 from jitsched.testbed.measure import measure_enforcement, summarize
 from jitsched.testbed.scenario import SCENARIOS, predict, require_daemon_side
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from jitsched.errors import ValidationError
 from jitsched.model import Cluster, parse_cluster
+from jitsched.planner import PlanOptions
 from jitsched.protocol import MAX_MESSAGE_BYTES
 
 if sys.version_info >= (3, 11):
@@ -120,12 +121,9 @@ def parse_config(doc: dict) -> DaemonConfig:
 
 def check_config(cfg: DaemonConfig) -> None:
     """Raise ValidationError on out-of-range settings."""
-    if not cfg.slot_s > 0:
-        raise ValidationError(f"slot_s: must be positive, got {cfg.slot_s!r}")
-    if cfg.alpha is not None and not 0.0 <= cfg.alpha <= 1.0:
-        raise ValidationError(f"alpha: must be within [0, 1], got {cfg.alpha!r}")
-    if cfg.objective not in ("balanced", "minmax"):
-        raise ValidationError(f"objective: expected balanced or minmax, got {cfg.objective!r}")
+    # the planning settings are checked where every planner checks them
+    PlanOptions(slot_s=cfg.slot_s, objective=cfg.objective,
+                **({} if cfg.alpha is None else {"alpha": cfg.alpha}))
     if cfg.planning not in PLANNING_MODES:
         raise ValidationError(f"planning: expected incremental or full, got {cfg.planning!r}")
     if not cfg.joint_replan_s >= 0:

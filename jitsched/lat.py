@@ -1,4 +1,4 @@
-"""Transfer-time estimates and latest arrival times (LAT) over compiled DAG arrays."""
+"""Latest arrival times (LAT) over compiled DAG arrays (transfer-time estimates: :mod:`jitsched.estimate`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from jitsched.errors import ValidationError, load_kernel
+from jitsched.estimate import trans_times
 from jitsched.model import COMPUTE, TRANSFER, Cluster, DagArrays
 
 ESTIMATORS = ("exact", "paper")
@@ -37,45 +38,6 @@ def topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,
         indeg,
     )
     return order[:m]
-
-
-def trans_times(dag: DagArrays, cluster: Cluster, *, remaining: np.ndarray | None = None,
-                active: np.ndarray | None = None) -> np.ndarray:
-    """Paper Eq. 1: each transfer's time if every port is shared equally.
-
-    ``trans(f) = bytes(f) / min(E_a / num(a), I_b / num(b))`` where ``num``
-    counts the active transfers of all jobs in ``dag`` leaving ``a`` / entering ``b``.
-
-    Parameters
-    ----------
-    dag : DagArrays
-    cluster : Cluster
-    remaining : ndarray, shape (n_nodes,), optional
-        Bytes still to send per transfer (default: the full size).
-    active : ndarray of bool, shape (n_nodes,), optional
-        Transfers that count in ``num`` (default: every transfer).
-
-    Returns
-    -------
-    ndarray, shape (n_nodes,)
-        Seconds; 0 for computes and inactive transfers.
-    """
-    is_t = dag.kind == TRANSFER
-    if active is None:
-        active = is_t
-    else:
-        active = np.asarray(active, dtype=bool) & is_t
-    size = dag.size if remaining is None else np.asarray(remaining, dtype=np.float64)
-    h = len(cluster)
-    num_out = np.bincount(dag.src[active], minlength=h).astype(np.float64)
-    num_in = np.bincount(dag.dst[active], minlength=h).astype(np.float64)
-    out = np.zeros(dag.n_nodes, dtype=np.float64)
-    idx = np.flatnonzero(active)
-    if idx.size:
-        s, d = dag.src[idx], dag.dst[idx]
-        share = np.minimum(cluster.egress_Bps[s] / num_out[s], cluster.ingress_Bps[d] / num_in[d])
-        out[idx] = size[idx] / share
-    return out
 
 
 @dataclass(frozen=True)
@@ -121,7 +83,7 @@ def latest_arrival_times(dag: DagArrays, cluster: Cluster, *, estimator: str = "
         Seconds; nothing unfinished starts before it (default: each job's arrival).
     known_done : ndarray, shape (n_nodes,), optional
         Finish times already known (NaN where unknown), for re-planning mid-run.
-    remaining, active : see :func:`trans_times`.
+    remaining, active : see :func:`jitsched.estimate.trans_times`.
     k_std : float
         Compute durations used are ``duration + k_std * std``.
     trans_s : ndarray, shape (n_nodes,), optional

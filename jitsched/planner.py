@@ -1,4 +1,4 @@
-"""JIT planning: LAT pass, alpha selection and the bandwidth LP, keyed back to job and transfer ids."""
+"""JIT planning, the one pipeline: options, LAT pass, alpha selection and the bandwidth LP, keyed back to job and transfer ids."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.errors import ValidationError
-from jitsched.lat import LatResult, latest_arrival_times
-from jitsched.lp import LPSolution, solve_bandwidth_lp
+from jitsched.estimate import (
+    JOB_ORDERS,
+    TRANS_ESTIMATES,
+    fair_share_trans,
+    job_ranks,
+    ordered_trans,
+)
+from jitsched.lat import ESTIMATORS, LatResult, latest_arrival_times
+from jitsched.lp import OBJECTIVES, SOLVERS, LPSolution, solve_bandwidth_lp
 from jitsched.model import TRANSFER, Cluster, DagArrays, Job, compile_jobs
 
 DEFAULT_ALPHA = 0.4
@@ -117,26 +124,137 @@ class Plan:
         }
 
 
-def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: float = DEFAULT_SLOT_S,
-              alpha: float = DEFAULT_ALPHA, objective: str = "balanced", estimator: str = "exact",
+# LAT passes of the "ordered" estimate after the fair-share seed pass: the
+# first orders each job's transfers by the seed's LATs, the second by its own
+# (a need order that no longer depends on fair sharing) and settles the release
+# times of transfers behind computes; more passes change nothing measurable.
+ORDERED_PASSES = 2
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How a plan is made; validated once, here, for the CLI, the policies and the benches.
+
+    Attributes
+    ----------
+    alpha : float in [0, 1]
+        Fraction of each job's (unfinished) transfers, in topological order, the LP plans.
+    slot_s : float
+        Slot length, seconds (> 0).
+    objective : {"balanced", "minmax"}
+    estimator : {"exact", "paper"}
+        LAT estimator (:func:`jitsched.lat.latest_arrival_times`).
+    trans_estimate : {"eq1", "fair", "ordered"}
+        Transfer-time estimate of the LAT pass (:mod:`jitsched.estimate`).
+    job_order : {"fair", "fifo", "smallest"}
+        How jobs share a port in the ``ordered`` estimate (:func:`jitsched.estimate.job_ranks`).
+    k_std : float
+        LAT uses ``duration + k_std * std`` (>= 0).
+    time_limit_s : float or None
+        LP wall-clock budget, seconds; past it an earliest-deadline-first plan is used.
+    iteration_limit : int or None
+        LP iteration budget per solve: the same fallback, machine-independent.
+    solver : {"auto", "simplex", "ipm"}
+    """
+
+    alpha: float = DEFAULT_ALPHA
+    slot_s: float = DEFAULT_SLOT_S
+    objective: str = "balanced"
+    estimator: str = "exact"
+    trans_estimate: str = "eq1"
+    job_order: str = "fair"
+    k_std: float = 0.0
+    time_limit_s: float | None = 5.0
+    iteration_limit: int | None = None
+    solver: str = "auto"
+
+    def __post_init__(self) -> None:
+        def number(name, lo_ok):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(v) or not lo_ok(v):
+                return None
+            return float(v)
+
+        checks = (
+            ("alpha", lambda v: 0.0 <= v <= 1.0, "must be within [0, 1]"),
+            ("slot_s", lambda v: v > 0, "must be a positive number of seconds"),
+            ("k_std", lambda v: v >= 0, "must be >= 0"),
+        )
+        for name, ok, why in checks:
+            v = number(name, ok)
+            if v is None:
+                raise ValidationError(f"{name}: {why}, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, v)
+        for name, allowed in (("objective", OBJECTIVES), ("estimator", ESTIMATORS),
+                              ("trans_estimate", TRANS_ESTIMATES), ("job_order", JOB_ORDERS),
+                              ("solver", SOLVERS)):
+            if getattr(self, name) not in allowed:
+                raise ValidationError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
+        if self.time_limit_s is not None:
+            if number("time_limit_s", lambda v: v > 0) is None:
+                raise ValidationError(f"time_limit_s: must be positive or None, got {self.time_limit_s!r}")
+            object.__setattr__(self, "time_limit_s", float(self.time_limit_s))
+        it = self.iteration_limit
+        if it is not None:
+            if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:
+                raise ValidationError(f"iteration_limit: must be a positive integer or None, got {it!r}")
+            object.__setattr__(self, "iteration_limit", int(it))
+
+
+def estimated_lats(sub, cluster, share, remaining: np.ndarray, unfinished: np.ndarray, *, now: float,
+                   ordered: bool, job_rank: np.ndarray | None = None, estimator: str = "exact",
+                   known_done: np.ndarray | None = None, k_std: float = 0.0) -> LatResult:
+    """The LAT pass with the ``fair`` estimate, then ``ORDERED_PASSES`` with ``ordered`` if asked.
+
+    Parameters
+    ----------
+    sub : DagArrays
+    cluster : Cluster
+        Capacities of the LAT pass itself.
+    share : Cluster
+        Capacities the transfer-time estimates assume (e.g. a shared cluster).
+    remaining : ndarray, shape (n_nodes,)
+        Bytes left per transfer.
+    unfinished : ndarray of bool, shape (n_nodes,)
+    now : float
+        Seconds; nothing unfinished starts before it.
+    ordered : bool
+        Follow the seed pass with :func:`jitsched.estimate.ordered_trans` passes.
+    job_rank, estimator, known_done, k_std
+        As for :func:`jitsched.estimate.ordered_trans` and :func:`jitsched.lat.latest_arrival_times`.
+
+    Returns
+    -------
+    LatResult
+    """
+    trans = fair_share_trans(sub, share, remaining, unfinished)
+    lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now, known_done=known_done,
+                               k_std=k_std, trans_s=trans)
+    if ordered:
+        for _ in range(ORDERED_PASSES):
+            trans = ordered_trans(sub, share, remaining, unfinished, lat.release, lat.lat, job_rank)
+            lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now,
+                                       known_done=known_done, k_std=k_std, trans_s=trans)
+    return lat
+
+
+def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOptions | None = None, *,
               now: float | None = None, known_done: np.ndarray | None = None,
               remaining: np.ndarray | None = None, unfinished: np.ndarray | None = None,
-              k_std: float = 0.0, time_limit_s: float | None = 5.0,
-              iteration_limit: int | None = None, solver: str = "auto",
               lat_cluster: Cluster | None = None, residual_egress_Bps: np.ndarray | None = None,
               residual_ingress_Bps: np.ndarray | None = None, min_lat_s: float | None = None) -> Plan:
     """Plan the DAG transfers of ``jobs`` together: LAT pass, alpha cut, LP.
+
+    The one planning pipeline: the CLI's ``plan``, the JIT policies (full and
+    incremental plans) and the benches all come through here.
 
     Parameters
     ----------
     jobs : sequence of Job, or DagArrays already compiled
     cluster : Cluster
-    slot_s : float
-        Slot length, seconds.
-    alpha : float
-        Fraction of each job's (unfinished) transfers, in topological order, the LP plans.
-    objective : {"balanced", "minmax"}
-    estimator : {"exact", "paper"}
+    options : PlanOptions, optional
+        How to plan (default ``PlanOptions()``: the paper's alpha 0.4 and Eq. 1).
     now : float, optional
         Planning instant in seconds (slot 0 starts here); default: earliest arrival.
     known_done : ndarray, shape (n_nodes,), optional
@@ -145,16 +263,6 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
         Bytes left per transfer (default: full sizes).
     unfinished : ndarray of bool, shape (n_nodes,), optional
         Transfers still to plan (default: all).
-    k_std : float
-        LAT uses ``duration + k_std * std``.
-    time_limit_s : float or None
-        LP wall-clock budget, seconds; past it, an earliest-deadline-first plan
-        is used. ``None``: no time limit.
-    iteration_limit : int, optional
-        LP iteration budget per solve: the same fallback, but machine-independent
-        (see :func:`jitsched.lp.solve_bandwidth_lp`).
-    solver : {"auto", "simplex", "ipm"}
-        HiGHS algorithm (see :func:`jitsched.lp.solve_bandwidth_lp`).
     lat_cluster : Cluster, optional
         Capacities the LAT pass's transfer-time estimate assumes (default
         ``cluster``), e.g. :func:`shared_cluster` when other jobs, planned
@@ -169,28 +277,33 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, *, slot_s: floa
     -------
     Plan
     """
+    o = PlanOptions() if options is None else options
     dag = jobs if isinstance(jobs, DagArrays) else compile_jobs(list(jobs), cluster)
-    if not (isinstance(slot_s, (int, float)) and math.isfinite(slot_s) and slot_s > 0):
-        raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
     origin = float(dag.arrival.min()) if now is None and dag.n_jobs else float(now or 0.0)
-    t0 = time.perf_counter()
-    lat = latest_arrival_times(dag, cluster if lat_cluster is None else lat_cluster,
-                               estimator=estimator, now=now,
-                               known_done=known_done, remaining=remaining, active=unfinished,
-                               k_std=k_std)
-    lat_s = time.perf_counter() - t0
-    chosen = np.flatnonzero(select_alpha(dag, alpha, unfinished))
     size = dag.size if remaining is None else np.asarray(remaining, dtype=np.float64)
+    share = cluster if lat_cluster is None else lat_cluster
+    t0 = time.perf_counter()
+    if o.trans_estimate == "eq1":
+        lat = latest_arrival_times(dag, share, estimator=o.estimator, now=now, known_done=known_done,
+                                   remaining=remaining, active=unfinished, k_std=o.k_std)
+    else:
+        active = (dag.kind == TRANSFER) if unfinished is None else np.asarray(unfinished, dtype=bool)
+        rank = job_ranks(dag, share, size, active, o.job_order) if o.trans_estimate == "ordered" else None
+        lat = estimated_lats(dag, cluster, share, size, active, now=origin,
+                             ordered=o.trans_estimate == "ordered", job_rank=rank,
+                             estimator=o.estimator, known_done=known_done, k_std=o.k_std)
+    lat_s = time.perf_counter() - t0
+    chosen = np.flatnonzero(select_alpha(dag, o.alpha, unfinished))
     weight = 1.0 + np.maximum(dag.priority[dag.job_of[chosen]], 0.0)
     lp = solve_bandwidth_lp(
         dag.src[chosen], dag.dst[chosen], size[chosen],
         np.maximum(lat.release[chosen] - origin, 0.0),
         lp_deadlines(lat.lat[chosen], min_lat_s) - origin,
-        cluster.egress_Bps, cluster.ingress_Bps, slot_s=float(slot_s), objective=objective,
-        weight=weight, time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver,
+        cluster.egress_Bps, cluster.ingress_Bps, slot_s=o.slot_s, objective=o.objective,
+        weight=weight, time_limit_s=o.time_limit_s, iteration_limit=o.iteration_limit, solver=o.solver,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
     )
-    return Plan(dag, cluster, lat, chosen, lp, origin, alpha, objective, lat_s)
+    return Plan(dag, cluster, lat, chosen, lp, origin, o.alpha, o.objective, lat_s)
 
 
 def lp_deadlines(lat_s: np.ndarray, min_lat_s: float | None) -> np.ndarray:

@@ -42,6 +42,8 @@ def test_testbed_style_file_is_enough(tmp_path):
 @pytest.mark.parametrize("doc, needle", [
     ({"hosts": HOSTS, "scheduler": {"alpha": 1.5}}, "alpha"),
     ({"hosts": HOSTS, "scheduler": {"slot_s": "fast"}}, "[scheduler].slot_s"),
+    ({"hosts": HOSTS, "scheduler": {"slot_s": 0.0}}, "slot_s: must be a positive"),
+    ({"hosts": HOSTS, "scheduler": {"objective": "fastest"}}, "objective: expected one of"),
     ({"hosts": HOSTS, "daemon": {"nope": 1}}, "[daemon].nope"),
     ({"hosts": HOSTS, "extra": {}}, "extra"),
     ({"hosts": []}, "no hosts"),

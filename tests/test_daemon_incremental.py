@@ -153,8 +153,9 @@ def slow_full_jit(cfg, delay_s: float) -> SlowFullJit:
     """The daemon's JIT policy for ``cfg``, its full re-solves taking at least ``delay_s``."""
     from jitsched.daemon.server import create_policy
 
-    pol = SlowFullJit(**{k: v for k, v in vars(create_policy(cfg)).items()
-                         if k in ("alpha", "slot_s", "objective", "resolve_period_s", "leftover")})
+    base = create_policy(cfg)
+    pol = SlowFullJit(**{k: getattr(base, k)
+                         for k in ("alpha", "slot_s", "objective", "resolve_period_s", "leftover")})
     pol.delay_s = delay_s
     pol.reset(cfg.cluster)
     return pol

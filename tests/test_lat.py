@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from jitsched.errors import ValidationError
-from jitsched.lat import latest_arrival_times, topological_order, trans_times
+from jitsched.estimate import trans_times
+from jitsched.lat import latest_arrival_times, topological_order
 from jitsched.model import compile_jobs
 from jitsched.reference import (
     lat_bruteforce,

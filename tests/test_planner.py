@@ -7,7 +7,7 @@ import pytest
 
 from jitsched.errors import ValidationError
 from jitsched.model import Cluster, compile_jobs
-from jitsched.planner import plan_jobs, select_alpha
+from jitsched.planner import PlanOptions, plan_jobs, select_alpha
 from jitsched.synth import random_vgg16_jobs
 from tests.dags import job, workload
 
@@ -48,7 +48,7 @@ def test_select_alpha_respects_eligible_and_range():
 
 def test_plan_json_shape_and_consistency():
     w = chain_workload()
-    plan = plan_jobs(w.jobs, w.cluster, slot_s=0.1, alpha=1.0, objective="minmax")
+    plan = plan_jobs(w.jobs, w.cluster, PlanOptions(slot_s=0.1, alpha=1.0, objective="minmax"))
     out = plan.to_json()
     assert out["status"] == "optimal" and out["slot_s"] == 0.1
     assert set(out["rates"]) == {"a", "b"} and set(out["rates"]["a"]) == {f"t{i}" for i in range(5)}
@@ -66,7 +66,7 @@ def test_plan_json_shape_and_consistency():
 def test_plan_vgg16_jobs_no_late_transfers_when_uncontended():
     c = Cluster.uniform(20, 1e9)
     jobs = random_vgg16_jobs(5, c.names, seed=3)
-    plan = plan_jobs(jobs, c, slot_s=0.05, alpha=0.4)
+    plan = plan_jobs(jobs, c, PlanOptions(slot_s=0.05, alpha=0.4))
     assert plan.lp.status == "optimal"
     assert len(plan.scheduled) == 5 * 13  # ceil(0.4 * 32)
     # planned rates finish every scheduled transfer
@@ -84,9 +84,30 @@ def test_plan_replanning_mid_run_uses_now_and_remaining():
     unfinished[d.node("a", "t0")] = False
     remaining = d.size.copy()
     remaining[d.node("a", "t1")] = 0.05 * GB
-    plan = plan_jobs(d, w.cluster, now=0.2, known_done=known, remaining=remaining,
-                     unfinished=unfinished, alpha=1.0, slot_s=0.1)
+    plan = plan_jobs(d, w.cluster, PlanOptions(alpha=1.0, slot_s=0.1), now=0.2, known_done=known,
+                     remaining=remaining, unfinished=unfinished)
     ids = [d.node_ids[i] for i in plan.scheduled]
     assert ids == ["t1", "t2"]
     assert plan.origin_s == 0.2
     assert plan.lp.rates(0).sum() * 0.1 == pytest.approx(0.05 * GB)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("alpha", 1.5), ("alpha", float("nan")), ("slot_s", 0.0), ("slot_s", True), ("k_std", -1.0),
+    ("objective", "fastest"), ("estimator", "x"), ("trans_estimate", "psychic"), ("job_order", "lifo"),
+    ("solver", "gurobi"), ("time_limit_s", 0.0), ("iteration_limit", 2.5), ("iteration_limit", 0),
+])
+def test_plan_options_refuse_bad_values_by_name(field, value):
+    with pytest.raises(ValidationError, match=f"^{field}:"):
+        PlanOptions(**{field: value})
+
+
+def test_plan_options_normalise_and_policies_validate_through_them():
+    from jitsched.policies.jit import JitPolicy
+
+    o = PlanOptions(alpha=1, slot_s=np.float64(0.05), iteration_limit=np.int64(7))
+    assert (type(o.alpha), type(o.slot_s), type(o.iteration_limit)) == (float, float, int)
+    with pytest.raises(ValidationError, match="^trans_estimate:"):
+        JitPolicy(trans_estimate="psychic")
+    pol = JitPolicy(alpha=0.5, slot_s=0.2)
+    assert (pol.alpha, pol.slot_s) == (0.5, 0.2) and pol.plan_options.trans_estimate == "ordered"

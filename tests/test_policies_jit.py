@@ -84,13 +84,13 @@ def test_wall_clock_views_pass_the_time_limit(monkeypatch):
     from jitsched.daemon.state import PlanRequest, build_view
 
     seen = []
-    real = jit.plan_subset
+    real = jit.plan_jobs
 
-    def spy(*args, **kw):
-        seen.append((kw["time_limit_s"], kw["iteration_limit"]))
-        return real(*args, **kw)
+    def spy(dag, cluster, options, **kw):
+        seen.append((options.time_limit_s, options.iteration_limit))
+        return real(dag, cluster, options, **kw)
 
-    monkeypatch.setattr(jit, "plan_subset", spy)
+    monkeypatch.setattr(jit, "plan_jobs", spy)
     view, _ = build_view(PlanRequest(1, 0.0, ((push_job(0, 0.0), {}, {}),), (), ()), CLUSTER)
     pol = jit.JitPolicy(alpha=1.0, time_limit_s=2.5, iteration_limit=1000)
     pol.reset(CLUSTER)

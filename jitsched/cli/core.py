@@ -10,7 +10,7 @@ from jitsched.cli.registry import arg, register
 from jitsched.lat import ESTIMATORS, latest_arrival_times
 from jitsched.lp import OBJECTIVES
 from jitsched.model import compile_jobs, load_workload
-from jitsched.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, plan_jobs
+from jitsched.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, PlanOptions, plan_jobs
 
 
 def emit_json(obj) -> None:
@@ -57,9 +57,10 @@ def cmd_lat(args: argparse.Namespace) -> int:
 )
 def cmd_plan(args: argparse.Namespace) -> int:
     w = load_workload(args.file)
-    plan = plan_jobs(w.jobs, w.cluster, slot_s=args.slot_s, alpha=args.alpha,
-                     objective=args.objective, estimator=args.estimator,
-                     time_limit_s=args.time_limit_s, iteration_limit=args.iteration_limit)
+    opts = PlanOptions(slot_s=args.slot_s, alpha=args.alpha, objective=args.objective,
+                       estimator=args.estimator, time_limit_s=args.time_limit_s,
+                       iteration_limit=args.iteration_limit)
+    plan = plan_jobs(w.jobs, w.cluster, opts)
     out = plan.to_json()
     if args.json:
         emit_json(out)

@@ -10,19 +10,17 @@ import numpy as np
 
 from jitsched.alloc import SlotPlan, fit_fixed, fixed_then_maxmin, priority_greedy
 from jitsched.errors import ValidationError
-from jitsched.lat import ESTIMATORS, latest_arrival_times
-from jitsched.lp import OBJECTIVES, SOLVERS, solve_bandwidth_lp
 from jitsched.model import TRANSFER
 from jitsched.planner import (
     DEFAULT_ALPHA,
     DEFAULT_SLOT_S,
     Plan,
+    PlanOptions,
+    estimated_lats,
     increment_window,
-    lp_deadlines,
     place_increment,
     plan_jobs,
     scale_cluster,
-    select_alpha,
     shared_cluster,
 )
 from jitsched.policies.base import (
@@ -42,17 +40,6 @@ DRIFT_RTOL = 1e-6
 SLOT_EPS = 1e-9
 
 
-TRANS_ESTIMATES = ("fair", "eq1", "ordered")
-# How the "ordered" estimate lets jobs share a port: fairly (each of n jobs at
-# C/n), or one job after another at the full rate, in arrival order ("fifo") or
-# smallest bottleneck first ("smallest": the job whose busiest port has the
-# fewest seconds of work left goes first, as Sincronia orders coflows).
-JOB_ORDERS = ("fair", "fifo", "smallest")
-# LAT passes of the "ordered" estimate after the fair-share seed pass: the
-# first orders each job's transfers by the seed's LATs, the second by its own
-# (a need order that no longer depends on fair sharing) and settles the release
-# times of transfers behind computes; more passes change nothing measurable.
-ORDERED_PASSES = 2
 # Who gets the capacity the plan leaves: "fair" (the paper: max-min among
 # background flows and unplanned transfers, then planned transfers backfill by
 # LAT) or "priority" (strict priority, work-conserving: jobs shortest remaining
@@ -79,276 +66,6 @@ DEFAULT_BG_WEIGHT = 0.7
 # 300-job paper workload (100 hosts) takes 11.6k iterations (0.8 s here, about
 # 25k iterations/s); 100k is about the old 5 s budget on this 2-core machine.
 DEFAULT_ITERATION_LIMIT = 100_000
-
-
-def fair_share_trans(dag, cluster, remaining: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """Transfer times if every port were shared fairly from now on (processor sharing).
-
-    On one port of capacity ``C`` with ``n`` flows sized ``s_1 <= ... <= s_n``
-    starting together, fair sharing finishes flow ``k`` at
-    ``(s_1 + ... + s_{k-1} + (n - k + 1) * s_k) / C``; a transfer's estimate is
-    the later of its egress and ingress ports. Eq. 1 (``s_k * n / C``) is the
-    same model with every flow pretending to last as long as the longest: it
-    is an upper bound of this one and grossly over-estimates a large transfer
-    queued behind many small ones (VGG16's 411 MB fc6 weights behind 31 small
-    reads: Eq. 1 says 105 s, fair sharing 4.2 s).
-
-    Parameters
-    ----------
-    dag : DagArrays
-    cluster : Cluster
-    remaining : ndarray, shape (n_nodes,)
-        Bytes left per transfer.
-    active : ndarray of bool, shape (n_nodes,)
-        Transfers that share the ports.
-
-    Returns
-    -------
-    ndarray, shape (n_nodes,)
-        Seconds; 0 for computes and inactive transfers.
-    """
-    out = np.zeros(dag.n_nodes)
-    idx = np.flatnonzero(active)
-    if len(idx) == 0:
-        return out
-    h = len(cluster)
-    size = np.asarray(remaining, dtype=np.float64)[idx]
-    best = np.zeros(len(idx))
-    for port, cap in ((dag.src[idx], cluster.egress_Bps), (dag.dst[idx], cluster.ingress_Bps)):
-        order = np.lexsort((size, port))
-        p, s = port[order], size[order]
-        first = np.searchsorted(p, np.arange(h))
-        count = np.bincount(p, minlength=h)
-        rank = np.arange(len(p)) - first[p]  # 0-based position within the port
-        before = np.cumsum(s) - s
-        before -= (np.cumsum(s) - s)[first[p]]  # bytes of smaller flows on the same port
-        t = (before + (count[p] - rank) * s) / cap[p]
-        t_in = np.empty_like(t)
-        t_in[order] = t
-        best = np.maximum(best, t_in)
-    out[idx] = best
-    return out
-
-
-def segmented_cummax(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
-    """Running maximum of ``values`` restarting at every group start.
-
-    Parameters
-    ----------
-    values : ndarray, shape (n,)
-    group_start : ndarray of bool, shape (n,)
-        True where a new group begins (``group_start[0]`` must be True).
-
-    Returns
-    -------
-    ndarray, shape (n,)
-    """
-    if len(values) == 0:
-        return values.copy()
-    # Lift every group above all earlier ones so one global running maximum
-    # never carries across a group boundary; subtract the lift afterwards.
-    # The lift is a whole multiple of the value span, so the error is a few
-    # ulps of (groups x span): nanoseconds for seconds-sized values.
-    lo = float(values.min())
-    span = float(values.max()) - lo + 1.0
-    lift = (np.cumsum(group_start) - 1) * span
-    return np.maximum.accumulate(values - lo + lift) - lift + lo
-
-
-def ordered_trans(dag, cluster, remaining: np.ndarray, active: np.ndarray, release: np.ndarray,
-                  need: np.ndarray, job_rank: np.ndarray | None = None) -> np.ndarray:
-    """Transfer times if each job sends its transfers in need order at a per-job fair share.
-
-    The model behind JIT's speed-up (DESIGN 2.2 with the paper's intent): a
-    port is shared fairly among the *jobs* that use it, not among their
-    transfers, and each job sends its own transfers on a port one after the
-    other, the one needed first going first (TicTac-like pipelining). On a
-    port of capacity ``C`` used by ``n`` jobs, a job's transfers sorted by
-    ``need`` with releases ``r_k`` and bytes ``s_k`` then complete at
-    ``c_k = max(r_k, c_{k-1}) + s_k * n / C`` (a single-server queue). A
-    transfer's completion is the later of its egress and ingress queues, and
-    its estimate is ``c_k - r_k``, so the LAT pass's earliest arrival
-    ``release + trans`` is exactly ``c_k``.
-
-    Compared with :func:`fair_share_trans` (every transfer of every job
-    progressing at once) the urgent transfers of a job get much earlier
-    arrival estimates, hence earlier LATs: deadlines that, met, make the job
-    faster than under fair sharing rather than reproduce it.
-
-    Parameters
-    ----------
-    dag : DagArrays
-    cluster : Cluster
-    remaining : ndarray, shape (n_nodes,)
-        Bytes left per transfer.
-    active : ndarray of bool, shape (n_nodes,)
-        Transfers to queue (unfinished ones).
-    release : ndarray, shape (n_nodes,)
-        Release time per transfer, seconds (e.g. from a previous LAT pass).
-    need : ndarray, shape (n_nodes,)
-        Sort key of the need order, seconds (e.g. a previous pass's LATs);
-        ties go by release, then node index.
-    job_rank : ndarray of int, shape (n_jobs,), optional
-        Jobs take each port one after another in this order (lowest first),
-        each at the port's full capacity, instead of sharing it fairly: one
-        queue per port sorted by (rank, need). The queue never lets a later
-        job use a gap before an earlier job's release, so its estimates are
-        on the late side; backfill gives such gaps away at run time.
-
-    Returns
-    -------
-    ndarray, shape (n_nodes,)
-        Seconds; 0 for computes and inactive transfers.
-    """
-    out = np.zeros(dag.n_nodes)
-    idx = np.flatnonzero(active)
-    if len(idx) == 0:
-        return out
-    h, nj = len(cluster), max(dag.n_jobs, 1)
-    size = np.asarray(remaining, dtype=np.float64)[idx]
-    rel = np.asarray(release, dtype=np.float64)[idx]
-    key_need = np.asarray(need, dtype=np.float64)[idx]
-    job = dag.job_of[idx].astype(np.int64)
-    finish = np.full(len(idx), -np.inf)
-    for port, cap in ((dag.src[idx].astype(np.int64), cluster.egress_Bps),
-                      (dag.dst[idx].astype(np.int64), cluster.ingress_Bps)):
-        if job_rank is None:
-            group = port * nj + job  # one queue per (port, job)
-            jobs_on_port = np.bincount(np.unique(group) // nj, minlength=h)
-            work = size * jobs_on_port[port] / cap[port]  # seconds at the job's share
-            order = np.lexsort((idx, rel, key_need, group))
-        else:
-            group = port  # one queue per port, jobs in rank order
-            work = size / cap[port]
-            order = np.lexsort((idx, rel, key_need, job_rank[job], group))
-        g, r, w = group[order], rel[order], work[order]
-        start = np.ones(len(g), dtype=bool)
-        start[1:] = g[1:] != g[:-1]
-        # c_k = W_k + max_{j<=k} (r_j - W_{j-1}) with W the per-group prefix sum
-        # of work: the closed form of c_k = max(r_k, c_{k-1}) + w_k.
-        csum = np.cumsum(w)
-        base = np.repeat((csum - w)[start], np.diff(np.append(np.flatnonzero(start), len(g))))
-        wk = csum - base
-        c = wk + segmented_cummax(r - (wk - w), start)
-        done = np.empty_like(c)
-        done[order] = c
-        finish = np.maximum(finish, done)
-    out[idx] = np.maximum(finish - rel, 0.0)
-    return out
-
-
-def job_ranks(dag, cluster, remaining: np.ndarray, active: np.ndarray, job_order: str
-               ) -> np.ndarray | None:
-    """Order in which jobs take the ports in the ``ordered`` estimate (None: fair sharing).
-
-    Parameters
-    ----------
-    dag : DagArrays
-    cluster : Cluster
-    remaining : ndarray, shape (n_nodes,)
-        Bytes left per transfer.
-    active : ndarray of bool, shape (n_nodes,)
-        Unfinished transfers.
-    job_order : {"fair", "fifo", "smallest"}
-        See :data:`JOB_ORDERS`.
-
-    Returns
-    -------
-    ndarray of int64, shape (n_jobs,), or None
-        Rank of every job (0 first); ties keep the jobs' order in ``dag``
-        (arrival order).
-    """
-    if job_order == "fair":
-        return None
-    nj, h = dag.n_jobs, len(cluster)
-    if job_order == "fifo":
-        return np.arange(nj, dtype=np.int64)
-    idx = np.flatnonzero(active)
-    job = dag.job_of[idx].astype(np.int64)
-    busiest = np.zeros(nj)
-    for port, cap in ((dag.src[idx].astype(np.int64), cluster.egress_Bps),
-                      (dag.dst[idx].astype(np.int64), cluster.ingress_Bps)):
-        secs = np.bincount(job * h + port, weights=np.asarray(remaining, dtype=np.float64)[idx]
-                           / cap[port], minlength=nj * h)
-        busiest = np.maximum(busiest, secs.reshape(nj, h).max(axis=1, initial=0.0))
-    rank = np.empty(nj, dtype=np.int64)
-    rank[np.argsort(busiest, kind="stable")] = np.arange(nj)
-    return rank
-
-
-def estimated_lats(sub, cluster, share, remaining: np.ndarray, unfinished: np.ndarray, *, now: float,
-                   ordered: bool, job_rank: np.ndarray | None = None, estimator: str = "exact",
-                   known_done: np.ndarray | None = None, k_std: float = 0.0):
-    """The LAT pass with the ``fair`` estimate, then ``ORDERED_PASSES`` with ``ordered`` if asked.
-
-    Parameters
-    ----------
-    sub : DagArrays
-    cluster : Cluster
-        Capacities of the LAT pass itself.
-    share : Cluster
-        Capacities the transfer-time estimates assume (e.g. a shared cluster).
-    remaining : ndarray, shape (n_nodes,)
-        Bytes left per transfer.
-    unfinished : ndarray of bool, shape (n_nodes,)
-    now : float
-        Seconds; nothing unfinished starts before it.
-    ordered : bool
-        Follow the seed pass with :func:`ordered_trans` passes.
-    job_rank, estimator, known_done, k_std
-        As for :func:`ordered_trans` and :func:`jitsched.lat.latest_arrival_times`.
-
-    Returns
-    -------
-    LatResult
-    """
-    trans = fair_share_trans(sub, share, remaining, unfinished)
-    lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now, known_done=known_done,
-                               k_std=k_std, trans_s=trans)
-    if ordered:
-        for _ in range(ORDERED_PASSES):
-            trans = ordered_trans(sub, share, remaining, unfinished, lat.release, lat.lat, job_rank)
-            lat = latest_arrival_times(sub, cluster, estimator=estimator, now=now,
-                                       known_done=known_done, k_std=k_std, trans_s=trans)
-    return lat
-
-
-def plan_subset(sub, cluster, *, now: float, known_done: np.ndarray, remaining: np.ndarray,
-                unfinished: np.ndarray, alpha: float, slot_s: float, objective: str,
-                estimator: str, k_std: float, time_limit_s: float | None, solver: str,
-                trans_estimate: str, iteration_limit: int | None = None, lat_cluster=None, residual_egress_Bps=None,
-                residual_ingress_Bps=None, min_lat_s=None, job_order: str = "fair") -> Plan:
-    """:func:`jitsched.planner.plan_jobs` with a choice of transfer-time estimate.
-
-    ``trans_estimate="eq1"`` is exactly ``plan_jobs``; ``"fair"`` feeds the LAT
-    pass :func:`fair_share_trans` instead of Eq. 1. Times are seconds, sizes bytes.
-    ``lat_cluster``, ``residual_*`` and ``min_lat_s`` are as in ``plan_jobs`` (incremental plans);
-    ``job_order`` is how jobs share a port in the ``ordered`` estimate (:func:`job_ranks`).
-    """
-    if trans_estimate == "eq1":
-        return plan_jobs(sub, cluster, slot_s=slot_s, alpha=alpha, objective=objective,
-                         estimator=estimator, now=now, known_done=known_done,
-                         remaining=remaining, unfinished=unfinished, k_std=k_std,
-                         time_limit_s=time_limit_s, iteration_limit=iteration_limit,
-                         solver=solver, lat_cluster=lat_cluster,
-                         residual_egress_Bps=residual_egress_Bps,
-                         residual_ingress_Bps=residual_ingress_Bps, min_lat_s=min_lat_s)
-    t0 = time.perf_counter()
-    share = cluster if lat_cluster is None else lat_cluster
-    rank = job_ranks(sub, share, remaining, unfinished, job_order) if trans_estimate == "ordered" else None
-    lat = estimated_lats(sub, cluster, share, remaining, unfinished, now=now,
-                         ordered=trans_estimate == "ordered", job_rank=rank, estimator=estimator,
-                         known_done=known_done, k_std=k_std)
-    lat_s = time.perf_counter() - t0
-    chosen = np.flatnonzero(select_alpha(sub, alpha, unfinished))
-    weight = 1.0 + np.maximum(sub.priority[sub.job_of[chosen]], 0.0)
-    lp = solve_bandwidth_lp(
-        sub.src[chosen], sub.dst[chosen], remaining[chosen],
-        np.maximum(lat.release[chosen] - now, 0.0), lp_deadlines(lat.lat[chosen], min_lat_s) - now,
-        cluster.egress_Bps, cluster.ingress_Bps, slot_s=slot_s, objective=objective,
-        weight=weight, time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver,
-        residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps)
-    return Plan(sub, cluster, lat, chosen, lp, now, alpha, objective, lat_s)
 
 
 def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray) -> np.ndarray:
@@ -514,54 +231,38 @@ class JitPolicy(Policy):
             raise ValidationError(f"bg_weight: must be a positive number or inf, got {bg_weight!r}")
         self.leftover = leftover
         self.bg_weight = float(bg_weight)
-        if not (0.0 <= float(alpha) <= 1.0):
-            raise ValidationError(f"alpha: must be within [0, 1], got {alpha!r}")
-        if not (math.isfinite(slot_s) and slot_s > 0):
-            raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
-        if objective not in OBJECTIVES:
-            raise ValidationError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
-        if estimator not in ESTIMATORS:
-            raise ValidationError(f"estimator: expected one of {ESTIMATORS}, got {estimator!r}")
-        if solver not in SOLVERS:
-            raise ValidationError(f"solver: expected one of {SOLVERS}, got {solver!r}")
+        # every planning option is checked once, by PlanOptions; the simulator's
+        # copy drops the wall-clock budget (see _options)
+        self.plan_options = PlanOptions(
+            alpha=alpha, slot_s=slot_s, objective=objective, estimator=estimator,
+            trans_estimate=trans_estimate, job_order=job_order, k_std=k_std,
+            time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver)
+        self._virtual_options = replace(self.plan_options, time_limit_s=None)
         if resolve_period_s is not None and not resolve_period_s > 0:
             raise ValidationError(f"resolve_period_s: must be positive, got {resolve_period_s!r}")
-        if k_std < 0:
-            raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
-        if trans_estimate not in TRANS_ESTIMATES:
-            raise ValidationError(
-                f"trans_estimate: expected one of {TRANS_ESTIMATES}, got {trans_estimate!r}")
-        if job_order not in JOB_ORDERS:
-            raise ValidationError(f"job_order: expected one of {JOB_ORDERS}, got {job_order!r}")
         if isinstance(dl_share, bool) or not (isinstance(dl_share, (int, float)) and 0.0 < dl_share <= 1.0):
             raise ValidationError(f"dl_share: must be within (0, 1], got {dl_share!r}")
         self.dl_share = float(dl_share)
         self._share_of: tuple = (None, None)  # (cluster, its dl_share-scaled copy)
-        self.trans_estimate = trans_estimate
-        self.job_order = job_order
         self.backfill = bool(backfill)
-        self.alpha = float(alpha)
-        self.slot_s = float(slot_s)
-        self.objective = objective
-        self.estimator = estimator
-        self.k_std = float(k_std)
         self.resolve_period_s = resolve_period_s
         self.replan_on_drift = bool(replan_on_drift)
         self.drift_min_interval_s = float(drift_min_interval_s)
         self.replan_on_arrival = bool(replan_on_arrival)
-        if time_limit_s is not None and not time_limit_s > 0:
-            raise ValidationError(f"time_limit_s: must be positive or None, got {time_limit_s!r}")
-        if iteration_limit is not None and (isinstance(iteration_limit, bool)
-                                            or not isinstance(iteration_limit, (int, np.integer))
-                                            or iteration_limit <= 0):
-            raise ValidationError(
-                f"iteration_limit: must be a positive integer or None, got {iteration_limit!r}")
-        self.time_limit_s = None if time_limit_s is None else float(time_limit_s)
-        self.iteration_limit = None if iteration_limit is None else int(iteration_limit)
-        self.solver = solver
         self.cluster = None
         self._cap_cluster, self._cap = None, None
         self._clear()
+
+    alpha = property(lambda self: self.plan_options.alpha)
+    slot_s = property(lambda self: self.plan_options.slot_s)
+    objective = property(lambda self: self.plan_options.objective)
+    estimator = property(lambda self: self.plan_options.estimator)
+    k_std = property(lambda self: self.plan_options.k_std)
+    time_limit_s = property(lambda self: self.plan_options.time_limit_s)
+    iteration_limit = property(lambda self: self.plan_options.iteration_limit)
+    solver = property(lambda self: self.plan_options.solver)
+    trans_estimate = property(lambda self: self.plan_options.trans_estimate)
+    job_order = property(lambda self: self.plan_options.job_order)
 
     # ------------------------------------------------------------------ state
 
@@ -669,14 +370,9 @@ class JitPolicy(Policy):
         unfinished &= remaining > 0
         if not unfinished.any():
             return
-        plan = plan_subset(sub, self._plan_cluster(view.cluster), now=float(view.now),
-                           known_done=view.node_finish[nodes],
-                           remaining=np.where(unfinished, remaining, 0.0), unfinished=unfinished,
-                           alpha=self.alpha, slot_s=self.slot_s, objective=self.objective,
-                           estimator=self.estimator, k_std=self.k_std,
-                           time_limit_s=self._time_limit(view), iteration_limit=self.iteration_limit,
-                           solver=self.solver, trans_estimate=self.trans_estimate,
-                           job_order=self.job_order)
+        plan = plan_jobs(sub, self._plan_cluster(view.cluster), self._options(view), now=float(view.now),
+                         known_done=view.node_finish[nodes],
+                         remaining=np.where(unfinished, remaining, 0.0), unfinished=unfinished)
         lp = plan.lp
         glob = nodes[plan.scheduled]
         self._plan_nodes = glob
@@ -714,10 +410,10 @@ class JitPolicy(Policy):
             self._share_of = (cluster, scale_cluster(cluster, self.dl_share, self.dl_share))
         return self._share_of[1]
 
-    def _time_limit(self, view: SchedulerView) -> float | None:
+    def _options(self, view: SchedulerView) -> PlanOptions:
         # a wall-clock budget in virtual time would make a simulation's plans
         # depend on how fast and how loaded the machine running it is
-        return None if view.virtual_time else self.time_limit_s
+        return self._virtual_options if view.virtual_time else self.plan_options
 
     def _ensure_plan(self, view: SchedulerView) -> None:
         if view.dag.n_nodes != len(self._p_start):
@@ -1019,16 +715,11 @@ class JitPolicy(Policy):
             _, _, left_e, left_i = place_increment(None, win, dag.src[:0], dag.dst[:0])
             return SlotSchedule(win.epoch_s, self.slot_s, [], left_e, left_i)
         # LATs and LP counted from the window's slot boundary
-        plan = plan_subset(dag, cluster, now=win.origin_s, known_done=view.node_finish,
-                           remaining=np.where(unfinished, view.remaining, 0.0), unfinished=unfinished,
-                           alpha=self.alpha, slot_s=self.slot_s, objective=self.objective,
-                           estimator=self.estimator, k_std=self.k_std,
-                           time_limit_s=self._time_limit(view), iteration_limit=self.iteration_limit,
-                           solver=self.solver, trans_estimate=self.trans_estimate,
-                           job_order=self.job_order,
-                           lat_cluster=shared_cluster(cluster, busy_egress, busy_ingress),
-                           residual_egress_Bps=win.residual_egress_Bps,
-                           residual_ingress_Bps=win.residual_ingress_Bps, min_lat_s=win.min_lat_s)
+        plan = plan_jobs(dag, cluster, self._options(view), now=win.origin_s, known_done=view.node_finish,
+                         remaining=np.where(unfinished, view.remaining, 0.0), unfinished=unfinished,
+                         lat_cluster=shared_cluster(cluster, busy_egress, busy_ingress),
+                         residual_egress_Bps=win.residual_egress_Bps,
+                         residual_ingress_Bps=win.residual_ingress_Bps, min_lat_s=win.min_lat_s)
         nodes = plan.scheduled
         start, rates, left_e, left_i = place_increment(plan.lp, win, dag.src[nodes], dag.dst[nodes])
         flows = [(dag.job_ids[dag.job_of[n]], dag.node_ids[n], int(dag.src[n]), int(dag.dst[n]),
