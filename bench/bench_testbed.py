@@ -68,7 +68,7 @@ def _paired(jit: dict, none: dict) -> dict:
 
 
 def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float | None = None,
-             job_order: str | None = None, switch_priority: bool = False, ingress: bool = False,
+             job_order: str | None = None, switch_priority: bool = False, ingress: bool | None = None,
              drift_s: float | None = None, early_s: float | None = None, dl_share: float = 1.0,
              planning: str | None = None, max_planner_duty: float | None = None,
              spare: str = "background") -> dict:
@@ -208,8 +208,8 @@ def _options(result: dict, share: bool = True) -> str:
                      if result.get(key) is not None) or "jit defaults"
     if share and result.get("dl_share", 1.0) != 1.0:
         opts += f", DL share {result['dl_share']}"
-    if result.get("ingress"):
-        opts += ", ingress enforced"
+    if result.get("ingress") is False:
+        opts += ", egress only"
     if result.get("drift_s") is not None:
         opts += f", drift re-plans at {result['drift_s']} s"
     if result.get("early_s") is not None:
@@ -342,8 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                         "--dl-share, beside none's goodput and the simulator's curve")
     p.add_argument("--switch-priority", action="store_true",
                    help="DL transfers in a strict-priority band at the switch ports (both policies)")
-    p.add_argument("--ingress", action="store_true",
-                   help="jit agents also enforce the plan on their hosts' ingress (tc-ingress)")
+    p.add_argument("--ingress", action=argparse.BooleanOptionalAction, default=None,
+                   help="jit agents also order their hosts' ingress (tc-ingress; default on under jit)")
     p.add_argument("--drift-s", type=float, default=None,
                    help="jit: re-solve when a transfer is this many seconds behind its plan "
                         "(default: never, like the simulator's prediction)")

@@ -12,15 +12,16 @@ from jitsched.cli import main
 
 
 @pytest.mark.parametrize("extra,more", [
-    ([], {"ingress": False}),
+    ([], {"ingress": None}),
     (["--ingress"], {"ingress": True}),
+    (["--no-ingress"], {"ingress": False}),
     (["--alpha", "0.7", "--job-order", "smallest", "--drift-s", "0.5", "--early-s", "0.25"],
-     {"ingress": False, "alpha": 0.7,
+     {"ingress": None, "alpha": 0.7,
       "daemon_options": {"policy_options": {"job_order": "smallest"}, "drift_s": 0.5, "early_s": 0.25}}),
-    (["--dl-share", "0.6"], {"ingress": False, "daemon_options": {"policy_options": {"dl_share": 0.6}}}),
-    (["--spare", "shared"], {"ingress": False, "spare": "shared"}),
+    (["--dl-share", "0.6"], {"ingress": None, "daemon_options": {"policy_options": {"dl_share": 0.6}}}),
+    (["--spare", "shared"], {"ingress": None, "spare": "shared"}),
     (["--planning", "incremental", "--max-planner-duty", "0.33"],
-     {"ingress": False, "daemon_options": {"planning": "incremental", "max_planner_duty": 0.33}}),
+     {"ingress": None, "daemon_options": {"planning": "incremental", "max_planner_duty": 0.33}}),
 ])
 def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more):
     calls = []
@@ -50,3 +51,15 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
                                             "dl_share": opts.get("dl_share")})]
     assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
                           "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}
+
+
+@pytest.mark.parametrize("policy,ingress,enforced", [
+    ("jit", None, True), ("jit", False, False), ("none", None, False), ("none", True, False),
+])
+def test_ingress_ordering_is_on_by_default_under_jit_only(monkeypatch, policy, ingress, enforced):
+    import jitsched.testbed.e2e as e2e
+
+    seen = []
+    monkeypatch.setattr(e2e, "_run", lambda *a: seen.append(a[12]) or {})
+    e2e.run_scenario("quick", policy, ingress=ingress)
+    assert seen == [enforced]
