@@ -8,6 +8,7 @@ silently; set JITSCHED_NO_NETNS=1 to skip them on a workstation that lacks them.
 from __future__ import annotations
 
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -275,3 +276,36 @@ def test_priority_levels_borrow_by_level_and_background_last(ns):
     # adopted shaper: closing puts it back as it was, without the DL class
     assert set(classes(ns)) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR}
     assert "flowid" not in filters_text(ns)
+
+
+def class_packets(ns: str, minor: int) -> int:
+    """Packets class 1:minor of a0 has sent, decoded by pyroute2."""
+    with IPRoute(netns=ns) as ip:
+        idx = ip.link_lookup(ifname="a0")[0]
+        for c in ip.get_classes(idx):
+            if c["handle"] == ROOT_HANDLE | minor:
+                return int(c.get_attr("TCA_STATS")["packets"])
+    raise AssertionError(f"no class 1:{minor:x}")
+
+
+def test_arp_goes_through_the_ack_class_not_the_background(ns):
+    # A ranked host serves its background class last; ARP left there went
+    # unanswered behind DL and a new file failed with "No route to host".
+    from jitsched.agents.backends.tc import ACK_MINOR, BG_MINOR
+
+    install_shaper("a0", LINE, netns=ns, ack_priority=True)
+    assert "protocol arp" in filters_text(ns)
+    subprocess.run(["ip", "-n", ns, "addr", "add", "198.18.250.1/24", "dev", "a0"], check=True)
+    # no IPv6 chatter (router solicitations land in the background class), then a0 gets its carrier
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1"], check=True)
+    subprocess.run(["ip", "-n", ns, "link", "set", "a1", "up"], check=True)
+    before = class_packets(ns, ACK_MINOR), class_packets(ns, BG_MINOR)
+    # nobody answers on a1's side: the kernel sends ARP requests for .2, nothing else
+    poke = ("import socket, time\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            "s.sendto(b'x', ('198.18.250.2', 9)); time.sleep(1.5)")
+    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", poke], check=True)
+    after = class_packets(ns, ACK_MINOR), class_packets(ns, BG_MINOR)
+    assert after[0] - before[0] >= 1  # the ARP requests
+    assert after[1] == before[1]  # and nothing in the background class

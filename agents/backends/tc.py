@@ -55,6 +55,8 @@ TC_U32_TERMINAL = 1
 TC_H_ROOT = 0xFFFFFFFF
 TC_LINKLAYER_ETHERNET = 1
 ETH_P_IP = 0x0800
+ETH_P_ARP = 0x0806
+ARP_FILTER_PRIO = 3  # after the priority band (1) and the ACK filter (2), before flows (>= 0x10)
 NLA_F_NESTED = 0x8000
 
 ROOT_HANDLE = 0x10000  # 1:
@@ -343,8 +345,17 @@ def _leaf_class_msgs(nl: TcSocket, ifindex: int, minor: int, leaf: int, rate: fl
 
 def _install_ack_class(nl: TcSocket, ifindex: int, line: float, burst_s: float) -> None:
     reserve = reserve_Bps(ACK_RESERVE, line)
-    nl.transact(_leaf_class_msgs(nl, ifindex, ACK_MINOR, ACK_LEAF_HANDLE, reserve, _burst(reserve, burst_s), line,
-                                 burst_s, prio=0, filter_prio=2, keys=ack_keys(), name="ACK"))
+    create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    nl.transact([
+        *_leaf_class_msgs(nl, ifindex, ACK_MINOR, ACK_LEAF_HANDLE, reserve, _burst(reserve, burst_s), line,
+                          burst_s, prio=0, filter_prio=2, keys=ack_keys(), name="ACK"),
+        # ARP shares the ACK class: in the background class, which a ranked host
+        # serves last, ARP went unanswered while DL held the port, and a file that
+        # started then failed with "No route to host" (paper-mini, ingress ordered)
+        (_tcmsg(RTM_NEWTFILTER, create, nl.next_seq(), ifindex, 0, ROOT_HANDLE,
+                info=(ARP_FILTER_PRIO << 16) | socket.htons(ETH_P_ARP),
+                attrs=u32_filter_attrs(ROOT_HANDLE | ACK_MINOR, [(0, 0, 0)])), "ARP filter", False),
+    ])
 
 
 def _install_priority_band(nl: TcSocket, ifindex: int, line: float, burst_s: float, tos: int) -> None:

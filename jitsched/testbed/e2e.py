@@ -279,6 +279,10 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
         while len(gen.results) < len(bg) and time.monotonic() < deadline:
             time.sleep(0.05)
         bg_res = gen.snapshot()
+        # a file whose connection failed, or that never reached its receiver, is
+        # a lost file, not a missing row: say so where the results are read
+        bg_errors = {f.id: gen.results.get(f.id, {}).get("error") or "never reached its receiver"
+                     for f in bg if f.id not in bg_res}
         alone_Bps = link_mbit * 1e6 / 8 * GOODPUT
         for f in bg:
             r = bg_res.get(f.id)
@@ -323,7 +327,7 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
                     "transfers": spans,
                     # per file: DL MB through its ports during its life (what the file gave up)
                     "background_contention": background_contention(wl, bg, spans, bg_res),
-                    "errors": {j: r.error for j, r in results.items() if r.error},
+                    "errors": {**{j: r.error for j, r in results.items() if r.error}, **bg_errors},
                     "background": bg_res, "daemon": daemon_stats, "agents": agent_stats},
     }
 
