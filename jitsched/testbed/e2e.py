@@ -116,10 +116,9 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
         under ``jit``. Without it only egress is ordered, and the flows of
         several senders, the files among them, meet in the receiver's switch
         port FIFO where TCP shares them. Measured with the default ``jit``
-        (one run each, seed 0; plain TCP 10.40 s and 12.37 s): quick 8.40 s
-        egress-only vs 8.06 s with ingress, paper-mini 11.15 s vs 8.69 s; the
-        files' goodput rose too (quick 44.9 -> 46.5 Mbit/s, paper-mini 53.8 ->
-        53.7, i.e. the same).
+        (one run each, seed 0, every file delivered): quick 8.40 s egress-only
+        vs 7.93 s with ingress (plain TCP 11.03 s); paper-mini 11.15 s vs
+        9.99 s (plain TCP 11.42-12.37 s), the files' goodput not lower.
     spare : {"background", "shared"}
         ``jit`` only: who borrows the capacity no class's rate holds
         (:class:`jitsched.agents.backends.tc.TcBackend`): ``background``
