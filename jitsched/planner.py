@@ -192,9 +192,10 @@ class PlanOptions:
             if getattr(self, name) not in allowed:
                 raise ValidationError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
         if self.time_limit_s is not None:
-            if number("time_limit_s", lambda v: v > 0) is None:
+            v = number("time_limit_s", lambda v: v > 0)
+            if v is None:
                 raise ValidationError(f"time_limit_s: must be positive or None, got {self.time_limit_s!r}")
-            object.__setattr__(self, "time_limit_s", float(self.time_limit_s))
+            object.__setattr__(self, "time_limit_s", v)
         it = self.iteration_limit
         if it is not None:
             if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:

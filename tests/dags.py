@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from jitsched.model import Cluster, Job, parse_workload
+from jitsched.model import Cluster, Compute, Job, Transfer, parse_workload
 
 GBIT = 1e9  # bits/s: 125e6 bytes/s
 
@@ -60,3 +60,12 @@ def random_jobs(draw, max_jobs: int = 3, max_nodes: int = 14, n_hosts: int = 4) 
         arrival = draw(st.floats(0.0, 5.0))
         jobs.append(job(f"job{k}", computes, transfers, edges, arrival))
     return list(workload(jobs, n_hosts).jobs)
+
+
+def reversed_chain_job() -> Job:
+    """Three reads h0 -> h1 of 3, 2 and 1 s at 1 Gbit/s, needed in that order by a chain of 1-s computes."""
+    # c0 -> c1 -> c2, each consuming one read; the read needed first is the largest
+    comps = tuple(Compute(f"c{i}", "h1", 1.0) for i in range(3))
+    trs = tuple(Transfer(f"t{i}", "h0", "h1", s * 1.25e8) for i, s in enumerate((3.0, 2.0, 1.0)))
+    edges = (("t0", "c0"), ("c0", "c1"), ("t1", "c1"), ("c1", "c2"), ("t2", "c2"))
+    return Job("j", comps, trs, edges, 0.0, 0.0, "m")

@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jitsched.estimate import fair_share_trans, job_ranks, ordered_trans, segmented_cummax
-from jitsched.model import TRANSFER, Cluster, Compute, Job, Transfer, compile_jobs
+from jitsched.model import TRANSFER, Cluster, Job, Transfer, compile_jobs
+from tests.dags import reversed_chain_job
 
 
 def test_fair_share_trans_processor_sharing():
@@ -44,14 +45,6 @@ def ordered_trans_reference(dag, cluster, remaining, active, release, need, job_
     for i in idx:
         out[i] = max(finish[i] - release[i], 0.0)
     return out
-
-
-def reversed_chain_job():
-    # c0 -> c1 -> c2, each consuming one read; the read needed first is the largest
-    comps = tuple(Compute(f"c{i}", "h1", 1.0) for i in range(3))
-    trs = tuple(Transfer(f"t{i}", "h0", "h1", s * 1.25e8) for i, s in enumerate((3.0, 2.0, 1.0)))
-    edges = (("t0", "c0"), ("c0", "c1"), ("t1", "c1"), ("c1", "c2"), ("t2", "c2"))
-    return Job("j", comps, trs, edges, 0.0, 0.0, "m")
 
 
 def test_segmented_cummax():

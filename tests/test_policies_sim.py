@@ -13,6 +13,7 @@ from jitsched.policies.common import sub_dag
 from jitsched.policies.sincronia import bssi_order
 from jitsched.policies.tictac import tictac_order
 from jitsched.synth import random_vgg16_jobs
+from tests.dags import reversed_chain_job
 
 
 def test_bssi_by_hand():
@@ -84,14 +85,6 @@ def test_jit_schedule_and_options():
 
 
 # ---------------------------------------------------------------- the "ordered" LAT estimate
-
-def reversed_chain_job():
-    # c0 -> c1 -> c2, each consuming one read; the read needed first is the largest
-    comps = tuple(Compute(f"c{i}", "h1", 1.0) for i in range(3))
-    trs = tuple(Transfer(f"t{i}", "h0", "h1", s * 1.25e8) for i, s in enumerate((3.0, 2.0, 1.0)))
-    edges = (("t0", "c0"), ("c0", "c1"), ("t1", "c1"), ("c1", "c2"), ("t2", "c2"))
-    return Job("j", comps, trs, edges, 0.0, 0.0, "m")
-
 
 def test_jit_job_order_smallest_first_in_simulation():
     # a 6-second job arrives just before a 1-second one on the same ports:
