@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
+
+if not __package__:  # run as ``python bench/bench_lat.py``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 

@@ -6,6 +6,11 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
+
+if not __package__:  # run as ``python bench/bench_sim.py``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 

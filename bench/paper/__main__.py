@@ -17,6 +17,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+if not __package__:  # run as ``python bench/paper``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 import numpy as np
 
 from bench.paper.workload import DISPLAY, MODELS, model_job, paper_workload, real_models_available

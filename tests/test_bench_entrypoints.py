@@ -1,0 +1,60 @@
+"""Every bench entry point starts both as ``python bench/NAME.py`` and as ``python -m bench.NAME``
+from the checkout root (``--help`` only: imports and argument parsing, nothing measured)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+
+def _entry_points() -> list[str]:
+    """The bench scripts (files with a ``__main__`` block) and packages (``__main__.py``), as paths
+    relative to the root: bench/*.py, bench/tools/*.py, bench/paper."""
+    out = []
+    for path in sorted([*BENCH.glob("*.py"), *BENCH.glob("tools/*.py")]):
+        if 'if __name__ == "__main__":' in path.read_text():
+            out.append(path.relative_to(ROOT).as_posix())
+    out += sorted(p.parent.relative_to(ROOT).as_posix() for p in BENCH.glob("*/__main__.py"))
+    return out
+
+
+ENTRY_POINTS = _entry_points()
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    return subprocess.run([sys.executable, *args, "--help"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_entry_points_found():
+    assert {"bench/bench_lat.py", "bench/bench_sim.py", "bench/bench_daemon.py",
+            "bench/paper"} <= set(ENTRY_POINTS)
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_runs_as_script(entry):
+    res = _run([entry], ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "usage:" in res.stdout
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_runs_as_module(entry):
+    module = entry.removesuffix(".py").replace("/", ".")
+    res = _run(["-m", module], ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "usage:" in res.stdout
+
+
+def test_script_runs_from_another_folder(tmp_path):
+    """The script form does not depend on the working directory (``bench`` imports from the checkout)."""
+    res = _run([str(BENCH / "bench_lat.py")], tmp_path)
+    assert res.returncode == 0, res.stderr
