@@ -99,12 +99,18 @@ class Plan:
         return out
 
     def to_json(self) -> dict:
-        """The plan in the CLI's JSON shape."""
+        """The plan in the CLI's JSON shape.
+
+        ``origin_s`` is the plan time (seconds, the workload's clock) at which
+        slot 0 starts: slot ``k`` covers ``origin_s + [k, k + 1) * slot_s``, and
+        the ``late`` entries' ``lat_s`` count from it too.
+        """
         names = self.cluster.names
         return {
             "status": self.lp.status,
             "objective_value": self.lp.objective_value,
             "peak_utilization": self.lp.peak_utilization,
+            "origin_s": float(self.origin_s),
             "slot_s": self.lp.slot_s,
             "n_slots": self.lp.n_slots,
             "alpha": self.alpha,

@@ -34,6 +34,24 @@ def test_plan_json(capsys):
     assert isinstance(r["start_slot"], int) and all(x >= 0 for x in r["bytes_per_s"])
 
 
+def test_plan_json_states_the_time_of_slot_0(capsys, tmp_path):
+    # the slot grid starts at the earliest arrival (3.0 s), not at 0: job b, arriving
+    # at 5.0 s, cannot be served before slot (5.0 - 3.0) / 0.5 = 4
+    hosts = [{"name": n, "egress_bps": 8e9, "ingress_bps": 8e9} for n in ("h0", "h1")]
+    jobs = [{"id": job, "arrival_s": arrival,
+             "transfers": [{"id": "t", "src": "h0", "dst": "h1", "bytes": 1e8}],
+             "computes": [{"id": "c", "host": "h1", "duration_s": 0.5}], "edges": [["t", "c"]]}
+            for job, arrival in (("a", 3.0), ("b", 5.0))]
+    p = tmp_path / "two.json"
+    p.write_text(json.dumps({"cluster": {"hosts": hosts}, "jobs": jobs}))
+    assert main(["plan", str(p), "--slot-s", "0.5", "--alpha", "1.0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["origin_s"] == 3.0
+    assert out["rates"]["b"]["t"]["start_slot"] >= 4
+    assert main(["plan", str(p), "--slot-s", "0.5"]) == 0
+    assert "from t=3 s" in capsys.readouterr().out
+
+
 def test_plan_iteration_limit_gives_a_fallback_plan_and_iterations(capsys):
     assert main(["plan", str(EXAMPLE), "--alpha", "1.0", "--json"]) == 0
     full = json.loads(capsys.readouterr().out)

@@ -53,9 +53,16 @@ def cmd_lat(args: argparse.Namespace) -> int:
     arg("--iteration-limit", type=int, default=None,
         help="solver iterations per solve, the same fallback past it; unlike the time "
              "limit the plan then does not depend on the machine (default: none)"),
-    arg("--json", action="store_true", help="print the plan as JSON"),
+    arg("--json", action="store_true",
+        help="print the plan as JSON; its slot grid starts at origin_s, the earliest job arrival "
+             "(seconds): slot k covers origin_s + [k, k+1) * slot_s"),
 )
 def cmd_plan(args: argparse.Namespace) -> int:
+    """Plan FILE's jobs together and print the plan (``--json``: :meth:`Plan.to_json`).
+
+    The slot grid starts at the earliest job arrival, not at 0: ``origin_s`` in
+    the JSON (and "from t=..." in the text) is the plan time of slot 0.
+    """
     w = load_workload(args.file)
     opts = PlanOptions(slot_s=args.slot_s, alpha=args.alpha, objective=args.objective,
                        estimator=args.estimator, time_limit_s=args.time_limit_s,
@@ -66,7 +73,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     print(f"status {out['status']}  objective {out['objective_value']:.4g}  "
-          f"peak utilization {out['peak_utilization']:.3f}  slots {out['n_slots']} x {out['slot_s']} s")
+          f"peak utilization {out['peak_utilization']:.3f}  slots {out['n_slots']} x {out['slot_s']} s "
+          f"from t={out['origin_s']:g} s")
     print(f"{out['scheduled_transfers']} transfers scheduled (alpha {out['alpha']}), "
           f"{len(out['late'])} late; LAT {out['lat_s'] * 1e3:.2f} ms, "
           f"LP build {out['build_s'] * 1e3:.1f} ms, solve {out['solve_s'] * 1e3:.1f} ms")
