@@ -28,7 +28,13 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
+if not __package__:  # run as ``python bench/bench_testbed.py``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import pyplot, require_matplotlib
 from jitsched import testbed
 from jitsched.agents.backends.tc import SPARE_MODES
 from jitsched.estimate import JOB_ORDERS
@@ -168,11 +174,9 @@ def plot_jobs(result: dict, path: str) -> None:
     path : str
         PNG file to write.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     sim = result["simulator"]["jct_s"]
     jobs = sorted(sim["jit"], key=lambda j: sim["tensorflow"][j])
@@ -227,9 +231,7 @@ def _save(fig, ax, path: str) -> None:
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 def plot_tradeoff(results: list[dict], path: str) -> None:
@@ -246,11 +248,7 @@ def plot_tradeoff(results: list[dict], path: str) -> None:
     path : str
         PNG file to write.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     results = sorted(results, key=lambda r: r.get("dl_share", 1.0))
     none_mbit = _median(r["median"]["none_background_mbit_mean"] for r in results)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -356,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="only redraw --figure / --tradeoff from a saved --json output (runs nothing)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
+    if a.figure or a.tradeoff:
+        try:
+            require_matplotlib()  # drawn after the runs: say now, not after them, if it cannot be
+        except ImportError as exc:
+            p.error(str(exc))
     if a.replot:
         if not (a.figure or a.tradeoff):
             p.error("--replot needs --figure or --tradeoff")

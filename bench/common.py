@@ -1,7 +1,8 @@
-"""Shared helpers for the bench scripts: timing medians and model-sized DAGs."""
+"""Shared helpers for the bench scripts: timing medians, model-sized DAGs, matplotlib for figures."""
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import time
 from collections.abc import Callable
@@ -19,6 +20,42 @@ def median_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+MATPLOTLIB_MISSING = ("the figures need matplotlib, an optional dependency of jitsched: "
+                      "pip install 'jitsched[bench]' (or pip install matplotlib)")
+
+
+def require_matplotlib() -> None:
+    """Fail unless matplotlib is installed (without importing it): before a long run that ends with figures.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        :data:`MATPLOTLIB_MISSING` when matplotlib is not installed.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ModuleNotFoundError(MATPLOTLIB_MISSING, name="matplotlib")
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend.
+
+    matplotlib is not a dependency of jitsched, only of its ``bench`` extra
+    (and ``test``): the error says so when it is missing.
+
+    Raises
+    ------
+    ModuleNotFoundError
+        :data:`MATPLOTLIB_MISSING` when matplotlib is not installed.
+    """
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def resnet152_jobs(ps: str = "h0", worker: str = "h1") -> list[tuple[Job, str]]:

@@ -275,7 +275,7 @@ class SlotPlan:
         return len(self.p_start)
 
     def _check(self, node, src, dst, remaining, size, cap_e, cap_i):
-        """Validated contiguous flow inputs of :meth:`rates` and :func:`slot_rates`."""
+        """Validated contiguous flow inputs of :meth:`rates`."""
         src, dst, cap_e, cap_i = _check_flows(src, dst, cap_e, cap_i)
         node = np.ascontiguousarray(node, dtype=np.int64)
         remaining = np.ascontiguousarray(remaining, dtype=np.float64)
@@ -297,12 +297,34 @@ class SlotPlan:
 
     def rates(self, k, node, src, dst, remaining, size, cap_e, cap_i, crumb_rtol,
               backfill_free: bool = True, *, in_range: bool = False) -> tuple[np.ndarray, int, int]:
-        """A JIT allocation in slot ``k``: as :func:`jit_rates` with this plan.
+        """A JIT allocation in slot ``k``, in one kernel call, bit-identical to these steps in turn.
+
+        A planned transfer's flow gets the plan's rate for the slot (0 before
+        its first planned slot, line rate for a crumb past its planned slots);
+        the other flows (background, unplanned, drifted) share the leftover
+        max-min fair (:func:`fixed_then_maxmin`); then, with
+        ``backfill_free``, the capacity still unused goes to the flows waiting
+        for or within their planned slots, earliest ``lat`` first, stable
+        (:func:`backfill`).
 
         Parameters
         ----------
-        k, node, src, dst, remaining, size, cap_e, cap_i, crumb_rtol, backfill_free
-            As for :func:`jit_rates`.
+        k : int
+            Slot index.
+        node : array of int, shape (F,)
+            DAG node of each flow, -1 for background flows.
+        src, dst : array of int, shape (F,)
+        remaining : array, shape (F,)
+            Bytes left per flow.
+        size : array, shape (N,)
+            Bytes per DAG node.
+        cap_e, cap_i : array, shape (H,)
+            Capacity per host, bytes/s.
+        crumb_rtol : float
+            A flow past its planned slots with at most this fraction of its size
+            left is a crumb and gets line rate; with more it has drifted.
+        backfill_free : bool
+            Backfill the unused capacity as above.
         in_range : bool
             The caller guarantees what would take a pass over the flows to
             check: ``node``/``src``/``dst`` are contiguous int64 with hosts in
@@ -314,8 +336,11 @@ class SlotPlan:
         Returns
         -------
         rate : ndarray, shape (F,)
-        n_planned, drifted : int
-            As for :func:`jit_rates`.
+            Bytes/s.
+        n_planned : int
+            Flows waiting for or within their planned slots.
+        drifted : int
+            Flows past their planned slots with more than a crumb left.
         """
         if in_range:
             self._check_shapes(node, src, dst, remaining, size, cap_e, cap_i)
@@ -328,80 +353,8 @@ class SlotPlan:
         nc, nd = self._kernel.rates(int(k), node, src, dst, remaining, size, cap_e, cap_i,
                                     float(crumb_rtol), bool(backfill_free), rate)
         if nc < 0:
-            raise MemoryError("jit_rates: no memory for the kernel's scratch")
+            raise MemoryError("SlotPlan.rates: no memory for the kernel's scratch")
         return rate, nc, nd
-
-
-def jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
-              cap_e, cap_i, crumb_rtol, backfill_free: bool = True) -> tuple[np.ndarray, int, int]:
-    """A JIT allocation in one kernel call: :func:`slot_rates`, then :func:`fixed_then_maxmin`,
-    then (with ``backfill_free``) :func:`backfill` of the flows waiting for or within their
-    planned slots, earliest ``lat`` first (stable).
-
-    Parameters are those of :func:`slot_rates`. Checks the plan on every call:
-    to allocate many times with one plan, use :class:`SlotPlan`.
-
-    Returns
-    -------
-    rate : ndarray, shape (F,)
-        Bytes/s, bit-identical to the three functions in turn.
-    n_planned : int
-        Flows waiting for or within their planned slots.
-    drifted : int
-        Flows past their planned slots with more than a crumb left.
-    """
-    return SlotPlan(p_start, p_len, p_off, plan_rates, lat).rates(
-        k, node, src, dst, remaining, size, cap_e, cap_i, crumb_rtol, backfill_free)
-
-
-def slot_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
-               cap_e, cap_i, crumb_rtol) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Each flow's rate in slot ``k`` of a time-slotted plan, for :func:`fixed_then_maxmin`.
-
-    Parameters
-    ----------
-    k : int
-        Slot index.
-    node : array of int, shape (F,)
-        DAG node of each flow, -1 for background flows.
-    src, dst : array of int, shape (F,)
-    remaining : array, shape (F,)
-        Bytes left per flow.
-    p_start, p_len, p_off : array of int, shape (N,)
-        Per DAG node: first planned slot (-1: unplanned), number of planned
-        slots and offset of its rates in ``plan_rates``.
-    plan_rates : array, shape (R,)
-        Planned rates, bytes/s.
-    size, lat : array, shape (N,)
-        Bytes and latest arrival time (s) per DAG node.
-    cap_e, cap_i : array, shape (H,)
-        Capacity per host, bytes/s.
-    crumb_rtol : float
-        A flow past its planned slots with at most this fraction of its size
-        left is a crumb and gets line rate; with more it has drifted.
-
-    Returns
-    -------
-    fixed : ndarray, shape (F,)
-        Planned rate (0 before the first planned slot), line rate for
-        crumbs, NaN for flows that share the leftover.
-    cand : ndarray of int64
-        Flows before or within their planned slots, in flow order.
-    cand_lat : ndarray
-        Their nodes' ``lat``.
-    drifted : int
-        Flows past their planned slots with more than a crumb left.
-    """
-    plan = SlotPlan(p_start, p_len, p_off, plan_rates, lat)
-    node, src, dst, remaining, size, cap_e, cap_i = plan._check(node, src, dst, remaining, size, cap_e, cap_i)
-    nf = len(src)
-    fixed = np.empty(nf)
-    cand = np.empty(nf, dtype=np.int64)
-    key = np.empty(nf)
-    nc, nd = _kernels().slot_rates(int(k), node, src, dst, remaining, plan.p_start, plan.p_len, plan.p_off,
-                                   plan.plan_rates, size, plan.lat, cap_e, cap_i, float(crumb_rtol),
-                                   fixed, cand, key)
-    return fixed, cand[:nc], key[:nc], int(nd)
 
 
 def port_loads(src, dst, rate, n_hosts: int) -> tuple[np.ndarray, np.ndarray]:

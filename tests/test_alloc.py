@@ -237,6 +237,33 @@ def test_fixed_then_maxmin_and_backfill_bad_input():
         alloc.backfill([0], [0, 1], [1, 0], [1.0, 1.0], [1.0, 1.0], [0.0])
 
 
+def jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
+              cap_e, cap_i, crumb_rtol, backfill_free=True):
+    """One JIT allocation with a plan made for it: ``SlotPlan(...).rates(...)``, the arguments
+    of :func:`slot_rates` in one flat list."""
+    return alloc.SlotPlan(p_start, p_len, p_off, plan_rates, lat).rates(
+        k, node, src, dst, remaining, size, cap_e, cap_i, crumb_rtol, backfill_free)
+
+
+def slot_rates(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
+               cap_e, cap_i, crumb_rtol):
+    """The kernel's first step of :meth:`SlotPlan.rates` alone, inputs checked as it checks them.
+
+    Returns ``(fixed, cand, cand_lat, drifted)``: each flow's planned rate in slot ``k`` (0
+    before its first planned slot, line rate for a crumb, NaN for flows that share the
+    leftover), the flows before or within their planned slots in flow order, their nodes'
+    ``lat``, and the flows past their planned slots with more than a crumb left.
+    """
+    plan = alloc.SlotPlan(p_start, p_len, p_off, plan_rates, lat)
+    node, src, dst, remaining, size, cap_e, cap_i = plan._check(node, src, dst, remaining, size, cap_e, cap_i)
+    nf = len(src)
+    fixed, cand, key = np.empty(nf), np.empty(nf, dtype=np.int64), np.empty(nf)
+    nc, nd = alloc._kernels().slot_rates(int(k), node, src, dst, remaining, plan.p_start, plan.p_len,
+                                         plan.p_off, plan.plan_rates, size, plan.lat, cap_e, cap_i,
+                                         float(crumb_rtol), fixed, cand, key)
+    return fixed, cand[:nc], key[:nc], int(nd)
+
+
 def slot_rates_reference(k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
                          cap_e, cap_i, crumb_rtol):
     """Pure Python: each flow's planned rate in slot k, the waiting/running flows and the drift count."""
@@ -287,7 +314,7 @@ def plans(draw):
 @settings(max_examples=200, deadline=None)
 @given(plans())
 def test_slot_rates_and_jit_rates_match_references(case):
-    fixed, cand, key, drifted = alloc.slot_rates(*case)
+    fixed, cand, key, drifted = slot_rates(*case)
     rfixed, rcand, rkey, rdrifted = slot_rates_reference(*case)
     np.testing.assert_array_equal(fixed, rfixed)
     np.testing.assert_array_equal(cand, rcand)
@@ -295,7 +322,7 @@ def test_slot_rates_and_jit_rates_match_references(case):
     assert drifted == rdrifted
     src, dst, ce, ci = case[2], case[3], case[11], case[12]
     for bf in (False, True):
-        rate, n_planned, nd = alloc.jit_rates(*case, backfill_free=bf)
+        rate, n_planned, nd = jit_rates(*case, backfill_free=bf)
         want = alloc.fixed_then_maxmin(rfixed, src, dst, ce, ci)
         if bf and len(rcand):
             want = alloc.backfill(rcand[np.argsort(rkey, kind="stable")], src, dst, ce, ci, want)
@@ -318,9 +345,9 @@ def test_slot_plan_matches_composition_on_odd_inputs(case, data):
     ce = np.array([data.draw(st.one_of(odd.filter(np.isfinite), st.just(float(x)))) for x in ce])
     ci = np.array([data.draw(st.one_of(odd.filter(np.isfinite), st.just(float(x)))) for x in ci])
     args = (k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat, ce, ci, crumb)
-    fixed, cand, key, drifted = alloc.slot_rates(*args)
+    fixed, cand, key, drifted = slot_rates(*args)
     for bf in (False, True):
-        rate, n_planned, nd = alloc.jit_rates(*args, backfill_free=bf)
+        rate, n_planned, nd = jit_rates(*args, backfill_free=bf)
         with np.errstate(all="ignore"):
             want = alloc.fixed_then_maxmin(fixed, src, dst, ce, ci)
             if bf and len(cand):
@@ -342,10 +369,10 @@ def test_stable_order_matches_numpy(keys):
 def test_slot_rates_bad_input():
     plan = ([-1] * 3, [0] * 3, [0] * 3, [], [1.0] * 3, [1.0] * 3, [1.0, 1.0], [1.0, 1.0], 1e-3)
     with pytest.raises(ValidationError):
-        alloc.slot_rates(0, [3], [0], [1], [1.0], *plan)
+        slot_rates(0, [3], [0], [1], [1.0], *plan)
     with pytest.raises(ValidationError):
-        alloc.jit_rates(0, [0, 1], [0], [1], [1.0], *plan)
-    fixed, cand, _, drifted = alloc.slot_rates(0, [-1, 2], [0, 1], [1, 0], [1.0, 1.0], *plan)
+        jit_rates(0, [0, 1], [0], [1], [1.0], *plan)
+    fixed, cand, _, drifted = slot_rates(0, [-1, 2], [0, 1], [1, 0], [1.0, 1.0], *plan)
     assert np.isnan(fixed).all() and len(cand) == 0 and drifted == 0
 
 
@@ -365,8 +392,8 @@ def test_slot_plan_reused_over_calls_matches_jit_rates(cases, bf):
     plan = alloc.SlotPlan(p_start, p_len, p_off, first[8], lat)
     for k, node, src, dst, remaining, *_, ce, ci, crumb in cases:
         node = np.where(node < m, node, -1)  # flows of nodes the plan does not know share the leftover
-        want = alloc.jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, first[8], size, lat,
-                               ce, ci, crumb, backfill_free=bf)
+        want = jit_rates(k, node, src, dst, remaining, p_start, p_len, p_off, first[8], size, lat,
+                         ce, ci, crumb, backfill_free=bf)
         for in_range in (False, True):
             got = plan.rates(k, node, src, dst, remaining, size, ce, ci, crumb, bf, in_range=in_range)
             np.testing.assert_array_equal(got[0], want[0])

@@ -23,6 +23,7 @@ if not __package__:  # run as ``python bench/paper``: sys.path starts at the scr
 
 import numpy as np
 
+from bench.common import pyplot, require_matplotlib
 from bench.paper.workload import DISPLAY, MODELS, model_job, paper_workload, real_models_available
 
 # The policies compared at every operating point; "jit-paper" (the paper's JIT
@@ -491,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true",
                     help="print one JSON line of the headline metrics per point and policy on stdout")
     args = ap.parse_args(argv)
+    try:
+        require_matplotlib()  # the run ends with figures: say now, not after it, if it cannot draw them
+    except ImportError as exc:
+        ap.error(str(exc))
     scale_name = args.scale or ("quick" if args.quick else "default")
     sc = SCALES[scale_name]
     if not set(sc["extra_seeds"]) <= set(sc["seeds"]):
@@ -671,11 +676,7 @@ def _write_csv(out: Path, summary: dict, results: dict, pols, seeds) -> None:
 
 
 def _figures(out: Path, summary: dict, results: dict, pols, seeds) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     pt = "paper"
     x = np.arange(len(MODELS))
     others = [p for p in pols if p != "tensorflow"]

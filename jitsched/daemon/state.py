@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from jitsched.config import FULL, INCREMENTAL, DaemonConfig
-from jitsched.errors import ValidationError
 from jitsched.lat import latest_arrival_times
 from jitsched.model import TRANSFER, Cluster, DagArrays, Job, compile_jobs, parse_cluster, parse_job
 from jitsched.planner import shared_cluster
@@ -982,11 +981,3 @@ class SchedulerState:
             "hosts_changed": len(res.frames), "unenforced_flows": unenforced,
             "planned_at_s": res.ready_wall_s - self.t0_wall_s, "installed_at_s": now,
         }
-
-
-def validate_policy_name(name: str) -> None:
-    """Raise ValidationError if no policy ``name`` is registered (after importing the built-ins)."""
-    from jitsched.policies.base import POLICIES
-
-    if name not in POLICIES:
-        raise ValidationError(f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}")

@@ -1,7 +1,7 @@
 """Flow-level event-driven simulation of DAG jobs and background traffic under a scheduling policy."""
 
-from jitsched.sim.clock import Clock, EventQueue, VirtualClock, WallClock
+from jitsched.sim.clock import Clock, EventQueue, VirtualClock
 from jitsched.sim.engine import Simulator, simulate
 from jitsched.sim.metrics import SimResult
 
-__all__ = ["Clock", "EventQueue", "SimResult", "Simulator", "VirtualClock", "WallClock", "simulate"]
+__all__ = ["Clock", "EventQueue", "SimResult", "Simulator", "VirtualClock", "simulate"]

@@ -1,17 +1,16 @@
-"""Clocks (virtual and wall) behind one interface, and a small event heap with deterministic ties."""
+"""The simulator's virtual clock behind a clock interface, and a small event heap with deterministic ties."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
 import math
-import time
 from abc import ABC, abstractmethod
 from typing import Any
 
 
 class Clock(ABC):
-    """Seconds on some clock; the simulator and the daemon differ only here."""
+    """Seconds on some clock: the interface of the simulator's :class:`VirtualClock`."""
 
     @abstractmethod
     def now(self) -> float:
@@ -35,21 +34,6 @@ class VirtualClock(Clock):
         if t < self._now:
             raise ValueError(f"virtual clock cannot go back from {self._now} to {t}")
         self._now = float(t)
-
-
-class WallClock(Clock):
-    """Real time, seconds since the clock was made (monotonic, unaffected by NTP steps)."""
-
-    def __init__(self) -> None:
-        self._t0 = time.monotonic()
-
-    def now(self) -> float:
-        return time.monotonic() - self._t0
-
-    def wait_until(self, t: float) -> None:
-        delay = t - self.now()
-        if delay > 0 and math.isfinite(delay):
-            time.sleep(delay)
 
 
 class EventQueue:

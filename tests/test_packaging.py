@@ -1,0 +1,92 @@
+"""What pyproject.toml declares matches the tree: package data that exists, matplotlib only where
+figures are drawn (an extra, with a clear message when it is missing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    return {r.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
+            for r in reqs}
+
+
+def test_every_package_data_glob_matches_a_file():
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    package_dir = setuptools.get("package-dir", {})
+    for package, globs in setuptools["package-data"].items():
+        folder = ROOT / package_dir.get(package, package.replace(".", "/"))
+        for pattern in globs:
+            assert any(p.is_file() for p in folder.glob(pattern)), f"{package}: {pattern!r} matches no file"
+
+
+def test_matplotlib_is_an_extra_not_a_dependency():
+    project = PYPROJECT["project"]
+    assert "matplotlib" not in _requirement_names(project["dependencies"])
+    extras = project["optional-dependencies"]
+    assert "matplotlib" in _requirement_names(extras["bench"])
+    assert "matplotlib" in _requirement_names(extras["test"])  # the suite draws the benches' figures
+
+
+def test_jitsched_imports_without_matplotlib():
+    # every module of the installed package (CLI, demo, daemon, agents, testbed) loads with
+    # matplotlib made unimportable
+    code = """
+import importlib, pkgutil, sys
+sys.modules["matplotlib"] = None
+import jitsched, jitsched.agents
+for pkg in (jitsched, jitsched.agents):
+    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+        if not m.name.endswith("__main__"):
+            importlib.import_module(m.name)
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    """matplotlib made unimportable (``import matplotlib`` raises ModuleNotFoundError)."""
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+
+
+def test_pyplot_without_matplotlib_says_how_to_install_it(no_matplotlib):
+    from bench.common import pyplot, require_matplotlib
+
+    for fn in (require_matplotlib, pyplot):
+        with pytest.raises(ImportError, match=r"pip install 'jitsched\[bench\]'"):
+            fn()
+
+
+def test_bench_figures_without_matplotlib_fail_before_running(no_matplotlib, tmp_path, capsys):
+    from bench import bench_testbed
+    from bench.paper.__main__ import main as paper_main
+
+    for main, argv in ((bench_testbed.main, ["--replot", str(tmp_path / "x.json"), "--figure", "f.png"]),
+                       # (a saved output that does not exist: should the check go, nothing runs)
+                       (bench_testbed.main, ["--replot", str(tmp_path / "x.json"), "--tradeoff", "t.png"]),
+                       (paper_main, ["--scale", "tiny", "--out", str(tmp_path / "out")])):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert "pip install 'jitsched[bench]'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # bench.paper stopped before its first step
