@@ -134,7 +134,7 @@ def ordered_trans(dag, cluster, remaining: np.ndarray, active: np.ndarray, relea
                   need: np.ndarray, job_rank: np.ndarray | None = None) -> np.ndarray:
     """Transfer times if each job sends its transfers in need order at a per-job fair share.
 
-    The model behind JIT's speed-up (DESIGN 2.2 with the paper's intent): a
+    The model behind JIT's speed-up (docs/architecture.md §4.1, the paper's intent): a
     port is shared fairly among the *jobs* that use it, not among their
     transfers, and each job sends its own transfers on a port one after the
     other, the one needed first going first (TicTac-like pipelining). On a

@@ -77,7 +77,7 @@ def latest_arrival_times(dag: DagArrays, cluster: Cluster, *, estimator: str = "
         Jobs planned together (``num`` in Eq. 1 counts all of them).
     cluster : Cluster
     estimator : {"exact", "paper"}
-        ``exact``: the one-pass O(V+E) estimate of DESIGN 2.2; ``paper``: the
+        ``exact``: the one-pass O(V+E) estimate of docs/architecture.md §4; ``paper``: the
         paper's Algorithm 1.
     now : float, optional
         Seconds; nothing unfinished starts before it (default: each job's arrival).

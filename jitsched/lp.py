@@ -1,4 +1,4 @@
-"""The time-slotted bandwidth LP (DESIGN 2.3), built as CSC arrays and solved by HiGHS."""
+"""The time-slotted bandwidth LP (docs/architecture.md §5), built as CSC arrays and solved by HiGHS."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - highspy is a hard dependency
 
 OBJECTIVES = ("balanced", "minmax")
 SOLVERS = ("auto", "simplex", "ipm")
-# Dual simplex wins on the small, sparse LPs of tens of jobs (DESIGN 2.3); on
+# Dual simplex wins on the small, sparse LPs of tens of jobs (docs/architecture.md §5); on
 # one component of hundreds of jobs it degenerates (many equal-cost plans) and
 # interior point was measured ~1.5x faster at 300 VGG16 jobs (90k columns).
 AUTO_IPM_COLUMNS = 60_000

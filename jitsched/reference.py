@@ -26,7 +26,7 @@ def topological_order_reference(n: int, pred_ptr, succ_ptr, succ_idx) -> list[in
 
 
 def lat_exact_reference(dag: DagArrays, trans, floor_s, duration, known_done=None):
-    """The one-pass LAT of DESIGN 2.2 in plain Python.
+    """The one-pass LAT of docs/architecture.md §4 in plain Python.
 
     Returns
     -------

@@ -51,7 +51,7 @@ def lat_pass(const int[::1] topo,
              double[::1] done,
              double[::1] lat,
              double[::1] job_finish):
-    """Exact one-pass LAT (DESIGN 2.2) over all nodes of all jobs.
+    """Exact one-pass LAT (docs/architecture.md §4) over all nodes of all jobs.
 
     # IN  topo (n,): topological order; kind (n,): 0 compute, 1 transfer
     # IN  job_of (n,): job index; floor_s (n_jobs,): job arrival (or now)

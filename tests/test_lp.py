@@ -57,7 +57,7 @@ def test_minmax_peak_equals_hand_optimum():
 
 
 def test_scaled_model_finds_true_optimum_at_gigabit_magnitudes():
-    # DESIGN 2.3: with raw bytes/s coefficients HiGHS stopped at peak 1.62 where
+    # docs/architecture.md §5: with raw bytes/s coefficients HiGHS stopped at peak 1.62 where
     # 0.62 was attainable. 1 Gbit/s ports, 100 ms slots, 3 transfers into one host.
     cap = np.full(4, 1.25e8)
     size = np.array([0.31, 0.31, 0.62]) * 1.25e8  # 1.24 capacity-seconds in all

@@ -120,7 +120,7 @@ def create_policy(cfg: DaemonConfig) -> Policy:
         for key in ("slot_s", "alpha", "objective"):
             if key in params and key not in opts and getattr(cfg, key) is not None:
                 opts[key] = getattr(cfg, key)
-        # The daemon decides when to re-solve (DESIGN 2.3 triggers) and asks for a
+        # The daemon decides when to re-solve (docs/architecture.md §7) and asks for a
         # schedule only then, so a policy with a re-plan period re-plans on every ask.
         if "resolve_period_s" in params and "resolve_period_s" not in opts:
             opts["resolve_period_s"] = 1e-6

@@ -402,7 +402,7 @@ class SchedulerState:
     trigger, arrivals included. ``incremental`` plans an arriving job alone
     against the capacity the schedule in force leaves (its allocations frozen)
     and pushes only the agents whose schedules changed; full joint re-solves run
-    beside it on the DESIGN 2.3 triggers (drift, the periodic timer, agents
+    beside it on the re-solve triggers of docs/architecture.md §7 (drift, the periodic timer, agents
     coming and going), when an incremental plan has planned LAT misses, and at
     most ``joint_replan_s`` after the schedule stopped being a joint plan. A full
     result that misses jobs added while it was solved is adopted together with
