@@ -22,6 +22,30 @@ class ExtensionNotBuiltError(JitschedError, ImportError):
     """A Cython kernel was imported before the package was compiled."""
 
 
+class ProtocolError(JitschedError):
+    """A message that cannot be accepted; ``code`` is one of :class:`jitsched.protocol.ErrorCode`.
+
+    Importable from :mod:`jitsched.protocol` too, where the wire format raises it.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class RemoteError(JitschedError):
+    """An error reply received from the peer (client side): its ``code`` and ``message``.
+
+    Importable from :mod:`jitsched.protocol` and :mod:`jitsched.client` too.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
 def kernel_import_error(name: str, exc: ImportError) -> ExtensionNotBuiltError:
     """Return the one error raised when the compiled kernel ``name`` is missing."""
     return ExtensionNotBuiltError(

@@ -8,6 +8,9 @@ from typing import Any
 
 import msgpack
 
+from jitsched.errors import ProtocolError
+from jitsched.errors import RemoteError as RemoteError  # re-exported: clients catch it from here
+
 VERSION = 1
 # Large enough for a ResNet152-sized native job (~3.5k nodes, ~1 MB of msgpack) with
 # headroom; anything bigger is refused before it is unpacked.
@@ -64,24 +67,6 @@ class ErrorCode:
 
 
 ERROR_CODES = frozenset(v for k, v in vars(ErrorCode).items() if k.isupper())
-
-
-class ProtocolError(Exception):
-    """A message that cannot be accepted; ``code`` is one of :class:`ErrorCode`."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class RemoteError(Exception):
-    """An error reply received from the peer (client side)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,18 @@ def test_peek_id_and_decode_any():
     assert peek_id(msgpack.packb({"id": True})) == 0
     assert decode_any(encode_ok(5)).ok
     assert decode_any(encode_request(MsgType.STATUS, {}, 6)).type == "status"
+
+
+def test_protocol_errors_are_jitsched_errors():
+    from jitsched import client, errors, protocol
+    from jitsched.daemon.server import error_code
+
+    assert protocol.ProtocolError is errors.ProtocolError
+    assert protocol.RemoteError is client.RemoteError is errors.RemoteError
+    exc = ProtocolError(ErrorCode.TOO_LARGE, "message too large")
+    assert isinstance(exc, errors.JitschedError)
+    assert (exc.code, exc.message, str(exc)) == ("too_large", "message too large", "message too large")
+    assert error_code(exc) == ErrorCode.TOO_LARGE  # its own code, not the base class's
+    rem = protocol.RemoteError(ErrorCode.UNKNOWN_JOB, "no job 'j'")
+    assert isinstance(rem, errors.JitschedError)
+    assert (rem.code, rem.message, str(rem)) == ("unknown_job", "no job 'j'", "unknown_job: no job 'j'")

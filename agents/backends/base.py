@@ -65,6 +65,17 @@ BACKENDS: dict[str, type[Backend]] = {}
 
 
 def register_backend(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: make ``cls`` available by ``cls.name``."""
+    """Class decorator: make ``cls`` available by ``cls.name``.
+
+    Raises
+    ------
+    ValueError
+        ``cls`` has no name, or another class is registered by it (as
+        :func:`jitsched.policies.base.register_policy` refuses).
+    """
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.name in BACKENDS and BACKENDS[cls.name] is not cls:
+        raise ValueError(f"backend {cls.name!r} registered twice")
     BACKENDS[cls.name] = cls
     return cls
