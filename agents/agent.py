@@ -123,6 +123,8 @@ class Agent:
         self.in_backend: Backend | None = None
         self.in_line_Bps: float | None = None
         self.schedule: dict | None = None
+        self._indexed: dict | None = None  # the schedule _index was built for
+        self._index: dict[str, tuple[dict[str, dict], bool]] = {}
         self.seq = 0  # seq of the schedule held
         self.applied_seq = 0
         self.acked: list[int] = []
@@ -359,12 +361,17 @@ class Agent:
         leftover = float(left[k]) if 0 <= k < len(left) else line
         need_ep = backend.needs_endpoints if backend is not None else False
         out = []
-        ranked = False
-        for f in s.get("in_flows", []) if inbound else s["flows"]:
+        index, ranked = self._flow_index(s, inbound)
+        # A backend that needs endpoints only installs the flows registered here: look
+        # those up rather than walk the schedule, which lists every transfer the host
+        # will carry (a ResNet152 job alone has 2020); the walk ran on every slot and
+        # registration and was most of the agents' CPU on the testbed.
+        entries = [index[fid] for fid in local if fid in index] if need_ep else (
+            s.get("in_flows", []) if inbound else s["flows"])
+        for f in entries:
             j = k - f["start_slot"]
             rates = f["rates_Bps"]
             prio = f.get("prio")
-            ranked = ranked or prio is not None
             if j >= len(rates) and prio is None:
                 continue
             rate = float(rates[j]) if 0 <= j < len(rates) else 0.0
@@ -382,6 +389,16 @@ class Agent:
             # ranked flow, so what the DL flows leave is all it gets (and all of it)
             leftover = 0.0
         return int(k), out, leftover
+
+    def _flow_index(self, s: dict, inbound: bool) -> tuple[dict[str, dict], bool]:
+        """The schedule's flows of one direction by id, and whether any of them is ranked."""
+        if self._indexed is not s:
+            self._indexed = s
+            self._index = {}
+            for d, key in (("in", "in_flows"), ("out", "flows")):
+                entries = s.get(key, [])
+                self._index[d] = ({f["flow"]: f for f in entries}, any(f.get("prio") is not None for f in entries))
+        return self._index["in" if inbound else "out"]
 
     def _tick(self, force: bool = False, only: str | None = None) -> None:
         # only="out"/"in": a registration changed that direction's flows, within the slot

@@ -22,6 +22,8 @@ from jitsched.cli import main
     (["--spare", "shared"], {"ingress": None, "spare": "shared"}),
     (["--planning", "incremental", "--max-planner-duty", "0.33"],
      {"ingress": None, "daemon_options": {"planning": "incremental", "max_planner_duty": 0.33}}),
+    # the link rate reaches the run and the prediction (it was accepted and ignored)
+    (["--link-mbit", "50"], {"ingress": None, "link_mbit": 50.0}),
 ])
 def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more):
     calls = []
@@ -42,12 +44,13 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
     monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
     assert main(["testbed", "run", "--scenario", "paper-mini", "--seed", "3", "--prefix", "tq", "--json",
                  *extra]) == 0
-    assert calls == [("paper-mini", "jit", {"seed": 3, "prefix": "tq", **more})]
+    assert calls == [("paper-mini", "jit", {"seed": 3, "prefix": "tq", "link_mbit": None, **more})]
     out = json.loads(capsys.readouterr().out)
     assert out["completed"] == 2
     # the simulator's prediction of the same workload with the same policy options
     opts = more.get("daemon_options", {}).get("policy_options", {})
-    assert predicted == [("paper-mini", 3, {"alpha": more.get("alpha"), "job_order": opts.get("job_order"),
+    assert predicted == [("paper-mini", 3, {"link_mbit": more.get("link_mbit"), "alpha": more.get("alpha"),
+                                            "job_order": opts.get("job_order"),
                                             "dl_share": opts.get("dl_share")})]
     assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
                           "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}

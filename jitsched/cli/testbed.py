@@ -13,7 +13,8 @@ from jitsched.cli.registry import arg, register
     arg("action", choices=("up", "down", "run", "measure"),
         help="up: build; down: remove (idempotent); run: scenario end to end; measure: tc enforcement"),
     arg("--hosts", type=int, default=4, help="number of hosts for up (default 4)"),
-    arg("--link-mbit", type=float, default=100.0, help="link rate in Mbit/s each way (default 100)"),
+    arg("--link-mbit", type=float, default=None,
+        help="link rate in Mbit/s each way (default 100; run: the scenario's, which scales its byte sizes)"),
     arg("--prefix", default="js", help="names of namespaces/interfaces (default js: js-h0.., js-br0)"),
     arg("--cluster-file", default=None, help="where up writes the TOML cluster file"),
     arg("--scenario", choices=("quick", "paper-mini"), default="quick", help="workload for run"),
@@ -23,7 +24,8 @@ from jitsched.cli.registry import arg, register
     arg("--ingress", action=argparse.BooleanOptionalAction, default=None,
         help="run, jit: agents also order their hosts' ingress (tc-ingress; default on under jit)"),
     arg("--alpha", type=float, default=None,
-        help="run, jit: fraction of each job's transfers the LP plans (default 0.4, the paper's)"),
+        help="run, jit: fraction of each job's transfers the LP plans (default 0: strict priority "
+             "only; the paper's is 0.4)"),
     arg("--job-order", choices=("fair", "fifo", "smallest"), default=None,
         help="run, jit: how jobs share a port in the LAT estimate (default fair, the paper's)"),
     arg("--dl-share", type=float, default=None,
@@ -57,7 +59,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             print(f"removed {len(removed)} namespaces" + (f": {' '.join(removed)}" if removed else ""))
         return 0
     if args.action == "up":
-        tb = testbed.up(args.hosts, args.link_mbit, prefix=args.prefix, cluster_file=args.cluster_file)
+        tb = testbed.up(args.hosts, args.link_mbit or 100.0, prefix=args.prefix, cluster_file=args.cluster_file)
         if args.json:
             emit_json(tb.to_json())
         else:
@@ -69,7 +71,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     if args.action == "measure":
         from jitsched.testbed.measure import measure_enforcement, summarize
 
-        tb = testbed.up(2, args.link_mbit, prefix=args.prefix)
+        tb = testbed.up(2, args.link_mbit or 100.0, prefix=args.prefix)
         try:
             out = summarize(measure_enforcement(tb, slot_s=args.slot_s, n_slots=args.slots, seed=args.seed))
         finally:
@@ -84,7 +86,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import require_daemon_side
 
     require_daemon_side()
-    kw: dict = {"seed": args.seed, "prefix": args.prefix, "ingress": args.ingress}
+    kw: dict = {"seed": args.seed, "prefix": args.prefix, "ingress": args.ingress, "link_mbit": args.link_mbit}
     if args.spare is not None:
         kw["spare"] = args.spare
     if args.alpha is not None:
@@ -103,7 +105,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     # what the fluid simulator expects of the same workload under the same settings
     from jitsched.testbed.scenario import predict
 
-    pred = predict(args.scenario, args.seed, alpha=args.alpha, job_order=args.job_order,
+    pred = predict(args.scenario, args.seed, link_mbit=args.link_mbit, alpha=args.alpha, job_order=args.job_order,
                    dl_share=args.dl_share)
     out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
                   for pol in ("jit", "tensorflow")}
