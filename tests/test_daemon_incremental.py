@@ -357,6 +357,24 @@ def test_transfer_far_ahead_of_the_plan_triggers_an_early_resolve(early_s, repla
             assert not any("early" in r for _, r, _ in seen[n:])
 
 
+@pytest.mark.parametrize("policy, alpha, drifts", [("jit", None, False), ("jit-paper", 1.0, True)])
+def test_drift_counts_only_against_planned_rates(policy, alpha, drifts):
+    # The default jit (alpha 0) ranks transfers without planned rates: a transfer that
+    # ends 0.8 s after the plan is not late against anything. A planned one (t0 of
+    # paced_job is planned to end ~2 s after the plan) arriving 1 s late is.
+    with system(hosts=("h0", "h1"), planning="full", policy=policy, alpha=alpha, drift_s=0.5) as (d, _), \
+            Client(d.job_endpoint) as c:
+        seen = record_adoptions(d)
+        c.submit_job(paced_job("p"))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        n = len(seen)
+        c.transfer_started("p", "t0")
+        time.sleep(3.0 if drifts else 0.8)
+        c.transfer_finished("p", "t0", 2 * LINE)
+        time.sleep(0.5)
+        assert any("drift" in r for _, r, _ in seen[n:]) == drifts
+
+
 @pytest.mark.parametrize("duty", [1.0, 0.25])
 def test_planner_duty_spaces_full_resolves_by_their_duration(duty):
     from jitsched.agents.agent import Agent

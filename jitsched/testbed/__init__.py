@@ -5,7 +5,7 @@ Topology for prefix ``js`` and N hosts::
     namespace js-sw:   bridge js-br0  <- ports js-p0 ... js-p{N-1}   (the non-blocking switch)
     namespace js-h{i}: eth0 = 198.18.0.{i+1}/24, the other end of js-p{i}
 
-Shaping (DESIGN §6): host ``i``'s egress is the HTB root on its ``eth0``
+Shaping (docs/architecture.md §8): host ``i``'s egress is the HTB root on its ``eth0``
 (class 1:1 at the link rate) and its ingress is the HTB root on ``js-p{i}``,
 the bridge port that sends into it. Both use the tc backend's layout, so the
 agent's tc backend adopts the host-side qdisc: its flow classes sit under
