@@ -15,15 +15,10 @@ import zmq
 
 from jitsched.config import INCREMENTAL, DaemonConfig
 from jitsched.daemon.metrics import Metrics
-from jitsched.daemon.solver import PlannerProcess
-from jitsched.daemon.state import (
-    PlanRequest,
-    PlanResult,
-    Reject,
-    SchedulerState,
-    run_increment,
-    run_plan,
-)
+from jitsched.daemon.plans import PlanRequest, PlanResult
+from jitsched.daemon.reject import Reject
+from jitsched.daemon.solver import PlannerProcess, run_increment, run_plan
+from jitsched.daemon.state import SchedulerState
 from jitsched.errors import JitschedError, ValidationError
 from jitsched.policies.base import Policy, make_policy
 from jitsched.protocol import (

@@ -1,4 +1,4 @@
-"""Full re-solves in a child planner process, so that they never hold the daemon's GIL."""
+"""Planning workers: one plan from a request (in a thread or a child process, off the GIL)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,159 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterable
 from multiprocessing.connection import Connection
 
+import numpy as np
+
 import jitsched
-from jitsched.daemon.state import PlanRequest, PlanResult, run_plan
-from jitsched.model import Cluster
-from jitsched.policies.base import Policy
+from jitsched.config import FULL, INCREMENTAL
+from jitsched.daemon.bodies import host_bodies, pack_frames
+from jitsched.daemon.plans import PlanRequest, PlanResult, merge_schedules, prune_schedule
+from jitsched.lat import latest_arrival_times
+from jitsched.model import TRANSFER, Cluster, DagArrays, compile_jobs
+from jitsched.planner import shared_cluster
+from jitsched.policies.base import DONE, RUNNING, WAITING, FlowSet, Policy, SchedulerView
+
+
+def build_view(req: PlanRequest, cluster: Cluster) -> tuple[SchedulerView, dict[str, int]]:
+    """The policy's view of ``req``: its jobs compiled, node states derived from done times.
+
+    Returns the view and a map job id -> job index in ``view.dag``.
+    """
+    jobs = [j for j, _, _ in req.jobs]
+    dag = compile_jobs(jobs, cluster)
+    n = dag.n_nodes
+    finish = np.full(n, np.nan)
+    remaining = np.where(dag.kind == TRANSFER, dag.size, 0.0)
+    for k, (job, done, rem) in enumerate(req.jobs):
+        base = int(dag.job_ptr[k])
+        pos = {nid: base + i for i, nid in enumerate(job.node_ids())}
+        for nid, t in done.items():
+            finish[pos[nid]] = t
+        for nid, b in rem.items():
+            remaining[pos[nid]] = b
+    done_mask = ~np.isnan(finish)
+    remaining[done_mask] = 0.0
+    # a node is released when none of its predecessors is unfinished
+    owner = np.repeat(np.arange(n), np.diff(dag.pred_ptr))
+    blocked = np.bincount(owner[~done_mask[dag.pred_idx]], minlength=n) if n else np.zeros(0, int)
+    state = np.where(done_mask, DONE, np.where(blocked > 0, WAITING, RUNNING)).astype(np.int8)
+    flows_idx = np.flatnonzero((state == RUNNING) & (dag.kind == TRANSFER))
+    neg = np.full(len(flows_idx), -1, dtype=np.int64)
+    flows = FlowSet(
+        src=dag.src[flows_idx].astype(np.int64), dst=dag.dst[flows_idx].astype(np.int64),
+        remaining=remaining[flows_idx], node=flows_idx.astype(np.int64),
+        job=dag.job_of[flows_idx].astype(np.int64), bg=neg,
+        release_s=np.full(len(flows_idx), req.now_s),
+    )
+    view = SchedulerView(
+        cluster=cluster, now=req.now_s, dag=dag, job_arrived=np.ones(dag.n_jobs, dtype=bool),
+        job_done=np.zeros(dag.n_jobs, dtype=bool), node_state=state, node_finish=finish,
+        remaining=remaining, flows=flows,
+    )
+    return view, {j.id: k for k, j in enumerate(jobs)}
+
+
+def run_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: float = 0.0) -> PlanResult:
+    """Full re-solve (worker thread): deliver ``req``'s events to ``policy``, ask it for a schedule.
+
+    Every host's body changes (the plan has a new epoch).
+    """
+    t0 = time.perf_counter()
+    try:
+        view, kidx = build_view(req, cluster)
+        for kind, job_id, node_id in req.events:
+            k = kidx.get(job_id)
+            if k is None:
+                continue
+            if kind == "arrival":
+                policy.on_job_arrival(view, k)
+            elif kind == "node_done":
+                policy.on_node_done(view, _node_index(view.dag, k, node_id))
+        if "tick" in req.reasons:
+            policy.on_tick(view)
+        sched = policy.schedule(view) if view.dag.n_jobs else None
+        new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
+        lats = _lats(view, new, cluster)
+        solve_s = time.perf_counter() - t0
+        ready = time.time()
+        res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, mode=FULL,
+                         jobs=frozenset(kidx), ready_wall_s=ready)
+        _attach_bodies(res, None, cluster, t0_wall_s, req)
+    except Exception as exc:  # noqa: BLE001 - a failed plan must not kill the daemon
+        return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
+                          f"{type(exc).__name__}: {exc}", mode=FULL)
+    return res
+
+
+def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
+                  t0_wall_s: float = 0.0) -> PlanResult:
+    """Incremental plan (worker thread): ``req.jobs`` alone on top of ``req.base``, frozen.
+
+    Flows of ``req.base`` that no longer count (``req.live``) go first and give
+    their capacity back. Only the hosts whose flows or leftover changed get new
+    bodies, unless the slot grid moved (no base before), when every host does.
+    """
+    t0 = time.perf_counter()
+    added = tuple(j.id for j, _, _ in req.jobs)
+    kw = dict(mode=INCREMENTAL, added=added, removed=req.removed, rebase=req.rebase)
+    try:
+        base, gone_hosts = prune_schedule(req.base, req.live, cluster)
+        sched, changed, lats, late = base, set(gone_hosts), {}, 0
+        if req.jobs:
+            view, _ = build_view(req, cluster)
+            inc = policy.schedule_increment(view, base, req.busy_egress, req.busy_ingress)
+            if inc is None:
+                return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
+                                  unsupported=True, **kw)
+            sched = merge_schedules(base, inc)
+            changed.update(h for f in inc.flows for h in (f[2], f[3]))
+            late = len(inc.late)
+            lats = _lats(view, set(added), shared_cluster(cluster, req.busy_egress, req.busy_ingress))
+        solve_s = time.perf_counter() - t0
+        ready = time.time()
+        jobs = (req.covered - req.removed) | frozenset(added)
+        res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, jobs=jobs, added_late=late,
+                         ready_wall_s=ready, **kw)
+        regrid = sched is not None and (req.base is None or sched.epoch_s != req.base.epoch_s)
+        _attach_bodies(res, None if regrid else changed, cluster, t0_wall_s, req)
+    except Exception as exc:  # noqa: BLE001 - a failed plan must not kill the daemon
+        return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
+                          f"{type(exc).__name__}: {exc}", **kw)
+    return res
+
+
+def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluster,
+                   t0_wall_s: float, req: PlanRequest) -> None:
+    """Pack the bodies of ``hosts`` (None: all) and build the flow index into ``res``."""
+    sched = res.schedule
+    slot_s = sched.slot_s if sched is not None else req.slot_s
+    res.frames = pack_frames(host_bodies(sched, hosts, res.seq, t0_wall_s, cluster, slot_s))
+    if sched is not None:
+        res.flow_index = {(f[0], f[1]): (int(f[4]), len(f[5])) for f in sched.flows}
+
+
+def _node_index(dag: DagArrays, k: int, node_id: str) -> int:
+    lo, hi = int(dag.job_ptr[k]), int(dag.job_ptr[k + 1])
+    return lo + dag.node_ids[lo:hi].index(node_id)
+
+
+def _lats(view: SchedulerView, new: set[str], cluster: Cluster) -> dict[tuple[str, str], float]:
+    """LATs (Eq. 1 estimate on ``cluster``) of the transfers of the jobs ``new``, for the LAT hit rate."""
+    if not new:
+        return {}
+    dag = view.dag
+    res = latest_arrival_times(dag, cluster, now=view.now, known_done=view.node_finish,
+                               remaining=view.remaining)
+    out = {}
+    for node in np.flatnonzero(dag.kind == TRANSFER):
+        job = dag.job_ids[dag.job_of[node]]
+        if job in new:
+            out[(job, dag.node_ids[node])] = float(res.lat[node])
+    return out
+
 
 # ``-c`` rather than ``-m``: the package would import this module before runpy runs it.
 # ``-c`` puts the working directory first on sys.path, so a daemon of an installed
@@ -26,7 +173,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(jitsched.__file__)))
 
 
 class PlannerProcess:
-    """:func:`jitsched.daemon.state.run_plan` in a child Python process.
+    """:func:`run_plan` in a child Python process.
 
     A full re-solve of tens of jobs is hundreds of milliseconds of mostly
     Python and numpy work; in a thread of the daemon it holds the GIL so often

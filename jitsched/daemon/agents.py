@@ -1,0 +1,190 @@
+"""The daemon's agent table: registered host agents, their liveness and schedule delivery."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jitsched.config import DaemonConfig
+from jitsched.daemon.bodies import host_bodies
+from jitsched.daemon.reject import Reject
+from jitsched.protocol import ErrorCode, unpack_body
+
+
+@dataclass
+class AgentState:
+    """A registered host agent and the schedule delivery state for it."""
+
+    host: str
+    identity: bytes
+    backend: str
+    last_seen_s: float
+    up: bool = True
+    acked_seq: int = 0
+    acked_at_s: float = -math.inf  # when acked_seq last advanced (daemon clock)
+    sent_seq: int = 0
+    sent_at_s: float = -math.inf
+    applied_seq: int = 0
+    flow_rates_Bps: dict = field(default_factory=dict)
+    total_Bps: float = 0.0
+
+
+class AgentTable:
+    """Agents by host, each host's current packed schedule body, and what is still unacked.
+
+    Parameters
+    ----------
+    config : DaemonConfig
+    t0_wall_s : float
+        The daemon clock's wall-clock origin (for the empty body's epoch).
+    on_change : callable
+        ``on_change(reason, now)`` when an agent comes back (``agent_up``) or
+        goes silent (``agent_down``): a re-solve trigger.
+    """
+
+    def __init__(self, config: DaemonConfig, t0_wall_s: float,
+                 on_change: Callable[[str, float], None]) -> None:
+        self.config = config
+        self.cluster = config.cluster
+        self.t0_wall_s = t0_wall_s
+        self._on_change = on_change
+        self.agents: dict[str, AgentState] = {}
+        self.by_identity: dict[bytes, str] = {}
+        self.host_frames: dict[str, bytes] = {}  # packed body per host
+        self._bodies: dict[str, dict] = {}  # decoded on demand
+        self.host_seq: dict[str, int] = {}
+        self.unacked: set[str] = set()  # hosts whose agent has not acked its current body
+        self._outbox_changed = False  # bodies or agents changed since the last outbox scan
+        self._next_resend_s = math.inf
+
+    def register(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+        """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule."""
+        host = body["host"]
+        if host not in self.cluster:
+            return Reject(ErrorCode.UNKNOWN_HOST, f"host {host!r} is not in the cluster")
+        old = self.agents.get(host)
+        if old is not None:
+            self.by_identity.pop(old.identity, None)
+        a = AgentState(host, identity, str(body.get("backend", "")), now,
+                       applied_seq=int(body.get("applied_seq", 0)))
+        self.agents[host] = a
+        self.by_identity[identity] = host
+        if self.host_seq.get(host, 0):
+            self.unacked.add(host)
+            self._outbox_changed = True
+        if old is not None and not old.up:
+            self._on_change("agent_up", now)
+        idx = self.cluster.index(host)
+        h = self.cluster.hosts[idx]
+        return {"host": host, "seq": self.host_seq.get(host, 0), "heartbeat_s": self.config.heartbeat_s,
+                "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
+                "t0_wall_ns": int(self.t0_wall_s * 1e9)}
+
+    def _agent(self, identity: bytes, body: dict, now: float) -> AgentState | Reject:
+        host = self.by_identity.get(identity)
+        a = self.agents.get(host) if host is not None else None
+        if a is None or a.host != body["host"]:
+            return Reject(ErrorCode.NOT_REGISTERED,
+                          f"agent for host {body['host']!r} must register first")
+        a.last_seen_s = now
+        if not a.up:
+            a.up = True
+            self._outbox_changed = True  # it missed what was sent while it was down
+            self._on_change("agent_up", now)
+        return a
+
+    def heartbeat(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+        """Liveness plus measured rates (bytes/s) from an agent."""
+        a = self._agent(identity, body, now)
+        if isinstance(a, Reject):
+            return a
+        a.applied_seq = int(body.get("applied_seq", a.applied_seq))
+        a.flow_rates_Bps = dict(body.get("flow_rates_Bps", {}))
+        a.total_Bps = float(body.get("total_Bps", 0.0))
+        return {"seq": self.host_seq.get(a.host, 0)}
+
+    def ack(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+        """An agent confirms it holds schedule ``seq``."""
+        a = self._agent(identity, body, now)
+        if isinstance(a, Reject):
+            return a
+        seq = int(body["seq"])
+        if seq > a.acked_seq:
+            a.acked_seq = seq
+            a.acked_at_s = now
+        if a.acked_seq >= self.host_seq.get(a.host, 0):
+            self.unacked.discard(a.host)
+        return {}
+
+    def get_schedule(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+        """The current schedule body of the asking agent's host (empty if none yet)."""
+        a = self._agent(identity, body, now)
+        if isinstance(a, Reject):
+            return a
+        return self.host_body(a.host)
+
+    def check(self, now: float) -> list[str]:
+        """Mark agents silent for longer than the heartbeat timeout as down; return them."""
+        down = []
+        for a in self.agents.values():
+            if a.up and now - a.last_seen_s > self.config.heartbeat_timeout_s:
+                a.up = False
+                down.append(a.host)
+        if down:
+            self._on_change("agent_down", now)
+        return down
+
+    def down(self) -> set[str]:
+        """The hosts whose registered agent is down."""
+        return {h for h, a in self.agents.items() if not a.up}
+
+    def publish(self, frames: dict[str, bytes], seq: int) -> None:
+        """New packed bodies of plan ``seq`` for some hosts: queue them for their agents."""
+        for h, frame in frames.items():
+            self.host_frames[h] = frame
+            self._bodies.pop(h, None)
+            self.host_seq[h] = seq
+            self.unacked.add(h)
+        self._outbox_changed = True
+
+    def outbox(self, now: float) -> list[tuple[AgentState, bytes]]:
+        """Packed schedule bodies to (re-)send: to every up agent whose ack of its body is overdue.
+
+        Only hosts whose body changed since their agent's last ack are looked at.
+        """
+        # Nothing new to send and no re-send due: skip the scan (the loop asks every turn).
+        if not self._outbox_changed and now < self._next_resend_s:
+            return []
+        self._outbox_changed = False
+        out = []
+        resend = self.config.resend_s
+        next_resend = math.inf
+        for h in list(self.unacked):
+            a = self.agents.get(h)
+            if a is None or not a.up:
+                continue  # pushed once it registers or comes back
+            seq = self.host_seq[h]
+            if a.acked_seq >= seq:
+                self.unacked.discard(h)
+                continue
+            if a.sent_seq < seq or now - a.sent_at_s >= resend:
+                a.sent_seq = seq
+                a.sent_at_s = now
+                out.append((a, self.host_frames[h]))
+            next_resend = min(next_resend, a.sent_at_s + resend)
+        self._next_resend_s = next_resend
+        return out
+
+    def host_body(self, host: str) -> dict:
+        """The schedule message body for ``host`` (idempotent by ``seq``)."""
+        body = self._bodies.get(host)
+        if body is None and host in self.host_frames:
+            body = self._bodies[host] = unpack_body(self.host_frames[host])
+        if body is None:  # nothing planned for it yet: the empty body of seq 0
+            body = host_bodies(None, [self.cluster.index(host)], 0, self.t0_wall_s, self.cluster,
+                               self.config.slot_s)[host]
+        return body
+
+
+__all__ = ["AgentState", "AgentTable"]

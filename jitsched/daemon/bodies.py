@@ -1,0 +1,111 @@
+"""The bodies of the daemon's messages: per-host schedule bodies and the status reply."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from jitsched.model import Cluster
+from jitsched.policies.base import SlotSchedule
+from jitsched.protocol import flow_id, pack_body
+
+if TYPE_CHECKING:
+    from jitsched.daemon.agents import AgentTable
+    from jitsched.daemon.jobs import JobRegistry
+    from jitsched.daemon.plans import PlanBook
+
+
+def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: int,
+                t0_wall_s: float, cluster: Cluster, slot_s: float) -> dict[str, dict]:
+    """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
+
+    A host's body holds the flows it sends and its egress leftover, bytes/s,
+    and the flows it receives and its ingress leftover (``in_*``, for agents
+    that enforce their ingress too), each without the trailing slots at the
+    line rate: agents take slots past the list as the line rate, and an idle
+    host's body gets short (and shared). A flow with a strict-priority level
+    (``sched.prio``) carries it as ``prio``.
+    """
+    names = cluster.names
+    idx = range(len(names)) if hosts is None else sorted(hosts)
+    if sched is None:
+        epoch_ns = int(t0_wall_s * 1e9)
+        return {names[h]: {"seq": seq, "slot_s": slot_s, "epoch_ns": epoch_ns, "flows": [],
+                           "leftover_Bps": [], "line_Bps": cluster.hosts[h].egress_Bps,
+                           "in_flows": [], "in_leftover_Bps": [], "in_line_Bps": cluster.hosts[h].ingress_Bps}
+                for h in idx}
+    out_of: dict[int, list] = {h: [] for h in idx}
+    into: dict[int, list] = {h: [] for h in idx}
+    for job, tid, src, dst, start, rates in sched.flows:
+        lo, li = out_of.get(src), into.get(dst)
+        if lo is None and li is None:
+            continue
+        fid, r = flow_id(job, tid), np.asarray(rates, dtype=float).tolist()
+        level = sched.prio.get((job, tid))
+        extra = {} if level is None else {"prio": level}
+        if lo is not None:
+            lo.append({"flow": fid, "dst": names[dst], "start_slot": int(start), "rates_Bps": r} | extra)
+        if li is not None:
+            li.append({"flow": fid, "src": names[src], "start_slot": int(start), "rates_Bps": r} | extra)
+    epoch_ns = int((t0_wall_s + sched.epoch_s) * 1e9)
+    left_e, keep_e = _trimmed_leftover(sched.leftover_egress, cluster.egress_Bps)
+    left_i, keep_i = _trimmed_leftover(sched.leftover_ingress, cluster.ingress_Bps)
+    return {names[h]: {"seq": seq, "slot_s": float(sched.slot_s), "epoch_ns": epoch_ns,
+                       "flows": out_of[h], "leftover_Bps": left_e[h, :keep_e[h]].tolist(),
+                       "line_Bps": cluster.hosts[h].egress_Bps,
+                       "in_flows": into[h], "in_leftover_Bps": left_i[h, :keep_i[h]].tolist(),
+                       "in_line_Bps": cluster.hosts[h].ingress_Bps}
+            for h in idx}
+
+
+def _trimmed_leftover(leftover: np.ndarray, line: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # per host, the number of slots up to the last one below the line rate
+    left = np.asarray(leftover, dtype=float)
+    if not left.size:
+        return left, np.zeros(len(line), dtype=np.int64)
+    below = left < line[:, None] * (1.0 - 1e-12)
+    return left, np.where(below.any(axis=1), left.shape[1] - np.argmax(below[:, ::-1], axis=1), 0)
+
+
+def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
+    """Each host's body packed; idle hosts with the same line rate share one frame."""
+    # Idle hosts (most of a big cluster) have the same body: pack it once, share the bytes.
+    idle: dict[float, bytes] = {}
+    frames = {}
+    for h, b in bodies.items():
+        if b["flows"] or b["leftover_Bps"]:
+            frames[h] = pack_body(b)
+        else:
+            frame = idle.get(b["line_Bps"])
+            frames[h] = idle[b["line_Bps"]] = frame if frame is not None else pack_body(b)
+    return frames
+
+
+def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, planning: str,
+                now: float) -> dict:
+    """The ``status`` reply: jobs, agents and a summary of the last plan (times in seconds)."""
+    jobs = {}
+    for jid, js in registry.jobs.items():
+        n_t = len(js.job.transfers)
+        jobs[jid] = {
+            "state": js.state, "submitted_s": js.submitted_s,
+            "transfers_done": sum(1 for t in js.job.transfers if t.id in js.done),
+            "transfers": n_t, "computes_done": len(js.measured_s),
+            "computes": len(js.job.computes),
+            "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
+            "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
+        }
+    agents = {h: {"up": a.up, "backend": a.backend, "acked_seq": a.acked_seq,
+                  "sent_seq": a.sent_seq, "applied_seq": a.applied_seq,
+                  "seq": table.host_seq.get(h, 0),
+                  "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps}
+              for h, a in table.agents.items()}
+    return {"now_s": now, "jobs": jobs, "agents": agents, "plan": dict(book.plan_summary),
+            "planning": planning, "plans": dict(book.plans_by_mode),
+            "solve_s": list(book.solve_times[-1000:])}
+
+
+__all__ = ["host_bodies", "pack_frames", "status_body"]

@@ -1,0 +1,157 @@
+"""The daemon's job registry: submitted jobs, their progress and how each ended."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from jitsched.config import DaemonConfig
+from jitsched.daemon.reject import Reject
+from jitsched.model import Job, parse_cluster, parse_job
+from jitsched.protocol import ErrorCode
+
+
+@dataclass
+class JobState:
+    """One submitted job and what the daemon knows of its progress (times on the daemon clock).
+
+    ``ports`` maps each transfer to its (source, destination) host indices;
+    ``out_left``/``in_left`` count the unfinished transfers leaving / entering
+    each host (hosts with none are absent).
+    """
+
+    job: Job  # arrival_s is the submission instant on the daemon clock
+    index: dict[str, int]
+    submitted_s: float
+    ports: dict[str, tuple[int, int]] = field(default_factory=dict)
+    out_left: dict[int, int] = field(default_factory=dict)
+    in_left: dict[int, int] = field(default_factory=dict)
+    done: dict[str, float] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)
+    measured_s: dict[str, float] = field(default_factory=dict)
+    lat_s: dict[str, float] = field(default_factory=dict)  # LAT of each transfer at first plan
+    state: str = "running"  # running | finished | cancelled
+    finished_s: float = math.nan
+    jct_s: float = math.nan
+    lat_hits: int = 0
+    lat_misses: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.state == "running"
+
+
+def _count_down(counts: dict[int, int], host: int) -> None:
+    left = counts.get(host, 0) - 1
+    if left > 0:
+        counts[host] = left
+    else:
+        counts.pop(host, None)
+
+
+class JobRegistry:
+    """Every job submitted since start (ended ones kept for status), the running ones apart.
+
+    Knows nothing of plans: the caller tells the plan book what changed.
+
+    Parameters
+    ----------
+    config : DaemonConfig
+    """
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.cluster = config.cluster
+        self.jobs: dict[str, JobState] = {}
+        self.active: dict[str, JobState] = {}  # in submission order
+        self.lat_misses = 0
+
+    def submit(self, body: dict, now: float) -> JobState | Reject:
+        """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds).
+
+        Raises
+        ------
+        ValidationError
+            If the job map does not describe a valid job on the daemon's cluster.
+        """
+        if len(self.active) >= self.config.max_jobs:
+            return Reject(ErrorCode.OVERLOADED, f"the daemon already runs {self.config.max_jobs} jobs")
+        if "cluster" in body:
+            other = parse_cluster(body["cluster"], "body.cluster")
+            for h in other.hosts:
+                if h.name not in self.cluster:
+                    return Reject(ErrorCode.UNKNOWN_HOST,
+                                  f"body.cluster: host {h.name!r} is not in the daemon's cluster")
+        job = parse_job(body["job"], self.cluster, "body.job")
+        if job.id in self.active:
+            return Reject(ErrorCode.DUPLICATE_JOB, f"job {job.id!r} is already running")
+        job = replace(job, arrival_s=now)
+        js = JobState(job, {n: i for i, n in enumerate(job.node_ids())}, now)
+        index = self.cluster.index
+        for t in job.transfers:
+            s, d = index(t.src), index(t.dst)
+            js.ports[t.id] = (s, d)
+            js.out_left[s] = js.out_left.get(s, 0) + 1
+            js.in_left[d] = js.in_left.get(d, 0) + 1
+        self.jobs[job.id] = js
+        self.active[job.id] = js
+        return js
+
+    def job(self, job_id: str) -> JobState | Reject:
+        """The job ``job_id``, running or ended."""
+        js = self.jobs.get(job_id)
+        if js is None:
+            return Reject(ErrorCode.UNKNOWN_JOB, f"no job {job_id!r}")
+        return js
+
+    def node(self, body: dict, key: str, kind: str) -> tuple[JobState, str] | Reject:
+        """The job of ``body["job_id"]`` and its node ``body[key]``, which must be a ``kind``
+        (``"transfer"`` or ``"compute"``)."""
+        js = self.job(body["job_id"])
+        if isinstance(js, Reject):
+            return js
+        nid = body[key]
+        i = js.index.get(nid)
+        n_comp = len(js.job.computes)
+        if i is None or (kind == "transfer") != (i >= n_comp):
+            return Reject(ErrorCode.UNKNOWN_NODE, f"job {js.job.id!r} has no {kind} {nid!r}")
+        return js, nid
+
+    def transfer_done(self, js: JobState, nid: str, now: float) -> bool | None:
+        """Record that transfer ``nid`` (not done before) arrived ``now``; returns whether it
+        met its LAT (None: no LAT known)."""
+        js.done[nid] = now
+        src, dst = js.ports[nid]
+        _count_down(js.out_left, src)
+        _count_down(js.in_left, dst)
+        lat = js.lat_s.get(nid)
+        if lat is None:
+            return None
+        hit = now <= lat + self.config.slot_s  # the LP grid rounds deadlines up by < 1 slot
+        if hit:
+            js.lat_hits += 1
+        else:
+            js.lat_misses += 1
+            self.lat_misses += 1
+        return hit
+
+    def compute_done(self, js: JobState, nid: str, duration_s: float, now: float) -> None:
+        """Record that compute ``nid`` ended ``now`` after running ``duration_s`` seconds."""
+        js.done.setdefault(nid, now)
+        js.measured_s[nid] = float(duration_s)
+
+    def end(self, js: JobState, state: str, now: float) -> None:
+        """The running job ``js`` ends ``now`` as ``state`` (``finished`` or ``cancelled``)."""
+        js.state = state
+        js.finished_s = now
+        del self.active[js.job.id]
+
+    def record_lats(self, lat_s: dict[tuple[str, str], float]) -> None:
+        """Keep the first planned LAT (seconds, daemon clock) of each (job, transfer)."""
+        for (job, tid), lat in lat_s.items():
+            js = self.jobs.get(job)
+            if js is not None:
+                js.lat_s.setdefault(tid, lat)
+
+
+__all__ = ["JobRegistry", "JobState"]

@@ -1,0 +1,467 @@
+"""The daemon's plan book: re-solve triggers, plan requests, and the schedule in force."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from jitsched.config import FULL, INCREMENTAL, DaemonConfig
+from jitsched.daemon.jobs import JobRegistry, JobState
+from jitsched.model import Cluster, Job
+from jitsched.policies.base import SlotSchedule
+
+# Policy events (arrivals, node completions) wait for the next full re-solve; in
+# incremental mode that may be long in coming, so only the newest are kept.
+MAX_EVENTS = 100_000
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """An immutable snapshot handed to a planning worker.
+
+    ``jobs`` are (job, done-times, remaining-bytes) triples: every active job
+    for a full re-solve, the jobs to add for an incremental plan. ``events``
+    are the policy hooks to deliver first, as ``(kind, job_id, node_id)``.
+
+    Incremental requests also carry ``base``, the schedule to add to (never
+    mutated), ``live`` (which of its flows still count: job active, transfer
+    unfinished), ``covered`` (the jobs it plans), ``removed`` (jobs whose flows
+    must go) and ``busy_egress``/``busy_ingress`` (per host, the other active
+    jobs with unfinished transfers leaving / entering it).
+    """
+
+    seq: int
+    now_s: float
+    jobs: tuple[tuple[Job, dict[str, float], dict[str, float]], ...]
+    events: tuple[tuple[str, str, str], ...]
+    reasons: tuple[str, ...]
+    mode: str = FULL
+    base: SlotSchedule | None = None
+    live: np.ndarray | None = None
+    covered: frozenset[str] = frozenset()
+    removed: frozenset[str] = frozenset()
+    busy_egress: np.ndarray | None = None
+    busy_ingress: np.ndarray | None = None
+    rebase: bool = False
+    slot_s: float = 0.1  # the configured slot length (for bodies when the policy plans none)
+
+
+@dataclass
+class PlanResult:
+    """What a worker hands back: the schedule, packed agent bodies and the LATs planned against.
+
+    ``jobs`` are the jobs ``schedule`` plans, ``added`` those an incremental
+    plan added. ``frames`` holds the packed schedule body of every host whose
+    schedule changed, ``flow_index`` maps (job, transfer) to (start slot,
+    number of slots). ``ready_wall_s`` is the wall clock when the plan was
+    computed, before the bodies were built.
+    """
+
+    seq: int
+    schedule: SlotSchedule | None
+    lat_s: dict[tuple[str, str], float]
+    solve_s: float
+    reasons: tuple[str, ...]
+    error: str = ""
+    mode: str = FULL
+    jobs: frozenset[str] = frozenset()
+    added: tuple[str, ...] = ()
+    removed: frozenset[str] = frozenset()
+    rebase: bool = False
+    unsupported: bool = False
+    added_late: int = 0
+    frames: dict[str, bytes] = field(default_factory=dict)
+    flow_index: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    ready_wall_s: float = math.nan
+
+
+def prune_schedule(sched: SlotSchedule | None, live: np.ndarray | None,
+                   cluster: Cluster) -> tuple[SlotSchedule | None, set[int]]:
+    """``sched`` without the flows ``live`` marks False, their rates back in the leftover.
+
+    Returns the pruned schedule (``sched`` itself when nothing goes; never
+    mutated) and the hosts (sources and destinations) of the flows that went.
+    """
+    if sched is None or live is None or bool(np.all(live)):
+        return sched, set()
+    keep, gone = [], []
+    for f, ok in zip(sched.flows, live.tolist(), strict=True):
+        (keep if ok else gone).append(f)
+    left_e = sched.leftover_egress.copy()
+    left_i = sched.leftover_ingress.copy()
+    for _, _, src, dst, start, rates in gone:
+        r = np.asarray(rates, dtype=np.float64)
+        end = min(int(start) + len(r), left_e.shape[1])
+        left_e[src, start:end] += r[:end - start]
+        left_i[dst, start:end] += r[:end - start]
+    np.minimum(left_e, cluster.egress_Bps[:, None], out=left_e)
+    np.minimum(left_i, cluster.ingress_Bps[:, None], out=left_i)
+    kept = {(f[0], f[1]) for f in keep}
+    late = [x for x in sched.late if (x.get("job"), x.get("transfer")) in kept]
+    prio = {k: v for k, v in sched.prio.items() if k in kept}
+    return (replace(sched, flows=keep, leftover_egress=left_e, leftover_ingress=left_i, late=late, prio=prio),
+            {int(h) for f in gone for h in (f[2], f[3])})
+
+
+def merge_schedules(base: SlotSchedule | None, inc: SlotSchedule) -> SlotSchedule:
+    """``base`` plus an increment planned on its grid (whose leftover already counts both)."""
+    if base is None:
+        return inc
+    return SlotSchedule(epoch_s=base.epoch_s, slot_s=base.slot_s, flows=base.flows + inc.flows,
+                        leftover_egress=inc.leftover_egress, leftover_ingress=inc.leftover_ingress,
+                        late=base.late + inc.late, solve_s=inc.solve_s, prio=base.prio | inc.prio)
+
+
+class PlanBook:
+    """When to plan, what to plan, and the schedule in force with the jobs it covers.
+
+    Planning (``config.planning``): ``full`` re-solves every active job on every
+    trigger, arrivals included. ``incremental`` plans an arriving job alone
+    against the capacity the schedule in force leaves (its allocations frozen);
+    full joint re-solves run beside it on the re-solve triggers of
+    docs/architecture.md §7 (drift, the periodic timer, agents coming and
+    going), when an incremental plan has planned LAT misses, and at most
+    ``joint_replan_s`` after the schedule stopped being a joint plan. A full
+    result that misses jobs added while it was solved is adopted together with
+    an incremental plan of those jobs on top of it (a rebase), never without them.
+
+    Parameters
+    ----------
+    config : DaemonConfig
+    registry : JobRegistry
+        The jobs; the book reads which are active.
+    t0_wall_s : float
+        The daemon clock's wall-clock origin.
+    """
+
+    def __init__(self, config: DaemonConfig, registry: JobRegistry, t0_wall_s: float) -> None:
+        self.config = config
+        self.cluster = config.cluster
+        self.registry = registry
+        self.t0_wall_s = t0_wall_s
+        self.incremental = config.planning == INCREMENTAL
+        self.events: list[tuple[str, str, str]] = []
+        self.reasons: set[str] = set()  # triggers of the next full re-solve
+        self.first_reason_s = math.inf
+        self.pending: dict[str, None] = {}  # arrivals awaiting an incremental plan, in order
+        self.first_pending_s = math.inf
+        self.bulk: set[str] = set()  # arrivals left to the next joint re-solve (a big batch)
+        self.removals: set[str] = set()  # ended jobs whose flows may still be in the schedule
+        self.plan_seq = 0
+        self.inflight = {FULL: 0, INCREMENTAL: 0}  # seq of the request in flight, 0 if none
+        self.held: PlanResult | None = None  # a full result waiting to be rebased
+        self.schedule: SlotSchedule | None = None
+        self.schedule_seq = 0
+        self.covered: frozenset[str] = frozenset()  # jobs the schedule plans
+        # The schedule is a joint plan of its jobs unless some were added on top of
+        # one (incrementally) or capacity a joint plan gave to ended jobs is free.
+        self.added_since_full: set[str] = set()
+        self.freed_since_full = False
+        self.dirty_since = math.inf  # since when the schedule is no joint plan of its jobs
+        self._flow_index: dict[tuple[str, str], tuple[int, int]] = {}
+        # per job, for the schedule in force: its planned transfers, latest planned finish
+        # first, and how many of those are known done (early_s checks, amortised O(1))
+        self._paced: dict[str, tuple[list[tuple[int, str]], list[int]]] = {}
+        self.plan_summary: dict[str, Any] = {}
+        self.solve_times: list[float] = []
+        self.n_plans = 0
+        self.plans_by_mode = {FULL: 0, INCREMENTAL: 0}
+        self.last_plan_s = -math.inf  # the last full re-solve
+        self.last_full_solve_s = 0.0  # how long it took (max_planner_duty)
+        self.incremental_ok = True  # False once the policy said it cannot plan incrementally
+
+    @property
+    def active(self) -> dict[str, JobState]:
+        """The running jobs, by id."""
+        return self.registry.active
+
+    @property
+    def planning_seq(self) -> int:
+        """The seq of a plan in flight (or of a full result awaiting its rebase), 0 if none."""
+        held = self.held.seq if self.held is not None else 0
+        return self.inflight[INCREMENTAL] or self.inflight[FULL] or held
+
+    # ------------------------------------------------------------------ job events
+
+    def arrived(self, jid: str, now: float) -> None:
+        """Job ``jid`` was submitted: it waits for an incremental plan or triggers a re-solve."""
+        self.policy_event("arrival", jid, "")
+        if self.incremental and self.incremental_ok:
+            self.pending[jid] = None
+            self.first_pending_s = min(self.first_pending_s, now)
+        else:
+            self.trigger("arrival", now)
+
+    def transfer_done(self, js: JobState, nid: str, now: float) -> None:
+        """Transfer ``nid`` of ``js`` arrived: check it against the plan (drift, early)."""
+        planned = self._planned_finish(js.job.id, nid)
+        if planned is not None and now - planned > self.config.drift_s:
+            self.trigger("drift", now)
+        elif self.config.early_s < math.inf and js.in_left and self._holds_back(js, now):
+            self.trigger("early", now)
+        self.policy_event("node_done", js.job.id, nid)
+
+    def job_ended(self, jid: str, state: str, now: float) -> None:
+        """Job ``jid`` ended as ``state``: its flows leave the plan."""
+        self.pending.pop(jid, None)
+        self._paced.pop(jid, None)
+        self.bulk.discard(jid)
+        if not (self.incremental and self.incremental_ok):
+            self.trigger(state, now)
+            return
+        # its flows leave the schedule at the next incremental step, no LP needed
+        if jid in self.covered:
+            self.removals.add(jid)
+            self._released(jid, now)
+
+    def _holds_back(self, js: JobState, now: float) -> bool:
+        """Whether the schedule paces one of ``js``'s unfinished transfers to finish more than
+        ``early_s`` from now: planned for the job's progress as estimated, not as it went."""
+        s = self.schedule
+        if s is None:
+            return False
+        got = self._paced.get(js.job.id)
+        if got is None:
+            ends = []
+            for t in js.job.transfers:
+                x = self._flow_index.get((js.job.id, t.id))
+                if x is not None:
+                    ends.append((x[0] + x[1], t.id))
+            ends.sort(reverse=True)
+            got = self._paced[js.job.id] = (ends, [0])
+        ends, skip = got
+        # done only grows, so transfers skipped once stay skipped until the next schedule
+        while skip[0] < len(ends) and ends[skip[0]][1] in js.done:
+            skip[0] += 1
+        return skip[0] < len(ends) and ends[skip[0]][0] * s.slot_s > now + self.config.early_s - s.epoch_s
+
+    def _planned_finish(self, job_id: str, nid: str) -> float | None:
+        s = self.schedule
+        got = self._flow_index.get((job_id, nid))
+        if s is None or got is None:
+            return None
+        start, n = got
+        if n == 0:
+            # ranked, not planned (the default jit's alpha 0): no finish time to drift from;
+            # read as the schedule's epoch it made every transfer over drift_s after a plan
+            # trigger a full re-solve
+            return None
+        return s.epoch_s + (start + n) * s.slot_s
+
+    def policy_event(self, kind: str, job_id: str, node: str) -> None:
+        """Queue a policy hook (``arrival`` or ``node_done``) for the next full re-solve."""
+        self.events.append((kind, job_id, node))
+        if len(self.events) > MAX_EVENTS:
+            del self.events[:MAX_EVENTS // 2]
+
+    def trigger(self, reason: str, now: float) -> None:
+        """A full re-solve is due for ``reason``."""
+        self.reasons.add(reason)
+        self.first_reason_s = min(self.first_reason_s, now)
+
+    def _released(self, jid: str, now: float) -> None:
+        """Job ``jid`` leaves the schedule: a joint re-solve could use what it frees."""
+        if jid in self.added_since_full:
+            self.added_since_full.discard(jid)
+        else:
+            self.freed_since_full = True
+        self._update_dirty(now)
+
+    def _joint(self, added: Iterable[str] = ()) -> None:
+        """The schedule is a joint plan again (plus ``added`` on top of it)."""
+        self.added_since_full = set(added)
+        self.freed_since_full = False
+        self.dirty_since = math.inf
+
+    def _update_dirty(self, now: float) -> None:
+        if self.added_since_full or self.freed_since_full:
+            self.dirty_since = min(self.dirty_since, now)
+        else:
+            self.dirty_since = math.inf
+
+    # ------------------------------------------------------------------ requests
+
+    def want_plan(self, now: float) -> bool:
+        """Whether a full re-solve is due (a trigger fired, coalescing elapsed, none in flight)."""
+        if self.inflight[FULL] or self.held is not None:
+            return False
+        duty = self.config.max_planner_duty
+        if duty < 1.0 and now - self.last_plan_s < self.last_full_solve_s * (1.0 / duty - 1.0):
+            return False  # cooling down: triggers wait, none is lost
+        if (self.config.replan_period_s > 0 and self.active
+                and now - self.last_plan_s >= self.config.replan_period_s):
+            self.trigger("tick", now)
+        if (self.incremental and self.config.joint_replan_s > 0
+                and now - self.dirty_since >= self.config.joint_replan_s):
+            self.trigger("joint", now)
+        return bool(self.reasons) and now - self.first_reason_s >= self.config.coalesce_s
+
+    def plan_requests(self, now: float) -> list[PlanRequest]:
+        """The plans to start now: at most one incremental and one full re-solve in flight."""
+        out = []
+        if (self.pending and not self.inflight[INCREMENTAL] and self.held is None
+                and now - self.first_pending_s >= self.config.coalesce_s and len(self.pending) > 1
+                and sum(len(self.active[j].job.transfers) for j in self.pending)
+                > self.config.max_increment_transfers):
+            # a big batch is no fast plan: a joint re-solve, in the planner process, takes it
+            self.bulk.update(self.pending)
+            self.pending.clear()
+            self.first_pending_s = math.inf
+            self.trigger("arrival", now)
+        if not self.inflight[INCREMENTAL]:
+            if self.held is not None:
+                out.append(self._increment_request(now, rebase=True))
+            elif self.removals or (self.pending and now - self.first_pending_s >= self.config.coalesce_s):
+                out.append(self._increment_request(now))
+        if self.want_plan(now):
+            out.append(self.plan_request(now))
+        return out
+
+    def plan_request(self, now: float) -> PlanRequest:
+        """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
+        self.plan_seq += 1
+        self.inflight[FULL] = self.plan_seq
+        jobs = tuple((js.job, dict(js.done), {}) for js in self.active.values())
+        req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
+                          slot_s=self.config.slot_s)
+        self.events.clear()
+        self.reasons.clear()
+        self.first_reason_s = math.inf
+        return req
+
+    def _increment_request(self, now: float, rebase: bool = False) -> PlanRequest:
+        """The pending arrivals (and removals) on top of the schedule in force, or, for a
+        rebase, every active job the held full result lacks on top of it."""
+        self.plan_seq += 1
+        self.inflight[INCREMENTAL] = self.plan_seq
+        if rebase:
+            # the jobs of the schedule in force that the held result lacks; arrivals not
+            # planned yet stay pending
+            base, covered = self.held.schedule, self.held.jobs
+            new = [self.active[j] for j in self.covered if j in self.active and j not in covered]
+            reasons = ("rebase",)
+        else:
+            base, covered = self.schedule, self.covered
+            new = [self.active[j] for j in self.pending if j in self.active]
+            reasons = ("arrival",) if new else ("removal",)
+            self.pending.clear()
+            self.first_pending_s = math.inf
+        removed = frozenset(self.removals)
+        self.removals.clear()
+        live = None
+        if base is not None:
+            live = np.fromiter(((js := self.active.get(f[0])) is not None and f[1] not in js.done
+                                for f in base.flows), dtype=bool, count=len(base.flows))
+        new_ids = {js.job.id for js in new}
+        out_hosts: list[int] = []
+        in_hosts: list[int] = []
+        for jid, js in self.active.items():
+            if jid not in new_ids:
+                out_hosts.extend(js.out_left)
+                in_hosts.extend(js.in_left)
+        nh = len(self.cluster)
+        return PlanRequest(self.plan_seq, now, tuple((js.job, dict(js.done), {}) for js in new), (),
+                           reasons, mode=INCREMENTAL, base=base, live=live, covered=covered,
+                           removed=removed,
+                           busy_egress=np.bincount(np.asarray(out_hosts, dtype=np.int64), minlength=nh),
+                           busy_ingress=np.bincount(np.asarray(in_hosts, dtype=np.int64), minlength=nh),
+                           rebase=rebase, slot_s=self.config.slot_s)
+
+    # ------------------------------------------------------------------ results
+
+    def install(self, res: PlanResult, now: float,
+                adopt: Callable[[PlanResult, float], None]) -> bool:
+        """Take a finished plan, calling ``adopt(result, now)`` for each result to put in
+        force; returns False when it failed (the schedule in force stays).
+
+        A full result that lacks active jobs (added while it was solved) is held
+        until an incremental plan puts them on top of it.
+        """
+        self.n_plans += 1
+        self.plans_by_mode[res.mode] = self.plans_by_mode.get(res.mode, 0) + 1
+        self.solve_times.append(res.solve_s)
+        if res.mode == FULL:
+            self.inflight[FULL] = 0
+            self.last_plan_s = now
+            self.last_full_solve_s = res.solve_s
+            if res.error:
+                self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
+                return False
+            self.bulk.difference_update(res.jobs)
+            # jobs planned meanwhile (in the schedule in force, or in an incremental plan
+            # in flight) must not lose their flows: hold it until they are rebased on it
+            if self.incremental and self.incremental_ok and (
+                    self.inflight[INCREMENTAL]
+                    or any(j in self.active and j not in res.jobs for j in self.covered)):
+                self.held = res
+                return True
+            self._joint()
+            adopt(res, now)
+            return True
+        self.inflight[INCREMENTAL] = 0
+        if res.error or res.unsupported:
+            if res.unsupported:
+                self.incremental_ok = False
+            self.removals |= res.removed
+            for jid in res.added:  # a full re-solve plans them instead
+                if jid in self.active:
+                    self.trigger("arrival", now)
+            if res.rebase:  # adopt the held full result as it is
+                held, self.held = self.held, None
+                if held is not None:
+                    self._joint()
+                    adopt(held, now)
+            if res.error:
+                self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
+            return False
+        if res.rebase:
+            self.held = None
+            self._joint(res.added)
+        elif res.jobs == frozenset(res.added) and all(j in res.jobs for j in self.active):
+            # planned alone on an empty schedule, with no other job about: that is a joint plan
+            self._joint()
+        else:
+            self.added_since_full.update(res.added)
+        self._update_dirty(now)
+        adopt(res, now)
+        if res.added_late:
+            self.trigger("late", now)  # a joint plan may meet what this one could not
+        return True
+
+    def adopt(self, res: PlanResult, now: float, down: set[str]) -> None:
+        """Make ``res`` the schedule in force (``down``: hosts whose agent is down, for the
+        summary's count of unenforced flows)."""
+        sched = res.schedule
+        self.schedule = sched
+        self.schedule_seq = res.seq
+        self.covered = res.jobs
+        self._flow_index = res.flow_index
+        self._paced.clear()
+        if self.incremental and self.incremental_ok:
+            for j in res.jobs:
+                if j not in self.active:
+                    # ended while this was planned: leaves at the next incremental step
+                    self.removals.add(j)
+                    self._released(j, now)
+                else:
+                    self.pending.pop(j, None)  # planned here already
+        unenforced = 0
+        if down and sched is not None:
+            names = self.cluster.names
+            unenforced = sum(1 for f in sched.flows if names[f[2]] in down)
+        self.plan_summary = {
+            "seq": res.seq, "mode": res.mode, "reasons": list(res.reasons), "solve_s": res.solve_s,
+            "jobs": sum(1 for j in res.jobs if j in self.active),
+            "flows": len(sched.flows) if sched else 0, "late": len(sched.late) if sched else 0,
+            "n_slots": int(sched.leftover_egress.shape[1]) if sched else 0,
+            "slot_s": sched.slot_s if sched else self.config.slot_s,
+            "hosts_changed": len(res.frames), "unenforced_flows": unenforced,
+            "planned_at_s": res.ready_wall_s - self.t0_wall_s, "installed_at_s": now,
+        }
+
+
+__all__ = ["MAX_EVENTS", "PlanBook", "PlanRequest", "PlanResult", "merge_schedules", "prune_schedule"]
