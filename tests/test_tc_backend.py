@@ -15,17 +15,15 @@ import pytest
 from pyroute2 import IPRoute
 
 from jitsched.agents.backends.base import BACKENDS, FlowRate
-from jitsched.agents.backends.tc import (
+from jitsched.agents.backends.htb import (
     BG_MINOR,
     FLOW_MINOR_BASE,
     LINK_CLASS,
     ROOT_HANDLE,
-    TcBackend,
-    TcIngressBackend,
-    ifb_name,
     install_shaper,
-    u32_keys,
 )
+from jitsched.agents.backends.netlink import u32_keys
+from jitsched.agents.backends.tc import TcBackend, TcIngressBackend, ifb_name
 
 LINE = 12.5e6  # 100 Mbit/s in bytes/s
 
@@ -154,7 +152,7 @@ def test_adopts_testbed_shaper_and_restores_it(ns):
 
 
 def test_shaper_priority_band_for_a_dscp_class(ns):
-    from jitsched.agents.backends.tc import BG_RESERVE, PRIO_LEAF_HANDLE, PRIO_MINOR
+    from jitsched.agents.backends.htb import BG_RESERVE, PRIO_LEAF_HANDLE, PRIO_MINOR
 
     install_shaper("a0", LINE, netns=ns, priority_tos=0x88)
     cl = classes(ns)
@@ -174,7 +172,7 @@ def test_shaper_priority_band_for_a_dscp_class(ns):
 
 
 def test_ack_class_on_the_shaper_and_in_a_backend_of_its_own(ns):
-    from jitsched.agents.backends.tc import ACK_MINOR, ACK_RESERVE
+    from jitsched.agents.backends.htb import ACK_MINOR, ACK_RESERVE
 
     install_shaper("a0", LINE, netns=ns, ack_priority=True)
     cl = classes(ns)
@@ -248,7 +246,8 @@ def class_prios(ns: str) -> dict[int, int]:
 
 
 def test_priority_levels_borrow_by_level_and_background_last(ns):
-    from jitsched.agents.backends.tc import BG_LAST_PRIO, DL_MINOR, MAX_FLOW_PRIO, MIN_BURST_B
+    from jitsched.agents.backends.htb import DL_MINOR, MIN_BURST_B
+    from jitsched.agents.backends.tc import BG_LAST_PRIO, MAX_FLOW_PRIO
 
     install_shaper("a0", LINE, netns=ns)
     b = TcBackend(LINE, dev="a0", netns=ns, dl_tos=0x88)  # borrow=False: levels borrow anyway
@@ -291,7 +290,7 @@ def class_packets(ns: str, minor: int) -> int:
 def test_arp_goes_through_the_ack_class_not_the_background(ns):
     # A ranked host serves its background class last; ARP left there went
     # unanswered behind DL and a new file failed with "No route to host".
-    from jitsched.agents.backends.tc import ACK_MINOR, BG_MINOR
+    from jitsched.agents.backends.htb import ACK_MINOR, BG_MINOR
 
     install_shaper("a0", LINE, netns=ns, ack_priority=True)
     assert "protocol arp" in filters_text(ns)

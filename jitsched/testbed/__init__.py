@@ -34,7 +34,7 @@ from pathlib import Path
 
 import tomli_w
 
-from jitsched.agents.backends.tc import install_shaper
+from jitsched.agents.backends.htb import install_shaper
 from jitsched.testbed.netns import TestbedError, list_netns, require_netns, run
 
 __all__ = ["Testbed", "TestbedError", "TestbedHost", "down", "up", "ADDRESS_NET"]
@@ -138,7 +138,7 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
         Shaper token-bucket depth, seconds of the link rate.
     priority_tos : int or None
         Give the switch ports a strict-priority band for packets with this
-        TOS byte's DSCP bits (:func:`jitsched.agents.backends.tc.install_shaper`),
+        TOS byte's DSCP bits (:func:`jitsched.agents.backends.htb.install_shaper`),
         as datacenter switches do for a scheduled traffic class. None: one FIFO.
     ack_priority : bool
         Hosts send pure TCP ACKs ahead of their data (default True): without

@@ -34,7 +34,8 @@ from dataclasses import replace
 import numpy as np
 
 from jitsched import testbed
-from jitsched.agents.backends.tc import MIN_BURST_B, SPARE_MODES
+from jitsched.agents.backends.htb import MIN_BURST_B
+from jitsched.agents.backends.tc import SPARE_MODES
 from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.netns import in_netns
 
@@ -54,7 +55,7 @@ DAEMON_POLICY = {"jit": "jit", "none": "tensorflow"}
 DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
 # A transfer of at most this many bytes fits, with its header (flow id, up to a
 # few hundred bytes) and ACK-sized segments, in the burst an HTB flow class
-# starts with (two full frames, tc.MIN_BURST_B), so it passes its class at once
+# starts with (two full frames, htb.MIN_BURST_B), so it passes its class at once
 # whatever rate the plan gives it; registering it with the agent would change
 # nothing but add two round trips to the transfer (most of Inception's 851 and
 # ResNet152's 2020 transfers are under 1 KB).

@@ -1,24 +1,20 @@
-"""Network-namespace helpers: availability checks, per-thread namespace switching, processes in a namespace."""
+"""The testbed's side of network namespaces: availability check, listing by prefix, its error type.
+
+Switching namespaces, sockets and commands in a namespace live in
+:mod:`jitsched.netns`, which the host agent's tc backends use too; they are
+re-exported here for the testbed's code.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import os
 import shutil
-import socket
 import subprocess
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
+from jitsched import netns as _netns
 from jitsched.errors import JitschedError
-
-NETNS_DIR = "/run/netns"
-CLONE_NEWNET = 0x40000000
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_lock = threading.Lock()
+from jitsched.netns import NETNS_DIR, ifindex_in, in_netns, ns_command, socket_in
 
 
 class TestbedError(JitschedError):
@@ -54,54 +50,13 @@ def list_netns(prefix: str = "") -> list[str]:
     return sorted(n for n in names if n.startswith(prefix))
 
 
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
-@contextlib.contextmanager
-def in_netns(name: str | None) -> Iterator[None]:
-    """Run the body with the calling thread inside network namespace ``name``.
-
-    ``setns`` moves only the calling thread, and a socket stays in the
-    namespace it was created in, so sockets opened in the body can be used
-    from anywhere afterwards. ``None`` means "stay where you are".
-    """
-    if name is None:
-        yield
-        return
-    with open("/proc/thread-self/ns/net", "rb") as home, open(f"{NETNS_DIR}/{name}", "rb") as target:
-        _setns(target.fileno())
-        try:
-            yield
-        finally:
-            _setns(home.fileno())
-
-
-def socket_in(netns: str | None, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM,
-              proto: int = 0) -> socket.socket:
-    """A new socket that lives in network namespace ``netns`` (None: the current one)."""
-    with _lock, in_netns(netns):
-        return socket.socket(family, type, proto)
-
-
-def ifindex_in(netns: str | None, dev: str) -> int:
-    """Interface index of ``dev`` inside ``netns``."""
-    with _lock, in_netns(netns):
-        return socket.if_nametoindex(dev)
-
-
-def ns_command(netns: str | None, argv: Sequence[str]) -> list[str]:
-    """``argv`` prefixed so that it runs inside ``netns`` (unchanged for None)."""
-    if netns is None:
-        return list(argv)
-    return ["ip", "netns", "exec", netns, *argv]
-
-
 def run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess:
     """Run a setup command; raise :class:`TestbedError` with its stderr when it fails."""
-    r = subprocess.run(list(argv), capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise TestbedError(f"{' '.join(argv)} failed: {r.stderr.strip() or r.stdout.strip()}")
-    return r
+    try:
+        return _netns.run(argv, check=check)
+    except _netns.CommandError as exc:
+        raise TestbedError(str(exc)) from None
+
+
+__all__ = ["NETNS_DIR", "TestbedError", "ifindex_in", "in_netns", "list_netns", "ns_command",
+           "require_netns", "run", "socket_in"]
