@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import zmq
 
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
+from jitsched.localreg import local_address, register_flow, unregister_flow
 from jitsched.protocol import (
     LOCAL_TYPES,
     MAX_MESSAGE_BYTES,
@@ -34,12 +35,6 @@ log = logging.getLogger("jitsched.agent")
 
 TCP_INFO_LEN = 232
 TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64) in struct tcp_info
-LOCAL_PREFIX = "jitsched-agent"
-
-
-def local_address(host: str, namespace: str = "") -> str:
-    """The abstract Unix socket name where the agent of ``host`` takes flow registrations."""
-    return f"\0{LOCAL_PREFIX}-{namespace}-{host}" if namespace else f"\0{LOCAL_PREFIX}-{host}"
 
 
 def load_backend(name: str, line_rate_Bps: float, **options) -> Backend:
@@ -495,48 +490,6 @@ def dense_levels(flows: list[FlowRate], levels: int = FLOW_LEVELS) -> list[FlowR
     """
     level_of = {r: min(i, levels - 1) for i, r in enumerate(sorted({f.prio for f in flows if f.prio is not None}))}
     return [f if f.prio is None else replace(f, prio=level_of[f.prio]) for f in flows]
-
-
-def _flow_body(flow_id: str, direction: str) -> dict:
-    # "out" is the default: such bodies stay what agents before ingress enforcement accept
-    return {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
-
-
-def register_flow(local_name: str, flow_id: str, sock: socket.socket,
-                  timeout_s: float = 2.0, direction: str = "out") -> socket.socket | None:
-    """Hand ``sock`` to the local agent for pacing; returns the control connection (keep it
-    open until :func:`unregister_flow`), or None if no agent listens at ``local_name``.
-
-    ``direction``: ``"out"`` when this host sends the flow, ``"in"`` when it
-    receives it (for an agent enforcing its ingress too).
-    """
-    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    c.settimeout(timeout_s)
-    try:
-        c.connect(local_name)
-        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, _flow_body(flow_id, direction))],
-                        [sock.fileno()])
-        rep = decode_any(c.recv(65536))
-    except (OSError, ProtocolError):  # no agent, or it went away mid-request
-        c.close()
-        return None
-    if not isinstance(rep, Reply) or not rep.ok:
-        c.close()
-        return None
-    return c
-
-
-def unregister_flow(ctrl: socket.socket | None, flow_id: str, direction: str = "out") -> None:
-    """Tell the agent the flow is over and close the control connection."""
-    if ctrl is None:
-        return
-    try:
-        ctrl.send(encode_request(MsgType.UNREGISTER_FLOW, _flow_body(flow_id, direction)))
-        ctrl.recv(65536)
-    except OSError:
-        pass
-    finally:
-        ctrl.close()
 
 
 __all__ = ["Agent", "LocalFlow", "bytes_acked", "load_backend", "local_address",

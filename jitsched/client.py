@@ -13,6 +13,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from jitsched.localreg import register_flow, unregister_flow
 from jitsched.model import Job
 from jitsched.protocol import (
     MAX_MESSAGE_BYTES,
@@ -159,7 +160,7 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
     """Move ``nbytes`` bytes to a :class:`TransferSink` at ``addr`` over TCP.
 
     The connected socket is registered with the local agent listening at
-    ``agent`` (see :func:`jitsched.agents.agent.local_address`) so that it paces
+    ``agent`` (see :func:`jitsched.localreg.local_address`) so that it paces
     it; the call returns once the receiver confirms every byte arrived.
     ``mss`` (bytes) caps the segment size as a 1500-byte MTU would; ``tos``
     sets the IPv4 TOS byte (DSCP class) of the connection's packets.
@@ -169,8 +170,6 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
     float
         Seconds from connect to the receiver's confirmation.
     """
-    from jitsched.agents.agent import register_flow, unregister_flow
-
     t0 = time.perf_counter()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ctrl = None
@@ -247,8 +246,6 @@ class TransferSink:
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
 
     def _read(self, conn: socket.socket) -> None:
-        from jitsched.agents.agent import register_flow, unregister_flow
-
         ctrl = None
         with conn:
             try:

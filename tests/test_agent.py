@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from jitsched.agents.agent import Agent, load_backend, register_flow, unregister_flow
+from jitsched.agents.agent import Agent, load_backend
 from jitsched.agents.backends.pacing import PacingBackend, get_pacing_rate, set_pacing_rate
 from jitsched.daemon.server import wait_until
+from jitsched.localreg import register_flow, unregister_flow
 
 
 def _schedule(epoch_ns: int) -> dict:
