@@ -17,29 +17,6 @@ def _kernels():
     return load_kernel("_lat")
 
 
-def topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,
-                      succ_idx: np.ndarray) -> np.ndarray:
-    """Return a topological order of ``n`` nodes given CSR adjacency.
-
-    Returns
-    -------
-    order : ndarray of int32, shape (m,)
-        ``m < n`` exactly when the graph has a cycle; the missing nodes lie on
-        or behind one.
-    """
-    order = np.empty(n, dtype=np.int32)
-    indeg = np.empty(n, dtype=np.int32)
-    m = _kernels().topological_order(
-        n,
-        np.ascontiguousarray(pred_ptr, dtype=np.int64),
-        np.ascontiguousarray(succ_ptr, dtype=np.int64),
-        np.ascontiguousarray(succ_idx, dtype=np.int32),
-        order,
-        indeg,
-    )
-    return order[:m]
-
-
 @dataclass(frozen=True)
 class LatResult:
     """Per-node timing estimates of one LAT pass (all arrays shape (n_nodes,), seconds).

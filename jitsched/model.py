@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from jitsched.errors import ValidationError
+from jitsched.errors import ValidationError, load_kernel
 
 COMPUTE = 0
 TRANSFER = 1
@@ -531,7 +531,7 @@ def compile_jobs(jobs: Sequence[Job], cluster: Cluster) -> DagArrays:
     pred_ptr, pred_idx = _csr(n, cols, rows)
     succ_ptr, succ_idx = _csr(n, rows, cols)
     job_of_arr = np.asarray(job_of, dtype=np.int32)
-    topo = _topological_order(n, pred_ptr, succ_ptr, succ_idx)
+    topo = topological_order(n, pred_ptr, succ_ptr, succ_idx)
     if len(topo) < n:
         left = sorted(set(range(n)) - set(topo.tolist()))
         raise ValidationError(f"the DAG of job {jobs[job_of[left[0]]].id!r} has a cycle "
@@ -561,8 +561,24 @@ def compile_jobs(jobs: Sequence[Job], cluster: Cluster) -> DagArrays:
     )
 
 
-def _topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,
-                       succ_idx: np.ndarray) -> np.ndarray:
-    from jitsched.lat import topological_order
+def topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,
+                      succ_idx: np.ndarray) -> np.ndarray:
+    """Return a topological order of ``n`` nodes given CSR adjacency (the ``_lat`` kernel).
 
-    return topological_order(n, pred_ptr, succ_ptr, succ_idx)
+    Returns
+    -------
+    order : ndarray of int32, shape (m,)
+        ``m < n`` exactly when the graph has a cycle; the missing nodes lie on
+        or behind one.
+    """
+    order = np.empty(n, dtype=np.int32)
+    indeg = np.empty(n, dtype=np.int32)
+    m = load_kernel("_lat").topological_order(
+        n,
+        np.ascontiguousarray(pred_ptr, dtype=np.int64),
+        np.ascontiguousarray(succ_ptr, dtype=np.int64),
+        np.ascontiguousarray(succ_idx, dtype=np.int32),
+        order,
+        indeg,
+    )
+    return order[:m]

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 
 from jitsched.errors import ValidationError
 from jitsched.estimate import trans_times
-from jitsched.lat import latest_arrival_times, topological_order
-from jitsched.model import compile_jobs
+from jitsched.lat import latest_arrival_times
+from jitsched.model import compile_jobs, topological_order
 from jitsched.reference import (
     lat_bruteforce,
     lat_exact_reference,
