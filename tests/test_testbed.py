@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from jitsched import testbed
-from jitsched.bgtraffic import BackgroundFlow, Generator, Receiver, connect, send_bytes
 from jitsched.model import parse_cluster
 from jitsched.testbed import netns as netns_mod
+from jitsched.testbed.bgtraffic import BackgroundFlow, Generator, Receiver, connect, send_bytes
 from jitsched.testbed.measure import measure_enforcement, summarize
 
 try:

@@ -252,7 +252,7 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
             with in_netns(netns_of[src]):
                 return _send(addr, nbytes, flow, agent=agent, timeout_s=timeout_s, tos=tos)
 
-        from jitsched.bgtraffic import Generator
+        from jitsched.testbed.bgtraffic import Generator
         gen = Generator(bg, netns_of, addr_of)
         lock = threading.Lock()
         t0 = time.monotonic()

@@ -9,8 +9,8 @@ import numpy as np
 
 from jitsched.agents.backends.base import FlowRate
 from jitsched.agents.backends.tc import TcBackend
-from jitsched.bgtraffic import Receiver, connect, send_bytes
 from jitsched.testbed import Testbed
+from jitsched.testbed.bgtraffic import Receiver, connect, send_bytes
 
 GOODPUT = 1448 / 1514  # TCP payload per wire byte at MTU 1500 with timestamps
 WINDOW_S = 0.005  # window for "the new rate shows on the wire"

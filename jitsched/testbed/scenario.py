@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jitsched.bgtraffic import BackgroundFlow
 from jitsched.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.testbed import Testbed, TestbedError
+from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
 
 PAPER_LINK_BPS = 1e9  # the paper's links; byte sizes scale by link rate / this
@@ -173,7 +173,7 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
     files : dict
         Per file id, at least ``start_s`` and ``end_s`` (seconds from the
         run's start; for a file still moving, when it was last seen, as
-        :meth:`jitsched.bgtraffic.Generator.snapshot` gives it). Files the
+        :meth:`jitsched.testbed.bgtraffic.Generator.snapshot` gives it). Files the
         receivers never saw, or without both times, are left out.
 
     Returns

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from jitsched.netns import socket_in
+
 CHUNK_B = 256 * 1024
 _HDR = struct.Struct("!I")
 
@@ -64,8 +66,6 @@ class Receiver:
     """
 
     def __init__(self, addr: str, port: int = 0, *, netns: str | None = None, timestamps: bool = True) -> None:
-        from jitsched.testbed.netns import socket_in
-
         self.sock = socket_in(netns)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((addr, port))
@@ -149,8 +149,6 @@ def connect(dst: str, port: int, flow_id: str, *, netns: str | None = None, src:
 
     ``sock.getsockname()`` then gives the source address and port a tc filter can match.
     """
-    from jitsched.testbed.netns import socket_in
-
     s = socket_in(netns)
     s.settimeout(timeout_s)
     if src:
@@ -278,8 +276,8 @@ class Generator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m jitsched.bgtraffic recv|send``: the traffic tool as a standalone process."""
-    p = argparse.ArgumentParser(prog="python -m jitsched.bgtraffic", description=__doc__)
+    """``python -m jitsched.testbed.bgtraffic recv|send``: the traffic tool as a standalone process."""
+    p = argparse.ArgumentParser(prog="python -m jitsched.testbed.bgtraffic", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("recv", help="receive flows and print one JSON line per finished flow")
     r.add_argument("--listen", default="0.0.0.0:5201", metavar="ADDR:PORT")
