@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field, replace
+import types
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from jitsched.errors import ValidationError
 from jitsched.model import Cluster, parse_cluster
@@ -24,14 +25,22 @@ INCREMENTAL = "incremental"
 PLANNING_MODES = (INCREMENTAL, FULL)
 
 
+def _in(section: str, default: Any = None, **kw: Any) -> Any:
+    """A setting of the TOML table ``[section]``."""
+    if "default_factory" in kw:
+        return field(metadata={"section": section}, **kw)
+    return field(default=default, metadata={"section": section}, **kw)
+
+
 @dataclass(frozen=True)
 class DaemonConfig:
     """Everything the daemon needs; times in seconds, sizes in bytes.
 
     The TOML file holds the native cluster map at top level (``[[hosts]]``
     tables with ``name``, ``egress_bps``, ``ingress_bps``, ``address``), as the
-    testbed writes it, plus optional ``[daemon]`` and ``[scheduler]`` tables
-    whose keys are this class's fields.
+    testbed writes it, plus optional ``[daemon]``, ``[scheduler]`` and
+    ``[limits]`` tables whose keys are this class's fields (each field names
+    its table).
 
     ``planning`` is ``incremental`` (default: an arriving job is planned alone
     against the capacity the schedule in force leaves, and only the agents whose
@@ -44,50 +53,93 @@ class DaemonConfig:
     fast plan anyway and goes to a joint re-solve instead. ``max_planner_duty``
     bounds the share of time full re-solves keep the planner busy (1: no
     bound): a re-solve over DAGs of thousands of transfers can take seconds,
-    and back-to-back ones take a core from the hosts' agents and jobs.
+    and back-to-back ones take a core from the hosts' agents and jobs. A
+    failed plan is retried ``plan_retry_s`` later, the wait doubling with each
+    further failure up to ``plan_retry_max_s``.
+
+    ``[limits]`` bound what a submitted job may ask for, so that every job the
+    daemon accepts has a plan of bounded size; a job beyond one is refused
+    (``invalid_job``, the message names the field and the limit).
     """
 
     cluster: Cluster
-    job_endpoint: str = "tcp://127.0.0.1:5555"
-    agent_endpoint: str = "tcp://127.0.0.1:5556"
-    metrics_port: int = 0  # 0: no Prometheus endpoint
-    policy: str = "jit"
-    slot_s: float = 0.1
+    job_endpoint: str = _in("daemon", "tcp://127.0.0.1:5555")
+    agent_endpoint: str = _in("daemon", "tcp://127.0.0.1:5556")
+    metrics_port: int = _in("daemon", 0)  # 0: no Prometheus endpoint
+    heartbeat_s: float = _in("daemon", 0.5)
+    heartbeat_timeout_s: float = _in("daemon", 2.0)
+    resend_s: float = _in("daemon", 0.2)
+    planner_process: bool = _in("daemon", True)  # full re-solves in a child process (False: a thread)
+    policy: str = _in("scheduler", "jit")
+    slot_s: float = _in("scheduler", 0.1)
     # None: the policy's own default (jit: 0, no LP reservations; jit-paper: 0.4)
-    alpha: float | None = None
-    objective: str = "balanced"
-    heartbeat_s: float = 0.5
-    heartbeat_timeout_s: float = 2.0
-    resend_s: float = 0.2
-    replan_period_s: float = 0.0  # 0: no periodic re-solve
-    drift_s: float = 0.5  # a transfer this much behind its plan triggers a re-solve
+    alpha: float | None = _in("scheduler", None)
+    objective: str = _in("scheduler", "balanced")
+    replan_period_s: float = _in("scheduler", 0.0)  # 0: no periodic re-solve
+    drift_s: float = _in("scheduler", 0.5)  # a transfer this much behind its plan triggers a re-solve
     # a transfer this much ahead of its LAT triggers a re-solve (inf: never): the plan
     # paced the job's later transfers for a later arrival, and they now hold the job up
-    early_s: float = math.inf
-    coalesce_s: float = 0.0  # wait this long for more arrivals before solving
-    planning: str = INCREMENTAL
-    joint_replan_s: float = 1.0
-    max_increment_transfers: int = 256
+    early_s: float = _in("scheduler", math.inf)
+    coalesce_s: float = _in("scheduler", 0.0)  # wait this long for more arrivals before solving
+    planning: str = _in("scheduler", INCREMENTAL)
+    joint_replan_s: float = _in("scheduler", 1.0)
+    max_increment_transfers: int = _in("scheduler", 256)
     # full re-solves may keep the planner busy at most this fraction of the time: after
     # one that took d seconds the next starts no sooner than d * (1 / duty - 1) later
-    max_planner_duty: float = 1.0
-    max_message_bytes: int = MAX_MESSAGE_BYTES
-    max_jobs: int = 10_000
-    planner_process: bool = True  # full re-solves in a child process (False: a thread)
-    policy_options: dict = field(default_factory=dict)
+    max_planner_duty: float = _in("scheduler", 1.0)
+    plan_retry_s: float = _in("scheduler", 0.5)
+    plan_retry_max_s: float = _in("scheduler", 30.0)
+    policy_options: dict = _in("scheduler", default_factory=dict)
+    # Limits: values no real DL job reaches, each keeping a job's plan bounded.
+    # The socket drops messages over 4x this outright (zmq MAXMSGSIZE); those between
+    # get a too_large reply. 8 MiB holds a ResNet152-sized native job (~1 MB).
+    max_message_bytes: int = _in("limits", MAX_MESSAGE_BYTES)
+    max_jobs: int = _in("limits", 10_000)  # running at once
+    # 1 TB in one transfer: more than the fp32 parameters of a 175-billion-parameter
+    # model; catches sizes given in bits or off by 1e3 long before they reach the LP.
+    max_transfer_bytes: float = _in("limits", 1e12)
+    # a day for one compute node: a DL iteration's kernels take milliseconds to seconds
+    max_compute_s: float = _in("limits", 86_400.0)
+    # the paper's largest DAG, ResNet152, has ~3.5k nodes; an 8 MiB message holds ~30k
+    # such nodes, so this mostly stops bare synthetic maps
+    max_job_nodes: int = _in("limits", 50_000)
+    # job, compute and transfer ids; flow ids ("job/transfer") go into every agent's
+    # schedule body. The bundled model DAGs' longest node id has 90 characters.
+    max_id_chars: int = _in("limits", 256)
+    # The planning horizon one job needs alone, in slots: the longer of its critical
+    # path (transfers at their ports' line rate) and its busiest port's bytes at the
+    # line rate. A plan's memory and solve time grow with it: one jit-paper transfer
+    # over 10k slots took 1.5 s and 130 MB, over 20k 5 s and 220 MB, over 80k 1.2 GB.
+    # 10k slots of the default 0.1 s are 1000 s, far beyond the network time of one
+    # training iteration (VGG16's 550 MB of parameters: 4.4 s at 1 Gbit/s).
+    max_plan_slots: int = _in("limits", 10_000)
 
     def with_(self, **changes: Any) -> DaemonConfig:
         """A copy with ``changes`` applied."""
         return replace(self, **changes)
 
 
-_DAEMON_KEYS = {"job_endpoint": str, "agent_endpoint": str, "metrics_port": int,
-                "heartbeat_s": float, "heartbeat_timeout_s": float, "resend_s": float,
-                "max_message_bytes": int, "max_jobs": int, "planner_process": bool}
-_SCHED_KEYS = {"policy": str, "slot_s": float, "alpha": float, "objective": str,
-               "replan_period_s": float, "drift_s": float, "early_s": float, "coalesce_s": float,
-               "planning": str, "joint_replan_s": float, "max_increment_transfers": int,
-               "max_planner_duty": float, "policy_options": dict}
+SECTIONS = ("daemon", "scheduler", "limits")
+# settings that moved to [limits] and are still read from their old table
+_MOVED = {"daemon": ("max_message_bytes", "max_jobs")}
+
+
+def _keys() -> dict[str, dict[str, type]]:
+    """Per TOML table, its settings and their types, from :class:`DaemonConfig`'s fields."""
+    hints = get_type_hints(DaemonConfig)
+    out: dict[str, dict[str, type]] = {name: {} for name in SECTIONS}
+    for f in fields(DaemonConfig):
+        section = f.metadata.get("section")
+        if section is None:
+            continue
+        kind = hints[f.name]
+        if isinstance(kind, types.UnionType):  # X | None: TOML has no null, so X
+            kind = next(k for k in kind.__args__ if k is not type(None))
+        out[section][f.name] = kind
+    return out
+
+
+KEYS = _keys()
 
 
 def _section(doc: dict, name: str, spec: dict) -> dict:
@@ -109,11 +161,18 @@ def _section(doc: dict, name: str, spec: dict) -> dict:
 
 def parse_config(doc: dict) -> DaemonConfig:
     """Validate a parsed TOML document and return a :class:`DaemonConfig`."""
-    extra = set(doc) - {"hosts", "daemon", "scheduler"}
+    extra = set(doc) - {"hosts", *SECTIONS}
     if extra:
-        raise ValidationError(f"unknown top-level key(s) {sorted(extra)}; expected hosts, daemon, scheduler")
+        raise ValidationError(f"unknown top-level key(s) {sorted(extra)}; expected hosts, {', '.join(SECTIONS)}")
     cluster = parse_cluster({"hosts": doc.get("hosts", [])}, "hosts")
-    opts = _section(doc, "daemon", _DAEMON_KEYS) | _section(doc, "scheduler", _SCHED_KEYS)
+    opts: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for name in SECTIONS:
+        spec = KEYS[name] | {k: KEYS["limits"][k] for k in _MOVED.get(name, ())}
+        for key, val in _section(doc, name, spec).items():
+            if key in opts:
+                raise ValidationError(f"[{name}].{key}: also set in [{where[key]}]; set it once, in [limits]")
+            opts[key], where[key] = val, name
     cfg = DaemonConfig(cluster=cluster, **opts)
     check_config(cfg)
     return cfg
@@ -143,6 +202,12 @@ def check_config(cfg: DaemonConfig) -> None:
         raise ValidationError("heartbeat_timeout_s: must exceed heartbeat_s")
     if not 0 <= cfg.metrics_port < 65536:
         raise ValidationError(f"metrics_port: out of range: {cfg.metrics_port}")
+    if not 0 < cfg.plan_retry_s <= cfg.plan_retry_max_s:
+        raise ValidationError("plan_retry_s: must be positive and at most plan_retry_max_s, "
+                              f"got {cfg.plan_retry_s!r} and {cfg.plan_retry_max_s!r}")
+    for name in KEYS["limits"]:
+        if not getattr(cfg, name) > 0:
+            raise ValidationError(f"[limits].{name}: must be positive, got {getattr(cfg, name)!r}")
 
 
 def load_config(path: str | Path) -> DaemonConfig:
@@ -165,14 +230,15 @@ def load_config(path: str | Path) -> DaemonConfig:
 
 def config_doc(cfg: DaemonConfig) -> dict:
     """The TOML document of ``cfg`` (inverse of :func:`parse_config`)."""
-    daemon = {k: getattr(cfg, k) for k in _DAEMON_KEYS}
-    # TOML has no null: a setting left to the policy is left out
-    sched = {k: getattr(cfg, k) for k in _SCHED_KEYS
-             if k != "policy_options" and getattr(cfg, k) is not None}
-    if cfg.policy_options:
-        sched["policy_options"] = dict(cfg.policy_options)
-    return {"hosts": cfg.cluster.to_dict()["hosts"], "daemon": daemon, "scheduler": sched}
+    doc: dict[str, Any] = {"hosts": cfg.cluster.to_dict()["hosts"]}
+    for name in SECTIONS:
+        # TOML has no null: a setting left to the policy is left out
+        doc[name] = {k: getattr(cfg, k) for k in KEYS[name] if getattr(cfg, k) is not None}
+    doc["scheduler"]["policy_options"] = dict(cfg.policy_options)
+    if not cfg.policy_options:
+        del doc["scheduler"]["policy_options"]
+    return doc
 
 
-__all__ = ["FULL", "INCREMENTAL", "PLANNING_MODES", "DaemonConfig", "check_config", "config_doc",
+__all__ = ["FULL", "INCREMENTAL", "KEYS", "PLANNING_MODES", "SECTIONS", "DaemonConfig", "check_config", "config_doc",
            "load_config", "parse_config"]

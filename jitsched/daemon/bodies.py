@@ -8,9 +8,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jitsched.config import KEYS, DaemonConfig
 from jitsched.model import Cluster
 from jitsched.policies.base import SlotSchedule
 from jitsched.protocol import flow_id, pack_body
+
+# Ended jobs a status reply lists at most (newest first): ~200 bytes each, so the
+# reply stays far below the message limit however long the daemon runs.
+STATUS_ENDED_JOBS = 1000
 
 if TYPE_CHECKING:
     from jitsched.daemon.agents import AgentTable
@@ -84,11 +89,21 @@ def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
     return frames
 
 
-def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, planning: str,
+def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config: DaemonConfig,
                 now: float) -> dict:
-    """The ``status`` reply: jobs, agents and a summary of the last plan (times in seconds)."""
+    """The ``status`` reply: jobs, agents, the last plan, plan failures and the input
+    limits (times in seconds).
+
+    Every running job is listed, and the newest ended ones (finished,
+    cancelled, failed) up to ``STATUS_ENDED_JOBS``; ``jobs_omitted`` counts the
+    others: a daemon up for long has ended more jobs than one reply may hold.
+    """
+    ended = [js for js in reversed(registry.jobs.values()) if not js.active]
+    keep = {js.job.id for js in ended[:STATUS_ENDED_JOBS]}
     jobs = {}
     for jid, js in registry.jobs.items():
+        if not js.active and jid not in keep:
+            continue
         n_t = len(js.job.transfers)
         jobs[jid] = {
             "state": js.state, "submitted_s": js.submitted_s,
@@ -97,15 +112,18 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, planni
             "computes": len(js.job.computes),
             "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
             "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
-        }
+        } | ({"error": js.error} if js.error else {})
     agents = {h: {"up": a.up, "backend": a.backend, "acked_seq": a.acked_seq,
                   "sent_seq": a.sent_seq, "applied_seq": a.applied_seq,
                   "seq": table.host_seq.get(h, 0),
                   "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps}
               for h, a in table.agents.items()}
-    return {"now_s": now, "jobs": jobs, "agents": agents, "plan": dict(book.plan_summary),
-            "planning": planning, "plans": dict(book.plans_by_mode),
+    return {"now_s": now, "jobs": jobs, "jobs_omitted": len(ended) - len(keep), "agents": agents,
+            "plan": dict(book.plan_summary), "planning": config.planning,
+            "plans": dict(book.plans_by_mode), "plans_failed": sum(book.plans_failed.values()),
+            "last_plan_error": book.last_error,
+            "limits": {k: getattr(config, k) for k in KEYS["limits"]},
             "solve_s": list(book.solve_times[-1000:])}
 
 
-__all__ = ["host_bodies", "pack_frames", "status_body"]
+__all__ = ["STATUS_ENDED_JOBS", "host_bodies", "pack_frames", "status_body"]

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from jitsched.config import DaemonConfig
+from jitsched.daemon.limits import check_job, check_job_map
 from jitsched.daemon.reject import Reject
 from jitsched.model import Job, parse_cluster, parse_job
 from jitsched.protocol import ErrorCode
@@ -30,7 +31,8 @@ class JobState:
     started: dict[str, float] = field(default_factory=dict)
     measured_s: dict[str, float] = field(default_factory=dict)
     lat_s: dict[str, float] = field(default_factory=dict)  # LAT of each transfer at first plan
-    state: str = "running"  # running | finished | cancelled
+    state: str = "running"  # running | finished | cancelled | failed (no plan could be made)
+    error: str = ""  # why it failed
     finished_s: float = math.nan
     jct_s: float = math.nan
     lat_hits: int = 0
@@ -82,7 +84,13 @@ class JobRegistry:
                 if h.name not in self.cluster:
                     return Reject(ErrorCode.UNKNOWN_HOST,
                                   f"body.cluster: host {h.name!r} is not in the daemon's cluster")
+        bad = check_job_map(body["job"], self.config)
+        if bad is not None:
+            return bad
         job = parse_job(body["job"], self.cluster, "body.job")
+        bad = check_job(job, self.config)
+        if bad is not None:
+            return bad
         if job.id in self.active:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {job.id!r} is already running")
         job = replace(job, arrival_s=now)
@@ -101,7 +109,7 @@ class JobRegistry:
         """The job ``job_id``, running or ended."""
         js = self.jobs.get(job_id)
         if js is None:
-            return Reject(ErrorCode.UNKNOWN_JOB, f"no job {job_id!r}")
+            return Reject(ErrorCode.UNKNOWN_JOB, f"no job {self._clip(job_id)!r}")
         return js
 
     def node(self, body: dict, key: str, kind: str) -> tuple[JobState, str] | Reject:
@@ -114,8 +122,13 @@ class JobRegistry:
         i = js.index.get(nid)
         n_comp = len(js.job.computes)
         if i is None or (kind == "transfer") != (i >= n_comp):
-            return Reject(ErrorCode.UNKNOWN_NODE, f"job {js.job.id!r} has no {kind} {nid!r}")
+            return Reject(ErrorCode.UNKNOWN_NODE, f"job {js.job.id!r} has no {kind} {self._clip(nid)!r}")
         return js, nid
+
+    def _clip(self, text: str) -> str:
+        # an id that cannot exist is quoted only in part: the reply stays small
+        n = self.config.max_id_chars
+        return text if len(text) <= n else f"{text[:n]}...({len(text)} characters)"
 
     def transfer_done(self, js: JobState, nid: str, now: float) -> bool | None:
         """Record that transfer ``nid`` (not done before) arrived ``now``; returns whether it
@@ -140,9 +153,11 @@ class JobRegistry:
         js.done.setdefault(nid, now)
         js.measured_s[nid] = float(duration_s)
 
-    def end(self, js: JobState, state: str, now: float) -> None:
-        """The running job ``js`` ends ``now`` as ``state`` (``finished`` or ``cancelled``)."""
+    def end(self, js: JobState, state: str, now: float, error: str = "") -> None:
+        """The running job ``js`` ends ``now`` as ``state`` (``finished``, ``cancelled``, or
+        ``failed`` for ``error``)."""
         js.state = state
+        js.error = error
         js.finished_s = now
         del self.active[js.job.id]
 

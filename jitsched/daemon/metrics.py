@@ -28,6 +28,8 @@ class Metrics:
                                 ["type", "outcome"], registry=r)
         self.plans = Counter("jitsched_plans", "Plans computed, by planning mode", ["mode"],
                              registry=r)
+        self.plans_failed = Counter("jitsched_plans_failed", "Plans that failed, by planning mode",
+                                    ["mode"], registry=r)
         self.request_s = Histogram("jitsched_request_seconds", "Handling time of accepted requests",
                                    buckets=(1e-5, 1e-4, 1e-3, 1e-2, 0.1), registry=r)
         self._server = None
@@ -51,13 +53,17 @@ class Metrics:
             self.request_s.observe(seconds)
 
     def solve(self, seconds: float, mode: str = "full") -> None:
-        """Record one plan's solve time (seconds) and its mode (``full`` or ``incremental``)."""
+        """Record one successful plan's solve time (seconds) and its mode (``full`` or ``incremental``)."""
         self.solve_s.observe(seconds)
         self.plans.labels(mode).inc()
 
+    def plan_failed(self, mode: str = "full") -> None:
+        """Count one failed plan of ``mode``."""
+        self.plans_failed.labels(mode).inc()
+
     def update(self, state: SchedulerState) -> None:
         """Refresh the gauges from the scheduler state."""
-        counts = {"running": 0, "finished": 0, "cancelled": 0}
+        counts = {"running": 0, "finished": 0, "cancelled": 0, "failed": 0}
         for js in state.jobs.values():
             counts[js.state] = counts.get(js.state, 0) + 1
         for k, v in counts.items():

@@ -17,6 +17,11 @@ from jitsched.policies.base import SlotSchedule
 # Policy events (arrivals, node completions) wait for the next full re-solve; in
 # incremental mode that may be long in coming, so only the newest are kept.
 MAX_EVENTS = 100_000
+# A joint re-solve that fails this many times in a row, with no job failing on its
+# own and the planner passing its self-test, costs its newest job its place: the
+# arrival that made the joint plan impossible is the likeliest cause, and every
+# other job keeps being planned.
+BLAME_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,10 @@ class PlanResult:
     plan added. ``frames`` holds the packed schedule body of every host whose
     schedule changed, ``flow_index`` maps (job, transfer) to (start slot,
     number of slots). ``ready_wall_s`` is the wall clock when the plan was
-    computed, before the bodies were built.
+    computed, before the bodies were built. ``poisoned`` maps each job the
+    worker found it cannot plan even alone to why (the plan is of the others);
+    ``planner_broken`` says the planner failed its self-test too (no job is
+    to blame).
     """
 
     seq: int
@@ -77,6 +85,8 @@ class PlanResult:
     frames: dict[str, bytes] = field(default_factory=dict)
     flow_index: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     ready_wall_s: float = math.nan
+    poisoned: dict[str, str] = field(default_factory=dict)
+    planner_broken: bool = False
 
 
 def prune_schedule(sched: SlotSchedule | None, live: np.ndarray | None,
@@ -173,6 +183,12 @@ class PlanBook:
         self.last_plan_s = -math.inf  # the last full re-solve
         self.last_full_solve_s = 0.0  # how long it took (max_planner_duty)
         self.incremental_ok = True  # False once the policy said it cannot plan incrementally
+        self.plans_failed = {FULL: 0, INCREMENTAL: 0}
+        # per mode, failures in a row and when the next attempt may start (backoff)
+        self.failures = {FULL: 0, INCREMENTAL: 0}
+        self.retry_at_s = {FULL: -math.inf, INCREMENTAL: -math.inf}
+        self.last_error = ""
+        self._full_jobs: tuple[str, ...] = ()  # the jobs of the full re-solve in flight
 
     @property
     def active(self) -> dict[str, JobState]:
@@ -287,8 +303,8 @@ class PlanBook:
 
     def want_plan(self, now: float) -> bool:
         """Whether a full re-solve is due (a trigger fired, coalescing elapsed, none in flight)."""
-        if self.inflight[FULL] or self.held is not None:
-            return False
+        if self.inflight[FULL] or self.held is not None or now < self.retry_at_s[FULL]:
+            return False  # a failed re-solve's retry waits out its backoff, its triggers kept
         duty = self.config.max_planner_duty
         if duty < 1.0 and now - self.last_plan_s < self.last_full_solve_s * (1.0 / duty - 1.0):
             return False  # cooling down: triggers wait, none is lost
@@ -312,7 +328,7 @@ class PlanBook:
             self.pending.clear()
             self.first_pending_s = math.inf
             self.trigger("arrival", now)
-        if not self.inflight[INCREMENTAL]:
+        if not self.inflight[INCREMENTAL] and now >= self.retry_at_s[INCREMENTAL]:
             if self.held is not None:
                 out.append(self._increment_request(now, rebase=True))
             elif self.removals or (self.pending and now - self.first_pending_s >= self.config.coalesce_s):
@@ -326,6 +342,7 @@ class PlanBook:
         self.plan_seq += 1
         self.inflight[FULL] = self.plan_seq
         jobs = tuple((js.job, dict(js.done), {}) for js in self.active.values())
+        self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
                           slot_s=self.config.slot_s)
         self.events.clear()
@@ -383,7 +400,12 @@ class PlanBook:
         """
         self.n_plans += 1
         self.plans_by_mode[res.mode] = self.plans_by_mode.get(res.mode, 0) + 1
-        self.solve_times.append(res.solve_s)
+        if res.error:
+            self._failed(res, now)
+        elif not res.unsupported:
+            self.solve_times.append(res.solve_s)  # successful plans only
+            self.failures[res.mode] = 0
+            self.retry_at_s[res.mode] = -math.inf
         if res.mode == FULL:
             self.inflight[FULL] = 0
             self.last_plan_s = now
@@ -432,6 +454,35 @@ class PlanBook:
             self.trigger("late", now)  # a joint plan may meet what this one could not
         return True
 
+    def _failed(self, res: PlanResult, now: float) -> None:
+        """Count a failed plan and put off the next attempt of its mode: ``plan_retry_s``,
+        doubling with each failure in a row up to ``plan_retry_max_s``."""
+        self.plans_failed[res.mode] = self.plans_failed.get(res.mode, 0) + 1
+        self.last_error = res.error
+        k = self.failures[res.mode] = self.failures.get(res.mode, 0) + 1
+        cfg = self.config
+        self.retry_at_s[res.mode] = now + min(cfg.plan_retry_max_s, cfg.plan_retry_s * 2.0 ** min(k - 1, 60))
+        if res.mode == FULL:
+            self.trigger("retry", now)  # its triggers were taken with the request
+
+    def culprits(self, res: PlanResult) -> dict[str, str]:
+        """The running jobs to mark failed because of ``res``, each with why.
+
+        Those the worker found it cannot plan even alone; else, once full
+        re-solves have failed ``BLAME_AFTER`` times in a row (this one
+        included) with the planner passing its self-test, the newest job the
+        failed re-solve planned. Call before :meth:`install`.
+        """
+        out = {j: f"no plan for this job alone: {why}" for j, why in res.poisoned.items()
+               if j in self.active}
+        if (res.mode == FULL and res.error and not out and not res.planner_broken
+                and self.failures[FULL] + 1 >= BLAME_AFTER):
+            newest = [j for j in self._full_jobs if j in self.active]
+            if newest:
+                out[newest[-1]] = (f"no joint plan with this job in {self.failures[FULL] + 1} "
+                                   f"attempts: {res.error}")
+        return out
+
     def adopt(self, res: PlanResult, now: float, down: set[str]) -> None:
         """Make ``res`` the schedule in force (``down``: hosts whose agent is down, for the
         summary's count of unenforced flows)."""
@@ -464,4 +515,4 @@ class PlanBook:
         }
 
 
-__all__ = ["MAX_EVENTS", "PlanBook", "PlanRequest", "PlanResult", "merge_schedules", "prune_schedule"]
+__all__ = ["BLAME_AFTER", "MAX_EVENTS", "PlanBook", "PlanRequest", "PlanResult", "merge_schedules", "prune_schedule"]

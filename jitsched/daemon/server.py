@@ -9,15 +9,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import zmq
 
 from jitsched.config import INCREMENTAL, DaemonConfig
+from jitsched.daemon.logs import LogLimiter, kv
 from jitsched.daemon.metrics import Metrics
 from jitsched.daemon.plans import PlanRequest, PlanResult
 from jitsched.daemon.reject import Reject
-from jitsched.daemon.solver import PlannerProcess, run_increment, run_plan
+from jitsched.daemon.solver import PlannerProcess, copies_of, run_increment, run_plan
 from jitsched.daemon.state import SchedulerState
 from jitsched.errors import JitschedError, ValidationError
 from jitsched.policies.base import Policy, make_policy
@@ -71,15 +71,6 @@ def error_code(exc: BaseException) -> str:
 
 
 DROPPED_LOG_S = 10.0  # at most one reply_dropped warning this often, seconds
-
-
-def kv(event: str, **fields: Any) -> str:
-    """A structured log line: ``event=NAME key=value ...`` (values with spaces quoted)."""
-    parts = [f"event={event}"]
-    for k, v in fields.items():
-        s = f"{v:.6g}" if isinstance(v, float) else str(v)
-        parts.append(f'{k}="{s}"' if (" " in s or not s) else f"{k}={s}")
-    return " ".join(parts)
 
 
 def _init_params(cls: type) -> set[str]:
@@ -140,10 +131,14 @@ class Daemon:
         self.config = config
         self.policy = policy if policy is not None else create_policy(config)
         self.state = SchedulerState(config)
+        # copies of the policy as it starts, to probe failed plans with (solver.isolate)
+        self._fresh_policy = copies_of(self.policy)
         # a policy that only plans jointly gets full re-solves from the start, not a
         # refused increment (and a warning) on the first arrival
         self.state.incremental_ok = self.policy.plans_increments()
         self.metrics = Metrics()
+        # plan failures and the jobs they fail may come every loop turn: bounded lines
+        self.logs = LogLimiter(log)
         self.replies_dropped = 0  # replies to peers that had gone, since start
         self._dropped_logged = 0  # of which the log has reported
         self._dropped_log_s = -math.inf  # monotonic time of the last such log line
@@ -268,6 +263,7 @@ class Daemon:
                     for h in down:
                         log.warning(kv("agent_down", host=h))
                     self.metrics.update(self.state)
+                    self.logs.flush()
                 self._maybe_plan(now)
                 self._flush_outbox(agents, now)
         finally:
@@ -338,7 +334,15 @@ class Daemon:
         self.metrics.request(type_, "ok", time.perf_counter() - t0)
         if type_ == MsgType.SUBMIT_JOB:
             log.info(kv("job_submitted", job=result["job_id"]))
-        return encode_ok(rid, result)
+        reply = encode_ok(rid, result)
+        if len(reply) > self.config.max_message_bytes:
+            # the peer would refuse it: say so instead (for status, which lists running
+            # jobs, only a daemon near max_jobs with long ids gets here)
+            msg = (f"reply of {len(reply)} bytes exceeds the limit of "
+                   f"{self.config.max_message_bytes} bytes ([limits] max_message_bytes)")
+            log.warning(kv("reply_too_large", type=type_, id=rid, bytes=len(reply)))
+            return encode_error(rid, ErrorCode.TOO_LARGE, msg)
+        return reply
 
     # ------------------------------------------------------------------ planning
 
@@ -386,8 +390,10 @@ class Daemon:
                     child = self.planner = None
                 if res is None:
                     # HiGHS releases the GIL while it solves, so the loop keeps serving.
-                    run = run_plan if full else run_increment
-                    res = run(self.policy, req, cluster, t0_wall_s=t0)
+                    if full:
+                        res = run_plan(self.policy, req, cluster, t0_wall_s=t0, fresh=self._fresh_policy)
+                    else:
+                        res = run_increment(self.policy, req, cluster, t0_wall_s=t0)
                 self._result_q.put(res)
                 try:
                     wake.send(b"", zmq.NOBLOCK)
@@ -412,7 +418,12 @@ class Daemon:
             now = self.now()
             before = self.state.schedule_seq
             ok = self.state.install(res, now)
-            self.metrics.solve(res.solve_s, res.mode)
+            for jid, why in self.state.quarantined:
+                self.logs.log(logging.ERROR, "job_failed", job=jid, error=why)
+            if res.error:
+                self.metrics.plan_failed(res.mode)
+            elif not res.unsupported:
+                self.metrics.solve(res.solve_s, res.mode)
             if ok and self.state.schedule_seq != before:
                 p = self.state.plan_summary
                 log.info(kv("plan", seq=res.seq, mode=res.mode, reasons=",".join(res.reasons),
@@ -423,7 +434,8 @@ class Daemon:
             elif res.unsupported:
                 log.warning(kv("incremental_unsupported", policy=self.config.policy))
             else:
-                log.error(kv("plan_failed", seq=res.seq, mode=res.mode, error=res.error))
+                self.logs.log(logging.ERROR, "plan_failed", seq=res.seq, mode=res.mode, error=res.error,
+                              retry_in_s=max(0.0, self.state.plan_book.retry_at_s[res.mode] - now))
 
     def _flush_outbox(self, agents: zmq.Socket, now: float) -> None:
         # Bodies were packed by the planning worker; only the envelope is written here,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -18,9 +21,14 @@ from jitsched.config import FULL, INCREMENTAL
 from jitsched.daemon.bodies import host_bodies, pack_frames
 from jitsched.daemon.plans import PlanRequest, PlanResult, merge_schedules, prune_schedule
 from jitsched.lat import latest_arrival_times
-from jitsched.model import TRANSFER, Cluster, DagArrays, compile_jobs
+from jitsched.model import TRANSFER, Cluster, Compute, DagArrays, Job, Transfer, compile_jobs
 from jitsched.planner import shared_cluster
 from jitsched.policies.base import DONE, RUNNING, WAITING, FlowSet, Policy, SchedulerView
+
+# A failed full re-solve plans at most this many of its jobs (the newest) alone to find
+# the ones to blame: each is a plan of its own, and a failure may be the sum of many jobs.
+ISOLATE_MAX = 32
+ERROR_CHARS = 500  # of an error in a result, status and log lines
 
 
 def build_view(req: PlanRequest, cluster: Cluster) -> tuple[SchedulerView, dict[str, int]]:
@@ -62,36 +70,132 @@ def build_view(req: PlanRequest, cluster: Cluster) -> tuple[SchedulerView, dict[
     return view, {j.id: k for k, j in enumerate(jobs)}
 
 
-def run_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: float = 0.0) -> PlanResult:
+def run_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: float = 0.0,
+             fresh: Callable[[], Policy] | None = None) -> PlanResult:
     """Full re-solve (worker thread): deliver ``req``'s events to ``policy``, ask it for a schedule.
 
-    Every host's body changes (the plan has a new epoch).
+    Every host's body changes (the plan has a new epoch). Never raises: when the
+    plan fails, the jobs that cannot be planned even alone (:func:`isolate`)
+    are named in ``poisoned`` and the others planned without them; when the
+    planner fails its :func:`self_test` too, no job is to blame
+    (``planner_broken``) and the result carries the error. ``fresh`` makes
+    the unused copies of the policy those take (default: deep copies of
+    ``policy``; see :func:`copies_of`).
     """
     t0 = time.perf_counter()
     try:
-        view, kidx = build_view(req, cluster)
-        for kind, job_id, node_id in req.events:
-            k = kidx.get(job_id)
-            if k is None:
-                continue
-            if kind == "arrival":
-                policy.on_job_arrival(view, k)
-            elif kind == "node_done":
-                policy.on_node_done(view, _node_index(view.dag, k, node_id))
-        if "tick" in req.reasons:
-            policy.on_tick(view)
-        sched = policy.schedule(view) if view.dag.n_jobs else None
-        new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
-        lats = _lats(view, new, cluster)
-        solve_s = time.perf_counter() - t0
-        ready = time.time()
-        res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, mode=FULL,
-                         jobs=frozenset(kidx), ready_wall_s=ready)
-        _attach_bodies(res, None, cluster, t0_wall_s, req)
+        return _full_plan(policy, req, cluster, t0_wall_s, t0)
     except Exception as exc:  # noqa: BLE001 - a failed plan must not kill the daemon
-        return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
-                          f"{type(exc).__name__}: {exc}", mode=FULL)
+        error = describe(exc)
+    fresh = fresh or (lambda: copy.deepcopy(policy))
+    broken = self_test(fresh, cluster)
+    poisoned = isolate(fresh, req, cluster) if req.jobs and not broken else {}
+    if poisoned and len(poisoned) < len(req.jobs):
+        try:
+            res = _full_plan(policy, _without(req, poisoned), cluster, t0_wall_s, t0)
+            res.poisoned = poisoned
+            return res
+        except Exception as exc:  # noqa: BLE001
+            error = describe(exc)
+    return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons, error, mode=FULL,
+                      poisoned=poisoned, planner_broken=bool(broken))
+
+
+def _full_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: float,
+               t0: float) -> PlanResult:
+    """:func:`run_plan`'s plan, raising whatever the policy or the bodies raise."""
+    view, kidx = build_view(req, cluster)
+    for kind, job_id, node_id in req.events:
+        k = kidx.get(job_id)
+        if k is None:
+            continue
+        if kind == "arrival":
+            policy.on_job_arrival(view, k)
+        elif kind == "node_done":
+            policy.on_node_done(view, _node_index(view.dag, k, node_id))
+    if "tick" in req.reasons:
+        policy.on_tick(view)
+    sched = policy.schedule(view) if view.dag.n_jobs else None
+    new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
+    lats = _lats(view, new, cluster)
+    solve_s = time.perf_counter() - t0
+    ready = time.time()
+    res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, mode=FULL,
+                     jobs=frozenset(kidx), ready_wall_s=ready)
+    _attach_bodies(res, None, cluster, t0_wall_s, req)
     return res
+
+
+def describe(exc: BaseException) -> str:
+    """``"Type: message"`` of a planning failure, at most ``ERROR_CHARS`` characters."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= ERROR_CHARS else f"{text[:ERROR_CHARS]}..."
+
+
+def _without(req: PlanRequest, gone: dict[str, str] | set[str]) -> PlanRequest:
+    return replace(req, jobs=tuple(x for x in req.jobs if x[0].id not in gone),
+                   events=tuple(e for e in req.events if e[1] not in gone))
+
+
+def copies_of(policy: Policy) -> Callable[[], Policy]:
+    """A maker of copies of ``policy`` as it is now: call it while the policy is fresh.
+
+    A policy that has planned may hold what cannot be copied (a solver's
+    handle); one pickled before it planned always unpickles.
+    """
+    try:
+        blank = pickle.dumps(policy)
+    except Exception:  # noqa: BLE001 - an unpicklable policy: copy it when asked
+        return lambda: copy.deepcopy(policy)
+    return lambda: pickle.loads(blank)
+
+
+def isolate(fresh: Callable[[], Policy], req: PlanRequest, cluster: Cluster) -> dict[str, str]:
+    """The jobs of a failed full re-solve that fail when planned alone, each with its error.
+
+    Each of the newest ``ISOLATE_MAX`` jobs is planned alone on a policy from
+    ``fresh()``, started afresh. Empty when no such copy can be made.
+    """
+    try:
+        probe = fresh()
+    except Exception:  # noqa: BLE001 - no copy, no probe: nobody is blamed
+        return {}
+    out = {}
+    for job, done, rem in reversed(req.jobs[-ISOLATE_MAX:]):
+        solo = replace(req, jobs=((job, done, rem),),
+                       events=tuple(e for e in req.events if e[1] == job.id))
+        try:
+            probe.reset(cluster)
+            _full_plan(probe, solo, cluster, 0.0, time.perf_counter())
+        except Exception as exc:  # noqa: BLE001 - that is what is being found out
+            out[job.id] = describe(exc)
+    return out
+
+
+SELF_TEST_JOB = "jitsched-self-test"
+
+
+def self_test(fresh: Callable[[], Policy], cluster: Cluster) -> str:
+    """Plan one tiny job (a 1 MB transfer between two computes) on a policy from ``fresh()``.
+
+    Returns "" when that works, else the error: the planner itself is broken
+    (a kernel that is not built, a policy that cannot plan at all).
+    """
+    names = cluster.names
+    src, dst = names[0], names[-1]
+    computes = (Compute("c0", src, 0.01), Compute("c1", dst, 0.01))
+    if src == dst:  # one host: nothing to transfer
+        job = Job(SELF_TEST_JOB, computes, (), (("c0", "c1"),))
+    else:
+        job = Job(SELF_TEST_JOB, computes, (Transfer("t", src, dst, 1e6),), (("c0", "t"), ("t", "c1")))
+    req = PlanRequest(0, 0.0, ((job, {}, {}),), (("arrival", SELF_TEST_JOB, ""),), ("self-test",))
+    try:
+        probe = fresh()
+        probe.reset(cluster)
+        _full_plan(probe, req, cluster, 0.0, time.perf_counter())
+    except Exception as exc:  # noqa: BLE001 - the answer is the error
+        return describe(exc)
+    return ""
 
 
 def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
@@ -127,7 +231,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
         _attach_bodies(res, None if regrid else changed, cluster, t0_wall_s, req)
     except Exception as exc:  # noqa: BLE001 - a failed plan must not kill the daemon
         return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
-                          f"{type(exc).__name__}: {exc}", **kw)
+                          describe(exc), **kw)
     return res
 
 
@@ -285,12 +389,13 @@ def main(argv: list[str] | None = None) -> int:
     conn = Connection(int(argv[0]))
     try:
         policy, cluster, t0_wall_s = conn.recv()
+        fresh = copies_of(policy)
         conn.send("ready")
         while True:
             req = conn.recv()
             if req is None:
                 return 0
-            conn.send(run_plan(policy, req, cluster, t0_wall_s=t0_wall_s))
+            conn.send(run_plan(policy, req, cluster, t0_wall_s=t0_wall_s, fresh=fresh))
     except (EOFError, OSError):  # the daemon went away
         return 0
     finally:

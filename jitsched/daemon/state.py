@@ -48,6 +48,7 @@ class SchedulerState:
         self.job_registry = JobRegistry(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
+        self.quarantined: list[tuple[str, str]] = []  # jobs the last install marked failed, why
 
     jobs = _via("job_registry", "jobs")
     active = _via("job_registry", "active")
@@ -67,6 +68,7 @@ class SchedulerState:
     bulk = _via("plan_book", "bulk")
     reasons = _via("plan_book", "reasons")
     inflight = _via("plan_book", "inflight")
+    plans_failed = _via("plan_book", "plans_failed")
     dirty_since = _via("plan_book", "dirty_since")
 
     @property
@@ -136,13 +138,13 @@ class SchedulerState:
             self._end(js, "cancelled", now)
         return {"state": js.state}
 
-    def _end(self, js: JobState, state: str, now: float) -> None:
-        self.job_registry.end(js, state, now)
+    def _end(self, js: JobState, state: str, now: float, error: str = "") -> None:
+        self.job_registry.end(js, state, now, error)
         self.plan_book.job_ended(js.job.id, state, now)
 
     def status(self, body: dict, now: float) -> dict:
         """Jobs, agents and a summary of the last plan."""
-        return status_body(self.job_registry, self.agent_table, self.plan_book, self.config.planning, now)
+        return status_body(self.job_registry, self.agent_table, self.plan_book, self.config, now)
 
     # ------------------------------------------------------------------ agents
 
@@ -189,7 +191,14 @@ class SchedulerState:
         return self.plan_book.plan_request(now)
 
     def install(self, res: PlanResult, now: float) -> bool:
-        """Adopt a finished plan; returns False when it failed (the schedule in force stays)."""
+        """Adopt a finished plan; returns False when it failed (the schedule in force stays).
+
+        Jobs the plan shows cannot be planned leave planning first, marked
+        ``failed`` (listed in :attr:`quarantined` until the next install).
+        """
+        self.quarantined = list(self.plan_book.culprits(res).items())
+        for jid, why in self.quarantined:
+            self._end(self.job_registry.jobs[jid], "failed", now, why)
         self.job_registry.record_lats(res.lat_s)
         return self.plan_book.install(res, now, self._adopt)
 

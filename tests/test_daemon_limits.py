@@ -1,0 +1,346 @@
+"""Tests of the daemon's bounded inputs and quarantined plans: limits, failed jobs, backoff, log lines."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+import msgpack
+import pytest
+import tomli_w
+import zmq
+
+from jitsched.client import Client
+from jitsched.config import KEYS, DaemonConfig, load_config
+from jitsched.daemon import Daemon
+from jitsched.daemon.logs import LogLimiter, escape, kv
+from jitsched.daemon.plans import BLAME_AFTER
+from jitsched.daemon.reject import Reject
+from jitsched.daemon.server import create_policy, wait_until
+from jitsched.daemon.state import SchedulerState
+from jitsched.errors import ValidationError
+from jitsched.policies.jit import JitPaperPolicy, JitPolicy
+from jitsched.protocol import ErrorCode, MsgType, RemoteError, decode_reply, encode_request
+from jitsched.synth import layer_chain_job
+from tests.test_daemon import config
+
+
+def tiny_job(job_id: str = "j", bytes_: float = 1e6, duration_s: float = 0.1, src: str = "h0",
+             dst: str = "h1") -> dict:
+    return {"id": job_id,
+            "computes": [{"id": "c0", "host": src, "duration_s": duration_s},
+                         {"id": "c1", "host": dst, "duration_s": 0.1}],
+            "transfers": [{"id": "t", "src": src, "dst": dst, "bytes": bytes_}],
+            "edges": [["c0", "t"], ["t", "c1"]]}
+
+
+def submit(st: SchedulerState, job: dict):
+    return st.submit_job({"job": job}, 0.0)
+
+
+# ---------------------------------------------------------------------- limits
+
+
+@pytest.mark.parametrize("job, field, limit", [
+    (tiny_job(bytes_=1e18), "body.job.transfers[0].bytes", "max_transfer_bytes"),
+    (tiny_job(duration_s=1e9), "body.job.computes[0].duration_s", "max_compute_s"),
+    (tiny_job("x" * 5_000_000), "body.job.id", "max_id_chars"),
+    (tiny_job() | {"transfers": [{"id": "t" * 300, "src": "h0", "dst": "h1", "bytes": 1.0}],
+                   "edges": []}, "body.job.transfers[0].id", "max_id_chars"),
+    (tiny_job() | {"computes": [{"id": f"c{i}", "host": "h0", "duration_s": 0.0} for i in range(50_001)],
+                   "transfers": [], "edges": []}, "body.job.computes+transfers", "max_job_nodes"),
+    # 1e12 bytes on a 1 Gbit/s port: 8000 s, 80k slots of 0.1 s
+    (tiny_job(bytes_=1e12), "body.job:", "max_plan_slots"),
+    # a long compute before the transfer: the critical path sets the horizon
+    (tiny_job(duration_s=2000.0), "body.job:", "max_plan_slots"),
+])
+def test_each_limit_is_refused_naming_the_field_and_the_limit(job, field, limit):
+    st = SchedulerState(config())
+    got = submit(st, job)
+    assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_JOB, got
+    assert field in got.message and f"[limits] {limit}" in got.message
+    assert f"limit of {getattr(st.config, limit):g} " in got.message  # the limit's value
+    assert not st.jobs and not st.plan_book.reasons and not st.plan_book.pending
+
+
+def test_jobs_just_inside_the_limits_are_accepted():
+    cfg = config()
+    st = SchedulerState(cfg)
+    # 9,000 slots of 0.1 s: 900 s of one 1 Gbit/s port
+    assert submit(st, tiny_job("a" * cfg.max_id_chars, bytes_=900 * 1e9 / 8 - 2e7)) == {
+        "job_id": "a" * cfg.max_id_chars}
+    assert submit(st, tiny_job("b", duration_s=100.0)) == {"job_id": "b"}
+
+
+def test_horizon_limit_follows_the_slot_length():
+    # the same 100 s job is 1000 slots of 0.1 s but 10,000 of 0.01 s
+    job = tiny_job(bytes_=100 * 1e9 / 8)
+    assert submit(SchedulerState(config(max_plan_slots=5000)), job) == {"job_id": "j"}
+    got = submit(SchedulerState(config(max_plan_slots=5000, slot_s=0.01)), job)
+    assert isinstance(got, Reject) and "slots of 0.01 s" in got.message
+
+
+def test_unknown_ids_are_quoted_only_in_part():
+    st = SchedulerState(config())
+    got = st.transfer_finished({"job_id": "z" * 100_000, "transfer": "t"}, 0.0)
+    assert isinstance(got, Reject) and got.code == ErrorCode.UNKNOWN_JOB
+    assert len(got.message) < 400 and "(100000 characters)" in got.message
+
+
+def test_limits_table_in_the_config(tmp_path):
+    hosts = [{"name": "h0", "egress_bps": 1e9, "ingress_bps": 1e9}]
+    p = tmp_path / "c.toml"
+    p.write_text(tomli_w.dumps({"hosts": hosts, "limits": {"max_transfer_bytes": 1e9, "max_plan_slots": 500,
+                                                           "max_message_bytes": 4096}}))
+    cfg = load_config(p)
+    assert (cfg.max_transfer_bytes, cfg.max_plan_slots, cfg.max_message_bytes) == (1e9, 500, 4096)
+    assert set(KEYS["limits"]) >= {"max_transfer_bytes", "max_compute_s", "max_job_nodes",
+                                   "max_id_chars", "max_plan_slots", "max_message_bytes", "max_jobs"}
+    # where max_jobs and max_message_bytes were before [limits]: still read, but once only
+    p.write_text(tomli_w.dumps({"hosts": hosts, "daemon": {"max_jobs": 7}}))
+    assert load_config(p).max_jobs == 7
+    p.write_text(tomli_w.dumps({"hosts": hosts, "daemon": {"max_jobs": 7}, "limits": {"max_jobs": 8}}))
+    with pytest.raises(ValidationError, match=r"\[limits\].max_jobs: also set in \[daemon\]"):
+        load_config(p)
+    for bad in ({"limits": {"max_plan_slots": 0}}, {"limits": {"max_id_chars": -1}},
+                {"scheduler": {"plan_retry_s": 0.0}}):
+        p.write_text(tomli_w.dumps({"hosts": hosts} | bad))
+        with pytest.raises(ValidationError, match=next(iter(next(iter(bad.values()))))):
+            load_config(p)
+
+
+def test_message_size_limit_on_the_socket_and_in_replies():
+    cfg = config(max_message_bytes=4096)
+    d = Daemon(cfg)
+    ctx = zmq.Context.instance()
+    try:
+        d.start()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(d.job_endpoint)
+        pad = {"v": 1, "id": 5, "type": "submit_job", "body": {"job": {"id": "x"}}}
+        # over the limit but under the socket's cap: a reply says so
+        s.send(msgpack.packb(pad | {"body": {"job": {"id": "x", "pad": "y" * 8000}}}))
+        assert s.poll(5000)
+        rep = decode_reply(s.recv())
+        assert rep.code == ErrorCode.TOO_LARGE and "4096" in rep.message
+        # far over it: zmq drops the message (and the connection) before it is read
+        s.send(msgpack.packb(pad | {"body": {"job": {"id": "x", "pad": "y" * 100_000}}}))
+        assert not s.poll(500)
+        s.close(0)
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            st = c.status()
+            assert st["limits"]["max_message_bytes"] == 4096 and st["limits"]["max_plan_slots"] > 0
+            # a reply that would exceed the limit is refused as such, not sent
+            for k in range(40):
+                c.submit_job(tiny_job(f"job-{k:03d}-" + "n" * 200))
+            with pytest.raises(RemoteError) as ei:
+                c.status()
+            assert ei.value.code == ErrorCode.TOO_LARGE and "reply of" in ei.value.message
+    finally:
+        d.stop()
+
+
+def test_status_lists_running_jobs_and_the_newest_ended_ones(monkeypatch):
+    import jitsched.daemon.bodies as bodies
+
+    monkeypatch.setattr(bodies, "STATUS_ENDED_JOBS", 3)
+    st = SchedulerState(config())
+    for k in range(6):
+        submit(st, tiny_job(f"e{k}"))
+        st.cancel_job({"job_id": f"e{k}"}, 0.0)
+    submit(st, tiny_job("run"))
+    got = st.status({}, 0.0)
+    assert list(got["jobs"]) == ["e3", "e4", "e5", "run"] and got["jobs_omitted"] == 3
+
+
+# ---------------------------------------------------------------------- quarantine
+
+
+class FailingPlans:
+    """Mixed into a JIT policy: planning raises for some views.
+
+    ``mode`` says when: a job whose id starts with ``poison`` is in the view
+    (a poison job), two jobs are (only a joint plan fails), or always (a
+    broken planner).
+    """
+
+    mode = "poison"
+
+    def _check(self, view) -> None:
+        ids = view.dag.job_ids
+        if (self.mode == "always" or (self.mode == "poison" and any(j.startswith("poison") for j in ids))
+                or (self.mode == "pairs" and len(ids) >= 2)):
+            raise RuntimeError(f"cannot plan {sorted(ids)}")
+
+    def schedule(self, view):
+        self._check(view)
+        return super().schedule(view)
+
+    def schedule_increment(self, view, base, busy_egress, busy_ingress):
+        self._check(view)
+        return super().schedule_increment(view, base, busy_egress, busy_ingress)
+
+
+class FailingJit(FailingPlans, JitPolicy):
+    pass
+
+
+class FailingJitPaper(FailingPlans, JitPaperPolicy):
+    pass
+
+
+def failing_policy(cfg: DaemonConfig, mode: str):
+    """The policy the daemon would make of ``cfg``, failing as ``mode`` says."""
+    base = create_policy(cfg)
+    cls = FailingJitPaper if isinstance(base, JitPaperPolicy) else FailingJit
+    pol = cls.__new__(cls)
+    pol.__dict__.update(base.__dict__)
+    pol.mode = mode
+    return pol
+
+
+@contextlib.contextmanager
+def daemon_with(mode: str, **kw):
+    cfg = config(planner_process=False, plan_retry_s=0.05, plan_retry_max_s=0.4, **kw)
+    d = Daemon(cfg, policy=failing_policy(cfg, mode))
+    try:
+        d.start()
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            yield d, c
+    finally:
+        d.stop()
+
+
+def planned(d: Daemon, *jobs: str) -> bool:
+    st = d.state
+    return st.planning_seq == 0 and set(jobs) <= st.covered and st.plan_summary.get("jobs") == len(jobs)
+
+
+@pytest.mark.parametrize("policy, planning", [("jit", "incremental"), ("jit-paper", "incremental"),
+                                              ("jit-paper", "full")])
+def test_poison_job_is_failed_and_the_others_are_planned_together(policy, planning):
+    with daemon_with("poison", policy=policy, planning=planning) as (d, c):
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: planned(d, "a"), 10.0)
+        c.submit_job(layer_chain_job("poison", "h0", "h2"))
+        c.submit_job(layer_chain_job("b", "h2", "h3"))
+        assert wait_until(lambda: d.state.jobs["poison"].state == "failed" and planned(d, "a", "b"), 10.0)
+        st = c.status()
+        assert st["jobs"]["poison"]["state"] == "failed"
+        assert "cannot plan" in st["jobs"]["poison"]["error"]
+        assert st["jobs"]["a"]["state"] == st["jobs"]["b"]["state"] == "running"
+        assert "poison" not in d.state.covered
+        # later jobs are planned as usual, with the failed one out of the way
+        c.submit_job(layer_chain_job("c", "h1", "h3"))
+        assert wait_until(lambda: planned(d, "a", "b", "c"), 10.0)
+
+
+def test_broken_planner_backs_off_and_blames_no_job():
+    with daemon_with("always", policy="jit") as (d, c):
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        t0 = time.monotonic()
+        time.sleep(1.5)
+        st = c.status()
+        # retries 0.05, 0.1, 0.2, 0.4, 0.4... s apart: a handful, never a hot loop
+        assert 3 <= st["plans_failed"] <= 8, st["plans_failed"]
+        assert d.state.plan_book.failures["full"] == st["plans_failed"]
+        assert st["jobs"]["a"]["state"] == "running"  # the planner is broken, not the job
+        assert "cannot plan" in st["last_plan_error"]
+        assert time.monotonic() - t0 < 5.0
+
+
+def test_joint_plan_that_never_works_costs_its_newest_job():
+    # each job plans alone, any two together fail: after BLAME_AFTER failed joint
+    # re-solves the newest job leaves and the first is planned again
+    with daemon_with("pairs", policy="jit") as (d, c):
+        c.submit_job(layer_chain_job("first", "h0", "h1"))
+        assert wait_until(lambda: planned(d, "first"), 10.0)
+        c.submit_job(layer_chain_job("second", "h2", "h3"))
+        assert wait_until(lambda: d.state.jobs["second"].state == "failed", 10.0)
+        assert wait_until(lambda: planned(d, "first"), 10.0)
+        assert d.state.jobs["first"].state == "running"
+        assert f"in {BLAME_AFTER} attempts" in d.state.jobs["second"].error
+        assert sum(d.state.plans_failed.values()) == BLAME_AFTER
+
+
+def test_failed_plans_of_a_dirty_schedule_do_not_spin():
+    # issue 16's probe: two jobs planned one on top of the other (the schedule is no
+    # joint plan, so joint re-solves are due), then a poison one; it spun at ~400
+    # failed re-solves a second
+    with daemon_with("poison", policy="jit-paper") as (d, c):
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: planned(d, "a"), 10.0)
+        c.submit_job(layer_chain_job("b", "h2", "h3"))
+        assert wait_until(lambda: planned(d, "a", "b"), 10.0)
+        c.submit_job(layer_chain_job("poison", "h0", "h3"))
+        time.sleep(1.5)
+        assert d.state.jobs["poison"].state == "failed"
+        assert sum(d.state.plans_failed.values()) <= 3 and d.state.n_plans < 15
+
+
+def test_failed_plans_are_logged_sparingly(caplog):
+    with caplog.at_level(logging.INFO, logger="jitsched.daemon"), daemon_with("always", policy="jit") as (d, c):
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: sum(d.state.plans_failed.values()) >= 7, 10.0)
+    lines = [r.getMessage() for r in caplog.records if "event=plan_failed" in r.getMessage()]
+    assert len(lines) == d.logs.burst  # the rest are counted, summed up once the interval ends
+
+
+# ---------------------------------------------------------------------- log lines
+
+
+def test_log_values_are_escaped_so_ids_cannot_forge_lines():
+    line = kv("job_submitted", job='evil\nts=0 level=ERROR event=forged', note='say "hi"', tab="a\tb",
+              esc="\x1b[31m", plain="ok")
+    assert "\n" not in line and "\t" not in line and "\x1b" not in line
+    assert r'job="evil\nts=0 level=ERROR event=forged"' in line
+    assert r'note="say \"hi\""' in line and r'tab="a\tb"' in line and r'esc="\x1b[31m"' in line
+    assert line.endswith("plain=ok")
+    assert escape("plain id/0") == "plain id/0" and escape("a\\b") == "a\\\\b"
+
+
+def test_daemon_log_of_a_newline_job_id_stays_one_line(caplog):
+    d = Daemon(config())
+    try:
+        with caplog.at_level(logging.INFO, logger="jitsched.daemon"):
+            rep = decode_reply(d.handle(b"peer", encode_request(MsgType.SUBMIT_JOB, {
+                "job": tiny_job("evil\nevent=forged")}), frozenset({MsgType.SUBMIT_JOB})))
+        assert rep.ok
+        msgs = [r.getMessage() for r in caplog.records]
+        assert any(r'job="evil\nevent=forged"' in m for m in msgs)
+        assert not any("\n" in m for m in msgs)
+    finally:
+        d.ctx.term()
+
+
+def test_log_limiter_logs_a_burst_then_a_count():
+    now = [0.0]
+    log = logging.getLogger("jitsched.test.limiter")
+    seen: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log.addHandler(Grab())
+    log.setLevel(logging.INFO)
+    lim = LogLimiter(log, burst=3, interval_s=10.0, clock=lambda: now[0])
+    logged = [lim.log(logging.ERROR, "plan_failed", seq=k) for k in range(10)]
+    assert logged == [True] * 3 + [False] * 7 and len(seen) == 3
+    lim.log(logging.ERROR, "other", x=1)  # each event has its own budget
+    assert len(seen) == 4
+    lim.flush()
+    assert len(seen) == 4  # the interval is not over
+    now[0] = 10.5
+    lim.flush()
+    assert seen[-1] == "event=log_suppressed of=plan_failed count=7 interval_s=10"
+    assert lim.log(logging.ERROR, "plan_failed", seq=11) and seen[-1] == "event=plan_failed seq=11"
+    now[0] = 30.0
+    for k in range(5):
+        lim.log(logging.ERROR, "plan_failed", seq=k)
+    now[0] = 41.0
+    lim.log(logging.ERROR, "plan_failed", seq=99)  # the next window starts with the count
+    assert seen[-2:] == ["event=log_suppressed of=plan_failed count=2 interval_s=10",
+                         "event=plan_failed seq=99"]
