@@ -318,13 +318,14 @@ def two_transfer_job(name: str, a: float, b: float, src: str, dst: str) -> Job:
                (Transfer("t1", src, dst, a), Transfer("t2", src, dst, b)), (("t1", "c"), ("t2", "c")), 0.0)
 
 
-def test_priority_ranks_order_a_hosts_job_pairs_by_bytes_left():
+def test_priority_ranks_order_job_pairs_by_bytes_left_across_hosts():
     from jitsched.policies.jit import JitPolicy
 
     cluster = Cluster.uniform(4)
     # on h0: job b has 30 MB for h2, job a 150 MB (two transfers) for h1, job c
-    # 500 MB for h1; on h3, job d alone. Ranks on h0: b 0, a 1 (both of its
-    # transfers), c 2; d is 0 on its own host.
+    # 500 MB for h1; on h3, job d 900 MB for h1. One order for every host: b 0,
+    # a 1 (both of its transfers), c 2, d 3 -- so h1's ingress, fed by h0 and
+    # h3, serves a, c, then d (with a rank per source host d was 0, first there)
     jobs = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2"),
             one_transfer_job("c", 5e8, "h0", "h1"), one_transfer_job("d", 9e8, "h3", "h1")]
     pol = JitPolicy()
@@ -333,7 +334,7 @@ def test_priority_ranks_order_a_hosts_job_pairs_by_bytes_left():
     nodes, ranks = pol.priority_ranks(view)
     got = {(view.dag.job_ids[view.dag.job_of[n]], view.dag.node_ids[n]): int(r)
            for n, r in zip(nodes, ranks, strict=True)}
-    assert got == {("a", "t1"): 1, ("a", "t2"): 1, ("b", "t"): 0, ("c", "t"): 2, ("d", "t"): 0}
+    assert got == {("a", "t1"): 1, ("a", "t2"): 1, ("b", "t"): 0, ("c", "t"): 2, ("d", "t"): 3}
     # half of c sent: 250 MB left, still behind a's 150 MB; then 100 MB left: ahead of a
     view = _view(jobs, cluster)
     c = view.dag.node_ids.index("t", int(view.dag.job_ptr[2]))

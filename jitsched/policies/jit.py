@@ -599,27 +599,33 @@ class JitPolicy(Policy):
         return Allocation(rates, until)
 
     def priority_ranks(self, view: SchedulerView) -> tuple[np.ndarray, np.ndarray]:
-        """Every unfinished transfer of the active jobs and its group's rank on its source host.
+        """Every unfinished transfer of the active jobs and its group's rank, one order for all hosts.
 
-        The simulator's job order restricted to one host's egress: a job's
-        transfers to one destination form a group; a host's groups rank by the
-        bytes the job still has on that host pair, then job index, then
-        destination, and a transfer has its group's rank. A job's remaining
-        bytes only shrink, so the ranks stay in order between re-plans (a
-        daemon re-plans on arrivals); an agent maps the ranks of the flows it
-        carries at the moment to its borrowing priorities
-        (``jitsched.agents.agent.dense_levels``). Inside a group the
-        transfers share a level rather than go in need order as in the
-        simulator: on the quick testbed scenario (seed 0, one run each) ranks
-        per transfer gave a mean JCT of 10.0 s, one VGG16 25.6 s, against
-        9.3 s and 18.1 s per group (plain TCP 10.4 s): a TCP flow held at
-        its floor behind its job's earlier ones backs off and restarts late.
+        The simulator's job order as numbers: a job's transfers to one
+        destination form a group; groups rank by the bytes the job still has
+        on that host pair, then job index, then source, then destination, and
+        a transfer has its group's rank. One global order rather than one per
+        source host: a receiver's agent orders its ingress by the ranks of
+        flows from several senders, and per-host ranks (each host's first
+        group 0) put a sender's 900 MB group level with another sender's
+        30 MB one there. Restricted to one host's egress the order is the
+        same either way. A job's remaining bytes only shrink, so the ranks
+        stay in order between re-plans (a daemon re-plans on arrivals); an
+        agent maps the ranks of the flows it carries at the moment to its
+        borrowing priorities (``jitsched.agents.agent.dense_levels``).
+        Inside a group the transfers share a rank rather than go in need
+        order as in the simulator: on the quick testbed scenario (seed 0,
+        one run each) ranks per transfer gave a mean JCT of 10.0 s, one
+        VGG16 25.6 s, against 9.3 s and 18.1 s per group (plain TCP 10.4 s):
+        a TCP flow held at its floor behind its job's earlier ones backs off
+        and restarts late.
 
         Returns
         -------
         nodes : ndarray of int, shape (T,)
         ranks : ndarray of int, shape (T,)
-            0 is served first; equal for the transfers of one group.
+            0 is served first; equal for the transfers of one group, dense
+            over the groups listed.
         """
         self._sync_priority(view)
         dag = view.dag
@@ -630,13 +636,10 @@ class JitPolicy(Policy):
             return nodes, np.zeros(0, dtype=np.int64)
         grp = self._group[nodes]
         left = self._group_left(grp, dag.size[nodes] - view.remaining[nodes])
-        src = dag.src[nodes]
-        o = np.lexsort((dag.dst[nodes], dag.job_of[nodes], left[grp], src))
-        g, s = grp[o], src[o]
-        new_host = np.r_[True, s[1:] != s[:-1]]
-        count = np.cumsum(new_host | np.r_[True, g[1:] != g[:-1]]) - 1
+        o = np.lexsort((dag.dst[nodes], dag.src[nodes], dag.job_of[nodes], left[grp]))
+        g = grp[o]
         ranks = np.empty(len(nodes), dtype=np.int64)
-        ranks[o] = count - np.maximum.accumulate(np.where(new_host, count, 0))
+        ranks[o] = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1
         return nodes, ranks
 
     def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
