@@ -413,3 +413,16 @@ def test_committed_parameter_reads_match_the_models():
     assert math.isclose(4 * params["lenet"] / 2**20, 12.49, abs_tol=0.01)
     # and its 932 ResNet152 transfers are exactly the parameter reads
     assert sum(t.src == "ps" for t in model_template("resnet152").transfers) == 932
+
+
+def test_split_modules_are_reexported():
+    """Parser and cost model live in their own modules; jitsched.tfgraph still offers their names."""
+    from jitsched import _tfparse, tfcost, tfgraph
+
+    assert tfgraph.read_graphdef is _tfparse.read_graphdef
+    assert tfgraph.read_step_stats is _tfparse.read_step_stats
+    assert tfgraph.DTYPE_BYTES is _tfparse.DTYPE_BYTES
+    assert tfgraph.estimate_duration is tfcost.estimate_duration
+    assert (tfgraph.COST_LAUNCH_S, tfgraph.COST_FLOPS, tfgraph.COST_MEM_BPS) == \
+        (tfcost.COST_LAUNCH_S, tfcost.COST_FLOPS, tfcost.COST_MEM_BPS)
+    assert all(hasattr(tfgraph, name) for name in tfgraph.__all__)
