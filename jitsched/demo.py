@@ -96,12 +96,18 @@ def demo_jobs(scale: DemoScale, seed: int = 0) -> tuple[list[tuple[float, Job]],
     return out, sources
 
 
+SUMMARY_KEYS = ("jobs", "completed", "plans_failed", "planner", "lat_hit_rate", "mean_jct_s",
+                "solve_s_p50")
+
+
 def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | None = None,
              scale: DemoScale | None = None) -> dict:
-    """Run the demo; returns the summary (``jobs``, ``completed``, ``lat_hit_rate``,
-    ``mean_jct_s``, ``solve_s_p50``) plus per-job details and the scale used.
+    """Run the demo; returns the summary (``SUMMARY_KEYS``: ``jobs``, ``completed``,
+    ``plans_failed``, ``planner``, ``lat_hit_rate``, ``mean_jct_s``, ``solve_s_p50``)
+    plus per-job details and the scale used.
 
-    ``scale`` overrides the ``quick``/full presets (tests use a tiny one).
+    Solve times are of successful plans only. ``scale`` overrides the
+    ``quick``/full presets (tests use a tiny one).
     """
     scale = scale or (QUICK if quick else FULL)
     say = say or (lambda s: None)
@@ -162,7 +168,10 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
                 say(f"[{time.monotonic() - t_start:6.2f}s] running {running} jobs, transfers "
                     f"{done_t}/{all_t}, plans {st.n_plans}, paced sending {rates * 8 / 1e6:.1f} Mbit/s")
         wall = time.monotonic() - t_start
-        solve = list(daemon.state.solve_times)
+        solve = list(daemon.state.solve_times)  # successful plans only
+        failed_plans = sum(daemon.state.plans_failed.values())
+        last_error = daemon.state.plan_book.last_error
+        planner = daemon.state.planner
     finally:
         for s in sinks.values():
             s.close()
@@ -173,7 +182,7 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
     known = sum(r.lat_known for r in ok)
     hits = sum(r.lat_hits for r in ok)
     summary = {
-        "jobs": len(jobs), "completed": len(ok),
+        "jobs": len(jobs), "completed": len(ok), "plans_failed": failed_plans, "planner": planner,
         "lat_hit_rate": hits / known if known else None,
         "mean_jct_s": statistics.fmean(r.jct_s for r in ok) if ok else None,
         "solve_s_p50": statistics.median(solve) if solve else None,
@@ -183,14 +192,33 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
     for jid, r in sorted(results.items(), key=lambda kv: kv[0]):
         say(f"{jid:<16}{r.jct_s:>8.2f}{r.lat_hits:>7}/{r.lat_known:<4}" + (" failed" if r.error else ""))
     if solve:
-        say(f"planner: {len(solve)} plans, solve p50 {statistics.median(solve) * 1e3:.1f} ms, "
+        say(f"planner ({planner}): {len(solve)} plans, solve p50 {statistics.median(solve) * 1e3:.1f} ms, "
             f"max {max(solve) * 1e3:.1f} ms; wall {wall:.1f} s")
+    for problem in demo_problems(summary):
+        say(f"FAILED: {problem}")
+    if failed_plans:
+        say(f"last plan error: {last_error}")
     summary["details"] = {
         "wall_s": wall, "scale": dict(scale.__dict__),
         "dag_sources": sorted(sources), "solve_s": solve,
         "jct_s": {j: r.jct_s for j, r in results.items()},
     }
     return summary
+
+
+def demo_problems(summary: dict) -> list[str]:
+    """What went wrong in a demo run, from its summary (empty: it passed)."""
+    out = []
+    if summary["completed"] != summary["jobs"]:
+        out.append(f"{summary['jobs'] - summary['completed']} of {summary['jobs']} jobs did not complete")
+    if summary["plans_failed"]:
+        out.append(f"{summary['plans_failed']} plans failed")
+    return out
+
+
+def demo_exit_code(summary: dict) -> int:
+    """The demo's exit status: 0 when every job completed and no plan failed, else 1."""
+    return 1 if demo_problems(summary) else 0
 
 
 def print_lines(s: str) -> None:
@@ -203,4 +231,5 @@ def stderr_lines(s: str) -> None:
     print(s, file=sys.stderr, flush=True)
 
 
-__all__ = ["FULL", "QUICK", "DemoScale", "demo_jobs", "run_demo", "scale_job"]
+__all__ = ["FULL", "QUICK", "SUMMARY_KEYS", "DemoScale", "demo_exit_code", "demo_jobs", "demo_problems",
+           "run_demo", "scale_job"]

@@ -1,26 +1,158 @@
-"""Tests of the planner child process: it imports the daemon's own jitsched, wherever it starts."""
+"""Tests of the planner child process: it imports the daemon's own jitsched wherever it starts,
+passes a self-test before it plans, and when it cannot the daemon plans in a thread and says so."""
 
+import sys
 import time
+import urllib.request
 
-from jitsched.daemon.solver import PlannerProcess
+import pytest
+
+import jitsched
+import jitsched.daemon.solver as solver
+from jitsched.client import Client
+from jitsched.daemon import Daemon
+from jitsched.daemon.server import wait_until
+from jitsched.daemon.solver import PlannerProcess, PlannerStartError
 from jitsched.model import Cluster
 from jitsched.policies import make_policy
+from jitsched.synth import layer_chain_job
+from tests.test_daemon import _free_port, config
+from tests.test_daemon_limits import failing_policy
+
+
+def wait_ready(proc: PlannerProcess, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not proc.ready():  # raises PlannerStartError if the child cannot plan
+        assert time.monotonic() < deadline, "planner child never became ready"
+        time.sleep(0.05)
+
+
+def decoy(root, init: str = "", solver_py: str | None = None):
+    """A ``jitsched`` package under ``root`` that is not the daemon's."""
+    pkg = root / "jitsched"
+    (pkg / "daemon").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(init)
+    (pkg / "daemon" / "__init__.py").write_text("")
+    if solver_py is not None:
+        (pkg / "daemon" / "solver.py").write_text(solver_py)
+    return root
 
 
 def test_planner_child_ignores_a_jitsched_in_the_working_directory(tmp_path, monkeypatch):
     # A daemon of an installed jitsched started from a source checkout: the
     # checkout's package (here one that cannot even import) must not shadow
     # the daemon's own in the child, or every full re-solve fails.
-    shadow = tmp_path / "jitsched"
-    shadow.mkdir()
-    (shadow / "__init__.py").write_text("raise ImportError('the shadow package was imported')\n")
+    decoy(tmp_path, init="raise ImportError('the shadow package was imported')\n")
     monkeypatch.chdir(tmp_path)
     proc = PlannerProcess(make_policy("jit"), Cluster.uniform(2), 0.0).start()
     try:
-        deadline = time.monotonic() + 60
-        while not proc.ready():  # raises EOFError if the child died importing the shadow
-            assert time.monotonic() < deadline, "planner child never became ready"
-            time.sleep(0.05)
-        assert proc.started
+        wait_ready(proc)
+        assert proc.started and proc.jitsched_file == jitsched.__file__
     finally:
         proc.close()
+
+
+# A decoy that would pass for the planner: it answers "ready" with its own file.
+PASSING_DECOY = """\
+import jitsched
+
+
+def main(conn):
+    conn.recv()
+    conn.send(("ready", jitsched.__file__, ""))
+    return 0
+"""
+
+
+def test_planner_child_imports_the_daemons_jitsched_despite_a_working_decoy(tmp_path, monkeypatch):
+    # the decoy is importable, in the working directory and on PYTHONPATH: the child
+    # still reports the very file the daemon imported
+    decoy(tmp_path, solver_py=PASSING_DECOY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    proc = PlannerProcess(make_policy("jit"), Cluster.uniform(2), 0.0).start()
+    try:
+        wait_ready(proc)
+        assert proc.jitsched_file == jitsched.__file__
+        assert not proc.jitsched_file.startswith(str(tmp_path))
+    finally:
+        proc.close()
+
+
+def test_child_of_another_jitsched_is_refused(tmp_path, monkeypatch):
+    # should the child still end up with another jitsched, it does not plan
+    decoy(tmp_path, solver_py=PASSING_DECOY)
+    monkeypatch.setattr(solver, "child_path", lambda: [str(tmp_path)] + sys.path)
+    proc = PlannerProcess(make_policy("jit"), Cluster.uniform(2), 0.0).start()
+    try:
+        with pytest.raises(PlannerStartError, match="the planner process imported .*, the daemon "):
+            wait_ready(proc)
+    finally:
+        proc.close()
+
+
+def test_child_that_cannot_import_says_why(tmp_path, monkeypatch):
+    decoy(tmp_path, init="raise ImportError('decoy jitsched')\n")
+    monkeypatch.setattr(solver, "child_path", lambda: [str(tmp_path)] + sys.path)
+    proc = PlannerProcess(make_policy("jit"), Cluster.uniform(2), 0.0)
+    try:
+        with pytest.raises(PlannerStartError, match="cannot import the planner: ImportError: decoy jitsched"):
+            proc.start()
+            wait_ready(proc)
+    finally:
+        proc.close()
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+        return r.read().decode()
+
+
+def test_daemon_falls_back_to_a_thread_when_the_child_cannot_import(tmp_path, monkeypatch):
+    decoy(tmp_path, init="raise ImportError('decoy jitsched')\n")
+    monkeypatch.setattr(solver, "child_path", lambda: [str(tmp_path)] + sys.path)
+    port = _free_port()
+    d = Daemon(config(policy="jit", metrics_port=port))
+    try:
+        d.start()
+        assert wait_until(lambda: d.state.planner.startswith("thread ("), 30.0), d.state.planner
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            st = c.status()
+            assert st["planner"].startswith("thread (child failed: ")
+            assert "decoy jitsched" in st["planner"]
+            c.submit_job(layer_chain_job("a", "h0", "h1"))  # the thread plans it
+            assert wait_until(lambda: d.state.plan_summary.get("jobs") == 1, 10.0)
+            assert c.status()["plans_failed"] == 0
+        assert d.planner is None
+        assert wait_until(lambda: "jitsched_planner_fallback 1.0" in _metrics(port), 3.0)
+    finally:
+        d.stop()
+
+
+def test_daemon_falls_back_when_the_child_fails_its_self_test():
+    # the policy cannot plan anything: the child's self-test says so before it plans
+    cfg = config(policy="jit", plan_retry_s=0.05, plan_retry_max_s=0.2, metrics_port=_free_port())
+    d = Daemon(cfg, policy=failing_policy(cfg, "always"))
+    try:
+        d.start()
+        assert wait_until(lambda: d.state.planner.startswith("thread ("), 60.0), d.state.planner
+        assert "self-test: RuntimeError: cannot plan ['jitsched-self-test']" in d.state.planner
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("a", "h0", "h1"))
+            # the thread's plans fail too: counted, in status and metrics
+            assert wait_until(lambda: c.status()["plans_failed"] >= 2, 10.0)
+        assert wait_until(lambda: 'jitsched_plans_failed_total{mode="full"}' in _metrics(cfg.metrics_port), 3.0)
+        assert d.state.solve_times == []  # solve times are of successful plans only
+    finally:
+        d.stop()
+
+
+def test_healthy_child_is_reported_as_the_planner():
+    d = Daemon(config(policy="jit"))
+    try:
+        d.start()
+        assert wait_until(lambda: d.planner is not None and d.planner.started, 60.0)
+        assert wait_until(lambda: d.state.planner == "process", 2.0)
+        assert d.planner.jitsched_file == jitsched.__file__
+    finally:
+        d.stop()

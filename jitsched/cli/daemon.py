@@ -139,6 +139,7 @@ def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
 )
 def cmd_status(args: argparse.Namespace) -> int:
     from jitsched.client import Client
+    from jitsched.daemon.logs import escape  # ids and errors come from clients: one line each
 
     with Client(args.daemon, timeout_s=args.timeout_s) as c:
         try:
@@ -152,12 +153,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     p = st.get("plan") or {}
     print(f"plan seq {p.get('seq', 0)}: {p.get('jobs', 0)} jobs, {p.get('flows', 0)} flows, "
           f"{p.get('late', 0)} planned late, solve {p.get('solve_s', 0) * 1e3:.1f} ms")
+    if "planner" in st:
+        print(f"planner: {escape(st['planner'])}, {st.get('plans_failed', 0)} plans failed"
+              + (f" (last: {escape(st['last_plan_error'])})" if st.get("last_plan_error") else ""))
     for h, a in sorted(st["agents"].items()):
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
               f"acked {a['acked_seq']}")
     for j, s in st["jobs"].items():
         jct = f"JCT {s['jct_s']:.2f} s" if s["jct_s"] is not None else ""
-        print(f"  job {j:<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}")
+        print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
+              + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
+    if st.get("jobs_omitted"):
+        print(f"  ({st['jobs_omitted']} older ended jobs not listed)")
     return 0
 
 
@@ -166,13 +173,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     arg("--quick", action="store_true", help="about 20 s instead of about a minute"),
     arg("--seed", type=int, default=0, help="workload seed"),
     arg("--json", action="store_true",
-        help="print {jobs, completed, lat_hit_rate, mean_jct_s, solve_s_p50} (progress on stderr)"),
+        help="print {jobs, completed, plans_failed, planner, lat_hit_rate, mean_jct_s, solve_s_p50} "
+             "(progress on stderr)"),
 )
 def cmd_demo(args: argparse.Namespace) -> int:
-    from jitsched.demo import print_lines, run_demo, stderr_lines
+    """Exit status 1 when a job did not complete or a plan failed."""
+    from jitsched.demo import SUMMARY_KEYS, demo_exit_code, print_lines, run_demo, stderr_lines
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     out = run_demo(quick=args.quick, seed=args.seed, say=stderr_lines if args.json else print_lines)
     if args.json:
-        emit_json({k: out[k] for k in ("jobs", "completed", "lat_hit_rate", "mean_jct_s", "solve_s_p50")})
-    return 0 if out["completed"] == out["jobs"] else 1
+        emit_json({k: out[k] for k in SUMMARY_KEYS})
+    return demo_exit_code(out)

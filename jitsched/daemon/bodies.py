@@ -90,9 +90,9 @@ def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
 
 
 def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config: DaemonConfig,
-                now: float) -> dict:
-    """The ``status`` reply: jobs, agents, the last plan, plan failures and the input
-    limits (times in seconds).
+                planner: str, now: float) -> dict:
+    """The ``status`` reply: jobs, agents, the last plan, plan failures, where full
+    re-solves run (``planner``) and the input limits (times in seconds).
 
     Every running job is listed, and the newest ended ones (finished,
     cancelled, failed) up to ``STATUS_ENDED_JOBS``; ``jobs_omitted`` counts the
@@ -121,7 +121,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config
     return {"now_s": now, "jobs": jobs, "jobs_omitted": len(ended) - len(keep), "agents": agents,
             "plan": dict(book.plan_summary), "planning": config.planning,
             "plans": dict(book.plans_by_mode), "plans_failed": sum(book.plans_failed.values()),
-            "last_plan_error": book.last_error,
+            "last_plan_error": book.last_error, "planner": planner,
             "limits": {k: getattr(config, k) for k in KEYS["limits"]},
             "solve_s": list(book.solve_times[-1000:])}
 

@@ -30,6 +30,9 @@ class Metrics:
                              registry=r)
         self.plans_failed = Counter("jitsched_plans_failed", "Plans that failed, by planning mode",
                                     ["mode"], registry=r)
+        self.planner_fallback = Gauge(
+            "jitsched_planner_fallback",
+            "1 while full re-solves run in a thread because the planner process failed", registry=r)
         self.request_s = Histogram("jitsched_request_seconds", "Handling time of accepted requests",
                                    buckets=(1e-5, 1e-4, 1e-3, 1e-2, 0.1), registry=r)
         self._server = None
@@ -72,3 +75,4 @@ class Metrics:
         self.agents.labels("true").set(up)
         self.agents.labels("false").set(len(state.agents) - up)
         self.lat_misses.set(state.lat_misses)
+        self.planner_fallback.set(1.0 if state.planner.startswith("thread (") else 0.0)

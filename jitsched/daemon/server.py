@@ -17,7 +17,7 @@ from jitsched.daemon.logs import LogLimiter, kv
 from jitsched.daemon.metrics import Metrics
 from jitsched.daemon.plans import PlanRequest, PlanResult
 from jitsched.daemon.reject import Reject
-from jitsched.daemon.solver import PlannerProcess, copies_of, run_increment, run_plan
+from jitsched.daemon.solver import PlannerProcess, copies_of, describe, run_increment, run_plan
 from jitsched.daemon.state import SchedulerState
 from jitsched.errors import JitschedError, ValidationError
 from jitsched.policies.base import Policy, make_policy
@@ -361,8 +361,9 @@ class Daemon:
         if full and self.config.planner_process:
             try:
                 child = self.planner = PlannerProcess(self.policy, cluster, t0).start()
+                self.state.planner = "process (starting; a thread plans meanwhile)"
             except Exception as exc:  # noqa: BLE001 - solve in this thread instead
-                log.error(kv("planner_process_failed", error=f"{type(exc).__name__}: {exc}"))
+                self._drop_child(None, exc)
         try:
             while True:
                 try:
@@ -370,24 +371,20 @@ class Daemon:
                     # `planner.started` tells when the daemon is warm
                     req = q.get(timeout=0.1 if child is not None and not child.started else None)
                 except queue.Empty:
-                    try:
-                        child.ready()
-                    except Exception as exc:  # noqa: BLE001 - solve here from now on
-                        log.error(kv("planner_process_failed", error=f"{type(exc).__name__}: {exc}"))
-                        child.close(timeout_s=1.0)
-                        child = self.planner = None
+                    child = self._look_at(child)
                     continue
                 if req is None:
                     return
                 res = None
-                try:
-                    # until the child has imported everything, plans are solved here
-                    if child is not None and child.ready():
+                # until the child has imported everything and passed its self-test,
+                # plans are solved here
+                child = self._look_at(child)
+                if child is not None and child.started:
+                    try:
                         res = child.solve(req)
-                except Exception as exc:  # noqa: BLE001 - solve here from now on
-                    log.error(kv("planner_process_failed", error=f"{type(exc).__name__}: {exc}"))
-                    child.close(timeout_s=1.0)
-                    child = self.planner = None
+                    except Exception as exc:  # noqa: BLE001 - solve here from now on
+                        self._drop_child(child, exc)
+                        child = None
                 if res is None:
                     # HiGHS releases the GIL while it solves, so the loop keeps serving.
                     if full:
@@ -403,6 +400,29 @@ class Daemon:
             if child is not None:
                 child.close()
             wake.close(0)
+
+    def _look_at(self, child: PlannerProcess | None) -> PlannerProcess | None:
+        """``child``, or None once it turned out it cannot plan (then the thread does)."""
+        if child is None or child.started:
+            return child
+        try:
+            if child.ready():
+                self.state.planner = "process"
+                log.info(kv("planner_process_ready", pid=child.pid, jitsched=child.jitsched_file))
+        except Exception as exc:  # noqa: BLE001 - whatever it is, plan here instead
+            self._drop_child(child, exc)
+            return None
+        return child
+
+    def _drop_child(self, child: PlannerProcess | None, exc: BaseException) -> None:
+        """The planner child cannot plan: full re-solves run in a thread from now on, and
+        status and metrics say why."""
+        why = describe(exc)
+        log.error(kv("planner_process_failed", error=why, fallback="thread"))
+        if child is not None:
+            child.close(timeout_s=1.0)
+        self.planner = None
+        self.state.planner = f"thread (child failed: {why})"
 
     def _drain_results(self, wake: zmq.Socket) -> None:
         while True:

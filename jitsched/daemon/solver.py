@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import os
 import pickle
-import signal
 import socket
 import subprocess
 import sys
@@ -265,15 +264,40 @@ def _lats(view: SchedulerView, new: set[str], cluster: Cluster) -> dict[tuple[st
     return out
 
 
-# ``-c`` rather than ``-m``: the package would import this module before runpy runs it.
-# ``-c`` puts the working directory first on sys.path, so a daemon of an installed
-# jitsched started from a source checkout had a child importing the checkout (no
-# compiled kernels: every full re-solve failed); the child's sys.path[0] is the
-# directory the daemon's own jitsched came from instead.
-_CHILD = ("import sys; sys.path[0] = sys.argv[1]; from jitsched.daemon.solver import main; "
-          "sys.exit(main(sys.argv[2:]))")
+# The child's own start. ``-c`` rather than ``-m``: the package would import this module
+# before runpy runs it. The interpreter runs isolated (``-I``: no working directory or
+# PYTHON* variables on its path, no user site), and its import path is the daemon's with
+# the directory of the daemon's jitsched first: a child that found another jitsched (a
+# source checkout in the working directory, without compiled kernels, beside an installed
+# one) failed every full re-solve. It says why it cannot start rather than just dying.
+_CHILD = """\
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+from multiprocessing.connection import Connection
+conn = Connection(int(sys.argv[1]))
+sys.path[:] = conn.recv()
+try:
+    from jitsched.daemon.solver import main
+except BaseException as exc:
+    conn.send(("failed", "", f"cannot import the planner: {type(exc).__name__}: {exc}"))
+    sys.exit(1)
+sys.exit(main(conn))
+"""
 # the directory holding the jitsched package this process imported
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(jitsched.__file__)))
+
+
+def child_path() -> list[str]:
+    """The planner child's import path: this process's, with the directory of its jitsched
+    first (working-directory entries made absolute)."""
+    cwd = os.getcwd()
+    rest = [os.path.join(cwd, p) if not os.path.isabs(p) else p for p in sys.path]
+    return [_ROOT] + [p for p in rest if p != _ROOT]
+
+
+class PlannerStartError(RuntimeError):
+    """The planner child could not start: it failed to import or to plan its self-test,
+    imported another jitsched than the daemon's, or exited."""
 
 
 class PlannerProcess:
@@ -286,7 +310,8 @@ class PlannerProcess:
     interpreter and its own copy of the policy (pickled at start, so it keeps the
     state full re-solves build up); requests and results travel pickled over a
     socket pair, one request at a time. The child needs a second or two to
-    import; :meth:`ready` says when it can take requests.
+    import and plan its :func:`self_test`; :meth:`ready` says when it can take
+    requests, or raises :class:`PlannerStartError` saying why it never will.
 
     Parameters
     ----------
@@ -301,19 +326,22 @@ class PlannerProcess:
         self._conn: Connection | None = None
         self._proc: subprocess.Popen | None = None
         self._ready = False
+        self.jitsched_file = ""  # the jitsched the child imported, once it said
 
     def start(self) -> PlannerProcess:
-        """Spawn the child (:func:`main` in a fresh interpreter) and hand it the policy.
+        """Spawn the child (:func:`main` in an isolated interpreter) and hand it the policy.
 
         Raises
         ------
         OSError, pickle.PicklingError
             If the child cannot be started or the policy cannot be sent.
+        PlannerStartError
+            If the child said why it cannot start before it took the policy.
         """
         ours, theirs = socket.socketpair()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, _ROOT, str(theirs.fileno())],
+                [sys.executable, "-I", "-c", _CHILD, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         except BaseException:
             ours.close()
@@ -322,11 +350,28 @@ class PlannerProcess:
             theirs.close()
         self._conn = Connection(ours.detach())
         try:
+            self._conn.send(child_path())
             self._conn.send(self._init)
+        except OSError:
+            # it exited before reading the policy: say why, if it did
+            why = self._said()
+            self.close()
+            if why:
+                raise PlannerStartError(why) from None
+            raise
         except BaseException:
             self.close()
             raise
         return self
+
+    def _said(self) -> str:
+        """What a child that gave up said (empty if nothing)."""
+        try:
+            if self._conn is not None and self._conn.poll(1.0):
+                return str(self._conn.recv()[2])
+        except (OSError, EOFError, IndexError, TypeError):
+            pass
+        return ""
 
     @property
     def pid(self) -> int | None:
@@ -339,16 +384,30 @@ class PlannerProcess:
         return self._ready
 
     def ready(self) -> bool:
-        """Whether the child has started and takes requests (never blocks).
+        """Whether the child has started, passed its self-test and takes requests (never blocks).
 
         Raises
         ------
-        OSError, EOFError
-            If the child died while starting.
+        PlannerStartError
+            If the child cannot plan: its import or self-test failed, it
+            imported another jitsched than this process, or it exited.
         """
-        if not self._ready and self._conn is not None and self._conn.poll(0):
-            self._ready = self._conn.recv() == "ready"
-        return self._ready
+        if self._ready or self._conn is None:
+            return self._ready
+        try:
+            if not self._conn.poll(0):
+                return False
+            kind, path, error = self._conn.recv()
+        except (EOFError, OSError):
+            code = self._proc.poll() if self._proc is not None else None
+            raise PlannerStartError(f"the planner process exited (code {code}) before it was ready") from None
+        self.jitsched_file = path
+        if kind != "ready":
+            raise PlannerStartError(error)
+        if os.path.realpath(path) != os.path.realpath(jitsched.__file__):
+            raise PlannerStartError(f"the planner process imported {path}, the daemon {jitsched.__file__}")
+        self._ready = True
+        return True
 
     def solve(self, req: PlanRequest) -> PlanResult:
         """Run one full re-solve in the child (blocks; the GIL is free meanwhile).
@@ -381,16 +440,22 @@ class PlannerProcess:
             self._proc = None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The child: receive (policy, cluster, t0), then answer requests until None or EOF."""
-    argv = sys.argv[1:] if argv is None else argv
-    # Ctrl-C reaches the whole process group; the daemon decides when the child ends.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    conn = Connection(int(argv[0]))
+def main(conn: Connection) -> int:
+    """The child, its import path set: receive (policy, cluster, t0), plan the self-test and
+    say ``("ready"|"failed", jitsched file, error)``, then answer requests until None or EOF."""
     try:
-        policy, cluster, t0_wall_s = conn.recv()
+        try:
+            policy, cluster, t0_wall_s = conn.recv()
+        except (EOFError, OSError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a policy class this interpreter cannot import
+            conn.send(("failed", jitsched.__file__, f"cannot take the policy: {describe(exc)}"))
+            return 1
         fresh = copies_of(policy)
-        conn.send("ready")
+        error = self_test(fresh, cluster)
+        conn.send(("failed" if error else "ready", jitsched.__file__, error and f"self-test: {error}"))
+        if error:
+            return 1
         while True:
             req = conn.recv()
             if req is None:

@@ -48,6 +48,9 @@ class SchedulerState:
         self.job_registry = JobRegistry(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
+        # where full re-solves run, as the server last said: "process", "thread", or
+        # "thread (child failed: why)"; status and metrics show it
+        self.planner = "thread"
         self.quarantined: list[tuple[str, str]] = []  # jobs the last install marked failed, why
 
     jobs = _via("job_registry", "jobs")
@@ -144,7 +147,8 @@ class SchedulerState:
 
     def status(self, body: dict, now: float) -> dict:
         """Jobs, agents and a summary of the last plan."""
-        return status_body(self.job_registry, self.agent_table, self.plan_book, self.config, now)
+        return status_body(self.job_registry, self.agent_table, self.plan_book, self.config,
+                           self.planner, now)
 
     # ------------------------------------------------------------------ agents
 
