@@ -34,16 +34,18 @@ from pathlib import Path
 
 import tomli_w
 
-from jitsched.agents.backends.htb import install_shaper
 from jitsched.testbed.netns import TestbedError, list_netns, require_netns, run
 
-__all__ = ["Testbed", "TestbedError", "TestbedHost", "down", "up", "ADDRESS_NET"]
+__all__ = ["Testbed", "TestbedError", "TestbedHost", "down", "up", "ADDRESS_NET", "DEFAULT_LINK_MBIT",
+           "LINK_MBIT_RANGE"]
 
 ADDRESS_NET = ipaddress.ip_network("198.18.0.0/24")
 ALLOWED_NET = ipaddress.ip_network("198.18.0.0/15")
 STATE_DIR = Path("/run/jitsched")
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 MAX_HOSTS = 200
+DEFAULT_LINK_MBIT = 100.0  # every link's rate each way when none is asked for, Mbit/s
+LINK_MBIT_RANGE = (0.1, 10000.0)  # link rates up accepts, Mbit/s
 # veth hands TCP 64 KB GSO packets; HTB then releases a slow class's bytes in
 # 5 Mbit-per-100-ms lumps. Two segments per packet keeps per-slot rates exact
 # to a few frames at a CPU cost that is small at testbed rates.
@@ -151,11 +153,16 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
     -------
     Testbed
     """
+    # here, not at the top: pyroute2 takes ~0.4 s to import, and the CLI imports this
+    # package (through the testbed's options) to build its parser for every command
+    from jitsched.agents.backends.htb import install_shaper
+
     check_prefix(prefix)
     if not 2 <= n_hosts <= MAX_HOSTS:
         raise TestbedError(f"--hosts must be in 2..{MAX_HOSTS}, got {n_hosts}")
-    if not 0.1 <= link_mbit <= 10000:
-        raise TestbedError(f"--link-mbit must be in 0.1..10000, got {link_mbit}")
+    lo, hi = LINK_MBIT_RANGE
+    if not lo <= link_mbit <= hi:
+        raise TestbedError(f"--link-mbit must be in {lo:g}..{hi:g}, got {link_mbit}")
     require_netns()
     down(prefix)
     sw = f"{prefix}-sw"

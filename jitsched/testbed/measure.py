@@ -8,7 +8,6 @@ import time
 import numpy as np
 
 from jitsched.agents.backends.base import FlowRate
-from jitsched.agents.backends.tc import TcBackend
 from jitsched.testbed import Testbed
 from jitsched.testbed.bgtraffic import Receiver, connect, send_bytes
 
@@ -55,6 +54,10 @@ def measure_enforcement(tb: Testbed, *, n_flows: int = 3, slot_s: float = 0.1, n
         (background goodput over the measured slots, Mbit/s) and
         ``leftover_mbit`` (mean leftover the schedule gave background).
     """
+    # imported here: pyroute2 takes ~0.4 s, and the CLI imports this module (for GOODPUT,
+    # through the scenarios) to build its parser
+    from jitsched.agents.backends.tc import TcBackend
+
     src, dst = tb.hosts[0], tb.hosts[1]
     line = tb.link_Bps
     rng = np.random.default_rng(seed)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.model import Background, Cluster, Host, Job, Transfer, Workload
-from jitsched.testbed import Testbed, TestbedError
+from jitsched.testbed import DEFAULT_LINK_MBIT, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
 
@@ -58,7 +58,7 @@ class Scenario:
     files: int
     file_gbit: tuple[float, ...] = PAPER_FILE_GBIT
     file_lead_s: float = 2.0
-    link_mbit: float = 100.0
+    link_mbit: float = DEFAULT_LINK_MBIT
 
 
 SCENARIOS: dict[str, Scenario] = {
