@@ -17,7 +17,7 @@ from bench.common import median_time, resnet152_jobs
 from jitsched import _lat
 from jitsched.estimate import trans_times
 from jitsched.lat import latest_arrival_times
-from jitsched.model import Cluster, compile_jobs
+from jitsched.model import TRANSFER, Cluster, compile_jobs
 from jitsched.reference import lat_exact_reference
 
 
@@ -40,7 +40,7 @@ def measure(job, label: str, cluster: Cluster, repeat: int, ref_repeat: int) -> 
     reference_s = median_time(lambda: lat_exact_reference(dag, trans, floor, dag.duration), ref_repeat)
     ref = lat_exact_reference(dag, trans, floor, dag.duration)
     kernel()
-    t = dag.kind == 1
+    t = dag.kind == TRANSFER
     return {
         "dag": label,
         "transfers": int(t.sum()),

@@ -1,5 +1,12 @@
 # cython: language_level=3
-"""Rate-allocation kernels over host ports: max-min fair filling and strict-priority greedy (private)."""
+"""Rate-allocation kernels over host ports: max-min fair filling and strict-priority greedy (private).
+
+One module although long: every allocation (maxmin_fair, pair_maxmin,
+fixed_then_maxmin, SlotPlan) runs the same inline heap, filling core
+(_maxmin_core) and port-pair grouping (_unit_pairs). Split into several
+extension modules, those would be called through function pointers from
+a .pxd, neither inlined nor optimised across the call.
+"""
 
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdlib cimport free, malloc
@@ -42,11 +49,19 @@ cdef inline void _pop(double* hkey, int* hport, Py_ssize_t* size) noexcept nogil
         hport[i] = port
 
 
+cdef inline Py_ssize_t _heap_len(Py_ssize_t h, Py_ssize_t nf) noexcept nogil:
+    # heap entries _maxmin_core needs over the 2h ports of h hosts and nf flows (or
+    # pairs): one per port, then at most one per touched port per saturation
+    return 2 * h + min(2 * nf, 4 * h * h) + 1
+
+
 cdef void _maxmin_core(Py_ssize_t nf, Py_ssize_t np_, const long long* port_a,
                        const long long* port_b, const double* weight, const long long* mult,
                        double* cap, long long* pf_ptr, int* pf_idx, double* wsum, double* rate,
                        signed char* mark, double* hkey, int* hport, int* touched) noexcept nogil:
-    # the body of maxmin_fair on raw buffers, so pair_maxmin can run it on its own scratch.
+    # The body of maxmin_fair on raw buffers. A twin that stays: pair_maxmin,
+    # fixed_then_maxmin and SlotPlan run it on their own scratch, with mult (flows
+    # grouped by port pair) where maxmin_fair passes weights.
     # Either weight (positive weights) or mult is given: with mult, entry f stands
     # for mult[f] unit-weight flows on the same two ports (at most one entry per
     # pair of ports), and the filling does exactly the float operations it would
@@ -292,9 +307,7 @@ def pair_maxmin(const long long[::1] src,
     for p in range(h):
         cap[p] = cap_e[p]
         cap[h + p] = cap_i[p]
-    # as maxmin_fair's wrapper sizes it: one entry per port, then at most one
-    # per touched port per saturation
-    heap = 2 * h + min(2 * ng, 4 * h * h) + 1
+    heap = _heap_len(h, ng)
     pf_idx = ints
     hport = pf_idx + 2 * ng
     touched = hport + heap
@@ -433,14 +446,29 @@ cdef inline void _leftover_caps(Py_ssize_t h, double* cap, const double* cap_e,
             cap[p] = 0.0
 
 
-cdef int _fixed_then_maxmin(const double[::1] fixed,
-                           const long long[::1] src,
-                           const long long[::1] dst,
-                           const double[::1] cap_e,
-                           const double[::1] cap_i,
-                           const double[::1] weight,
-                           double[::1] rate) noexcept nogil:
-    # the body of fixed_then_maxmin, callable from jit_rates without a Python call
+def fixed_then_maxmin(const double[::1] fixed,
+                      const long long[::1] src,
+                      const long long[::1] dst,
+                      const double[::1] cap_e,
+                      const double[::1] cap_i,
+                      const double[::1] weight,
+                      double[::1] rate):
+    """Planned rates first (scaled down where they overload a port), max-min fair leftover for the rest.
+
+    The float operations of the former numpy code in the same order, so the
+    rates are bit-identical: each port's planned load is summed in flow order;
+    a planned flow gets ``max(fixed, 0) * min(factor of its egress, of its
+    ingress)`` with factor ``max(cap, 0) / load`` on overloaded ports (1
+    elsewhere); the sharing flows, in flow order, fill ``max(cap - planned
+    load, 0)`` as :func:`maxmin_fair` does.
+
+    # IN  fixed (F,): planned rate in bytes/s, NaN for a flow that shares the leftover
+    # IN  src, dst (F,): host indices in [0, H)
+    # IN  cap_e, cap_i (H,): capacity per port, bytes/s
+    # IN  weight (F,) or (0,): max-min weights of sharing flows (empty: all 1)
+    # OUT rate (F,): bytes/s
+    Returns 0, or -1 if scratch memory ran out.
+    """
     cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, p, ns = 0, heap
     cdef bint any_planned = False
     cdef double x
@@ -503,7 +531,7 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
             sidx[ns] = f
             ns += 1
     if ns and weighted:
-        heap = 2 * h + min(2 * ns, 4 * h * h) + 1
+        heap = _heap_len(h, ns)
         _maxmin_core(ns, 2 * h, sa, sb, sw, NULL, cap, pf_ptr, ints, load, srate, mark,
                      hkey, ints + 2 * ns, ints + 2 * ns + heap)
         for f in range(ns):
@@ -518,7 +546,7 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
             free(ints)
             free(mark)
             return -1
-        heap = 2 * h + min(2 * ng, 4 * h * h) + 1
+        heap = _heap_len(h, ng)
         _maxmin_core(ng, 2 * h, pa, pb, NULL, mult, cap, pf_ptr, ints, load, srate, mark,
                      hkey, ints + 2 * ng, ints + 2 * ng + heap)
         for f in range(ns):
@@ -528,82 +556,6 @@ cdef int _fixed_then_maxmin(const double[::1] fixed,
     free(ints)
     free(mark)
     return 0
-
-
-def fixed_then_maxmin(const double[::1] fixed,
-                      const long long[::1] src,
-                      const long long[::1] dst,
-                      const double[::1] cap_e,
-                      const double[::1] cap_i,
-                      const double[::1] weight,
-                      double[::1] rate):
-    """Planned rates first (scaled down where they overload a port), max-min fair leftover for the rest.
-
-    The float operations of the former numpy code in the same order, so the
-    rates are bit-identical: each port's planned load is summed in flow order;
-    a planned flow gets ``max(fixed, 0) * min(factor of its egress, of its
-    ingress)`` with factor ``max(cap, 0) / load`` on overloaded ports (1
-    elsewhere); the sharing flows, in flow order, fill ``max(cap - planned
-    load, 0)`` as :func:`maxmin_fair` does.
-
-    # IN  fixed (F,): planned rate in bytes/s, NaN for a flow that shares the leftover
-    # IN  src, dst (F,): host indices in [0, H)
-    # IN  cap_e, cap_i (H,): capacity per port, bytes/s
-    # IN  weight (F,) or (0,): max-min weights of sharing flows (empty: all 1)
-    # OUT rate (F,): bytes/s
-    Returns 0, or -1 if scratch memory ran out.
-    """
-    return _fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, weight, rate)
-
-
-cdef void _backfill(const long long[::1] order,
-                   const long long[::1] src,
-                   const long long[::1] dst,
-                   const double[::1] cap_e,
-                   const double[::1] cap_i,
-                   double[::1] rate,
-                   double[::1] free_e,
-                   double[::1] free_i) noexcept nogil:
-    # the body of backfill, callable from jit_rates without a Python call
-    _free_capacity(src, dst, cap_e, cap_i, rate, free_e, free_i)
-    _take_free(order, src, dst, rate, free_e, free_i)
-
-
-cdef void _free_capacity(const long long[::1] src,
-                         const long long[::1] dst,
-                         const double[::1] cap_e,
-                         const double[::1] cap_i,
-                         const double[::1] rate,
-                         double[::1] free_e,
-                         double[::1] free_i) noexcept nogil:
-    # free_e, free_i = max(cap - load of rate, 0), loads summed in flow order
-    cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, k
-    cdef double r
-    for k in range(h):
-        free_e[k] = 0.0
-        free_i[k] = 0.0
-    for f in range(nf):
-        free_e[src[f]] += rate[f]
-        free_i[dst[f]] += rate[f]
-    for k in range(h):
-        r = cap_e[k] - free_e[k]
-        free_e[k] = r if r > 0.0 else 0.0
-        r = cap_i[k] - free_i[k]
-        free_i[k] = r if r > 0.0 else 0.0
-
-
-cdef void _take_free(const long long[::1] order,
-                     const long long[::1] src,
-                     const long long[::1] dst,
-                     double[::1] rate,
-                     double[::1] free_e,
-                     double[::1] free_i) noexcept nogil:
-    # the flows in order, in turn, add min(free egress, free ingress) to their rate
-    cdef Py_ssize_t k
-    cdef long long f
-    for k in range(order.shape[0]):
-        f = order[k]
-        _take(&rate[f], &free_e[src[f]], &free_i[dst[f]])
 
 
 def backfill(const long long[::1] order,
@@ -622,54 +574,26 @@ def backfill(const long long[::1] order,
     # IN/OUT rate (F,): rates in, plus each listed flow's share of the unused capacity out
     # OUT free_e, free_i (H,): scratch (unused capacity, bytes/s)
     """
-    _backfill(order, src, dst, cap_e, cap_i, rate, free_e, free_i)
-    return 0
-
-
-cdef Py_ssize_t _slot_rates(Py_ssize_t* n_drift, long long k,
-                              const long long[::1] node,
-                              const long long[::1] src,
-                              const long long[::1] dst,
-                              const double[::1] remaining,
-                              const long long[::1] p_start,
-                              const long long[::1] p_len,
-                              const long long[::1] p_off,
-                              const double[::1] plan_rates,
-                              const double[::1] size,
-                              const double[::1] lat,
-                              const double[::1] cap_e,
-                              const double[::1] cap_i,
-                              double crumb_rtol,
-                              double[::1] fixed,
-                              long long[::1] cand,
-                              double[::1] cand_key) noexcept nogil:
-    # the body of slot_rates, callable from jit_rates without a Python call
-    cdef Py_ssize_t nf = node.shape[0], f, nc = 0, nd = 0
-    cdef long long v, off
-    cdef double ce, ci
+    cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, k
+    cdef long long g
+    cdef double r
+    # free_e, free_i = max(cap - load of rate, 0), loads summed in flow order
+    for k in range(h):
+        free_e[k] = 0.0
+        free_i[k] = 0.0
     for f in range(nf):
-        fixed[f] = NAN
-        v = node[f]
-        if v < 0 or p_start[v] < 0:
-            continue
-        off = k - p_start[v]
-        if off < 0:
-            fixed[f] = 0.0
-        elif off < p_len[v]:
-            fixed[f] = plan_rates[p_off[v] + off]
-        else:
-            if remaining[f] <= crumb_rtol * size[v]:
-                ce = cap_e[src[f]]
-                ci = cap_i[dst[f]]
-                fixed[f] = ce if ce < ci else ci
-            else:
-                nd += 1
-            continue
-        cand[nc] = f
-        cand_key[nc] = lat[v]
-        nc += 1
-    n_drift[0] = nd
-    return nc
+        free_e[src[f]] += rate[f]
+        free_i[dst[f]] += rate[f]
+    for k in range(h):
+        r = cap_e[k] - free_e[k]
+        free_e[k] = r if r > 0.0 else 0.0
+        r = cap_i[k] - free_i[k]
+        free_i[k] = r if r > 0.0 else 0.0
+    # the flows in order, in turn, add min(free egress, free ingress) to their rate
+    for k in range(order.shape[0]):
+        g = order[k]
+        _take(&rate[g], &free_e[src[g]], &free_i[dst[g]])
+    return 0
 
 
 def slot_rates(long long k,
@@ -707,9 +631,30 @@ def slot_rates(long long k,
     # OUT cand, cand_key (F,): the waiting and running flows in flow order, and their nodes' LATs
     Returns ``(number of waiting and running flows, number of drifted flows)``.
     """
-    cdef Py_ssize_t nd = 0
-    nc = _slot_rates(&nd, k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat,
-                     cap_e, cap_i, crumb_rtol, fixed, cand, cand_key)
+    cdef Py_ssize_t nf = node.shape[0], f, nc = 0, nd = 0
+    cdef long long v, off
+    cdef double ce, ci
+    for f in range(nf):
+        fixed[f] = NAN
+        v = node[f]
+        if v < 0 or p_start[v] < 0:
+            continue
+        off = k - p_start[v]
+        if off < 0:
+            fixed[f] = 0.0
+        elif off < p_len[v]:
+            fixed[f] = plan_rates[p_off[v] + off]
+        else:
+            if remaining[f] <= crumb_rtol * size[v]:
+                ce = cap_e[src[f]]
+                ci = cap_i[dst[f]]
+                fixed[f] = ce if ce < ci else ci
+            else:
+                nd += 1
+            continue
+        cand[nc] = f
+        cand_key[nc] = lat[v]
+        nc += 1
     return nc, nd
 
 
@@ -910,6 +855,9 @@ cdef class SlotPlan:
                            const long long* src, const long long* dst, const double* remaining,
                            const double* size, const double* cap_e, const double* cap_i, double crumb_rtol,
                            bint backfill, double* rate, Py_ssize_t* n_drift) noexcept nogil:
+        # A twin of rates() that stays: rates() turns the buffers into pointers (NULL for
+        # an empty one) and reserves the scratch; this is the hot loop of every JIT
+        # allocation, nogil so that the compiler refuses any Python operation in it.
         # slot_rates, fixed_then_maxmin (unit weights) and backfill of the candidates, fused
         # so that a waiting flow (planned rate 0: most flows of a busy run) costs one visit:
         # adding its 0.0 to a port sum that starts at +0.0 changes nothing, and its rate is
@@ -1004,7 +952,7 @@ cdef class SlotPlan:
             ng = _unit_pairs(ns, sa, sb, pair_of, pa, pb, mult)
             if ng < 0:
                 return -1
-            heap = 2 * h + min(2 * ng, 4 * h * h) + 1
+            heap = _heap_len(h, ng)
             _maxmin_core(ng, 2 * h, pa, pb, NULL, mult, cap, pf_ptr, self.ints, load, srate, self.mark,
                          hkey, self.ints + 2 * ng, self.ints + 2 * ng + heap)
             for i in range(ns):

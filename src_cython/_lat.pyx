@@ -3,7 +3,12 @@
 
 from libc.math cimport INFINITY, NAN, isnan
 
-cdef signed char TRANSFER = 1
+from _common cimport COMPUTE, DONE, RUNNING, TRANSFER, WAITING
+
+# The constants of _common.pxd as this module was compiled with them, for
+# tests/test_model.py to compare with jitsched.model and jitsched.policies.base.
+COMMON_CONSTANTS = {"COMPUTE": COMPUTE, "TRANSFER": TRANSFER,
+                    "WAITING": WAITING, "RUNNING": RUNNING, "DONE": DONE}
 
 
 def topological_order(Py_ssize_t n,

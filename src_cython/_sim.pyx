@@ -7,24 +7,26 @@ a few hundred flows active, so one numpy call per array per event costs more
 than the arithmetic; these kernels do each step in one pass. Each one
 performs exactly the float operations, in the same order, as the numpy code
 it replaces, so results are bit-identical (tests/test_sim_kernels.py keeps
-pure-Python references).
+pure-Python references). The kernels are ``cpdef``: one body is both the
+Python function the tests call and the C function :class:`FlowTable` calls
+on its bound buffers.
 """
 
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.string cimport memmove
 
 
-def advance(double dt,
-            Py_ssize_t n,
-            const double[::1] rate,
-            double[::1] rem,
-            const long long[::1] node,
-            const long long[::1] bg,
-            double[::1] sent,
-            double[::1] remaining,
-            double[::1] bg_sent,
-            const double[::1] dag_egress,
-            double[::1] dag_egress_int):
+cpdef void advance(double dt,
+                   Py_ssize_t n,
+                   const double[::1] rate,
+                   double[::1] rem,
+                   const long long[::1] node,
+                   const long long[::1] bg,
+                   double[::1] sent,
+                   double[::1] remaining,
+                   double[::1] bg_sent,
+                   const double[::1] dag_egress,
+                   double[::1] dag_egress_int) noexcept nogil:
     """Move every live flow ``rate * dt`` bytes forward.
 
     # IN  dt: seconds (> 0); n: live flows
@@ -38,21 +40,6 @@ def advance(double dt,
     # IN  dag_egress (H,): DAG transfer rate per egress port, bytes/s
     # IN/OUT dag_egress_int (H,): its integral over time, bytes (+= dag_egress * dt)
     """
-    _advance(dt, n, rate, rem, node, bg, sent, remaining, bg_sent, dag_egress, dag_egress_int)
-    return 0
-
-
-cdef void _advance(double dt,
-                   Py_ssize_t n,
-                   const double[::1] rate,
-                   double[::1] rem,
-                   const long long[::1] node,
-                   const long long[::1] bg,
-                   double[::1] sent,
-                   double[::1] remaining,
-                   double[::1] bg_sent,
-                   const double[::1] dag_egress,
-                   double[::1] dag_egress_int) noexcept nogil:
     cdef Py_ssize_t f
     for f in range(dag_egress.shape[0]):
         dag_egress_int[f] += dag_egress[f] * dt
@@ -75,21 +62,21 @@ cdef void _advance(double dt,
             bg_sent[bg[f]] += moved
 
 
-def after_allocation(double now,
-                     Py_ssize_t n,
-                     bint check,
-                     const long long[::1] src,
-                     const long long[::1] dst,
-                     const long long[::1] node,
-                     const double[::1] rate,
-                     const double[::1] rem,
-                     const double[::1] cap_e,
-                     const double[::1] cap_i,
-                     const double rtol,
-                     double[::1] load_e,
-                     double[::1] load_i,
-                     double[::1] dag_egress,
-                     double[::1] fin):
+cpdef (double, double, double, bint) after_allocation(double now,
+                                                     Py_ssize_t n,
+                                                     bint check,
+                                                     const long long[::1] src,
+                                                     const long long[::1] dst,
+                                                     const long long[::1] node,
+                                                     const double[::1] rate,
+                                                     const double[::1] rem,
+                                                     const double[::1] cap_e,
+                                                     const double[::1] cap_i,
+                                                     double rtol,
+                                                     double[::1] load_e,
+                                                     double[::1] load_i,
+                                                     double[::1] dag_egress,
+                                                     double[::1] fin) noexcept nogil:
     """Port loads, capacity check, DAG egress rate and finish times of a new allocation.
 
     # IN  now: seconds; n: live flows; check: verify ports and measure utilisation
@@ -104,31 +91,6 @@ def after_allocation(double now,
     or a port is over capacity (utilisations are then meaningless, -inf); a
     utilisation is NaN if a ratio is (0/0), as ``np.max`` would report it.
     """
-    cdef double util[2]
-    cdef bint ok
-    tmin = _after_allocation(now, n, check, src, dst, node, rate, rem, cap_e, cap_i, rtol, load_e, load_i,
-                             dag_egress, fin, util, &ok)
-    return tmin, util[0], util[1], ok
-
-
-cdef double _after_allocation(double now,
-                              Py_ssize_t n,
-                              bint check,
-                              const long long[::1] src,
-                              const long long[::1] dst,
-                              const long long[::1] node,
-                              const double[::1] rate,
-                              const double[::1] rem,
-                              const double[::1] cap_e,
-                              const double[::1] cap_i,
-                              double rtol,
-                              double[::1] load_e,
-                              double[::1] load_i,
-                              double[::1] dag_egress,
-                              double[::1] fin,
-                              double* util,
-                              bint* ok_out)noexcept nogil:
-    # util: largest egress and ingress utilisation out; ok_out: the verdict
     cdef Py_ssize_t f, h = cap_e.shape[0]
     cdef double r, x, tmin = INFINITY, util_e = -INFINITY, util_i = -INFINITY
     cdef bint ok = True
@@ -167,10 +129,7 @@ cdef double _after_allocation(double now,
                 ok = False
         util_e = _max_ratio(load_e, cap_e)
         util_i = _max_ratio(load_i, cap_i)
-    util[0] = util_e
-    util[1] = util_i
-    ok_out[0] = ok
-    return tmin
+    return tmin, util_e, util_i, ok
 
 
 cdef double _max_ratio(const double[::1] a, const double[::1] b) noexcept nogil:
@@ -186,36 +145,7 @@ cdef double _max_ratio(const double[::1] a, const double[::1] b) noexcept nogil:
     return m
 
 
-def collect_done(double now,
-                 Py_ssize_t n,
-                 long long[::1] src,
-                 long long[::1] dst,
-                 long long[::1] node,
-                 long long[::1] job,
-                 long long[::1] bg,
-                 double[::1] rel,
-                 double[::1] rem,
-                 double[::1] rate,
-                 double[::1] fin,
-                 double[::1] tol,
-                 long long[::1] out_node,
-                 long long[::1] out_bg,
-                 double[::1] out_crumb):
-    """Take finished flows out of the live arrays, keeping the others in order.
-
-    A flow is finished when ``rem <= tol`` or ``fin <= now``.
-
-    # IN  now: seconds; n: live flows
-    # IN/OUT src, dst, node, job, bg, rel, rem, rate, fin, tol (>= n,): the live
-    #        flows in, the unfinished ones compacted to the front out
-    # OUT out_node, out_bg, out_crumb (>= n,): node, background index and
-    #     bytes left of each finished flow, in their former order
-    Returns the number of finished flows (the live count drops by as much).
-    """
-    return _collect_done(now, n, src, dst, node, job, bg, rel, rem, rate, fin, tol, out_node, out_bg, out_crumb)
-
-
-cdef Py_ssize_t _collect_done(double now,
+cpdef Py_ssize_t collect_done(double now,
                               Py_ssize_t n,
                               long long[::1] src,
                               long long[::1] dst,
@@ -229,7 +159,18 @@ cdef Py_ssize_t _collect_done(double now,
                               double[::1] tol,
                               long long[::1] out_node,
                               long long[::1] out_bg,
-                              double[::1] out_crumb)noexcept nogil:
+                              double[::1] out_crumb) noexcept nogil:
+    """Take finished flows out of the live arrays, keeping the others in order.
+
+    A flow is finished when ``rem <= tol`` or ``fin <= now``.
+
+    # IN  now: seconds; n: live flows
+    # IN/OUT src, dst, node, job, bg, rel, rem, rate, fin, tol (>= n,): the live
+    #        flows in, the unfinished ones compacted to the front out
+    # OUT out_node, out_bg, out_crumb (>= n,): node, background index and
+    #     bytes left of each finished flow, in their former order
+    Returns the number of finished flows (the live count drops by as much).
+    """
     # The kept flows move down in runs (one memmove per array and run): a
     # flow finishing near the front of a few hundred used to cost ten
     # element-by-element copies per later flow.
@@ -401,8 +342,8 @@ cdef class FlowTable:
         """Move the live flows to time ``t`` at their rates (nothing if ``t`` is not later)."""
         cdef double dt = t - self.t_last
         if dt > 0 and self.n:
-            _advance(dt, self.n, self._rate, self._rem, self._node, self._bg, self._sent, self._remaining,
-                     self._bg_sent, self._dag_egress, self._dag_egress_int)
+            advance(dt, self.n, self._rate, self._rem, self._node, self._bg, self._sent, self._remaining,
+                    self._bg_sent, self._dag_egress, self._dag_egress_int)
         self.t_last = t
 
     def allocated(self, double now, bint check, double rtol, const double[::1] rate):
@@ -411,15 +352,12 @@ cdef class FlowTable:
         # IN  rate (n,): bytes/s per live flow
         Returns ``(earliest finish, egress utilisation, ingress utilisation, ok)``.
         """
-        cdef double util[2]
-        cdef bint ok
         cdef Py_ssize_t f
         for f in range(self.n):
             self._rate[f] = rate[f]
-        tmin = _after_allocation(now, self.n, check, self._src, self._dst, self._node, self._rate,
-                                 self._rem, self._cap_e, self._cap_i, rtol, self._load_e, self._load_i,
-                                 self._dag_egress, self._fin, util, &ok)
-        return tmin, util[0], util[1], ok
+        return after_allocation(now, self.n, check, self._src, self._dst, self._node, self._rate,
+                                self._rem, self._cap_e, self._cap_i, rtol, self._load_e, self._load_i,
+                                self._dag_egress, self._fin)
 
     def remaining(self):
         """``np.maximum(rem, 0.0)`` of the live flows, in a buffer the next call overwrites.
@@ -440,8 +378,8 @@ cdef class FlowTable:
 
         Returns the finished flows' nodes, background indices and bytes left, as lists in flow order.
         """
-        cdef Py_ssize_t d = _collect_done(now, self.n, self._src, self._dst, self._node, self._job, self._bg,
-                                          self._rel, self._rem, self._rate, self._fin, self._tol,
-                                          self._out_node, self._out_bg, self._out_crumb)
+        cdef Py_ssize_t d = collect_done(now, self.n, self._src, self._dst, self._node, self._job, self._bg,
+                                         self._rel, self._rem, self._rate, self._fin, self._tol,
+                                         self._out_node, self._out_bg, self._out_crumb)
         self.n -= d
         return self.out_node[:d].tolist(), self.out_bg[:d].tolist(), self.out_crumb[:d].tolist()

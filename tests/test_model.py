@@ -141,3 +141,12 @@ def test_compile_jobs_csr_and_topological_order():
 def test_native_format_is_json_serialisable():
     w = parse_workload(GOOD)
     assert parse_workload(json.loads(json.dumps(w.to_dict()))) == w
+
+
+def test_kernel_constants_agree_with_python():
+    """src_cython/_common.pxd and the Python constants name the same node kinds and states."""
+    from jitsched.errors import load_kernel
+    from jitsched.policies.base import DONE, RUNNING, WAITING
+
+    assert load_kernel("_lat").COMMON_CONSTANTS == {
+        "COMPUTE": COMPUTE, "TRANSFER": TRANSFER, "WAITING": WAITING, "RUNNING": RUNNING, "DONE": DONE}
