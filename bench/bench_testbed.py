@@ -114,10 +114,10 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
         res = {}
         for pol in order:
             t = time.perf_counter()
-            res[pol] = run_scenario(scenario, pol, seed=seed, prefix=prefix, measure_slots=0,
+            res[pol] = run_scenario(scenario, policy=pol, seed=seed, prefix=prefix, measure_slots=0,
                                     timeout_s=300.0, alpha=alpha, switch_priority=switch_priority,
                                     ingress=ingress, spare=spare,
-                                    daemon_options=jit_options if pol == "jit" else None)
+                                    daemon_options=jit_options if pol == "jit" else {})
             say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
                 f"{res[pol]['completed']}/{res[pol]['jobs']} jobs, "
                 f"background {res[pol]['background_mbit_mean']} Mbit/s ({time.perf_counter() - t:.0f} s)")

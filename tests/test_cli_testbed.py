@@ -3,34 +3,38 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 import jitsched.testbed.e2e as e2e
 import jitsched.testbed.scenario as scenario
 from jitsched.cli import main
+from jitsched.errors import ValidationError
+from jitsched.testbed.options import DAEMON_DEFAULTS, TestbedOptions
+from jitsched.testbed.scenario import SCENARIOS
 
 
-@pytest.mark.parametrize("extra,more", [
-    ([], {"ingress": None}),
-    (["--ingress"], {"ingress": True}),
-    (["--no-ingress"], {"ingress": False}),
+@pytest.mark.parametrize("extra,more,daemon", [
+    ([], {}, {}),
+    (["--ingress"], {"ingress": True}, {}),
+    (["--no-ingress"], {"ingress": False}, {}),
     (["--alpha", "0.7", "--job-order", "smallest", "--drift-s", "0.5", "--early-s", "0.25"],
-     {"ingress": None, "alpha": 0.7,
-      "daemon_options": {"policy_options": {"job_order": "smallest"}, "drift_s": 0.5, "early_s": 0.25}}),
-    (["--dl-share", "0.6"], {"ingress": None, "daemon_options": {"policy_options": {"dl_share": 0.6}}}),
-    (["--spare", "shared"], {"ingress": None, "spare": "shared"}),
+     {"alpha": 0.7, "job_order": "smallest", "drift_s": 0.5, "early_s": 0.25},
+     {"policy_options": {"job_order": "smallest"}, "drift_s": 0.5, "early_s": 0.25}),
+    (["--dl-share", "0.6"], {"dl_share": 0.6}, {"policy_options": {"dl_share": 0.6}}),
+    (["--spare", "shared"], {"spare": "shared"}, {}),
     (["--planning", "incremental", "--max-planner-duty", "0.33"],
-     {"ingress": None, "daemon_options": {"planning": "incremental", "max_planner_duty": 0.33}}),
+     {"planning": "incremental", "max_planner_duty": 0.33}, {"planning": "incremental", "max_planner_duty": 0.33}),
     # the link rate reaches the run and the prediction (it was accepted and ignored)
-    (["--link-mbit", "50"], {"ingress": None, "link_mbit": 50.0}),
+    (["--link-mbit", "50"], {"link_mbit": 50.0}, {}),
 ])
-def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more):
+def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more, daemon):
     calls = []
 
-    def fake_run(name, policy, **kw):
-        calls.append((name, policy, kw))
-        return {"policy": policy, "jobs": 2, "completed": 2, "details": {}}
+    def fake_run(name, options):
+        calls.append((name, options))
+        return {"policy": options.policy, "jobs": 2, "completed": 2, "details": {}}
 
     predicted = []
 
@@ -44,25 +48,63 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
     monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
     assert main(["testbed", "run", "--scenario", "paper-mini", "--seed", "3", "--prefix", "tq", "--json",
                  *extra]) == 0
-    assert calls == [("paper-mini", "jit", {"seed": 3, "prefix": "tq", "link_mbit": None, **more})]
+    [(name, options)] = calls
+    assert name == "paper-mini"
+    assert options == TestbedOptions(policy="jit", seed=3, prefix="tq", **more)
+    # what the jit daemon is configured with, over the testbed's defaults
+    assert options.daemon_settings() == {"policy": "jit", "slot_s": 0.1, "alpha": more.get("alpha"),
+                                         **DAEMON_DEFAULTS, **daemon}
     out = json.loads(capsys.readouterr().out)
     assert out["completed"] == 2
     # the simulator's prediction of the same workload with the same policy options
-    opts = more.get("daemon_options", {}).get("policy_options", {})
-    assert predicted == [("paper-mini", 3, {"link_mbit": more.get("link_mbit"), "alpha": more.get("alpha"),
-                                            "job_order": opts.get("job_order"),
-                                            "dl_share": opts.get("dl_share")})]
+    assert predicted == [("paper-mini", 3, {"link_mbit": more.get("link_mbit"), "slot_s": 0.1,
+                                            "alpha": more.get("alpha"), "job_order": more.get("job_order"),
+                                            "dl_share": more.get("dl_share")})]
     assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
                           "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dl-share", "0"], "dl_share: must be within (0, 1]"),
+    (["--seed", "-1"], "seed: must be within [0, inf)"),
+    (["--drift-s", "0", "--policy", "none"], "drift_s: must be positive"),
+    (["--prefix", "Bad"], "prefix: bad prefix 'Bad'"),
+])
+def test_bad_run_options_exit_2_naming_the_field_before_anything_runs(monkeypatch, capsys, extra, message):
+    ran = []
+    monkeypatch.setattr(e2e, "run_scenario", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    assert main(["testbed", "run", *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert ran == []
 
 
 @pytest.mark.parametrize("policy,ingress,enforced", [
     ("jit", None, True), ("jit", False, False), ("none", None, False), ("none", True, False),
 ])
 def test_ingress_ordering_is_on_by_default_under_jit_only(monkeypatch, policy, ingress, enforced):
-    import jitsched.testbed.e2e as e2e
-
     seen = []
-    monkeypatch.setattr(e2e, "_run", lambda *a: seen.append(a[12]) or {})
-    e2e.run_scenario("quick", policy, ingress=ingress)
+    monkeypatch.setattr(e2e, "_run", lambda sc, name, options: seen.append(options.enforce_ingress) or {})
+    e2e.run_scenario("quick", policy=policy, ingress=ingress)
     assert seen == [enforced]
+
+
+def test_run_scenario_takes_options_and_keyword_overrides(monkeypatch):
+    seen = []
+    monkeypatch.setattr(e2e, "_run", lambda sc, name, options: seen.append((sc, name, options)) or {})
+    base = TestbedOptions(policy="none", link_mbit=50.0, alpha=0.4)
+    e2e.run_scenario("paper-mini", base)
+    e2e.run_scenario("paper-mini", base, policy="jit", seed=2)
+    e2e.run_scenario("quick", link_mbit=20.0)
+    assert [(name, opts) for _, name, opts in seen] == [
+        ("paper-mini", base), ("paper-mini", replace(base, policy="jit", seed=2)),
+        ("quick", TestbedOptions(link_mbit=20.0))]
+    assert seen[0][0] == SCENARIOS["paper-mini"]
+    # the policy second, as before the options object: a clear error, not a silent mix-up
+    with pytest.raises(TypeError, match="policy='none'"):
+        e2e.run_scenario("quick", "none")
+    with pytest.raises(TypeError, match="no_such_field"):
+        e2e.run_scenario("quick", no_such_field=1)
+    with pytest.raises(ValidationError, match="link_mbit"):
+        e2e.run_scenario("quick", base, link_mbit=0.0)
+    assert len(seen) == 3

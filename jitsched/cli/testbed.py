@@ -6,6 +6,23 @@ import argparse
 
 from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, register
+from jitsched.testbed import DEFAULT_LINK_MBIT
+from jitsched.testbed.options import (
+    DAEMON_POLICY,
+    MeasureOptions,
+    TestbedOptions,
+    argument_specs,
+    options_from_args,
+)
+from jitsched.testbed.scenario import SCENARIOS
+
+# TestbedOptions flags the CLI leaves out: the switch ports' priority band is the
+# testbed bench's ablation (bench/bench_testbed.py --switch-priority)
+CLI_EXCLUDE = ("switch_priority",)
+
+
+def _args(cls: type, **kw) -> list:
+    return [arg(*flags, **options) for flags, options in argument_specs(cls, **kw)]
 
 
 @register(
@@ -13,39 +30,10 @@ from jitsched.cli.registry import arg, register
     arg("action", choices=("up", "down", "run", "measure"),
         help="up: build; down: remove (idempotent); run: scenario end to end; measure: tc enforcement"),
     arg("--hosts", type=int, default=4, help="number of hosts for up (default 4)"),
-    arg("--link-mbit", type=float, default=None,
-        help="link rate in Mbit/s each way (default 100; run: the scenario's, which scales its byte sizes)"),
-    arg("--prefix", default="js", help="names of namespaces/interfaces (default js: js-h0.., js-br0)"),
     arg("--cluster-file", default=None, help="where up writes the TOML cluster file"),
-    arg("--scenario", choices=("quick", "paper-mini"), default="quick", help="workload for run"),
-    arg("--policy", choices=("jit", "none"), default="jit",
-        help="run: jit scheduling, or none (plain TCP sharing, the TensorFlow baseline)"),
-    arg("--seed", type=int, default=0, help="workload seed for run"),
-    arg("--ingress", action=argparse.BooleanOptionalAction, default=None,
-        help="run, jit: agents also order their hosts' ingress (tc-ingress; default on under jit)"),
-    arg("--alpha", type=float, default=None,
-        help="run, jit: fraction of each job's transfers the LP plans (default 0: strict priority "
-             "only; the paper's is 0.4)"),
-    arg("--job-order", choices=("fair", "fifo", "smallest"), default=None,
-        help="run, jit: how jobs share a port in the LAT estimate (default fair, the paper's)"),
-    arg("--dl-share", type=float, default=None,
-        help="run, jit: fraction of each port plans may give DL transfers; the rest is the "
-             "background's floor (default 1)"),
-    arg("--spare", choices=("background", "shared"), default=None,
-        help="run, jit: who borrows capacity no plan holds: background first (default) or "
-             "flows and background in turn"),
-    arg("--planning", choices=("full", "incremental"), default=None,
-        help="run, jit: the daemon's planning mode (default full, as the simulator plans)"),
-    arg("--max-planner-duty", type=float, default=None,
-        help="run, jit: bound on the share of time full re-solves keep the planner busy (default none)"),
-    arg("--drift-s", type=float, default=None,
-        help="run, jit: re-solve when a transfer is this many seconds behind its plan "
-             "(default: never, like the simulator)"),
-    arg("--early-s", type=float, default=None,
-        help="run, jit: re-solve when a transfer arrives while its job has another paced to "
-             "finish more than this many seconds later (default: never)"),
-    arg("--slots", type=int, default=30, help="measure: slots of random rates (default 30)"),
-    arg("--slot-s", type=float, default=0.1, help="measure: slot length in seconds (default 0.1)"),
+    arg("--scenario", choices=tuple(SCENARIOS), default="quick", help="workload for run"),
+    *_args(TestbedOptions, exclude=CLI_EXCLUDE),
+    *_args(MeasureOptions),
     arg("--json", action="store_true", help="print the result as JSON"),
 )
 def cmd_testbed(args: argparse.Namespace) -> int:
@@ -59,7 +47,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             print(f"removed {len(removed)} namespaces" + (f": {' '.join(removed)}" if removed else ""))
         return 0
     if args.action == "up":
-        tb = testbed.up(args.hosts, args.link_mbit or 100.0, prefix=args.prefix, cluster_file=args.cluster_file)
+        tb = testbed.up(args.hosts, args.link_mbit or DEFAULT_LINK_MBIT, prefix=args.prefix,
+                        cluster_file=args.cluster_file)
         if args.json:
             emit_json(tb.to_json())
         else:
@@ -71,9 +60,10 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     if args.action == "measure":
         from jitsched.testbed.measure import measure_enforcement, summarize
 
-        tb = testbed.up(2, args.link_mbit or 100.0, prefix=args.prefix)
+        m = options_from_args(args, MeasureOptions)
+        tb = testbed.up(2, args.link_mbit or DEFAULT_LINK_MBIT, prefix=args.prefix)
         try:
-            out = summarize(measure_enforcement(tb, slot_s=args.slot_s, n_slots=args.slots, seed=args.seed))
+            out = summarize(measure_enforcement(tb, slot_s=m.slot_s, n_slots=m.slots, seed=args.seed))
         finally:
             testbed.down(args.prefix)
         if args.json:
@@ -86,29 +76,14 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import require_daemon_side
 
     require_daemon_side()
-    kw: dict = {"seed": args.seed, "prefix": args.prefix, "ingress": args.ingress, "link_mbit": args.link_mbit}
-    if args.spare is not None:
-        kw["spare"] = args.spare
-    if args.alpha is not None:
-        kw["alpha"] = args.alpha
-    daemon: dict = {}
-    policy_options = {k: v for k, v in (("job_order", args.job_order), ("dl_share", args.dl_share))
-                      if v is not None}
-    if policy_options:
-        daemon["policy_options"] = policy_options
-    for name in ("drift_s", "early_s", "planning", "max_planner_duty"):
-        if getattr(args, name) is not None:
-            daemon[name] = getattr(args, name)
-    if daemon:
-        kw["daemon_options"] = daemon
-    out = run_scenario(args.scenario, args.policy, **kw)
+    options = options_from_args(args, TestbedOptions)
+    out = run_scenario(args.scenario, options)
     # what the fluid simulator expects of the same workload under the same settings
     from jitsched.testbed.scenario import predict
 
-    pred = predict(args.scenario, args.seed, link_mbit=args.link_mbit, alpha=args.alpha, job_order=args.job_order,
-                   dl_share=args.dl_share)
+    pred = predict(args.scenario, options.seed, **options.prediction_options())
     out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
-                  for pol in ("jit", "tensorflow")}
+                  for pol in DAEMON_POLICY.values()}
     if args.json:
         emit_json(out)
     else:

@@ -19,7 +19,6 @@ a 100 ms plan would stall every runner and every slot change):
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing
 import os
 import signal
@@ -29,30 +28,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 
 from jitsched import testbed
 from jitsched.agents.backends.htb import MIN_BURST_B
-from jitsched.agents.backends.tc import SPARE_MODES
 from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.netns import in_netns
+from jitsched.testbed.options import DAEMON_DEFAULTS, DAEMON_POLICY, POLICIES, TestbedOptions
 
-POLICIES = ("jit", "none")
-# The daemon's policy per testbed policy. ``none`` enforces nothing, so its
-# daemon only keeps the books (LATs for the hit rate) and plans nothing:
-# an idle JIT planner would take CPU from plain TCP's runners.
-DAEMON_POLICY = {"jit": "jit", "none": "tensorflow"}
-# The daemon plans as the simulator's jit policy does, so that
-# :func:`jitsched.testbed.scenario.predict` describes the same policy: every
-# arrival re-solves all jobs jointly, and a transfer late against its plan
-# triggers nothing (replan_on_drift off). On this testbed a runner's
-# per-transfer overhead makes most transfers of Inception and ResNet152 finish
-# over 0.5 s behind a fluid plan: with drift re-plans (paper-mini seed 0) the
-# daemon re-solved 98 times, 40 s of solver CPU, and tc changes landed 35 ms
-# late at p95 on a 2-core machine.
-DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
 # A transfer of at most this many bytes fits, with its header (flow id, up to a
 # few hundred bytes) and ACK-sized segments, in the burst an HTB flow class
 # starts with (two full frames, htb.MIN_BURST_B), so it passes its class at once
@@ -69,62 +54,18 @@ SCHEDULED_TOS = 0x88
 INGRESS_SHARE = 0.98
 
 
-def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, prefix: str = "js",
-                 link_mbit: float | None = None, timeout_s: float = 120.0, slot_s: float = 0.1,
-                 measure_slots: int = 20, alpha: float | None = None, daemon_options: dict | None = None,
-                 switch_priority: bool = False, ingress: bool | None = None, spare: str = "background") -> dict:
+def run_scenario(scenario: str = "quick", options: TestbedOptions | None = None, **overrides) -> dict:
     """Bring the testbed up, run the scenario's jobs and background flows, tear down.
 
     Parameters
     ----------
     scenario : str
         A key of :data:`jitsched.testbed.scenario.SCENARIOS`.
-    policy : str
-        ``jit``: the daemon's ``jit`` policy enforced by tc agents (a flow's
-        planned rate is a floor; flows borrow what background leaves idle,
-        the policy's backfill); ``none``: the same jobs with no agents, so
-        flows share the shaped links as plain TCP.
-    seed : int
-        Workload seed (same seed, same jobs and background flows).
-    prefix : str
-        Testbed name prefix.
-    link_mbit : float, optional
-        Link rate in Mbit/s (default: the scenario's).
-    timeout_s : float
-        Per-job limit in seconds; also how long the files may take to finish after the last job.
-    slot_s : float
-        Scheduling slot in seconds.
-    measure_slots : int
-        ``jit`` only: slots of random tc rates measured first on hosts 0 -> 1
-        (:func:`jitsched.testbed.measure.measure_enforcement`); 0 skips. ``none``
-        enforces nothing, so its rate fields are None.
-    alpha : float or None
-        Fraction of each job's transfers the jit policy plans (None: the
-        policy's default, 0: the daemon sends strict-priority levels only).
-    daemon_options : dict, optional
-        Further :class:`jitsched.config.DaemonConfig` fields, over
-        :data:`DAEMON_DEFAULTS` (e.g. ``{"drift_s": 0.5}`` for drift re-plans).
-    switch_priority : bool
-        Mark every DL transfer with :data:`SCHEDULED_TOS` and give the switch
-        ports a strict-priority band for it, so DL traffic is ahead of the
-        files where the agents cannot reach (the receivers' ports); applies to
-        either policy, so ``none`` with it is the ablation.
-    ingress : bool or None
-        ``jit`` only: the agents enforce the plan on their hosts' ingress too
-        (``tc-ingress`` backend, shaped to :data:`INGRESS_SHARE` of the link,
-        the rate the daemon then plans ingress with; receivers register their
-        inbound flows and rank them as the senders do). None (default): on
-        under ``jit``. Without it only egress is ordered, and the flows of
-        several senders, the files among them, meet in the receiver's switch
-        port FIFO where TCP shares them. Measured with the default ``jit``
-        (one run each, seed 0, every file delivered): quick 8.40 s egress-only
-        vs 7.93 s with ingress (plain TCP 11.03 s); paper-mini 11.15 s vs
-        9.99 s (plain TCP 11.42-12.37 s), the files' goodput not lower.
-    spare : {"background", "shared"}
-        ``jit`` only: who borrows the capacity no class's rate holds
-        (:class:`jitsched.agents.backends.tc.TcBackend`): ``background``
-        (default) the files first, then flows above their plan, as the
-        simulator's backfill; ``shared`` the flows and the files in turn.
+    options : TestbedOptions, optional
+        The testbed, the policy and its settings (default: ``TestbedOptions()``).
+    **overrides
+        :class:`TestbedOptions` fields over ``options`` (e.g. ``policy="none",
+        link_mbit=50``), checked as the options are.
 
     Returns
     -------
@@ -141,33 +82,12 @@ def run_scenario(scenario: str = "quick", policy: str = "jit", seed: int = 0, pr
     """
     from jitsched.testbed.scenario import get_scenario
 
-    if policy not in POLICIES:
-        raise testbed.TestbedError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
-    if spare not in SPARE_MODES:
-        raise testbed.TestbedError(f"unknown spare mode {spare!r}; known: {', '.join(SPARE_MODES)}")
+    if isinstance(options, str):  # the policy, second before the options object replaced it
+        raise TypeError(f"run_scenario: pass the policy as policy={options!r} or in TestbedOptions")
+    options = TestbedOptions(**overrides) if options is None else replace(options, **overrides)
     sc = get_scenario(scenario)
-    link_mbit = link_mbit or sc.link_mbit
-    _check_daemon_options(policy, sc.hosts, slot_s, alpha, dict(daemon_options or {}))
     with _sigterm_as_exit():
-        return _run(sc, scenario, policy, seed, prefix, link_mbit, timeout_s, slot_s, measure_slots, alpha,
-                    dict(daemon_options or {}), switch_priority,
-                    (True if ingress is None else ingress) and policy == "jit", spare)
-
-
-def _check_daemon_options(policy: str, hosts: int, slot_s: float, alpha: float | None, options: dict) -> None:
-    # bad settings fail here, before the testbed is built, rather than in the
-    # daemon's process once namespaces and qdiscs are up
-    from jitsched.config import DaemonConfig, check_config
-    from jitsched.daemon.server import create_policy
-    from jitsched.model import Cluster
-
-    try:
-        cfg = DaemonConfig(cluster=Cluster.uniform(hosts), policy=DAEMON_POLICY[policy], slot_s=slot_s,
-                           alpha=alpha, **(DAEMON_DEFAULTS | options))
-    except TypeError as exc:
-        raise testbed.TestbedError(f"daemon_options: {exc}") from None
-    check_config(cfg)
-    create_policy(cfg)
+        return _run(sc, scenario, options)
 
 
 @contextlib.contextmanager
@@ -184,21 +104,22 @@ def _sigterm_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: float, timeout_s: float,
-         slot_s: float, measure_slots: int, alpha: float | None, daemon_options: dict,
-         switch_priority: bool, ingress: bool, spare: str) -> dict:
+def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     from jitsched.client import TransferSink
     from jitsched.client import send_bytes as _send
     from jitsched.config import DaemonConfig
     from jitsched.runner import JobResult, JobRunner
     from jitsched.testbed.scenario import background_contention, build_workload
 
+    policy, seed, prefix, timeout_s = options.policy, options.seed, options.prefix, options.timeout_s
+    link_mbit = options.link_mbit or sc.link_mbit
+    ingress = options.enforce_ingress
     # Under jit every DL transfer is marked, so the agents' tc can put the ones too
     # small to register ahead of the background (TcBackend's dl_tos class); the
     # switch ports' priority band is a separate choice (switch_priority).
-    tos = SCHEDULED_TOS if switch_priority or policy == "jit" else None
+    tos = SCHEDULED_TOS if options.switch_priority or policy == "jit" else None
     tb = testbed.up(sc.hosts, link_mbit, prefix=prefix,
-                    priority_tos=SCHEDULED_TOS if switch_priority else None)
+                    priority_tos=SCHEDULED_TOS if options.switch_priority else None)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     children: list[_Child] = []
@@ -208,13 +129,14 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
     daemon_stats: dict = {}
     agent_stats: dict = {}
     try:
-        if policy == "jit" and measure_slots:
+        if policy == "jit" and options.measure_slots:
             # the tc backend's per-slot rate accuracy and rate-change latency on these very
             # links, measured before the agents take the qdiscs over (the run itself mixes
             # flows that start and stop mid-slot, which says little about enforcement)
             from jitsched.testbed.measure import measure_enforcement, summarize
 
-            enforcement = summarize(measure_enforcement(tb, slot_s=slot_s, n_slots=measure_slots, seed=seed))
+            enforcement = summarize(measure_enforcement(tb, slot_s=options.slot_s, n_slots=options.measure_slots,
+                                                        seed=seed))
         wl, bg = build_workload(tb, link_mbit, scenario, seed)
         cluster = wl.cluster
         if ingress:
@@ -223,9 +145,8 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
         netns_of = {h.name: h.netns for h in tb.hosts}
         addr_of = {h.name: h.address for h in tb.hosts}
         cfg = DaemonConfig(cluster=cluster, job_endpoint=f"ipc://{tmp}/jobs",
-                           agent_endpoint=f"ipc://{tmp}/agents", policy=DAEMON_POLICY[policy],
-                           slot_s=slot_s, alpha=alpha, heartbeat_s=0.5, heartbeat_timeout_s=3.0,
-                           **(DAEMON_DEFAULTS | daemon_options))
+                           agent_endpoint=f"ipc://{tmp}/agents", heartbeat_s=0.5, heartbeat_timeout_s=3.0,
+                           **options.daemon_settings())
         daemon = _Child("daemon", _daemon_main, (cfg,))
         children.append(daemon)
         job_ep, agent_ep = daemon.ready()
@@ -236,7 +157,7 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
                                        ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress,
-                                        spare)))
+                                        options.spare)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
@@ -322,6 +243,7 @@ def _run(sc, scenario: str, policy: str, seed: int, prefix: str, link_mbit: floa
         "details": {"enforcement": enforcement, "background_window_mbit": bg_window_mbit,
                     "background_during_jobs": during,
                     "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
+                    "options": asdict(options),
                     "jct_s": {j: r.jct_s for j, r in sorted(results.items())},
                     # per job, per transfer: [start, duration] in seconds from the job's submission
                     "transfers": spans,

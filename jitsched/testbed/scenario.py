@@ -231,6 +231,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         as the testbed counts it).
     """
     from jitsched.sim import simulate
+    from jitsched.testbed.options import DAEMON_POLICY
 
     sc = get_scenario(scenario)
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
@@ -239,8 +240,9 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     jit_opts = {"slot_s": slot_s, "bg_weight": math.inf}
     jit_opts |= {k: v for k, v in (("alpha", alpha), ("job_order", job_order), ("dl_share", dl_share))
                  if v is not None}
-    for pol, opts in (("tensorflow", {}), ("jit", jit_opts)):
-        r = simulate(w, pol, policy_options=opts)
+    # the simulator's counterpart of each testbed policy is its daemon's policy
+    for pol in DAEMON_POLICY.values():
+        r = simulate(w, pol, policy_options=jit_opts if pol == "jit" else {})
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
                     "jct_by_model_s": r.jct_by_model(),

@@ -1,0 +1,415 @@
+"""Options of a testbed run and of a tc enforcement measurement, each a dataclass, and the argparse flags built from them."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import types
+import typing
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any
+
+from jitsched.config import PLANNING_MODES
+from jitsched.errors import ValidationError
+from jitsched.estimate import JOB_ORDERS
+from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
+
+# The daemon's policy per testbed policy, and the simulator's in
+# :func:`jitsched.testbed.scenario.predict`. ``none`` enforces nothing, so its
+# daemon only keeps the books (LATs for the hit rate) and plans nothing: an
+# idle JIT planner would take CPU from plain TCP's runners; its ideal is the
+# simulator's max-min fair ``tensorflow``.
+DAEMON_POLICY = {"jit": "jit", "none": "tensorflow"}
+POLICIES = tuple(DAEMON_POLICY)
+# The daemon plans as the simulator's jit policy does, so that
+# :func:`jitsched.testbed.scenario.predict` describes the same policy: every
+# arrival re-solves all jobs jointly, and a transfer late against its plan
+# triggers nothing (replan_on_drift off). On this testbed a runner's
+# per-transfer overhead makes most transfers of Inception and ResNet152 finish
+# over 0.5 s behind a fluid plan: with drift re-plans (paper-mini seed 0) the
+# daemon re-solved 98 times, 40 s of solver CPU, and tc changes landed 35 ms
+# late at p95 on a 2-core machine.
+DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
+# The tc backend's SPARE_MODES, repeated rather than imported: the backend loads
+# pyroute2 (~0.4 s) and the CLI builds these flags for every command it runs.
+# tests/test_testbed_options.py keeps the two equal.
+SPARE_MODES = ("background", "shared")
+# TestbedOptions fields that become DaemonConfig fields under jit (policy_options: the policy's own)
+_JIT_POLICY_OPTIONS = ("job_order", "dl_share")
+_JIT_DAEMON_OPTIONS = ("planning", "max_planner_duty", "drift_s", "early_s")
+
+
+def option(default: Any = MISSING, help: str = "", *, choices: Sequence[str] | None = None,
+           flag: bool = True, default_factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field of an options class: its default, help text, choices and whether it is a flag.
+
+    Parameters
+    ----------
+    default : object
+        The field's default (also the flag's).
+    help : str
+        One-line help; the flag's help text, where ``%(default)s`` is argparse's default.
+    choices : sequence of str, optional
+        The only values accepted (the flag's ``choices``).
+    flag : bool
+        Whether :func:`add_options` makes it a ``--flag`` (False: a Python-only setting).
+    default_factory : callable, optional
+        For a mutable default, as :func:`dataclasses.field`'s.
+    """
+    metadata = {"help": help, "flag": flag}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class TestbedOptions:
+    """How ``testbed run`` runs a scenario: the testbed, the policy and its settings.
+
+    Every field with ``flag`` metadata is a flag of ``jitsched testbed`` and
+    of ``bench/bench_testbed.py`` (:func:`add_options`); the help texts are
+    theirs. None means "not set": the scenario's link rate, the policy's or
+    the daemon's default. The jit settings reach the daemon only under
+    ``jit`` (:meth:`daemon_settings`) and the simulator's ``jit`` in
+    :func:`jitsched.testbed.scenario.predict` under either policy; they are
+    checked here, by the daemon's and the policy's own checks, before a
+    testbed is built.
+
+    Attributes
+    ----------
+    link_mbit : float or None
+        Link rate each way, Mbit/s (None: the scenario's; it scales the byte sizes).
+    prefix : str
+        Testbed name prefix (namespaces ``<prefix>-h<i>``, bridge ``<prefix>-br0``).
+    policy : {"jit", "none"}
+        ``jit``: the daemon's ``jit`` policy enforced by tc agents (a flow's
+        planned rate is a floor; flows borrow what background leaves idle,
+        the policy's backfill); ``none``: the same jobs with no agents, so
+        flows share the shaped links as plain TCP (the TensorFlow baseline).
+    seed : int
+        Workload seed (same seed, same jobs and files).
+    ingress : bool or None
+        jit: the agents enforce the plan on their hosts' ingress too
+        (``tc-ingress`` backend, shaped to :data:`jitsched.testbed.e2e.INGRESS_SHARE`
+        of the link, the rate the daemon then plans ingress with; receivers
+        register their inbound flows and rank them as the senders do). None:
+        on under jit. Without it only egress is ordered, and the flows of
+        several senders, the files among them, meet in the receiver's switch
+        port FIFO where TCP shares them. Measured with the default ``jit``
+        (one run each, seed 0, every file delivered): quick 8.40 s egress-only
+        vs 7.93 s with ingress (plain TCP 11.03 s); paper-mini 11.15 s vs
+        9.99 s (plain TCP 11.42-12.37 s), the files' goodput not lower.
+    alpha : float or None
+        jit: fraction of each job's transfers the LP plans, in [0, 1].
+    job_order : str or None
+        jit: how jobs share a port in the LAT estimate (:data:`jitsched.estimate.JOB_ORDERS`).
+    dl_share : float or None
+        jit: fraction of each port plans may give DL transfers, in (0, 1].
+    spare : {"background", "shared"}
+        jit: who borrows the capacity no class's rate holds (the tc backend's
+        ``spare``): ``background`` the files first, then flows above their
+        plan, as the simulator's backfill; ``shared`` the flows and the files in turn.
+    planning : str or None
+        jit: the daemon's planning mode (None: ``full``, :data:`DAEMON_DEFAULTS`).
+    max_planner_duty : float or None
+        jit: bound on the share of time full re-solves keep the planner busy, in (0, 1].
+    drift_s, early_s : float or None
+        jit: re-solve when a transfer is this many seconds behind its plan /
+        arrives this many seconds early (None: never).
+    switch_priority : bool
+        Mark every DL transfer with :data:`jitsched.testbed.e2e.SCHEDULED_TOS`
+        and give the switch ports a strict-priority band for it, so DL traffic
+        is ahead of the files where the agents cannot reach (the receivers'
+        ports); under ``none`` it is the ablation.
+    timeout_s : float
+        Per-job limit, s; also how long the files may take after the last job.
+    slot_s : float
+        Scheduling slot, s.
+    measure_slots : int
+        jit: slots of random tc rates measured on hosts 0 -> 1 before the run
+        (:func:`jitsched.testbed.measure.measure_enforcement`; 0: none). ``none``
+        enforces nothing, so its rate fields are None.
+    daemon_options : mapping
+        Further :class:`jitsched.config.DaemonConfig` fields, over everything
+        above (``policy_options`` merged key by key).
+    """
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    link_mbit: float | None = option(
+        None, "link rate in Mbit/s each way (default 100; run: the scenario's, which scales its byte sizes)")
+    prefix: str = option("js", "names of namespaces/interfaces (default %(default)s: %(default)s-h0.., "
+                               "%(default)s-br0)")
+    policy: str = option("jit", "run: jit scheduling, or none (plain TCP sharing, the TensorFlow baseline)",
+                         choices=POLICIES)
+    seed: int = option(0, "workload seed for run")
+    ingress: bool | None = option(
+        None, "run, jit: agents also order their hosts' ingress (tc-ingress; default on under jit)")
+    alpha: float | None = option(
+        None, "run, jit: fraction of each job's transfers the LP plans (default 0: strict priority only; "
+              "the paper's is 0.4)")
+    job_order: str | None = option(
+        None, "run, jit: how jobs share a port in the LAT estimate (default fair, the paper's)",
+        choices=JOB_ORDERS)
+    dl_share: float | None = option(
+        None, "run, jit: fraction of each port plans may give DL transfers; the rest is the background's "
+              "floor (default 1)")
+    spare: str = option(
+        "background", "run, jit: who borrows capacity no plan holds: background first (default) or flows "
+                      "and background in turn", choices=SPARE_MODES)
+    planning: str | None = option(
+        None, "run, jit: the daemon's planning mode (default full, as the simulator plans)",
+        choices=PLANNING_MODES)
+    max_planner_duty: float | None = option(
+        None, "run, jit: bound on the share of time full re-solves keep the planner busy (default none)")
+    drift_s: float | None = option(
+        None, "run, jit: re-solve when a transfer is this many seconds behind its plan (default: never, "
+              "like the simulator)")
+    early_s: float | None = option(
+        None, "run, jit: re-solve when a transfer arrives while its job has another paced to finish more "
+              "than this many seconds later (default: never)")
+    switch_priority: bool = option(
+        False, "run: DL transfers in a strict-priority band at the switch ports (both policies)")
+    timeout_s: float = option(120.0, "per-job limit in seconds", flag=False)
+    slot_s: float = option(0.1, "scheduling slot in seconds", flag=False)
+    measure_slots: int = option(20, "jit: slots of random tc rates measured before the run", flag=False)
+    daemon_options: Mapping[str, Any] = option(
+        help="further DaemonConfig fields", flag=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_choice(self, "policy")
+        _check_range(self, "seed", lo=0)
+        try:
+            check_prefix(self.prefix)
+        except TestbedError as exc:
+            raise ValidationError(f"prefix: {exc}") from None
+        if self.link_mbit is not None:
+            _check_range(self, "link_mbit", lo=LINK_MBIT_RANGE[0], hi=LINK_MBIT_RANGE[1])
+        _check_choice(self, "spare")
+        _check_range(self, "timeout_s", lo=0.0, open_lo=True)
+        _check_range(self, "slot_s", lo=0.0, open_lo=True)
+        _check_range(self, "measure_slots", lo=0)
+        if self.daemon_options is None:  # run_scenario's default before the options object
+            object.__setattr__(self, "daemon_options", {})
+        if not isinstance(self.daemon_options, Mapping):
+            raise ValidationError(f"daemon_options: expected a mapping, got {self.daemon_options!r}")
+        # a copy: the caller's dict changing later must not change a frozen run's settings
+        object.__setattr__(self, "daemon_options", dict(self.daemon_options))
+        # The daemon's and the policy's own checks (ranges, choices, unknown keys) on
+        # what this run's daemon gets; under none also on the jit settings, which the
+        # simulator's prediction uses whatever the testbed policy.
+        _check_daemon_settings(self.daemon_settings())
+        if self.policy != "jit":
+            _check_daemon_settings(self.daemon_settings("jit", extra=False))
+
+    @property
+    def enforce_ingress(self) -> bool:
+        """Whether the agents order their hosts' ingress in this run (``ingress``, on by default, jit only)."""
+        return (True if self.ingress is None else self.ingress) and self.policy == "jit"
+
+    def jit_settings(self) -> dict:
+        """The jit settings that are set, as :class:`jitsched.config.DaemonConfig` fields.
+
+        ``job_order`` and ``dl_share`` are the policy's own, in ``policy_options``.
+        """
+        out: dict = {name: getattr(self, name) for name in _JIT_DAEMON_OPTIONS if getattr(self, name) is not None}
+        policy_options = {name: getattr(self, name) for name in _JIT_POLICY_OPTIONS
+                          if getattr(self, name) is not None}
+        if policy_options:
+            out["policy_options"] = policy_options
+        return out
+
+    def daemon_settings(self, policy: str | None = None, *, extra: bool = True) -> dict:
+        """:class:`jitsched.config.DaemonConfig` fields of a run under ``policy`` (default: this one's).
+
+        ``policy``, ``slot_s`` and ``alpha``, then :data:`DAEMON_DEFAULTS`,
+        the jit settings under ``jit``, and (``extra``) ``daemon_options`` over
+        them, its ``policy_options`` merged with the jit ones.
+        """
+        policy = self.policy if policy is None else policy
+        out = {"policy": DAEMON_POLICY[policy], "slot_s": self.slot_s, "alpha": self.alpha, **DAEMON_DEFAULTS}
+        if policy == "jit":
+            out |= self.jit_settings()
+        if extra:
+            more = dict(self.daemon_options)
+            if "policy_options" in more and "policy_options" in out:
+                more["policy_options"] = {**out["policy_options"], **more["policy_options"]}
+            out |= more
+        return out
+
+    def prediction_options(self) -> dict:
+        """Keywords of :func:`jitsched.testbed.scenario.predict`: this run's link rate, slot and jit settings."""
+        return {"link_mbit": self.link_mbit, "slot_s": self.slot_s, "alpha": self.alpha,
+                "job_order": self.job_order, "dl_share": self.dl_share}
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How ``testbed measure`` (and the enforcement part of the testbed bench) drives the tc backend.
+
+    Attributes
+    ----------
+    slots : int
+        Slots of random rates, at least 1.
+    slot_s : float
+        Slot length, s.
+    """
+
+    slots: int = option(30, "measure: slots of random rates (default %(default)s)")
+    slot_s: float = option(0.1, "measure: slot length in seconds (default %(default)s)")
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _check_range(self, "slots", lo=1)
+        _check_range(self, "slot_s", lo=0.0, open_lo=True)
+
+
+def _check_choice(opts, name: str) -> None:
+    value = getattr(opts, name)
+    choices = _field(type(opts), name).metadata["choices"]
+    if value not in choices:
+        raise ValidationError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+def _check_types(opts) -> None:
+    # each field against its annotation: bool is an int to Python but never a
+    # count or a rate here, and an int is a fine float
+    hints = typing.get_type_hints(type(opts))
+    for f in fields(opts):
+        kind, optional = _flag_type(hints[f.name])
+        value = getattr(opts, f.name)
+        if kind not in (bool, int, float, str) or (value is None and optional):
+            continue
+        if kind is bool:
+            ok = isinstance(value, bool)
+        else:
+            ok = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else kind)
+        if not ok:
+            raise ValidationError(f"{f.name}: expected {'a' if kind is not int else 'an'} {kind.__name__}"
+                                  f"{' or None' if optional else ''}, got {value!r}")
+
+
+def _check_range(opts, name: str, lo: float, hi: float = math.inf, open_lo: bool = False) -> None:
+    value = getattr(opts, name)
+    # written so that NaN fails too
+    if not ((lo < value if open_lo else lo <= value) and value <= hi):
+        low = f"({lo:g}" if open_lo else f"[{lo:g}"
+        high = f"{hi:g}]" if math.isfinite(hi) else "inf)"
+        raise ValidationError(f"{name}: must be within {low}, {high}, got {value!r}")
+
+
+def _check_daemon_settings(settings: dict) -> None:
+    # a daemon for a 2-host cluster: the settings' checks do not depend on the hosts
+    from jitsched.config import DaemonConfig, check_config
+    from jitsched.daemon.server import create_policy
+    from jitsched.model import Cluster
+
+    try:
+        cfg = DaemonConfig(cluster=Cluster.uniform(2), **settings)
+        check_config(cfg)
+        create_policy(cfg)
+    except TypeError as exc:  # an unknown DaemonConfig field or policy option
+        raise ValidationError(f"daemon_options: {exc}") from None
+
+
+def _field(cls: type, name: str) -> Field:
+    return next(f for f in fields(cls) if f.name == name)
+
+
+def flag_fields(cls: type) -> list[Field]:
+    """The fields of options class ``cls`` that are command-line flags, in declaration order."""
+    return [f for f in fields(cls) if f.metadata.get("flag", False)]
+
+
+def _flag_type(hint: Any) -> tuple[type, bool]:
+    # the type a flag's value is parsed to, and whether the field may be None
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"a flag cannot parse a union of {args}")
+        return args[0], True
+    return hint, False
+
+
+def argument_specs(cls: type, *, exclude: Collection[str] = (), defaults: Mapping[str, Any] | None = None,
+                   many: Collection[str] = ()) -> list[tuple[tuple[str, ...], dict]]:
+    """``(flags, add_argument keywords)`` of every flag field of options class ``cls``.
+
+    A field ``link_mbit: float | None`` becomes ``--link-mbit`` with
+    ``type=float``; ``bool | None`` a ``--x/--no-x`` pair, ``bool`` a
+    ``store_true`` flag; the default is the field's, the help and choices its
+    metadata's.
+
+    Parameters
+    ----------
+    cls : type
+        A dataclass whose fields were declared with :func:`option`.
+    exclude : collection of str
+        Fields left out.
+    defaults : mapping, optional
+        Other defaults for some fields (their help's ``%(default)s`` follows).
+    many : collection of str
+        Fields that take one or more values (``nargs="+"``, the default a
+        one-item list), for a sweep: the caller builds one options object per value.
+
+    Returns
+    -------
+    list of (tuple of str, dict)
+    """
+    defaults = dict(defaults or {})
+    names = {f.name for f in flag_fields(cls)}
+    unknown = (set(exclude) | set(defaults) | set(many)) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no flag field {', '.join(sorted(unknown))}")
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in flag_fields(cls):
+        if f.name in exclude:
+            continue
+        kind, optional = _flag_type(hints[f.name])
+        default = defaults.get(f.name, f.default)
+        kw: dict[str, Any] = {"dest": f.name, "help": f.metadata["help"]}
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction if optional or default else "store_true"
+        else:
+            kw["type"] = kind
+        if "choices" in f.metadata:
+            kw["choices"] = f.metadata["choices"]
+        if f.name in many:
+            kw["nargs"] = "+"
+            kw["help"] += "; several values: one set of runs each"
+            default = [default]
+        kw["default"] = default
+        out.append(((f"--{f.name.replace('_', '-')}",), kw))
+    return out
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type, **kw) -> argparse.ArgumentParser:
+    """Add the flags of options class ``cls`` to ``parser`` (keywords: :func:`argument_specs`'s); returns it."""
+    for flags, options in argument_specs(cls, **kw):
+        parser.add_argument(*flags, **options)
+    return parser
+
+
+def options_from_args(args: argparse.Namespace, cls: type, **overrides):
+    """An instance of options class ``cls`` from parsed flags: every flag field ``args`` has, then ``overrides``.
+
+    Fields whose flag was excluded from the parser keep their defaults; a
+    field added with ``many`` holds a list in ``args`` and needs its one
+    value in ``overrides``.
+
+    Raises
+    ------
+    ValidationError
+        A value out of range, naming the field.
+    """
+    values = {f.name: getattr(args, f.name) for f in flag_fields(cls) if hasattr(args, f.name)}
+    return cls(**(values | overrides))
+
+
+__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SPARE_MODES", "MeasureOptions", "TestbedOptions",
+           "add_options", "argument_specs", "flag_fields", "option", "options_from_args"]
