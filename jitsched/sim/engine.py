@@ -105,254 +105,323 @@ class Simulator:
         SimResult
         """
         wall0 = time.perf_counter()
-        dag, cl, pol = self.dag, self.cluster, self.policy
-        wl = self.workload
+        run = _Run(self)
+        run.loop()
+        run.check_finished()
+        return collect(self, run.raw(time.perf_counter() - wall0))
+
+
+class _Run:
+    """The state of one :meth:`Simulator.run` and one handler per event kind.
+
+    SimPy style: :meth:`loop` takes the events off one heap (deterministic
+    ties, :class:`EventQueue`) and hands each to its handler; between events
+    the policy re-allocates whenever a handler left the flow set dirty. The
+    state lives on the object so that each step reads as a method; the hot
+    ones (:meth:`node_done`, :meth:`release`, ~10^6 calls at paper scale)
+    read the DAG from Python lists, as a numpy scalar access costs several
+    list reads.
+    """
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        dag, cl, wl = sim.dag, sim.cluster, sim.workload
+        self.dag, self.pol = dag, sim.policy
         n, nj, nb, nh = dag.n_nodes, dag.n_jobs, len(wl.background), len(cl)
-        cap_e, cap_i = cl.egress_Bps, cl.ingress_Bps
-        dur = self._durations()
-        pending = np.diff(dag.pred_ptr).astype(np.int64)
-        succ_ptr, succ_idx = dag.succ_ptr, dag.succ_idx
-        kind = dag.kind
-        state = np.full(n, WAITING, dtype=np.int8)
-        start = np.full(n, np.nan)
-        finish = np.full(n, np.nan)
-        remaining = np.where(kind == TRANSFER, dag.size, 0.0)
-        sent = np.zeros(n)
-        nodes_left = np.diff(dag.job_ptr).tolist()  # per job, a list: decremented per node
-        job_arrived = np.zeros(nj, dtype=bool)
-        job_done = np.zeros(nj, dtype=bool)
-        job_finish = np.full(nj, np.nan)
-        bg_src = np.array([cl.index(b.src) for b in wl.background], dtype=np.int64)
-        bg_dst = np.array([cl.index(b.dst) for b in wl.background], dtype=np.int64)
-        bg_bytes = np.array([b.bytes for b in wl.background], dtype=np.float64)
-        bg_arr = np.array([b.arrival_s for b in wl.background], dtype=np.float64)
-        bg_rem = bg_bytes.copy()
-        bg_sent = np.zeros(nb)
-        bg_finish = np.full(nb, np.nan)
-        clock = VirtualClock(0.0)
-        events = EventQueue()
+        self.nh, self.nb = nh, nb
+        self.cap_e, self.cap_i = cl.egress_Bps, cl.ingress_Bps
+        dur = sim._durations()
+        # node state, as SchedulerView shows it to the policy
+        self.state = np.full(n, WAITING, dtype=np.int8)
+        self.start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.remaining = np.where(dag.kind == TRANSFER, dag.size, 0.0)
+        self.sent = np.zeros(n)
+        self.nodes_left = np.diff(dag.job_ptr).tolist()  # per job, a list: decremented per node
+        self.jobs_left = nj
+        self.job_arrived = np.zeros(nj, dtype=bool)
+        self.job_done = np.zeros(nj, dtype=bool)
+        self.job_finish = np.full(nj, np.nan)
+        self.dag_window = [math.inf, -math.inf]  # first DAG arrival, last DAG finish
+        # background flows
+        self.bg_src = np.array([cl.index(b.src) for b in wl.background], dtype=np.int64)
+        self.bg_dst = np.array([cl.index(b.dst) for b in wl.background], dtype=np.int64)
+        self.bg_bytes = np.array([b.bytes for b in wl.background], dtype=np.float64)
+        self.bg_arr = np.array([b.arrival_s for b in wl.background], dtype=np.float64)
+        self.bg_sent = np.zeros(nb)
+        self.bg_finish = np.full(nb, np.nan)
+        self.bg_int = self.bg_sent.copy()  # background bytes per flow without the finishing crumbs
+        # the DAG as Python lists, for the per-node bookkeeping
+        self.kind_l, self.dur_l, self.job_of_l = dag.kind.tolist(), dur.tolist(), dag.job_of.tolist()
+        self.src_l, self.dst_l, self.size_l = dag.src.tolist(), dag.dst.tolist(), dag.size.tolist()
+        self.succ_ptr_l, self.succ_idx_l = dag.succ_ptr.tolist(), dag.succ_idx.tolist()
+        self.pending_l = np.diff(dag.pred_ptr).astype(np.int64).tolist()  # unfinished predecessors
+        # events
+        self.clock = VirtualClock(0.0)
+        self.events = EventQueue()
         for k in range(nj):
-            events.push(float(dag.arrival[k]), _JOB_ARRIVAL, k)
+            self.events.push(float(dag.arrival[k]), _JOB_ARRIVAL, k)
         for b in range(nb):
-            events.push(float(bg_arr[b]), _BG_ARRIVAL, b)
-        if self.tick_s is not None:
-            events.push(self.tick_s, _TICK, None)
+            self.events.push(float(self.bg_arr[b]), _BG_ARRIVAL, b)
+        if sim.tick_s is not None:
+            self.events.push(sim.tick_s, _TICK, None)
 
         # Active flows live in the first buf.n entries of parallel buffers that
         # grow by doubling: the per-event kernels of _sim.FlowTable update and
         # compact them in place, so an event costs a few calls, not one numpy
         # call per array (a paper-scale run has ~10^6 events over a few hundred
         # flows); the table holds every array they touch, so a call acquires none.
-        dag_egress = np.zeros(nh)  # DAG-transfer rate per host egress, bytes/s
-        dag_egress_int = np.zeros(nh)  # its integral over time, bytes
-        buf = load_kernel("_sim").FlowTable(sent, remaining, bg_sent, dag_egress, dag_egress_int,
-                                            np.ascontiguousarray(cap_e, dtype=np.float64),
-                                            np.ascontiguousarray(cap_i, dtype=np.float64),
-                                            DONE_ABS_BYTES, DONE_REL, 64)
-        advance = buf.advance  # moves buf.rem (exact at buf.t_last) to a later time
-        new_flows: list[tuple[int, int, int, int, int, float, float]] = []
-        dag_window = [math.inf, -math.inf]  # first DAG arrival, last DAG finish
+        self.dag_egress = np.zeros(nh)  # DAG-transfer rate per host egress, bytes/s
+        self.dag_egress_int = np.zeros(nh)  # its integral over time, bytes
+        self.buf = load_kernel("_sim").FlowTable(
+            self.sent, self.remaining, self.bg_sent, self.dag_egress, self.dag_egress_int,
+            np.ascontiguousarray(self.cap_e, dtype=np.float64),
+            np.ascontiguousarray(self.cap_i, dtype=np.float64), DONE_ABS_BYTES, DONE_REL, 64)
+        self.advance = self.buf.advance  # moves buf.rem (exact at buf.t_last) to a later time
+        self.new_flows: list[tuple[int, int, int, int, int, float, float]] = []  # for the next allocation
         # Remaining bandwidth per slot: the per-host byte integrals are sampled
         # at the grid instants (from the first DL arrival) and at the last DL
         # finish, between events, from the table's integrals (exact at its
         # last advance) and the rates in force since. No work per allocation.
-        slots = SlotLog()
-        next_slot = math.inf  # next grid instant to sample
-        bg_int = bg_sent.copy()  # background bytes per flow without the finishing crumbs
-        slot_k = [0]  # grid instants sampled
-        jobs_left = [nj]
+        self.slots = SlotLog()
+        self.next_slot = math.inf  # next grid instant to sample
+        self.slot_k = 0  # grid instants sampled
+        # the allocation in force
+        self.valid_until = math.inf
+        self.t_flow = math.inf  # earliest finish of a live flow at the current rates
+        # counters
+        self.n_alloc = 0
+        self.n_events = 0
+        self.policy_s = 0.0
+        self.max_util = 0.0
 
-        def sample_slot(t: float) -> None:
-            # rates are constant from the table's last advance to t
-            dt = t - buf.t_last
-            dag_int = dag_egress_int + dag_egress * dt
-            bg_live = np.where(np.isnan(bg_finish), bg_sent, bg_int)
-            bg_host = np.bincount(bg_src, bg_live, nh) if nb else np.zeros(nh)
-            k = buf.n
-            if k and dt > 0:
-                live = buf.bg[:k] >= 0
-                bg_host += np.bincount(buf.src[:k][live], buf.rate[:k][live] * dt, nh)
-            slots.add(t, dag_int, bg_host)
-        valid_until = math.inf
-        t_flow = math.inf  # earliest finish of a live flow at the current rates
-        n_alloc = 0
-        n_events = 0
-        policy_s = 0.0
-        max_util = 0.0
-
-        pol.reset(cl)
-        view = SchedulerView(cl, 0.0, dag, job_arrived, job_done, state, finish, remaining,
-                             FlowSet.empty(), bg_src, bg_dst, bg_bytes, bg_arr, virtual_time=True)
-        bar = None
-        if self.progress:
+        self.pol.reset(cl)
+        self.view = SchedulerView(cl, 0.0, dag, self.job_arrived, self.job_done, self.state, self.finish,
+                                  self.remaining, FlowSet.empty(), self.bg_src, self.bg_dst, self.bg_bytes,
+                                  self.bg_arr, virtual_time=True)
+        self.bar = None
+        if sim.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=nj + nb, desc=f"sim {pol.name}", unit="job", leave=False)
+            self.bar = tqdm(total=nj + nb, desc=f"sim {self.pol.name}", unit="job", leave=False)
 
-        # Per-node bookkeeping runs ~10^6 times at paper scale: read the DAG
-        # from Python lists (a numpy scalar access costs several list reads).
-        kind_l, dur_l, job_of_l = kind.tolist(), dur.tolist(), dag.job_of.tolist()
-        src_l, dst_l, size_l = dag.src.tolist(), dag.dst.tolist(), dag.size.tolist()
-        succ_ptr_l, succ_idx_l = succ_ptr.tolist(), succ_idx.tolist()
-        pending_l = pending.tolist()
+    # ------------------------------------------------------------------ the loop
 
-        def release(v: int, now: float, out: list) -> None:
-            # node v's predecessors are all done
-            state[v] = RUNNING
-            start[v] = now
-            if kind_l[v] == COMPUTE:
-                events.push(now + dur_l[v], _COMPUTE_DONE, v)
-            else:
-                out.append((src_l[v], dst_l[v], v, job_of_l[v], -1, now, size_l[v]))
-
-        def node_done(v: int, now: float) -> None:
-            nonlocal policy_s
-            state[v] = DONE
-            finish[v] = now
-            k = job_of_l[v]
-            for e in range(succ_ptr_l[v], succ_ptr_l[v + 1]):
-                w = succ_idx_l[e]
-                pending_l[w] -= 1
-                if pending_l[w] == 0:
-                    release(w, now, new_flows)
-            nodes_left[k] -= 1
-            if nodes_left[k] == 0:
-                job_done[k] = True
-                job_finish[k] = now
-                dag_window[1] = max(dag_window[1], now)
-                jobs_left[0] -= 1
-                if jobs_left[0] == 0:
-                    sample_slot(now)  # the remaining-bandwidth window ends here
-                if bar is not None:
-                    bar.update(1)
-            view.now = now
-            tp = time.perf_counter()
-            pol.on_node_done(view, v)
-            policy_s += time.perf_counter() - tp
-
+    def loop(self) -> None:
+        """Run to the end: allocate when dirty, jump to the next instant, handle what is due."""
+        clock, events = self.clock, self.events
+        handlers = {_JOB_ARRIVAL: self.on_job_arrival, _BG_ARRIVAL: self.on_bg_arrival,
+                    _COMPUTE_DONE: self.on_compute_done, _TICK: self.on_tick}
         dirty = True
         while True:
             now = clock.now()
             if dirty:
-                advance(now)
-                if new_flows:
-                    buf.append(new_flows)  # done when at most tol bytes are left (from the size)
-                    new_flows.clear()
-                n_live = buf.n
-                f_src, f_dst = buf.src[:n_live], buf.dst[:n_live]
-                f_rem = buf.rem[:n_live]
-                view.now = now
-                # Views of the buffers: policies read them during allocate() only
-                # (they never keep or mutate a FlowSet); remaining is a copy, in
-                # a buffer of the table that the next allocation refills.
-                # checked: the buffers hold compiled host/node indices only (and
-                # __init__ checked the capacities), so policies skip their O(F) checks
-                view.flows = FlowSet(f_src, f_dst, buf.remaining(), buf.node[:n_live],
-                                     buf.job[:n_live], buf.bg[:n_live], buf.rel[:n_live], checked=True)
-                tp = time.perf_counter()
-                alloc = pol.allocate(view)
-                policy_s += time.perf_counter() - tp
-                n_alloc += 1
-                f_rate = np.ascontiguousarray(alloc.rates, dtype=np.float64)
-                if f_rate.shape != f_rem.shape:
-                    raise RuntimeError(f"policy {pol.name!r} returned {f_rate.shape} rates "
-                                       f"for {f_rem.shape[0]} flows")
-                check = self.check and n_live > 0
-                t_flow, util_e, util_i, ok = buf.allocated(now, check, CAPACITY_RTOL, f_rate)
-                if check:
-                    if not ok:
-                        check_capacity(f_src, f_dst, f_rate, cap_e, cap_i)  # raises, naming the port
-                        raise AssertionError("allocation over capacity")  # pragma: no cover
-                    max_util = max(max_util, util_e, util_i)
-                valid_until = float(alloc.valid_until_s)
-                if valid_until <= now:
-                    raise RuntimeError(f"policy {pol.name!r} asked to be woken at "
-                                       f"{valid_until} <= now {now}")
+                self.allocate(now)
                 dirty = False
-            t_ev = events.peek_time()
-            t_next = min(t_flow, t_ev, valid_until)
+            t_next = min(self.t_flow, events.peek_time(), self.valid_until)
             if t_next == math.inf:
                 break
             clock.wait_until(max(t_next, now))
             now = clock.now()
-            while next_slot <= now and jobs_left[0]:
+            while self.next_slot <= now and self.jobs_left:
                 # the grid instants passed on the way, up to the last DL finish
-                sample_slot(next_slot)
-                slot_k[0] += 1
-                next_slot = slots.origin + slots.slot_s * slot_k[0]
-            n_events += 1
-            if t_flow <= now:
-                advance(now)
-                fin_nodes, fin_bgs, crumbs = buf.collect_done(now)
-                for v, b, c in zip(fin_nodes, fin_bgs, crumbs, strict=True):
-                    if v >= 0:
-                        sent[v] += max(c, 0.0)  # the float crumb goes out with the rest
-                        remaining[v] = 0.0
-                        node_done(v, now)
-                    else:
-                        bg_int[b] = bg_sent[b]  # before the crumb: a finished flow adds nothing later
-                        bg_sent[b] += max(c, 0.0)
-                        bg_rem[b] = 0.0
-                        bg_finish[b] = now
-                        if bar is not None:
-                            bar.update(1)
-                        view.now = now
-                        tp = time.perf_counter()
-                        pol.on_flow_done(view, b)
-                        policy_s += time.perf_counter() - tp
+                self.sample_slot(self.next_slot)
+                self.slot_k += 1
+                self.next_slot = self.slots.origin + self.slots.slot_s * self.slot_k
+            self.n_events += 1
+            if self.t_flow <= now:
+                self.flows_done(now)
                 dirty = True  # the flow set changed: t_flow is recomputed with the new rates
             while events.peek_time() <= now:
                 _, ev, payload = events.pop()
-                if ev == _COMPUTE_DONE:
-                    node_done(payload, now)
-                    if new_flows:
-                        dirty = True
-                    continue
-                dirty = True
-                advance(now)
-                view.now = now
-                tp = time.perf_counter()
-                if ev == _JOB_ARRIVAL:
-                    k = payload
-                    job_arrived[k] = True
-                    dag_window[0] = min(dag_window[0], now)
-                    if slots.origin is None:  # the slot grid starts at the first DL arrival
-                        slots.origin = now
-                        sample_slot(now)
-                        slot_k[0] = 1
-                        next_slot = now + slots.slot_s
-                    lo, hi = int(dag.job_ptr[k]), int(dag.job_ptr[k + 1])
-                    for v in range(lo, hi):
-                        if pending_l[v] == 0:
-                            release(v, now, new_flows)
-                    pol.on_job_arrival(view, k)
-                elif ev == _BG_ARRIVAL:
-                    b = payload
-                    new_flows.append((int(bg_src[b]), int(bg_dst[b]), -1, -1, b, now, float(bg_bytes[b])))
-                    pol.on_flow_arrival(view, b)
-                elif ev == _TICK:
-                    pol.on_tick(view)
-                    if len(events) or buf.n or new_flows:
-                        events.push(now + self.tick_s, _TICK, None)
-                policy_s += time.perf_counter() - tp
-            if valid_until <= now:
+                if handlers[ev](now, payload):
+                    dirty = True
+            if self.valid_until <= now:
                 dirty = True
             if not dirty and not math.isfinite(t_next):
                 break
-        if bar is not None:
-            bar.close()
-        if buf.n:
-            raise RuntimeError(f"policy {pol.name!r} left {buf.n} flows starved "
-                               f"(zero rate, nothing left to wake it) at t={clock.now()}")
-        if not np.all(job_done):
-            stuck = dag.job_ids[int(np.flatnonzero(~job_done)[0])]
+        if self.bar is not None:
+            self.bar.close()
+
+    def allocate(self, now: float) -> None:
+        """Move the flows to ``now``, add the new ones, and take the policy's rates for them."""
+        buf, view, pol = self.buf, self.view, self.pol
+        self.advance(now)
+        if self.new_flows:
+            buf.append(self.new_flows)  # done when at most tol bytes are left (from the size)
+            self.new_flows.clear()
+        n_live = buf.n
+        f_src, f_dst = buf.src[:n_live], buf.dst[:n_live]
+        f_rem = buf.rem[:n_live]
+        view.now = now
+        # Views of the buffers: policies read them during allocate() only
+        # (they never keep or mutate a FlowSet); remaining is a copy, in
+        # a buffer of the table that the next allocation refills.
+        # checked: the buffers hold compiled host/node indices only (and
+        # Simulator checked the capacities), so policies skip their O(F) checks
+        view.flows = FlowSet(f_src, f_dst, buf.remaining(), buf.node[:n_live],
+                             buf.job[:n_live], buf.bg[:n_live], buf.rel[:n_live], checked=True)
+        tp = time.perf_counter()
+        alloc = pol.allocate(view)
+        self.policy_s += time.perf_counter() - tp
+        self.n_alloc += 1
+        f_rate = np.ascontiguousarray(alloc.rates, dtype=np.float64)
+        if f_rate.shape != f_rem.shape:
+            raise RuntimeError(f"policy {pol.name!r} returned {f_rate.shape} rates "
+                               f"for {f_rem.shape[0]} flows")
+        check = self.sim.check and n_live > 0
+        self.t_flow, util_e, util_i, ok = buf.allocated(now, check, CAPACITY_RTOL, f_rate)
+        if check:
+            if not ok:
+                check_capacity(f_src, f_dst, f_rate, self.cap_e, self.cap_i)  # raises, naming the port
+                raise AssertionError("allocation over capacity")  # pragma: no cover
+            self.max_util = max(self.max_util, util_e, util_i)
+        self.valid_until = float(alloc.valid_until_s)
+        if self.valid_until <= now:
+            raise RuntimeError(f"policy {pol.name!r} asked to be woken at "
+                               f"{self.valid_until} <= now {now}")
+
+    def sample_slot(self, t: float) -> None:
+        """Record the per-host DAG and background bytes sent up to ``t`` (rates constant since the last advance)."""
+        buf, nh = self.buf, self.nh
+        dt = t - buf.t_last
+        dag_int = self.dag_egress_int + self.dag_egress * dt
+        bg_live = np.where(np.isnan(self.bg_finish), self.bg_sent, self.bg_int)
+        bg_host = np.bincount(self.bg_src, bg_live, nh) if self.nb else np.zeros(nh)
+        k = buf.n
+        if k and dt > 0:
+            live = buf.bg[:k] >= 0
+            bg_host += np.bincount(buf.src[:k][live], buf.rate[:k][live] * dt, nh)
+        self.slots.add(t, dag_int, bg_host)
+
+    # ------------------------------------------------------------------ nodes and flows
+
+    def release(self, v: int, now: float) -> None:
+        """Start node ``v``, whose predecessors are all done: a compute runs, a transfer joins the flows."""
+        self.state[v] = RUNNING
+        self.start[v] = now
+        if self.kind_l[v] == COMPUTE:
+            self.events.push(now + self.dur_l[v], _COMPUTE_DONE, v)
+        else:
+            self.new_flows.append((self.src_l[v], self.dst_l[v], v, self.job_of_l[v], -1, now, self.size_l[v]))
+
+    def node_done(self, v: int, now: float) -> None:
+        """Finish node ``v``: release the successors it was the last wait of, close its job if it was the last node."""
+        self.state[v] = DONE
+        self.finish[v] = now
+        k = self.job_of_l[v]
+        pending, succ_idx = self.pending_l, self.succ_idx_l
+        for e in range(self.succ_ptr_l[v], self.succ_ptr_l[v + 1]):
+            w = succ_idx[e]
+            pending[w] -= 1
+            if pending[w] == 0:
+                self.release(w, now)
+        self.nodes_left[k] -= 1
+        if self.nodes_left[k] == 0:
+            self.job_done[k] = True
+            self.job_finish[k] = now
+            self.dag_window[1] = max(self.dag_window[1], now)
+            self.jobs_left -= 1
+            if self.jobs_left == 0:
+                self.sample_slot(now)  # the remaining-bandwidth window ends here
+            if self.bar is not None:
+                self.bar.update(1)
+        self.view.now = now
+        tp = time.perf_counter()
+        self.pol.on_node_done(self.view, v)
+        self.policy_s += time.perf_counter() - tp
+
+    def flows_done(self, now: float) -> None:
+        """Take the flows finished by ``now`` out of the table; their nodes are done."""
+        self.advance(now)
+        fin_nodes, fin_bgs, crumbs = self.buf.collect_done(now)
+        sent, remaining, bg_sent = self.sent, self.remaining, self.bg_sent
+        for v, b, c in zip(fin_nodes, fin_bgs, crumbs, strict=True):
+            if v >= 0:
+                sent[v] += max(c, 0.0)  # the float crumb goes out with the rest
+                remaining[v] = 0.0
+                self.node_done(v, now)
+            else:
+                self.bg_int[b] = bg_sent[b]  # before the crumb: a finished flow adds nothing later
+                bg_sent[b] += max(c, 0.0)
+                self.bg_finish[b] = now
+                if self.bar is not None:
+                    self.bar.update(1)
+                self.view.now = now
+                tp = time.perf_counter()
+                self.pol.on_flow_done(self.view, b)
+                self.policy_s += time.perf_counter() - tp
+
+    # ------------------------------------------------------------------ event handlers
+    # Each takes (now, payload) and returns whether the flow set needs a new allocation.
+
+    def on_compute_done(self, now: float, v: int) -> bool:
+        """A compute node's duration is over."""
+        self.node_done(v, now)
+        return bool(self.new_flows)
+
+    def _policy_event(self, now: float) -> None:
+        # before an arrival or a tick the policy sees: the flows moved to now
+        self.advance(now)
+        self.view.now = now
+
+    def on_job_arrival(self, now: float, k: int) -> bool:
+        """Job ``k`` arrives: its source nodes start; the first DL arrival starts the slot grid."""
+        self._policy_event(now)
+        tp = time.perf_counter()
+        self.job_arrived[k] = True
+        self.dag_window[0] = min(self.dag_window[0], now)
+        if self.slots.origin is None:  # the slot grid starts at the first DL arrival
+            self.slots.origin = now
+            self.sample_slot(now)
+            self.slot_k = 1
+            self.next_slot = now + self.slots.slot_s
+        lo, hi = int(self.dag.job_ptr[k]), int(self.dag.job_ptr[k + 1])
+        for v in range(lo, hi):
+            if self.pending_l[v] == 0:
+                self.release(v, now)
+        self.pol.on_job_arrival(self.view, k)
+        self.policy_s += time.perf_counter() - tp
+        return True
+
+    def on_bg_arrival(self, now: float, b: int) -> bool:
+        """Background flow ``b`` arrives and joins the flows."""
+        self._policy_event(now)
+        tp = time.perf_counter()
+        self.new_flows.append((int(self.bg_src[b]), int(self.bg_dst[b]), -1, -1, b, now, float(self.bg_bytes[b])))
+        self.pol.on_flow_arrival(self.view, b)
+        self.policy_s += time.perf_counter() - tp
+        return True
+
+    def on_tick(self, now: float, _payload: None) -> bool:
+        """The policy's periodic tick; the next one is due while anything is left to happen."""
+        self._policy_event(now)
+        tp = time.perf_counter()
+        self.pol.on_tick(self.view)
+        if len(self.events) or self.buf.n or self.new_flows:
+            self.events.push(now + self.sim.tick_s, _TICK, None)
+        self.policy_s += time.perf_counter() - tp
+        return True
+
+    # ------------------------------------------------------------------ the end
+
+    def check_finished(self) -> None:
+        """Raise if a flow or a job was left behind when nothing was left to happen."""
+        if self.buf.n:
+            raise RuntimeError(f"policy {self.pol.name!r} left {self.buf.n} flows starved "
+                               f"(zero rate, nothing left to wake it) at t={self.clock.now()}")
+        if not np.all(self.job_done):
+            stuck = self.dag.job_ids[int(np.flatnonzero(~self.job_done)[0])]
             raise RuntimeError(f"job {stuck!r} never finished")
-        wall = time.perf_counter() - wall0
-        return collect(self, dict(
-            start=start, finish=finish, sent=sent, job_finish=job_finish, bg_finish=bg_finish,
-            bg_sent=bg_sent, bg_src=bg_src, bg_dst=bg_dst, bg_bytes=bg_bytes, bg_arr=bg_arr,
-            dag_egress_int=dag_egress_int, dag_window=tuple(dag_window), slots=slots, wall_s=wall,
-            policy_s=policy_s, n_alloc=n_alloc, n_events=n_events, max_util=max_util, end_s=clock.now()))
+
+    def raw(self, wall_s: float) -> dict:
+        """The run's arrays and counters, as :func:`jitsched.sim.metrics.collect` takes them."""
+        return dict(
+            start=self.start, finish=self.finish, sent=self.sent, job_finish=self.job_finish,
+            bg_finish=self.bg_finish, bg_sent=self.bg_sent, bg_src=self.bg_src, bg_dst=self.bg_dst,
+            bg_bytes=self.bg_bytes, bg_arr=self.bg_arr, dag_egress_int=self.dag_egress_int,
+            dag_window=tuple(self.dag_window), slots=self.slots, wall_s=wall_s, policy_s=self.policy_s,
+            n_alloc=self.n_alloc, n_events=self.n_events, max_util=self.max_util, end_s=self.clock.now())
 
 
 def simulate(workload: Workload, policy: Policy | str, **kwargs) -> SimResult:
