@@ -16,6 +16,12 @@ fluid simulator runs the same workload under ``tensorflow`` (ideal max-min
 fair sharing) and ``jit``: its ratio is what the policy could attain on an
 ideal network, next to what the testbed measured.
 
+The run flags (``--link-mbit``, ``--alpha``, ``--dl-share``...) are
+:class:`jitsched.testbed.options.TestbedOptions`' fields, the same as
+``jitsched testbed run``'s; ``--link-mbit`` sets the enforcement testbeds'
+and the runs' link rate (default: 100 Mbit/s, the scenarios'). Several
+``--dl-share`` values: one set of pairs each.
+
 ``--figure PATH`` draws each scenario's per-job JCTs (testbed medians beside
 the simulator's) to a PNG; ``--replot FILE.json`` redraws it from a saved
 ``--json`` output without running anything.
@@ -34,17 +40,41 @@ if not __package__:  # run as ``python bench/bench_testbed.py``: sys.path starts
     # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import pyplot, require_matplotlib
+from bench.common import policy_default, pyplot, require_matplotlib
 from jitsched import testbed
-from jitsched.agents.backends.tc import SPARE_MODES
-from jitsched.estimate import JOB_ORDERS
+from jitsched.errors import ValidationError
+from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.measure import measure_enforcement, summarize
+from jitsched.testbed.options import (
+    DAEMON_POLICY,
+    POLICIES,
+    MeasureOptions,
+    TestbedOptions,
+    add_options,
+    flag_fields,
+    options_from_args,
+)
 from jitsched.testbed.scenario import SCENARIOS, predict, require_daemon_side
 
 GOALS = {"rate_accuracy_p50": "within ±3 %", "rate_accuracy_p5": "within ±10 %",
          "rate_change_latency_ms_p50": "< 5 ms after the slot boundary",
          "jct_ratio_none_over_jit": ">= 1.3 with background present",
          "background": "JIT background goodput >= none's"}
+# The option flags whose defaults differ from jitsched testbed's: the bench's own
+# namespaces, so that it never tears down a testbed the CLI left up under js, and
+# longer enforcement measurements. Every scenario runs under each testbed policy,
+# so --policy is not a flag; --dl-share takes several values, one set of pairs each.
+MEASURE_DEFAULTS = {"slots": 40}
+RUN_DEFAULTS = {"prefix": "jsb"}
+RUN_EXCLUDE = ("policy",)
+SWEEP = ("dl_share",)
+# every run's: paper-mini's jobs need longer than the CLI's 120 s, and enforcement
+# is measured apart, on fresh testbeds, rather than before each run
+RUN_OVERRIDES = {"timeout_s": 300.0, "measure_slots": 0}
+# the simulator's counterpart of each testbed policy (jitsched.testbed.scenario.predict)
+SIM_POLICIES = tuple(DAEMON_POLICY.values())
+# what a run's DL share is when none is set: the jit policy's own default
+DEFAULT_DL_SHARE = policy_default("jit", "dl_share")
 RUN_KEYS = ("mean_jct_s", "completed", "jobs", "lat_hit_rate", "background_mbit_mean",
             "background_slowdown_mean", "background_completed")
 
@@ -73,51 +103,42 @@ def _paired(jit: dict, none: dict) -> dict:
             "speedup_by_model": {m: statistics.fmean(v) for m, v in sorted(by_model.items())}}
 
 
-def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: float | None = None,
-             job_order: str | None = None, switch_priority: bool = False, ingress: bool | None = None,
-             drift_s: float | None = None, early_s: float | None = None, dl_share: float = 1.0,
-             planning: str | None = None, max_planner_duty: float | None = None,
-             spare: str = "background") -> dict:
-    """``repeat`` jit/none pairs of ``scenario`` on ``seed`` plus the simulator's prediction.
+def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
+    """``repeat`` pairs of runs of ``scenario``, one under each testbed policy, plus the simulator's prediction.
 
-    ``alpha``, ``job_order`` and ``dl_share`` are the jit policy's (daemon and simulator
-    alike; None: the policy's default); ``switch_priority`` gives DL transfers the switch ports' priority
-    band under both policies; ``ingress``: jit agents enforce their hosts' ingress too;
-    ``drift_s``: the jit daemon re-solves when a transfer is this many seconds
-    behind its plan (None: never, as the simulator's prediction); ``early_s``:
-    also when one arrives this many seconds before its LAT (None: never);
-    ``planning`` and ``max_planner_duty``: the jit daemon's planning mode and
-    bound on re-solve time (None: the testbed's defaults, full re-solves as the
-    simulator plans, unbounded); ``spare``: who borrows capacity no plan holds
-    (:func:`jitsched.testbed.e2e.run_scenario`).
+    Parameters
+    ----------
+    scenario : str
+        A key of :data:`jitsched.testbed.scenario.SCENARIOS`.
+    options : TestbedOptions
+        Every run's, but for the policy; the jit settings reach the daemon of
+        the jit runs and the simulator's jit
+        (:func:`jitsched.testbed.e2e.run_scenario`, :func:`jitsched.testbed.scenario.predict`).
+    repeat : int
+        Pairs; the first policy alternates.
+    say : callable
+        Takes each progress line.
+
+    Returns
+    -------
+    dict
+        ``scenario``, ``repeat``, every option flag's value but the policy's,
+        ``median`` (over the pairs), ``simulator`` and ``runs``.
     """
     from jitsched.testbed.e2e import run_scenario
 
     t = time.perf_counter()
-    pred = predict(scenario, seed, alpha=alpha, job_order=job_order, dl_share=dl_share)
+    pred = predict(scenario, options.seed, **options.prediction_options())
     say(f"{scenario}: simulator tensorflow {pred['tensorflow']['mean_jct_s']:.2f} s, "
         f"jit {pred['jit']['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
         f"({time.perf_counter() - t:.0f} s)")
-    policy_options = {k: v for k, v in (("job_order", job_order), ("dl_share", dl_share)) if v is not None}
-    jit_options: dict = {"policy_options": policy_options} if policy_options else {}
-    if drift_s is not None:
-        jit_options["drift_s"] = drift_s
-    if early_s is not None:
-        jit_options["early_s"] = early_s
-    if planning is not None:
-        jit_options["planning"] = planning
-    if max_planner_duty is not None:
-        jit_options["max_planner_duty"] = max_planner_duty
     runs = []
     for r in range(repeat):
-        order = ("jit", "none") if r % 2 == 0 else ("none", "jit")
+        order = POLICIES if r % 2 == 0 else POLICIES[::-1]
         res = {}
         for pol in order:
             t = time.perf_counter()
-            res[pol] = run_scenario(scenario, policy=pol, seed=seed, prefix=prefix, measure_slots=0,
-                                    timeout_s=300.0, alpha=alpha, switch_priority=switch_priority,
-                                    ingress=ingress, spare=spare,
-                                    daemon_options=jit_options if pol == "jit" else {})
+            res[pol] = run_scenario(scenario, options, policy=pol)
             say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
                 f"{res[pol]['completed']}/{res[pol]['jobs']} jobs, "
                 f"background {res[pol]['background_mbit_mean']} Mbit/s ({time.perf_counter() - t:.0f} s)")
@@ -132,7 +153,7 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
     med = {"jct_ratio_none_over_jit": _median(x["jct_ratio_none_over_jit"] for x in runs),
            "mean_speedup": _median(x["mean_speedup"] for x in runs),
            "speedup_by_model": {m: _median(x["speedup_by_model"].get(m) for x in runs) for m in models}}
-    for pol in ("jit", "none"):
+    for pol in POLICIES:
         for k in ("mean_jct_s", "lat_hit_rate", "background_mbit_mean", "background_slowdown_mean"):
             med[f"{pol}_{k}"] = _median(x[pol][k] for x in runs)
         # DL bytes that crossed the files' ports while they moved: what the files gave up
@@ -146,20 +167,16 @@ def run_jobs(scenario: str, seed: int, repeat: int, prefix: str, say, *, alpha: 
                                            for a in x["jit"]["agents"].values())
     sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
                     for m in pred["jit"]["jct_by_model_s"]}
-    return {"scenario": scenario, "seed": seed, "repeat": repeat, "alpha": alpha, "job_order": job_order,
-            "dl_share": dl_share, "planning": planning, "max_planner_duty": max_planner_duty, "spare": spare,
-            "switch_priority": switch_priority, "ingress": ingress, "drift_s": drift_s, "early_s": early_s,
-            "median": med,
+    settings = {f.name: getattr(options, f.name) for f in flag_fields(TestbedOptions) if f.name not in RUN_EXCLUDE}
+    return {"scenario": scenario, "repeat": repeat, **settings, "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
                           "mean_speedup": pred["mean_speedup"],
                           "tensorflow_mean_jct_s": pred["tensorflow"]["mean_jct_s"],
                           "jit_mean_jct_s": pred["jit"]["mean_jct_s"],
                           "speedup_by_model": sim_by_model,
-                          "background_slowdown": {p: pred[p]["background_slowdown"]
-                                                  for p in ("tensorflow", "jit")},
-                          "background_mbit": {p: pred[p]["background_mbit_mean"]
-                                              for p in ("tensorflow", "jit")},
-                          "jct_s": {p: pred[p]["jct_s"] for p in ("tensorflow", "jit")}},
+                          "background_slowdown": {p: pred[p]["background_slowdown"] for p in SIM_POLICIES},
+                          "background_mbit": {p: pred[p]["background_mbit_mean"] for p in SIM_POLICIES},
+                          "jct_s": {p: pred[p]["jct_s"] for p in SIM_POLICIES}},
             "runs": runs}
 
 
@@ -210,8 +227,8 @@ def _options(result: dict, share: bool = True) -> str:
     """The jit options of a :func:`run_jobs` result, as a figure title shows them."""
     opts = ", ".join(f"{name} {result[key]}" for key, name in (("alpha", "alpha"), ("job_order", "job order"))
                      if result.get(key) is not None) or "jit defaults"
-    if share and result.get("dl_share", 1.0) != 1.0:
-        opts += f", DL share {result['dl_share']}"
+    if share and _dl_share(result) != DEFAULT_DL_SHARE:
+        opts += f", DL share {_dl_share(result):g}"
     if result.get("ingress") is False:
         opts += ", egress only"
     if result.get("drift_s") is not None:
@@ -225,6 +242,12 @@ def _options(result: dict, share: bool = True) -> str:
     if result.get("spare", "background") != "background":
         opts += f", spare {result['spare']}"
     return opts
+
+
+def _dl_share(result: dict) -> float:
+    """The DL share of a :func:`run_jobs` result: the one set, or the jit policy's default."""
+    share = result.get("dl_share")
+    return DEFAULT_DL_SHARE if share is None else share
 
 
 def _save(fig, ax, path: str) -> None:
@@ -249,7 +272,7 @@ def plot_tradeoff(results: list[dict], path: str) -> None:
         PNG file to write.
     """
     plt = pyplot()
-    results = sorted(results, key=lambda r: r.get("dl_share", 1.0))
+    results = sorted(results, key=_dl_share)
     none_mbit = _median(r["median"]["none_background_mbit_mean"] for r in results)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     xs = [r["median"]["jit_background_mbit_mean"] for r in results]
@@ -257,7 +280,7 @@ def plot_tradeoff(results: list[dict], path: str) -> None:
     ax.plot(xs, ys, "o-", color="#d62728", label="testbed jit (median of pairs)")
     for r, x, y in zip(results, xs, ys, strict=True):
         if x is not None and y is not None:
-            ax.annotate(f"DL share {r.get('dl_share', 1.0):g}", (x, y), textcoords="offset points",
+            ax.annotate(f"DL share {_dl_share(r):g}", (x, y), textcoords="offset points",
                         xytext=(5, 4), fontsize=7)
     sx = [r["simulator"].get("background_mbit", {}).get("jit") for r in results]
     sy = [r["simulator"]["jct_ratio_tf_over_jit"] for r in results]
@@ -308,51 +331,29 @@ def _figure_path(path: str, scenario: str, n: int) -> str:
     return f"{stem}-{scenario}.{ext}" if dot else f"{path}-{scenario}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's flags: its own, and the option classes' (as ``jitsched testbed``'s, but for the policy)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=5, help="enforcement measurements (default 5)")
-    p.add_argument("--link-mbit", type=float, default=100.0)
-    p.add_argument("--slot-s", type=float, default=0.1)
-    p.add_argument("--slots", type=int, default=40)
-    p.add_argument("--prefix", default="jsb")
-    p.add_argument("--scenario", nargs="+", choices=tuple(SCENARIOS), default=["quick"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--job-repeat", type=int, default=3, help="jit/none pairs per scenario (default 3)")
     p.add_argument("--skip-enforcement", action="store_true")
-    p.add_argument("--alpha", type=float, default=None,
-                   help="jit: fraction of each job's transfers planned (default: the policy's, 0)")
-    p.add_argument("--job-order", choices=JOB_ORDERS, default=None,
-                   help="jit: how jobs share a port in the LAT estimate (default: the policy's)")
-    p.add_argument("--dl-share", type=float, nargs="+", default=[1.0],
-                   help="jit: fraction of each port plans may give DL transfers; the rest is the "
-                        "background's floor (default 1). Several values: one set of pairs each")
-    p.add_argument("--planning", choices=("full", "incremental"), default=None,
-                   help="jit daemon's planning mode (default full: every arrival re-solves all jobs, "
-                        "as the simulator plans)")
-    p.add_argument("--max-planner-duty", type=float, default=None,
-                   help="jit daemon: bound on the share of time full re-solves keep the planner busy "
-                        "(default: none)")
-    p.add_argument("--spare", choices=SPARE_MODES, default="background",
-                   help="jit agents: who borrows capacity no plan holds: the files first (background, "
-                        "default, as the simulator's backfill) or flows and files in turn (shared)")
+    add_options(p, MeasureOptions, defaults=MEASURE_DEFAULTS)
+    p.add_argument("--scenario", nargs="+", choices=tuple(SCENARIOS), default=["quick"],
+                   help="workloads to run (default quick)")
+    p.add_argument("--job-repeat", type=int, default=3, help="jit/none pairs per scenario (default 3)")
+    add_options(p, TestbedOptions, exclude=RUN_EXCLUDE, defaults=RUN_DEFAULTS, many=SWEEP)
     p.add_argument("--tradeoff", metavar="PATH.png",
                    help="draw each scenario's JCT ratio against the files' goodput, one point per "
                         "--dl-share, beside none's goodput and the simulator's curve")
-    p.add_argument("--switch-priority", action="store_true",
-                   help="DL transfers in a strict-priority band at the switch ports (both policies)")
-    p.add_argument("--ingress", action=argparse.BooleanOptionalAction, default=None,
-                   help="jit agents also order their hosts' ingress (tc-ingress; default on under jit)")
-    p.add_argument("--drift-s", type=float, default=None,
-                   help="jit: re-solve when a transfer is this many seconds behind its plan "
-                        "(default: never, like the simulator's prediction)")
-    p.add_argument("--early-s", type=float, default=None,
-                   help="jit: also re-solve when a transfer arrives this many seconds before its LAT "
-                        "(default: never)")
     p.add_argument("--figure", metavar="PATH.png",
                    help="draw each scenario's per-job JCTs (testbed and simulator) to this PNG")
     p.add_argument("--replot", metavar="FILE.json",
                    help="only redraw --figure / --tradeoff from a saved --json output (runs nothing)")
     p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     if a.figure or a.tradeoff:
         try:
@@ -370,15 +371,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--replot {a.replot}: not a bench_testbed --json output ({exc})")
         _draw(drawn, a.figure, a.tradeoff, print)
         return 0
-    if a.max_planner_duty is not None and not 0.0 < a.max_planner_duty <= 1.0:
-        p.error(f"--max-planner-duty: must be within (0, 1], got {a.max_planner_duty}")
-    for share in a.dl_share:
-        if not 0.0 < share <= 1.0:
-            p.error(f"--dl-share: must be within (0, 1], got {share}")
-    for name in ("drift_s", "early_s"):
-        v = getattr(a, name)
-        if v is not None and not v > 0:
-            p.error(f"--{name.replace('_', '-')}: must be positive, got {v}")
+    try:  # every run's options checked before anything runs
+        measure = options_from_args(a, MeasureOptions)
+        sweep = [options_from_args(a, TestbedOptions, dl_share=share, **RUN_OVERRIDES) for share in a.dl_share]
+    except ValidationError as exc:
+        p.error(str(exc))
+    link_mbit = a.link_mbit or DEFAULT_LINK_MBIT
 
     def say(msg: str) -> None:
         print(msg, file=sys.stderr if a.json else sys.stdout, flush=True)
@@ -387,9 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_enforcement:
         runs = []
         for r in range(a.repeat):
-            tb = testbed.up(2, a.link_mbit, prefix=a.prefix)
+            tb = testbed.up(2, link_mbit, prefix=a.prefix)
             try:
-                runs.append(summarize(measure_enforcement(tb, slot_s=a.slot_s, n_slots=a.slots, seed=r)))
+                runs.append(summarize(measure_enforcement(tb, slot_s=measure.slot_s, n_slots=measure.slots,
+                                                          seed=r)))
             finally:
                 testbed.down(a.prefix)
         med = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
@@ -399,13 +398,9 @@ def main(argv: list[str] | None = None) -> int:
         scenarios: dict = {"unavailable": str(exc)}
     else:
         # one share: results under the scenario's name; several: "<scenario>@<share>"
-        scenarios = {(s if len(a.dl_share) == 1 else f"{s}@{share:g}"):
-                     run_jobs(s, a.seed, a.job_repeat, a.prefix, say, alpha=a.alpha,
-                              job_order=a.job_order, switch_priority=a.switch_priority,
-                              ingress=a.ingress, drift_s=a.drift_s, early_s=a.early_s, dl_share=share,
-                              planning=a.planning, max_planner_duty=a.max_planner_duty, spare=a.spare)
-                     for s in a.scenario for share in a.dl_share}
-    out = {"link_mbit": a.link_mbit, "slot_s": a.slot_s, "slots": a.slots, "repeat": a.repeat,
+        scenarios = {(s if len(sweep) == 1 else f"{s}@{o.dl_share:g}"): run_jobs(s, o, a.job_repeat, say)
+                     for s in a.scenario for o in sweep}
+    out = {"link_mbit": link_mbit, "slot_s": measure.slot_s, "slots": measure.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
     _draw({k: v for k, v in scenarios.items() if isinstance(v, dict)}, a.figure, a.tradeoff, say)
     if a.json:
@@ -413,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write("\n")
         return 0
     if med:
-        print(f"tc enforcement, {a.link_mbit:g} Mbit/s links, {a.slots} slots of {a.slot_s * 1e3:g} ms, "
+        print(f"tc enforcement, {link_mbit:g} Mbit/s links, {measure.slots} slots of {measure.slot_s * 1e3:g} ms, "
               f"median of {a.repeat} runs")
         for k, v in med.items():
             print(f"  {k:<30} {v:10.4f}   {GOALS.get(k, '')}")
@@ -422,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {s}")
             continue
         m, sim = s["median"], s["simulator"]
-        print(f"{name}, seed {s['seed']}, DL share {s.get('dl_share', 1.0):g}, median of {s['repeat']} jit/none pairs "
+        print(f"{name}, seed {s['seed']}, DL share {_dl_share(s):g}, median of {s['repeat']} jit/none pairs "
               f"(simulator: tensorflow vs jit, same workload)")
         print(f"  {'JCT ratio none/jit':<28} {m['jct_ratio_none_over_jit']:8.3f}   simulator "
               f"{sim['jct_ratio_tf_over_jit']:.3f}   goal {GOALS['jct_ratio_none_over_jit']}")

@@ -58,6 +58,21 @@ def pyplot():
     return plt
 
 
+def policy_default(policy: str, option: str):
+    """The default of ``option`` in the constructor of the registered ``policy``: what a run that sets none gets.
+
+    Raises
+    ------
+    KeyError
+        ``policy`` is not registered or takes no ``option``.
+    """
+    import inspect
+
+    from jitsched.policies import POLICIES
+
+    return inspect.signature(POLICIES[policy]).parameters[option].default
+
+
 def resnet152_jobs(ps: str = "h0", worker: str = "h1") -> list[tuple[Job, str]]:
     """ResNet152-sized jobs with labels: the Table 1 sized stand-in and the real TF DAG.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -35,10 +36,13 @@ def test_replot_draws_a_png_from_saved_output(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--replot", "x.json"], "--replot needs --figure"),
     (["--replot", "/nonexistent/bt.json", "--figure", "f.png"], "not a bench_testbed --json output"),
-    (["--drift-s", "0"], "--drift-s: must be positive"),
-    (["--dl-share", "0"], "--dl-share: must be within (0, 1]"),
-    (["--max-planner-duty", "2"], "--max-planner-duty: must be within (0, 1]"),
-    (["--dl-share", "1.2"], "--dl-share: must be within (0, 1]"),
+    # the options' own checks, before anything runs, naming the field
+    (["--drift-s", "0"], "drift_s: must be positive"),
+    (["--dl-share", "0"], "dl_share: must be within (0, 1]"),
+    (["--max-planner-duty", "2"], "max_planner_duty: must be within (0, 1]"),
+    (["--dl-share", "1", "1.2"], "dl_share: must be within (0, 1]"),
+    (["--slots", "0"], "slots: must be within [1, inf)"),
+    (["--prefix", "JS"], "prefix: bad prefix 'JS'"),
 ])
 def test_bad_arguments_exit_2_with_a_message(args, message, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -69,3 +73,46 @@ def test_tradeoff_figure_from_a_saved_dl_share_sweep(tmp_path, capsys):
     # one scenario: one figure at the path as given, however many shares
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 5000
     assert capsys.readouterr().out.strip() == f"wrote {fig}"
+
+
+def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys):
+    import bench.bench_testbed as bt
+    import jitsched.testbed.e2e as e2e
+    from jitsched.testbed.options import TestbedOptions
+
+    runs, predicted = [], []
+
+    def fake_run(scenario, options, **overrides):
+        options = replace(options, **overrides)
+        runs.append((scenario, options))
+        jct = 1.0 if options.policy == "jit" else 1.5
+        return {"policy": options.policy, "jobs": 1, "completed": 1, "mean_jct_s": jct, "lat_hit_rate": 1.0,
+                "background_mbit_mean": 40.0, "background_slowdown_mean": 1.2, "background_completed": "1/1",
+                "details": {"jct_s": {"lenet-0": jct}, "wall_s": 2.0, "daemon": {}, "agents": {}, "errors": {},
+                            "background_contention": {"file-0": {"egress_dl_mb": 1.0, "ingress_dl_mb": 2.0,
+                                                                 "life_s": 3.0}}}}
+
+    def fake_predict(scenario, seed, **kw):
+        predicted.append((scenario, seed, kw))
+        one = {"mean_jct_s": 1.0, "jct_s": {"lenet-0": 1.0}, "jct_by_model_s": {"lenet": 1.0},
+               "background_slowdown": 1.1, "background_mbit_mean": 45.0}
+        return {"jit": one, "tensorflow": one, "jct_ratio_tf_over_jit": 1.0, "mean_speedup": 1.0}
+
+    monkeypatch.setattr(e2e, "run_scenario", fake_run)
+    monkeypatch.setattr(bt, "predict", fake_predict)
+    monkeypatch.setattr(bt, "require_daemon_side", lambda: None)
+    assert main(["--skip-enforcement", "--job-repeat", "2", "--dl-share", "0.5", "0.8", "--link-mbit", "50",
+                 "--alpha", "0.4", "--switch-priority", "--json"]) == 0
+    # every run: the flags, the bench's prefix and per-run settings, one policy; jit first, then none first
+    expected = [("quick", TestbedOptions(policy=pol, prefix="jsb", link_mbit=50.0, alpha=0.4, dl_share=share,
+                                         switch_priority=True, timeout_s=300.0, measure_slots=0))
+                for share in (0.5, 0.8) for pol in ("jit", "none", "none", "jit")]
+    assert runs == expected
+    assert predicted == [("quick", 0, {"link_mbit": 50.0, "slot_s": 0.1, "alpha": 0.4, "job_order": None,
+                                       "dl_share": share}) for share in (0.5, 0.8)]
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["scenarios"]) == {"quick@0.5", "quick@0.8"}
+    res = out["scenarios"]["quick@0.8"]
+    assert (res["dl_share"], res["link_mbit"], res["alpha"], res["prefix"], res["switch_priority"]) == \
+        (0.8, 50.0, 0.4, "jsb", True)
+    assert "policy" not in res and res["median"]["jct_ratio_none_over_jit"] == 1.5
