@@ -15,9 +15,9 @@ if not __package__:  # run as ``python bench/bench_sim.py``: sys.path starts at 
 import numpy as np
 
 from bench.paper.workload import paper_workload
+from jitsched.policies import POLICIES
 from jitsched.sim import simulate
 
-POLICIES = ("tensorflow", "tictac", "sincronia", "jit")
 GOAL_S = 60.0  # issue 4: paper scale in <= 60 s per policy, planning excluded
 # planning: the policy's whole re-plans (jit: gather the unfinished jobs' sub-DAG, LAT, LP, install the plan)
 
@@ -65,7 +65,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=200, help="DL jobs (paper scale: 1000)")
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policy names")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="comma-separated policy names (default: every registered policy)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per policy (medians)")
     ap.add_argument("--jct-out", help="write every job's and file's JCT per policy to this JSON file")
     ap.add_argument("--compare", help="report the largest relative JCT difference against this --jct-out file")
