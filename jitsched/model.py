@@ -1,5 +1,13 @@
 """The native job model: cluster, DAG jobs and background flows, validated, plus CSR arrays."""
 
+# One module although near 600 lines: its three parts (the frozen dataclasses,
+# their validating parsers and loaders, their packing into the kernels' CSR
+# arrays) are one vocabulary, and nearly sixty modules of the package, benches
+# and tests import any mix of them from here. Split out, the parsers and the
+# packer would import the dataclasses, and this module would have to import
+# them back to keep those imports working: a cycle. It sits below the LAT pass
+# (tests/test_layers.py): topological_order is here, not in jitsched.lat.
+
 from __future__ import annotations
 
 import gzip
