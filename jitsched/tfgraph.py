@@ -1,9 +1,8 @@
-"""Import TensorFlow GraphDefs (JSON or text form) and step stats as jitsched DAG jobs, without TensorFlow.
+"""Import TensorFlow GraphDefs (JSON or text form) and step stats as jitsched DAG jobs, without TensorFlow."""
 
-Reading the files is :mod:`jitsched._tfparse`, the durations of unmeasured
-ops :mod:`jitsched.tfcost`; their public names are re-exported here, where
-callers have always found them.
-"""
+# Reading the files is jitsched._tfparse, the durations of unmeasured ops
+# jitsched.tfcost; their public names are re-exported here, where callers
+# have always found them.
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 # cython: language_level=3
-"""Rate-allocation kernels over host ports: max-min fair filling and strict-priority greedy (private).
+"""Rate-allocation kernels over host ports: max-min fair filling and strict-priority greedy (private)."""
 
-One module although long: every allocation (maxmin_fair, pair_maxmin,
-fixed_then_maxmin, SlotPlan) runs the same inline heap, filling core
-(_maxmin_core) and port-pair grouping (_unit_pairs). Split into several
-extension modules, those would be called through function pointers from
-a .pxd, neither inlined nor optimised across the call.
-"""
+# One module although long: every allocation (maxmin_fair, pair_maxmin,
+# fixed_then_maxmin, SlotPlan) runs the same inline heap, filling core
+# (_maxmin_core) and port-pair grouping (_unit_pairs). Split into several
+# extension modules, those would be called through function pointers from
+# a .pxd, neither inlined nor optimised across the call.
 
 from libc.math cimport INFINITY, NAN, isfinite
 from libc.stdlib cimport free, malloc
