@@ -93,8 +93,8 @@ def test_bench_figures_without_matplotlib_fail_before_running(no_matplotlib, tmp
 
 
 def test_the_sdist_carries_every_kernel_source(tmp_path):
-    # setup.py cythonizes src_cython/*.pyx: an sdist without them (or the shared
-    # .pxd) cannot be built anywhere, and git tracks no generated .c to fall back on
+    # setup.py cythonizes src_cython/*.pyx: an sdist needs them and the shared
+    # .pxd, and not the .c a local build left (possibly older than the .pyx)
     import tarfile
 
     subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)], cwd=ROOT, check=True,
@@ -104,3 +104,4 @@ def test_the_sdist_carries_every_kernel_source(tmp_path):
         names = {Path(n).name for n in tar.getnames() if "/src_cython/" in n}
     wanted = {p.name for p in (ROOT / "src_cython").iterdir() if p.suffix in (".pyx", ".pxd")}
     assert wanted and wanted <= names
+    assert not {n for n in names if n.endswith(".c")}, "generated C in the sdist (MANIFEST.in excludes it)"
