@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "jitsched.cli.testbed",
     "jitsched.cli.daemon",
     "jitsched.cli.workloads",
+    "jitsched.cli.keys",
 )
 
 
