@@ -161,6 +161,14 @@ class PlanOptions:
     iteration_limit : int or None
         LP iteration budget per solve: the same fallback, machine-independent.
     solver : {"auto", "simplex", "ipm"}
+    aggregate : bool
+        Plan the transfers between two hosts released in the same slot (and of
+        equal weight) as one flow, split earliest deadline first: the same
+        optimum with fewer columns (:func:`jitsched.lp.solve_bandwidth_lp`).
+    fine_slots : int or None
+        Past this many slots (and the residuals' window) the LP keeps rates
+        constant over cells doubling in length every ``fine_slots`` slots; a
+        coarser plan far ahead for a smaller LP. ``None`` (default): every slot.
     """
 
     alpha: float = DEFAULT_ALPHA
@@ -173,6 +181,8 @@ class PlanOptions:
     time_limit_s: float | None = 5.0
     iteration_limit: int | None = None
     solver: str = "auto"
+    aggregate: bool = True
+    fine_slots: int | None = None
 
     def __post_init__(self) -> None:
         def number(name, lo_ok):
@@ -202,11 +212,16 @@ class PlanOptions:
             if v is None:
                 raise ValidationError(f"time_limit_s: must be positive or None, got {self.time_limit_s!r}")
             object.__setattr__(self, "time_limit_s", v)
-        it = self.iteration_limit
-        if it is not None:
-            if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:
-                raise ValidationError(f"iteration_limit: must be a positive integer or None, got {it!r}")
-            object.__setattr__(self, "iteration_limit", int(it))
+        for name in ("iteration_limit", "fine_slots"):
+            it = getattr(self, name)
+            if it is not None:
+                if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:
+                    raise ValidationError(f"{name}: must be a positive integer or None, got {it!r}")
+                object.__setattr__(self, name, int(it))
+        for name in ("aggregate",):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValidationError(f"{name}: must be True or False, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
 
 
 def estimated_lats(sub, cluster, share, remaining: np.ndarray, unfinished: np.ndarray, *, now: float,
@@ -309,6 +324,7 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
         cluster.egress_Bps, cluster.ingress_Bps, slot_s=o.slot_s, objective=o.objective,
         weight=weight, time_limit_s=o.time_limit_s, iteration_limit=o.iteration_limit, solver=o.solver,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
+        aggregate=o.aggregate, fine_slots=o.fine_slots,
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, o.alpha, o.objective, lat_s)
 
