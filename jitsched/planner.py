@@ -165,6 +165,9 @@ class PlanOptions:
         Plan the transfers between two hosts released in the same slot (and of
         equal weight) as one flow, split earliest deadline first: the same
         optimum with fewer columns (:func:`jitsched.lp.solve_bandwidth_lp`).
+    lowest_peak : bool
+        Take every flow's lowest-peak on-time profile, without a solve, where
+        that provably is an optimal plan (light load).
     fine_slots : int or None
         Past this many slots (and the residuals' window) the LP keeps rates
         constant over cells doubling in length every ``fine_slots`` slots; a
@@ -182,6 +185,7 @@ class PlanOptions:
     iteration_limit: int | None = None
     solver: str = "auto"
     aggregate: bool = True
+    lowest_peak: bool = True
     fine_slots: int | None = None
 
     def __post_init__(self) -> None:
@@ -218,7 +222,7 @@ class PlanOptions:
                 if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:
                     raise ValidationError(f"{name}: must be a positive integer or None, got {it!r}")
                 object.__setattr__(self, name, int(it))
-        for name in ("aggregate",):
+        for name in ("aggregate", "lowest_peak"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValidationError(f"{name}: must be True or False, got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
@@ -324,7 +328,7 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
         cluster.egress_Bps, cluster.ingress_Bps, slot_s=o.slot_s, objective=o.objective,
         weight=weight, time_limit_s=o.time_limit_s, iteration_limit=o.iteration_limit, solver=o.solver,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
-        aggregate=o.aggregate, fine_slots=o.fine_slots,
+        aggregate=o.aggregate, lowest_peak=o.lowest_peak, fine_slots=o.fine_slots,
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, o.alpha, o.objective, lat_s)
 

@@ -1,4 +1,4 @@
-"""Tests of the LP's flows: aggregation with the earliest-deadline-first split, coarse cells."""
+"""Tests of the LP's flows: aggregation with the earliest-deadline-first split, lowest-peak plans, coarse cells."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jitsched.errors import ValidationError
-from jitsched.lp import _cell_edges, _Flows, solve_bandwidth_lp
+from jitsched.lp import SEGMENT_WIDTHS, _cell_edges, _Flows, solve_bandwidth_lp
 
 ONE = np.ones(4)  # 4 hosts at 1 byte/s each way, 1 s slots: demands are capacity-slots
 
@@ -85,7 +85,7 @@ def test_split_meets_every_deadline_the_flow_meets(seed):
 @pytest.mark.parametrize("objective", ["balanced", "minmax"])
 def test_aggregated_plan_is_valid_and_as_good_as_one_flow_per_transfer(seed, objective):
     src, dst, size, rel, lat, weight = pair_heavy_instance(seed, tight=seed % 2 == 0)
-    kw = dict(slot_s=1.0, objective=objective, weight=weight)
+    kw = dict(slot_s=1.0, objective=objective, weight=weight, lowest_peak=False)
     agg = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], **kw)
     each = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], aggregate=False, **kw)
     assert agg.status == each.status == "optimal"
@@ -110,6 +110,50 @@ def test_aggregation_keeps_residuals_and_release_slots_apart():
     np.testing.assert_allclose(rates[0], [1.0, 0, 0, 0], atol=1e-7)  # due first: slot 0 only
 
 
+def test_lowest_peak_profile_of_one_flow_by_hand():
+    # one flow h0 -> h1: 1 unit due by slot 1 (2 slots), 1 more by slot 7: the lowest
+    # peak is 0.5 in slots 0-1, then 1/6 in slots 2-7; no port leaves the first segment
+    sol = solve_bandwidth_lp([0, 0], [1, 1], [1.0, 1.0], [0, 0], [2.0, 8.0], ONE, ONE, slot_s=1.0,
+                             objective="minmax")
+    assert sol.n_flows == 1 and sol.n_proven == 1 and sol.n_variables == 0
+    np.testing.assert_allclose(sol.dense_rates().sum(axis=0), [0.5, 0.5] + [1 / 6] * 6)
+    assert sol.peak_utilization == pytest.approx(0.5) and sol.objective_value == pytest.approx(0.5)
+    # balanced: 0.5 leaves phi's first segment, so the LP decides (and spreads further)
+    bal = solve_bandwidth_lp([0, 0], [1, 1], [1.0, 1.0], [0, 0], [2.0, 8.0], ONE, ONE, slot_s=1.0)
+    assert bal.n_proven == 0 and bal.n_variables > 0
+
+
+@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("objective", ["balanced", "minmax"])
+def test_lowest_peak_plans_cost_what_the_lp_finds(seed, objective):
+    rng = np.random.default_rng(seed)
+    nh, m = 8, int(rng.integers(2, 30))
+    src = rng.integers(0, nh, m)
+    dst = (src + rng.integers(1, nh, m)) % nh
+    size = rng.uniform(0.01, 0.3, m) * rng.choice([0.2, 1.0, 3.0])
+    rel = rng.integers(0, 3, m) * 0.5
+    lat = rel + rng.uniform(0.3, 8, m)
+    cap = np.ones(nh)
+    kw = dict(slot_s=0.5, objective=objective)
+    fast = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
+    lp = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, lowest_peak=False, **kw)
+    assert fast.status == lp.status == "optimal" and lp.n_proven == 0
+    check_valid(fast, src, dst, size, rel, cap, cap, 0.5)
+    assert fast.objective_value == pytest.approx(lp.objective_value, rel=1e-6, abs=1e-9)
+    assert fast.late.size == lp.late.size
+    if objective == "balanced" and fast.n_proven == fast.n_components:
+        assert fast.peak_utilization <= SEGMENT_WIDTHS[0] + 1e-9
+
+
+def test_lowest_peak_needs_ports_free_of_frozen_load():
+    res_i = np.array([[1.0] * 3, [0.9] * 3, [1.0] * 3, [1.0] * 3])
+    free = solve_bandwidth_lp([0], [1], [0.3], [0.0], [3.0], ONE, ONE, slot_s=1.0)
+    busy = solve_bandwidth_lp([0], [1], [0.3], [0.0], [3.0], ONE, ONE, slot_s=1.0, residual_ingress_Bps=res_i)
+    other = solve_bandwidth_lp([0], [2], [0.3], [0.0], [3.0], ONE, ONE, slot_s=1.0, residual_ingress_Bps=res_i)
+    assert (free.n_proven, busy.n_proven, other.n_proven) == (1, 0, 1)
+    np.testing.assert_allclose(free.rates(0), [0.1, 0.1, 0.1])
+
+
 def test_cell_edges_fine_then_doubling():
     np.testing.assert_array_equal(_cell_edges(0, 5, None, None), np.arange(6))
     e = _cell_edges(0, 40, 4, None)
@@ -125,12 +169,13 @@ def test_coarse_cells_give_valid_plans(seed):
     src, dst, size, rel, lat, weight = pair_heavy_instance(seed, m=40, nh=4, tight=seed % 2 == 0)
     for fine in (2, 5):
         sol = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, weight=weight,
-                                 fine_slots=fine)
+                                 fine_slots=fine, lowest_peak=False)
         assert sol.status == "optimal"
         check_valid(sol, src, dst, size, rel, ONE, ONE, 1.0)
-    every = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, weight=weight)
+    every = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, weight=weight,
+                               lowest_peak=False)
     wide = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, weight=weight,
-                              fine_slots=1000)
+                              lowest_peak=False, fine_slots=1000)
     assert wide.objective_value == pytest.approx(every.objective_value, rel=1e-9)
 
 

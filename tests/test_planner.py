@@ -96,7 +96,7 @@ def test_plan_replanning_mid_run_uses_now_and_remaining():
     ("alpha", 1.5), ("alpha", float("nan")), ("slot_s", 0.0), ("slot_s", True), ("k_std", -1.0),
     ("objective", "fastest"), ("estimator", "x"), ("trans_estimate", "psychic"), ("job_order", "lifo"),
     ("solver", "gurobi"), ("time_limit_s", 0.0), ("iteration_limit", 2.5), ("iteration_limit", 0),
-    ("fine_slots", 0), ("fine_slots", 1.5), ("aggregate", "yes"),
+    ("fine_slots", 0), ("fine_slots", 1.5), ("aggregate", "yes"), ("lowest_peak", 1),
 ])
 def test_plan_options_refuse_bad_values_by_name(field, value):
     with pytest.raises(ValidationError, match=f"^{field}:"):
@@ -115,17 +115,18 @@ def test_plan_options_normalise_and_policies_validate_through_them():
 
 
 def test_plan_options_reach_the_lp():
-    """aggregate and fine_slots change how the LP plans, not whether the plan is on time."""
+    """aggregate, lowest_peak and fine_slots change how the LP plans, not whether the plan is on time."""
     cluster = Cluster.uniform(4, 1e9)
     jobs = random_vgg16_jobs(6, cluster.names, seed=2)
     plans = {name: plan_jobs(jobs, cluster, PlanOptions(**kw)) for name, kw in {
-        "default": {}, "each": {"aggregate": False},
-        "coarse": {"fine_slots": 4}}.items()}
+        "default": {}, "each": {"aggregate": False, "lowest_peak": False},
+        "coarse": {"lowest_peak": False, "fine_slots": 4}}.items()}
     sched, dag = plans["default"].scheduled, plans["default"].dag
     pairs = {(int(s), int(d)) for s, d in zip(dag.src[sched], dag.dst[sched], strict=True)}
     # all released at once, equal weights: one flow per host pair, even across jobs
     assert plans["default"].lp.n_flows == len(pairs) < 6 and plans["each"].lp.n_flows == len(sched)
-    assert plans["default"].lp.n_variables > 0
+    assert plans["default"].lp.n_proven == plans["default"].lp.n_components
+    assert plans["each"].lp.n_proven == 0 and plans["each"].lp.n_variables > 0
     for plan in plans.values():
         assert plan.lp.status == "optimal" and plan.lp.late.size == 0
     assert plans["default"].lp.objective_value == pytest.approx(plans["each"].lp.objective_value, rel=1e-6)
