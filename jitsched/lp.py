@@ -20,10 +20,16 @@ except ImportError:  # pragma: no cover - highspy is a hard dependency
 
 OBJECTIVES = ("balanced", "minmax")
 SOLVERS = ("auto", "simplex", "ipm")
-# Dual simplex wins on the small, sparse LPs of tens of jobs (docs/architecture.md §5); on
-# one component of hundreds of jobs it degenerates (many equal-cost plans) and
-# interior point was measured ~1.5x faster at 300 VGG16 jobs (90k columns).
+# Dual simplex wins on the small, sparse LPs of tens of jobs (docs/architecture.md §5)
+# and on large loaded ones: 300 paper-workload jobs arriving at once (157k
+# columns, port-slot rows at 0.16 average utilisation) took 5.2 s against 10.2 s
+# with interior point. On a large light LP it degenerates (many equal-cost plans):
+# 400 VGG16 jobs (63k columns, 0.05) took 4.9 s against 1.3 s. So "auto" takes
+# interior point above AUTO_IPM_COLUMNS columns when the demand spread over all
+# port-slot rows fills them less than AUTO_IPM_UTILISATION on average. (HiGHS's
+# PDLP took 82 s on the 157k-column LP and is not used.)
 AUTO_IPM_COLUMNS = 60_000
+AUTO_IPM_UTILISATION = 0.1
 
 # phi(u) for a port's utilisation u in [0, 1]: convex piecewise-linear, one
 # bounded column per segment. Increasing slopes make the segments fill in order
@@ -205,7 +211,9 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     threads : int
         HiGHS threads per solve.
     solver : {"auto", "simplex", "ipm"}
-        ``auto``: dual simplex below ``AUTO_IPM_COLUMNS`` columns, interior point above.
+        ``auto``: dual simplex, except interior point without crossover for an
+        on-time LP above ``AUTO_IPM_COLUMNS`` columns that is lightly loaded
+        (``AUTO_IPM_UTILISATION``). ``ipm``: interior point with crossover.
     residual_egress_Bps, residual_ingress_Bps : array, shape (n_hosts, n_res), optional
         Capacity still free per port and slot (bytes/s), slot 0 being the planning
         instant's: what allocations planned elsewhere (and frozen) leave. Slots from
@@ -370,6 +378,12 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     return sol
 
 
+# Unit-capacity slots (1.25 bytes at 1 Gbit/s and 100 ms slots) a flow's plan may
+# fall short of a deadline and still have the split end the transfer there:
+# HiGHS's primal feasibility tolerance is 1e-7.
+SPLIT_TOL = 1e-7
+
+
 @dataclass
 class _Flows:
     """Transfers grouped into flows, each with its deadline levels.
@@ -395,8 +409,8 @@ class _Flows:
         ``lvl_dl[lvl_ptr[g]:lvl_ptr[g+1]]``: flow ``g``'s distinct deadline slots, increasing.
     lvl_dl, lvl_cum : ndarray, shape (n_levels,)
         Deadline slot of a level; demand of its flow due by it (cumulative).
-    t_demand : ndarray, shape (m,)
-        Demand of each transfer.
+    t_demand, t_dl : ndarray, shape (m,)
+        Demand and deadline slot of each transfer.
     """
 
     of: np.ndarray
@@ -411,6 +425,7 @@ class _Flows:
     lvl_dl: np.ndarray
     lvl_cum: np.ndarray
     t_demand: np.ndarray
+    t_dl: np.ndarray
 
     @property
     def n(self) -> int:
@@ -447,7 +462,7 @@ class _Flows:
         total = lvl_cum[lvl_ptr[1:] - 1] if m else np.zeros(0)
         head = member[first]
         return cls(of, member, member_ptr, a[head], pe[head], pi[head], w[head], total, lvl_ptr,
-                   lvl_dl, lvl_cum, demand)
+                   lvl_dl, lvl_cum, demand, dl)
 
     def last_deadline(self, fidx: np.ndarray) -> np.ndarray:
         return self.lvl_dl[self.lvl_ptr[fidx + 1] - 1]
@@ -496,6 +511,14 @@ class _Flows:
         hi[last] = np.inf  # the last takes what is left (solver crumbs included)
         glo, ghi = base[j] + lo, base[j] + hi
         first_x, last_x = x_ptr[j], x_ptr[j + 1] - 1
+        # A solver's plan meets a deadline to its feasibility tolerance: a transfer
+        # whose deadline leaves it at most SPLIT_TOL short ends there, and the
+        # next one takes the crumb, rather than sending it late.
+        sent = cum[np.clip(first_x + self.t_dl[mem] - self.a[fo][j], first_x, last_x)]
+        snap = ~last & (ghi > sent) & (ghi - sent <= SPLIT_TOL)
+        ghi[snap] = np.maximum(sent[snap], glo[snap])
+        after = np.flatnonzero(snap) + 1
+        glo[after] = ghi[after - 1]
         s = np.clip(np.searchsorted(cum, glo, side="right"), first_x, last_x)
         e = np.clip(np.searchsorted(cum, ghi, side="left"), s, last_x)
         alone = (cnt == 1)[j]  # a flow of one transfer: its rates as they are
@@ -706,6 +729,7 @@ def _solve_component(flows: _Flows, fidx, coef, objective, budget, threads, late
     keys, inv = np.unique(np.concatenate([fpe[xo] * ncell + cell, fpi[xo] * ncell + cell]),
                           return_inverse=True)
     nr = len(keys)
+    load_sum = float(np.sum(ftot * (coef[fpe] + coef[fpi])))  # utilisation x slots, all rows
     coefs = np.concatenate([ce, ci])
     row_cell = keys % ncell
     base_u = _util_at(util, keys // ncell, edges[row_cell])
@@ -805,11 +829,17 @@ def _solve_component(flows: _Flows, fidx, coef, objective, budget, threads, late
         h = highs
         h.clearModel()
     h.setOptionValue("output_flag", False)
-    if solver == "ipm" or (solver == "auto" and ncol > AUTO_IPM_COLUMNS):
+    light = load_sum < AUTO_IPM_UTILISATION * len(keys)
+    auto_ipm = solver == "auto" and ncol > AUTO_IPM_COLUMNS and light
+    if solver == "ipm" or auto_ipm:
         h.setOptionValue("solver", "ipm")
     else:
         h.setOptionValue("solver", "simplex")
         h.setOptionValue("simplex_strategy", 1)  # dual simplex
+    # an interior optimum spreads a light plan's ties and skips crossover's
+    # pivots (1000 VGG16 jobs: 5.4 s instead of 10 s); with late columns it
+    # would leave crumbs there, so the tardiness phase still crosses over
+    h.setOptionValue("run_crossover", "off" if auto_ipm and not late_tails else "on")
     # presolve costs more than it saves here: off, the simulator's plans above
     # took 27 % less time (dual simplex), the 1000-job bench the same (IPM)
     h.setOptionValue("presolve", "off")

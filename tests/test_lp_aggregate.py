@@ -59,6 +59,16 @@ def test_split_serves_transfers_earliest_deadline_first():
     np.testing.assert_allclose(dense, [[0, 0, 0, 1.0, 0], [0, 0, 0, 0, 1.0]])
 
 
+def test_split_ends_a_transfer_at_its_deadline_despite_solver_crumbs():
+    # the flow is 5e-8 short of the first deadline (slot 0), within a solver's tolerance
+    dense = split_of([0, 2], [1.0, 1.0], [1.0 - 5e-8, 0.0, 1.0 + 5e-8])
+    assert dense[0, 1:].sum() == 0 and dense[0, 0] == pytest.approx(1.0, abs=1e-7)
+    assert dense.sum() == pytest.approx(2.0)
+    # a real shortfall stays a late transfer
+    dense = split_of([0, 2], [1.0, 1.0], [0.9, 0.0, 1.1])
+    assert dense[0, 2] == pytest.approx(0.1)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_split_meets_every_deadline_the_flow_meets(seed):
     rng = np.random.default_rng(seed)
