@@ -12,10 +12,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import zmq
 
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
+from jitsched.keys import HOSTS, CurveKeys, curve_keys, handshake_failure, handshake_monitor
 from jitsched.localreg import local_address, register_flow, unregister_flow
 from jitsched.protocol import (
     LOCAL_TYPES,
@@ -101,12 +103,19 @@ class Agent:
         ``tc-ingress`` backend (``dev``, ``netns``, ``borrow``, ...), shaped to
         the host's ingress rate in the daemon's cluster. Receivers register
         inbound sockets with ``direction="in"`` (:func:`register_flow`).
+    keys : CurveKeys or path, optional
+        Connect to the daemon as a CURVE client: these keys, or host ``host``'s
+        in a key directory (``jitsched keys init``). None: plaintext.
     """
 
     def __init__(self, host: str, daemon_endpoint: str, *, backend: str = "record",
                  backend_options: dict | None = None, line_rate_Bps: float | None = None,
-                 local_namespace: str = "", reconnect_s: float = 3.0, ingress: dict | None = None) -> None:
+                 local_namespace: str = "", reconnect_s: float = 3.0, ingress: dict | None = None,
+                 keys: CurveKeys | str | Path | None = None) -> None:
         self.host = host
+        self.keys = curve_keys(keys, HOSTS, host)
+        self._monitor: zmq.Socket | None = None
+        self._handshake_logged = ""
         self.endpoint = daemon_endpoint
         self.backend_name = backend
         self.backend_options = dict(backend_options or {})
@@ -167,11 +176,30 @@ class Agent:
         s = self._ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.MAXMSGSIZE, 4 * MAX_MESSAGE_BYTES)
-        # a fresh identity per connection: the daemon maps it to the host on register
-        s.setsockopt(zmq.ROUTING_ID, f"{self.host}/{uuid.uuid4().hex[:12]}".encode())
+        if self.keys is not None:
+            # the daemon's socket names the connection (no peer can choose such an id)
+            self.keys.apply(s)
+        else:
+            # a fresh identity per connection: the daemon maps it to the host on register
+            s.setsockopt(zmq.ROUTING_ID, f"{self.host}/{uuid.uuid4().hex[:12]}".encode())
+        self._monitor = handshake_monitor(s)
         s.connect(self.endpoint)
         self._last_rx = time.monotonic()
         return s
+
+    def _close(self, s: zmq.Socket) -> None:
+        s.disable_monitor()
+        if self._monitor is not None:
+            self._monitor.close(0)
+            self._monitor = None
+        s.close(0)
+
+    def _check_handshake(self) -> None:
+        # a refused handshake is silence to the loop: say why once, not every reconnect
+        why = handshake_failure(self._monitor, self.keys is not None)
+        if why and why != self._handshake_logged:
+            self._handshake_logged = why
+            log.warning("event=agent_handshake_failed host=%s endpoint=%s reason=%r", self.host, self.endpoint, why)
 
     def _register(self, s: zmq.Socket) -> None:
         body = {"host": self.host, "backend": self.backend_name, "applied_seq": self.applied_seq}
@@ -222,8 +250,9 @@ class Agent:
                 if mono - self._last_rx > self.reconnect_s:
                     # the daemon went quiet (restart, network): start a fresh connection
                     log.warning("event=agent_reconnect host=%s", self.host)
+                    self._check_handshake()
                     poller.unregister(dealer)
-                    dealer.close(0)
+                    self._close(dealer)
                     dealer = self._connect()
                     poller.register(dealer, zmq.POLLIN)
                     self.registered.clear()
@@ -236,7 +265,7 @@ class Agent:
             for c in conns.values():
                 c.close()
             listener.close()
-            dealer.close(0)
+            self._close(dealer)
             if not self._kill:
                 for be in (self.backend, self.in_backend):
                     if be is not None:

@@ -13,6 +13,14 @@ from typing import Any
 import msgpack
 import zmq
 
+from jitsched.keys import (
+    CLIENTS,
+    DEFAULT_CLIENT,
+    CurveKeys,
+    curve_keys,
+    handshake_failure,
+    handshake_monitor,
+)
 from jitsched.localreg import register_flow, unregister_flow
 from jitsched.model import Job
 from jitsched.protocol import (
@@ -36,20 +44,39 @@ class Client:
         The daemon's job endpoint, e.g. ``tcp://127.0.0.1:5555``.
     timeout_s : float
         How long to wait for a reply, seconds.
+    keys : CurveKeys or path, optional
+        Connect as a CURVE client: these keys, or those of client ``key_name`` in
+        a key directory (``jitsched keys init``). The daemon then lets this
+        client act only on the jobs it submitted. None: plaintext.
+    key_name : str
+        The client's name in the key directory.
+
+    Raises
+    ------
+    KeyFileError
+        ``keys`` is a directory without this client's keys.
     """
 
-    def __init__(self, endpoint: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None) -> None:
+    def __init__(self, endpoint: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None, *,
+                 keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT) -> None:
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self.keys = curve_keys(keys, CLIENTS, key_name)
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, 4 * MAX_MESSAGE_BYTES)
+        if self.keys is not None:
+            self.keys.apply(self.sock)
+        # a refused handshake looks like silence: the monitor says why a request timed out
+        self._monitor = handshake_monitor(self.sock)
         self.sock.connect(endpoint)
 
     def close(self) -> None:
         """Close the socket (and the context if this client made it)."""
+        self.sock.disable_monitor()
+        self._monitor.close(0)
         self.sock.close(0)
         if self._own_ctx:
             self.ctx.term()
@@ -75,7 +102,9 @@ class Client:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
-                raise TimeoutError(f"no reply from {self.endpoint} within {self.timeout_s} s")
+                why = handshake_failure(self._monitor, self.keys is not None)
+                raise TimeoutError(f"no reply from {self.endpoint} within {self.timeout_s} s"
+                                   + (f": {why}" if why else ""))
             rep = decode_reply(self.sock.recv())
             if rep.id != req_id and rep.id != 0:
                 continue  # a late reply to an earlier, timed-out request

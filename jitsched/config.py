@@ -1,4 +1,4 @@
-"""The daemon's TOML configuration: cluster hosts, endpoints, slot length, alpha, objective."""
+"""The daemon's TOML configuration: cluster hosts, endpoints, slot length, alpha, objective, keys."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from jitsched.errors import ValidationError
+from jitsched.keys import is_local_endpoint
 from jitsched.model import Cluster, parse_cluster
 from jitsched.planner import PlanOptions
 from jitsched.protocol import MAX_MESSAGE_BYTES
@@ -32,8 +33,24 @@ def _in(section: str, default: Any = None, **kw: Any) -> Any:
     return field(default=default, metadata={"section": section}, **kw)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SecurityOptions:
+    """Who may talk to the daemon: the ``[security]`` table, merged into :class:`DaemonConfig`.
+
+    ``keys_dir`` names a key directory as ``jitsched keys init`` writes it
+    (relative to the TOML file's directory): both sockets then speak CURVE,
+    and only the hosts' keys may register agents and only the clients' keys
+    may submit. Without keys the daemon serves only endpoints on this machine
+    (loopback TCP, ``ipc://``) unless ``insecure`` is set: anyone who reaches a
+    plaintext socket may submit, cancel and register as any host.
+    """
+
+    keys_dir: str = _in("security", "")  # "": no CURVE, plaintext
+    insecure: bool = _in("security", False)  # serve network-facing endpoints without keys
+
+
 @dataclass(frozen=True)
-class DaemonConfig:
+class DaemonConfig(SecurityOptions):
     """Everything the daemon needs; times in seconds, sizes in bytes.
 
     The TOML file holds the native cluster map at top level (``[[hosts]]``
@@ -60,6 +77,8 @@ class DaemonConfig:
     ``[limits]`` bound what a submitted job may ask for, so that every job the
     daemon accepts has a plan of bounded size; a job beyond one is refused
     (``invalid_job``, the message names the field and the limit).
+
+    ``[security]`` holds :class:`SecurityOptions`' fields (keyword-only here).
     """
 
     cluster: Cluster
@@ -119,7 +138,7 @@ class DaemonConfig:
         return replace(self, **changes)
 
 
-SECTIONS = ("daemon", "scheduler", "limits")
+SECTIONS = ("daemon", "scheduler", "limits", "security")
 # settings that moved to [limits] and are still read from their old table
 _MOVED = {"daemon": ("max_message_bytes", "max_jobs")}
 
@@ -159,8 +178,9 @@ def _section(doc: dict, name: str, spec: dict) -> dict:
     return out
 
 
-def parse_config(doc: dict) -> DaemonConfig:
-    """Validate a parsed TOML document and return a :class:`DaemonConfig`."""
+def parse_config(doc: dict, **overrides: Any) -> DaemonConfig:
+    """Validate a parsed TOML document and return a :class:`DaemonConfig`; ``overrides``
+    (fields, e.g. from the command line) replace the document's settings before the checks."""
     extra = set(doc) - {"hosts", *SECTIONS}
     if extra:
         raise ValidationError(f"unknown top-level key(s) {sorted(extra)}; expected hosts, {', '.join(SECTIONS)}")
@@ -173,7 +193,7 @@ def parse_config(doc: dict) -> DaemonConfig:
             if key in opts:
                 raise ValidationError(f"[{name}].{key}: also set in [{where[key]}]; set it once, in [limits]")
             opts[key], where[key] = val, name
-    cfg = DaemonConfig(cluster=cluster, **opts)
+    cfg = DaemonConfig(cluster=cluster, **(opts | overrides))
     check_config(cfg)
     return cfg
 
@@ -208,10 +228,25 @@ def check_config(cfg: DaemonConfig) -> None:
     for name in KEYS["limits"]:
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"[limits].{name}: must be positive, got {getattr(cfg, name)!r}")
+    check_exposure(cfg)
 
 
-def load_config(path: str | Path) -> DaemonConfig:
-    """Read a TOML daemon configuration file.
+def check_exposure(cfg: DaemonConfig) -> None:
+    """Refuse plaintext sockets that face the network: ValidationError naming ``--insecure``."""
+    if cfg.keys_dir or cfg.insecure:
+        return
+    for name in ("job_endpoint", "agent_endpoint"):
+        ep = getattr(cfg, name)
+        if not is_local_endpoint(ep):
+            raise ValidationError(
+                f"{name} {ep!r} is not a loopback address and no keys are set: anyone who reaches "
+                "it could submit and cancel jobs and register as any host. Set [security] keys_dir "
+                "(`jitsched keys init DIR`, then `jitsched daemon --keys DIR`), or pass --insecure "
+                "([security] insecure = true) to serve it in plaintext anyway")
+
+
+def load_config(path: str | Path, **overrides: Any) -> DaemonConfig:
+    """Read a TOML daemon configuration file; ``overrides`` as in :func:`parse_config`.
 
     Raises
     ------
@@ -225,7 +260,11 @@ def load_config(path: str | Path) -> DaemonConfig:
         raise ValidationError(f"{p}: no such file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValidationError(f"{p}: not valid TOML ({exc})") from None
-    return parse_config(doc)
+    sec = doc.get("security")
+    if isinstance(sec, dict) and isinstance(sec.get("keys_dir"), str) and sec["keys_dir"]:
+        # a relative key directory is the config file's neighbour, wherever the daemon starts
+        doc["security"] = {**sec, "keys_dir": str(p.parent / Path(sec["keys_dir"]).expanduser())}
+    return parse_config(doc, **overrides)
 
 
 def config_doc(cfg: DaemonConfig) -> dict:
@@ -240,5 +279,5 @@ def config_doc(cfg: DaemonConfig) -> dict:
     return doc
 
 
-__all__ = ["FULL", "INCREMENTAL", "KEYS", "PLANNING_MODES", "SECTIONS", "DaemonConfig", "check_config", "config_doc",
-           "load_config", "parse_config"]
+__all__ = ["FULL", "INCREMENTAL", "KEYS", "PLANNING_MODES", "SECTIONS", "DaemonConfig", "SecurityOptions",
+           "check_config", "check_exposure", "config_doc", "load_config", "parse_config"]

@@ -229,6 +229,36 @@ def curve_keys(keys: CurveKeys | str | Path | None, kind: str, name: str) -> Cur
     return load_curve_keys(keys, kind, name)
 
 
+# what a CURVE client sees when the daemon refuses it (or speaks another mechanism)
+HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+
+def handshake_monitor(sock: zmq.Socket) -> zmq.Socket:
+    """A monitor of ``sock``'s failed handshakes, read by :func:`handshake_failure`
+    (call ``sock.disable_monitor()`` and close it before closing ``sock``)."""
+    return sock.get_monitor_socket(HANDSHAKE_FAILED)
+
+
+def handshake_failure(monitor: zmq.Socket | None, curve: bool) -> str:
+    """Why the handshakes ``monitor`` saw failed, in words ("" if none failed)."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    why = ""
+    while monitor is not None:
+        try:
+            ev = recv_monitor_message(monitor, zmq.NOBLOCK)
+        except zmq.Again:
+            break
+        if ev["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            why = (f"the daemon refused this key (ZAP status {ev['value']}): it is not among "
+                   "the daemon's keys for this socket")
+        elif ev["event"] & HANDSHAKE_FAILED:
+            why = ("the handshake failed: " + ("the daemon may have other keys or none (plaintext)"
+                                               if curve else "the daemon may require CURVE keys (--keys)"))
+    return why
+
+
 def is_local_endpoint(endpoint: str) -> bool:
     """Whether a ZeroMQ endpoint is reachable from this machine only: ``ipc://``,
     ``inproc://``, or TCP on a loopback address (or ``localhost``/``lo``)."""
@@ -249,6 +279,6 @@ def is_local_endpoint(endpoint: str) -> bool:
 
 
 __all__ = ["AGENT_DOMAIN", "CLIENTS", "CLIENT_DOMAIN", "DAEMON", "DEFAULT_CLIENT", "DIR_MODE", "FILE_MODE",
-           "HOSTS", "PUBLIC", "CurveKeys", "DaemonKeys", "KeyFileError", "check_name", "curve_keys", "init_keys",
-           "is_local_endpoint", "load_curve_keys", "load_daemon_keys", "public_path", "read_key",
+           "HANDSHAKE_FAILED", "HOSTS", "PUBLIC", "CurveKeys", "DaemonKeys", "KeyFileError", "check_name", "curve_keys", "init_keys",
+           "handshake_failure", "handshake_monitor", "is_local_endpoint", "load_curve_keys", "load_daemon_keys", "public_path", "read_key",
            "secret_path"]

@@ -62,6 +62,7 @@ class ErrorCode:
     UNKNOWN_NODE = "unknown_node"
     UNKNOWN_HOST = "unknown_host"
     NOT_REGISTERED = "not_registered"
+    FORBIDDEN = "forbidden"  # the sender's key may not do this (another host's, another client's job)
     OVERLOADED = "overloaded"
     INTERNAL = "internal"
 

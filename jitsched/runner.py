@@ -9,8 +9,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from jitsched.client import Client, send_bytes
+from jitsched.keys import CLIENTS, DEFAULT_CLIENT, CurveKeys, curve_keys
 from jitsched.model import Job
 from jitsched.protocol import flow_id
 
@@ -73,14 +75,21 @@ class JobRunner:
         otherwise put the daemon's latency on every node of a 2000-transfer
         ResNet152); the job's JCT ends with its last node, and the run
         returns once the daemon has every report.
+    keys : CurveKeys or path, optional
+        The client's CURVE keys (see :class:`jitsched.client.Client`), or a key
+        directory holding those of client ``key_name``. None: plaintext.
+    key_name : str
+        The client's name in the key directory.
     """
 
     def __init__(self, job: Job, endpoint: str, sinks: dict[str, tuple[str, int]], *,
                  agents: dict[str, str] | None = None, compute_scale: float = 1.0,
                  max_threads: int = 64,
                  on_event: Callable[[str, str, str], None] | None = None,
-                 send: Callable[..., float] | None = None, async_reports: bool = False) -> None:
+                 send: Callable[..., float] | None = None, async_reports: bool = False,
+                 keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT) -> None:
         self.job = job
+        self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
         self.endpoint = endpoint
         self.sinks = sinks
         self.agents = agents or {}
@@ -105,7 +114,7 @@ class JobRunner:
         all_done = threading.Event()
         left = [len(preds)]
         failure: list[str] = []
-        client = Client(self.endpoint)
+        client = Client(self.endpoint, keys=self.keys)
         reports: queue.SimpleQueue | None = queue.SimpleQueue() if self.async_reports else None
         reporter = None
         try:

@@ -18,6 +18,17 @@ DEFAULT_JOB_ENDPOINT = "tcp://127.0.0.1:5555"
 DEFAULT_AGENT_ENDPOINT = "tcp://127.0.0.1:5556"
 
 
+def _keys_arg(who: str):
+    return arg("--keys", default=None, metavar="DIR",
+               help=f"CURVE key directory (`jitsched keys init`): connect with {who}'s key pair "
+                    "and the daemon's public key (default: plaintext, for a daemon on loopback)")
+
+
+KEY_NAME_ARG = arg("--key-name", default="client", metavar="NAME",
+                   help="this client's name in the key directory (default client); "
+                        "only the key that submitted a job may report on or cancel it")
+
+
 def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
@@ -34,6 +45,12 @@ def _until_signal(stop: threading.Event) -> None:
     "daemon", "Run the scheduling daemon (job and agent ZeroMQ sockets, planner, metrics).",
     arg("--config", required=True, metavar="C.toml", help="TOML cluster and daemon configuration"),
     arg("--metrics-port", type=int, default=None, help="Prometheus port (overrides the config; 0 = off)"),
+    arg("--keys", default=None, metavar="DIR",
+        help="CURVE key directory (`jitsched keys init`; overrides [security] keys_dir): only its "
+             "hosts' keys may register agents, only its clients' keys may submit"),
+    arg("--insecure", action="store_true",
+        help="serve endpoints that are not loopback without keys (plaintext, anyone may submit "
+             "or register; [security] insecure)"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_daemon(args: argparse.Namespace) -> int:
@@ -41,11 +58,17 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     from jitsched.daemon import Daemon
 
     _logging(not args.quiet)
-    cfg = load_config(args.config)
+    over: dict = {}
     if args.metrics_port is not None:
-        cfg = cfg.with_(metrics_port=args.metrics_port)
+        over["metrics_port"] = args.metrics_port
+    if args.keys:
+        over["keys_dir"] = str(Path(args.keys).expanduser())
+    if args.insecure:
+        over["insecure"] = True
+    cfg = load_config(args.config, **over)
     d = Daemon(cfg).start()
-    print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}"
+    print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}, "
+          + ("CURVE keys from " + cfg.keys_dir if cfg.keys_dir else "plaintext")
           + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else ""),
           flush=True)
     stop = threading.Event()
@@ -63,6 +86,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     arg("--backend", default="pacing", choices=("pacing", "tc", "record"),
         help="enforcement backend (default pacing)"),
     arg("--dev", default=None, help="tc backend: network device"),
+    _keys_arg("this host"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -70,7 +94,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     _logging(not args.quiet)
     opts = {"dev": args.dev} if args.dev else {}
-    a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts).start()
+    a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys).start()
     print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {args.backend}, "
           f"local socket @{a.local_name[1:]}", flush=True)
     stop = threading.Event()
@@ -88,6 +112,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     arg("--ps-host", default=None, help="GraphDef: host of the parameter server task"),
     arg("--worker-host", default=None, help="GraphDef: host of the worker task"),
     arg("--timeout-s", type=float, default=10.0, help="reply timeout in seconds"),
+    _keys_arg("this client"),
+    KEY_NAME_ARG,
     arg("--json", action="store_true", help="print {job_ids: [...]}"),
 )
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -96,7 +122,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     jobs = _jobs_of(args, load_graph_job)
     ids = []
-    with Client(args.daemon, timeout_s=args.timeout_s) as c:
+    with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
         for job in jobs:
             try:
                 ids.append(c.submit_job(job))
@@ -135,13 +161,15 @@ def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
     "status", "Jobs, agents and the last plan, as the daemon sees them.",
     arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT})"),
     arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
+    _keys_arg("this client"),
+    KEY_NAME_ARG,
     arg("--json", action="store_true", help="print the status map as JSON"),
 )
 def cmd_status(args: argparse.Namespace) -> int:
     from jitsched.client import Client
     from jitsched.daemon.logs import escape  # ids and errors come from clients: one line each
 
-    with Client(args.daemon, timeout_s=args.timeout_s) as c:
+    with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
         try:
             st = c.status()
         except TimeoutError as exc:

@@ -20,6 +20,7 @@ class AgentState:
     identity: bytes
     backend: str
     last_seen_s: float
+    peer: str | None = None  # the host whose key registered it (None: the daemon has no keys)
     up: bool = True
     acked_seq: int = 0
     acked_at_s: float = -math.inf  # when acked_seq last advanced (daemon clock)
@@ -58,15 +59,23 @@ class AgentTable:
         self._outbox_changed = False  # bodies or agents changed since the last outbox scan
         self._next_resend_s = math.inf
 
-    def register(self, identity: bytes, body: dict, now: float) -> dict | Reject:
-        """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule."""
+    def register(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule.
+
+        ``peer``: the host whose key sent it (None: the daemon has no keys). A key
+        registers its own host only, and a host that is up keeps the key it has.
+        """
         host = body["host"]
+        if peer is not None and peer != host:
+            return Reject(ErrorCode.FORBIDDEN, f"this is host {peer!r}'s key: it cannot register as {host!r}")
         if host not in self.cluster:
             return Reject(ErrorCode.UNKNOWN_HOST, f"host {host!r} is not in the cluster")
         old = self.agents.get(host)
+        if old is not None and old.up and old.peer != peer:
+            return Reject(ErrorCode.FORBIDDEN, f"host {host!r} is up, registered with another key")
         if old is not None:
             self.by_identity.pop(old.identity, None)
-        a = AgentState(host, identity, str(body.get("backend", "")), now,
+        a = AgentState(host, identity, str(body.get("backend", "")), now, peer,
                        applied_seq=int(body.get("applied_seq", 0)))
         self.agents[host] = a
         self.by_identity[identity] = host
@@ -81,12 +90,14 @@ class AgentTable:
                 "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
                 "t0_wall_ns": int(self.t0_wall_s * 1e9)}
 
-    def _agent(self, identity: bytes, body: dict, now: float) -> AgentState | Reject:
+    def _agent(self, identity: bytes, body: dict, now: float, peer: str | None) -> AgentState | Reject:
         host = self.by_identity.get(identity)
         a = self.agents.get(host) if host is not None else None
         if a is None or a.host != body["host"]:
             return Reject(ErrorCode.NOT_REGISTERED,
                           f"agent for host {body['host']!r} must register first")
+        if a.peer != peer:  # another key behind the registered connection's routing id
+            return Reject(ErrorCode.FORBIDDEN, f"host {a.host!r} is registered with another key")
         a.last_seen_s = now
         if not a.up:
             a.up = True
@@ -94,9 +105,9 @@ class AgentTable:
             self._on_change("agent_up", now)
         return a
 
-    def heartbeat(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+    def heartbeat(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Liveness plus measured rates (bytes/s) from an agent."""
-        a = self._agent(identity, body, now)
+        a = self._agent(identity, body, now, peer)
         if isinstance(a, Reject):
             return a
         a.applied_seq = int(body.get("applied_seq", a.applied_seq))
@@ -104,9 +115,9 @@ class AgentTable:
         a.total_Bps = float(body.get("total_Bps", 0.0))
         return {"seq": self.host_seq.get(a.host, 0)}
 
-    def ack(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+    def ack(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """An agent confirms it holds schedule ``seq``."""
-        a = self._agent(identity, body, now)
+        a = self._agent(identity, body, now, peer)
         if isinstance(a, Reject):
             return a
         seq = int(body["seq"])
@@ -117,9 +128,9 @@ class AgentTable:
             self.unacked.discard(a.host)
         return {}
 
-    def get_schedule(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+    def get_schedule(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """The current schedule body of the asking agent's host (empty if none yet)."""
-        a = self._agent(identity, body, now)
+        a = self._agent(identity, body, now, peer)
         if isinstance(a, Reject):
             return a
         return self.host_body(a.host)

@@ -112,7 +112,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config
             "computes": len(js.job.computes),
             "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
             "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
-        } | ({"error": js.error} if js.error else {})
+        } | ({"error": js.error} if js.error else {}) | ({"owner": js.owner} if js.owner is not None else {})
     agents = {h: {"up": a.up, "backend": a.backend, "acked_seq": a.acked_seq,
                   "sent_seq": a.sent_seq, "applied_seq": a.applied_seq,
                   "seq": table.host_seq.get(h, 0),
@@ -121,7 +121,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config
     return {"now_s": now, "jobs": jobs, "jobs_omitted": len(ended) - len(keep), "agents": agents,
             "plan": dict(book.plan_summary), "planning": config.planning,
             "plans": dict(book.plans_by_mode), "plans_failed": sum(book.plans_failed.values()),
-            "last_plan_error": book.last_error, "planner": planner,
+            "last_plan_error": book.last_error, "planner": planner, "curve": bool(config.keys_dir),
             "limits": {k: getattr(config, k) for k in KEYS["limits"]},
             "solve_s": list(book.solve_times[-1000:])}
 

@@ -24,6 +24,9 @@ class JobState:
     job: Job  # arrival_s is the submission instant on the daemon clock
     index: dict[str, int]
     submitted_s: float
+    # the client whose key submitted it (None: the daemon has no keys); only that key
+    # may report on, finish or cancel it
+    owner: str | None = None
     ports: dict[str, tuple[int, int]] = field(default_factory=dict)
     out_left: dict[int, int] = field(default_factory=dict)
     in_left: dict[int, int] = field(default_factory=dict)
@@ -68,8 +71,9 @@ class JobRegistry:
         self.active: dict[str, JobState] = {}  # in submission order
         self.lat_misses = 0
 
-    def submit(self, body: dict, now: float) -> JobState | Reject:
-        """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds).
+    def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
+        """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
+        submitted by client ``owner`` (None: the daemon has no keys).
 
         Raises
         ------
@@ -94,7 +98,7 @@ class JobRegistry:
         if job.id in self.active:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {job.id!r} is already running")
         job = replace(job, arrival_s=now)
-        js = JobState(job, {n: i for i, n in enumerate(job.node_ids())}, now)
+        js = JobState(job, {n: i for i, n in enumerate(job.node_ids())}, now, owner=owner)
         index = self.cluster.index
         for t in job.transfers:
             s, d = index(t.src), index(t.dst)
@@ -105,17 +109,20 @@ class JobRegistry:
         self.active[job.id] = js
         return js
 
-    def job(self, job_id: str) -> JobState | Reject:
-        """The job ``job_id``, running or ended."""
+    def job(self, job_id: str, peer: str | None = None) -> JobState | Reject:
+        """The job ``job_id``, running or ended, if client ``peer`` may act on it: the
+        client that submitted it (``peer`` None: the daemon has no keys, anyone may)."""
         js = self.jobs.get(job_id)
         if js is None:
             return Reject(ErrorCode.UNKNOWN_JOB, f"no job {self._clip(job_id)!r}")
+        if peer is not None and js.owner != peer:
+            return Reject(ErrorCode.FORBIDDEN, f"job {js.job.id!r} was submitted with another client's key")
         return js
 
-    def node(self, body: dict, key: str, kind: str) -> tuple[JobState, str] | Reject:
-        """The job of ``body["job_id"]`` and its node ``body[key]``, which must be a ``kind``
-        (``"transfer"`` or ``"compute"``)."""
-        js = self.job(body["job_id"])
+    def node(self, body: dict, key: str, kind: str, peer: str | None = None) -> tuple[JobState, str] | Reject:
+        """The job of ``body["job_id"]`` (if ``peer`` may act on it) and its node
+        ``body[key]``, which must be a ``kind`` (``"transfer"`` or ``"compute"``)."""
+        js = self.job(body["job_id"], peer)
         if isinstance(js, Reject):
             return js
         nid = body[key]

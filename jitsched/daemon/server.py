@@ -11,8 +11,9 @@ import time
 from collections.abc import Callable
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
-from jitsched.config import INCREMENTAL, DaemonConfig
+from jitsched.config import INCREMENTAL, DaemonConfig, check_exposure
 from jitsched.daemon.logs import LogLimiter, kv
 from jitsched.daemon.metrics import Metrics
 from jitsched.daemon.plans import PlanRequest, PlanResult
@@ -20,6 +21,7 @@ from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import PlannerProcess, copies_of, describe, run_increment, run_plan
 from jitsched.daemon.state import SchedulerState
 from jitsched.errors import JitschedError, ValidationError
+from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, DaemonKeys, load_daemon_keys
 from jitsched.policies.base import Policy, make_policy
 from jitsched.protocol import (
     AGENT_TYPES,
@@ -38,19 +40,20 @@ from jitsched.protocol import (
 log = logging.getLogger("jitsched.daemon")
 
 # The one dispatch table: message type -> (SchedulerState method, whether it takes the
-# sender's identity). Adding a message type means one line here and its schema in protocol.
-DISPATCH: dict[str, tuple[str, bool]] = {
-    MsgType.SUBMIT_JOB: ("submit_job", False),
-    MsgType.TRANSFER_STARTED: ("transfer_started", False),
-    MsgType.TRANSFER_FINISHED: ("transfer_finished", False),
-    MsgType.COMPUTE_FINISHED: ("compute_finished", False),
-    MsgType.JOB_FINISHED: ("job_finished", False),
-    MsgType.CANCEL_JOB: ("cancel_job", False),
-    MsgType.STATUS: ("status", False),
-    MsgType.REGISTER: ("register", True),
-    MsgType.HEARTBEAT: ("heartbeat", True),
-    MsgType.ACK: ("ack", True),
-    MsgType.GET_SCHEDULE: ("get_schedule", True),
+# sender's routing identity, whether it takes the sender's key name as ``peer``).
+# Adding a message type means one line here and its schema in protocol.
+DISPATCH: dict[str, tuple[str, bool, bool]] = {
+    MsgType.SUBMIT_JOB: ("submit_job", False, True),
+    MsgType.TRANSFER_STARTED: ("transfer_started", False, True),
+    MsgType.TRANSFER_FINISHED: ("transfer_finished", False, True),
+    MsgType.COMPUTE_FINISHED: ("compute_finished", False, True),
+    MsgType.JOB_FINISHED: ("job_finished", False, True),
+    MsgType.CANCEL_JOB: ("cancel_job", False, True),
+    MsgType.STATUS: ("status", False, False),
+    MsgType.REGISTER: ("register", True, True),
+    MsgType.HEARTBEAT: ("heartbeat", True, True),
+    MsgType.ACK: ("ack", True, True),
+    MsgType.GET_SCHEDULE: ("get_schedule", True, True),
 }
 
 # The one table from exceptions to error codes, most specific first.
@@ -71,6 +74,31 @@ def error_code(exc: BaseException) -> str:
 
 
 DROPPED_LOG_S = 10.0  # at most one reply_dropped warning this often, seconds
+REFUSED_KEYS_LOGGED = 1000  # unknown keys remembered so that each is logged once
+
+
+class KnownKeys:
+    """The ZAP credentials check of one socket: only ``keys`` (Z85 public key -> name) get in.
+
+    Called on the authenticator's thread for every CURVE handshake; each
+    unknown key is logged once (a refused peer retries its handshake).
+    """
+
+    def __init__(self, keys: dict[str, str], domain: str) -> None:
+        self.keys = keys
+        self.domain = domain
+        self.refused = 0  # handshakes refused since start
+        self._logged: set[str] = set()
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        text = key.decode("ascii", "replace")
+        if domain == self.domain and text in self.keys:
+            return True
+        self.refused += 1
+        if text not in self._logged and len(self._logged) < REFUSED_KEYS_LOGGED:
+            self._logged.add(text)
+            log.warning(kv("handshake_refused", domain=domain, key=text))
+        return False
 
 
 def _init_params(cls: type) -> set[str]:
@@ -125,9 +153,24 @@ class Daemon:
         :attr:`agent_endpoint` then hold the bound addresses after :meth:`start`.
     policy : Policy, optional
         Default: ``make_policy(config.policy)``.
+
+    With ``config.keys_dir`` both sockets are CURVE servers: a ZAP handler lets
+    in the hosts' keys on the agent socket and the clients' keys on the job
+    socket, and each request is handled as its key's host or client (``peer``
+    of the state's handlers). Without keys only local endpoints are served,
+    unless ``config.insecure``.
+
+    Raises
+    ------
+    ValidationError
+        A plaintext endpoint faces the network (no keys, not ``insecure``).
+    KeyFileError
+        The key directory cannot be read.
     """
 
     def __init__(self, config: DaemonConfig, policy: Policy | None = None) -> None:
+        check_exposure(config)  # configs built in code skip parse_config's checks
+        self.keys: DaemonKeys | None = load_daemon_keys(config.keys_dir) if config.keys_dir else None
         self.config = config
         self.policy = policy if policy is not None else create_policy(config)
         self.state = SchedulerState(config)
@@ -158,6 +201,8 @@ class Daemon:
         self.metrics_port = 0
         self.planner: PlannerProcess | None = None  # the child running full re-solves, if any
         self._error: BaseException | None = None
+        self._auth: ThreadAuthenticator | None = None
+        self.key_checks: dict[str, KnownKeys] = {}  # by ZAP domain, with keys
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -197,8 +242,16 @@ class Daemon:
             s.setsockopt(zmq.ROUTER_MANDATORY, 1)
             s.setsockopt(zmq.SNDHWM, 100_000)
             s.setsockopt(zmq.RCVHWM, 100_000)
-        # a reconnecting agent with the same routing id takes over its old pipe
-        agents.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        if self.keys is None:
+            # a reconnecting agent with the same routing id takes over its old pipe
+            agents.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        else:
+            # With keys, agents leave their routing ids to the socket (unique, and no peer
+            # may choose one like them), and no connection takes over another's id: a
+            # schedule pushed to an id reaches the key that registered it.
+            self._start_auth()
+            self.keys.apply(jobs, CLIENT_DOMAIN)
+            self.keys.apply(agents, AGENT_DOMAIN)
         jobs.bind(cfg.job_endpoint)
         agents.bind(cfg.agent_endpoint)
         self.job_endpoint = jobs.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -208,6 +261,30 @@ class Daemon:
         wake.bind(self._wake_addr)
         return jobs, agents, wake
 
+    def _start_auth(self) -> None:
+        """The ZAP handler of this context: each socket's domain lets in its own keys only."""
+        assert self.keys is not None
+        self.key_checks = {AGENT_DOMAIN: KnownKeys(self.keys.hosts, AGENT_DOMAIN),
+                           CLIENT_DOMAIN: KnownKeys(self.keys.clients, CLIENT_DOMAIN)}
+        self._auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("jitsched.daemon.zap"))
+        self._auth.start()
+        for domain, check in self.key_checks.items():
+            self._auth.configure_curve_callback(domain, credentials_provider=check)
+
+    def _stop_auth(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+
+    def _recv(self, sock: zmq.Socket, names: dict[str, str] | None) -> tuple[list[bytes], str | None]:
+        """One message's frames and the name of the key it came with (None: no keys,
+        or a key not among ``names``). Raises zmq.Again when none is waiting."""
+        if names is None:
+            return sock.recv_multipart(zmq.NOBLOCK), None
+        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        # the ZAP handler set the connection's user id to the peer's Z85 public key
+        return [f.bytes for f in frames], names.get(frames[-1].get("User-Id"))
+
     def serve(self) -> None:
         """Run the loop in the calling thread until :meth:`stop`."""
         try:
@@ -215,6 +292,7 @@ class Daemon:
             if self.config.metrics_port:
                 self.metrics_port = self.metrics.serve(self.config.metrics_port)
         except BaseException as exc:  # noqa: BLE001 - surfaced by start()
+            self._stop_auth()
             self._error = exc
             self._ready.set()
             return
@@ -227,7 +305,7 @@ class Daemon:
         for w in self._workers:
             w.start()
         log.info(kv("daemon_started", jobs=self.job_endpoint, agents=self.agent_endpoint,
-                    policy=self.config.policy, hosts=len(self.config.cluster),
+                    curve=self.keys is not None, policy=self.config.policy, hosts=len(self.config.cluster),
                     slot_s=self.config.slot_s, alpha=self.config.alpha,
                     planning=self.config.planning))
         self._ready.set()
@@ -236,6 +314,8 @@ class Daemon:
         poller.register(agents, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
         next_house = 0.0
+        client_names = self.keys.clients if self.keys is not None else None
+        host_names = self.keys.hosts if self.keys is not None else None
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(timeout=20))
@@ -245,17 +325,17 @@ class Daemon:
                 if jobs in events:
                     for _ in range(256):
                         try:
-                            frames = jobs.recv_multipart(zmq.NOBLOCK)
+                            frames, peer = self._recv(jobs, client_names)
                         except zmq.Again:
                             break
-                        self._serve_one(jobs, frames, JOB_TYPES)
+                        self._serve_one(jobs, frames, JOB_TYPES, peer)
                 if agents in events:
                     for _ in range(1024):
                         try:
-                            frames = agents.recv_multipart(zmq.NOBLOCK)
+                            frames, peer = self._recv(agents, host_names)
                         except zmq.Again:
                             break
-                        self._serve_one(agents, frames, AGENT_TYPES)
+                        self._serve_one(agents, frames, AGENT_TYPES, peer)
                 now = self.now()
                 if now >= next_house:
                     next_house = now + 0.05
@@ -273,6 +353,7 @@ class Daemon:
                 w.join(5.0)
             for s in (jobs, agents, wake):
                 s.close(0)
+            self._stop_auth()
             if self.metrics_port:
                 self.metrics.shutdown()
             log.info(kv("daemon_stopped"))
@@ -283,13 +364,14 @@ class Daemon:
 
     # ------------------------------------------------------------------ requests
 
-    def _serve_one(self, sock: zmq.Socket, frames: list[bytes], allowed: frozenset[str]) -> None:
+    def _serve_one(self, sock: zmq.Socket, frames: list[bytes], allowed: frozenset[str],
+                   peer: str | None = None) -> None:
         if len(frames) < 2:
             return
         identity, data = frames[0], frames[-1]
         if sock is not None and allowed is AGENT_TYPES and is_reply(data):
             return  # agents may answer pushed schedules; acks arrive as requests
-        reply = self.handle(identity, data, allowed)
+        reply = self.handle(identity, data, allowed, peer)
         try:
             sock.send_multipart([identity, reply], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue full
@@ -306,18 +388,27 @@ class Daemon:
             self._dropped_logged = self.replies_dropped
             self._dropped_log_s = now
 
-    def handle(self, identity: bytes, data: bytes, allowed: frozenset[str]) -> bytes:
-        """Decode one request, dispatch it, and return the encoded reply (never raises)."""
+    def handle(self, identity: bytes, data: bytes, allowed: frozenset[str], peer: str | None = None) -> bytes:
+        """Decode one request, dispatch it, and return the encoded reply (never raises).
+
+        ``peer``: the host or client name of the key the request came with; with
+        keys, a request without one is refused (``forbidden``).
+        """
         t0 = time.perf_counter()
         rid = 0
         type_ = "?"
         try:
             req = decode_request(data, max_bytes=self.config.max_message_bytes, allowed=allowed)
             rid, type_ = req.id, req.type
-            method, with_identity = DISPATCH[req.type]
-            fn = getattr(self.state, method)
-            now = self.now()
-            result = fn(identity, req.body, now) if with_identity else fn(req.body, now)
+            method, with_identity, with_peer = DISPATCH[req.type]
+            if self.keys is not None and peer is None:
+                # ZAP lets in known keys only: this is a key the tables lost, never a guest
+                result = Reject(ErrorCode.FORBIDDEN, "the request's key is not known to the daemon")
+            else:
+                fn = getattr(self.state, method)
+                now = self.now()
+                args = (identity, req.body, now) if with_identity else (req.body, now)
+                result = fn(*args, peer=peer) if with_peer else fn(*args)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
             code = error_code(exc)
             rid = rid or peek_id(data)
@@ -329,7 +420,12 @@ class Daemon:
             return encode_error(rid, code, msg)
         if isinstance(result, Reject):
             self.metrics.request(type_, result.code)
-            log.info(kv("rejected", type=type_, id=rid, code=result.code, reason=result.message[:200]))
+            if result.code == ErrorCode.FORBIDDEN:
+                # a known key overstepping: worth a warning, bounded if it keeps trying
+                self.logs.log(logging.WARNING, "forbidden", type=type_, id=rid, peer=peer,
+                              reason=result.message[:200])
+            else:
+                log.info(kv("rejected", type=type_, id=rid, code=result.code, reason=result.message[:200]))
             return encode_error(rid, result.code, result.message)
         self.metrics.request(type_, "ok", time.perf_counter() - t0)
         if type_ == MsgType.SUBMIT_JOB:
@@ -483,4 +579,4 @@ def wait_until(pred: Callable[[], bool], timeout_s: float, step_s: float = 0.005
     return bool(pred())
 
 
-__all__ = ["DISPATCH", "ERROR_TABLE", "Daemon", "create_policy", "error_code", "kv", "wait_until"]
+__all__ = ["DISPATCH", "ERROR_TABLE", "Daemon", "KnownKeys", "create_policy", "error_code", "kv", "wait_until"]

@@ -38,6 +38,11 @@ class SchedulerState:
     :class:`Reject`; plans are asked for with :meth:`plan_requests` and
     adopted with :meth:`install`; agent-bound messages come from
     :meth:`outbox` and are acknowledged via :meth:`ack`.
+
+    Handlers take the sender's name as ``peer``: the client or host whose key
+    the message came with, or None when the daemon has no keys (then anyone
+    may act on any job or host). A job answers only to the client that
+    submitted it, and an agent registers only as its key's host.
     """
 
     def __init__(self, config: DaemonConfig, t0_wall_s: float | None = None) -> None:
@@ -81,26 +86,26 @@ class SchedulerState:
 
     # ------------------------------------------------------------------ jobs
 
-    def submit_job(self, body: dict, now: float) -> dict | Reject:
-        """Validate and store a job; returns ``{"job_id"}`` and triggers a plan."""
-        js = self.job_registry.submit(body, now)
+    def submit_job(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Validate and store a job owned by ``peer``; returns ``{"job_id"}`` and triggers a plan."""
+        js = self.job_registry.submit(body, now, peer)
         if isinstance(js, Reject):
             return js
         self.plan_book.arrived(js.job.id, now)
         return {"job_id": js.job.id}
 
-    def transfer_started(self, body: dict, now: float) -> dict | Reject:
+    def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record that a transfer started sending."""
-        got = self.job_registry.node(body, "transfer", "transfer")
+        got = self.job_registry.node(body, "transfer", "transfer", peer)
         if isinstance(got, Reject):
             return got
         js, nid = got
         js.started.setdefault(nid, now)
         return {}
 
-    def transfer_finished(self, body: dict, now: float) -> dict | Reject:
+    def transfer_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record a transfer's arrival; checks it against its LAT and the plan (drift)."""
-        got = self.job_registry.node(body, "transfer", "transfer")
+        got = self.job_registry.node(body, "transfer", "transfer", peer)
         if isinstance(got, Reject):
             return got
         js, nid = got
@@ -110,9 +115,9 @@ class SchedulerState:
         self.plan_book.transfer_done(js, nid, now)
         return {"lat_hit": hit}
 
-    def compute_finished(self, body: dict, now: float) -> dict | Reject:
+    def compute_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record a compute's completion and its measured duration (seconds)."""
-        got = self.job_registry.node(body, "compute", "compute")
+        got = self.job_registry.node(body, "compute", "compute", peer)
         if isinstance(got, Reject):
             return got
         js, nid = got
@@ -122,9 +127,9 @@ class SchedulerState:
         self.plan_book.policy_event("node_done", js.job.id, nid)
         return {}
 
-    def job_finished(self, body: dict, now: float) -> dict | Reject:
+    def job_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Mark a job finished; its JCT is ``jct_s`` if given, else measured by the daemon."""
-        js = self.job_registry.job(body["job_id"])
+        js = self.job_registry.job(body["job_id"], peer)
         if isinstance(js, Reject):
             return js
         if js.active:
@@ -132,9 +137,9 @@ class SchedulerState:
             self._end(js, "finished", now)
         return {"jct_s": js.jct_s}
 
-    def cancel_job(self, body: dict, now: float) -> dict | Reject:
+    def cancel_job(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Cancel a running job: its transfers leave the plan."""
-        js = self.job_registry.job(body["job_id"])
+        js = self.job_registry.job(body["job_id"], peer)
         if isinstance(js, Reject):
             return js
         if js.active:
@@ -152,21 +157,21 @@ class SchedulerState:
 
     # ------------------------------------------------------------------ agents
 
-    def register(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+    def register(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule."""
-        return self.agent_table.register(identity, body, now)
+        return self.agent_table.register(identity, body, now, peer)
 
-    def heartbeat(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+    def heartbeat(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Liveness plus measured rates (bytes/s) from an agent."""
-        return self.agent_table.heartbeat(identity, body, now)
+        return self.agent_table.heartbeat(identity, body, now, peer)
 
-    def ack(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+    def ack(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """An agent confirms it holds schedule ``seq``."""
-        return self.agent_table.ack(identity, body, now)
+        return self.agent_table.ack(identity, body, now, peer)
 
-    def get_schedule(self, identity: bytes, body: dict, now: float) -> dict | Reject:
+    def get_schedule(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """The current schedule body of the asking agent's host (empty if none yet)."""
-        return self.agent_table.get_schedule(identity, body, now)
+        return self.agent_table.get_schedule(identity, body, now, peer)
 
     def check_agents(self, now: float) -> list[str]:
         """Mark agents silent for longer than the heartbeat timeout as down; return them."""
