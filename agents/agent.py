@@ -18,7 +18,13 @@ import zmq
 
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
 from jitsched.keys import HOSTS, CurveKeys, curve_keys, handshake_failure, handshake_monitor
-from jitsched.localreg import local_address, register_flow, unregister_flow
+from jitsched.localreg import (
+    listen_local,
+    local_address,
+    peer_uid,
+    register_flow,
+    unregister_flow,
+)
 from jitsched.protocol import (
     LOCAL_TYPES,
     MAX_MESSAGE_BYTES,
@@ -96,6 +102,13 @@ class Agent:
         Line rate in bytes/s; default: what the daemon's cluster says.
     local_namespace : str
         Distinguishes the local registration socket of agents of the same host name.
+    local_dir : str or Path, optional
+        Directory of the local registration socket (made 0700; default
+        :func:`jitsched.localreg.run_dir`).
+    allowed_uids : iterable of int
+        Users besides root and the agent's own whose processes may register
+        flows (their uid is checked with ``SO_PEERCRED``); with any, the
+        directory becomes 0711 and the socket 0666 so that they can reach it.
     reconnect_s : float
         Silence from the daemon after which the agent reconnects and re-registers.
     ingress : dict, optional
@@ -111,7 +124,8 @@ class Agent:
     def __init__(self, host: str, daemon_endpoint: str, *, backend: str = "record",
                  backend_options: dict | None = None, line_rate_Bps: float | None = None,
                  local_namespace: str = "", reconnect_s: float = 3.0, ingress: dict | None = None,
-                 keys: CurveKeys | str | Path | None = None) -> None:
+                 keys: CurveKeys | str | Path | None = None, local_dir: str | Path | None = None,
+                 allowed_uids: tuple[int, ...] | list[int] = ()) -> None:
         self.host = host
         self.keys = curve_keys(keys, HOSTS, host)
         self._monitor: zmq.Socket | None = None
@@ -120,7 +134,10 @@ class Agent:
         self.backend_name = backend
         self.backend_options = dict(backend_options or {})
         self.line_rate_Bps = line_rate_Bps
-        self.local_name = local_address(host, local_namespace)
+        self.local_name = local_address(host, local_namespace, local_dir)
+        self.extra_uids = frozenset(int(u) for u in allowed_uids)
+        self.allowed_uids = frozenset({0, os.geteuid()}) | self.extra_uids
+        self.refused_local = 0  # local connections refused (peer of another user), since start
         self.reconnect_s = reconnect_s
         self.backend: Backend | None = None
         self.ingress_options = None if ingress is None else dict(ingress)
@@ -208,13 +225,13 @@ class Agent:
 
     def run(self) -> None:
         """The agent loop (blocks until :meth:`stop`)."""
+        listener = None
         try:
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            listener.bind(self.local_name)
-            listener.listen(64)
-            listener.setblocking(False)
+            listener = listen_local(self.local_name, shared=bool(self.extra_uids))
             dealer = self._connect()
         except BaseException as exc:  # noqa: BLE001 - surfaced by start()
+            if listener is not None:
+                listener.close()
             self._error = exc
             self._ready.set()
             return
@@ -222,7 +239,7 @@ class Agent:
         conns: dict[int, socket.socket] = {}
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
-        poller.register(listener, zmq.POLLIN)
+        poller.register(listener.sock, zmq.POLLIN)
         next_hb = 0.0
         self._register(dealer)
         try:
@@ -232,14 +249,15 @@ class Agent:
                 if dealer in events:
                     self._drain(dealer)
                 # zmq's poller reports plain sockets by file descriptor
-                if listener.fileno() in events:
+                if listener.sock.fileno() in events:
                     try:
-                        c, _ = listener.accept()
+                        c, _ = listener.sock.accept()
+                    except BlockingIOError:
+                        c = None
+                    if c is not None and self._trusted(c):
                         c.setblocking(False)
                         conns[c.fileno()] = c
                         poller.register(c, zmq.POLLIN)
-                    except BlockingIOError:
-                        pass
                 for fd in [fd for fd in events if isinstance(fd, int) and fd in conns]:
                     c = conns[fd]
                     if not self._serve_local(c):
@@ -444,6 +462,21 @@ class Agent:
         self.applied_at_ns = time.time_ns()
 
     # ------------------------------------------------------------------ local registrations
+
+    def _trusted(self, conn: socket.socket) -> bool:
+        """Whether a new local connection comes from an allowed user; closes it if not,
+        before anything is read from it (a descriptor it sent dies with it)."""
+        try:
+            uid = peer_uid(conn)
+        except OSError:
+            uid = -1
+        if uid in self.allowed_uids:
+            return True
+        self.refused_local += 1
+        if self.refused_local <= 10 or self.refused_local % 1000 == 0:
+            log.warning("event=agent_local_refused host=%s uid=%d refused=%d", self.host, uid, self.refused_local)
+        conn.close()
+        return False
 
     def _serve_local(self, conn: socket.socket) -> bool:
         try:

@@ -87,6 +87,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         help="enforcement backend (default pacing)"),
     arg("--dev", default=None, help="tc backend: network device"),
     _keys_arg("this host"),
+    arg("--local-dir", default=None, metavar="DIR",
+        help="directory of the local flow-registration socket (default $JITSCHED_RUN_DIR, "
+             "$XDG_RUNTIME_DIR/jitsched-agents, /run/jitsched-agents for root, else "
+             "<tmp>/jitsched-agents-<uid>)"),
+    arg("--allow-uid", type=int, action="append", default=[], metavar="UID",
+        help="a user besides root and the agent's own whose jobs may register flows (repeatable)"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -94,9 +100,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     _logging(not args.quiet)
     opts = {"dev": args.dev} if args.dev else {}
-    a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys).start()
+    a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys,
+              local_dir=args.local_dir, allowed_uids=args.allow_uid).start()
     print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {args.backend}, "
-          f"local socket @{a.local_name[1:]}", flush=True)
+          f"{'CURVE' if a.keys is not None else 'plaintext'}, local socket {a.local_name}", flush=True)
     stop = threading.Event()
     try:
         _until_signal(stop)
