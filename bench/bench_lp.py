@@ -1,71 +1,170 @@
-"""Bandwidth-LP build and solve time for 10..80 and 1000 concurrent VGG16 jobs on 100 hosts."""
+"""Bandwidth-LP planning time and plan quality for 10..80, 1000 and 5000 concurrent VGG16 jobs, new code beside the old."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
+if not __package__:  # run as ``python bench/bench_lp.py``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from jitsched import lp as lp_module
 from jitsched.model import Cluster, compile_jobs
-from jitsched.planner import PlanOptions, plan_jobs
+from jitsched.planner import PlanOptions, lp_deadlines, plan_jobs
 from jitsched.synth import random_vgg16_jobs
 
 PAPER = "paper (Gurobi): under 1 s up to 70 jobs"
+GOALS = {70: 0.05, 1000: 1.0}  # issue 17: LP seconds at 70 and 1000 jobs (100 hosts)
+ROOT = Path(__file__).resolve().parents[1]
+# The last commit before issue 17 changed the LP: the "old" variant runs its
+# jitsched/lp.py on the same inputs.
+BASELINE_REV = "7936bc1"
+# Option sets, each a column of the output: "new" is the default pipeline, the
+# rest switch one direction of issue 17 off (or a solver on) to show its effect.
+VARIANTS = {
+    "new": {},
+    "lp": {"lowest_peak": False},
+    "lp-each": {"lowest_peak": False, "aggregate": False},
+    "lp-coarse16": {"lowest_peak": False, "fine_slots": 16},
+    "lp-coarse32": {"lowest_peak": False, "fine_slots": 32},
+    "lp-simplex": {"lowest_peak": False, "solver": "simplex"},
+    "lp-ipm": {"lowest_peak": False, "solver": "ipm"},
+    "old": None,
+}
 
 
-def run(n_jobs: int, repeat: int, objective: str, slot_s: float, alpha: float, seed: int) -> dict:
-    cluster = Cluster.uniform(100, 1e9)
-    jobs = random_vgg16_jobs(n_jobs, cluster.names, seed=seed)
-    dag = compile_jobs(jobs, cluster)
-    builds, solves, lats = [], [], []
+def baseline_module(rev: str = BASELINE_REV):
+    """``jitsched/lp.py`` as of commit ``rev``, imported under its own name, or None without git."""
+    try:
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:jitsched/lp.py"], check=True,
+                             capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = Path(tempfile.mkdtemp()) / "lp_baseline.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("jitsched_lp_baseline", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def lp_inputs(plan, size: np.ndarray) -> tuple[tuple, dict]:
+    """The arguments :func:`plan_jobs` gave the LP (no residuals, no ``min_lat_s``)."""
+    dag, chosen, origin = plan.dag, plan.scheduled, plan.origin_s
+    args = (dag.src[chosen], dag.dst[chosen], size[chosen],
+            np.maximum(plan.lat.release[chosen] - origin, 0.0),
+            lp_deadlines(plan.lat.lat[chosen], None) - origin,
+            plan.cluster.egress_Bps, plan.cluster.ingress_Bps)
+    return args, {"weight": 1.0 + np.maximum(dag.priority[dag.job_of[chosen]], 0.0)}
+
+
+def quality(sol) -> dict:
+    """What the policy cares about in a plan: its objective, peak port utilisation, LAT misses."""
+    return {"objective_value": float(sol.objective_value), "peak_utilization": float(sol.peak_utilization),
+            "late": int(sol.late.size), "lateness_s": float(sol.lateness_s.sum()), "status": sol.status}
+
+
+def run(n_jobs: int, n_hosts: int, repeat: int, variants: list[str], objective: str, slot_s: float,
+        alpha: float, seed: int, old=None, time_limit_s: float = 600.0) -> dict:
+    """Medians over ``repeat`` rounds; each round runs every variant once on the same inputs (interleaved)."""
+    cluster = Cluster.uniform(n_hosts, 1e9)
+    dag = compile_jobs(random_vgg16_jobs(n_jobs, cluster.names, seed=seed), cluster)
+    base = PlanOptions(slot_s=slot_s, alpha=alpha, objective=objective, time_limit_s=time_limit_s)
+    walls = {v: [] for v in variants}
+    plan_walls, lats, sols = [], [], {}
     for _ in range(repeat):
-        plan = plan_jobs(dag, cluster, PlanOptions(slot_s=slot_s, alpha=alpha, objective=objective,
-                                                   time_limit_s=600.0))
-        builds.append(plan.lp.build_s)
-        solves.append(plan.lp.solve_s)
+        t0 = time.perf_counter()
+        plan = plan_jobs(dag, cluster, base)
+        plan_walls.append(time.perf_counter() - t0)
         lats.append(plan.lat_s)
-    return {
-        "jobs": n_jobs,
-        "transfers": int(len(plan.scheduled)),
-        "variables": int(plan.lp.n_variables),
-        "constraints": int(plan.lp.n_constraints),
-        "components": int(plan.lp.n_components),
-        "lat_s": statistics.median(lats),
-        "build_s": statistics.median(builds),
-        "solve_s": statistics.median(solves),
-        "status": plan.lp.status,
-        "late": int(plan.lp.late.size),
-        "peak_utilization": plan.lp.peak_utilization,
-    }
+        args, kw = lp_inputs(plan, dag.size)
+        kw.update(slot_s=slot_s, objective=objective, time_limit_s=time_limit_s)
+        for v in variants:
+            if v == "old":
+                solve, extra = old.solve_bandwidth_lp, {}
+            else:
+                solve, extra = lp_module.solve_bandwidth_lp, VARIANTS[v]
+            t0 = time.perf_counter()
+            sols[v] = solve(*args, **kw, **extra)
+            walls[v].append(time.perf_counter() - t0)
+    out = {"jobs": n_jobs, "hosts": n_hosts, "transfers": int(len(plan.scheduled)), "repeat": repeat,
+           "lat_s": statistics.median(lats), "plan_s": statistics.median(plan_walls), "variants": {}}
+    for v in variants:
+        s = sols[v]
+        out["variants"][v] = {
+            "lp_s": statistics.median(walls[v]), "runs_s": walls[v],
+            "build_s": float(s.build_s), "solve_s": float(s.solve_s),
+            "variables": int(s.n_variables), "constraints": int(s.n_constraints),
+            "components": int(s.n_components), "flows": int(getattr(s, "n_flows", len(s.start_slot))),
+            "proven": int(getattr(s, "n_proven", 0)), **quality(s)}
+    return out
+
+
+def parse_size(spec: str, hosts: int) -> tuple[int, int]:
+    """``"JOBS"`` or ``"JOBS:HOSTS"``."""
+    jobs, _, h = spec.partition(":")
+    return int(jobs), int(h) if h else hosts
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", type=int, nargs="*", default=[10, 20, 30, 40, 50, 60, 70, 80, 1000])
-    ap.add_argument("--repeat", type=int, default=5, help="runs per size (median); 1 for >= 500 jobs")
+    ap.add_argument("--jobs", nargs="*", default=["10", "20", "30", "40", "50", "60", "70", "80", "1000",
+                                                  "5000:1000"],
+                    help="sizes, JOBS or JOBS:HOSTS (default hosts: --hosts)")
+    ap.add_argument("--hosts", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=5, help="rounds per size (medians); 3 from 500 jobs on")
+    ap.add_argument("--variants", nargs="*", default=["new", "old"], choices=list(VARIANTS),
+                    help="new: default options; lp*: lowest_peak off (the LP always solved), with one "
+                         "more change; old: the LP code of " + BASELINE_REV)
+    ap.add_argument("--old-max-jobs", type=int, default=1000,
+                    help="run the old code (and the lp-each variant) only up to this many jobs")
     ap.add_argument("--objective", default="balanced", choices=["balanced", "minmax"])
     ap.add_argument("--slot-s", type=float, default=0.1)
     ap.add_argument("--alpha", type=float, default=0.4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    old = baseline_module() if "old" in args.variants else None
+    if "old" in args.variants and old is None:
+        print(f"no git checkout with {BASELINE_REV}: the old variant is skipped", file=sys.stderr)
     runs = []
-    for n in args.jobs:
-        r = run(n, 1 if n >= 500 else args.repeat, args.objective, args.slot_s, args.alpha, args.seed)
+    for spec in args.jobs:
+        n, hosts = parse_size(spec, args.hosts)
+        variants = [v for v in args.variants
+                    if not (v in ("old", "lp-each") and (n > args.old_max_jobs or (v == "old" and old is None)))]
+        print(f"{n} jobs on {hosts} hosts: {', '.join(variants)} ...", file=sys.stderr, flush=True)
+        r = run(n, hosts, args.repeat if n < 500 else min(args.repeat, 3), variants, args.objective,
+                args.slot_s, args.alpha, args.seed, old)
         runs.append(r)
         if not args.json:
-            print(f"{n:5d} jobs  {r['transfers']:6d} transfers  {r['variables']:8d} vars  "
-                  f"{r['components']:3d} comps  build {r['build_s']:.4f} s  solve {r['solve_s']:.4f} s  "
-                  f"total {r['build_s'] + r['solve_s']:.4f} s  {r['status']}  late {r['late']}",
-                  flush=True)
-        else:
-            print(f"{n} jobs done", file=sys.stderr, flush=True)
+            print(f"{n:5d} jobs {hosts:5d} hosts {r['transfers']:6d} transfers  LAT {r['lat_s']:.4f} s  "
+                  f"plan_jobs {r['plan_s']:.4f} s", flush=True)
+            for v, q in r["variants"].items():
+                ratio = ""
+                if v != "new" and "new" in r["variants"]:
+                    ratio = f"  x{q['lp_s'] / r['variants']['new']['lp_s']:.1f} of new"
+                print(f"   {v:>12}: LP {q['lp_s']:8.4f} s (build {q['build_s']:.4f} solve {q['solve_s']:.4f})  "
+                      f"{q['variables']:7d} vars {q['flows']:6d} flows {q['components']:4d} comps "
+                      f"{q['proven']:4d} proven  objective {q['objective_value']:.4f}  peak "
+                      f"{q['peak_utilization']:.3f}  late {q['late']} ({q['lateness_s']:.3f} s)  "
+                      f"{q['status']}{ratio}", flush=True)
     if args.json:
         print(json.dumps({"runs": runs, "objective": args.objective, "slot_s": args.slot_s,
-                          "alpha": args.alpha}))
+                          "alpha": args.alpha, "baseline": BASELINE_REV, "goals_s": GOALS}))
     else:
-        print(f"goal: build+solve <= 0.1 s at 70 jobs; {PAPER}")
+        print("LP: wall time of solve_bandwidth_lp, medians; goals: "
+              + ", ".join(f"<= {g} s at {n} jobs" for n, g in GOALS.items()) + f"; {PAPER}")
     return 0
 
 
