@@ -217,3 +217,19 @@ def test_non_loopback_bind_without_keys_is_refused(tmp_path, keys, capsys):
     # a relative keys_dir is the config file's neighbour
     toml.write_text(toml.read_text(encoding="utf-8") + '[security]\nkeys_dir = "keys"\n', encoding="utf-8")
     assert load_config(toml).keys_dir == str(keys)
+
+
+def test_cli_submit_and_status_with_keys(keys, tmp_path, capsys):
+    import json
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(_job().to_dict()), encoding="utf-8")
+    with secured(keys) as (d, _):
+        ep = d.job_endpoint
+        assert main(["status", "--daemon", ep, "--timeout-s", str(SHORT_S)]) == 1
+        assert "handshake" in capsys.readouterr().err
+        assert main(["submit", str(job), "--daemon", ep, "--keys", str(keys), "--key-name", "alice"]) == 0
+        assert "submitted small" in capsys.readouterr().out
+        assert main(["status", "--daemon", ep, "--keys", str(keys), "--key-name", "bob"]) == 0
+        assert "owner alice" in capsys.readouterr().out
+        assert d.state.jobs["small"].owner == "alice"

@@ -197,6 +197,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for j, s in st["jobs"].items():
         jct = f"JCT {s['jct_s']:.2f} s" if s["jct_s"] is not None else ""
         print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
+              + (f" owner {escape(s['owner'])}" if s.get("owner") else "")
               + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
     if st.get("jobs_omitted"):
         print(f"  ({st['jobs_omitted']} older ended jobs not listed)")

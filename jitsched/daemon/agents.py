@@ -67,7 +67,7 @@ class AgentTable:
         """
         host = body["host"]
         if peer is not None and peer != host:
-            return Reject(ErrorCode.FORBIDDEN, f"this is host {peer!r}'s key: it cannot register as {host!r}")
+            return Reject(ErrorCode.FORBIDDEN, f"the key of host {peer!r} cannot register as host {host!r}")
         if host not in self.cluster:
             return Reject(ErrorCode.UNKNOWN_HOST, f"host {host!r} is not in the cluster")
         old = self.agents.get(host)
