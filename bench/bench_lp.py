@@ -60,13 +60,14 @@ def baseline_module(rev: str = BASELINE_REV):
 
 
 def lp_inputs(plan, size: np.ndarray) -> tuple[tuple, dict]:
-    """The arguments :func:`plan_jobs` gave the LP (no residuals, no ``min_lat_s``)."""
+    """The arguments :func:`plan_jobs` gave the LP (no residuals, no ``min_lat_s``); the old code takes no ``group``."""
     dag, chosen, origin = plan.dag, plan.scheduled, plan.origin_s
     args = (dag.src[chosen], dag.dst[chosen], size[chosen],
             np.maximum(plan.lat.release[chosen] - origin, 0.0),
             lp_deadlines(plan.lat.lat[chosen], None) - origin,
             plan.cluster.egress_Bps, plan.cluster.ingress_Bps)
-    return args, {"weight": 1.0 + np.maximum(dag.priority[dag.job_of[chosen]], 0.0)}
+    return args, {"weight": 1.0 + np.maximum(dag.priority[dag.job_of[chosen]], 0.0),
+                  "group": dag.job_of[chosen]}
 
 
 def quality(sol) -> dict:
@@ -92,11 +93,11 @@ def run(n_jobs: int, n_hosts: int, repeat: int, variants: list[str], objective: 
         kw.update(slot_s=slot_s, objective=objective, time_limit_s=time_limit_s)
         for v in variants:
             if v == "old":
-                solve, extra = old.solve_bandwidth_lp, {}
+                solve, extra = old.solve_bandwidth_lp, {k: x for k, x in kw.items() if k != "group"}
             else:
-                solve, extra = lp_module.solve_bandwidth_lp, VARIANTS[v]
+                solve, extra = lp_module.solve_bandwidth_lp, {**kw, **VARIANTS[v]}
             t0 = time.perf_counter()
-            sols[v] = solve(*args, **kw, **extra)
+            sols[v] = solve(*args, **extra)
             walls[v].append(time.perf_counter() - t0)
     out = {"jobs": n_jobs, "hosts": n_hosts, "transfers": int(len(plan.scheduled)), "repeat": repeat,
            "lat_s": statistics.median(lats), "plan_s": statistics.median(plan_walls), "variants": {}}

@@ -88,7 +88,7 @@ class LPSolution:
     iterations : int
         Solver iterations over all solves (simplex, interior point, crossover).
     n_flows : int
-        Flows the LP planned (transfers aggregated per host pair, release slot and weight).
+        Flows the LP planned (transfers aggregated per group, host pair, release slot and weight).
     n_proven : int
         Components planned by their flows' lowest-peak profiles, proven optimal without a solve.
     """
@@ -176,7 +176,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
                        time_limit_s: float | None = 5.0, iteration_limit: int | None = None,
                        split_components: bool = True, threads: int = 1, solver: str = "auto",
                        residual_egress_Bps=None, residual_ingress_Bps=None,
-                       aggregate: bool = True, fine_slots: int | None = None,
+                       aggregate: bool = True, group=None, fine_slots: int | None = None,
                        lowest_peak: bool = True) -> LPSolution:
     """Plan per-slot rates for transfers so they arrive by their LATs.
 
@@ -222,10 +222,15 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         each port's total utilisation, the frozen part included, so new transfers
         avoid busy ports and slots.
     aggregate : bool
-        Plan the transfers between the same two hosts with the same release slot
-        and weight as one flow, split back earliest deadline first (the same
-        optimum, fewer columns when host pairs carry many transfers). ``False``: one flow per
-        transfer, the model as it was before aggregation.
+        Plan the transfers of one ``group`` between the same two hosts with the
+        same release slot and weight as one flow, split back earliest deadline
+        first (the same optimum, fewer columns when host pairs carry many
+        transfers). ``False``: one flow per transfer, the model as it was
+        before aggregation.
+    group : array of int, shape (m,), optional
+        Transfers of different groups (:func:`jitsched.planner.plan_jobs`
+        passes the job) never share a flow: the LP, not the split's tie-break,
+        then decides between them. Default: one group.
     fine_slots : int or None
         Slots of ``slot_s`` from the planning instant (and over the residuals'
         window); past them the LP keeps each flow's rate constant over cells that
@@ -284,6 +289,9 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         raise ValidationError("release_s/lat_s: must be finite")
     if np.any(w <= 0):
         raise ValidationError("weight: must be positive")
+    grp = np.zeros(m, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
+    if grp.shape != (m,):
+        raise ValidationError(f"group: expected shape ({m},), got {grp.shape}")
     util = _base_utilisation(residual_egress_Bps, residual_ingress_Bps, cap_e, cap_i)
 
     unit = float(max(cap_e.max(), cap_i.max())) if nh else 1.0
@@ -293,7 +301,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     a = np.maximum(np.floor(rel / slot_s + 1e-9), 0).astype(np.int64)
     dl = np.maximum(np.ceil(lat / slot_s - 1e-9).astype(np.int64) - 1, a)
     pe, pi = src, nh + dst
-    flows = _Flows.make(a, dl, demand, w, pe, pi, aggregate)
+    flows = _Flows.make(a, dl, demand, w, pe, pi, aggregate, grp)
     nf = flows.n
 
     if split_components and nf:
@@ -388,8 +396,8 @@ SPLIT_TOL = 1e-7
 class _Flows:
     """Transfers grouped into flows, each with its deadline levels.
 
-    A flow is a set of transfers with the same egress and ingress port, release
-    slot and weight (one transfer when not aggregating). They load the same two
+    A flow is a set of transfers of one group (job) with the same egress and
+    ingress port, release slot and weight (one transfer when not aggregating). They load the same two
     ports, so the LP only needs their sum per slot; with a common release,
     sending in earliest-deadline-first order meets every deadline that any order
     meets, and minimises weighted tardiness (a convex cost of finish minus
@@ -432,14 +440,15 @@ class _Flows:
         return len(self.a)
 
     @classmethod
-    def make(cls, a, dl, demand, w, pe, pi, aggregate: bool) -> _Flows:
+    def make(cls, a, dl, demand, w, pe, pi, aggregate: bool, group=None) -> _Flows:
         m = len(a)
         idx = np.arange(m)
         if aggregate:
-            member = np.lexsort((idx, dl, w, a, pi, pe))
+            grp = np.zeros(m, dtype=np.int64) if group is None else group
+            member = np.lexsort((idx, dl, w, a, grp, pi, pe))
             new = np.zeros(m, dtype=bool)
             new[:1] = True
-            for key in (pe, pi, a, w):
+            for key in (pe, pi, grp, a, w):
                 k = key[member]
                 new[1:] |= k[1:] != k[:-1]
         else:

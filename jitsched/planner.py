@@ -162,9 +162,9 @@ class PlanOptions:
         LP iteration budget per solve: the same fallback, machine-independent.
     solver : {"auto", "simplex", "ipm"}
     aggregate : bool
-        Plan the transfers between two hosts released in the same slot (and of
-        equal weight) as one flow, split earliest deadline first: the same
-        optimum with fewer columns (:func:`jitsched.lp.solve_bandwidth_lp`).
+        Plan a job's transfers between two hosts released in the same slot as
+        one flow, split earliest deadline first: the same optimum with fewer
+        columns (:func:`jitsched.lp.solve_bandwidth_lp`).
     lowest_peak : bool
         Take every flow's lowest-peak on-time profile, without a solve, where
         that provably is an optimal plan (light load).
@@ -328,7 +328,7 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
         cluster.egress_Bps, cluster.ingress_Bps, slot_s=o.slot_s, objective=o.objective,
         weight=weight, time_limit_s=o.time_limit_s, iteration_limit=o.iteration_limit, solver=o.solver,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
-        aggregate=o.aggregate, lowest_peak=o.lowest_peak, fine_slots=o.fine_slots,
+        aggregate=o.aggregate, group=dag.job_of[chosen], lowest_peak=o.lowest_peak, fine_slots=o.fine_slots,
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, o.alpha, o.objective, lat_s)
 

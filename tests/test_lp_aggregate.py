@@ -95,7 +95,8 @@ def test_split_meets_every_deadline_the_flow_meets(seed):
 @pytest.mark.parametrize("objective", ["balanced", "minmax"])
 def test_aggregated_plan_is_valid_and_as_good_as_one_flow_per_transfer(seed, objective):
     src, dst, size, rel, lat, weight = pair_heavy_instance(seed, tight=seed % 2 == 0)
-    kw = dict(slot_s=1.0, objective=objective, weight=weight, lowest_peak=False)
+    group = np.random.default_rng(seed).integers(0, 3, len(src)) if seed % 3 == 0 else None
+    kw = dict(slot_s=1.0, objective=objective, weight=weight, lowest_peak=False, group=group)
     agg = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], **kw)
     each = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], aggregate=False, **kw)
     assert agg.status == each.status == "optimal"
@@ -105,6 +106,16 @@ def test_aggregated_plan_is_valid_and_as_good_as_one_flow_per_transfer(seed, obj
     if each.late.size == 0:  # on time is possible: the split keeps every transfer on time
         assert agg.late.size == 0
         assert np.all(agg.finish_slot <= agg.deadline_slot)
+
+
+def test_groups_never_share_a_flow():
+    args = ([0, 0, 0], [1, 1, 1], [0.5, 0.5, 0.5], [0.0] * 3, [2.0, 3.0, 3.0], ONE, ONE)
+    one = solve_bandwidth_lp(*args, slot_s=1.0, lowest_peak=False)
+    two = solve_bandwidth_lp(*args, slot_s=1.0, lowest_peak=False, group=[7, 7, 3])
+    assert (one.n_flows, two.n_flows) == (1, 2)
+    assert one.objective_value == pytest.approx(two.objective_value)
+    with pytest.raises(ValidationError, match="group"):
+        solve_bandwidth_lp(*args, slot_s=1.0, group=[1, 2])
 
 
 def test_aggregation_keeps_residuals_and_release_slots_apart():
