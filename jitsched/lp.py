@@ -332,8 +332,8 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     parts = []  # per component: (its flows, fine rates from each flow's release slot, lengths)
     # one Highs object for every solve of the call: the same plans (checked bit
     # for bit), 7 % less time on the simulator's plans (12 of jit-paper's at
-    # 1000 jobs, ~24 components each)
-    highs = _new_highs()
+    # 1000 jobs, ~24 components each); made only if some component needs a solve
+    highs = _new_highs() if not proven.all() else None
     for c in range(n_comp):
         fidx = order[bounds[c]:bounds[c + 1]]
         if proven[c]:
@@ -397,12 +397,12 @@ class _Flows:
     """Transfers grouped into flows, each with its deadline levels.
 
     A flow is a set of transfers of one group (job) with the same egress and
-    ingress port, release slot and weight (one transfer when not aggregating). They load the same two
-    ports, so the LP only needs their sum per slot; with a common release,
-    sending in earliest-deadline-first order meets every deadline that any order
-    meets, and minimises weighted tardiness (a convex cost of finish minus
-    deadline), so a flow's transfers need only the flow's cumulative demand
-    by each deadline. Demands are in unit-capacity slots.
+    ingress port, release slot and weight (one transfer when not aggregating).
+    They load the same two ports, so the LP only needs their sum per slot. With
+    a common release, sending in earliest-deadline-first order meets every
+    deadline that any order meets and minimises tardiness (equal weights; a
+    convex cost of send slot minus deadline), so the LP needs only the flow's
+    demand due by each deadline. Demands are in unit-capacity slots.
 
     Attributes
     ----------
