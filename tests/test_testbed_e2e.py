@@ -105,3 +105,14 @@ def test_bad_options_fail_before_the_testbed_is_built(monkeypatch, kw, message):
     with pytest.raises(ValidationError, match=message):
         run_scenario("quick", policy="jit", prefix="jsbad", **kw)
     assert built == []
+
+
+def test_transfers_under_ten_milliseconds_at_the_link_rate_go_unregistered():
+    from jitsched.testbed.e2e import unregistered_max_bytes
+
+    # 10 ms at 100 Mbit/s is 125,000 bytes; at 1 Gbit/s 1.25 MB
+    assert unregistered_max_bytes(100) == 125_000
+    assert unregistered_max_bytes(1000) == 1_250_000
+    # never below what fits in a flow class's first burst: two 1514-byte frames
+    # (2 * 1448 payload) less 512 bytes of header
+    assert unregistered_max_bytes(1) == 2 * 1448 - 512
