@@ -79,6 +79,10 @@ class DaemonConfig(SecurityOptions):
     (``invalid_job``, the message names the field and the limit).
 
     ``[security]`` holds :class:`SecurityOptions`' fields (keyword-only here).
+
+    ``journal`` names a sqlite file where the daemon records every submitted
+    job, its progress and its end; a daemon started with the same file resumes
+    the jobs that had not ended (docs/architecture.md §2.1).
     """
 
     cluster: Cluster
@@ -89,6 +93,9 @@ class DaemonConfig(SecurityOptions):
     heartbeat_timeout_s: float = _in("daemon", 2.0)
     resend_s: float = _in("daemon", 0.2)
     planner_process: bool = _in("daemon", True)  # full re-solves in a child process (False: a thread)
+    # sqlite file of submitted jobs and their progress (relative: to the TOML file's
+    # directory); a daemon restarted with it resumes every unfinished job. None: no journal
+    journal: str | None = _in("daemon", None)
     policy: str = _in("scheduler", "jit")
     slot_s: float = _in("scheduler", 0.1)
     # None: the policy's own default (jit: 0, no LP reservations; jit-paper: 0.4)
@@ -260,6 +267,9 @@ def load_config(path: str | Path, **overrides: Any) -> DaemonConfig:
         raise ValidationError(f"{p}: no such file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValidationError(f"{p}: not valid TOML ({exc})") from None
+    dmn = doc.get("daemon")
+    if isinstance(dmn, dict) and isinstance(dmn.get("journal"), str) and dmn["journal"]:
+        doc["daemon"] = {**dmn, "journal": str(p.parent / Path(dmn["journal"]).expanduser())}
     sec = doc.get("security")
     if isinstance(sec, dict) and isinstance(sec.get("keys_dir"), str) and sec["keys_dir"]:
         # a relative key directory is the config file's neighbour, wherever the daemon starts

@@ -94,7 +94,9 @@ class Reply:
 # are never numbers. Unknown fields are refused so that typos surface at once.
 NUM = "num"
 _SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
-    MsgType.SUBMIT_JOB: {"job": (dict, True), "cluster": (dict, False)},
+    # progress: {"done": [node ids], "started": [transfer ids]}, from a job runner that
+    # resubmits its job to a daemon that restarted without a journal
+    MsgType.SUBMIT_JOB: {"job": (dict, True), "cluster": (dict, False), "progress": (dict, False)},
     MsgType.TRANSFER_STARTED: {"job_id": (str, True), "transfer": (str, True),
                                "t_ns": (int, False)},
     MsgType.TRANSFER_FINISHED: {"job_id": (str, True), "transfer": (str, True),
@@ -109,12 +111,14 @@ _SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
                        "applied_seq": (int, False)},
     MsgType.HEARTBEAT: {"host": (str, True), "applied_seq": (int, False),
                         "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False)},
-    MsgType.ACK: {"host": (str, True), "seq": (int, True)},
+    MsgType.ACK: {"host": (str, True), "seq": (int, True), "incarnation": (int, False)},
     MsgType.GET_SCHEDULE: {"host": (str, True)},
     MsgType.SCHEDULE: {"seq": (int, True), "slot_s": (NUM, True), "epoch_ns": (int, True),
                        "flows": (list, True), "leftover_Bps": (list, True),
                        "line_Bps": (NUM, False), "in_flows": (list, False),
-                       "in_leftover_Bps": (list, False), "in_line_Bps": (NUM, False)},
+                       "in_leftover_Bps": (list, False), "in_line_Bps": (NUM, False),
+                       # the daemon process that planned it: seqs count anew in each
+                       "incarnation": (int, False)},
     MsgType.REGISTER_FLOW: {"flow": (str, True), "direction": (str, False)},
     MsgType.UNREGISTER_FLOW: {"flow": (str, True), "direction": (str, False)},
 }

@@ -51,6 +51,9 @@ def _until_signal(stop: threading.Event) -> None:
     arg("--insecure", action="store_true",
         help="serve endpoints that are not loopback without keys (plaintext, anyone may submit "
              "or register; [security] insecure)"),
+    arg("--journal", default=None, metavar="PATH",
+        help="sqlite journal of jobs and their progress (overrides [daemon] journal): a daemon "
+             "restarted with the same file resumes every unfinished job"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_daemon(args: argparse.Namespace) -> int:
@@ -65,11 +68,14 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         over["keys_dir"] = str(Path(args.keys).expanduser())
     if args.insecure:
         over["insecure"] = True
+    if args.journal:
+        over["journal"] = str(Path(args.journal).expanduser())
     cfg = load_config(args.config, **over)
     d = Daemon(cfg).start()
     print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}, "
           + ("CURVE keys from " + cfg.keys_dir if cfg.keys_dir else "plaintext")
-          + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else ""),
+          + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else "")
+          + (f", journal {cfg.journal} ({len(d.state.restored)} jobs resumed)" if cfg.journal else ""),
           flush=True)
     stop = threading.Event()
     try:

@@ -58,6 +58,7 @@ class AgentTable:
         self.unacked: set[str] = set()  # hosts whose agent has not acked its current body
         self._outbox_changed = False  # bodies or agents changed since the last outbox scan
         self._next_resend_s = math.inf
+        self.incarnation = 0  # the daemon process's (SchedulerState sets it)
 
     def register(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule.
@@ -86,9 +87,12 @@ class AgentTable:
             self._on_change("agent_up", now)
         idx = self.cluster.index(host)
         h = self.cluster.hosts[idx]
+        # the incarnation tells an agent that held another daemon's schedule to count seqs
+        # anew; past heartbeat_timeout_s of silence it stops enforcing what it holds
         return {"host": host, "seq": self.host_seq.get(host, 0), "heartbeat_s": self.config.heartbeat_s,
+                "heartbeat_timeout_s": self.config.heartbeat_timeout_s,
                 "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
-                "t0_wall_ns": int(self.t0_wall_s * 1e9)}
+                "t0_wall_ns": int(self.t0_wall_s * 1e9), "incarnation": self.incarnation}
 
     def _agent(self, identity: bytes, body: dict, now: float, peer: str | None) -> AgentState | Reject:
         host = self.by_identity.get(identity)
@@ -116,10 +120,12 @@ class AgentTable:
         return {"seq": self.host_seq.get(a.host, 0)}
 
     def ack(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
-        """An agent confirms it holds schedule ``seq``."""
+        """An agent confirms it holds schedule ``seq`` (of this daemon's incarnation, if it says)."""
         a = self._agent(identity, body, now, peer)
         if isinstance(a, Reject):
             return a
+        if body.get("incarnation", self.incarnation) != self.incarnation:
+            return {"stale": True}  # a previous daemon's seq: says nothing of this one's
         seq = int(body["seq"])
         if seq > a.acked_seq:
             a.acked_seq = seq
@@ -194,7 +200,7 @@ class AgentTable:
             body = self._bodies[host] = unpack_body(self.host_frames[host])
         if body is None:  # nothing planned for it yet: the empty body of seq 0
             body = host_bodies(None, [self.cluster.index(host)], 0, self.t0_wall_s, self.cluster,
-                               self.config.slot_s)[host]
+                               self.config.slot_s, self.incarnation)[host]
         return body
 
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 
 def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: int,
-                t0_wall_s: float, cluster: Cluster, slot_s: float) -> dict[str, dict]:
+                t0_wall_s: float, cluster: Cluster, slot_s: float,
+                incarnation: int = 0) -> dict[str, dict]:
     """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
 
     A host's body holds the flows it sends and its egress leftover, bytes/s,
@@ -32,7 +33,8 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     that enforce their ingress too), each without the trailing slots at the
     line rate: agents take slots past the list as the line rate, and an idle
     host's body gets short (and shared). A flow with a strict-priority level
-    (``sched.prio``) carries it as ``prio``.
+    (``sched.prio``) carries it as ``prio``. ``incarnation`` names the daemon
+    process (seqs restart with each): agents reset their seq when it changes.
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
@@ -40,7 +42,8 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
         epoch_ns = int(t0_wall_s * 1e9)
         return {names[h]: {"seq": seq, "slot_s": slot_s, "epoch_ns": epoch_ns, "flows": [],
                            "leftover_Bps": [], "line_Bps": cluster.hosts[h].egress_Bps,
-                           "in_flows": [], "in_leftover_Bps": [], "in_line_Bps": cluster.hosts[h].ingress_Bps}
+                           "in_flows": [], "in_leftover_Bps": [], "in_line_Bps": cluster.hosts[h].ingress_Bps,
+                           "incarnation": incarnation}
                 for h in idx}
     out_of: dict[int, list] = {h: [] for h in idx}
     into: dict[int, list] = {h: [] for h in idx}
@@ -62,7 +65,7 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
                        "flows": out_of[h], "leftover_Bps": left_e[h, :keep_e[h]].tolist(),
                        "line_Bps": cluster.hosts[h].egress_Bps,
                        "in_flows": into[h], "in_leftover_Bps": left_i[h, :keep_i[h]].tolist(),
-                       "in_line_Bps": cluster.hosts[h].ingress_Bps}
+                       "in_line_Bps": cluster.hosts[h].ingress_Bps, "incarnation": incarnation}
             for h in idx}
 
 
@@ -123,6 +126,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config
             "plans": dict(book.plans_by_mode), "plans_failed": sum(book.plans_failed.values()),
             "last_plan_error": book.last_error, "planner": planner, "curve": bool(config.keys_dir),
             "limits": {k: getattr(config, k) for k in KEYS["limits"]},
+            "incarnation": table.incarnation, "journal": config.journal or "",
             "solve_s": list(book.solve_times[-1000:])}
 
 

@@ -40,6 +40,7 @@ class JobState:
     jct_s: float = math.nan
     lat_hits: int = 0
     lat_misses: int = 0
+    journal_row: int = 0  # its row in the daemon's journal (0: no journal)
 
     @property
     def active(self) -> bool:
@@ -97,6 +98,36 @@ class JobRegistry:
             return bad
         if job.id in self.active:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {job.id!r} is already running")
+        progress = self._progress(job, body.get("progress"))
+        if isinstance(progress, Reject):
+            return progress
+        js = self._store(job, now, owner)
+        js.started.update(dict.fromkeys(progress[1], now))
+        for nid in progress[0]:
+            self.mark_done(js, nid, now)
+        return js
+
+    def restore(self, job_map: dict, owner: str | None, submitted_s: float) -> JobState | Reject:
+        """A journalled job back in the registry as submitted at ``submitted_s`` (daemon clock),
+        checked against this daemon's cluster and limits as a submission would be.
+
+        Raises
+        ------
+        ValidationError
+            If the job map no longer describes a valid job on the cluster.
+        """
+        bad = check_job_map(job_map, self.config)
+        if bad is not None:
+            return bad
+        job = parse_job(job_map, self.cluster, "journal.job")
+        bad = check_job(job, self.config)
+        if bad is not None:
+            return bad
+        if job.id in self.active:
+            return Reject(ErrorCode.DUPLICATE_JOB, f"job {job.id!r} is journalled twice as running")
+        return self._store(job, submitted_s, owner)
+
+    def _store(self, job: Job, now: float, owner: str | None) -> JobState:
         job = replace(job, arrival_s=now)
         js = JobState(job, {n: i for i, n in enumerate(job.node_ids())}, now, owner=owner)
         index = self.cluster.index
@@ -108,6 +139,41 @@ class JobRegistry:
         self.jobs[job.id] = js
         self.active[job.id] = js
         return js
+
+    def _progress(self, job: Job, progress: object) -> tuple[list[str], list[str]] | Reject:
+        """The nodes a resubmission says are done and the transfers it says started (a job
+        runner whose daemon restarted without a journal sends them)."""
+        if progress is None:
+            return [], []
+        if not isinstance(progress, dict) or set(progress) - {"done", "started"}:
+            return Reject(ErrorCode.INVALID_BODY, "body.progress: expected a map of done and started")
+        ids = set(job.node_ids())
+        out = []
+        for key in ("done", "started"):
+            val = progress.get(key, [])
+            if not isinstance(val, list) or not all(isinstance(n, str) for n in val):
+                return Reject(ErrorCode.INVALID_BODY, f"body.progress.{key}: expected a list of node ids")
+            for n in val:
+                if n not in ids:
+                    return Reject(ErrorCode.UNKNOWN_NODE, f"job {job.id!r} has no node {self._clip(n)!r}")
+            out.append(list(dict.fromkeys(val)))
+        return out[0], out[1]
+
+    def is_transfer(self, js: JobState, nid: str) -> bool:
+        """Whether node ``nid`` of ``js`` is a transfer (else a compute)."""
+        return js.index[nid] >= len(js.job.computes)
+
+    def mark_done(self, js: JobState, nid: str, t_s: float, measured_s: float | None = None) -> None:
+        """Node ``nid`` ended at ``t_s`` (a resubmission's or the journal's progress); a
+        compute's measured duration is ``measured_s`` if known."""
+        if nid in js.done:
+            return
+        if self.is_transfer(js, nid):
+            self.transfer_done(js, nid, t_s)
+        else:
+            js.done[nid] = t_s
+            if measured_s is not None:
+                js.measured_s[nid] = float(measured_s)
 
     def job(self, job_id: str, peer: str | None = None) -> JobState | Reject:
         """The job ``job_id``, running or ended, if client ``peer`` may act on it: the

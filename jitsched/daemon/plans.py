@@ -53,6 +53,7 @@ class PlanRequest:
     busy_ingress: np.ndarray | None = None
     rebase: bool = False
     slot_s: float = 0.1  # the configured slot length (for bodies when the policy plans none)
+    incarnation: int = 0  # the daemon process's, for the bodies
 
 
 @dataclass
@@ -189,6 +190,7 @@ class PlanBook:
         self.retry_at_s = {FULL: -math.inf, INCREMENTAL: -math.inf}
         self.last_error = ""
         self._full_jobs: tuple[str, ...] = ()  # the jobs of the full re-solve in flight
+        self.incarnation = 0  # the daemon process's (SchedulerState sets it), for the bodies
 
     @property
     def active(self) -> dict[str, JobState]:
@@ -344,7 +346,7 @@ class PlanBook:
         jobs = tuple((js.job, dict(js.done), {}) for js in self.active.values())
         self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
-                          slot_s=self.config.slot_s)
+                          slot_s=self.config.slot_s, incarnation=self.incarnation)
         self.events.clear()
         self.reasons.clear()
         self.first_reason_s = math.inf
@@ -386,7 +388,7 @@ class PlanBook:
                            removed=removed,
                            busy_egress=np.bincount(np.asarray(out_hosts, dtype=np.int64), minlength=nh),
                            busy_ingress=np.bincount(np.asarray(in_hosts, dtype=np.int64), minlength=nh),
-                           rebase=rebase, slot_s=self.config.slot_s)
+                           rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation)
 
     # ------------------------------------------------------------------ results
 

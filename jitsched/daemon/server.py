@@ -14,6 +14,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from jitsched.config import INCREMENTAL, DaemonConfig, check_exposure
+from jitsched.daemon.journal import Journal
 from jitsched.daemon.logs import LogLimiter, kv
 from jitsched.daemon.metrics import Metrics
 from jitsched.daemon.plans import PlanRequest, PlanResult
@@ -173,7 +174,9 @@ class Daemon:
         self.keys: DaemonKeys | None = load_daemon_keys(config.keys_dir) if config.keys_dir else None
         self.config = config
         self.policy = policy if policy is not None else create_policy(config)
-        self.state = SchedulerState(config)
+        # with a journal, the jobs a killed daemon ran come back with their progress
+        self.journal = Journal(config.journal) if config.journal else None
+        self.state = SchedulerState(config, journal=self.journal)
         # copies of the policy as it starts, to probe failed plans with (solver.isolate)
         self._fresh_policy = copies_of(self.policy)
         # a policy that only plans jointly gets full re-solves from the start, not a
@@ -222,6 +225,8 @@ class Daemon:
         if self._thread is not None:
             self._thread.join(timeout_s)
         self.ctx.term()
+        if self.journal is not None and (self._thread is None or not self._thread.is_alive()):
+            self.journal.close()
 
     def __enter__(self) -> Daemon:
         return self.start()
@@ -307,7 +312,10 @@ class Daemon:
         log.info(kv("daemon_started", jobs=self.job_endpoint, agents=self.agent_endpoint,
                     curve=self.keys is not None, policy=self.config.policy, hosts=len(self.config.cluster),
                     slot_s=self.config.slot_s, alpha=self.config.alpha,
-                    planning=self.config.planning))
+                    planning=self.config.planning, incarnation=self.state.incarnation,
+                    journal=self.config.journal or "", resumed=len(self.state.restored)))
+        for jid, why in self.state.not_restored:
+            log.error(kv("job_not_resumed", job=jid, error=why))
         self._ready.set()
         poller = zmq.Poller()
         poller.register(jobs, zmq.POLLIN)

@@ -239,7 +239,8 @@ def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluste
     """Pack the bodies of ``hosts`` (None: all) and build the flow index into ``res``."""
     sched = res.schedule
     slot_s = sched.slot_s if sched is not None else req.slot_s
-    res.frames = pack_frames(host_bodies(sched, hosts, res.seq, t0_wall_s, cluster, slot_s))
+    res.frames = pack_frames(host_bodies(sched, hosts, res.seq, t0_wall_s, cluster, slot_s,
+                                         req.incarnation))
     if sched is not None:
         res.flow_index = {(f[0], f[1]): (int(f[4]), len(f[5])) for f in sched.flows}
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import secrets
+import sqlite3
 import time
+from collections.abc import Callable
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.bodies import host_bodies, status_body
 from jitsched.daemon.jobs import JobRegistry, JobState
+from jitsched.daemon.journal import DONE, STARTED, Journal
+from jitsched.daemon.logs import kv
 from jitsched.daemon.plans import (
     MAX_EVENTS,
     PlanBook,
@@ -18,7 +25,10 @@ from jitsched.daemon.plans import (
 )
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
+from jitsched.errors import JitschedError
 from jitsched.protocol import ErrorCode
+
+log = logging.getLogger("jitsched.daemon")
 
 
 def _via(part: str, name: str) -> property:
@@ -43,20 +53,42 @@ class SchedulerState:
     the message came with, or None when the daemon has no keys (then anyone
     may act on any job or host). A job answers only to the client that
     submitted it, and an agent registers only as its key's host.
+
+    With a ``journal`` every submission, progress report and job end is
+    written to it before the handler returns, and the state starts from it:
+    the daemon clock keeps the journal's origin, and every job it holds as
+    running is back, its progress with it, a full re-solve (``restart``) due at
+    once. Each state draws a new random ``incarnation`` that every schedule
+    body carries, so that agents tell its seqs from a previous daemon's.
     """
 
-    def __init__(self, config: DaemonConfig, t0_wall_s: float | None = None) -> None:
+    def __init__(self, config: DaemonConfig, t0_wall_s: float | None = None,
+                 journal: Journal | None = None) -> None:
         self.config = config
         self.cluster = config.cluster
+        self.journal = journal
+        self.journal_errors = 0  # writes that failed (the daemon serves on without them)
+        if journal is not None and t0_wall_s is None:
+            # one daemon clock across restarts: journalled times stay valid as they are
+            got = journal.get("t0_wall_s")
+            t0_wall_s = float(got) if got is not None else None
         # the daemon clock counts seconds from here; agents get epochs in wall-clock ns
         self.t0_wall_s = time.time() if t0_wall_s is None else t0_wall_s
+        self.incarnation = secrets.randbits(63) or 1  # fits sqlite's and msgpack's int64
         self.job_registry = JobRegistry(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
+        self.plan_book.incarnation = self.agent_table.incarnation = self.incarnation
+        self.restored: list[str] = []  # jobs resumed from the journal
+        self.not_restored: list[tuple[str, str]] = []  # journalled jobs refused now, why
         # where full re-solves run, as the server last said: "process", "thread", or
         # "thread (child failed: why)"; status and metrics show it
         self.planner = "thread"
         self.quarantined: list[tuple[str, str]] = []  # jobs the last install marked failed, why
+        if journal is not None:
+            self._journal(journal.put, "t0_wall_s", repr(self.t0_wall_s))
+            self._journal(journal.put, "incarnation", str(self.incarnation))
+            self._restore(time.time() - self.t0_wall_s)
 
     jobs = _via("job_registry", "jobs")
     active = _via("job_registry", "active")
@@ -84,14 +116,71 @@ class SchedulerState:
         """The seq of a plan in flight (or of a full result awaiting its rebase), 0 if none."""
         return self.plan_book.planning_seq
 
+    # ------------------------------------------------------------------ journal
+
+    def _journal(self, write: Callable, *args) -> object:
+        """One journal write; a failing disk is logged and counted, and the daemon serves on
+        (its jobs are then not all resumable after a restart)."""
+        try:
+            return write(*args)
+        except sqlite3.Error as exc:
+            self.journal_errors += 1
+            if self.journal_errors <= 10 or self.journal_errors % 1000 == 0:
+                log.error(kv("journal_failed", error=str(exc), count=self.journal_errors))
+            return None
+
+    def _restore(self, now: float) -> None:
+        """Take back every job the journal holds as running; a full re-solve is due at once."""
+        assert self.journal is not None
+        self._journal(self.journal.compact)
+        for jj in self._journal(self.journal.unfinished) or []:
+            try:
+                js = self.job_registry.restore(jj.job_map, jj.owner, jj.submitted_s)
+            except JitschedError as exc:
+                js = Reject(ErrorCode.INVALID_JOB, str(exc))
+            if isinstance(js, Reject):
+                # the daemon's cluster or limits changed under it: it ends here, said why
+                jid = str(jj.job_map.get("id", "?")) if isinstance(jj.job_map, dict) else "?"
+                self.not_restored.append((jid, js.message))
+                self._journal(self.journal.ended, jj.row, "failed", now, None,
+                              f"not resumed after a restart: {js.message}")
+                continue
+            js.journal_row = jj.row
+            jid = js.job.id
+            js.started.update(jj.started)
+            self.plan_book.policy_event("arrival", jid, "")
+            for nid, t in sorted(jj.done.items(), key=lambda kv_: kv_[1]):
+                if nid in js.index:
+                    self.job_registry.mark_done(js, nid, t, jj.measured_s.get(nid))
+                    self.plan_book.policy_event("node_done", jid, nid)
+            self.restored.append(jid)
+        if self.restored:
+            self.plan_book.trigger("restart", now)
+
+    def _record(self, js: JobState, nid: str, kind: str, now: float, measured_s: float | None = None) -> None:
+        if self.journal is not None and js.journal_row:
+            self._journal(self.journal.event, js.journal_row, nid, kind, now, measured_s)
+
     # ------------------------------------------------------------------ jobs
 
     def submit_job(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
-        """Validate and store a job owned by ``peer``; returns ``{"job_id"}`` and triggers a plan."""
+        """Validate and store a job owned by ``peer``; returns ``{"job_id"}`` and triggers a plan.
+
+        A resubmission may say which nodes are done and which transfers started
+        (``progress``): a job runner whose daemon restarted without a journal.
+        """
         js = self.job_registry.submit(body, now, peer)
         if isinstance(js, Reject):
             return js
+        if self.journal is not None:
+            js.journal_row = self._journal(self.journal.submitted, js.job.id, body["job"], peer, now) or 0
+            for nid in js.started:
+                self._record(js, nid, STARTED, now)
+            for nid in js.done:
+                self._record(js, nid, DONE, now)
         self.plan_book.arrived(js.job.id, now)
+        for nid in js.done:
+            self.plan_book.policy_event("node_done", js.job.id, nid)
         return {"job_id": js.job.id}
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
@@ -100,7 +189,9 @@ class SchedulerState:
         if isinstance(got, Reject):
             return got
         js, nid = got
-        js.started.setdefault(nid, now)
+        if nid not in js.started:
+            js.started[nid] = now
+            self._record(js, nid, STARTED, now)
         return {}
 
     def transfer_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
@@ -112,6 +203,7 @@ class SchedulerState:
         if nid in js.done:
             return {"lat_hit": None}
         hit = self.job_registry.transfer_done(js, nid, now)
+        self._record(js, nid, DONE, now)
         self.plan_book.transfer_done(js, nid, now)
         return {"lat_hit": hit}
 
@@ -123,7 +215,10 @@ class SchedulerState:
         js, nid = got
         if body["duration_s"] < 0:
             return Reject(ErrorCode.INVALID_BODY, "body.duration_s: must be >= 0")
+        first = nid not in js.done
         self.job_registry.compute_done(js, nid, body["duration_s"], now)
+        if first:
+            self._record(js, nid, DONE, now, float(body["duration_s"]))
         self.plan_book.policy_event("node_done", js.job.id, nid)
         return {}
 
@@ -148,6 +243,9 @@ class SchedulerState:
 
     def _end(self, js: JobState, state: str, now: float, error: str = "") -> None:
         self.job_registry.end(js, state, now, error)
+        if self.journal is not None and js.journal_row:
+            jct = None if math.isnan(js.jct_s) else js.jct_s
+            self._journal(self.journal.ended, js.journal_row, state, now, jct, error)
         self.plan_book.job_ended(js.job.id, state, now)
 
     def status(self, body: dict, now: float) -> dict:
