@@ -37,6 +37,7 @@ from jitsched.protocol import (
     encode_error,
     encode_ok,
     encode_request,
+    next_id,
 )
 
 log = logging.getLogger("jitsched.agent")
@@ -147,10 +148,19 @@ class Agent:
         self._indexed: dict | None = None  # the schedule _index was built for
         self._index: dict[str, tuple[dict[str, dict], bool]] = {}
         self.seq = 0  # seq of the schedule held
+        self.incarnation: int | None = None  # of the daemon process whose seqs self.seq counts
         self.applied_seq = 0
         self.acked: list[int] = []
         self.registered = threading.Event()
         self.heartbeat_s = 0.5
+        # silence after which the schedule held is dropped (the register reply says)
+        self.heartbeat_timeout_s = 2.0
+        self.dropped = 0  # schedules dropped because the daemon went silent, since start
+        self.daemons = 0  # daemon incarnations seen, since start
+        self._register_id = 0  # request id of the register in flight (0: none)
+        self._register_at = -math.inf  # when it was sent (monotonic)
+        self._reregister = False  # the daemon said not_registered: register again now
+        self._refetch = False  # the schedule was dropped: ask for it when the daemon speaks
         self.flows: dict[str, LocalFlow] = {}
         self.in_flows: dict[str, LocalFlow] = {}  # inbound sockets, for the ingress backend
         self.registrations = {"out": 0, "in": 0}  # flows registered so far, per direction
@@ -162,6 +172,7 @@ class Agent:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._last_rx = 0.0
+        self._last_heard = time.monotonic()  # the last message from any daemon (not reset on reconnect)
         self._kill = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -220,8 +231,14 @@ class Agent:
 
     def _register(self, s: zmq.Socket) -> None:
         body = {"host": self.host, "backend": self.backend_name, "applied_seq": self.applied_seq}
-        s.send(encode_request(MsgType.REGISTER, body), zmq.NOBLOCK)
-        s.send(encode_request(MsgType.GET_SCHEDULE, {"host": self.host}), zmq.NOBLOCK)
+        self._register_id = next_id()
+        self._register_at = time.monotonic()
+        self._reregister = False
+        try:
+            s.send(encode_request(MsgType.REGISTER, body, self._register_id), zmq.NOBLOCK)
+            s.send(encode_request(MsgType.GET_SCHEDULE, {"host": self.host}), zmq.NOBLOCK)
+        except zmq.Again:
+            self._register_id = 0  # not connected yet: the next not_registered or reconnect retries
 
     def run(self) -> None:
         """The agent loop (blocks until :meth:`stop`)."""
@@ -248,6 +265,12 @@ class Agent:
                 events = dict(poller.poll(timeout=timeout_ms))
                 if dealer in events:
                     self._drain(dealer)
+                    if self._reregister:
+                        # a restarted daemon does not know this agent: register now, not
+                        # after a silence its error replies keep from coming
+                        log.warning("event=agent_reregister host=%s", self.host)
+                        self.registered.clear()
+                        self._register(dealer)
                 # zmq's poller reports plain sockets by file descriptor
                 if listener.sock.fileno() in events:
                     try:
@@ -265,6 +288,8 @@ class Agent:
                         del conns[fd]
                         c.close()
                 mono = time.monotonic()
+                if self.schedule is not None and mono - self._last_heard > self.heartbeat_timeout_s:
+                    self._drop_schedule()
                 if mono - self._last_rx > self.reconnect_s:
                     # the daemon went quiet (restart, network): start a fresh connection
                     log.warning("event=agent_reconnect host=%s", self.host)
@@ -309,28 +334,50 @@ class Agent:
                 data = dealer.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._last_rx = time.monotonic()
+            self._last_rx = self._last_heard = time.monotonic()
+            if self._refetch:
+                # the schedule was dropped in the silence: the daemon has not re-sent it
+                # if it saw it acked, so ask
+                self._refetch = False
+                self._send(dealer, MsgType.GET_SCHEDULE, {"host": self.host})
             try:
                 msg = decode_any(data)
             except ProtocolError as exc:
                 log.warning("event=agent_bad_message host=%s code=%s", self.host, exc.code)
                 continue
             if isinstance(msg, Request) and msg.type == MsgType.SCHEDULE:
-                self._install(msg.body)
-                dealer.send(encode_request(MsgType.ACK, {"host": self.host, "seq": msg.body["seq"]}),
-                            zmq.NOBLOCK)
+                # acked only if held: an ack tells the daemon to stop re-sending it
+                if self._install(msg.body):
+                    ack = {"host": self.host, "seq": msg.body["seq"]}
+                    if self.incarnation is not None:
+                        ack["incarnation"] = self.incarnation
+                    self._send(dealer, MsgType.ACK, ack)
             elif isinstance(msg, Reply):
                 self._on_reply(msg)
 
+    def _send(self, dealer: zmq.Socket, type_: str, body: dict) -> None:
+        try:
+            dealer.send(encode_request(type_, body), zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # not connected: the re-send timer or the next request makes up for it
+
     def _on_reply(self, rep: Reply) -> None:
+        if rep.id == self._register_id:
+            self._register_id = 0
         if not rep.ok:
             log.warning("event=agent_error host=%s code=%s message=%r", self.host, rep.code, rep.message)
             if rep.code == "not_registered":
                 self.registered.clear()
+                # once per register round trip: replies to requests sent before it come first
+                if not self._register_id or time.monotonic() - self._register_at > 1.0:
+                    self._reregister = True
             return
         b = rep.body
         if "t0_wall_ns" in b:  # the register reply
             self.heartbeat_s = float(b.get("heartbeat_s", self.heartbeat_s))
+            self.heartbeat_timeout_s = float(b.get("heartbeat_timeout_s", self.heartbeat_timeout_s))
+            if "incarnation" in b:
+                self._daemon_is(int(b["incarnation"]))
             if self.backend is None:
                 line = self.line_rate_Bps or float(b["line_Bps"])
                 self.line_rate_Bps = line
@@ -346,18 +393,50 @@ class Agent:
         elif "flows" in b and "epoch_ns" in b:  # the get_schedule reply
             self._install(b)
 
-    def _install(self, body: dict) -> None:
+    def _daemon_is(self, incarnation: int) -> None:
+        """The daemon answering is process ``incarnation``: a new one counts seqs from 1 and
+        knows nothing of the schedule held, which goes (its own comes when planned)."""
+        if incarnation == self.incarnation:
+            return
+        if self.incarnation is not None:
+            log.warning("event=agent_new_daemon host=%s dropped_seq=%d", self.host, self.seq)
+        self.daemons += 1
+        self.incarnation = incarnation
+        self.seq = 0
+        self.acked.clear()
+        if self.schedule is not None:
+            self.schedule = None
+            self.current_slot = None  # no enforcement from the next tick
+
+    def _drop_schedule(self) -> None:
+        """The daemon stayed silent past its heartbeat timeout: stop enforcing a plan that
+        nobody updates (finished flows paced, new ones unknown); traffic shares the line."""
+        log.warning("event=agent_schedule_dropped host=%s seq=%d silent_s=%.1f", self.host, self.seq,
+                    time.monotonic() - self._last_heard)
+        self.dropped += 1
+        self.schedule = None
+        self.seq = 0  # the same daemon's body of that seq installs again
+        self.current_slot = None
+        self._refetch = True
+
+    def _install(self, body: dict) -> bool:
+        """Hold ``body`` if it is newer than the schedule held; returns whether the agent
+        holds it now (installed now or before), i.e. whether to ack it."""
+        inc = body.get("incarnation")
+        if inc is not None:
+            self._daemon_is(int(inc))
         if body["seq"] < self.seq or body["seq"] == 0:
-            return  # pushed schedules are idempotent by sequence number
+            return False  # pushed schedules are idempotent by sequence number
         if body["seq"] == self.seq and self.schedule is not None:
             if body["seq"] not in self.acked:
                 self.acked.append(body["seq"])
-            return
+            return True
         self.schedule = body
         self.seq = body["seq"]
         self.acked.append(body["seq"])
         del self.acked[:-64]
         self.current_slot = None  # re-apply at once
+        return True
 
     def _heartbeat(self, dealer: zmq.Socket) -> None:
         now = time.monotonic()

@@ -237,3 +237,88 @@ def test_pacing_backend_does_not_cap_a_ranked_flow():
         b.close()
         s.close()
         srv.close()
+
+
+class _FakeDaemon:
+    """A ROUTER on loopback that plays the daemon's agent socket, one message at a time."""
+
+    def __init__(self) -> None:
+        import zmq
+
+        self.zmq = zmq
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def recv(self, type_: str, timeout_s: float = 5.0):
+        """The next request of ``type_`` (others are dropped): (identity, request, arrival)."""
+        from jitsched.protocol import decode_request
+
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.sock.poll(50):
+                ident, data = self.sock.recv_multipart()
+                req = decode_request(data)
+                if req.type == type_:
+                    return ident, req, time.monotonic()
+        raise AssertionError(f"no {type_} within {timeout_s} s")
+
+    def reply(self, ident: bytes, req, body: dict | None = None, error: str = "") -> None:
+        from jitsched.protocol import encode_error, encode_ok
+
+        data = encode_error(req.id, error, "x") if error else encode_ok(req.id, body or {})
+        self.sock.send_multipart([ident, data])
+
+    def push(self, ident: bytes, body: dict) -> None:
+        from jitsched.protocol import MsgType, encode_request
+
+        self.sock.send_multipart([ident, encode_request(MsgType.SCHEDULE, body)])
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def _register_reply(incarnation: int) -> dict:
+    return {"host": "h0", "seq": 0, "heartbeat_s": 0.1, "heartbeat_timeout_s": 0.6, "line_Bps": 1000.0,
+            "ingress_Bps": 1000.0, "t0_wall_ns": 0, "incarnation": incarnation}
+
+
+def test_agent_follows_a_restarted_daemon():
+    fake = _FakeDaemon()
+    a = Agent("h0", fake.endpoint, backend="record", local_namespace=f"fake{id(fake)}").start()
+    try:
+        ident, req, _ = fake.recv("register")
+        fake.reply(ident, req, _register_reply(111))
+        assert wait_until(a.registered.is_set, 5.0)
+        fake.push(ident, _schedule(time.time_ns()) | {"seq": 4, "incarnation": 111})
+        _, ack, _ = fake.recv("ack")
+        assert ack.body == {"host": "h0", "seq": 4, "incarnation": 111} and a.seq == 4
+        # an older body of the same daemon is not installed, so not acked
+        fake.push(ident, _schedule(time.time_ns()) | {"seq": 2, "incarnation": 111})
+        fake.push(ident, _schedule(time.time_ns()) | {"seq": 4, "incarnation": 111})
+        _, ack, _ = fake.recv("ack")
+        assert ack.body["seq"] == 4 and a.seq == 4
+        # the daemon restarts: it answers a heartbeat with not_registered, and the agent
+        # registers again at once (its silence timer never runs out: the replies reset it)
+        ident, hb, _ = fake.recv("heartbeat")
+        t_err = time.monotonic()
+        fake.reply(ident, hb, error="not_registered")
+        ident, req, t_reg = fake.recv("register", timeout_s=1.0)
+        assert t_reg - t_err < 0.5
+        assert a.schedule is not None  # the old plan holds until the new daemon answers
+        fake.reply(ident, req, _register_reply(222))
+        assert wait_until(lambda: a.incarnation == 222 and a.schedule is None and a.seq == 0, 2.0)
+        fake.push(ident, _schedule(time.time_ns()) | {"seq": 1, "incarnation": 222})
+        _, ack, _ = fake.recv("ack")
+        assert ack.body == {"host": "h0", "seq": 1, "incarnation": 222}
+        assert a.seq == 1 and a.schedule["incarnation"] == 222 and a.daemons == 2
+        # the daemon goes silent: past its heartbeat timeout the plan is no longer enforced
+        assert wait_until(lambda: a.schedule is None, 2.0) and a.dropped == 1
+        _, rates, left = a.slot_rates()
+        assert rates == [] and left == 1000.0
+    finally:
+        a.stop()
+        fake.close()
