@@ -1,0 +1,799 @@
+"""Fault benchmarks: a seeded protocol fuzzer on both daemon sockets, kill -9 restart cycles, a soak."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import math
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if not __package__:  # run as ``python bench/bench_faults.py``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import msgpack
+import zmq
+
+from jitsched import protocol
+from jitsched.protocol import (
+    AGENT_TYPES,
+    ERROR_CODES,
+    JOB_TYPES,
+    MESSAGE_TYPES,
+    MsgType,
+    decode_reply,
+    is_reply,
+)
+from jitsched.synth import VGG16_LAYERS, layer_chain_job
+
+HOSTS = ("h0", "h1", "h2", "h3")
+JOB_IDS = tuple(f"fz{i}" for i in range(12))  # few ids: fuzzed reports often hit a real job
+# node ids of the two-layer template job, so that fuzzed reports name real nodes
+TRANSFERS = ("read_w0", "read_b0", "read_w1", "read_b1")
+COMPUTES = ("fwd0", "fwd1", "bwd0", "bwd1")
+T_NS = 1_700_000_000 * 10**9  # a plausible wall clock, ns
+FIRST_ID = 1_000_000  # fuzzer request ids count up from here (peer ids in replies stand out)
+EXTREME_NUMBERS = (2**63 - 1, 2**64 - 1, -(2**63), -1, 0, -0.0, math.nan, math.inf, -math.inf,
+                   1e308, -1e308, 5e-324, 2**53 + 1)
+
+
+def log(msg: str) -> None:
+    """Progress on stderr (stdout carries the result)."""
+    print(f"[bench_faults {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- the generator
+
+
+@dataclass
+class Case:
+    """One fuzzed message: its frames, the socket it goes to and what the daemon owes it.
+
+    ``expect_reply``: the protocol requires an answer (every request frame does;
+    on the agent socket a frame that parses as a reply is dropped by design).
+    ``expect_id``: the id the answer must carry (the envelope's integer id, 0 when
+    the frame has none the daemon can read).
+    """
+
+    side: str  # "job" or "agent"
+    frames: list[bytes]
+    label: str
+    expect_reply: bool = True
+    expect_id: int = 0
+
+
+def expected_id(data: bytes) -> int:
+    """The id a reply to ``data`` must carry: the map's integer ``id`` when it unpacks, else 0."""
+    if len(data) > protocol.MAX_MESSAGE_BYTES:
+        return 0
+    try:
+        obj = msgpack.unpackb(data, raw=False)
+    except Exception:  # noqa: BLE001 - any failure: no readable id
+        return 0
+    rid = obj.get("id") if isinstance(obj, dict) else None
+    return rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
+
+
+def _pack(obj) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+class Fuzzer:
+    """Seeded mutator of the protocol's messages (``protocol._SCHEMAS`` is the table it starts from).
+
+    Each :meth:`case` is a valid request of a message type that socket takes,
+    then, most of the time, one mutation: of the body (missing, extra or
+    wrongly typed fields, extreme numbers, long strings, control characters,
+    a mangled job map), of the envelope (version, id, type, body), of the
+    bytes (truncated, flipped, garbage, not a map, bad UTF-8, lying length
+    headers, deep nesting, extension types), of the frame count, or a valid
+    message out of order (reports on jobs never submitted, acks of plans
+    never sent). The same seed gives the same messages.
+
+    Parameters
+    ----------
+    seed : int
+    too_large_p : float
+        Probability of a message just over the 8 MiB limit (rare: they cost
+        memory and time on both ends).
+    """
+
+    SCHEMAS = protocol._SCHEMAS  # noqa: SLF001 - the schema table is the generator's input
+
+    def __init__(self, seed: int, too_large_p: float = 1 / 4000) -> None:
+        self.rng = random.Random(seed)
+        self.too_large_p = too_large_p
+        self.next_id = FIRST_ID
+        self.mutations: list[tuple[str, Callable[[str, dict], list[bytes]], float]] = [
+            ("valid", self._m_valid, 12),
+            ("missing_field", self._m_missing, 5),
+            ("extra_field", self._m_extra, 4),
+            ("wrong_type", self._m_wrong_type, 8),
+            ("extreme_number", self._m_extreme, 8),
+            ("long_string", self._m_long_string, 3),
+            ("control_chars", self._m_control, 4),
+            ("job_map", self._m_job_map, 8),
+            ("envelope", self._m_envelope, 8),
+            ("unknown_type", self._m_unknown_type, 4),
+            ("reply_frame", self._m_reply_frame, 2),
+            ("truncated", self._m_truncated, 5),
+            ("bitflip", self._m_bitflip, 5),
+            ("garbage", self._m_garbage, 4),
+            ("not_a_map", self._m_not_a_map, 3),
+            ("raw_bytes", self._m_raw_bytes, 5),
+            ("frames", self._m_frames, 4),
+            ("out_of_order", self._m_out_of_order, 8),
+        ]
+        self._weights = [w for _, _, w in self.mutations]
+
+    # -------------------------------------------------------------- valid values
+
+    def _id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def job_map(self, job_id: str | None = None) -> dict:
+        """A small valid job map (two VGG16 layers between two random hosts)."""
+        ps, worker = self.rng.sample(HOSTS, 2)
+        jid = job_id or self.rng.choice(JOB_IDS)
+        return layer_chain_job(jid, ps, worker, layers=VGG16_LAYERS[:2]).to_dict()
+
+    def value(self, type_: str, key: str, kind) -> object:
+        """A valid value of field ``key`` of ``type_``'s body."""
+        r = self.rng
+        if key == "job_id":
+            return r.choice(JOB_IDS) if r.random() < 0.85 else f"nope{r.randrange(1000)}"
+        if key == "transfer":
+            return r.choice(TRANSFERS + COMPUTES[:1])
+        if key == "compute":
+            return r.choice(COMPUTES + TRANSFERS[:1])
+        if key == "host":
+            return r.choice(HOSTS) if r.random() < 0.9 else "hX"
+        if key == "job":
+            return self.job_map()
+        if key == "cluster":
+            return {"hosts": [{"name": h, "egress_bps": 1e9, "ingress_bps": 1e9}
+                              for h in r.sample(HOSTS, r.randint(1, 4))]}
+        if key in ("seq", "applied_seq"):
+            return r.randrange(0, 40)
+        if key == "t_ns":
+            return T_NS + r.randrange(-10**9, 10**12)  # fixed base: the same seed, the same bytes
+        if key == "flow_rates_Bps":
+            return {f"{r.choice(JOB_IDS)}/{r.choice(TRANSFERS)}": r.uniform(0, 1e8)
+                    for _ in range(r.randrange(3))}
+        if key == "backend":
+            return r.choice(("record", "pacing", "tc"))
+        if key == "verbose":
+            return r.random() < 0.5
+        if key == "direction":
+            return r.choice(("in", "out"))
+        if kind == protocol.NUM:
+            return r.choice((0.01, 1.0, 6912.0, 1e9, 3))
+        if kind is int:
+            return r.randrange(0, 10**6)
+        if kind is str:
+            return f"s{r.randrange(100)}"
+        if kind is list:
+            return [r.uniform(0, 1e6) for _ in range(r.randrange(3))]
+        if kind is dict:
+            return {}
+        if kind is bool:
+            return True
+        return None
+
+    def body(self, type_: str, optional_p: float = 0.5) -> dict:
+        """A valid body of ``type_``: every required field, each optional one with ``optional_p``."""
+        out = {}
+        for key, (kind, required) in self.SCHEMAS[type_].items():
+            if required or self.rng.random() < optional_p:
+                out[key] = self.value(type_, key, kind)
+        return out
+
+    def envelope(self, type_: str, body: dict) -> dict:
+        """A valid request envelope around ``body``, with a fresh id."""
+        return {"v": protocol.VERSION, "id": self._id(), "type": type_, "body": body}
+
+    # -------------------------------------------------------------- odd values
+
+    def odd_value(self) -> object:
+        """A value of a random type, often an awkward one."""
+        r = self.rng
+        pick = r.randrange(12)
+        if pick == 0:
+            return r.choice(EXTREME_NUMBERS)
+        if pick == 1:
+            return None
+        if pick == 2:
+            return r.random() < 0.5
+        if pick == 3:
+            return self.long_string()
+        if pick == 4:
+            return self.control_string()
+        if pick == 5:
+            return bytes(r.randrange(256) for _ in range(r.randrange(40)))
+        if pick == 6:
+            return [self.odd_value() for _ in range(r.randrange(4))] if r.random() < 0.7 else []
+        if pick == 7:
+            return {f"k{i}": self.odd_value() for i in range(r.randrange(3))}
+        if pick == 8:
+            return msgpack.ExtType(r.randrange(0, 128), b"\x00\x01")
+        if pick == 9:
+            return r.uniform(-1e12, 1e12)
+        if pick == 10:
+            return r.randrange(-(2**63), 2**64)
+        return ""
+
+    def long_string(self) -> str:
+        """A long string: 1 KiB to 256 KiB, sometimes multi-byte characters."""
+        n = self.rng.choice((1024, 65536, 262144))
+        return self.rng.choice(("x", "\u00e9", "\U0001f600", "/")) * n
+
+    def control_string(self) -> str:
+        """Control characters, NULs, newlines, quotes and right-to-left marks in an id-like string."""
+        bits = ["\x00", "\n", "\r", "\x1b[2J", "\t", "\x7f", '"', "'", "\\", "\u202e", "/", "=", " ", "%s"]
+        return "".join(self.rng.choice(bits) + self.rng.choice(("a", "")) for _ in range(self.rng.randrange(1, 12)))
+
+    # -------------------------------------------------------------- mutations
+
+    def _frames(self, env: dict) -> list[bytes]:
+        return [_pack(env)]
+
+    def _m_valid(self, type_: str, body: dict) -> list[bytes]:
+        return self._frames(self.envelope(type_, body))
+
+    def _m_missing(self, type_: str, body: dict) -> list[bytes]:
+        if body:
+            body.pop(self.rng.choice(sorted(body)))
+        return self._frames(self.envelope(type_, body))
+
+    def _m_extra(self, type_: str, body: dict) -> list[bytes]:
+        body[self.rng.choice(("foo", "job_id2", "", "\x00", "v", "seq"))] = self.odd_value()
+        return self._frames(self.envelope(type_, body))
+
+    def _m_wrong_type(self, type_: str, body: dict) -> list[bytes]:
+        keys = sorted(self.SCHEMAS[type_])
+        body[self.rng.choice(keys)] = self.odd_value()
+        return self._frames(self.envelope(type_, body))
+
+    def _m_extreme(self, type_: str, body: dict) -> list[bytes]:
+        numeric = [k for k, (kind, _) in self.SCHEMAS[type_].items() if kind in (protocol.NUM, int)]
+        if numeric:
+            body[self.rng.choice(numeric)] = self.rng.choice(EXTREME_NUMBERS)
+        else:  # no numeric field: the id instead
+            env = self.envelope(type_, body)
+            env["id"] = self.rng.choice([x for x in EXTREME_NUMBERS if isinstance(x, int)])
+            return self._frames(env)
+        return self._frames(self.envelope(type_, body))
+
+    def _m_long_string(self, type_: str, body: dict) -> list[bytes]:
+        strs = [k for k, (kind, _) in self.SCHEMAS[type_].items() if kind is str]
+        env = self.envelope(type_, body)
+        if strs and self.rng.random() < 0.8:
+            body[self.rng.choice(strs)] = self.long_string()
+        else:
+            env["type"] = self.long_string()
+        return self._frames(env)
+
+    def _m_control(self, type_: str, body: dict) -> list[bytes]:
+        strs = [k for k, (kind, _) in self.SCHEMAS[type_].items() if kind is str]
+        if strs:
+            body[self.rng.choice(strs)] = self.control_string()
+        elif type_ == MsgType.SUBMIT_JOB:
+            body["job"]["id"] = self.control_string()
+        return self._frames(self.envelope(type_, body))
+
+    def _mutate_tree(self, obj, depth: int = 0):
+        """``obj`` with one value somewhere inside replaced, removed or added to."""
+        r = self.rng
+        if isinstance(obj, dict) and obj and depth < 6:
+            key = r.choice(sorted(obj, key=str))
+            what = r.random()
+            if what < 0.5:
+                obj[key] = self._mutate_tree(obj[key], depth + 1)
+            elif what < 0.65:
+                del obj[key]
+            elif what < 0.8:
+                obj[r.choice(("foo", "id", "bytes", "src"))] = self.odd_value()
+            else:
+                obj[key] = self.odd_value()
+            return obj
+        if isinstance(obj, list) and obj and depth < 6:
+            i = r.randrange(len(obj))
+            what = r.random()
+            if what < 0.6:
+                obj[i] = self._mutate_tree(obj[i], depth + 1)
+            elif what < 0.75:
+                del obj[i]
+            elif what < 0.9:
+                obj.append(obj[i] if r.random() < 0.5 else self.odd_value())  # duplicates too
+            else:
+                obj[i] = self.odd_value()
+            return obj
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and r.random() < 0.7:
+            return r.choice(EXTREME_NUMBERS)
+        return self.odd_value()
+
+    def _m_job_map(self, type_: str, body: dict) -> list[bytes]:
+        if type_ != MsgType.SUBMIT_JOB:
+            return self._m_wrong_type(type_, body)
+        r = self.rng
+        job = body["job"]
+        pick = r.random()
+        if pick < 0.12:  # a cycle
+            job["edges"].append(["bwd0", "fwd0"])
+        elif pick < 0.2:  # an edge to a node that does not exist, or to itself
+            job["edges"].append(r.choice((["fwd0", "nope"], ["fwd1", "fwd1"])))
+        elif pick < 0.28:  # a host not in the cluster
+            job["transfers"][0]["src"] = "hX"
+        elif pick < 0.34:  # many nodes (limits)
+            job["transfers"] += [{"id": f"x{i}", "src": "h0", "dst": "h1", "bytes": 1.0}
+                                 for i in range(r.choice((500, 5000)))]
+        elif pick < 0.4:
+            body["cluster"] = self._mutate_tree(self.value(type_, "cluster", dict))
+        else:
+            for _ in range(r.randint(1, 3)):
+                job = self._mutate_tree(job)
+            body["job"] = job
+        return self._frames(self.envelope(type_, body))
+
+    def _m_envelope(self, type_: str, body: dict) -> list[bytes]:
+        env = self.envelope(type_, body)
+        key = self.rng.choice(("v", "id", "type", "body", "extra", "drop"))
+        if key == "extra":
+            env[self.rng.choice(("ok", "error", "x", "ID"))] = self.odd_value()
+        elif key == "drop":
+            del env[self.rng.choice(("v", "id", "type", "body"))]
+        elif key == "v" and self.rng.random() < 0.4:
+            env["v"] = self.rng.choice((0, 2, "1", 1.0, True, -1))
+        else:
+            env[key] = self.odd_value()
+        return self._frames(env)
+
+    def _m_unknown_type(self, type_: str, body: dict) -> list[bytes]:
+        other = self.rng.choice(sorted(MESSAGE_TYPES) + ["nope", "", "SUBMIT_JOB", "status "])
+        return self._frames(self.envelope(other, self.body(other) if other in MESSAGE_TYPES else body))
+
+    def _m_reply_frame(self, type_: str, body: dict) -> list[bytes]:
+        rep = {"v": protocol.VERSION, "id": self._id(), "ok": self.rng.random() < 0.5, "body": body}
+        if self.rng.random() < 0.3:
+            rep["type"] = type_
+        return [_pack(rep)]
+
+    def _m_truncated(self, type_: str, body: dict) -> list[bytes]:
+        data = _pack(self.envelope(type_, body))
+        return [data[: self.rng.randrange(len(data))]]
+
+    def _m_bitflip(self, type_: str, body: dict) -> list[bytes]:
+        data = bytearray(_pack(self.envelope(type_, body)))
+        for _ in range(self.rng.randint(1, 4)):
+            data[self.rng.randrange(len(data))] ^= 1 << self.rng.randrange(8)
+        return [bytes(data)]
+
+    def _m_garbage(self, type_: str, body: dict) -> list[bytes]:
+        n = self.rng.choice((0, 1, 2, 7, 64, 4096))
+        return [bytes(self.rng.randrange(256) for _ in range(n))]
+
+    def _m_not_a_map(self, type_: str, body: dict) -> list[bytes]:
+        return [_pack(self.rng.choice(([type_, body], 1, "status", None, b"\x00", 1.5, [])))]
+
+    def _m_raw_bytes(self, type_: str, body: dict) -> list[bytes]:
+        r = self.rng
+        pick = r.randrange(7)
+        if pick == 0:  # a fixstr with bytes that are not UTF-8, as a value and as a key
+            bad = b"\xa3\xff\xfe\xfd"
+            if r.random() < 0.5:
+                return [b"\x84\xa1v\x01\xa2id" + _pack(self._id()) + b"\xa4type" + bad + b"\xa4body\x80"]
+            return [b"\x81" + bad + b"\x01"]
+        if pick == 1:  # array/map/str headers claiming 4 G entries with nothing behind them
+            return [r.choice((b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xff",
+                              b"\xc6\xff\xff\xff\xff", b"\x81\xa4body\xdf\x7f\xff\xff\xff"))]
+        if pick == 2:  # deep nesting
+            depth = r.choice((100, 2000, 100_000))
+            return [b"\x91" * depth + b"\x00"]
+        if pick == 3:  # map with non-string keys
+            return [_pack({1: 2, "v": 1, "id": self._id()}) if r.random() < 0.5
+                    else b"\x82\xa1v\x01\x90\x00"]
+        if pick == 4:  # extension types and msgpack timestamps
+            env = self.envelope(type_, body)
+            env[r.choice(("id", "body", "type"))] = r.choice((msgpack.Timestamp(2**33, 999_999_999), msgpack.ExtType(5, b"\x00" * 8)))
+            return [_pack(env)]
+        if pick == 5:  # trailing bytes after a valid message
+            return [_pack(self.envelope(type_, body)) + b"\xc1\x00"]
+        # the reserved type byte 0xc1 in a map value
+        return [b"\x84\xa1v\x01\xa2id" + _pack(self._id()) + b"\xa4type\xc1\xa4body\x80"]
+
+    def _m_frames(self, type_: str, body: dict) -> list[bytes]:
+        data = _pack(self.envelope(type_, body))
+        r = self.rng
+        pick = r.randrange(4)
+        if pick == 0:  # as a REQ socket would: an empty delimiter first
+            return [b"", data]
+        if pick == 1:  # junk frames before the message
+            return [b"junk", b"\x00" * r.randrange(3), data]
+        if pick == 2:  # the message, then junk after it (the daemon reads the last frame)
+            return [data, _pack({"v": 1, "id": self._id(), "type": "status", "body": {}})]
+        return [b""] * r.randint(1, 5)
+
+    def _m_out_of_order(self, type_: str, body: dict) -> list[bytes]:
+        # valid messages that the daemon's state must refuse or absorb
+        r = self.rng
+        pick = r.randrange(7)
+        if pick == 0:
+            t, b = MsgType.TRANSFER_FINISHED, {"job_id": f"never{r.randrange(10**6)}", "transfer": "read_w0"}
+        elif pick == 1:
+            t, b = MsgType.ACK, {"host": r.choice(HOSTS), "seq": r.choice((0, 10**9, 2**63 - 1, -5))}
+        elif pick == 2:
+            t, b = MsgType.HEARTBEAT, {"host": r.choice(HOSTS), "applied_seq": 10**9}
+        elif pick == 3:
+            t, b = MsgType.JOB_FINISHED, {"job_id": r.choice(JOB_IDS), "jct_s": r.choice((-1.0, 0.0, 1e9))}
+        elif pick == 4:
+            t, b = MsgType.COMPUTE_FINISHED, {"job_id": r.choice(JOB_IDS), "compute": "fwd0",
+                                              "duration_s": r.choice((-1.0, 0.0, 1e9, 1e-9))}
+        elif pick == 5:
+            t, b = MsgType.GET_SCHEDULE, {"host": r.choice(HOSTS)}
+        else:
+            t, b = MsgType.CANCEL_JOB, {"job_id": r.choice(JOB_IDS)}
+        return self._frames(self.envelope(t, b))
+
+    # -------------------------------------------------------------- cases
+
+    def case(self, side: str) -> Case:
+        """The next message for the ``side`` socket (``"job"`` or ``"agent"``)."""
+        r = self.rng
+        if r.random() < self.too_large_p:
+            env = self.envelope(MsgType.STATUS, {"verbose": False})
+            env["body"] = {"pad": "x" * (protocol.MAX_MESSAGE_BYTES + 16)}
+            frames, label = [_pack(env)], "too_large"
+        else:
+            types = sorted(JOB_TYPES if side == "job" else AGENT_TYPES)
+            type_ = r.choice(types)
+            label, fn, _ = r.choices(self.mutations, weights=self._weights)[0]
+            frames = fn(type_, self.body(type_))
+        data = frames[-1]
+        expect = not (side == "agent" and is_reply(data))
+        return Case(side, frames, label, expect, expected_id(data) if expect else 0)
+
+
+# ---------------------------------------------------------------------- the driver
+
+
+@dataclass
+class FuzzStats:
+    """What a fuzz run saw. ``hangs``: requests the daemon owed an answer and gave none in time."""
+
+    sent: int = 0
+    replies: int = 0
+    hangs: int = 0
+    crashes: int = 0
+    unexpected: int = 0  # replies with an id nothing was waiting for
+    bad_replies: int = 0  # answers that are no valid reply envelope or carry an unknown code
+    pushes: int = 0  # schedules the daemon pushed to fuzzing agent connections
+    codes: collections.Counter = field(default_factory=collections.Counter)
+    labels: collections.Counter = field(default_factory=collections.Counter)
+    hung: list = field(default_factory=list)  # (label, frames) of the first few hangs
+    internal: list = field(default_factory=list)  # (label, frames, message) of internal errors
+    elapsed_s: float = 0.0
+
+    def summary(self) -> dict:
+        """The counters as plain JSON types."""
+        return {"sent": self.sent, "replies": self.replies, "hangs": self.hangs, "crashes": self.crashes,
+                "unexpected": self.unexpected, "bad_replies": self.bad_replies, "pushes": self.pushes,
+                "codes": dict(self.codes), "internal": len(self.internal), "elapsed_s": round(self.elapsed_s, 2)}
+
+
+class _Conn:
+    def __init__(self, ctx: zmq.Context, side: str, endpoint: str, k: int) -> None:
+        self.side = side
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, 64 * 1024 * 1024)
+        self.sock.setsockopt(zmq.ROUTING_ID, f"fuzz-{side}-{k}-{os.getpid()}".encode())
+        self.sock.connect(endpoint)
+        self.pending: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+        self.n_pending = 0
+
+    def oldest(self) -> float:
+        return min((q[0][0] for q in self.pending.values() if q), default=math.inf)
+
+
+def fuzz(job_endpoint: str, agent_endpoint: str, n: int, seed: int = 0, *,
+         alive: Callable[[], bool] = lambda: True, timeout_s: float = 5.0, window: int = 8,
+         conns: int = 3, progress_every: int = 0) -> FuzzStats:
+    """Send ``n`` fuzzed messages, half to each socket, and check every one owed an answer got it.
+
+    Parameters
+    ----------
+    job_endpoint, agent_endpoint : str
+        The daemon's sockets.
+    n : int
+        Messages in all.
+    seed : int
+        Seeds the :class:`Fuzzer`.
+    alive : callable
+        Whether the daemon still runs (checked every 256 messages and at the end).
+    timeout_s : float
+        An answer later than this after its request counts as a hang.
+    window : int
+        Requests in flight per connection.
+    conns : int
+        DEALER connections per socket.
+    progress_every : int
+        Log a line every this many messages (0: never).
+    """
+    fz = Fuzzer(seed)
+    rng = random.Random(seed + 1)
+    stats = FuzzStats()
+    ctx = zmq.Context()
+    eps = {"job": job_endpoint, "agent": agent_endpoint}
+    pool = [_Conn(ctx, side, eps[side], k) for side in ("job", "agent") for k in range(conns)]
+    poller = zmq.Poller()
+    for c in pool:
+        poller.register(c.sock, zmq.POLLIN)
+    by_sock = {c.sock: c for c in pool}
+    t0 = time.monotonic()
+
+    def receive(wait_ms: int) -> None:
+        for s, _ in poller.poll(wait_ms):
+            c = by_sock[s]
+            while True:
+                try:
+                    data = s.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if c.side == "agent" and not is_reply(data):
+                    stats.pushes += 1  # a schedule: left unacked (the daemon re-sends it)
+                    continue
+                try:
+                    rep = decode_reply(data)
+                except Exception:  # noqa: BLE001 - counted, the run goes on
+                    stats.bad_replies += 1
+                    continue
+                if rep.ok:
+                    stats.codes["ok"] += 1
+                else:
+                    stats.codes[rep.code] += 1
+                    if rep.code not in ERROR_CODES:
+                        stats.bad_replies += 1
+                q = c.pending.get(rep.id)
+                if not q:
+                    stats.unexpected += 1
+                    continue
+                _, case = q.popleft()
+                c.n_pending -= 1
+                stats.replies += 1
+                if not rep.ok and rep.code == protocol.ErrorCode.INTERNAL and len(stats.internal) < 50:
+                    stats.internal.append((case.label, case.frames, rep.message))
+
+    def expire(now: float) -> None:
+        for c in pool:
+            if c.n_pending and now - c.oldest() > timeout_s:
+                for q in c.pending.values():
+                    while q and now - q[0][0] > timeout_s:
+                        _, case = q.popleft()
+                        c.n_pending -= 1
+                        stats.hangs += 1
+                        if len(stats.hung) < 10:
+                            stats.hung.append((case.label, case.frames))
+
+    try:
+        for i in range(n):
+            side = "job" if i % 2 == 0 else "agent"
+            case = fz.case(side)
+            stats.labels[case.label] += 1
+            choices = [c for c in pool if c.side == side]
+            c = rng.choice(choices)
+            while c.n_pending >= window:
+                receive(50)
+                expire(time.monotonic())
+            c.sock.send_multipart(case.frames)
+            stats.sent += 1
+            if case.expect_reply:
+                c.pending[case.expect_id].append((time.monotonic(), case))
+                c.n_pending += 1
+            if i % 64 == 0:
+                receive(0)
+                expire(time.monotonic())
+            if i % 256 == 0 and not alive():
+                stats.crashes += 1
+                break
+            if progress_every and i and i % progress_every == 0:
+                log(f"fuzz: {i}/{n} sent, {stats.replies} answered, {stats.hangs} hangs, "
+                    f"{len(stats.internal)} internal")
+        end = time.monotonic() + timeout_s + 1.0
+        while any(c.n_pending for c in pool) and time.monotonic() < end:
+            receive(50)
+        expire(math.inf)  # whatever is still owed now is a hang
+        if not stats.crashes and not alive():
+            stats.crashes += 1
+    finally:
+        for c in pool:
+            c.sock.close(0)
+        ctx.term()
+    stats.elapsed_s = time.monotonic() - t0
+    return stats
+
+
+def raw_tcp_garbage(endpoint: str, n: int, seed: int = 0) -> None:
+    """Open ``n`` plain TCP connections to a ZeroMQ endpoint and write junk (no ZMTP greeting)."""
+    rng = random.Random(seed)
+    host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+    for _ in range(n):
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=1.0) as s:
+            greeting = b"\xff" + b"\x00" * 8 + b"\x7f\x03"  # a ZMTP 3 signature, then nonsense
+            s.sendall(rng.choice((b"", greeting)) + bytes(rng.randrange(256) for _ in range(rng.randrange(200))))
+
+
+# ---------------------------------------------------------------------- a daemon process
+
+
+def free_ports(k: int) -> list[int]:
+    """``k`` TCP ports free on loopback right now (kept across restarts of the daemon)."""
+    socks = [socket.socket() for _ in range(k)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def daemon_supports_journal() -> bool:
+    """Whether ``jitsched daemon`` takes ``--journal`` (the restart journal of issue 16)."""
+    out = subprocess.run([sys.executable, "-m", "jitsched", "daemon", "--help"], capture_output=True,
+                         text=True, timeout=60)
+    return "--journal" in out.stdout
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of process ``pid`` (0 if gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def fd_count(pid: int) -> int:
+    """Open file descriptors of process ``pid`` (0 if gone)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+class DaemonProc:
+    """``jitsched daemon`` as a child process (its own session) on fixed loopback ports.
+
+    Parameters
+    ----------
+    workdir : Path
+        Holds the TOML file, the log and the journal, if any.
+    journal : bool
+        Pass ``--journal`` (only if the daemon supports it).
+    daemon_options : dict
+        ``[daemon]`` settings besides the endpoints.
+    """
+
+    def __init__(self, workdir: Path, *, journal: bool = False, daemon_options: dict | None = None,
+                 ports: list[int] | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.ports = ports or free_ports(2)
+        self.job_endpoint = f"tcp://127.0.0.1:{self.ports[0]}"
+        self.agent_endpoint = f"tcp://127.0.0.1:{self.ports[1]}"
+        self.journal = self.workdir / "journal" if journal else None
+        self.proc: subprocess.Popen | None = None
+        self.incarnations = 0
+        opts = {"heartbeat_s": 0.2, "heartbeat_timeout_s": 1.0, "resend_s": 0.2} | dict(daemon_options or {})
+        lines = []
+        for h in HOSTS:
+            lines += ["[[hosts]]", f'name = "{h}"', "egress_bps = 1e9", "ingress_bps = 1e9", ""]
+        lines += ["[daemon]", f'job_endpoint = "{self.job_endpoint}"', f'agent_endpoint = "{self.agent_endpoint}"']
+        lines += [f"{k} = {json.dumps(v)}" for k, v in opts.items()]
+        self.config = self.workdir / "daemon.toml"
+        self.config.write_text("\n".join(lines) + "\n")
+        self.log_path = self.workdir / "daemon.log"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    def start(self, timeout_s: float = 60.0) -> DaemonProc:
+        """Start (again, on the same ports) and return once a status request is answered."""
+        cmd = [sys.executable, "-m", "jitsched", "daemon", "--config", str(self.config), "--quiet"]
+        if self.journal is not None:
+            cmd += ["--journal", str(self.journal)]
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=logf, start_new_session=True)
+        self.incarnations += 1
+        if not self.wait_ready(timeout_s):
+            raise RuntimeError(f"daemon did not answer within {timeout_s} s (log {self.log_path})")
+        return self
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Poll ``status`` until the daemon answers; False if it died or timed out."""
+        from jitsched.client import Client
+
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if not self.alive():
+                return False
+            with Client(self.job_endpoint, timeout_s=0.5) as c:
+                try:
+                    c.status()
+                    return True
+                except (TimeoutError, zmq.ZMQError):
+                    continue
+        return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """kill -9 the daemon and its planner child (the whole session)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s; idempotent."""
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:  # a planner child may outlive a crashed daemon
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+def run_fuzz(n: int, seed: int, workdir: Path) -> dict:
+    """Fuzz a fresh daemon process with ``n`` messages; counts, RSS before and after."""
+    d = DaemonProc(workdir)
+    try:
+        d.start()
+        rss0, fds0 = rss_bytes(d.pid), fd_count(d.pid)
+        log(f"fuzz: daemon pid {d.pid} up, rss {rss0 / 2**20:.1f} MiB; {n} messages, seed {seed}")
+        raw_tcp_garbage(d.job_endpoint, 20, seed)
+        raw_tcp_garbage(d.agent_endpoint, 20, seed + 1)
+        st = fuzz(d.job_endpoint, d.agent_endpoint, n, seed, alive=d.alive, progress_every=10_000)
+        post_ok = d.alive() and d.wait_ready(10.0)
+        rss1, fds1 = rss_bytes(d.pid), fd_count(d.pid)
+        log(f"fuzz: {st.summary()}")
+        for label, frames, msg in st.internal[:5]:
+            log(f"fuzz: internal error on {label}: {msg[:200]} frames={[f[:120].hex() for f in frames]}")
+        for label, frames in st.hung[:5]:
+            log(f"fuzz: hang on {label}: frames={[f[:120].hex() for f in frames]}")
+        return {"fuzz_messages": st.sent, "crashes": st.crashes, "hangs": st.hangs,
+                "fuzz_internal_errors": len(st.internal), "fuzz_unexpected_replies": st.unexpected,
+                "fuzz_bad_replies": st.bad_replies, "fuzz_answers_after": post_ok,
+                "fuzz_rss_before": rss0, "fuzz_rss_after": rss1, "fuzz_fds_before": fds0,
+                "fuzz_fds_after": fds1, "fuzz_s": round(st.elapsed_s, 2)}
+    finally:
+        d.stop()
