@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import json
@@ -10,8 +11,11 @@ import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -797,3 +801,288 @@ def run_fuzz(n: int, seed: int, workdir: Path) -> dict:
                 "fuzz_fds_after": fds1, "fuzz_s": round(st.elapsed_s, 2)}
     finally:
         d.stop()
+
+
+# ---------------------------------------------------------------------- kill -9 cycles and soak
+
+
+class _Workload:
+    """Runner threads, each running small jobs back to back through :class:`JobRunner`.
+
+    A job counts as completed when its runner finished it without error (every
+    report answered, ``job_finished`` acked); anything else is lost: refused
+    or unanswered submissions included.
+    """
+
+    def __init__(self, endpoint: str, agents: dict, threads: int, seed: int) -> None:
+        from jitsched.client import TransferSink
+
+        self.endpoint = endpoint
+        self.agents = agents
+        self.sinks = {h: TransferSink() for h in HOSTS}
+        self.seed = seed
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.submitted = self.completed = 0
+        self.errors: collections.Counter = collections.Counter()
+        self.threads = [threading.Thread(target=self._loop, args=(k,), name=f"faults-runner-{k}", daemon=True)
+                        for k in range(threads)]
+
+    def start(self) -> _Workload:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _loop(self, k: int) -> None:
+        from jitsched.runner import JobRunner
+
+        rng = random.Random(self.seed * 1000 + k)
+        n = 0
+        while not self.stop.is_set():
+            ps, worker = rng.sample(HOSTS, 2)
+            job = layer_chain_job(f"w{k}-{n}", ps, worker, layers=VGG16_LAYERS[:3])
+            n += 1
+            with self.lock:
+                self.submitted += 1
+            runner = JobRunner(job, self.endpoint, {h: s.address for h, s in self.sinks.items()},
+                               agents={h: a.local_name for h, a in self.agents.items()})
+            try:
+                res = runner.run(timeout_s=60.0)
+                err = res.error
+            except Exception as exc:  # noqa: BLE001 - a lost job, counted
+                err = f"{type(exc).__name__}: {exc}"
+            with self.lock:
+                if err:
+                    self.errors[err.split(":")[0] if not err.startswith("report") else err[:60]] += 1
+                else:
+                    self.completed += 1
+            self.stop.wait(0.05)
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(90)
+        for s in self.sinks.values():
+            with contextlib.suppress(Exception):
+                s.close()
+
+
+def _agents(endpoint: str, tag: str) -> dict:
+    from jitsched.agents.agent import Agent
+
+    return {h: Agent(h, endpoint, backend="record", local_namespace=f"{tag}{os.getpid()}").start()
+            for h in HOSTS}
+
+
+class _StaleWatch:
+    """How long agents held (and enforced) a schedule from a daemon already killed.
+
+    Agents' schedule bodies carry the daemon's ``incarnation``; a body whose
+    incarnation was killed at ``t`` is stale from ``t`` until the agent holds
+    no schedule or another daemon's. None when bodies carry no incarnation.
+    """
+
+    def __init__(self, agents: dict) -> None:
+        self.agents = agents
+        self.killed: dict[int, float] = {}  # incarnation -> monotonic kill time
+        self.since: dict[str, float] = {}
+        self.intervals: list[float] = []
+        self.supported = True
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for h, a in self.agents.items():
+            s = a.schedule
+            inc = s.get("incarnation") if isinstance(s, dict) else None
+            if s is not None and inc is None:
+                self.supported = False
+            if inc is not None and inc in self.killed:
+                self.since.setdefault(h, self.killed[inc])
+            elif h in self.since:
+                self.intervals.append(now - self.since.pop(h))
+
+    def close(self) -> None:
+        now = time.monotonic()
+        self.intervals += [now - t for t in self.since.values()]
+        self.since.clear()
+
+
+def _status(endpoint: str, timeout_s: float = 1.0) -> dict | None:
+    from jitsched.client import Client
+
+    with Client(endpoint, timeout_s=timeout_s) as c:
+        try:
+            return c.status()
+        except (TimeoutError, zmq.ZMQError):
+            return None
+
+
+def kill_cycles(n_cycles: int, seed: int, workdir: Path, *, runners: int = 3,
+                gap_s: tuple[float, float] = (0.2, 5.0)) -> dict:
+    """kill -9 the daemon ``n_cycles`` times under a job workload and restart it on the same ports.
+
+    Uptime before each kill is drawn from ``gap_s`` (seeded). Resume is the time
+    from spawning the new daemon until its status shows an agent that acked one
+    of its schedules (censored if the next kill comes first: not counted).
+    """
+    journal = daemon_supports_journal()
+    d = DaemonProc(workdir, journal=journal)
+    rng = random.Random(seed)
+    agents: dict = {}
+    work = None
+    watch = None
+    resumes: list[float] = []
+    censored = 0
+    try:
+        d.start()
+        agents = _agents(d.agent_endpoint, "kc")
+        watch = _StaleWatch(agents)
+        work = _Workload(d.job_endpoint, agents, runners, seed).start()
+        log(f"kill cycles: {n_cycles}, journal {'on' if journal else 'unsupported'}, {runners} runner threads")
+        spawn = None
+        for cycle in range(n_cycles + 1):
+            gap = rng.uniform(*gap_s) if cycle < n_cycles else 3.0  # a last stretch to resume in
+            end = time.monotonic() + gap
+            st = None
+            while time.monotonic() < end:
+                watch.poll()
+                if spawn is not None:
+                    st = _status(d.job_endpoint, 0.5)
+                    if st and any(a.get("acked_seq", 0) >= 1 for a in st.get("agents", {}).values()):
+                        resumes.append(time.monotonic() - spawn)
+                        spawn = None
+                time.sleep(0.02)
+            if spawn is not None:
+                censored += 1
+                spawn = None
+            if cycle == n_cycles:
+                break
+            st = _status(d.job_endpoint, 1.0)
+            inc = st.get("incarnation") if st else None
+            d.kill()
+            if inc is not None:
+                watch.killed[inc] = time.monotonic()
+            spawn = time.monotonic()
+            d.start()
+            log(f"kill cycle {cycle + 1}/{n_cycles}: uptime {gap:.2f} s; jobs {work.completed}/{work.submitted} "
+                f"completed; resumed {len(resumes)}, censored {censored}")
+    finally:
+        if work is not None:
+            work.close()
+        if watch is not None:
+            watch.poll()
+            watch.close()
+        for a in agents.values():
+            a.stop()
+        d.stop()
+    lost = work.submitted - work.completed if work else 0
+    log(f"kill cycles: lost jobs by first error: {dict(work.errors.most_common(6)) if work else {}}")
+    stale = (max(watch.intervals, default=0.0) if watch.supported else None) if watch else None
+    return {"kill_cycles": n_cycles, "journal": journal,
+            "jobs_submitted": work.submitted if work else 0, "jobs_completed": work.completed if work else 0,
+            "jobs_lost": lost,
+            "resume_s_p50": statistics.median(resumes) if resumes else None,
+            "resume_s_max": max(resumes) if resumes else None, "resume_censored": censored,
+            "stale_schedule_s_max": stale}
+
+
+def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> dict:
+    """Steady submissions (each job finished at once) while agents are killed and restarted.
+
+    RSS and descriptor count of the daemon are taken after a warm-up (a tenth
+    of the run, at least 5 s) and at the end.
+    """
+    from jitsched.agents.agent import Agent
+    from jitsched.client import Client
+
+    d = DaemonProc(workdir, journal=daemon_supports_journal())
+    rng = random.Random(seed)
+    agents: dict = {}
+    stop = threading.Event()
+    sent = [0]
+
+    def submit() -> None:
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            n = 0
+            while not stop.is_set():
+                ps, worker = rng.sample(HOSTS, 2)
+                jid = f"soak{n}"
+                with contextlib.suppress(Exception):
+                    c.submit_job(layer_chain_job(jid, ps, worker, layers=VGG16_LAYERS[:3]))
+                    c.job_finished(jid, 0.01)
+                n += 1
+                sent[0] = n
+                stop.wait(1.0 / rate_per_s)
+
+    t = threading.Thread(target=submit, name="faults-soak", daemon=True)
+    try:
+        d.start()
+        agents = _agents(d.agent_endpoint, "sk0")
+        t.start()
+        t0 = time.monotonic()
+        warm = max(5.0, seconds / 10)
+        rss0 = fds0 = None
+        churns = 0
+        while time.monotonic() - t0 < seconds:
+            if rss0 is None and time.monotonic() - t0 >= warm:
+                rss0, fds0 = rss_bytes(d.pid), fd_count(d.pid)
+                log(f"soak: warm, rss {rss0 / 2**20:.1f} MiB, {fds0} fds, {sent[0]} jobs")
+            time.sleep(rng.uniform(0.5, 1.5))
+            h = rng.choice(HOSTS)
+            old = agents[h]
+            old.kill() if rng.random() < 0.5 else old.stop()
+            churns += 1
+            agents[h] = Agent(h, d.agent_endpoint, backend="record",
+                              local_namespace=f"sk{churns}-{os.getpid()}").start()
+        rss1, fds1 = rss_bytes(d.pid), fd_count(d.pid)
+        if rss0 is None:
+            rss0, fds0 = rss1, fds1
+        log(f"soak: {seconds} s, {sent[0]} jobs, {churns} agent restarts; rss {rss0 / 2**20:.1f} -> "
+            f"{rss1 / 2**20:.1f} MiB, fds {fds0} -> {fds1}")
+        return {"soak_s": seconds, "soak_jobs": sent[0], "soak_agent_restarts": churns,
+                "soak_rss_growth": (rss1 - rss0) / rss0 if rss0 else None,
+                "soak_rss_before": rss0, "soak_rss_after": rss1, "soak_fds_before": fds0, "soak_fds_after": fds1}
+    finally:
+        stop.set()
+        if t.is_alive():
+            t.join(15)
+        for a in agents.values():
+            a.stop()
+        d.stop()
+
+
+KEYS = ("fuzz_messages", "crashes", "hangs", "kill_cycles", "jobs_submitted", "jobs_completed", "jobs_lost",
+        "resume_s_p50", "resume_s_max", "stale_schedule_s_max")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    ap.add_argument("--fuzz", type=int, default=100_000, help="fuzzed messages, half per socket (default 100000)")
+    ap.add_argument("--kill-cycles", type=int, default=20, help="kill -9 / restart cycles (default 20)")
+    ap.add_argument("--runners", type=int, default=3, help="job runner threads during kill cycles (default 3)")
+    ap.add_argument("--soak-s", type=float, default=0.0, help="soak for this many seconds (default 0: none)")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the fuzzer, the gaps and the workload")
+    args = ap.parse_args(argv)
+    out: dict = dict.fromkeys(KEYS)
+    with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
+        tmp = Path(tmp)
+        if args.fuzz:
+            (tmp / "fuzz").mkdir()
+            out |= run_fuzz(args.fuzz, args.seed, tmp / "fuzz")
+        if args.kill_cycles:
+            (tmp / "kill").mkdir()
+            out |= kill_cycles(args.kill_cycles, args.seed, tmp / "kill", runners=args.runners)
+        if args.soak_s:
+            (tmp / "soak").mkdir()
+            out |= soak(args.soak_s, args.seed, tmp / "soak")
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k:<28} {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

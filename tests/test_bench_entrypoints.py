@@ -36,7 +36,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def test_entry_points_found():
     assert {"bench/bench_lat.py", "bench/bench_lp.py", "bench/bench_scale.py", "bench/bench_sim.py",
-            "bench/bench_daemon.py", "bench/paper"} <= set(ENTRY_POINTS)
+            "bench/bench_daemon.py", "bench/bench_faults.py", "bench/paper"} <= set(ENTRY_POINTS)
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
