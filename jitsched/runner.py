@@ -14,7 +14,7 @@ from pathlib import Path
 from jitsched.client import Client, send_bytes
 from jitsched.keys import CLIENTS, DEFAULT_CLIENT, CurveKeys, curve_keys
 from jitsched.model import Job
-from jitsched.protocol import flow_id
+from jitsched.protocol import ErrorCode, MsgType, RemoteError, flow_id
 
 log = logging.getLogger("jitsched.runner")
 
@@ -42,6 +42,105 @@ class JobResult:
     def lat_hit_rate(self) -> float:
         """Fraction of transfers with a known LAT that arrived by it (NaN if none)."""
         return self.lat_hits / self.lat_known if self.lat_known else float("nan")
+
+
+class _Session:
+    """The runner's requests to the daemon, carried through a daemon restart.
+
+    A request without a reply within ``request_timeout_s`` is sent again on a
+    fresh connection (what the old one still queued is dropped); every report
+    is idempotent in the daemon, and a submission that turns out to have
+    arrived (``duplicate_job`` on a resend) counts as made. ``unknown_job``
+    means the daemon restarted without a journal: the job is submitted again
+    with the nodes done and transfers started so far, then the report is sent
+    again. Only the run's ``deadline`` (monotonic) ends the retries.
+    """
+
+    MAX_RESUBMITS = 8  # in a row without a report getting through: something else is wrong
+
+    def __init__(self, runner: JobRunner, deadline: float) -> None:
+        self.runner = runner
+        self.deadline = deadline
+        self.client = self._connect()
+        self.done: dict[str, None] = {}  # nodes done here, reported or not
+        self.started: dict[str, None] = {}  # transfers started here
+        self.lock = threading.Lock()  # guards done and started (worker threads add to them)
+        self.reconnects = 0
+        self.resubmits = 0
+        self._resubmits_in_row = 0
+
+    def _connect(self) -> Client:
+        r = self.runner
+        return Client(r.endpoint, timeout_s=r.request_timeout_s, keys=r.keys)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def node_done(self, nid: str) -> None:
+        with self.lock:
+            self.done[nid] = None
+
+    def node_started(self, nid: str) -> None:
+        with self.lock:
+            self.started[nid] = None
+
+    def call(self, name: str, *args, resubmit: bool = True):
+        """``Client.<name>(*args)``, retried until the deadline through a restart.
+
+        Raises
+        ------
+        TimeoutError
+            The daemon did not answer before the run's deadline.
+        RemoteError
+            The daemon refused the request for another reason than a restart.
+        """
+        first = True
+        while True:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no reply from the daemon at {self.runner.endpoint} to {name} "
+                                   "before the run's timeout")
+            self.client.timeout_s = min(self.runner.request_timeout_s, left)
+            try:
+                rep = getattr(self.client, name)(*args)
+            except TimeoutError:
+                self._reconnect(name)
+                first = False
+                continue
+            except RemoteError as exc:
+                if exc.code == ErrorCode.DUPLICATE_JOB and name == "submit_job" and not first:
+                    return self.runner.job.id  # the first try got there; its reply did not
+                if exc.code == ErrorCode.UNKNOWN_JOB and resubmit and name != "submit_job":
+                    self._resubmit()
+                    first = False
+                    continue
+                raise
+            self._resubmits_in_row = 0
+            return rep
+
+    def _reconnect(self, name: str) -> None:
+        # a fresh socket: requests the old one still holds must not reach a new daemon late
+        log.info("event=runner_reconnect job=%s request=%s", self.runner.job.id, name)
+        self.client.close()
+        self.client = self._connect()
+        self.reconnects += 1
+
+    def _resubmit(self) -> None:
+        """The daemon lost the job (restarted without a journal): submit it again with its progress."""
+        self._resubmits_in_row += 1
+        if self._resubmits_in_row > self.MAX_RESUBMITS:
+            raise RemoteError(ErrorCode.UNKNOWN_JOB, f"job {self.runner.job.id!r} lost "
+                              f"{self.MAX_RESUBMITS} times in a row after resubmitting it")
+        with self.lock:
+            progress = {"done": list(self.done), "started": list(self.started)}
+        log.warning("event=runner_resubmit job=%s done=%d", self.runner.job.id, len(progress["done"]))
+        body = {"job": self.runner.job.to_dict(), "progress": progress}
+        try:
+            self.call("request", MsgType.SUBMIT_JOB, body, resubmit=False)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.DUPLICATE_JOB:
+                raise
+        self.resubmits += 1
 
 
 class JobRunner:
@@ -80,6 +179,11 @@ class JobRunner:
         directory holding those of client ``key_name``. None: plaintext.
     key_name : str
         The client's name in the key directory.
+    request_timeout_s : float
+        How long a request waits for its reply before it is sent again on a
+        fresh connection. Submission and reports are retried so through a
+        daemon restart (the job submitted again, with its progress, if the
+        daemon lost it) until ``run``'s ``timeout_s`` runs out.
     """
 
     def __init__(self, job: Job, endpoint: str, sinks: dict[str, tuple[str, int]], *,
@@ -87,8 +191,10 @@ class JobRunner:
                  max_threads: int = 64,
                  on_event: Callable[[str, str, str], None] | None = None,
                  send: Callable[..., float] | None = None, async_reports: bool = False,
-                 keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT) -> None:
+                 keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT,
+                 request_timeout_s: float = 2.0) -> None:
         self.job = job
+        self.request_timeout_s = request_timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
         self.endpoint = endpoint
         self.sinks = sinks
@@ -101,7 +207,12 @@ class JobRunner:
         self._lock = threading.Lock()
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
-        """Submit and execute the job; returns when every node finished (or on failure)."""
+        """Submit and execute the job; returns when every node finished (or on failure).
+
+        A daemon restart costs time, never the run: requests are retried until
+        ``timeout_s`` (from the call) runs out. A daemon refusing the job
+        raises :class:`RemoteError`.
+        """
         job = self.job
         computes = {c.id: c for c in job.computes}
         transfers = {t.id: t for t in job.transfers}
@@ -114,12 +225,19 @@ class JobRunner:
         all_done = threading.Event()
         left = [len(preds)]
         failure: list[str] = []
-        client = Client(self.endpoint, keys=self.keys)
+        deadline = time.monotonic() + timeout_s
+        client = _Session(self, deadline)
+        self.session = client  # what it went through (reconnects, resubmits): tests and benches
         reports: queue.SimpleQueue | None = queue.SimpleQueue() if self.async_reports else None
         reporter = None
         try:
             t0 = time.perf_counter()
-            client.submit_job(job)
+            try:
+                client.call("submit_job", job)
+            except TimeoutError as exc:  # no daemon answered before the deadline
+                result.error = f"submit: {exc}"
+                log.warning("event=job_failed job=%s error=%r", job.id, result.error)
+                return result
             if reports is not None:
                 # the only user of the client until it has sent everything (sockets are per thread)
                 reporter = threading.Thread(target=self._report_loop, args=(reports, failure, all_done),
@@ -143,10 +261,10 @@ class JobRunner:
 
                 def report(fn, *args, then=None):
                     if reports is not None:
-                        reports.put((fn, args, then))
+                        reports.put((client, fn, args, then))
                         return
                     with self._lock:
-                        rep = fn(*args)
+                        rep = client.call(fn, *args)
                     if then is not None:
                         then(rep)
 
@@ -162,11 +280,13 @@ class JobRunner:
                             c = computes[nid]
                             s0 = time.perf_counter()
                             time.sleep(c.duration_s * self.compute_scale)
-                            report(client.compute_finished, job.id, nid, time.perf_counter() - s0)
+                            client.node_done(nid)
+                            report("compute_finished", job.id, nid, time.perf_counter() - s0)
                         else:
                             t = transfers[nid]
                             result.transfer_start_s[nid] = time.perf_counter() - t0
-                            report(client.transfer_started, job.id, nid)
+                            client.node_started(nid)
+                            report("transfer_started", job.id, nid)
                             if self.send is not None:
                                 secs = self.send(t.src, self.sinks[t.dst], int(t.bytes),
                                                  flow_id(job.id, nid), agent=self.agents.get(t.src))
@@ -174,7 +294,8 @@ class JobRunner:
                                 secs = send_bytes(self.sinks[t.dst], int(t.bytes), flow_id(job.id, nid),
                                                   agent=self.agents.get(t.src))
                             result.transfer_s[nid] = secs
-                            report(client.transfer_finished, job.id, nid, t.bytes, then=lat_hit)
+                            client.node_done(nid)
+                            report("transfer_finished", job.id, nid, t.bytes, then=lat_hit)
                         if self.on_event is not None:
                             self.on_event("compute" if nid in computes else "transfer", job.id, nid)
                     except Exception as exc:  # noqa: BLE001 - reported, and the run ends
@@ -186,7 +307,7 @@ class JobRunner:
                 for nid, k in list(preds.items()):
                     if k == 0:
                         pool.submit(run_node, nid)
-                if not all_done.wait(timeout_s):
+                if not all_done.wait(max(deadline - time.monotonic(), 0.0)):
                     failure.append(f"timed out after {timeout_s} s")
             result.jct_s = time.perf_counter() - t0
             if reporter is not None:
@@ -194,9 +315,17 @@ class JobRunner:
                 reporter.join()
             if failure:
                 result.error = failure[0]
-                client.cancel_job(job.id)
+                # best effort: the daemon may be gone, and a job it lost needs no cancel
+                client.deadline = max(client.deadline, time.monotonic() + self.request_timeout_s)
+                try:
+                    client.call("cancel_job", job.id, resubmit=False)
+                except (TimeoutError, RemoteError) as exc:
+                    log.warning("event=cancel_failed job=%s error=%r", job.id, str(exc))
             else:
-                client.job_finished(job.id, result.jct_s)
+                try:
+                    client.call("job_finished", job.id, result.jct_s)
+                except TimeoutError as exc:
+                    result.error = str(exc)
         finally:
             if reporter is not None and reporter.is_alive():
                 reports.put(None)
@@ -216,13 +345,13 @@ class JobRunner:
                 return
             if failure:
                 continue
-            fn, args, then = item
+            session, fn, args, then = item
             try:
-                rep = fn(*args)
+                rep = session.call(fn, *args)
                 if then is not None:
                     then(rep)
             except Exception as exc:  # noqa: BLE001 - reported, and the run ends
-                failure.append(f"report {fn.__name__}{args[1:2]}: {type(exc).__name__}: {exc}")
+                failure.append(f"report {fn}{args[1:2]}: {type(exc).__name__}: {exc}")
                 all_done.set()
 
 

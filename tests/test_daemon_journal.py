@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from jitsched.client import Client
+from jitsched.agents.agent import Agent
+from jitsched.client import Client, TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.journal import DONE, Journal
 from jitsched.daemon.server import wait_until
+from jitsched.model import Compute, Job, Transfer
+from jitsched.runner import JobRunner
 from jitsched.synth import layer_chain_job
 from tests.test_daemon import config
 
@@ -98,3 +110,142 @@ def test_resubmission_carries_progress(tmp_path):
         assert {n for n in Journal(tmp_path / "j.db").unfinished()[0].done} == set(done)
     finally:
         d.stop()
+
+
+# ---------------------------------------------------------------------- kill -9 of a daemon process
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DaemonProcess:
+    """``jitsched daemon`` as a child process on fixed loopback ports; every child it started is
+    killed by :meth:`close`, whatever happened."""
+
+    def __init__(self, tmp_path: Path, journal: Path | None) -> None:
+        self.jobs = f"tcp://127.0.0.1:{_free_port()}"
+        self.agents = f"tcp://127.0.0.1:{_free_port()}"
+        self.config = tmp_path / "daemon.toml"
+        self.config.write_text(
+            "".join(f'[[hosts]]\nname = "{h}"\negress_bps = 1e9\ningress_bps = 1e9\n' for h in ("h0", "h1"))
+            + f'[daemon]\njob_endpoint = "{self.jobs}"\nagent_endpoint = "{self.agents}"\n'
+            "heartbeat_s = 0.1\nheartbeat_timeout_s = 0.6\nresend_s = 0.1\nplanner_process = false\n")
+        self.journal = journal
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> dict:
+        cmd = [sys.executable, "-m", "jitsched", "daemon", "--config", str(self.config), "--quiet"]
+        if self.journal is not None:
+            cmd += ["--journal", str(self.journal)]
+        self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        end = time.monotonic() + 60.0
+        while time.monotonic() < end:
+            assert self.procs[-1].poll() is None, "the daemon exited"
+            try:
+                with Client(self.jobs, timeout_s=0.5) as c:
+                    return c.status()
+            except TimeoutError:
+                continue
+        raise AssertionError("the daemon did not answer")
+
+    def kill(self) -> None:
+        p = self.procs[-1]
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10.0)
+
+    def status(self) -> dict:
+        with Client(self.jobs, timeout_s=5.0) as c:
+            return c.status()
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10.0)
+
+
+def _slow_job() -> Job:
+    # t0, then 0.8 s of compute during which the daemon dies and comes back, then the rest
+    return Job("rj", (Compute("c0", "h1", 0.8), Compute("c1", "h1", 0.2)),
+               (Transfer("t0", "h0", "h1", 100_000.0), Transfer("t1", "h0", "h1", 100_000.0),
+                Transfer("push", "h1", "h0", 100_000.0)),
+               (("t0", "c0"), ("c0", "t1"), ("t1", "c1"), ("c1", "push")))
+
+
+@contextlib.contextmanager
+def _restart_run(tmp_path: Path, journal: bool, async_reports: bool):
+    """Agents and a job runner against a daemon process killed with SIGKILL mid-job and started
+    again; yields (daemon, agents, runner, result, status before the kill, seconds for the
+    agents to re-register after the new daemon answered, its first status)."""
+    dp = DaemonProcess(tmp_path, tmp_path / "journal.db" if journal else None)
+    agents: dict[str, Agent] = {}
+    sinks = {h: TransferSink() for h in ("h0", "h1")}
+    out: dict = {}
+    try:
+        dp.start()
+        for h in ("h0", "h1"):
+            agents[h] = Agent(h, dp.agents, backend="record", local_namespace=f"j{id(dp)}").start()
+        assert wait_until(lambda: all(a.registered.is_set() for a in agents.values()), 10.0)
+        runner = JobRunner(_slow_job(), dp.jobs, {h: s.address for h, s in sinks.items()},
+                           agents={h: a.local_name for h, a in agents.items()},
+                           async_reports=async_reports, request_timeout_s=1.0)
+        th = threading.Thread(target=lambda: out.setdefault("result", runner.run(timeout_s=90.0)))
+        th.start()
+        try:
+            assert wait_until(lambda: dp.status()["jobs"].get("rj", {}).get("transfers_done") == 1, 20.0)
+            assert wait_until(lambda: all(a.seq >= 1 for a in agents.values()), 5.0)
+            before = dp.status()
+            dp.kill()
+            out["after"] = dp.start()
+            t_up = time.monotonic()
+            assert wait_until(lambda: all(a.incarnation != before["incarnation"] and a.registered.is_set()
+                                          for a in agents.values()), 10.0)
+            back_s = time.monotonic() - t_up
+        finally:
+            th.join(120.0)
+        yield dp, agents, runner, out["result"], before, back_s, out["after"]
+    finally:
+        for a in agents.values():
+            a.stop()
+        for s in sinks.values():
+            s.close()
+        dp.close()
+
+
+def test_kill_9_with_a_journal_resumes_the_job(tmp_path):
+    with _restart_run(tmp_path, journal=True, async_reports=False) as (
+            dp, agents, runner, res, before, back_s, after):
+        # the restarted daemon lists the job, running, with the transfer done before the kill
+        assert after["jobs"]["rj"]["state"] in ("running", "finished")
+        assert after["jobs"]["rj"]["transfers_done"] >= 1
+        assert res.error == ""
+        assert runner.session.resubmits == 0  # the journal had it
+        assert back_s < 1.0
+        st = dp.status()
+        assert st["incarnation"] != before["incarnation"]
+        js = st["jobs"]["rj"]
+        assert js["state"] == "finished" and js["transfers_done"] == 3 and js["computes_done"] == 2
+        assert js["submitted_s"] == before["jobs"]["rj"]["submitted_s"]  # one daemon clock
+        for h, a in agents.items():
+            # the agent holds (and acked) the new daemon's schedule, never the old one's seq
+            assert a.incarnation == st["incarnation"] and a.daemons == 2
+            assert a.schedule is None or a.schedule["incarnation"] == st["incarnation"]
+            ag = st["agents"][h]
+            assert ag["up"] and ag["acked_seq"] <= ag["seq"]
+            assert wait_until(lambda h=h, a=a: dp.status()["agents"][h]["acked_seq"] == a.seq, 5.0)
+    with sqlite3.connect(tmp_path / "journal.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("SELECT state FROM jobs WHERE job_id = 'rj'").fetchone() == ("finished",)
+
+
+def test_kill_9_without_a_journal_resubmits_the_job(tmp_path):
+    with _restart_run(tmp_path, journal=False, async_reports=True) as (
+            dp, _agents, runner, res, _before, back_s, _after):
+        assert res.error == ""
+        assert runner.session.resubmits == 1
+        assert back_s < 1.0
+        st = dp.status()
+        js = st["jobs"]["rj"]
+        assert js["state"] == "finished" and js["transfers_done"] == 3 and js["computes_done"] == 2
