@@ -126,6 +126,8 @@ class Plan:
             "solve_s": self.lp.solve_s,
             "variables": self.lp.n_variables,
             "components": self.lp.n_components,
+            "flows": self.lp.n_flows,
+            "proven_components": self.lp.n_proven,
             "iterations": self.lp.iterations,
         }
 

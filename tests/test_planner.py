@@ -131,3 +131,5 @@ def test_plan_options_reach_the_lp():
     for plan in plans.values():
         assert plan.lp.status == "optimal" and plan.lp.late.size == 0
     assert plans["default"].lp.objective_value == pytest.approx(plans["each"].lp.objective_value, rel=1e-6)
+    out = plans["default"].to_json()
+    assert (out["flows"], out["proven_components"], out["iterations"]) == (6, out["components"], 0)
