@@ -99,6 +99,8 @@ def run(n_jobs: int, n_hosts: int, repeat: int, variants: list[str], objective: 
             t0 = time.perf_counter()
             sols[v] = solve(*args, **extra)
             walls[v].append(time.perf_counter() - t0)
+            if walls[v][-1] > 1.0:
+                print(f"  {n_jobs} jobs, {v}: {walls[v][-1]:.1f} s", file=sys.stderr, flush=True)
     out = {"jobs": n_jobs, "hosts": n_hosts, "transfers": int(len(plan.scheduled)), "repeat": repeat,
            "lat_s": statistics.median(lats), "plan_s": statistics.median(plan_walls), "variants": {}}
     for v in variants:

@@ -743,6 +743,7 @@ def _solve_component(flows: _Flows, fidx, coef, objective, budget, threads, late
     row_cell = keys % ncell
     base_u = _util_at(util, keys // ncell, edges[row_cell])
     row_wid = (edges[row_cell + 1] - edges[row_cell]).astype(np.float64)
+    slots_in_rows = float(row_wid.sum())  # port-slots the rows cover (a coarse cell counts its slots)
     if objective == "balanced":
         # The most a row can carry: each flow at most its demand spread over the
         # cell's slots in its window, or the port's capacity. phi is linear within
@@ -838,7 +839,7 @@ def _solve_component(flows: _Flows, fidx, coef, objective, budget, threads, late
         h = highs
         h.clearModel()
     h.setOptionValue("output_flag", False)
-    light = load_sum < AUTO_IPM_UTILISATION * len(keys)
+    light = load_sum < AUTO_IPM_UTILISATION * slots_in_rows
     auto_ipm = solver == "auto" and ncol > AUTO_IPM_COLUMNS and light
     if solver == "ipm" or auto_ipm:
         h.setOptionValue("solver", "ipm")

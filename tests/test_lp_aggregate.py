@@ -204,3 +204,35 @@ def test_coarse_cells_give_valid_plans(seed):
 def test_fine_slots_must_be_a_positive_integer(value):
     with pytest.raises(ValidationError, match="fine_slots"):
         solve_bandwidth_lp([0], [1], [1.0], [0.0], [1.0], ONE, ONE, slot_s=1.0, fine_slots=value)
+
+
+@pytest.mark.parametrize("fine, size, expected", [(None, 2.0, "ipm"), (2, 2.0, "ipm"), (2, 10.0, "simplex")])
+def test_auto_solver_weighs_load_per_slot_not_per_cell(monkeypatch, fine, size, expected):
+    """Light LPs above AUTO_IPM_COLUMNS go to interior point, however coarse their cells.
+
+    2 units over 40 slots on each of 8 ports: 0.05 per slot, light; per cell (7 with
+    fine_slots=2) it would look 0.29, heavy. 10 units: 0.25 per slot, heavy.
+    """
+    import jitsched.lp as lp
+
+    chosen = []
+    make = lp._new_highs
+
+    def spy():
+        h = make()
+        set_option = h.setOptionValue
+
+        def record(name, value):
+            if name == "solver":
+                chosen.append(value)
+            return set_option(name, value)
+
+        h.setOptionValue = record
+        return h
+
+    monkeypatch.setattr(lp, "_new_highs", spy)
+    monkeypatch.setattr(lp, "AUTO_IPM_COLUMNS", 0)
+    src, dst = [0, 1, 2, 3], [1, 2, 3, 0]
+    sol = solve_bandwidth_lp(src, dst, [size] * 4, [0.0] * 4, [40.0] * 4, ONE, ONE, slot_s=1.0,
+                             fine_slots=fine, lowest_peak=False, split_components=False)
+    assert sol.status == "optimal" and chosen[0] == expected
