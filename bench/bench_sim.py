@@ -23,14 +23,16 @@ GOAL_S = 60.0  # issue 4: paper scale in <= 60 s per policy, planning excluded
 
 
 def run(workload, policy: str, repeat: int, seed: int) -> tuple[dict, np.ndarray]:
-    """Medians over ``repeat`` runs of one policy, and the last run's JCTs (s)."""
-    walls, plans, allocs, events = [], [], [], []
-    for _ in range(repeat):
+    """Medians over ``repeat`` runs of one policy (JCTs compared across runs), and the last run's JCTs (s)."""
+    walls, plans, allocs, events, jcts = [], [], [], [], []
+    for k in range(repeat):
         res = simulate(workload, policy, seed=seed)
         walls.append(res.wall_s)
         plans.append(res.lp_s)
         allocs.append(res.n_allocations)
         events.append(res.extra.get("events", 0))
+        jcts.append(np.concatenate([res.jct_s, res.bg_jct_s]))
+        print(f"{policy} run {k + 1}/{repeat}: wall {res.wall_s:.1f} s", file=sys.stderr, flush=True)
     wall, plan = statistics.median(walls), statistics.median(plans)
     sim = statistics.median(w - p for w, p in zip(walls, plans, strict=True))
     n_alloc = int(statistics.median(allocs))
@@ -44,7 +46,9 @@ def run(workload, policy: str, repeat: int, seed: int) -> tuple[dict, np.ndarray
         "us_per_allocation": 1e6 * sim / max(n_alloc, 1),
         "mean_jct_s": float(np.mean(res.jct_s)),
         "runs": len(walls),
-    }, np.concatenate([res.jct_s, res.bg_jct_s])
+        # the same seed gives the same JCTs, run after run (bit for bit)
+        "deterministic": all(np.array_equal(j, jcts[0]) for j in jcts[1:]) if repeat > 1 else None,
+    }, jcts[-1]
 
 
 def compare(jcts: dict[str, np.ndarray], path: str) -> dict[str, float]:
@@ -82,7 +86,7 @@ def main(argv=None) -> int:
             print(f"{pol:>10}: wall {row['wall_s']:8.2f} s  planning {row['planning_s']:7.2f} s  "
                   f"wall-planning {row['sim_s']:7.2f} s  allocations {row['allocations']:7d}  "
                   f"events {row['events']:7d}  {row['us_per_allocation']:7.1f} µs/allocation  "
-                  f"mean JCT {row['mean_jct_s']:.4f} s", flush=True)
+                  f"mean JCT {row['mean_jct_s']:.4f} s  deterministic {row['deterministic']}", flush=True)
     if args.jct_out:
         with open(args.jct_out, "w") as fh:
             json.dump({k: v.tolist() for k, v in jcts.items()}, fh)
