@@ -53,10 +53,16 @@ def test_plan_json_states_the_time_of_slot_0(capsys, tmp_path):
 
 
 def test_plan_iteration_limit_gives_a_fallback_plan_and_iterations(capsys):
+    # the example is light enough for the lowest-peak plan, proven optimal without a solve
     assert main(["plan", str(EXAMPLE), "--alpha", "1.0", "--json"]) == 0
+    proven = json.loads(capsys.readouterr().out)
+    assert proven["status"] == "optimal" and proven["iterations"] == 0
+    assert main(["plan", str(EXAMPLE), "--alpha", "1.0", "--no-lowest-peak", "--json"]) == 0
     full = json.loads(capsys.readouterr().out)
     assert full["status"] == "optimal" and full["iterations"] > 1
-    assert main(["plan", str(EXAMPLE), "--alpha", "1.0", "--iteration-limit", "1", "--json"]) == 0
+    assert full["objective_value"] == pytest.approx(proven["objective_value"], rel=1e-6)
+    assert main(["plan", str(EXAMPLE), "--alpha", "1.0", "--no-lowest-peak", "--iteration-limit", "1",
+                 "--json"]) == 0
     cut = json.loads(capsys.readouterr().out)
     assert cut["status"] == "fallback"
     assert sum(len(r) for r in cut["rates"].values()) == 4 * 32

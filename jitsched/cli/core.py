@@ -53,6 +53,8 @@ def cmd_lat(args: argparse.Namespace) -> int:
     arg("--iteration-limit", type=int, default=None,
         help="solver iterations per solve, the same fallback past it; unlike the time "
              "limit the plan then does not depend on the machine (default: none)"),
+    arg("--no-lowest-peak", dest="lowest_peak", action="store_false",
+        help="always solve the LP, even where every flow's lowest-peak profile is provably optimal"),
     arg("--json", action="store_true",
         help="print the plan as JSON; its slot grid starts at origin_s, the earliest job arrival "
              "(seconds): slot k covers origin_s + [k, k+1) * slot_s"),
@@ -66,7 +68,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     w = load_workload(args.file)
     opts = PlanOptions(slot_s=args.slot_s, alpha=args.alpha, objective=args.objective,
                        estimator=args.estimator, time_limit_s=args.time_limit_s,
-                       iteration_limit=args.iteration_limit)
+                       iteration_limit=args.iteration_limit, lowest_peak=args.lowest_peak)
     plan = plan_jobs(w.jobs, w.cluster, opts)
     out = plan.to_json()
     if args.json:
