@@ -26,10 +26,14 @@ SOLVERS = ("auto", "simplex", "ipm")
 # with interior point. On a large light LP it degenerates (many equal-cost plans):
 # 400 VGG16 jobs (63k columns, 0.05) took 4.9 s against 1.3 s. So "auto" takes
 # interior point above AUTO_IPM_COLUMNS columns when the demand spread over all
-# port-slot rows fills them less than AUTO_IPM_UTILISATION on average. (HiGHS's
-# PDLP took 82 s on the 157k-column LP and is not used.)
+# port-slot rows fills them less than AUTO_IPM_UTILISATION on average, or when
+# it has more than AUTO_IPM_ROWS rows: the same workload at 1000 jobs (820k
+# columns, 115k rows) took 203 s with interior point and over 17 minutes with
+# dual simplex (stopped). (HiGHS's PDLP took 82 s on the 157k-column LP and is
+# not used.)
 AUTO_IPM_COLUMNS = 60_000
 AUTO_IPM_UTILISATION = 0.1
+AUTO_IPM_ROWS = 60_000
 
 # phi(u) for a port's utilisation u in [0, 1]: convex piecewise-linear, one
 # bounded column per segment. Increasing slopes make the segments fill in order
@@ -211,9 +215,10 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     threads : int
         HiGHS threads per solve.
     solver : {"auto", "simplex", "ipm"}
-        ``auto``: dual simplex, except interior point without crossover for an
-        on-time LP above ``AUTO_IPM_COLUMNS`` columns that is lightly loaded
-        (``AUTO_IPM_UTILISATION``). ``ipm``: interior point with crossover.
+        ``auto``: dual simplex, except interior point (without crossover in
+        the on-time phase) for an LP above ``AUTO_IPM_COLUMNS`` columns that
+        is lightly loaded (``AUTO_IPM_UTILISATION``) or has more than
+        ``AUTO_IPM_ROWS`` rows. ``ipm``: interior point with crossover.
     residual_egress_Bps, residual_ingress_Bps : array, shape (n_hosts, n_res), optional
         Capacity still free per port and slot (bytes/s), slot 0 being the planning
         instant's: what allocations planned elsewhere (and frozen) leave. Slots from
@@ -840,7 +845,7 @@ def _solve_component(flows: _Flows, fidx, coef, objective, budget, threads, late
         h.clearModel()
     h.setOptionValue("output_flag", False)
     light = load_sum < AUTO_IPM_UTILISATION * slots_in_rows
-    auto_ipm = solver == "auto" and ncol > AUTO_IPM_COLUMNS and light
+    auto_ipm = solver == "auto" and ncol > AUTO_IPM_COLUMNS and (light or nrow > AUTO_IPM_ROWS)
     if solver == "ipm" or auto_ipm:
         h.setOptionValue("solver", "ipm")
     else:
