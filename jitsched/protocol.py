@@ -17,34 +17,107 @@ VERSION = 1
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
 
+# Sockets a message travels on. JOB and AGENT messages are requests the daemon
+# answers on its two ROUTER sockets; TO_AGENT is the one request the daemon
+# originates; LOCAL goes from the client library to a host agent over a Unix socket
+# (it carries a file descriptor).
+JOB, AGENT, TO_AGENT, LOCAL = "job", "agent", "to_agent", "local"
+NUM = "num"  # a schema kind: int or float, never bool
+
+
+class Message(str):
+    """One wire message type, declared once: the name (the envelope's ``type``), its socket and body.
+
+    A ``Message`` is the type string itself (``MsgType.STATUS == "status"``), so
+    call sites compare and pack it as a string. Every table of message types --
+    :class:`MsgType`, the schemas, the per-socket sets and the daemon's dispatch
+    table -- is derived from :data:`MESSAGES`; adding a message type is one
+    declaration there, a :class:`~jitsched.daemon.state.SchedulerState` method of
+    the same name (for ``JOB``/``AGENT`` messages) and, for ``JOB`` messages, a
+    :class:`~jitsched.client.Client` method of the same name (a test checks both).
+
+    Parameters
+    ----------
+    name : str
+        The envelope's ``type`` value; also the handler's method name.
+    socket : str
+        ``JOB``, ``AGENT``, ``TO_AGENT`` or ``LOCAL``.
+    fields : dict
+        Body field -> (accepted type or ``NUM``, required). Unknown fields are
+        refused so that typos surface at once.
+    keyed : bool
+        The daemon's handler takes the sender's key name (``peer``), for
+        authorisation; ``False`` for requests anyone connected may make.
+    """
+
+    socket: str
+    fields: dict[str, tuple[Any, bool]]
+    keyed: bool
+
+    def __new__(cls, name: str, socket: str, fields: dict[str, tuple[Any, bool]], *,
+                keyed: bool = True) -> Message:
+        if socket not in (JOB, AGENT, TO_AGENT, LOCAL):
+            raise ValueError(f"message {name!r}: unknown socket {socket!r}")
+        self = super().__new__(cls, name)
+        self.socket, self.fields, self.keyed = socket, fields, keyed
+        return self
+
+    def __reduce__(self):
+        # pickled (e.g. to the planner process) as the plain type string it stands for
+        return (str, (str(self),))
+
+
+MESSAGES: tuple[Message, ...] = (
+    # progress: {"done": [node ids], "started": [transfer ids]}, from a job runner that
+    # resubmits its job to a daemon that restarted without a journal
+    Message("submit_job", JOB, {"job": (dict, True), "cluster": (dict, False),
+                                "progress": (dict, False)}),
+    Message("transfer_started", JOB, {"job_id": (str, True), "transfer": (str, True),
+                                      "t_ns": (int, False)}),
+    Message("transfer_finished", JOB, {"job_id": (str, True), "transfer": (str, True),
+                                       "bytes": (NUM, False), "t_ns": (int, False)}),
+    Message("compute_finished", JOB, {"job_id": (str, True), "compute": (str, True),
+                                      "duration_s": (NUM, True), "t_ns": (int, False)}),
+    Message("job_finished", JOB, {"job_id": (str, True), "jct_s": (NUM, False),
+                                  "t_ns": (int, False)}),
+    Message("cancel_job", JOB, {"job_id": (str, True)}),
+    Message("status", JOB, {"verbose": (bool, False)}, keyed=False),
+    Message("register", AGENT, {"host": (str, True), "backend": (str, False),
+                                "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
+                                "applied_seq": (int, False)}),
+    Message("heartbeat", AGENT, {"host": (str, True), "applied_seq": (int, False),
+                                 "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False)}),
+    Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
+    Message("get_schedule", AGENT, {"host": (str, True)}),
+    Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
+                                   "epoch_ns": (int, True), "flows": (list, True),
+                                   "leftover_Bps": (list, True), "line_Bps": (NUM, False),
+                                   "in_flows": (list, False), "in_leftover_Bps": (list, False),
+                                   "in_line_Bps": (NUM, False),
+                                   # the daemon process that planned it: seqs count anew in each
+                                   "incarnation": (int, False)}),
+    Message("register_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
+    Message("unregister_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
+)
+if len({m for m in MESSAGES}) != len(MESSAGES):
+    raise RuntimeError("a message type is declared twice in MESSAGES")
+
+
 class MsgType:
-    """Every message type, as sent in the envelope's ``type`` field."""
-
-    # job side (job ROUTER socket)
-    SUBMIT_JOB = "submit_job"
-    TRANSFER_STARTED = "transfer_started"
-    TRANSFER_FINISHED = "transfer_finished"
-    COMPUTE_FINISHED = "compute_finished"
-    JOB_FINISHED = "job_finished"
-    CANCEL_JOB = "cancel_job"
-    STATUS = "status"
-    # agent side (agent ROUTER socket)
-    REGISTER = "register"
-    HEARTBEAT = "heartbeat"
-    SCHEDULE = "schedule"  # daemon -> agent, the only request the daemon originates
-    ACK = "ack"
-    GET_SCHEDULE = "get_schedule"
-    # local, client library -> host agent over a Unix socket (carries a file descriptor)
-    REGISTER_FLOW = "register_flow"
-    UNREGISTER_FLOW = "unregister_flow"
+    """Every message type by its upper-case name (``MsgType.SUBMIT_JOB``), from :data:`MESSAGES`."""
 
 
-JOB_TYPES = frozenset({
-    MsgType.SUBMIT_JOB, MsgType.TRANSFER_STARTED, MsgType.TRANSFER_FINISHED,
-    MsgType.COMPUTE_FINISHED, MsgType.JOB_FINISHED, MsgType.CANCEL_JOB, MsgType.STATUS,
-})
-AGENT_TYPES = frozenset({MsgType.REGISTER, MsgType.HEARTBEAT, MsgType.ACK, MsgType.GET_SCHEDULE})
-LOCAL_TYPES = frozenset({MsgType.REGISTER_FLOW, MsgType.UNREGISTER_FLOW})
+for _m in MESSAGES:
+    setattr(MsgType, _m.upper(), _m)
+del _m
+
+MESSAGE_BY_TYPE: dict[str, Message] = {str(m): m for m in MESSAGES}
+MESSAGE_TYPES = frozenset(MESSAGE_BY_TYPE)
+JOB_TYPES = frozenset(m for m in MESSAGE_TYPES if MESSAGE_BY_TYPE[m].socket == JOB)
+AGENT_TYPES = frozenset(m for m in MESSAGE_TYPES if MESSAGE_BY_TYPE[m].socket == AGENT)
+LOCAL_TYPES = frozenset(m for m in MESSAGE_TYPES if MESSAGE_BY_TYPE[m].socket == LOCAL)
+# Body schemas by type (bench_faults' mutator starts from this table).
+_SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {t: m.fields for t, m in MESSAGE_BY_TYPE.items()}
 
 
 class ErrorCode:
@@ -90,39 +163,6 @@ class Reply:
     message: str = ""
 
 
-# Body schemas: field -> (accepted types, required). ``float`` accepts ints too; bools
-# are never numbers. Unknown fields are refused so that typos surface at once.
-NUM = "num"
-_SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {
-    # progress: {"done": [node ids], "started": [transfer ids]}, from a job runner that
-    # resubmits its job to a daemon that restarted without a journal
-    MsgType.SUBMIT_JOB: {"job": (dict, True), "cluster": (dict, False), "progress": (dict, False)},
-    MsgType.TRANSFER_STARTED: {"job_id": (str, True), "transfer": (str, True),
-                               "t_ns": (int, False)},
-    MsgType.TRANSFER_FINISHED: {"job_id": (str, True), "transfer": (str, True),
-                                "bytes": (NUM, False), "t_ns": (int, False)},
-    MsgType.COMPUTE_FINISHED: {"job_id": (str, True), "compute": (str, True),
-                               "duration_s": (NUM, True), "t_ns": (int, False)},
-    MsgType.JOB_FINISHED: {"job_id": (str, True), "jct_s": (NUM, False), "t_ns": (int, False)},
-    MsgType.CANCEL_JOB: {"job_id": (str, True)},
-    MsgType.STATUS: {"verbose": (bool, False)},
-    MsgType.REGISTER: {"host": (str, True), "backend": (str, False),
-                       "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
-                       "applied_seq": (int, False)},
-    MsgType.HEARTBEAT: {"host": (str, True), "applied_seq": (int, False),
-                        "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False)},
-    MsgType.ACK: {"host": (str, True), "seq": (int, True), "incarnation": (int, False)},
-    MsgType.GET_SCHEDULE: {"host": (str, True)},
-    MsgType.SCHEDULE: {"seq": (int, True), "slot_s": (NUM, True), "epoch_ns": (int, True),
-                       "flows": (list, True), "leftover_Bps": (list, True),
-                       "line_Bps": (NUM, False), "in_flows": (list, False),
-                       "in_leftover_Bps": (list, False), "in_line_Bps": (NUM, False),
-                       # the daemon process that planned it: seqs count anew in each
-                       "incarnation": (int, False)},
-    MsgType.REGISTER_FLOW: {"flow": (str, True), "direction": (str, False)},
-    MsgType.UNREGISTER_FLOW: {"flow": (str, True), "direction": (str, False)},
-}
-MESSAGE_TYPES = frozenset(_SCHEMAS)
 
 _packer_ids = itertools.count(1)
 
@@ -141,7 +181,7 @@ def encode_request(type_: str, body: dict | None = None, req_id: int | None = No
     if type_ not in MESSAGE_TYPES:
         raise ValueError(f"unknown message type {type_!r}")
     return _pack({"v": VERSION, "id": next_id() if req_id is None else req_id,
-                  "type": type_, "body": body or {}})
+                  "type": str(type_), "body": body or {}})
 
 
 def pack_body(body: dict) -> bytes:

@@ -320,3 +320,17 @@ def test_replies_to_departed_clients_are_counted_and_logged_sparingly(caplog):
         assert len(lines) == 2 and "count=50" in lines[1] and "total=51" in lines[1]
     finally:
         d.ctx.term()
+
+
+def test_dispatch_table_derived_from_the_declarations():
+    """Agent requests carry the routing identity; status is the one request taken without a key."""
+    from jitsched.daemon.server import DISPATCH
+    assert DISPATCH == {
+        "submit_job": ("submit_job", False, True), "transfer_started": ("transfer_started", False, True),
+        "transfer_finished": ("transfer_finished", False, True),
+        "compute_finished": ("compute_finished", False, True),
+        "job_finished": ("job_finished", False, True), "cancel_job": ("cancel_job", False, True),
+        "status": ("status", False, False), "register": ("register", True, True),
+        "heartbeat": ("heartbeat", True, True), "ack": ("ack", True, True),
+        "get_schedule": ("get_schedule", True, True),
+    }

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import pickle
+
 import msgpack
 import pytest
 
+from jitsched import protocol
 from jitsched.protocol import (
     AGENT_TYPES,
     ERROR_CODES,
     JOB_TYPES,
+    LOCAL_TYPES,
     MESSAGE_TYPES,
+    MESSAGES,
     VERSION,
     ErrorCode,
     MsgType,
@@ -72,6 +77,33 @@ def test_type_sets_partition_the_types():
     assert {"submit_job", "transfer_started", "transfer_finished", "compute_finished",
             "job_finished", "cancel_job", "status"} == JOB_TYPES
     assert "schedule" in MESSAGE_TYPES and "schedule" not in AGENT_TYPES  # daemon -> agent only
+    assert {"register", "heartbeat", "ack", "get_schedule"} == AGENT_TYPES
+    assert {"register_flow", "unregister_flow"} == LOCAL_TYPES
+
+
+def test_one_declaration_per_message_gives_every_table():
+    """MsgType, the schemas and the socket sets all come from MESSAGES, and a message is a str."""
+    assert MsgType.SUBMIT_JOB == "submit_job" and MsgType.UNREGISTER_FLOW == "unregister_flow"
+    assert {getattr(MsgType, n) for n in vars(MsgType) if n.isupper()} == MESSAGE_TYPES
+    assert len(MESSAGES) == len(MESSAGE_TYPES) == 14
+    assert protocol._SCHEMAS["ack"] == {"host": (str, True), "seq": (int, True),
+                                        "incarnation": (int, False)}
+    # the declaration travels as the plain string: packed, pickled and decoded
+    assert msgpack.unpackb(encode_request(MsgType.STATUS, {}, 9))["type"] == "status"
+    assert type(pickle.loads(pickle.dumps(MsgType.ACK))) is str
+    with pytest.raises(ValueError, match="unknown socket"):
+        protocol.Message("x", "nowhere", {})
+
+
+def test_every_request_the_daemon_answers_has_a_handler_and_job_requests_a_client_method():
+    """Adding a message type without its SchedulerState (and Client) method fails here."""
+    from jitsched.client import Client
+    from jitsched.daemon.state import SchedulerState
+    for m in MESSAGES:
+        if m.socket in (protocol.JOB, protocol.AGENT):
+            assert callable(getattr(SchedulerState, m, None)), m
+        if m.socket == protocol.JOB:
+            assert callable(getattr(Client, m, None)), m
 
 
 @pytest.mark.parametrize("data, code", [

@@ -25,8 +25,11 @@ from jitsched.errors import JitschedError, ValidationError
 from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, DaemonKeys, load_daemon_keys
 from jitsched.policies.base import Policy, make_policy
 from jitsched.protocol import (
+    AGENT,
     AGENT_TYPES,
+    JOB,
     JOB_TYPES,
+    MESSAGES,
     ErrorCode,
     MsgType,
     ProtocolError,
@@ -40,21 +43,12 @@ from jitsched.protocol import (
 
 log = logging.getLogger("jitsched.daemon")
 
-# The one dispatch table: message type -> (SchedulerState method, whether it takes the
-# sender's routing identity, whether it takes the sender's key name as ``peer``).
-# Adding a message type means one line here and its schema in protocol.
+# The one dispatch table, derived from the protocol's declarations: message type ->
+# (SchedulerState method, whether it takes the sender's routing identity, whether it
+# takes the sender's key name as ``peer``). The method has the message's name; agent
+# messages carry the identity so that the agent table can answer on it.
 DISPATCH: dict[str, tuple[str, bool, bool]] = {
-    MsgType.SUBMIT_JOB: ("submit_job", False, True),
-    MsgType.TRANSFER_STARTED: ("transfer_started", False, True),
-    MsgType.TRANSFER_FINISHED: ("transfer_finished", False, True),
-    MsgType.COMPUTE_FINISHED: ("compute_finished", False, True),
-    MsgType.JOB_FINISHED: ("job_finished", False, True),
-    MsgType.CANCEL_JOB: ("cancel_job", False, True),
-    MsgType.STATUS: ("status", False, False),
-    MsgType.REGISTER: ("register", True, True),
-    MsgType.HEARTBEAT: ("heartbeat", True, True),
-    MsgType.ACK: ("ack", True, True),
-    MsgType.GET_SCHEDULE: ("get_schedule", True, True),
+    str(m): (str(m), m.socket == AGENT, m.keyed) for m in MESSAGES if m.socket in (JOB, AGENT)
 }
 
 # The one table from exceptions to error codes, most specific first.
