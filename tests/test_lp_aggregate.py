@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from jitsched.errors import ValidationError
-from jitsched.lp import SEGMENT_WIDTHS, _cell_edges, _Flows, solve_bandwidth_lp
+from jitsched.lp import SEGMENT_WIDTHS, _cell_edges, solve_bandwidth_lp
+from jitsched.lpflows import Flows
 
 ONE = np.ones(4)  # 4 hosts at 1 byte/s each way, 1 s slots: demands are capacity-slots
 
@@ -40,7 +41,7 @@ def pair_heavy_instance(seed, m=30, nh=3, tight=False):
 def split_of(dl, demand, x, a=0):
     """One flow (host 0 -> 1, release slot ``a``) of transfers with these deadline slots, split."""
     m = len(dl)
-    flows = _Flows.make(np.full(m, a), np.asarray(dl), np.asarray(demand, dtype=float), np.ones(m),
+    flows = Flows.make(np.full(m, a), np.asarray(dl), np.asarray(demand, dtype=float), np.ones(m),
                         np.zeros(m, dtype=np.int64), np.ones(m, dtype=np.int64), True)
     assert flows.n == 1
     start, ptr, vals = flows.split(np.array([0]), np.asarray(x, dtype=float), np.array([len(x)]))
