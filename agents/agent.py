@@ -1,5 +1,11 @@
 """The host agent: registers with the daemon, heartbeats, and applies each slot's rates through a backend."""
 
+# One module although over 600 lines: the agent is one loop thread owning the
+# daemon link (register, heartbeat, acks), the schedule in force and its slot
+# clock, the backend, and the local registration socket; each part reads and
+# writes the others' state between two polls, so a split would only move
+# methods of one class apart. Backends and local registration framing already
+# live in agents/backends and jitsched.localreg.
 from __future__ import annotations
 
 import importlib

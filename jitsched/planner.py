@@ -1,5 +1,9 @@
 """JIT planning, the one pipeline: options, LAT pass, alpha selection and the bandwidth LP, keyed back to job and transfer ids."""
 
+# One module although past 500 lines: it is the one planning pipeline (options,
+# LAT, alpha selection, the LP call, and the incremental window that places a
+# new job's LP into the plan in force), which the simulator's policies and the
+# daemon both call; the window code is the pipeline's second entry point.
 from __future__ import annotations
 
 import math

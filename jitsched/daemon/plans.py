@@ -1,5 +1,8 @@
 """The daemon's plan book: re-solve triggers, plan requests, and the schedule in force."""
 
+# One module although past 500 lines: the plan book is the one owner of the
+# schedule in force; the snapshot and result types it exchanges with the
+# planner threads and the pure schedule merges it applies sit beside it.
 from __future__ import annotations
 
 import math
