@@ -6,6 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from bench.paper import __main__ as bp
+from bench.paper import metrics as pm
+from bench.paper import spec
 
 FILES = ("summary.md", "summary.json", "metrics.csv", "jct.csv", "remaining_bw.csv", "background.csv",
          "alpha_sweep.csv", "lp_time.csv", "fig5_speedup.png", "fig6_waiting.png", "fig7_arrival_vs_use.png",
@@ -33,12 +35,12 @@ def test_tiny_json_line(tiny_run):
     assert d["scale"] == "tiny" and d["paper_load"] == 0.8
     assert set(d["points"]) == {"load0.5", "paper"}
     pols = bp.run_policies()
-    assert pols[:4] == bp.POLICIES
+    assert pols[:4] == spec.POLICIES
     for pt in ("load0.5", "paper"):
         assert set(d["points"][pt]) == set(pols)
         for pol in pols:
             m = d["points"][pt][pol]
-            for key in bp.JSON_METRICS:
+            for key in spec.JSON_METRICS:
                 assert key in m
             assert m["speedup_mean"] > 0 and m["jct_mean_s"] > 0 and m["jct_p95_slowdown"] > 0
             assert 0 <= m["remaining_bw_p5"] <= m["remaining_bw_median"] <= 1
@@ -68,15 +70,15 @@ def test_dominance_yes():
     ms = metrics(tensorflow={}, tictac={"speedup_mean": 1.2}, sincronia={"jct_mean_s": 4.0},
                  jit={"speedup_mean": 1.2, "jct_mean_s": 4.0, "bg_slowdown_mean": 1.9,
                       "remaining_bw_p5": 0.2, "remaining_bw_median": 0.6})
-    assert bp.dominance_failures(ms) == []
-    assert bp.dominance_line("paper", ms) == "jit dominates at paper: yes"
+    assert pm.dominance_failures(ms) == []
+    assert pm.dominance_line("paper", ms) == "jit dominates at paper: yes"
 
 
 def test_dominance_no_names_metric_and_baseline():
     ms = metrics(tensorflow={}, tictac={"remaining_bw_median": 0.7}, sincronia={"speedup_mean": 1.5},
                  jit={"speedup_mean": 1.4, "jct_mean_s": 4.0, "bg_slowdown_mean": 2.0,
                       "remaining_bw_p5": 0.2, "remaining_bw_median": 0.6})
-    fails = bp.dominance_failures(ms)
+    fails = pm.dominance_failures(ms)
     assert fails == [
         "speedup_mean 1.400 < sincronia 1.500",
         "bg_slowdown_mean 2.000 >= tensorflow 2.000",  # strictly lower is required
@@ -84,7 +86,7 @@ def test_dominance_no_names_metric_and_baseline():
         "bg_slowdown_mean 2.000 >= sincronia 2.000",
         "remaining_bw_median 0.600 <= tictac 0.700",
     ]
-    line = bp.dominance_line("load0.5", ms)
+    line = pm.dominance_line("load0.5", ms)
     assert line.startswith("jit dominates at load0.5: no (speedup_mean 1.400 < sincronia 1.500; ")
 
 
@@ -92,7 +94,7 @@ def test_dominance_missing_metric_fails():
     ms = metrics(tensorflow={}, tictac={}, sincronia={},
                  jit={"speedup_mean": 2.0, "jct_mean_s": 1.0, "bg_slowdown_mean": None,
                       "remaining_bw_p5": 0.9, "remaining_bw_median": 0.9})
-    assert bp.dominance_failures(ms) == [f"bg_slowdown_mean missing vs {b}" for b in bp.BASELINES]
+    assert pm.dominance_failures(ms) == [f"bg_slowdown_mean missing vs {b}" for b in spec.BASELINES]
 
 
 def test_calibration_bisects_and_picks_closest():
@@ -105,11 +107,11 @@ def test_calibration_bisects_and_picks_closest():
     cal = bp.calibrate_paper_point("tiny", slowdown=slowdown)
     # 1.2 -> 2.8 and 0.5 -> 1.75 bracket the target; then 5 bisection steps
     assert [c[0] for c in calls] == pytest.approx([1.2, 0.5, 0.85, 0.675, 0.7625, 0.80625, 0.828125])
-    assert all(c[1] == bp.DEFAULT_SHARE for c in calls)
+    assert all(c[1] == spec.DEFAULT_SHARE for c in calls)
     assert cal["load"] == pytest.approx(0.828125)  # |2.2422 - 2.23| beats 0.80625's |2.2094 - 2.23|
-    assert cal["background_share"] == bp.DEFAULT_SHARE
+    assert cal["background_share"] == spec.DEFAULT_SHARE
     assert cal["tf_bg_slowdown"] == pytest.approx(1.0 + 1.5 * 0.828125)
-    assert len(cal["evaluations"]) == bp.CALIBRATION_EVALS
+    assert len(cal["evaluations"]) == spec.CALIBRATION_EVALS
     assert bp.calibrate_paper_load("tiny", slowdown=lambda load, share: 1.0 + 1.5 * load) == pytest.approx(0.828125)
 
 
@@ -123,7 +125,7 @@ def test_calibration_raises_share_when_top_load_falls_short():
     assert cal["background_share"] == pytest.approx(0.3)
     # the choice is the evaluation closest to the target
     assert abs(cal["tf_bg_slowdown"] - 2.23) == pytest.approx(min(abs(e[2] - 2.23) for e in ev))
-    assert len(ev) == bp.CALIBRATION_EVALS
+    assert len(ev) == spec.CALIBRATION_EVALS
 
 
 def test_calibration_never_reaching_target():
@@ -139,7 +141,7 @@ def test_select_calibration_ties_prefer_lower_share_and_load():
 
 
 def test_paper_point_cache(tmp_path):
-    sc = bp.SCALES["tiny"]
+    sc = spec.SCALES["tiny"]
     key = bp._calibration_key("tiny", sc, True)
     (tmp_path / "paper_load.json").write_text(json.dumps(
         {key: {"load": 0.93, "background_share": 0.2, "tf_bg_slowdown": 2.2}}))
@@ -158,11 +160,11 @@ def test_variant_names():
 
 def test_unknown_knob_option_is_skipped_with_a_note(monkeypatch):
     monkeypatch.setattr(bp, "PARETO_KNOB", ("jit", "no_such_option", (1.0, 2.0)))
-    runs, notes = bp.plan_runs(bp.SCALES["tiny"], {}, bp.run_policies())
+    runs, notes = bp.plan_runs(spec.SCALES["tiny"], {}, bp.run_policies())
     assert not any("no_such_option" in r[1] for r in runs)
     assert len([n for n in notes if "no_such_option" in n]) == 2
     # every policy still runs at both main points
-    assert {(r[0], r[1]) for r in runs} >= {(pt, pol) for pt in bp.MAIN_POINTS for pol in bp.run_policies()}
+    assert {(r[0], r[1]) for r in runs} >= {(pt, pol) for pt in spec.MAIN_POINTS for pol in bp.run_policies()}
 
 
 def test_quick_scale_policy_order_at_load_half():
@@ -172,8 +174,8 @@ def test_quick_scale_policy_order_at_load_half():
     orders are exact results, not noisy measurements; measured values in the
     comments (seed 0, 20 hosts, 25 DL jobs).
     """
-    sc = bp.SCALES["quick"]
-    points = {"load0.5": {"load": 0.5, "share": bp.DEFAULT_SHARE}}
+    sc = spec.SCALES["quick"]
+    points = {"load0.5": {"load": 0.5, "share": spec.DEFAULT_SHARE}}
     pols = bp.run_policies()
     runs = [("load0.5", pol, pol, {}, sc["seeds"]) for pol in pols]
     real = bp.real_models_available()
@@ -181,14 +183,14 @@ def test_quick_scale_policy_order_at_load_half():
     for task in bp.make_tasks(sc, points, runs, real):
         results[task["key"]] = bp.run_one(task)
     iso, _ = bp.isolated_jcts(sc["hosts"], real)
-    m = {pol: bp.point_metrics(results, "load0.5", pol, sc["seeds"], iso) for pol in pols}
+    m = {pol: pm.point_metrics(results, "load0.5", pol, sc["seeds"], iso) for pol in pols}
     speed = {p: m[p]["speedup_mean"] for p in pols}
     jct = {p: m[p]["jct_mean_s"] for p in pols}
     bg = {p: m[p]["bg_slowdown_mean"] for p in pols}
     # DL: jit at least as fast as every baseline, the paper's formulation well behind it
-    assert speed["jit"] >= max(speed[b] for b in bp.BASELINES)  # 1.395 vs sincronia 1.394
-    assert jct["jit"] <= min(jct[b] for b in bp.BASELINES)  # 3.96 s vs 4.01 s
-    assert sorted(bp.BASELINES, key=jct.get) == ["sincronia", "tictac", "tensorflow"]
+    assert speed["jit"] >= max(speed[b] for b in spec.BASELINES)  # 1.395 vs sincronia 1.394
+    assert jct["jit"] <= min(jct[b] for b in spec.BASELINES)  # 3.96 s vs 4.01 s
+    assert sorted(spec.BASELINES, key=jct.get) == ["sincronia", "tictac", "tensorflow"]
     assert speed["jit"] > speed["jit-paper"] > speed["tictac"] > speed["tensorflow"] == pytest.approx(1.0)
     # background: jit no worse than Sincronia (its 6 files never contend there), both well
     # ahead of the policies that let DL and files share or favour DL
