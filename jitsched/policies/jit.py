@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jitsched.alloc import SlotPlan, fit_fixed, fixed_then_maxmin, priority_greedy
+from jitsched.alloc import GroupPriority, SlotPlan, fit_fixed, fixed_then_maxmin
 from jitsched.errors import ValidationError
 from jitsched.model import TRANSFER
 from jitsched.planner import (
@@ -48,7 +48,7 @@ SLOT_EPS = 1e-9
 LEFTOVERS = ("fair", "priority")
 # A background flow that takes this long at its source's line rate ranks against
 # DL jobs by its remaining bytes times bg_weight; other sizes scale that key
-# linearly (see _priority_order). A time, not a byte count, so that the order is
+# linearly (see _priority). A time, not a byte count, so that the order is
 # the same on any link rate when sizes scale with it (the testbed's 100 Mbit/s
 # scenarios carry the paper's bytes / 10): with a fixed 1 GB reference every
 # file there ranked ahead of every DL job and the simulated DL jobs of the quick
@@ -282,6 +282,8 @@ class JitPolicy(Policy):
         self._pair_left = np.zeros(0)  # per (job, src, dst) group: bytes of its transfers not yet done
         self._group = np.zeros(0, dtype=np.int64)  # per node: its (job, src, dst) group
         self._need_done = np.zeros(0, dtype=bool)  # per job: _need computed
+        self._prio_key = None  # (dag, egress, bg_bytes) the kernel _prio was built for
+        self._prio: GroupPriority | None = None
         self._pending = False
         self._drifted = False
         self._last_plan_s = -math.inf
@@ -450,7 +452,6 @@ class JitPolicy(Policy):
         recomputed (one LAT pass per job, milliseconds each).
         """
         dag = view.dag
-        arrived = np.flatnonzero(view.job_arrived)
         if self._prio_dag is not dag:
             self._prio_dag = dag
             self._need = np.full(dag.n_nodes, np.inf)
@@ -465,8 +466,10 @@ class JitPolicy(Policy):
             self._pair_left = np.bincount(self._group[left], weights=dag.size[left],
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
-        todo = arrived[~self._need_done[arrived]]
-        if len(todo):
+        # arrived jobs without a need order: two numpy calls on every allocation (the
+        # flatnonzero and two gathers before were 5 % of a 200-job run's profile)
+        if np.greater(view.job_arrived, self._need_done).any():
+            todo = np.flatnonzero(view.job_arrived & ~self._need_done)
             nodes, need = isolated_need(dag, view.cluster, todo,
                                         np.maximum(dag.arrival[todo], float(view.now)))
             self._need[nodes] = need
@@ -479,33 +482,38 @@ class JitPolicy(Policy):
         """
         return self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
 
-    def _priority_order(self, view: SchedulerView) -> np.ndarray:
-        """Flow indices, first served first (see :data:`LEFTOVERS`)."""
-        f = view.flows
-        is_job = f.job >= 0
-        size = view.bg_bytes[np.maximum(f.bg, 0)] if len(view.bg_bytes) else f.remaining
-        ref_B = BG_REF_S * view.cluster.egress_Bps[f.src]
-        with np.errstate(invalid="ignore"):  # bg_weight inf: background last (inf * 0 is nan)
-            bg_key = np.where(f.remaining > 0, f.remaining * (size / ref_B) * self.bg_weight, 0.0)
-        if not is_job.any():
-            return np.lexsort((f.bg, bg_key))
-        job = np.where(is_job, f.job, 0)
-        node = np.where(is_job, f.node, 0)
-        # a job's key: its bytes not yet sent on the flow's host pair
-        grp = self._group[node]
-        left = self._group_left(grp, np.where(is_job, view.dag.size[node] - f.remaining, 0.0))
-        # Smith's rule for slowdown: a background flow's key grows with its size as
-        # well as with what it has left, so small files go before large DL jobs and
-        # large files after them (plain remaining-bytes keys, measured at 100 hosts,
-        # 150 jobs, seeds 0-1: no bg_weight beat Sincronia on JCT and background at once)
-        key = np.where(is_job, left[grp], bg_key)
-        # float crumbs of a transfer whose plan met its demand only to the LP's
-        # tolerance go first: a job ranked behind a busy port would otherwise
-        # hold them, and their consumer, for as long as the port stays busy
-        key[is_job & (f.remaining <= DRIFT_RTOL * view.dag.size[node])] = -1.0
-        ident = np.where(is_job, job, view.dag.n_jobs + f.bg)
-        need = np.where(is_job, self._need[node], 0.0)
-        return np.lexsort((f.bg, f.node, need, ident, key))
+    def _priority(self, view: SchedulerView) -> GroupPriority:
+        """The kernel of the priority order (see :data:`LEFTOVERS`) on this DAG, cluster and background.
+
+        The order (:class:`jitsched.alloc.GroupPriority`, numpy in
+        :func:`jitsched.alloc.group_priority_reference`): a job's transfers
+        rank by the bytes the job has not yet sent on the flow's host pair,
+        then job, need and node. Smith's rule for slowdown: a background
+        flow's key grows with its size as well as with what it has left, so
+        small files go before large DL jobs and large files after them (plain
+        remaining-bytes keys, measured at 100 hosts, 150 jobs, seeds 0-1: no
+        bg_weight beat Sincronia on JCT and background at once). Float crumbs
+        of a transfer whose plan met its demand only to the LP's tolerance go
+        first: a job ranked behind a busy port would otherwise hold them, and
+        their consumer, for as long as the port stays busy.
+
+        One kernel call per allocation instead of ~20 numpy calls and a
+        five-key lexsort over every flow: 85 % of a 1000-job run's wall time
+        (py-spy, 221 s) went there, with ~1700 flows per allocation (200
+        jobs) but only ~22 (job, src, dst) groups, and only a group's first
+        flow can get a rate (see the kernel).
+        """
+        cap_e = self._capacities(view.cluster)[0]
+        key = (view.dag, cap_e, view.bg_bytes)
+        if self._prio_key is None or any(a is not b for a, b in zip(self._prio_key, key, strict=True)):
+            self._prio_key = key
+            dag = view.dag
+            tr = dag.kind == TRANSFER  # computes share one group (never a flow): job and hosts -1
+            self._prio = GroupPriority(dag.size, self._need, self._group, self._pair_left,
+                                       *(np.where(tr, a, -1) for a in (dag.job_of, dag.src, dag.dst)),
+                                       view.bg_bytes, cap_e, bg_ref_s=BG_REF_S, bg_weight=self.bg_weight,
+                                       crumb_rtol=DRIFT_RTOL, n_jobs=dag.n_jobs)
+        return self._prio
 
     def _priority_rates(self, view: SchedulerView, k: int | None, cap_e, cap_i) -> tuple[np.ndarray, int]:
         """Planned floors for slot ``k``, then strict priority over every flow on what is left.
@@ -521,29 +529,34 @@ class JitPolicy(Policy):
         self._sync_priority(view)
         f = view.flows
         n = len(f)
+        # f.checked: the simulator's buffers, whose background indices are its own too
+        prio = self._priority(view)
+        if k is None:  # no plan (alpha 0, the default): no floors, the whole ports are free
+            return prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, cap_e, cap_i,
+                              in_range=f.checked), 0
         floors = np.zeros(n)
         n_planned = 0
-        if k is not None:
-            is_job = f.node >= 0
-            node = np.where(is_job, f.node, 0)
-            start = np.where(is_job, self._p_start[node], -1)
-            off = k - start
-            planned = start >= 0
-            ahead = planned & (off < self._p_len[node])
-            n_planned = int(np.count_nonzero(ahead))
-            now = ahead & (off >= 0)
-            if now.any():
-                floors[now] = self._rates[self._p_off[node[now]] + off[now]]
-                floors = fit_fixed(floors, f.src, f.dst, cap_e, cap_i)
-            over = planned & ~ahead & (f.remaining > DRIFT_RTOL * view.dag.size[node])
-            if over.any():
-                if not self._drifted:
-                    self.drift_events += 1
-                self._drifted = True
+        is_job = f.node >= 0
+        node = np.where(is_job, f.node, 0)
+        start = np.where(is_job, self._p_start[node], -1)
+        off = k - start
+        planned = start >= 0
+        ahead = planned & (off < self._p_len[node])
+        n_planned = int(np.count_nonzero(ahead))
+        now = ahead & (off >= 0)
+        if now.any():
+            floors[now] = self._rates[self._p_off[node[now]] + off[now]]
+            floors = fit_fixed(floors, f.src, f.dst, cap_e, cap_i)
+        over = planned & ~ahead & (f.remaining > DRIFT_RTOL * view.dag.size[node])
+        if over.any():
+            if not self._drifted:
+                self.drift_events += 1
+            self._drifted = True
         h = len(cap_e)
         free_e = np.maximum(cap_e - np.bincount(f.src, weights=floors, minlength=h), 0.0)
         free_i = np.maximum(cap_i - np.bincount(f.dst, weights=floors, minlength=h), 0.0)
-        return floors + priority_greedy(self._priority_order(view), f.src, f.dst, free_e, free_i), n_planned
+        return floors + prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, free_e, free_i,
+                                   in_range=f.checked), n_planned
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Planned rates for planned transfers in the current slot; max-min leftover for the rest.

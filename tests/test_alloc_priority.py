@@ -1,0 +1,160 @@
+"""GroupPriority (the default JIT policy's strict-priority kernel) against its numpy reference, bit for bit."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jitsched import alloc
+from jitsched.errors import ValidationError
+
+# few distinct values, so that keys, needs and bytes tie often (the order's tie-breaks)
+NEEDS = st.sampled_from([0.5, 1.0, 1.0, 2.0, np.inf, np.nan])
+SIZES = st.sampled_from([1.0, 2.0, 4.0, 8.0])
+
+
+@st.composite
+def dags(draw):
+    """Jobs of transfers on a few host pairs, grouped by (job, src, dst) as the JIT policy groups them."""
+    h = draw(st.integers(2, 4))
+    nj = draw(st.integers(1, 4))
+    job, src, dst = [-1], [-1], [-1]  # node 0: a compute, alone in group 0 as the policy has it
+    for j in range(nj):
+        for _ in range(draw(st.integers(0, 7))):
+            s = draw(st.integers(0, h - 1))
+            job.append(j)
+            src.append(s)
+            dst.append((s + draw(st.integers(1, h - 1))) % h)
+    job, src, dst = (np.array(a, dtype=np.int64) for a in (job, src, dst))
+    nn = len(job)
+    _, group = np.unique((job * h + src) * h + dst, return_inverse=True)
+    group = group.astype(np.int64).ravel()
+    ng = int(group.max()) + 1
+    size = np.array([1.0] + [draw(SIZES) for _ in range(nn - 1)])
+    need = np.array([draw(NEEDS) for _ in range(nn)])
+    # bytes left per group: small integers (ties between groups of a job) or anything
+    pair_left = np.array([draw(st.one_of(st.sampled_from([0.0, 4.0, 8.0]), st.floats(0.0, 40.0)))
+                          for _ in range(ng)])
+    return h, nj, job, src, dst, group, size, need, pair_left
+
+
+@st.composite
+def cases(draw):
+    h, nj, job, src, dst, group, size, need, pair_left = draw(dags())
+    nn = len(job)
+    nodes = draw(st.permutations(list(range(1, nn))))
+    nodes = nodes[:draw(st.integers(0, len(nodes)))]
+    nb = draw(st.integers(0, 4))
+    bg_bytes = np.array([draw(SIZES) * 10 for _ in range(nb)])
+    bgs = draw(st.permutations(list(range(nb))))[:draw(st.integers(0, nb))]
+    rows = [(int(src[v]), int(dst[v]), v, int(job[v]), -1) for v in nodes]
+    for b in bgs:
+        s = draw(st.integers(0, h - 1))
+        rows.append((s, (s + draw(st.integers(1, h - 1))) % h, -1, -1, b))
+    rows = draw(st.permutations(rows))
+    f_src, f_dst, f_node, f_job, f_bg = (np.array([r[i] for r in rows], dtype=np.int64).reshape(-1)
+                                         for i in range(5))
+    # remaining: whole, part, a crumb (at most 1e-6 of the size), nothing
+    rem = []
+    for v, b in zip(f_node.tolist(), f_bg.tolist(), strict=True):
+        full = size[v] if v >= 0 else bg_bytes[b]
+        rem.append(full * draw(st.sampled_from([1.0, 0.5, 0.25, 1e-7, 0.0])))
+    caps = st.lists(st.one_of(st.sampled_from([0.0, 1.0, 3.0]), st.floats(0.0, 10.0)), min_size=h, max_size=h)
+    egress = np.array(draw(st.lists(st.sampled_from([1.0, 2.0, 10.0]), min_size=h, max_size=h)))
+    bg_weight = draw(st.sampled_from([0.7, 1.0, np.inf]))
+    return dict(src=f_src, dst=f_dst, node=f_node, job=f_job, bg=f_bg, remaining=np.array(rem), size=size,
+                need=need, group=group, pair_left=pair_left, bg_bytes=bg_bytes, egress=egress, bg_ref_s=8.0,
+                bg_weight=bg_weight, crumb_rtol=1e-6, n_jobs=nj, free_e=np.array(draw(caps)),
+                free_i=np.array(draw(caps))), (job, src, dst)
+
+
+def kernel(c, nodes_of):
+    return alloc.GroupPriority(c["size"], c["need"], c["group"], c["pair_left"], *nodes_of, c["bg_bytes"],
+                               c["egress"], bg_ref_s=c["bg_ref_s"], bg_weight=c["bg_weight"],
+                               crumb_rtol=c["crumb_rtol"], n_jobs=c["n_jobs"])
+
+
+def flows_of(c):
+    return c["src"], c["dst"], c["node"], c["job"], c["bg"], c["remaining"], c["free_e"], c["free_i"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_group_priority_matches_reference(case):
+    c, nodes_of = case
+    want = alloc.group_priority_reference(**c)
+    k = kernel(c, nodes_of)
+    for in_range in (False, True):
+        np.testing.assert_array_equal(k.rates(*flows_of(c), in_range=in_range), want)
+    alloc.check_capacity(c["src"], c["dst"], want, np.maximum(c["free_e"], 0.0), np.maximum(c["free_i"], 0.0))
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases(), st.data())
+def test_group_priority_reused_over_calls(case, data):
+    # One kernel serves a whole run while the owner updates need and pair_left in
+    # place: its per-group scratch must come back clean after every call.
+    c, nodes_of = case
+    k = kernel(c, nodes_of)
+    n = len(c["src"])
+    for _ in range(3):
+        keep = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+        sub = {**c, **{x: c[x][keep] for x in ("src", "dst", "node", "job", "bg", "remaining")}}
+        c["pair_left"][:] = np.array(data.draw(st.lists(st.floats(0.0, 40.0), min_size=len(c["pair_left"]),
+                                                        max_size=len(c["pair_left"]))))
+        c["need"][:] = np.roll(c["need"], 1)
+        np.testing.assert_array_equal(k.rates(*flows_of(sub), in_range=True),
+                                      alloc.group_priority_reference(**sub))
+
+
+def test_group_priority_by_hand():
+    # Job 0 has two transfers 0 -> 1 (group of 5 bytes left) and job 1 one
+    # transfer 0 -> 2 (3 bytes left): job 1 goes first and takes host 0's
+    # egress to what host 2 takes in (4 of 10); of job 0's pair, the transfer
+    # needed first takes what is left of host 0's egress, the other none. A
+    # crumb of job 0 (0 -> 3, ingress 0.5) goes before everyone; the file
+    # (1 -> 2) ranks last (key 50 * 100 / 80 * 0.7) and finds host 2's ingress full.
+    size = np.array([0.0, 3.0, 2.0, 3.0, 1.0])
+    need = np.array([np.inf, 2.0, 1.0, 0.5, 9.0])
+    job = np.array([-1, 0, 0, 1, 0])
+    src = np.array([-1, 0, 0, 0, 0])
+    dst = np.array([-1, 1, 1, 2, 3])
+    group = np.array([0, 1, 1, 2, 3])
+    pair_left = np.array([0.0, 5.0, 3.0, 1.0])
+    k = alloc.GroupPriority(size, need, group, pair_left, job, src, dst, np.array([100.0]), np.full(4, 10.0),
+                            bg_ref_s=8.0, bg_weight=0.7, crumb_rtol=1e-6, n_jobs=2)
+    cap_e, cap_i = np.array([10.0, 10.0, 10.0, 10.0]), np.array([10.0, 10.0, 4.0, 0.5])
+    rate = k.rates([0, 0, 0, 0, 1], [1, 1, 2, 3, 2], [1, 2, 3, 4, -1], [0, 0, 1, 0, -1], [-1, -1, -1, -1, 0],
+                   [3.0, 2.0, 3.0, 1e-9, 50.0], cap_e, cap_i)
+    np.testing.assert_array_equal(rate, [0.0, 5.5, 4.0, 0.5, 0.0])
+    np.testing.assert_array_equal(cap_e, [10.0, 10.0, 10.0, 10.0])  # the caller's capacities stay
+
+
+def test_group_priority_bad_input():
+    size, need = np.ones(3), np.zeros(3)
+    job, src, dst = np.array([0, 0, 0]), np.array([0, 0, 1]), np.array([1, 1, 0])
+    ok = dict(bg_ref_s=8.0, bg_weight=1.0, crumb_rtol=1e-6, n_jobs=1)
+    egress, bgb = np.ones(2), np.zeros(0)
+    with pytest.raises(ValidationError, match="share job"):  # nodes 1 and 2 differ in hosts
+        alloc.GroupPriority(size, need, np.array([0, 1, 1]), np.zeros(2), job, src, dst, bgb, egress, **ok)
+    with pytest.raises(ValidationError, match="out of range"):
+        alloc.GroupPriority(size, need, np.array([0, 0, 2]), np.zeros(2), job, src, dst, bgb, egress, **ok)
+    with pytest.raises(ValidationError, match="reference"):  # a copy would miss the owner's updates
+        alloc.GroupPriority(size, [0.0, 0.0, 0.0], np.array([0, 0, 1]), np.zeros(2), job, src, dst, bgb,
+                            egress, **ok)
+    k = alloc.GroupPriority(size, need, np.array([0, 0, 1]), np.zeros(2), job, src, dst, bgb, egress, **ok)
+    args = ([0], [1], [0], [0], [-1], [1.0], [1.0, 1.0], [1.0, 1.0])
+    assert k.rates(*args)[0] == 1.0
+    for i, bad in ((1, [0]), (2, [3]), (3, [1])):  # another dst than its node's, no such node, another job
+        a = list(args)
+        a[i] = bad
+        with pytest.raises(ValidationError):
+            k.rates(*a)
+    with pytest.raises(ValidationError, match="background"):  # background index -1
+        k.rates([0], [1], [-1], [-1], [-1], [1.0], [1.0, 1.0], [1.0, 1.0])
+    k = alloc.GroupPriority(size, need, np.array([0, 0, 1]), np.zeros(2), job, src, dst, np.ones(1), egress,
+                            **ok)
+    with pytest.raises(ValidationError, match="background"):  # beyond bg_bytes
+        k.rates([0], [1], [-1], [-1], [1], [1.0], [1.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValidationError, match="shape"):
+        k.rates([0], [1], [0, 1], [0], [-1], [1.0], [1.0, 1.0], [1.0, 1.0])
