@@ -161,9 +161,32 @@ class Client:
         """Cancel a job."""
         return self.request(MsgType.CANCEL_JOB, {"job_id": job_id})
 
-    def status(self) -> dict:
-        """Jobs, agents and the last plan summary."""
-        return self.request(MsgType.STATUS, {})
+    def status(self, *, after: int | None = None, limit: int | None = None) -> dict:
+        """Jobs, agents and the last plan summary.
+
+        The daemon lists jobs a page at a time (``[limits] status_page_jobs``).
+        By default every page is fetched and the jobs merged into the first
+        reply (``pages`` says how many it took; ``next_after`` is None). With
+        ``after`` or ``limit``, one page: the jobs submitted after seq
+        ``after``, at most ``limit``, and ``next_after``, the cursor of the
+        next page (None on the last).
+        """
+        if after is not None or limit is not None:
+            body = {k: v for k, v in (("after", after), ("limit", limit)) if v is not None}
+            return self.request(MsgType.STATUS, body)
+        first = self.request(MsgType.STATUS, {})
+        pages = 1
+        cursor = first.get("next_after")
+        while cursor is not None:
+            page = self.request(MsgType.STATUS, {"after": cursor})
+            first["jobs"].update(page["jobs"])
+            pages += 1
+            cursor = page.get("next_after")
+        if "next_after" in first:
+            first["next_after"] = None
+            first["jobs_omitted"] = first.get("jobs_total", len(first["jobs"])) - len(first["jobs"])
+        first["pages"] = pages
+        return first
 
 
 def load_graph_job(graph_path: str | Path, *, ps_host: str, worker_host: str,

@@ -139,6 +139,31 @@ class DaemonConfig(SecurityOptions):
     # 10k slots of the default 0.1 s are 1000 s, far beyond the network time of one
     # training iteration (VGG16's 550 MB of parameters: 4.4 s at 1 Gbit/s).
     max_plan_slots: int = _in("limits", 10_000)
+    # Memory and the socket loop (docs/architecture.md §2.2). Ended jobs are listed by
+    # status for this long, and at most this many (the oldest go first). An ended job
+    # keeps its DAG and progress, ~200 bytes a node (a VGG16 iteration, 80 nodes: 17 kB
+    # measured), so 2000 of them hold ~34 MB; never pruned, 50k submit+cancel grew
+    # status past the 8 MiB message limit (~65k jobs) and RSS without bound.
+    ended_retention_s: float = _in("limits", 600.0)
+    max_ended_jobs: int = _in("limits", 2000)
+    # jobs in one status reply (a client pages on with ``after``); ~200 bytes a job,
+    # so a page stays near 200 kB, far under 1 MB
+    status_page_jobs: int = _in("limits", 1000)
+    # Bytes of replies (each over 4 KiB) a job client may leave unread before further
+    # replies become small ``overloaded`` errors: 300 unread status replies grew the
+    # daemon's RSS by 230 MB. At least max_message_bytes, so one reply always fits.
+    max_peer_queued_bytes: int = _in("limits", 32 * 1024 * 1024)
+    # Job-socket connections at once; each holds a descriptor. Connections beyond are
+    # closed as they are accepted (counted, logged). 1,100 idle ones once exhausted a
+    # 1024-descriptor limit and new clients got no answer. The agent socket takes two
+    # per host of the cluster and 64 more (reconnects overlap for a moment).
+    max_connections: int = _in("limits", 1000)
+    # a connection on either socket that sent nothing for this long is closed (a zmq
+    # client reconnects by itself when it next sends; agents heartbeat every heartbeat_s)
+    idle_timeout_s: float = _in("limits", 300.0)
+    # requests bigger than this are decoded and checked on a worker thread, not on the
+    # socket loop: a 7 MB job (144k nodes) held the loop 3.3 s and two agents went down
+    offload_bytes: int = _in("limits", 256 * 1024)
 
     def with_(self, **changes: Any) -> DaemonConfig:
         """A copy with ``changes`` applied."""
@@ -235,6 +260,9 @@ def check_config(cfg: DaemonConfig) -> None:
     for name in KEYS["limits"]:
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"[limits].{name}: must be positive, got {getattr(cfg, name)!r}")
+    if cfg.max_peer_queued_bytes < cfg.max_message_bytes:
+        raise ValidationError("[limits].max_peer_queued_bytes: must be at least max_message_bytes "
+                              f"({cfg.max_message_bytes}), got {cfg.max_peer_queued_bytes!r}")
     check_exposure(cfg)
 
 

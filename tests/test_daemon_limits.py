@@ -142,17 +142,71 @@ def test_message_size_limit_on_the_socket_and_in_replies():
         d.stop()
 
 
-def test_status_lists_running_jobs_and_the_newest_ended_ones(monkeypatch):
-    import jitsched.daemon.bodies as bodies
-
-    monkeypatch.setattr(bodies, "STATUS_ENDED_JOBS", 3)
-    st = SchedulerState(config())
+def test_status_pages_jobs_in_submission_order():
+    st = SchedulerState(config(status_page_jobs=3))
     for k in range(6):
         submit(st, tiny_job(f"e{k}"))
         st.cancel_job({"job_id": f"e{k}"}, 0.0)
-    submit(st, tiny_job("run"))
+    submit(st, tiny_job("run"))  # seqs 1..7
+    pages = [st.status({}, 0.0), st.status({"after": 3}, 0.0), st.status({"after": 6}, 0.0)]
+    assert [list(p["jobs"]) for p in pages] == [["e0", "e1", "e2"], ["e3", "e4", "e5"], ["run"]]
+    assert [p["next_after"] for p in pages] == [3, 6, None]
+    assert [p["jobs"][j]["seq"] for p in pages for j in p["jobs"]] == [1, 2, 3, 4, 5, 6, 7]
+    assert pages[0]["jobs_total"] == 7 and pages[0]["jobs_running"] == 1 and pages[0]["jobs_omitted"] == 4
+    got = st.status({"limit": 2}, 0.0)
+    assert list(got["jobs"]) == ["e0", "e1"] and got["next_after"] == 2
+    assert list(st.status({"limit": 100}, 0.0)["jobs"]) == ["e0", "e1", "e2"]  # at most the page size
+    assert st.status({"after": 7}, 0.0)["jobs"] == {}
+    assert isinstance(st.status({"limit": 0}, 0.0), Reject)
+
+
+def test_status_page_stops_at_its_byte_budget(monkeypatch):
+    import jitsched.daemon.bodies as bodies
+
+    monkeypatch.setattr(bodies, "STATUS_PAGE_BYTES", 1000)
+    st = SchedulerState(config())
+    for k in range(10):
+        submit(st, tiny_job(f"{k}-" + "x" * 198))
+    # 100 bytes besides each 200-character id: four fit in 1000 bytes, not five
     got = st.status({}, 0.0)
-    assert list(got["jobs"]) == ["e3", "e4", "e5", "run"] and got["jobs_omitted"] == 3
+    assert len(got["jobs"]) == 3 and got["next_after"] == 3
+    assert len(st.status({"after": 9}, 0.0)["jobs"]) == 1  # one always fits
+
+
+def test_ended_jobs_are_pruned_after_retention_and_beyond_the_count():
+    st = SchedulerState(config(ended_retention_s=10.0, max_ended_jobs=3))
+    for j in "abcde":
+        submit(st, tiny_job(j))
+    for t, j in ((1.0, "a"), (2.0, "b"), (3.0, "c")):
+        st.cancel_job({"job_id": j}, t)
+    assert st.prune(5.0) == 0  # three ended, none 10 s old
+    st.cancel_job({"job_id": "d"}, 4.0)
+    assert st.prune(5.0) == 1 and "a" not in st.jobs  # a fourth ended: the oldest goes
+    assert st.prune(12.5) == 1 and set(st.jobs) == {"c", "d", "e"}  # b ended 10.5 s ago
+    got = st.cancel_job({"job_id": "a"}, 13.0)
+    assert isinstance(got, Reject) and got.code == ErrorCode.UNKNOWN_JOB
+    # an ended job's id submitted again: the new job is listed last and outlives the old entry
+    assert st.submit_job({"job": tiny_job("c")}, 13.0) == {"job_id": "c"}
+    assert list(st.status({}, 13.0)["jobs"]) == ["d", "e", "c"]
+    assert st.prune(20.0) == 2 and list(st.jobs) == ["e", "c"] and st.jobs["c"].active
+    page = st.status({}, 20.0)
+    assert page["jobs_pruned"] == 4 and page["jobs_total"] == 2  # a, b, the first c, d
+
+
+def test_pruned_jobs_leave_the_journal(tmp_path):
+    from jitsched.daemon.journal import Journal
+
+    j = Journal(tmp_path / "j.db")
+    try:
+        st = SchedulerState(config(ended_retention_s=1.0), journal=j)
+        submit(st, tiny_job("a"))
+        submit(st, tiny_job("b"))
+        st.cancel_job({"job_id": "a"}, 0.5)
+        assert j.db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
+        assert st.prune(2.0) == 1
+        assert [r[0] for r in j.db.execute("SELECT job_id FROM jobs")] == ["b"]
+    finally:
+        j.close()
 
 
 # ---------------------------------------------------------------------- quarantine

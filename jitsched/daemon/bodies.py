@@ -13,13 +13,15 @@ from jitsched.model import Cluster
 from jitsched.policies.base import SlotSchedule
 from jitsched.protocol import flow_id, pack_body
 
-# Ended jobs a status reply lists at most (newest first): ~200 bytes each, so the
-# reply stays far below the message limit however long the daemon runs.
-STATUS_ENDED_JOBS = 1000
+# A status page stops adding jobs past about this many bytes of them (a page of
+# status_page_jobs jobs with 256-character ids would be ~400 kB): the whole reply,
+# agents and solve times included, stays under 1 MB for clusters up to ~2000 hosts.
+STATUS_PAGE_BYTES = 512 * 1024
+STATUS_SOLVE_TIMES = 1000  # the newest solve times a status reply carries
 
 if TYPE_CHECKING:
     from jitsched.daemon.agents import AgentTable
-    from jitsched.daemon.jobs import JobRegistry
+    from jitsched.daemon.jobs import JobRegistry, JobState
     from jitsched.daemon.plans import PlanBook
 
 
@@ -92,42 +94,60 @@ def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
     return frames
 
 
-def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config: DaemonConfig,
-                planner: str, now: float) -> dict:
-    """The ``status`` reply: jobs, agents, the last plan, plan failures, where full
-    re-solves run (``planner``) and the input limits (times in seconds).
+def job_summary(js: JobState) -> dict:
+    """One job's entry in the status reply (times in seconds)."""
+    return {
+        "seq": js.seq, "state": js.state, "submitted_s": js.submitted_s,
+        "transfers_done": sum(1 for t in js.job.transfers if t.id in js.done),
+        "transfers": len(js.job.transfers), "computes_done": len(js.measured_s),
+        "computes": len(js.job.computes),
+        "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
+        "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
+    } | ({"error": js.error} if js.error else {}) | ({"owner": js.owner} if js.owner is not None else {})
 
-    Every running job is listed, and the newest ended ones (finished,
-    cancelled, failed) up to ``STATUS_ENDED_JOBS``; ``jobs_omitted`` counts the
-    others: a daemon up for long has ended more jobs than one reply may hold.
+
+def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config: DaemonConfig,
+                planner: str, now: float, *, after: int = 0, limit: int | None = None,
+                loop: dict | None = None) -> dict:
+    """The ``status`` reply: a page of jobs, agents, the last plan, plan failures, where full
+    re-solves run (``planner``), the input limits and the socket loop's counts (``loop``),
+    times in seconds.
+
+    Jobs are listed in submission order, those after seq ``after``, at most
+    ``limit`` (default ``status_page_jobs``) and no more than fit in
+    ``STATUS_PAGE_BYTES``; ``next_after`` is the ``after`` of the next page
+    (None: this is the last). The registry holds every running job and the
+    ended ones within their retention (``jobs_pruned`` counts the others).
     """
-    ended = [js for js in reversed(registry.jobs.values()) if not js.active]
-    keep = {js.job.id for js in ended[:STATUS_ENDED_JOBS]}
+    limit = config.status_page_jobs if limit is None else limit
+    page, more = registry.page(after, limit)
     jobs = {}
-    for jid, js in registry.jobs.items():
-        if not js.active and jid not in keep:
-            continue
-        n_t = len(js.job.transfers)
-        jobs[jid] = {
-            "state": js.state, "submitted_s": js.submitted_s,
-            "transfers_done": sum(1 for t in js.job.transfers if t.id in js.done),
-            "transfers": n_t, "computes_done": len(js.measured_s),
-            "computes": len(js.job.computes),
-            "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
-            "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
-        } | ({"error": js.error} if js.error else {}) | ({"owner": js.owner} if js.owner is not None else {})
+    size = 0
+    last = after
+    for js in page:
+        entry = job_summary(js)
+        # ids are at most max_id_chars long, errors are clipped: ~100 bytes besides them
+        size += 100 + len(js.job.id) + len(js.error) + len(js.owner or "")
+        if jobs and size > STATUS_PAGE_BYTES:
+            more = True
+            break
+        jobs[js.job.id] = entry
+        last = js.seq
     agents = {h: {"up": a.up, "backend": a.backend, "acked_seq": a.acked_seq,
                   "sent_seq": a.sent_seq, "applied_seq": a.applied_seq,
                   "seq": table.host_seq.get(h, 0),
                   "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps}
               for h, a in table.agents.items()}
-    return {"now_s": now, "jobs": jobs, "jobs_omitted": len(ended) - len(keep), "agents": agents,
+    return {"now_s": now, "jobs": jobs, "next_after": last if more else None,
+            "jobs_total": len(registry.jobs), "jobs_running": len(registry.active),
+            "jobs_omitted": len(registry.jobs) - len(jobs), "jobs_pruned": registry.pruned,
+            "agents": agents, "loop": dict(loop or {}),
             "plan": dict(book.plan_summary), "planning": config.planning,
             "plans": dict(book.plans_by_mode), "plans_failed": sum(book.plans_failed.values()),
             "last_plan_error": book.last_error, "planner": planner, "curve": bool(config.keys_dir),
             "limits": {k: getattr(config, k) for k in KEYS["limits"]},
             "incarnation": table.incarnation, "journal": config.journal or "",
-            "solve_s": list(book.solve_times[-1000:])}
+            "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:])}
 
 
-__all__ = ["STATUS_ENDED_JOBS", "host_bodies", "pack_frames", "status_body"]
+__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "host_bodies", "job_summary", "pack_frames", "status_body"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 from jitsched.config import DaemonConfig
@@ -41,6 +42,7 @@ class JobState:
     lat_hits: int = 0
     lat_misses: int = 0
     journal_row: int = 0  # its row in the daemon's journal (0: no journal)
+    seq: int = 0  # submission order in this daemon (status pages by it)
 
     @property
     def active(self) -> bool:
@@ -55,10 +57,28 @@ def _count_down(counts: dict[int, int], host: int) -> None:
         counts.pop(host, None)
 
 
-class JobRegistry:
-    """Every job submitted since start (ended ones kept for status), the running ones apart.
+@dataclass(frozen=True)
+class Prepared:
+    """A ``submit_job`` body checked and parsed without the registry (any thread may make
+    it): the job, its node index, ports and per-host counts, and the progress it claims."""
 
-    Knows nothing of plans: the caller tells the plan book what changed.
+    job: Job
+    index: dict[str, int]
+    ports: dict[str, tuple[int, int]]
+    out_left: dict[int, int]
+    in_left: dict[int, int]
+    done: list[str]
+    started: list[str]
+
+
+class JobRegistry:
+    """Every job submitted since start (ended ones kept for a while, for status), the
+    running ones apart.
+
+    Knows nothing of plans: the caller tells the plan book what changed. An
+    ended job is kept ``ended_retention_s`` seconds and at most
+    ``max_ended_jobs`` of them (the oldest go first); :meth:`prune` drops the
+    others and counts them in :attr:`pruned`.
 
     Parameters
     ----------
@@ -70,19 +90,45 @@ class JobRegistry:
         self.cluster = config.cluster
         self.jobs: dict[str, JobState] = {}
         self.active: dict[str, JobState] = {}  # in submission order
+        self.ended: deque[JobState] = deque()  # in the order they ended (prune's queue)
         self.lat_misses = 0
+        self.pruned = 0  # ended jobs dropped since start (retention or count)
+        self._seq = 0
 
     def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
         """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
         submitted by client ``owner`` (None: the daemon has no keys).
+
+        :meth:`prepare` then :meth:`admit`.
 
         Raises
         ------
         ValidationError
             If the job map does not describe a valid job on the daemon's cluster.
         """
+        full = self._full()
+        if full is not None:
+            return full  # before parsing: a full daemon refuses cheaply
+        prep = self.prepare(body)
+        return prep if isinstance(prep, Reject) else self.admit(prep, now, owner)
+
+    def _full(self) -> Reject | None:
         if len(self.active) >= self.config.max_jobs:
             return Reject(ErrorCode.OVERLOADED, f"the daemon already runs {self.config.max_jobs} jobs")
+        return None
+
+    def prepare(self, body: dict) -> Prepared | Reject:
+        """Check and parse a ``submit_job`` body against the cluster and the limits only.
+
+        Reads no registry state, so a worker thread may run it for a big body
+        while the loop serves others (a 144k-node job takes ~2 s of parsing
+        and checking); :meth:`admit` then stores the result.
+
+        Raises
+        ------
+        ValidationError
+            If the job map does not describe a valid job on the daemon's cluster.
+        """
         if "cluster" in body:
             other = parse_cluster(body["cluster"], "body.cluster")
             for h in other.hosts:
@@ -96,14 +142,34 @@ class JobRegistry:
         bad = check_job(job, self.config)
         if bad is not None:
             return bad
-        if job.id in self.active:
-            return Reject(ErrorCode.DUPLICATE_JOB, f"job {job.id!r} is already running")
         progress = self._progress(job, body.get("progress"))
         if isinstance(progress, Reject):
             return progress
-        js = self._store(job, now, owner)
-        js.started.update(dict.fromkeys(progress[1], now))
-        for nid in progress[0]:
+        index = {n: i for i, n in enumerate(job.node_ids())}
+        ports: dict[str, tuple[int, int]] = {}
+        out_left: dict[int, int] = {}
+        in_left: dict[int, int] = {}
+        where = self.cluster.index
+        for t in job.transfers:
+            s, d = where(t.src), where(t.dst)
+            ports[t.id] = (s, d)
+            out_left[s] = out_left.get(s, 0) + 1
+            in_left[d] = in_left.get(d, 0) + 1
+        return Prepared(job, index, ports, out_left, in_left, progress[0], progress[1])
+
+    def admit(self, prep: Prepared, now: float, owner: str | None = None) -> JobState | Reject:
+        """Store a job from :meth:`prepare`, arriving ``now``, owned by ``owner``: refused if
+        the daemon runs ``max_jobs`` jobs or one of the same id."""
+        full = self._full()
+        if full is not None:
+            return full
+        if prep.job.id in self.active:
+            return Reject(ErrorCode.DUPLICATE_JOB, f"job {prep.job.id!r} is already running")
+        js = self._insert(JobState(replace(prep.job, arrival_s=now), prep.index, now, owner=owner,
+                                   ports=prep.ports, out_left=dict(prep.out_left),
+                                   in_left=dict(prep.in_left)))
+        js.started.update(dict.fromkeys(prep.started, now))
+        for nid in prep.done:
             self.mark_done(js, nid, now)
         return js
 
@@ -136,8 +202,17 @@ class JobRegistry:
             js.ports[t.id] = (s, d)
             js.out_left[s] = js.out_left.get(s, 0) + 1
             js.in_left[d] = js.in_left.get(d, 0) + 1
-        self.jobs[job.id] = js
-        self.active[job.id] = js
+        return self._insert(js)
+
+    def _insert(self, js: JobState) -> JobState:
+        jid = js.job.id
+        # an ended job of the same id makes way: the new one is listed at the end, in
+        # submission order (prune skips the old one's entry in ``ended``)
+        self.jobs.pop(jid, None)
+        self._seq += 1
+        js.seq = self._seq
+        self.jobs[jid] = js
+        self.active[jid] = js
         return js
 
     def _progress(self, job: Job, progress: object) -> tuple[list[str], list[str]] | Reject:
@@ -233,6 +308,37 @@ class JobRegistry:
         js.error = error
         js.finished_s = now
         del self.active[js.job.id]
+        self.ended.append(js)
+
+    def prune(self, now: float) -> list[JobState]:
+        """Drop the ended jobs older than ``ended_retention_s`` at ``now`` and the oldest
+        beyond ``max_ended_jobs``; returns them (the caller forgets their journal rows)."""
+        keep_s, keep_n = self.config.ended_retention_s, self.config.max_ended_jobs
+        out = []
+        ended = self.ended
+        while ended and (len(ended) > keep_n or ended[0].finished_s + keep_s <= now):
+            js = ended.popleft()
+            if self.jobs.get(js.job.id) is js:  # not since replaced by a job of the same id
+                del self.jobs[js.job.id]
+            out.append(js)
+        self.pruned += len(out)
+        return out
+
+    def page(self, after: int, limit: int) -> tuple[list[JobState], bool]:
+        """Up to ``limit`` jobs submitted after seq ``after``, in submission order, and
+        whether more follow."""
+        out: list[JobState] = []
+        jobs = self.jobs.values()
+        if after > 0:
+            # ids are in seq order; most pages start near the end of a short walk anyway
+            it = (js for js in jobs if js.seq > after)
+        else:
+            it = iter(jobs)
+        for js in it:
+            if len(out) == limit:
+                return out, True
+            out.append(js)
+        return out, False
 
     def record_lats(self, lat_s: dict[tuple[str, str], float]) -> None:
         """Keep the first planned LAT (seconds, daemon clock) of each (job, transfer)."""
@@ -242,4 +348,4 @@ class JobRegistry:
                 js.lat_s.setdefault(tid, lat)
 
 
-__all__ = ["JobRegistry", "JobState"]
+__all__ = ["JobRegistry", "JobState", "Prepared"]

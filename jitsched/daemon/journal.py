@@ -116,6 +116,18 @@ class Journal:
         db.execute("COMMIT")
         self.writes += 1
 
+    def forget(self, rows: list[int]) -> None:
+        """Drop the rows of ended jobs the daemon no longer lists (one transaction)."""
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            db.executemany("DELETE FROM jobs WHERE row = ? AND state != 'running'", [(r,) for r in rows])
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        self.writes += 1
+
     # ------------------------------------------------------------------ restart
 
     def unfinished(self) -> list[JournalJob]:

@@ -20,6 +20,8 @@ from jitsched.policies.base import SlotSchedule
 # Policy events (arrivals, node completions) wait for the next full re-solve; in
 # incremental mode that may be long in coming, so only the newest are kept.
 MAX_EVENTS = 100_000
+# solve times kept (10k to 20k of the newest): demo and testbed read them all, status the last 1000
+MAX_SOLVE_TIMES = 10_000
 # A joint re-solve that fails this many times in a row, with no job failing on its
 # own and the planner passing its self-test, costs its newest job its place: the
 # arrival that made the joint plan impossible is the likeliest cause, and every
@@ -409,6 +411,8 @@ class PlanBook:
             self._failed(res, now)
         elif not res.unsupported:
             self.solve_times.append(res.solve_s)  # successful plans only
+            if len(self.solve_times) > 2 * MAX_SOLVE_TIMES:
+                del self.solve_times[:-MAX_SOLVE_TIMES]  # bounded: a float a plan, for days
             self.failures[res.mode] = 0
             self.retry_at_s[res.mode] = -math.inf
         if res.mode == FULL:

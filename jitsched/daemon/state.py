@@ -12,7 +12,7 @@ from collections.abc import Callable
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.bodies import host_bodies, status_body
-from jitsched.daemon.jobs import JobRegistry, JobState
+from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
 from jitsched.daemon.journal import DONE, STARTED, Journal
 from jitsched.daemon.logs import kv
 from jitsched.daemon.plans import (
@@ -85,6 +85,9 @@ class SchedulerState:
         # "thread (child failed: why)"; status and metrics show it
         self.planner = "thread"
         self.quarantined: list[tuple[str, str]] = []  # jobs the last install marked failed, why
+        # what the socket loop refused, dropped or closed, as the server last said (status
+        # and metrics show it): counts by name
+        self.loop: dict[str, int] = {}
         if journal is not None:
             self._journal(journal.put, "t0_wall_s", repr(self.t0_wall_s))
             self._journal(journal.put, "incarnation", str(self.incarnation))
@@ -170,10 +173,20 @@ class SchedulerState:
         (``progress``): a job runner whose daemon restarted without a journal.
         """
         js = self.job_registry.submit(body, now, peer)
-        if isinstance(js, Reject):
-            return js
+        return js if isinstance(js, Reject) else self._submitted(js, body, now)
+
+    def submit_prepared(self, prep: Prepared | Reject, body: dict, now: float,
+                        peer: str | None = None) -> dict | Reject:
+        """:meth:`submit_job` of a body already checked and parsed by
+        :meth:`JobRegistry.prepare` (on a worker thread, for a big body)."""
+        if isinstance(prep, Reject):
+            return prep
+        js = self.job_registry.admit(prep, now, peer)
+        return js if isinstance(js, Reject) else self._submitted(js, body, now)
+
+    def _submitted(self, js: JobState, body: dict, now: float) -> dict:
         if self.journal is not None:
-            js.journal_row = self._journal(self.journal.submitted, js.job.id, body["job"], peer, now) or 0
+            js.journal_row = self._journal(self.journal.submitted, js.job.id, body["job"], js.owner, now) or 0
             for nid in js.started:
                 self._record(js, nid, STARTED, now)
             for nid in js.done:
@@ -248,10 +261,30 @@ class SchedulerState:
             self._journal(self.journal.ended, js.journal_row, state, now, jct, error)
         self.plan_book.job_ended(js.job.id, state, now)
 
-    def status(self, body: dict, now: float) -> dict:
-        """Jobs, agents and a summary of the last plan."""
+    def status(self, body: dict, now: float) -> dict | Reject:
+        """Jobs, agents and a summary of the last plan; the jobs a page at a time.
+
+        ``body["after"]`` (default 0) lists the jobs submitted after that
+        ``seq``, at most ``body["limit"]`` of them (default and most:
+        ``status_page_jobs``); the reply's ``next_after`` is the cursor of the
+        next page, None on the last.
+        """
+        after, limit = body.get("after", 0), body.get("limit", self.config.status_page_jobs)
+        if after < 0 or limit < 1:
+            return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
         return status_body(self.job_registry, self.agent_table, self.plan_book, self.config,
-                           self.planner, now)
+                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
+                           loop=self.loop)
+
+    def prune(self, now: float) -> int:
+        """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
+        at ``now``, in the journal too; returns how many."""
+        gone = self.job_registry.prune(now)
+        if gone and self.journal is not None:
+            rows = [js.journal_row for js in gone if js.journal_row]
+            if rows:
+                self._journal(self.journal.forget, rows)
+        return len(gone)
 
     # ------------------------------------------------------------------ agents
 
