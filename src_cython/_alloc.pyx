@@ -1085,7 +1085,10 @@ cdef class GroupPriority:
     cdef Py_ssize_t n_groups
     cdef double* gsent  # per group: bytes its live transfers sent (zeros between calls)
     cdef long long* head  # per group: -1 between calls; -2 touched, or its first non-crumb flow
-    cdef Py_ssize_t cap_f
+    cdef double* hneed  # per group: its first flow's need and node, as the call found them
+    cdef long long* hnode
+    cdef Py_ssize_t cap_f, cap_h
+    cdef double* fe  # per host: free egress, then free ingress (the caller's stay as they are)
     cdef double* key  # per flow
     cdef long long* cand  # candidates, then the merge sort's scratch
     cdef long long* groups  # groups touched by the flows of a call
@@ -1114,7 +1117,9 @@ cdef class GroupPriority:
         cdef Py_ssize_t g, ng = pair_left.shape[0]
         self.gsent = <double*> malloc((ng + 1) * sizeof(double))
         self.head = <long long*> malloc((ng + 1) * sizeof(long long))
-        if self.gsent == NULL or self.head == NULL:
+        self.hneed = <double*> malloc((ng + 1) * sizeof(double))
+        self.hnode = <long long*> malloc((ng + 1) * sizeof(long long))
+        if self.gsent == NULL or self.head == NULL or self.hneed == NULL or self.hnode == NULL:
             raise MemoryError("GroupPriority: no memory for the per-group scratch")
         for g in range(ng):
             self.gsent[g] = 0.0
@@ -1124,13 +1129,22 @@ cdef class GroupPriority:
     def __dealloc__(self):
         free(self.gsent)
         free(self.head)
+        free(self.hneed)
+        free(self.hnode)
+        free(self.fe)
         free(self.key)
         free(self.cand)
         free(self.groups)
 
-    cdef bint _reserve(self, Py_ssize_t nf) noexcept:
+    cdef bint _reserve(self, Py_ssize_t nf, Py_ssize_t h) noexcept:
         # per-flow scratch; doubles, so a run reallocates a few times only.
         # False if memory ran out (the old scratch is gone then, and cap_f is 0).
+        if h > self.cap_h or self.fe == NULL:
+            free(self.fe)
+            self.fe = <double*> malloc((2 * h + 1) * sizeof(double))
+            self.cap_h = h if self.fe != NULL else 0
+            if self.fe == NULL:
+                return False
         if nf <= self.cap_f and self.key != NULL:
             return True
         cdef Py_ssize_t cf = max(nf, 2 * self.cap_f, 16)
@@ -1151,9 +1165,10 @@ cdef class GroupPriority:
         self.cap_f = cf
         return True
 
-    cdef void _rates(self, Py_ssize_t nf, const long long* src, const long long* dst,
+    cdef void _rates(self, Py_ssize_t nf, Py_ssize_t h, const long long* src, const long long* dst,
                      const long long* node, const long long* job, const long long* bg,
-                     const double* remaining, double* free_e, double* free_i, double* rate) noexcept nogil:
+                     const double* remaining, const double* cap_e, const double* cap_i,
+                     double* rate) noexcept nogil:
         # Strict priority greedy over every flow in lexsort order (_prio_before) gives a
         # flow 0.0 whenever an earlier flow on the same host pair had its turn: that one
         # took min(free egress, free ingress), leaving one of the two ports at exactly 0.0,
@@ -1178,33 +1193,43 @@ cdef class GroupPriority:
         cdef const double* pair_left = &self.pair_left[0] if self.pair_left.shape[0] else NULL
         cdef const double* bg_bytes = &self.bg_bytes[0] if self.bg_bytes.shape[0] else NULL
         cdef const double* egress = &self.egress[0] if self.egress.shape[0] else NULL
-        # bytes sent per group, summed in flow order as np.bincount does (background
-        # flows add their +0.0, which changes no sum that starts at +0.0)
+        cdef double* free_e = self.fe
+        cdef double* free_i = self.fe + h
+        for i in range(h):  # negative free capacity counts as none
+            free_e[i] = cap_e[i] if cap_e[i] > 0.0 else 0.0
+            free_i[i] = cap_i[i] if cap_i[i] > 0.0 else 0.0
+        # One pass: bytes sent per group, summed in flow order as np.bincount does
+        # (background flows add their +0.0, which changes no sum that starts at
+        # +0.0), the crumbs and background flows, and each group's first flow, by
+        # (need, node) as lexsort breaks the group's tie. A group's key is the same
+        # for all its flows, so only its first flow's is computed, after the pass
+        # (two passes, each flow's key and the head's need read through its node,
+        # took 13.7 µs for a 1414-flow allocation of the 1000-job run, one 6.6 µs).
         for f in range(nf):
             rate[f] = 0.0
             if job[f] >= 0:
                 v = node[f]
                 g = group[v]
-                if head[g] == -1:
-                    head[g] = -2  # touched: restored at the end
+                sz = size[v]
+                r = remaining[f]
+                x = head[g]
+                if x == -1:
+                    head[g] = x = -2  # touched: restored at the end
                     groups[ng] = g
                     ng += 1
-                gsent[g] += size[v] - remaining[f]
-        for f in range(nf):
-            if job[f] >= 0:
-                v = node[f]
-                if remaining[f] <= self.crumb_rtol * size[v]:
+                gsent[g] += sz - r
+                if r <= self.crumb_rtol * sz:
                     # crumbs of a transfer whose plan met its demand only to the LP's tolerance
                     key[f] = -1.0
                     cand[m] = f
                     m += 1
                     continue
-                g = group[v]
-                key[f] = pair_left[g] - gsent[g]
-                x = head[g]
-                if x < 0 or _key_less(need[v], need[node[x]]) or (
-                        not _key_less(need[node[x]], need[v]) and v < node[x]):
+                fe = need[v]
+                if x < 0 or _key_less(fe, self.hneed[g]) or (not _key_less(self.hneed[g], fe)
+                                                             and v < self.hnode[g]):
                     head[g] = f
+                    self.hneed[g] = fe
+                    self.hnode[g] = v
             else:
                 sz = bg_bytes[bg[f]] if bg_bytes != NULL else remaining[f]
                 r = remaining[f]
@@ -1213,8 +1238,10 @@ cdef class GroupPriority:
                 m += 1
         for i in range(ng):
             g = groups[i]
-            if head[g] >= 0:
-                cand[m] = head[g]
+            x = head[g]
+            if x >= 0:
+                key[x] = pair_left[g] - gsent[g]
+                cand[m] = x
                 m += 1
             head[g] = -1
             gsent[g] = 0.0
@@ -1261,22 +1288,22 @@ cdef class GroupPriority:
               const long long[::1] job,
               const long long[::1] bg,
               const double[::1] remaining,
-              double[::1] free_e,
-              double[::1] free_i,
+              const double[::1] free_e,
+              const double[::1] free_i,
               double[::1] rate):
         """Strict-priority rates of every flow in the JIT order, over the free capacity.
 
         # IN  src, dst (F,): hosts; node, job (F,): DAG node and job (-1: background)
         # IN  bg (F,): background index (-1: job transfer); remaining (F,): bytes left
-        # IN/OUT free_e, free_i (H,): free capacity (>= 0) in, left over out, bytes/s
+        # IN  free_e, free_i (H,): free capacity, bytes/s (negative: none)
         # OUT rate (F,): bytes/s
         Returns 0, or -1 if scratch memory ran out.
         """
-        cdef Py_ssize_t nf = src.shape[0]
+        cdef Py_ssize_t nf = src.shape[0], h = free_e.shape[0]
         if nf == 0:
             return 0
-        if not self._reserve(nf):
+        if not self._reserve(nf, h):
             return -1
-        self._rates(nf, &src[0], &dst[0], &node[0], &job[0], &bg[0], &remaining[0],
+        self._rates(nf, h, &src[0], &dst[0], &node[0], &job[0], &bg[0], &remaining[0],
                     &free_e[0], &free_i[0], &rate[0])
         return 0
