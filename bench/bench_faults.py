@@ -689,10 +689,12 @@ class DaemonProc:
         Pass ``--journal`` (only if the daemon supports it).
     daemon_options : dict
         ``[daemon]`` settings besides the endpoints.
+    limits : dict
+        ``[limits]`` settings.
     """
 
     def __init__(self, workdir: Path, *, journal: bool = False, daemon_options: dict | None = None,
-                 ports: list[int] | None = None) -> None:
+                 ports: list[int] | None = None, limits: dict | None = None) -> None:
         self.workdir = Path(workdir)
         self.ports = ports or free_ports(2)
         self.job_endpoint = f"tcp://127.0.0.1:{self.ports[0]}"
@@ -706,6 +708,8 @@ class DaemonProc:
             lines += ["[[hosts]]", f'name = "{h}"', "egress_bps = 1e9", "ingress_bps = 1e9", ""]
         lines += ["[daemon]", f'job_endpoint = "{self.job_endpoint}"', f'agent_endpoint = "{self.agent_endpoint}"']
         lines += [f"{k} = {json.dumps(v)}" for k, v in opts.items()]
+        if limits:
+            lines += ["", "[limits]"] + [f"{k} = {json.dumps(v)}" for k, v in limits.items()]
         self.config = self.workdir / "daemon.toml"
         self.config.write_text("\n".join(lines) + "\n")
         self.log_path = self.workdir / "daemon.log"
@@ -989,8 +993,10 @@ def kill_cycles(n_cycles: int, seed: int, workdir: Path, *, runners: int = 3,
 def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> dict:
     """Steady submissions (each job finished at once) while agents are killed and restarted.
 
-    RSS and descriptor count of the daemon are taken after a warm-up (a tenth
-    of the run, at least 5 s) and at the end.
+    RSS and descriptor count of the daemon are taken at start, after a warm-up
+    (a tenth of the run, at least 5 s; growth is counted from here) and at the
+    end, and RSS once a minute (``soak_rss_trace``, MiB). Failed submissions
+    are counted, as are the ended jobs the daemon pruned.
     """
     from jitsched.agents.agent import Agent
     from jitsched.client import Client
@@ -1000,6 +1006,7 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
     agents: dict = {}
     stop = threading.Event()
     sent = [0]
+    errors: collections.Counter = collections.Counter()
 
     def submit() -> None:
         with Client(d.job_endpoint, timeout_s=10.0) as c:
@@ -1007,9 +1014,11 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
             while not stop.is_set():
                 ps, worker = rng.sample(HOSTS, 2)
                 jid = f"soak{n}"
-                with contextlib.suppress(Exception):
+                try:
                     c.submit_job(layer_chain_job(jid, ps, worker, layers=VGG16_LAYERS[:3]))
                     c.job_finished(jid, 0.01)
+                except Exception as exc:  # noqa: BLE001 - counted, the soak goes on
+                    errors[type(exc).__name__] += 1
                 n += 1
                 sent[0] = n
                 stop.wait(1.0 / rate_per_s)
@@ -1018,12 +1027,18 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
     try:
         d.start()
         agents = _agents(d.agent_endpoint, "sk0")
+        rss_start, fds_start = rss_bytes(d.pid), fd_count(d.pid)
         t.start()
         t0 = time.monotonic()
         warm = max(5.0, seconds / 10)
         rss0 = fds0 = None
         churns = 0
+        trace: list[float] = []
+        next_trace = 0.0
         while time.monotonic() - t0 < seconds:
+            if time.monotonic() - t0 >= next_trace:
+                trace.append(round(rss_bytes(d.pid) / 2**20, 1))
+                next_trace += 60.0
             if rss0 is None and time.monotonic() - t0 >= warm:
                 rss0, fds0 = rss_bytes(d.pid), fd_count(d.pid)
                 log(f"soak: warm, rss {rss0 / 2**20:.1f} MiB, {fds0} fds, {sent[0]} jobs")
@@ -1035,13 +1050,19 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
             agents[h] = Agent(h, d.agent_endpoint, backend="record",
                               local_namespace=f"sk{churns}-{os.getpid()}").start()
         rss1, fds1 = rss_bytes(d.pid), fd_count(d.pid)
+        trace.append(round(rss1 / 2**20, 1))
         if rss0 is None:
             rss0, fds0 = rss1, fds1
-        log(f"soak: {seconds} s, {sent[0]} jobs, {churns} agent restarts; rss {rss0 / 2**20:.1f} -> "
-            f"{rss1 / 2**20:.1f} MiB, fds {fds0} -> {fds1}")
+        st = _status(d.job_endpoint, 10.0) or {}
+        log(f"soak: {seconds} s, {sent[0]} jobs ({dict(errors)} failed), {churns} agent restarts; rss "
+            f"{rss_start / 2**20:.1f} (start) {rss0 / 2**20:.1f} (warm) -> {rss1 / 2**20:.1f} MiB, fds "
+            f"{fds_start} -> {fds0} -> {fds1}; jobs listed {st.get('jobs_total')}, pruned {st.get('jobs_pruned')}")
         return {"soak_s": seconds, "soak_jobs": sent[0], "soak_agent_restarts": churns,
                 "soak_rss_growth": (rss1 - rss0) / rss0 if rss0 else None,
-                "soak_rss_before": rss0, "soak_rss_after": rss1, "soak_fds_before": fds0, "soak_fds_after": fds1}
+                "soak_rss_before": rss0, "soak_rss_after": rss1, "soak_fds_before": fds0, "soak_fds_after": fds1,
+                "soak_rss_start": rss_start, "soak_fds_start": fds_start, "soak_rss_trace": trace,
+                "soak_submit_errors": sum(errors.values()), "soak_jobs_total": st.get("jobs_total"),
+                "soak_jobs_pruned": st.get("jobs_pruned"), "soak_loop": st.get("loop")}
     finally:
         stop.set()
         if t.is_alive():
@@ -1049,6 +1070,194 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
         for a in agents.values():
             a.stop()
         d.stop()
+
+
+# ---------------------------------------------------------------------- a responsive loop
+
+
+def big_job(n_nodes: int = 144_000, job_id: str = "big") -> dict:
+    """A chain of ``n_nodes`` nodes (computes and 1 kB transfers alternating over the
+    hosts): 144k nodes pack to 7.8 MB, issue 16's probe of a 7 MB job."""
+    k = n_nodes // 2
+    hosts = HOSTS
+    return {"id": job_id,
+            "computes": [{"id": f"c{i}", "host": hosts[i % 4], "duration_s": 0.001} for i in range(k)],
+            "transfers": [{"id": f"t{i}", "src": hosts[i % 4], "dst": hosts[(i + 1) % 4], "bytes": 1000.0}
+                          for i in range(k)],
+            "edges": [[f"t{i}", f"c{i}"] for i in range(k)] + [[f"c{i}", f"t{i + 1}"] for i in range(k - 1)]}
+
+
+def _percentile(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(math.ceil(q * len(xs))) - 1)]
+
+
+def big_submit(workdir: Path, n_nodes: int = 144_000, repeats: int = 3, accept: bool = True,
+               heartbeat_timeout_s: float = 2.0) -> dict:
+    """Status latency while a job of ``n_nodes`` nodes is submitted, and agents marked down.
+
+    A thread asks ``status`` every 10 ms from before the submission until 3 s
+    after its reply (the plan of the job runs then); four record agents, each
+    a process, heartbeat every ``heartbeat_timeout_s`` / 4 (default 2 s: the
+    daemon's defaults, 0.5 s and 2 s). ``accept``: the daemon's max_job_nodes
+    admits the job (else it is refused after parsing, as by default). The
+    submission is repeated ``repeats`` times (new job ids), each on a fresh
+    daemon; latencies are pooled.
+    """
+    from jitsched.client import Client
+    from jitsched.protocol import encode_request
+
+    lat: list[float] = []
+    submit_s: list[float] = []
+    downs = 0
+    outcome = ""
+    size = 0
+    for r in range(repeats):
+        (workdir / f"big{r}").mkdir()
+        limits = {"max_job_nodes": max(n_nodes + 1, 50_000)} if accept else {}
+        d = DaemonProc(workdir / f"big{r}", limits=limits,
+                       daemon_options={"heartbeat_s": heartbeat_timeout_s / 4,
+                                       "heartbeat_timeout_s": heartbeat_timeout_s})
+        agents: dict = {}
+        stop = threading.Event()
+        during: list[float] = []
+
+        def poll(d=d, stop=stop, during=during) -> None:
+            with Client(d.job_endpoint, timeout_s=30.0) as c:
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    c.status(limit=10)
+                    during.append(time.perf_counter() - t0)
+                    stop.wait(0.01)
+
+        t = threading.Thread(target=poll, name="faults-status", daemon=True)
+        try:
+            d.start()
+            # each agent a process of its own, as on hosts: an agent decoding its share of
+            # the big job's schedule holds its own interpreter, not this one's poller
+            agents = {h: subprocess.Popen(
+                [sys.executable, "-m", "jitsched", "agent", "--host", h, "--daemon", d.agent_endpoint,
+                 "--backend", "record", "--local-dir", str(workdir / f"big{r}" / f"a-{h}"), "--quiet"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                for h in HOSTS}
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                st = _status(d.job_endpoint)
+                if st and sum(a["up"] for a in st["agents"].values()) == len(HOSTS):
+                    break
+                time.sleep(0.2)
+            time.sleep(1.0)
+            data = encode_request(MsgType.SUBMIT_JOB, {"job": big_job(n_nodes, f"big{r}")})
+            size = len(data)
+            t.start()
+            time.sleep(0.3)
+            with Client(d.job_endpoint, timeout_s=60.0) as c:
+                t0 = time.perf_counter()
+                try:
+                    c.request_raw(data, protocol.decode_request(data, max_bytes=len(data)).id)
+                    outcome = "accepted"
+                except protocol.RemoteError as exc:
+                    outcome = exc.code
+                submit_s.append(time.perf_counter() - t0)
+            time.sleep(3.0)
+            stop.set()
+            t.join(30)
+            lat += during
+            downs += d.log_tail(10**6).count("event=agent_down")
+            log(f"big submit {r + 1}/{repeats}: {size / 1e6:.1f} MB, {outcome} in {submit_s[-1]:.2f} s; "
+                f"status p50 {_percentile(during, 0.5) * 1e3:.1f} ms, p99 {_percentile(during, 0.99) * 1e3:.1f} "
+                f"ms, max {max(during) * 1e3:.1f} ms over {len(during)}; agent_down lines so far {downs}")
+        finally:
+            stop.set()
+            for a in agents.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(a.pid, signal.SIGTERM)
+            for a in agents.values():
+                try:
+                    a.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(a.pid, signal.SIGKILL)
+                    a.wait(10)
+            d.stop()
+    return {"big_submit_bytes": size, "big_heartbeat_timeout_s": heartbeat_timeout_s, "big_submit_nodes": n_nodes, "big_submit_outcome": outcome,
+            "big_submit_s_p50": statistics.median(submit_s) if submit_s else None,
+            "big_status_s_p50": _percentile(lat, 0.5), "big_status_s_p99": _percentile(lat, 0.99),
+            "big_status_s_max": max(lat) if lat else None, "big_status_n": len(lat),
+            "big_agent_down": downs}
+
+
+def status_after_churn(workdir: Path, n: int = 50_000) -> dict:
+    """Submit and cancel ``n`` small jobs, then the size of one status reply (bytes) and of
+    all its pages, and the daemon's RSS and descriptors."""
+    from jitsched.client import Client
+    from jitsched.protocol import encode_request
+
+    d = DaemonProc(workdir)
+    try:
+        d.start()
+        job = layer_chain_job("x", "h0", "h1", layers=VGG16_LAYERS[:3]).to_dict()
+        t0 = time.monotonic()
+        with Client(d.job_endpoint, timeout_s=30.0) as c:
+            for k in range(n):
+                jid = f"churn{k}"
+                c.submit_job(job | {"id": jid})
+                c.cancel_job(jid)
+                if k and k % 10_000 == 0:
+                    log(f"churn: {k}/{n} submitted and cancelled, rss {rss_bytes(d.pid) / 2**20:.1f} MiB")
+            churn_s = time.monotonic() - t0
+            s = c.sock
+            rid = protocol.next_id()
+            s.send(encode_request(MsgType.STATUS, {}, rid))
+            assert s.poll(30_000)
+            raw = s.recv()
+            first = decode_reply(raw).body
+            full = c.status()
+        unread = unread_replies(d, 300)
+        log(f"churn: {n} submit+cancel in {churn_s:.1f} s; status reply {len(raw)} bytes, "
+            f"{len(first['jobs'])} jobs; all pages: {full['pages']} pages, {len(full['jobs'])} jobs, "
+            f"pruned {full.get('jobs_pruned')}; rss {rss_bytes(d.pid) / 2**20:.1f} MiB")
+        return {"churn_jobs": n, "churn_s": round(churn_s, 1), "churn_status_bytes": len(raw),
+                "churn_status_jobs": len(first["jobs"]), "churn_status_pages": full["pages"],
+                "churn_jobs_listed": len(full["jobs"]), "churn_jobs_pruned": full.get("jobs_pruned"),
+                "churn_rss": rss_bytes(d.pid), "churn_fds": fd_count(d.pid)} | unread
+    finally:
+        d.stop()
+
+
+def unread_replies(d: DaemonProc, n: int = 300) -> dict:
+    """A peer asks ``status`` ``n`` times and reads nothing for 5 s: the daemon's RSS before,
+    then, and after the peer left; how many replies came back ``overloaded``."""
+    from jitsched.protocol import encode_request
+
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVHWM, 1)
+    s.setsockopt(zmq.RCVBUF, 4096)
+    s.connect(d.job_endpoint)
+    try:
+        rss0 = rss_bytes(d.pid)
+        for i in range(n):
+            s.send(encode_request(MsgType.STATUS, {}, 10_000 + i))
+        time.sleep(5.0)
+        rss1 = rss_bytes(d.pid)
+        codes: collections.Counter = collections.Counter()
+        end = time.monotonic() + 60
+        while sum(codes.values()) < n and time.monotonic() < end:
+            if s.poll(1000):
+                r = decode_reply(s.recv())
+                codes["ok" if r.ok else r.code] += 1
+    finally:
+        s.close(0)
+        ctx.term()
+    time.sleep(1.0)
+    rss2 = rss_bytes(d.pid)
+    log(f"unread: {n} status requests unread for 5 s: daemon rss {rss0 / 2**20:.1f} -> {rss1 / 2**20:.1f} MiB "
+        f"(after {rss2 / 2**20:.1f}); replies {dict(codes)}")
+    return {"unread_requests": n, "unread_rss_before": rss0, "unread_rss_during": rss1, "unread_rss_after": rss2,
+            "unread_ok": codes["ok"], "unread_overloaded": codes["overloaded"]}
 
 
 KEYS = ("fuzz_messages", "crashes", "hangs", "kill_cycles", "jobs_submitted", "jobs_completed", "jobs_lost",
@@ -1063,6 +1272,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runners", type=int, default=3, help="job runner threads during kill cycles (default 3)")
     ap.add_argument("--soak-s", type=float, default=0.0, help="soak for this many seconds (default 0: none)")
     ap.add_argument("--seed", type=int, default=0, help="seeds the fuzzer, the gaps and the workload")
+    ap.add_argument("--big-submit", type=int, default=0, metavar="NODES",
+                    help="status latency while a job of NODES nodes is submitted (144000: 7.8 MB; "
+                         "default 0: none)")
+    ap.add_argument("--big-repeats", type=int, default=3, help="big submissions, each on a new daemon")
+    ap.add_argument("--big-heartbeat-timeout-s", type=float, default=2.0,
+                    help="agents' heartbeat timeout during the big submissions (default 2, the daemon's)")
+    ap.add_argument("--big-refused", action="store_true",
+                    help="leave max_job_nodes at its default (the big job is refused after parsing)")
+    ap.add_argument("--churn", type=int, default=0, metavar="N",
+                    help="submit and cancel N jobs, then measure the status reply (default 0: none)")
     args = ap.parse_args(argv)
     out: dict = dict.fromkeys(KEYS)
     with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
@@ -1073,6 +1292,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.kill_cycles:
             (tmp / "kill").mkdir()
             out |= kill_cycles(args.kill_cycles, args.seed, tmp / "kill", runners=args.runners)
+        if args.big_submit:
+            out |= big_submit(tmp, args.big_submit, args.big_repeats, accept=not args.big_refused,
+                              heartbeat_timeout_s=args.big_heartbeat_timeout_s)
+        if args.churn:
+            (tmp / "churn").mkdir()
+            out |= status_after_churn(tmp / "churn", args.churn)
         if args.soak_s:
             (tmp / "soak").mkdir()
             out |= soak(args.soak_s, args.seed, tmp / "soak")

@@ -8,12 +8,16 @@ import math
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from jitsched.config import INCREMENTAL, DaemonConfig, check_exposure
+from jitsched.daemon.conns import TRACK_BYTES, Connections, ReplyQueues, open_fds, raise_fd_limit
+from jitsched.daemon.jobs import Prepared
 from jitsched.daemon.journal import Journal
 from jitsched.daemon.logs import LogLimiter, kv
 from jitsched.daemon.metrics import Metrics
@@ -69,6 +73,40 @@ def error_code(exc: BaseException) -> str:
 
 
 DROPPED_LOG_S = 10.0  # at most one reply_dropped warning this often, seconds
+# Messages of one peer held while an earlier one of its is decoded off the loop (its
+# replies keep their order); beyond this, they are answered ``overloaded`` at once.
+MAX_DEFERRED = 256
+# Bytes of big requests awaiting the decoding worker, as multiples of max_message_bytes;
+# beyond, a big request is answered ``overloaded`` at once (the client may resend).
+OFFLOAD_QUEUE_MESSAGES = 4
+# Per-peer queues inside libzmq, in messages (the default 1000 made explicit; it was
+# 100,000). Small replies are bounded by this, big ones by [limits] max_peer_queued_bytes.
+SNDHWM = 1000
+# A TCP connection that has not finished its ZMTP (and CURVE) handshake in this long is
+# dropped: raw connections that never speak held a descriptor for libzmq's default 30 s.
+HANDSHAKE_IVL_MS = 10_000
+# ZMTP heartbeats: a PING every 10 s, the connection dropped after 30 s without any
+# traffic back, so the descriptor of a peer whose host vanished (no FIN) is freed well
+# before idle_timeout_s. Live zmq peers answer PINGs by themselves.
+HEARTBEAT_IVL_MS = 10_000
+HEARTBEAT_TIMEOUT_MS = 30_000
+# descriptors the daemon needs besides connections: journal, planner pipes, metrics, logs
+FD_SPARE = 64
+
+
+@dataclass
+class Decoded:
+    """A request decoded off the loop: its frames, the decoded request (or the exception
+    decoding raised) and, for a submission, the prepared job (or its Reject)."""
+
+    key: tuple[str, bytes]  # (socket name, routing identity)
+    data: bytes
+    peer: str | None
+    allowed: frozenset[str]
+    req: object = None
+    prepared: Prepared | Reject | None = None
+    error: BaseException | None = None
+    silent: bool = False  # a reply frame on the agent socket: answered by nothing
 REFUSED_KEYS_LOGGED = 1000  # unknown keys remembered so that each is logged once
 
 
@@ -182,6 +220,18 @@ class Daemon:
         self.replies_dropped = 0  # replies to peers that had gone, since start
         self._dropped_logged = 0  # of which the log has reported
         self._dropped_log_s = -math.inf  # monotonic time of the last such log line
+        # requests of one peer waiting behind one of its being decoded off the loop,
+        # by (socket name, routing identity)
+        self._deferred: dict[tuple[str, bytes], deque[tuple[list[bytes], str | None]]] = {}
+        self._offload_q: queue.Queue[Decoded | None] = queue.Queue()
+        self._offload_bytes = 0  # of the requests handed to the decoding worker, not yet back
+        self._decoded_q: queue.Queue[Decoded] = queue.Queue()
+        self.replies = ReplyQueues(config.max_peer_queued_bytes)
+        self.conns: dict[str, Connections] = {}  # by socket name, once bound
+        self.counts = {"replies_dropped": 0, "replies_refused_queued": 0, "requests_deferred": 0,
+                       "requests_refused_deferred": 0, "requests_offloaded": 0,
+                       "requests_refused_offload": 0}
+        self.fd_limit = (0, 0)
         self.ctx = zmq.Context()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -239,8 +289,15 @@ class Daemon:
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.MAXMSGSIZE, cap)
             s.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            s.setsockopt(zmq.SNDHWM, 100_000)
-            s.setsockopt(zmq.RCVHWM, 100_000)
+            s.setsockopt(zmq.SNDHWM, SNDHWM)
+            # inbound messages are taken off the socket every loop turn (and big ones
+            # queue for the decoding worker at most OFFLOAD_QUEUE_MESSAGES deep)
+            s.setsockopt(zmq.RCVHWM, SNDHWM)
+            s.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_IVL_MS)
+            s.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+            s.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        # big replies go zero-copy so that a tracker says when they left (ReplyQueues)
+        jobs.copy_threshold = TRACK_BYTES
         if self.keys is None:
             # a reconnecting agent with the same routing id takes over its old pipe
             agents.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -255,10 +312,29 @@ class Daemon:
         agents.bind(cfg.agent_endpoint)
         self.job_endpoint = jobs.getsockopt_string(zmq.LAST_ENDPOINT)
         self.agent_endpoint = agents.getsockopt_string(zmq.LAST_ENDPOINT)
+        agent_cap = self.agent_connections()
+        self.fd_limit = raise_fd_limit(cfg.max_connections + agent_cap + FD_SPARE + open_fds())
+        room = self.fd_limit[0] - agent_cap - FD_SPARE - open_fds()
+        job_cap = cfg.max_connections
+        if room < job_cap:
+            # said at start, and status shows the cap in force
+            log.warning(kv("fd_limit_low", soft=self.fd_limit[0], hard=self.fd_limit[1],
+                           max_connections=cfg.max_connections, cap=max(room, 1),
+                           agent_connections=agent_cap))
+            job_cap = max(room, 1)
+        now_s = time.monotonic()
+        self.conns = {"jobs": Connections(jobs, "jobs", job_cap, cfg.idle_timeout_s, self.logs),
+                      "agents": Connections(agents, "agents", agent_cap, cfg.idle_timeout_s, self.logs)}
+        self._conn_seen_s = now_s
         wake = self.ctx.socket(zmq.PULL)
         wake.setsockopt(zmq.LINGER, 0)
         wake.bind(self._wake_addr)
         return jobs, agents, wake
+
+    def agent_connections(self) -> int:
+        """The agent socket's connection cap: two per host (a reconnecting agent's old
+        connection may linger a moment) and 64 more."""
+        return 2 * len(self.config.cluster) + 64
 
     def _start_auth(self) -> None:
         """The ZAP handler of this context: each socket's domain lets in its own keys only."""
@@ -275,14 +351,17 @@ class Daemon:
             self._auth.stop()
             self._auth = None
 
-    def _recv(self, sock: zmq.Socket, names: dict[str, str] | None) -> tuple[list[bytes], str | None]:
+    def _recv(self, sock: zmq.Socket, names: dict[str, str] | None,
+              conns: Connections | None = None) -> tuple[list[bytes], str | None]:
         """One message's frames and the name of the key it came with (None: no keys,
-        or a key not among ``names``). Raises zmq.Again when none is waiting."""
-        if names is None:
-            return sock.recv_multipart(zmq.NOBLOCK), None
+        or a key not among ``names``); the connection it came on is marked as heard
+        from. Raises zmq.Again when none is waiting."""
         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        if conns is not None:
+            conns.seen(frames[-1].get(zmq.SRCFD), self._conn_seen_s)
         # the ZAP handler set the connection's user id to the peer's Z85 public key
-        return [f.bytes for f in frames], names.get(frames[-1].get("User-Id"))
+        peer = names.get(frames[-1].get("User-Id")) if names is not None else None
+        return [f.bytes for f in frames], peer
 
     def serve(self) -> None:
         """Run the loop in the calling thread until :meth:`stop`."""
@@ -300,6 +379,7 @@ class Daemon:
                              name="jitsched-planner", daemon=True),
             threading.Thread(target=self._plan_worker, args=(self._inc_q, False),
                              name="jitsched-planner-inc", daemon=True),
+            threading.Thread(target=self._decode_worker, name="jitsched-decoder", daemon=True),
         ]
         for w in self._workers:
             w.start()
@@ -315,35 +395,46 @@ class Daemon:
         poller.register(jobs, zmq.POLLIN)
         poller.register(agents, zmq.POLLIN)
         poller.register(wake, zmq.POLLIN)
+        monitors = {c.monitor: c for c in self.conns.values()}
+        for m in monitors:
+            poller.register(m, zmq.POLLIN)
         next_house = 0.0
         client_names = self.keys.clients if self.keys is not None else None
         host_names = self.keys.hosts if self.keys is not None else None
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(timeout=20))
+                self._conn_seen_s = time.monotonic()
+                for m, c in monitors.items():
+                    if m in events:
+                        c.events(self._conn_seen_s)
                 if wake in events:
                     self._drain_results(wake)
+                    self._drain_decoded({"jobs": jobs, "agents": agents})
                 # bounded batches keep one busy socket from starving the other
                 if jobs in events:
+                    jc = self.conns["jobs"]
                     for _ in range(256):
                         try:
-                            frames, peer = self._recv(jobs, client_names)
+                            frames, peer = self._recv(jobs, client_names, jc)
                         except zmq.Again:
                             break
-                        self._serve_one(jobs, frames, JOB_TYPES, peer)
+                        self._serve_one(jobs, frames, JOB_TYPES, peer, "jobs")
                 if agents in events:
+                    ac = self.conns["agents"]
                     for _ in range(1024):
                         try:
-                            frames, peer = self._recv(agents, host_names)
+                            frames, peer = self._recv(agents, host_names, ac)
                         except zmq.Again:
                             break
-                        self._serve_one(agents, frames, AGENT_TYPES, peer)
+                        self._serve_one(agents, frames, AGENT_TYPES, peer, "agents")
                 now = self.now()
                 if now >= next_house:
                     next_house = now + 0.05
                     down = self.state.check_agents(now)
                     for h in down:
                         log.warning(kv("agent_down", host=h))
+                    self._housekeeping(now)
                     self.metrics.update(self.state)
                     self.logs.flush()
                 self._maybe_plan(now)
@@ -351,8 +442,11 @@ class Daemon:
         finally:
             self._full_q.put(None)
             self._inc_q.put(None)
+            self._offload_q.put(None)
             for w in self._workers:
                 w.join(5.0)
+            for c in self.conns.values():
+                c.close()
             for s in (jobs, agents, wake):
                 s.close(0)
             self._stop_auth()
@@ -367,17 +461,137 @@ class Daemon:
     # ------------------------------------------------------------------ requests
 
     def _serve_one(self, sock: zmq.Socket, frames: list[bytes], allowed: frozenset[str],
-                   peer: str | None = None) -> None:
+                   peer: str | None = None, name: str = "jobs") -> None:
         if len(frames) < 2:
             return
         identity, data = frames[0], frames[-1]
-        if sock is not None and allowed is AGENT_TYPES and is_reply(data):
+        if sock is not None and allowed is AGENT_TYPES and len(data) < self.config.offload_bytes \
+                and is_reply(data):
             return  # agents may answer pushed schedules; acks arrive as requests
-        reply = self.handle(identity, data, allowed, peer)
+        key = (name, identity)
+        waiting = self._deferred.get(key)
+        if waiting is not None:
+            # an earlier request of this peer is being decoded: its reply goes first
+            if len(waiting) >= MAX_DEFERRED:
+                self.counts["requests_refused_deferred"] += 1
+                self._send_reply(sock, identity, encode_error(
+                    peek_id(data), ErrorCode.OVERLOADED,
+                    f"{MAX_DEFERRED} requests of yours already wait behind a big one; resend later"))
+            else:
+                self.counts["requests_deferred"] += 1
+                waiting.append((frames, peer))
+            return
+        if len(data) > self.config.offload_bytes:
+            self._offload(sock, key, data, allowed, peer)
+            return
+        self._send_reply(sock, identity, self.handle(identity, data, allowed, peer))
+
+    def _offload(self, sock: zmq.Socket, key: tuple[str, bytes], data: bytes, allowed: frozenset[str],
+                 peer: str | None) -> None:
+        """Hand a big request to the decoding worker; the peer's later ones wait for it."""
+        cap = OFFLOAD_QUEUE_MESSAGES * self.config.max_message_bytes
+        if self._offload_bytes + len(data) > cap:
+            self.counts["requests_refused_offload"] += 1
+            self.logs.log(logging.WARNING, "request_refused", reason="decoding queue full",
+                          bytes=len(data), queued=self._offload_bytes)
+            self._send_reply(sock, key[1], encode_error(
+                peek_id(data), ErrorCode.OVERLOADED,
+                f"{self._offload_bytes} bytes of big requests are being decoded; resend later"))
+            return
+        self.counts["requests_offloaded"] += 1
+        self._offload_bytes += len(data)
+        self._deferred[key] = deque()
+        self._offload_q.put(Decoded(key, data, peer, allowed))
+
+    def _decode_worker(self) -> None:
+        """Decode big requests, and check and parse big job submissions, off the loop.
+
+        Runs beside the loop under the GIL: the chunked msgpack decoder and the
+        pure-Python parsing yield it every few milliseconds (one ``unpackb`` of a
+        7.8 MB job held it 0.44 s), so the loop keeps answering meanwhile.
+        """
+        wake = self.ctx.socket(zmq.PUSH)
+        wake.setsockopt(zmq.LINGER, 0)
+        wake.connect(self._wake_addr)
         try:
-            sock.send_multipart([identity, reply], zmq.NOBLOCK)
+            while True:
+                job = self._offload_q.get()
+                if job is None:
+                    return
+                try:
+                    if job.allowed is AGENT_TYPES and is_reply(job.data, chunked=True):
+                        job.silent = True
+                        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a reply")
+                    job.req = req = decode_request(job.data, max_bytes=self.config.max_message_bytes,
+                                                   allowed=job.allowed, chunked=True)
+                    if req.type == MsgType.SUBMIT_JOB:
+                        job.prepared = self.state.job_registry.prepare(req.body)
+                except Exception as exc:  # noqa: BLE001 - answered by handle() on the loop
+                    job.error = exc
+                self._decoded_q.put(job)
+                try:
+                    wake.send(b"", zmq.NOBLOCK)
+                except zmq.ContextTerminated:
+                    return
+        finally:
+            wake.close(0)
+
+    def _drain_decoded(self, socks: dict[str, zmq.Socket]) -> None:
+        """Answer the requests the worker decoded, then the ones their peers sent meanwhile."""
+        while True:
+            try:
+                job = self._decoded_q.get_nowait()
+            except queue.Empty:
+                return
+            self._offload_bytes -= len(job.data)
+            name, identity = job.key
+            sock = socks[name]
+            if not job.silent:  # agents may answer pushed schedules; acks arrive as requests
+                self._send_reply(sock, identity, self.handle(identity, job.data, job.allowed, job.peer, job))
+            waiting = self._deferred.pop(job.key, deque())
+            while waiting:
+                frames, peer = waiting.popleft()
+                self._serve_one(sock, frames, job.allowed, peer, name)
+                if job.key in self._deferred:  # another big one went to the worker: the rest wait
+                    self._deferred[job.key].extend(waiting)
+                    break
+
+    def _send_reply(self, sock: zmq.Socket, identity: bytes, reply: bytes) -> None:
+        try:
+            if sock is None or not hasattr(sock, "copy_threshold") or sock.copy_threshold != TRACK_BYTES:
+                sock.send_multipart([identity, reply], zmq.NOBLOCK)
+            elif not self.replies.send(sock, identity, reply):
+                # this peer leaves big replies unread: a short error instead, counted
+                self.counts["replies_refused_queued"] = self.replies.refused
+                self.logs.log(logging.WARNING, "reply_refused", reason="peer_queue_full",
+                              bytes=len(reply), queued=self.replies.pending(identity),
+                              cap=self.replies.cap, total=self.replies.refused)
+                sock.send_multipart([identity, encode_error(
+                    peek_id(reply), ErrorCode.OVERLOADED,
+                    f"{self.replies.pending(identity)} bytes of replies to you are unread, over the "
+                    f"limit of {self.replies.cap} ([limits] max_peer_queued_bytes)")], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue full
             self._reply_dropped(exc.strerror)
+
+    def _housekeeping(self, now: float) -> None:
+        """Every 50 ms: prune ended jobs, close idle connections, count for status."""
+        pruned = self.state.prune(now)
+        if pruned:
+            self.logs.log(logging.INFO, "jobs_pruned", count=pruned, total=self.state.job_registry.pruned)
+        for c in self.conns.values():
+            c.expire(self._conn_seen_s)
+        self.replies.sweep()
+        self.counts["replies_dropped"] = self.replies_dropped
+        self.counts["replies_refused_queued"] = self.replies.refused
+        loop = dict(self.counts)
+        for name, c in self.conns.items():
+            loop[f"{name}_connections"] = len(c.open)
+            loop[f"{name}_connections_cap"] = c.cap
+            loop[f"{name}_connections_refused"] = c.refused
+            loop[f"{name}_connections_idle_closed"] = c.idle_closed
+            loop[f"{name}_accept_failed"] = c.accept_failed
+        loop["fd_limit"] = self.fd_limit[0]
+        self.state.loop = loop
 
     def _reply_dropped(self, error: str) -> None:
         # A client that submits and leaves without waiting drops every later
@@ -390,22 +604,29 @@ class Daemon:
             self._dropped_logged = self.replies_dropped
             self._dropped_log_s = now
 
-    def handle(self, identity: bytes, data: bytes, allowed: frozenset[str], peer: str | None = None) -> bytes:
+    def handle(self, identity: bytes, data: bytes, allowed: frozenset[str], peer: str | None = None,
+               decoded: Decoded | None = None) -> bytes:
         """Decode one request, dispatch it, and return the encoded reply (never raises).
 
         ``peer``: the host or client name of the key the request came with; with
-        keys, a request without one is refused (``forbidden``).
+        keys, a request without one is refused (``forbidden``). ``decoded``: the
+        request as the decoding worker left it (a big one), not decoded again.
         """
         t0 = time.perf_counter()
         rid = 0
         type_ = "?"
         try:
-            req = decode_request(data, max_bytes=self.config.max_message_bytes, allowed=allowed)
+            if decoded is not None and decoded.error is not None:
+                raise decoded.error
+            req = decoded.req if decoded is not None else decode_request(
+                data, max_bytes=self.config.max_message_bytes, allowed=allowed)
             rid, type_ = req.id, req.type
             method, with_identity, with_peer = DISPATCH[req.type]
             if self.keys is not None and peer is None:
                 # ZAP lets in known keys only: this is a key the tables lost, never a guest
                 result = Reject(ErrorCode.FORBIDDEN, "the request's key is not known to the daemon")
+            elif decoded is not None and decoded.prepared is not None:
+                result = self.state.submit_prepared(decoded.prepared, req.body, self.now(), peer=peer)
             else:
                 fn = getattr(self.state, method)
                 now = self.now()

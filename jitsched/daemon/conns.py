@@ -1,0 +1,267 @@
+"""The socket loop's bounds on peers: connections per socket, idle connections, unread reply bytes.
+
+ZeroMQ hides connections behind a ROUTER socket: there is no call to list
+or close one. Two facilities of libzmq 4.3 expose them enough:
+
+* the socket monitor (``zmq_socket_monitor``) reports each accepted TCP
+  connection with its file descriptor (``EVENT_ACCEPTED``), each closed
+  one (``EVENT_DISCONNECTED``) and each failed ``accept`` with its errno
+  (``EVENT_ACCEPT_FAILED``: EMFILE when the process is out of descriptors);
+* every received message carries the descriptor it came on
+  (``zmq_msg_get(ZMQ_SRCFD)``), which dates each connection's last message.
+
+A connection is closed by ``shutdown(2)`` of a duplicate of its descriptor:
+libzmq sees the end of the stream and closes it as if the peer had left
+(a zmq client reconnects by itself). Before that, the duplicate's peer
+address is compared with the one seen at accept, so a descriptor number
+libzmq has since reused for another connection is left alone.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+from collections import deque
+from dataclasses import dataclass
+
+import zmq
+import zmq.utils.monitor
+
+from jitsched.daemon.logs import LogLimiter
+
+# Replies of at least this many bytes are sent zero-copy and tracked until libzmq has
+# written them to the kernel: their bytes count against the peer's cap. Smaller ones
+# (acks, errors: ~50 bytes) are bounded by the socket's SNDHWM in messages instead.
+TRACK_BYTES = 4096
+
+MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED
+
+
+@dataclass
+class Conn:
+    """One accepted TCP connection: its peer address and when it last sent (monotonic s)."""
+
+    peer: tuple
+    last_s: float
+    closing: bool = False
+
+
+def _dup(fd: int) -> socket.socket | None:
+    # a socket object over a duplicate of ``fd``; its family is read from the descriptor
+    try:
+        return socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return None
+
+
+def _peer_of(fd: int) -> tuple | None:
+    """The TCP peer address of descriptor ``fd``, None if it is no connected TCP socket
+    (ipc peers are local and not tracked)."""
+    s = _dup(fd)
+    if s is None:
+        return None
+    try:
+        peer = s.getpeername()
+        return peer if isinstance(peer, tuple) else None
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def _shutdown(fd: int, peer: tuple) -> bool:
+    """End the TCP connection on ``fd`` if it still is the one with ``peer``; whether it was."""
+    s = _dup(fd)
+    if s is None:
+        return False
+    try:
+        if s.getpeername() != peer:
+            return False
+        s.shutdown(socket.SHUT_RDWR)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()  # the duplicate only: libzmq closes its own descriptor
+
+
+class Connections:
+    """The TCP connections of one ROUTER socket: at most ``cap`` at once, none idle for
+    more than ``idle_s`` seconds.
+
+    Parameters
+    ----------
+    sock : zmq.Socket
+        A bound ROUTER socket (TCP endpoints; ipc/inproc peers are not tracked).
+    name : str
+        ``jobs`` or ``agents``, for log lines.
+    cap : int
+        Connections beyond this many are closed as they are accepted.
+    idle_s : float
+        A connection with no message for this long is closed.
+    logs : LogLimiter
+        Rate-limited warnings (refused, idle-closed, accept failures).
+    """
+
+    def __init__(self, sock: zmq.Socket, name: str, cap: int, idle_s: float, logs: LogLimiter) -> None:
+        self.name, self.cap, self.idle_s, self.logs = name, cap, idle_s, logs
+        self.monitor = sock.get_monitor_socket(MONITOR_EVENTS)
+        # a burst of connects must not lose events (the table would drift): no HWM here
+        self.monitor.setsockopt(zmq.RCVHWM, 0)
+        self.sock = sock
+        self.open: dict[int, Conn] = {}
+        self.refused = 0  # connections closed at accept, over the cap
+        self.idle_closed = 0  # connections closed for silence
+        self.accept_failed = 0  # accept(2) failures libzmq reported (EMFILE: out of descriptors)
+
+    def close(self) -> None:
+        """Stop monitoring (before the socket closes)."""
+        try:
+            self.sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self.monitor.close(0)
+
+    def events(self, now_s: float) -> None:
+        """Take every queued monitor event, then close new connections beyond the cap."""
+        new: deque[int] = deque()
+        while True:
+            try:
+                frames = self.monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            ev = zmq.utils.monitor.parse_monitor_message(frames)
+            event, value = ev["event"], int(ev["value"])
+            if event == zmq.EVENT_ACCEPTED:
+                peer = _peer_of(value)
+                if peer is not None:
+                    self.open[value] = Conn(peer, now_s)
+                    new.append(value)
+            elif event == zmq.EVENT_DISCONNECTED:
+                self.open.pop(value, None)
+            elif event == zmq.EVENT_ACCEPT_FAILED:
+                self.accept_failed += 1
+                self.logs.log(logging.WARNING, "accept_failed", socket=self.name,
+                              error=errno.errorcode.get(value, str(value)), count=self.accept_failed)
+        over = len(self.open) - self.cap
+        while over > 0 and new:
+            # the newest go: the peers already served keep their connections
+            fd = new.pop()
+            conn = self.open.get(fd)
+            if conn is None or conn.closing:
+                continue
+            over -= 1
+            conn.closing = True
+            if _shutdown(fd, conn.peer):
+                self.refused += 1
+                self.logs.log(logging.WARNING, "connection_refused", socket=self.name,
+                              peer=f"{conn.peer[0]}:{conn.peer[1]}", open=len(self.open), cap=self.cap,
+                              total=self.refused)
+            else:
+                self.open.pop(fd, None)
+
+    def seen(self, fd: int, now_s: float) -> None:
+        """A message came on descriptor ``fd``."""
+        conn = self.open.get(fd)
+        if conn is not None:
+            conn.last_s = now_s
+
+    def expire(self, now_s: float) -> int:
+        """Close the connections silent for ``idle_s``; returns how many."""
+        n = 0
+        limit = now_s - self.idle_s
+        for fd, conn in list(self.open.items()):
+            if conn.last_s <= limit and not conn.closing:
+                conn.closing = True
+                if _shutdown(fd, conn.peer):
+                    n += 1
+                else:
+                    self.open.pop(fd, None)
+        if n:
+            self.idle_closed += n
+            self.logs.log(logging.INFO, "connections_idle_closed", socket=self.name, count=n,
+                          idle_s=float(self.idle_s), total=self.idle_closed)
+        return n
+
+
+class ReplyQueues:
+    """Bytes of big replies each peer has not yet taken off the daemon, capped per peer.
+
+    A reply of at least ``TRACK_BYTES`` is sent zero-copy with a tracker that
+    says when libzmq has handed the bytes to the kernel; until then they
+    count against the peer (its routing identity). A reply that would take a
+    peer past ``cap`` bytes is not sent (the caller answers ``overloaded``).
+
+    Parameters
+    ----------
+    cap : int
+        Bytes per peer.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.queued: dict[bytes, deque[tuple[zmq.MessageTracker, int]]] = {}
+        self.refused = 0  # replies not sent for the cap
+
+    def pending(self, identity: bytes) -> int:
+        """Bytes of tracked replies to ``identity`` still inside libzmq."""
+        q = self.queued.get(identity)
+        if q is None:
+            return 0
+        while q and q[0][0].done:
+            q.popleft()
+        if not q:
+            del self.queued[identity]
+            return 0
+        return sum(n for _, n in q)
+
+    def send(self, sock: zmq.Socket, identity: bytes, reply: bytes) -> bool:
+        """Send ``reply`` to ``identity`` unless that passes the cap; whether it was sent.
+
+        Raises
+        ------
+        zmq.ZMQError
+            The peer is gone or its queue full (ROUTER_MANDATORY).
+        """
+        if len(reply) < TRACK_BYTES:
+            sock.send_multipart([identity, reply], zmq.NOBLOCK)
+            return True
+        if self.pending(identity) + len(reply) > self.cap:
+            self.refused += 1
+            return False
+        tracker = sock.send_multipart([identity, reply], zmq.NOBLOCK, copy=False, track=True)
+        self.queued.setdefault(identity, deque()).append((tracker, len(reply)))
+        return True
+
+    def sweep(self) -> int:
+        """Forget delivered replies of every peer; returns the bytes still queued."""
+        return sum(self.pending(i) for i in list(self.queued))
+
+
+def raise_fd_limit(need: int) -> tuple[int, int]:
+    """Raise this process's soft descriptor limit toward its hard limit, up to what ``need``
+    asks plus room; returns (soft, hard) after."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft, hard
+
+
+def open_fds() -> int:
+    """Descriptors this process holds (Linux /proc; 0 where unknown)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+__all__ = ["TRACK_BYTES", "Conn", "Connections", "ReplyQueues", "open_fds", "raise_fd_limit"]

@@ -1,0 +1,201 @@
+"""Tests of the socket loop's bounds: big requests decoded off the loop, connection cap,
+idle timeout and the cap on unread reply bytes per peer (real sockets on loopback)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+import msgpack
+import pytest
+import zmq
+
+from jitsched.agents.agent import Agent
+from jitsched.client import Client
+from jitsched.daemon import Daemon
+from jitsched.daemon.server import wait_until
+from jitsched.protocol import ErrorCode, MsgType, decode_reply, encode_request, unpack_chunked
+from tests.test_daemon import config
+from tests.test_daemon_limits import tiny_job
+
+
+@contextlib.contextmanager
+def daemon(**kw):
+    d = Daemon(config(policy="jit", **kw))
+    try:
+        d.start()
+        yield d
+    finally:
+        d.stop()
+
+
+def chain_job(n_nodes: int, job_id: str = "big") -> dict:
+    """A chain of computes and 1 kB transfers over h0..h3 (``n_nodes`` nodes)."""
+    k = n_nodes // 2
+    h = ("h0", "h1", "h2", "h3")
+    return {"id": job_id,
+            "computes": [{"id": f"c{i}", "host": h[i % 4], "duration_s": 0.001} for i in range(k)],
+            "transfers": [{"id": f"t{i}", "src": h[i % 4], "dst": h[(i + 1) % 4], "bytes": 1000.0}
+                          for i in range(k)],
+            "edges": [[f"t{i}", f"c{i}"] for i in range(k)] + [[f"c{i}", f"t{i + 1}"] for i in range(k - 1)]}
+
+
+def test_chunked_unpack_is_unpackb():
+    for obj in ({"v": 1, "body": {"job": chain_job(40)}}, {"a": [1, [2, [3, [4, [5]]]]]}, [], {}, 7, "x"):
+        data = msgpack.packb(obj, use_bin_type=True)
+        assert unpack_chunked(data) == msgpack.unpackb(data, raw=False)
+    for bad in (msgpack.packb({"a": 1}) + b"\x01", msgpack.packb({1: 2}), msgpack.packb({"a": [1, 2]})[:-1]):
+        with pytest.raises(Exception):  # noqa: B017 - whatever unpackb raises
+            msgpack.unpackb(bad, raw=False, strict_map_key=True)
+        with pytest.raises(Exception):  # noqa: B017
+            unpack_chunked(bad)
+
+
+def test_big_submit_is_decoded_off_the_loop_and_replies_keep_their_order():
+    # 30k nodes, 1.7 MB: ~0.8 s of decoding and checking on the worker; meanwhile another
+    # client's status is answered and the agents' heartbeats keep them up
+    job = chain_job(30_000)
+    data = encode_request(MsgType.SUBMIT_JOB, {"job": job}, 77)
+    with daemon(heartbeat_s=0.1, heartbeat_timeout_s=0.6) as d:
+        agents = [Agent(h, d.agent_endpoint, backend="record", local_namespace=f"c{id(d)}").start()
+                  for h in ("h0", "h1")]
+        try:
+            assert wait_until(lambda: all(a.registered.is_set() for a in agents), 5.0)
+            lat: list[float] = []
+            stop = threading.Event()
+
+            def poll() -> None:
+                with Client(d.job_endpoint, timeout_s=10.0) as c:
+                    while not stop.is_set():
+                        t0 = time.perf_counter()
+                        c.status(limit=5)
+                        lat.append(time.perf_counter() - t0)
+                        time.sleep(0.005)
+
+            t = threading.Thread(target=poll)
+            t.start()
+            ctx = zmq.Context.instance()
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(d.job_endpoint)
+            try:
+                t0 = time.perf_counter()
+                # the big submit, then a status of the same peer: the submit is answered first
+                s.send(data)
+                s.send(encode_request(MsgType.STATUS, {"limit": 5}, 78))
+                assert s.poll(30_000)
+                first = decode_reply(s.recv())
+                took = time.perf_counter() - t0
+                assert s.poll(10_000)
+                second = decode_reply(s.recv())
+            finally:
+                s.close(0)
+                stop.set()
+                t.join(10)
+            assert (first.id, first.ok, second.id, second.ok) == (77, True, 78, True), (first, second)
+            assert "big" in second.body["jobs"]
+            assert d.counts["requests_offloaded"] == 1 and d.counts["requests_deferred"] == 1
+            assert len(lat) >= 5, lat
+            assert took > 0.2  # it did take a while, and status was answered meanwhile
+            assert sorted(lat)[len(lat) // 2] < 0.1, lat
+            assert all(a.up for a in d.state.agents.values())
+            assert d.state.loop["requests_offloaded"] == 1 or wait_until(
+                lambda: d.state.loop.get("requests_offloaded") == 1, 1.0)
+        finally:
+            for a in agents:
+                a.stop()
+
+
+def test_big_request_refused_after_decoding_gets_its_error():
+    with daemon(max_job_nodes=1000) as d, Client(d.job_endpoint, timeout_s=10.0) as c:
+        with pytest.raises(Exception) as ei:
+            c.submit_job(chain_job(20_000))
+        assert ei.value.code == ErrorCode.INVALID_JOB and "max_job_nodes" in ei.value.message
+        assert d.counts["requests_offloaded"] == 1
+        assert c.status()["jobs"] == {}
+
+
+def _closed(s: socket.socket, timeout_s: float) -> bool:
+    # the daemon greets first (ZMTP): read past its greeting to the end of the stream
+    s.settimeout(timeout_s)
+    try:
+        while s.recv(256):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_connections_beyond_the_cap_are_closed_and_counted():
+    with daemon(max_connections=4) as d:
+        host, port = d.job_endpoint.rsplit("/", 1)[1].rsplit(":", 1)
+        socks = [socket.create_connection((host, int(port))) for _ in range(7)]
+        try:
+            assert wait_until(lambda: d.conns["jobs"].refused == 3, 5.0), d.conns["jobs"].refused
+            closed = [_closed(s, 0.5) for s in socks]
+            assert sorted(closed) == [False] * 4 + [True] * 3  # those accepted last go
+            assert len(d.conns["jobs"].open) == 4
+        finally:
+            for s in socks:
+                s.close()
+        # once they are gone, clients are served again
+        assert wait_until(lambda: not d.conns["jobs"].open, 5.0)
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            st = c.status()
+        assert st["loop"]["jobs_connections_refused"] == 3 and st["loop"]["jobs_connections_cap"] == 4, st["loop"]
+
+
+def test_idle_connections_are_closed_and_clients_reconnect():
+    with daemon(idle_timeout_s=0.5) as d, Client(d.job_endpoint, timeout_s=5.0) as c:
+        c.status()
+        assert wait_until(lambda: d.conns["jobs"].idle_closed >= 1, 5.0)
+        assert wait_until(lambda: not d.conns["jobs"].open, 2.0)
+        # the zmq client reconnected by itself and is served
+        assert c.submit_job(tiny_job("after")) == "after"
+        assert c.status()["loop"]["jobs_connections_idle_closed"] >= 1
+
+
+def test_unread_replies_are_capped_per_peer():
+    # status pages of ~220 kB; a peer asks for 150 and reads none: the daemon keeps at
+    # most max_peer_queued_bytes of them (beyond what the kernel buffers took), and
+    # answers the rest with a short overloaded error each
+    cap = 8 * 1024 * 1024
+    with daemon(max_peer_queued_bytes=cap) as d:
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            for k in range(1000):
+                c.submit_job(tiny_job(f"{k:04d}-" + "x" * 100))
+            page = len(encode_request(MsgType.STATUS, {})) and None  # noqa: F841
+        ctx = zmq.Context.instance()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 1)
+        s.setsockopt(zmq.RCVBUF, 4096)
+        s.connect(d.job_endpoint)
+        try:
+            n = 150
+            for i in range(n):
+                s.send(encode_request(MsgType.STATUS, {}, 1000 + i))
+            assert wait_until(lambda: d.replies.refused > 0, 20.0)
+            queued = max((d.replies.pending(i) for i in list(d.replies.queued)), default=0)
+            assert queued <= cap
+            got = {}
+            end = time.monotonic() + 30
+            while len(got) < n and time.monotonic() < end:
+                if s.poll(1000):
+                    r = decode_reply(s.recv())
+                    got[r.id] = r
+            assert sorted(got) == list(range(1000, 1000 + n))  # each answered once
+            refused = [r for r in got.values() if not r.ok]
+            assert refused and all(r.code == ErrorCode.OVERLOADED and "max_peer_queued_bytes" in r.message
+                                   for r in refused)
+            assert len(refused) == d.replies.refused
+            ok = [r for r in got.values() if r.ok]
+            assert len(ok) >= 8_000_000 // 250_000  # the cap's worth at least were sent
+        finally:
+            s.close(0)
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            assert c.status(limit=1)["loop"]["replies_refused_queued"] == len(refused)
