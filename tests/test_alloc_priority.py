@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jitsched import alloc
+from jitsched import alloc, priority
 from jitsched.errors import ValidationError
 
 # few distinct values, so that keys, needs and bytes tie often (the order's tie-breaks)
@@ -69,7 +69,7 @@ def cases(draw):
 
 
 def kernel(c, nodes_of):
-    return alloc.GroupPriority(c["size"], c["need"], c["group"], c["pair_left"], *nodes_of, c["bg_bytes"],
+    return priority.GroupPriority(c["size"], c["need"], c["group"], c["pair_left"], *nodes_of, c["bg_bytes"],
                                c["egress"], bg_ref_s=c["bg_ref_s"], bg_weight=c["bg_weight"],
                                crumb_rtol=c["crumb_rtol"], n_jobs=c["n_jobs"])
 
@@ -82,7 +82,7 @@ def flows_of(c):
 @given(cases())
 def test_group_priority_matches_reference(case):
     c, nodes_of = case
-    want = alloc.group_priority_reference(**c)
+    want = priority.group_priority_reference(**c)
     k = kernel(c, nodes_of)
     for in_range in (False, True):
         np.testing.assert_array_equal(k.rates(*flows_of(c), in_range=in_range), want)
@@ -104,7 +104,7 @@ def test_group_priority_reused_over_calls(case, data):
                                                         max_size=len(c["pair_left"]))))
         c["need"][:] = np.roll(c["need"], 1)
         np.testing.assert_array_equal(k.rates(*flows_of(sub), in_range=True),
-                                      alloc.group_priority_reference(**sub))
+                                      priority.group_priority_reference(**sub))
 
 
 def test_group_priority_by_hand():
@@ -121,7 +121,7 @@ def test_group_priority_by_hand():
     dst = np.array([-1, 1, 1, 2, 3])
     group = np.array([0, 1, 1, 2, 3])
     pair_left = np.array([0.0, 5.0, 3.0, 1.0])
-    k = alloc.GroupPriority(size, need, group, pair_left, job, src, dst, np.array([100.0]), np.full(4, 10.0),
+    k = priority.GroupPriority(size, need, group, pair_left, job, src, dst, np.array([100.0]), np.full(4, 10.0),
                             bg_ref_s=8.0, bg_weight=0.7, crumb_rtol=1e-6, n_jobs=2)
     cap_e, cap_i = np.array([10.0, 10.0, 10.0, 10.0]), np.array([10.0, 10.0, 4.0, 0.5])
     rate = k.rates([0, 0, 0, 0, 1], [1, 1, 2, 3, 2], [1, 2, 3, 4, -1], [0, 0, 1, 0, -1], [-1, -1, -1, -1, 0],
@@ -136,13 +136,13 @@ def test_group_priority_bad_input():
     ok = dict(bg_ref_s=8.0, bg_weight=1.0, crumb_rtol=1e-6, n_jobs=1)
     egress, bgb = np.ones(2), np.zeros(0)
     with pytest.raises(ValidationError, match="share job"):  # nodes 1 and 2 differ in hosts
-        alloc.GroupPriority(size, need, np.array([0, 1, 1]), np.zeros(2), job, src, dst, bgb, egress, **ok)
+        priority.GroupPriority(size, need, np.array([0, 1, 1]), np.zeros(2), job, src, dst, bgb, egress, **ok)
     with pytest.raises(ValidationError, match="out of range"):
-        alloc.GroupPriority(size, need, np.array([0, 0, 2]), np.zeros(2), job, src, dst, bgb, egress, **ok)
+        priority.GroupPriority(size, need, np.array([0, 0, 2]), np.zeros(2), job, src, dst, bgb, egress, **ok)
     with pytest.raises(ValidationError, match="reference"):  # a copy would miss the owner's updates
-        alloc.GroupPriority(size, [0.0, 0.0, 0.0], np.array([0, 0, 1]), np.zeros(2), job, src, dst, bgb,
+        priority.GroupPriority(size, [0.0, 0.0, 0.0], np.array([0, 0, 1]), np.zeros(2), job, src, dst, bgb,
                             egress, **ok)
-    k = alloc.GroupPriority(size, need, np.array([0, 0, 1]), np.zeros(2), job, src, dst, bgb, egress, **ok)
+    k = priority.GroupPriority(size, need, np.array([0, 0, 1]), np.zeros(2), job, src, dst, bgb, egress, **ok)
     args = ([0], [1], [0], [0], [-1], [1.0], [1.0, 1.0], [1.0, 1.0])
     assert k.rates(*args)[0] == 1.0
     for i, bad in ((1, [0]), (2, [3]), (3, [1])):  # another dst than its node's, no such node, another job
@@ -152,7 +152,7 @@ def test_group_priority_bad_input():
             k.rates(*a)
     with pytest.raises(ValidationError, match="background"):  # background index -1
         k.rates([0], [1], [-1], [-1], [-1], [1.0], [1.0, 1.0], [1.0, 1.0])
-    k = alloc.GroupPriority(size, need, np.array([0, 0, 1]), np.zeros(2), job, src, dst, np.ones(1), egress,
+    k = priority.GroupPriority(size, need, np.array([0, 0, 1]), np.zeros(2), job, src, dst, np.ones(1), egress,
                             **ok)
     with pytest.raises(ValidationError, match="background"):  # beyond bg_bytes
         k.rates([0], [1], [-1], [-1], [1], [1.0], [1.0, 1.0], [1.0, 1.0])

@@ -1,5 +1,13 @@
 """The JIT policy: LAT + time-slotted LP plan for the first alpha of each job's transfers, fair leftover for the rest."""
 
+# One module although long (~780 lines): most of it is one class, JitPolicy,
+# whose hooks, re-plans and two leftovers read and write the same per-node
+# state (plan arrays, LATs, need order, bytes left per host pair) with the
+# invariants between them set in _clear/_replan/_sync_priority; split across
+# modules, that state's invariants would be spread too. The per-allocation
+# work is already apart, in kernels: jitsched.alloc.SlotPlan (fair leftover)
+# and jitsched.priority.GroupPriority (priority leftover, issue 17).
+
 from __future__ import annotations
 
 import math
@@ -8,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from jitsched.alloc import GroupPriority, SlotPlan, fit_fixed, fixed_then_maxmin
+from jitsched.alloc import SlotPlan, fit_fixed, fixed_then_maxmin
 from jitsched.errors import ValidationError
 from jitsched.model import TRANSFER
 from jitsched.planner import (
@@ -32,6 +40,7 @@ from jitsched.policies.base import (
     register_policy,
 )
 from jitsched.policies.common import sub_dag
+from jitsched.priority import GroupPriority
 
 # A planned transfer whose plan is over with more than this fraction of its
 # bytes left has drifted (float crumbs of an exactly-met plan do not count).
@@ -490,8 +499,8 @@ class JitPolicy(Policy):
     def _priority(self, view: SchedulerView) -> GroupPriority:
         """The kernel of the priority order (see :data:`LEFTOVERS`) on this DAG, cluster and background.
 
-        The order (:class:`jitsched.alloc.GroupPriority`, numpy in
-        :func:`jitsched.alloc.group_priority_reference`): a job's transfers
+        The order (:class:`jitsched.priority.GroupPriority`, numpy in
+        :func:`jitsched.priority.group_priority_reference`): a job's transfers
         rank by the bytes the job has not yet sent on the flow's host pair,
         then job, need and node. Smith's rule for slowdown: a background
         flow's key grows with its size as well as with what it has left, so
