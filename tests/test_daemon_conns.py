@@ -149,6 +149,24 @@ def test_connections_beyond_the_cap_are_closed_and_counted():
         assert st["loop"]["jobs_connections_refused"] == 3 and st["loop"]["jobs_connections_cap"] == 4, st["loop"]
 
 
+def test_connections_silent_longest_make_way_for_a_new_client():
+    with daemon(max_connections=4) as d:
+        host, port = d.job_endpoint.rsplit("/", 1)[1].rsplit(":", 1)
+        socks = [socket.create_connection((host, int(port))) for _ in range(4)]
+        try:
+            assert wait_until(lambda: len(d.conns["jobs"].open) == 4, 5.0)
+            time.sleep(1.2)  # EVICT_AFTER_S: these four never spoke
+            with Client(d.job_endpoint, timeout_s=5.0) as c:
+                c.status()  # served: a silent connection made way
+                assert d.conns["jobs"].evicted == 1 and d.conns["jobs"].refused == 0
+                # status counts as of the last housekeeping tick (50 ms)
+                assert wait_until(lambda: c.status()["loop"]["jobs_connections_evicted"] == 1, 2.0)
+            assert sum(_closed(s, 0.3) for s in socks) == d.conns["jobs"].evicted
+        finally:
+            for s in socks:
+                s.close()
+
+
 def test_idle_connections_are_closed_and_clients_reconnect():
     with daemon(idle_timeout_s=0.5) as d, Client(d.job_endpoint, timeout_s=5.0) as c:
         c.status()

@@ -207,6 +207,13 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
     if st.get("jobs_omitted"):
         print(f"  ({st['jobs_omitted']} older ended jobs not listed)")
+    if st.get("jobs_pruned"):
+        print(f"  ({st['jobs_pruned']} ended jobs pruned after their retention, "
+              f"{st.get('pages', 1)} status pages)")
+    loop = st.get("loop") or {}
+    refused = {k: v for k, v in loop.items() if v and ("refused" in k or "dropped" in k or "failed" in k)}
+    if refused:
+        print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
     return 0
 
 

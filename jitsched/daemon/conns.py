@@ -36,6 +36,11 @@ from jitsched.daemon.logs import LogLimiter
 # (acks, errors: ~50 bytes) are bounded by the socket's SNDHWM in messages instead.
 TRACK_BYTES = 4096
 
+# Over the cap, a connection silent for at least this long makes way for a new one
+# (the longest silent first); when none is, the new one is refused. Refusing only the
+# newest let 1,000 idle raw connections lock every new client out (measured).
+EVICT_AFTER_S = 1.0
+
 MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED
 
 
@@ -98,7 +103,8 @@ class Connections:
     name : str
         ``jobs`` or ``agents``, for log lines.
     cap : int
-        Connections beyond this many are closed as they are accepted.
+        At most this many at once: beyond, the connections silent longest (at
+        least ``EVICT_AFTER_S``) are closed to make room, else the newest.
     idle_s : float
         A connection with no message for this long is closed.
     logs : LogLimiter
@@ -113,6 +119,7 @@ class Connections:
         self.sock = sock
         self.open: dict[int, Conn] = {}
         self.refused = 0  # connections closed at accept, over the cap
+        self.evicted = 0  # silent connections closed to make room for new ones
         self.idle_closed = 0  # connections closed for silence
         self.accept_failed = 0  # accept(2) failures libzmq reported (EMFILE: out of descriptors)
 
@@ -146,8 +153,25 @@ class Connections:
                 self.logs.log(logging.WARNING, "accept_failed", socket=self.name,
                               error=errno.errorcode.get(value, str(value)), count=self.accept_failed)
         over = len(self.open) - self.cap
+        if over <= 0:
+            return
+        fresh = set(new)
+        silent = sorted((c.last_s, fd) for fd, c in self.open.items()
+                        if fd not in fresh and not c.closing and c.last_s <= now_s - EVICT_AFTER_S)
+        for _, fd in silent[:over]:
+            conn = self.open[fd]
+            conn.closing = True
+            if _shutdown(fd, conn.peer):
+                over -= 1
+                self.evicted += 1
+                self.logs.log(logging.WARNING, "connection_evicted", socket=self.name,
+                              peer=f"{conn.peer[0]}:{conn.peer[1]}", silent_s=now_s - conn.last_s,
+                              open=len(self.open), cap=self.cap, total=self.evicted)
+            else:
+                self.open.pop(fd, None)
+                over -= 1
         while over > 0 and new:
-            # the newest go: the peers already served keep their connections
+            # nothing silent enough to make way: the newest go
             fd = new.pop()
             conn = self.open.get(fd)
             if conn is None or conn.closing:

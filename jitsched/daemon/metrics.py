@@ -35,6 +35,11 @@ class Metrics:
             "1 while full re-solves run in a thread because the planner process failed", registry=r)
         self.request_s = Histogram("jitsched_request_seconds", "Handling time of accepted requests",
                                    buckets=(1e-5, 1e-4, 1e-3, 1e-2, 0.1), registry=r)
+        self.jobs_pruned = Gauge("jitsched_jobs_pruned", "Ended jobs forgotten after their retention",
+                                 registry=r)
+        # the socket loop's counts (status' loop): refused and closed connections, replies
+        # refused for a peer's unread bytes, requests decoded off the loop, ...
+        self.loop = Gauge("jitsched_loop", "Socket loop counts, by name (status.loop)", ["count"], registry=r)
         self._server = None
 
     def serve(self, port: int) -> int:
@@ -76,3 +81,6 @@ class Metrics:
         self.agents.labels("false").set(len(state.agents) - up)
         self.lat_misses.set(state.lat_misses)
         self.planner_fallback.set(1.0 if state.planner.startswith("thread (") else 0.0)
+        self.jobs_pruned.set(state.job_registry.pruned)
+        for name, value in state.loop.items():
+            self.loop.labels(name).set(value)

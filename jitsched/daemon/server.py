@@ -588,6 +588,7 @@ class Daemon:
             loop[f"{name}_connections"] = len(c.open)
             loop[f"{name}_connections_cap"] = c.cap
             loop[f"{name}_connections_refused"] = c.refused
+            loop[f"{name}_connections_evicted"] = c.evicted
             loop[f"{name}_connections_idle_closed"] = c.idle_closed
             loop[f"{name}_accept_failed"] = c.accept_failed
         loop["fd_limit"] = self.fd_limit[0]
