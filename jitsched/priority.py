@@ -119,8 +119,8 @@ class GroupPriority:
         ndarray, shape (F,)
             Bytes/s.
         """
-        # (the kernel takes from a copy of the free capacities: no numpy call here
-        # when in_range, a tenth of the call at 1000 jobs)
+        # (the kernel copies the free capacities, clamped at 0, into its scratch:
+        # no numpy call here when in_range)
         if not in_range:
             src, dst, free_e, free_i = _check_flows(src, dst, free_e, free_i)
             node, job, bg = (np.ascontiguousarray(a, dtype=np.int64) for a in (node, job, bg))
