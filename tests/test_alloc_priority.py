@@ -62,6 +62,8 @@ def cases(draw):
     caps = st.lists(st.one_of(st.sampled_from([0.0, 1.0, 3.0]), st.floats(0.0, 10.0)), min_size=h, max_size=h)
     egress = np.array(draw(st.lists(st.sampled_from([1.0, 2.0, 10.0]), min_size=h, max_size=h)))
     bg_weight = draw(st.sampled_from([0.7, 1.0, np.inf]))
+    if draw(st.booleans()):  # no sizes known (a view without background arrays): remaining stands in
+        bg_bytes = np.zeros(0)
     return dict(src=f_src, dst=f_dst, node=f_node, job=f_job, bg=f_bg, remaining=np.array(rem), size=size,
                 need=need, group=group, pair_left=pair_left, bg_bytes=bg_bytes, egress=egress, bg_ref_s=8.0,
                 bg_weight=bg_weight, crumb_rtol=1e-6, n_jobs=nj, free_e=np.array(draw(caps)),
