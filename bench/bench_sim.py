@@ -6,6 +6,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
@@ -25,21 +26,28 @@ GOAL_S = 60.0  # issue 4: paper scale in <= 60 s per policy, planning excluded
 
 def run(workload, policy: str, repeat: int, seed: int) -> tuple[dict, np.ndarray]:
     """Medians over ``repeat`` runs of one policy (JCTs compared across runs), and the last run's JCTs (s)."""
-    walls, plans, allocs, events, jcts = [], [], [], [], []
+    walls, cpus, plans, allocs, events, jcts = [], [], [], [], [], []
     for k in range(repeat):
+        cpu0 = time.process_time()
         res = simulate(workload, policy, seed=seed)
+        cpus.append(time.process_time() - cpu0)
         walls.append(res.wall_s)
         plans.append(res.lp_s)
         allocs.append(res.n_allocations)
         events.append(res.extra.get("events", 0))
         jcts.append(np.concatenate([res.jct_s, res.bg_jct_s]))
-        print(f"{policy} run {k + 1}/{repeat}: wall {res.wall_s:.1f} s", file=sys.stderr, flush=True)
+        print(f"{policy} run {k + 1}/{repeat}: wall {res.wall_s:.1f} s, CPU {cpus[-1]:.1f} s", file=sys.stderr,
+              flush=True)
     wall, plan = statistics.median(walls), statistics.median(plans)
     sim = statistics.median(w - p for w, p in zip(walls, plans, strict=True))
     n_alloc = int(statistics.median(allocs))
     return {
         "policy": policy,
         "wall_s": wall,
+        # CPU seconds of the whole simulate() call (DAG compile included): on a
+        # shared machine the wall time grows with the load, this much less (issue
+        # 17: 291 s wall for a jit run of 1000 jobs at load average 50 on 2 cores)
+        "cpu_s": statistics.median(cpus),
         "planning_s": plan,
         "sim_s": sim,
         "allocations": n_alloc,
@@ -118,7 +126,8 @@ def main(argv=None) -> int:
         row["policy"] = name
         rows.append(row)
         if not args.json:
-            print(f"{name:>10}: wall {row['wall_s']:8.2f} s  planning {row['planning_s']:7.2f} s  "
+            print(f"{name:>10}: wall {row['wall_s']:8.2f} s  CPU {row['cpu_s']:8.2f} s  "
+                  f"planning {row['planning_s']:7.2f} s  "
                   f"wall-planning {row['sim_s']:7.2f} s  allocations {row['allocations']:7d}  "
                   f"events {row['events']:7d}  {row['us_per_allocation']:7.1f} µs/allocation  "
                   f"mean JCT {row['mean_jct_s']:.4f} s  deterministic {row['deterministic']}", flush=True)
