@@ -26,9 +26,11 @@ class FlowSet:
 
     ``checked`` is the owner's promise that the arrays are contiguous (int64
     indices, float64 values), of one shape, with hosts within the view's
-    cluster and nodes within its DAG, and that the cluster's capacities are
-    finite: policies may then skip per-allocation passes that check it (the
-    simulator's own buffers are; a daemon's flows need not be).
+    cluster, nodes within its DAG (each transfer's ``job``, ``src`` and
+    ``dst`` its node's) and background indices within its background arrays,
+    and that the cluster's capacities are finite: policies may then skip
+    per-allocation passes that check it (the simulator's own buffers are; a
+    daemon's flows need not be).
     """
 
     src: np.ndarray
