@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jitsched.agents.agent import Agent, load_backend
+from jitsched.agents.agent import RTO_MAX_MS, TCP_RTO_MAX_MS, Agent, load_backend
 from jitsched.agents.backends.pacing import PacingBackend, get_pacing_rate, set_pacing_rate
 from jitsched.daemon.server import wait_until
 from jitsched.localreg import register_flow, unregister_flow
@@ -325,3 +325,54 @@ def test_agent_follows_a_restarted_daemon():
     finally:
         a.stop()
         fake.close()
+
+
+def _kernel_caps_rto() -> bool:
+    s = socket.socket()
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS, 1000)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("rto_max_ms", [RTO_MAX_MS, 2500, None])
+def test_registration_caps_the_retransmission_timeout_of_outbound_sockets_only(rto_max_ms):
+    """A held flow retries within rto_max_ms of its promotion: outbound sockets get the cap, inbound keep theirs."""
+    a = Agent("h7", "tcp://127.0.0.1:1", backend="record", local_namespace=f"rto{time.monotonic_ns()}",
+              rto_max_ms=rto_max_ms)
+    a.start()
+    srv = socket.create_server(("127.0.0.1", 0))
+    s = socket.create_connection(srv.getsockname())
+    conn, _ = srv.accept()
+    supported = _kernel_caps_rto()
+    try:
+        default = conn.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) if supported else None
+        assert register_flow(a.local_name, "j/out", s) is not None
+        assert register_flow(a.local_name, "j/in", conn, direction="in") is not None
+        assert wait_until(lambda: "j/out" in a.flows and "j/in" in a.in_flows, 2.0)
+        if not rto_max_ms:
+            assert (a.rto_capped, a.rto_cap_failed) == (0, 0)
+        elif supported:
+            assert s.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) == rto_max_ms
+            assert (a.rto_capped, a.rto_cap_failed) == (1, 0)
+        else:  # an older kernel: counted, the socket as it was
+            assert (a.rto_capped, a.rto_cap_failed) == (0, 1)
+        if supported:
+            assert default == 120_000  # the kernel's, untouched on the inbound socket
+            assert conn.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) == default
+            if not rto_max_ms:
+                assert s.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) == default
+    finally:
+        s.close()
+        conn.close()
+        srv.close()
+        a.stop()
+
+
+@pytest.mark.parametrize("bad", [999, 120_001])
+def test_rto_cap_outside_the_kernels_range_is_refused(bad):
+    with pytest.raises(ValueError, match="1000..120000"):
+        Agent("h7", "tcp://127.0.0.1:1", rto_max_ms=bad)

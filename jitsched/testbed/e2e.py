@@ -380,6 +380,7 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
             a.stop()  # removes the flow classes, puts the link shaper back
     late = np.sort(late_ms) if late_ms else None
     stats = {f"registered_{d}": sum(a.registrations[d] for a in agents) for d in ("out", "in")}
+    stats |= {"rto_capped": sum(a.rto_capped for a in agents), "rto_cap_failed": sum(a.rto_cap_failed for a in agents)}
     if late is not None:
         stats |= {"slot_changes": len(late), "apply_late_ms_p50": float(np.percentile(late, 50)),
                   "apply_late_ms_p95": float(np.percentile(late, 95)), "apply_late_ms_max": float(late[-1])}
