@@ -99,6 +99,10 @@ def cmd_daemon(args: argparse.Namespace) -> int:
              "<tmp>/jitsched-agents-<uid>)"),
     arg("--allow-uid", type=int, action="append", default=[], metavar="UID",
         help="a user besides root and the agent's own whose jobs may register flows (repeatable)"),
+    arg("--rto-max-ms", type=int, default=None, metavar="MS",
+        help="cap on the retransmission timeout of registered outbound sockets, 1000..120000 ms "
+             "(default 1000: a flow held behind higher ranks resumes within a second of its "
+             "promotion); 0: leave the sockets as they are"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -106,8 +110,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     _logging(not args.quiet)
     opts = {"dev": args.dev} if args.dev else {}
-    a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys,
-              local_dir=args.local_dir, allowed_uids=args.allow_uid).start()
+    extra = {} if args.rto_max_ms is None else {"rto_max_ms": args.rto_max_ms}
+    try:
+        a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys,
+                  local_dir=args.local_dir, allowed_uids=args.allow_uid, **extra)
+    except ValueError as exc:
+        raise SystemExit(f"jitsched agent: {exc}") from None
+    a.start()
     print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {args.backend}, "
           f"{'CURVE' if a.keys is not None else 'plaintext'}, local socket {a.local_name}", flush=True)
     stop = threading.Event()
