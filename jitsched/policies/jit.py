@@ -549,7 +549,6 @@ class JitPolicy(Policy):
             return prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, cap_e, cap_i,
                               in_range=f.checked), 0
         floors = np.zeros(n)
-        n_planned = 0
         is_job = f.node >= 0
         node = np.where(is_job, f.node, 0)
         start = np.where(is_job, self._p_start[node], -1)
