@@ -153,10 +153,10 @@ class DaemonConfig(SecurityOptions):
     # replies become small ``overloaded`` errors: 300 unread status replies grew the
     # daemon's RSS by 230 MB. At least max_message_bytes, so one reply always fits.
     max_peer_queued_bytes: int = _in("limits", 32 * 1024 * 1024)
-    # Job-socket connections at once; each holds a descriptor. Connections beyond are
-    # closed as they are accepted (counted, logged). 1,100 idle ones once exhausted a
-    # 1024-descriptor limit and new clients got no answer. The agent socket takes two
-    # per host of the cluster and 64 more (reconnects overlap for a moment).
+    # Job-socket connections at once; each holds a descriptor. Beyond, the ones silent
+    # longest (>= 1 s) are closed to make room, else the new one (counted, logged).
+    # 1,100 idle ones once exhausted a 1024-descriptor limit and new clients got no answer. The agent socket takes one
+    # per host of the cluster and a tenth more, at least 64 (reconnects overlap a moment).
     max_connections: int = _in("limits", 1000)
     # a connection on either socket that sent nothing for this long is closed (a zmq
     # client reconnects by itself when it next sends; agents heartbeat every heartbeat_s)

@@ -38,7 +38,8 @@ TRACK_BYTES = 4096
 
 # Over the cap, a connection silent for at least this long makes way for a new one
 # (the longest silent first); when none is, the new one is refused. Refusing only the
-# newest let 1,000 idle raw connections lock every new client out (measured).
+# newest let 1,000 idle raw connections lock every new client out (measured). The
+# agent socket uses the heartbeat timeout instead: live agents speak every heartbeat_s.
 EVICT_AFTER_S = 1.0
 
 MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED
@@ -104,15 +105,19 @@ class Connections:
         ``jobs`` or ``agents``, for log lines.
     cap : int
         At most this many at once: beyond, the connections silent longest (at
-        least ``EVICT_AFTER_S``) are closed to make room, else the newest.
+        least ``evict_after_s``) are closed to make room, else the newest.
     idle_s : float
         A connection with no message for this long is closed.
     logs : LogLimiter
         Rate-limited warnings (refused, idle-closed, accept failures).
+    evict_after_s : float
+        Silence (seconds) after which a connection may be closed for a new one.
     """
 
-    def __init__(self, sock: zmq.Socket, name: str, cap: int, idle_s: float, logs: LogLimiter) -> None:
+    def __init__(self, sock: zmq.Socket, name: str, cap: int, idle_s: float, logs: LogLimiter,
+                 evict_after_s: float = EVICT_AFTER_S) -> None:
         self.name, self.cap, self.idle_s, self.logs = name, cap, idle_s, logs
+        self.evict_after_s = evict_after_s
         self.monitor = sock.get_monitor_socket(MONITOR_EVENTS)
         # a burst of connects must not lose events (the table would drift): no HWM here
         self.monitor.setsockopt(zmq.RCVHWM, 0)
@@ -157,7 +162,7 @@ class Connections:
             return
         fresh = set(new)
         silent = sorted((c.last_s, fd) for fd, c in self.open.items()
-                        if fd not in fresh and not c.closing and c.last_s <= now_s - EVICT_AFTER_S)
+                        if fd not in fresh and not c.closing and c.last_s <= now_s - self.evict_after_s)
         for _, fd in silent[:over]:
             conn = self.open[fd]
             conn.closing = True

@@ -317,14 +317,16 @@ class Daemon:
         room = self.fd_limit[0] - agent_cap - FD_SPARE - open_fds()
         job_cap = cfg.max_connections
         if room < job_cap:
-            # said at start, and status shows the cap in force
+            # said at start, and status shows the caps in force; clients keep at least 64
+            # (agents beyond the descriptors left then fail to connect, logged as EMFILE)
+            job_cap = min(job_cap, max(room, 64))
             log.warning(kv("fd_limit_low", soft=self.fd_limit[0], hard=self.fd_limit[1],
-                           max_connections=cfg.max_connections, cap=max(room, 1),
+                           max_connections=cfg.max_connections, cap=job_cap,
                            agent_connections=agent_cap))
-            job_cap = max(room, 1)
         now_s = time.monotonic()
         self.conns = {"jobs": Connections(jobs, "jobs", job_cap, cfg.idle_timeout_s, self.logs),
-                      "agents": Connections(agents, "agents", agent_cap, cfg.idle_timeout_s, self.logs)}
+                      "agents": Connections(agents, "agents", agent_cap, cfg.idle_timeout_s, self.logs,
+                                            evict_after_s=cfg.heartbeat_timeout_s)}
         self._conn_seen_s = now_s
         wake = self.ctx.socket(zmq.PULL)
         wake.setsockopt(zmq.LINGER, 0)
@@ -332,9 +334,10 @@ class Daemon:
         return jobs, agents, wake
 
     def agent_connections(self) -> int:
-        """The agent socket's connection cap: two per host (a reconnecting agent's old
-        connection may linger a moment) and 64 more."""
-        return 2 * len(self.config.cluster) + 64
+        """The agent socket's connection cap: one per host and a tenth more (at least 64)
+        for reconnecting agents whose old connection lingers a moment."""
+        n = len(self.config.cluster)
+        return n + max(64, n // 10)
 
     def _start_auth(self) -> None:
         """The ZAP handler of this context: each socket's domain lets in its own keys only."""
