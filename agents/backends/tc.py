@@ -305,11 +305,13 @@ class TcBackend(Backend):
             self.nl.close()
 
 
-# The IFB's queue length, packets: HTB's flow classes get pfifo leaves this long. The
-# kernel's IFB default of 32 tail-dropped the window of every inbound flow held at its
-# floor (drops at 9 of 12 flow classes in 0.5 s samples of the quick scenario), so its
-# retransmissions were lost too and it stalled for seconds; 1000 is a veth's.
-IFB_TXQUEUELEN = 1000
+# The IFB's queue length, packets (HTB's flow classes get pfifo leaves this long). The
+# kernel's IFB default (32) tail-drops the window of an inbound flow held at its
+# floor, so its retransmissions are lost too; a 1000-packet queue (a veth's) removed
+# those drops but not the time: quick scenario, alternating runs on a quiet machine,
+# mean JCT 8.03/8.22/8.22/6.67 s against 7.93/7.88/7.93/8.03 s with both at the
+# RTO cap. None keeps the kernel's default; the agent's RTO cap bounds the stalls.
+IFB_TXQUEUELEN: int | None = None
 IFB_PREFIX = "jsi-"  # IFB devices this backend creates: "jsi-" + the link's name (15 characters at most)
 
 
@@ -328,7 +330,8 @@ def redirect_ingress(dev: str, ifb: str, netns: str | None = None) -> None:
     remove_ingress_redirect(dev, ifb, netns)
     run(ns_command(netns, ["ip", "link", "add", ifb, "type", "ifb"]))
     try:
-        run(ns_command(netns, ["ip", "link", "set", ifb, "txqueuelen", str(IFB_TXQUEUELEN), "up"]))
+        qlen = [] if IFB_TXQUEUELEN is None else ["txqueuelen", str(IFB_TXQUEUELEN)]
+        run(ns_command(netns, ["ip", "link", "set", ifb, *qlen, "up"]))
         run(ns_command(netns, ["tc", "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"]))
         run(ns_command(netns, ["tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all",
                                "prio", "1", "u32", "match", "u32", "0", "0",
