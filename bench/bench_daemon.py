@@ -22,6 +22,10 @@ from jitsched.model import Cluster
 from jitsched.protocol import MsgType, decode_any, encode_request
 from jitsched.synth import layer_chain_job
 
+# 1000 agents in one process could not keep heartbeating (30 s timeout) while each full
+# re-solve pushed all of them a body on this 2-core machine: they went down by the
+# hundred, each agent_down triggered another full re-solve, and the run never settled
+AGENTS_PER_PROCESS = 250
 GOALS = {"submit_to_ack_p99_s": 0.050, "submissions_per_s": 500.0, "fanout_1000_s": 0.100}
 
 
@@ -42,7 +46,7 @@ def _agents_main(names: list[str], endpoint: str, conn) -> None:
     """Child process: one record-backend agent per host until the parent says stop."""
     agents = [Agent(h, endpoint, local_namespace=f"bench{id(conn)}").start() for h in names]
     try:
-        ok = wait_until(lambda: all(a.registered.is_set() for a in agents), 30)
+        ok = wait_until(lambda: all(a.registered.is_set() for a in agents), 30 + len(names) / 10)
         conn.send(ok)
         conn.recv()
     finally:
@@ -51,30 +55,38 @@ def _agents_main(names: list[str], endpoint: str, conn) -> None:
 
 
 class _Agents:
-    """One agent per host, in this process (threads) or, as on a cluster, in a child process."""
+    """One agent per host, in this process (threads) or, as on a cluster, in child
+    processes of at most ``AGENTS_PER_PROCESS`` agents each."""
 
     def __init__(self, names: list[str], endpoint: str, in_process: bool) -> None:
         self.local: list[Agent] = []
-        self.proc = None
+        self.procs: list = []
+        self.conns: list = []
         if in_process:
             self.local = [Agent(h, endpoint, local_namespace=f"b{id(self)}").start() for h in names]
             assert wait_until(lambda: all(a.registered.is_set() for a in self.local), 30)
             return
         ctx = mp.get_context("spawn")
-        self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_agents_main, args=(names, endpoint, theirs), daemon=True)
-        self.proc.start()
-        assert self.conn.poll(60) and self.conn.recv(), "agents did not register"
+        for k in range(0, len(names), AGENTS_PER_PROCESS):
+            conn, theirs = ctx.Pipe()
+            p = ctx.Process(target=_agents_main, args=(names[k:k + AGENTS_PER_PROCESS], endpoint, theirs),
+                            daemon=True)
+            p.start()
+            self.procs.append(p)
+            self.conns.append(conn)
+        for conn in self.conns:
+            assert conn.poll(60 + len(names) / 10) and conn.recv(), "agents did not register"
 
     def stop(self) -> None:
         for a in self.local:
             a.stop()
-        if self.proc is not None:
-            self.conn.send("stop")
-            self.proc.join(10)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join()
+        for conn in self.conns:
+            conn.send("stop")
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def submit_to_ack(n_jobs: int, repeats: int, n_hosts: int, seed: int = 0,
@@ -104,7 +116,8 @@ def submit_to_ack(n_jobs: int, repeats: int, n_hosts: int, seed: int = 0,
             # quiescent: every job planned, nothing in flight or due (--churn measures overlap)
             assert wait_until(lambda: st.plan_summary.get("jobs") == n_jobs - 1
                               and st.planning_seq == 0 and not st.reasons
-                              and st.dirty_since == float("inf"), 60)
+                              and st.dirty_since == float("inf"), 60 + n_jobs * 0.2), (
+                st.plan_summary, st.planning_seq, st.reasons, st.dirty_since, st.plans_by_mode)
             for r in range(repeats):
                 ps, wk = rng.choice(n_hosts, 2, replace=False)
                 jid = f"probe{r}"
@@ -215,6 +228,8 @@ def _receivers_main(hosts: range, endpoint: str, conn) -> None:
     """Child process: bare agent sockets of ``hosts``; for each ("after", seq) from the
     parent, reports the reception time of the first newer schedule on every socket."""
     ctx = zmq.Context()
+    # a context holds 1023 sockets by default: 2500 receivers failed with "Too many open files"
+    ctx.set(zmq.MAX_SOCKETS, len(hosts) + 16)
     socks, poller = _open_receivers(ctx, hosts, endpoint)
     conn.send("ready")
     try:
@@ -240,7 +255,9 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
     The receiving sockets live in ``receivers`` child processes unless
     ``agents_in_process``.
     """
-    d = _start(_cfg(n_agents, planning="full"))
+    # the receivers are bare sockets that never heartbeat: at 10,000 they take longer to
+    # register than the 30 s timeout, and all went down before the first round
+    d = _start(_cfg(n_agents, planning="full").with_(heartbeat_timeout_s=3600.0))
     ctx = None
     procs: list = []
     conns: list = []
@@ -250,6 +267,7 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
     try:
         if agents_in_process:
             ctx = zmq.Context()
+            ctx.set(zmq.MAX_SOCKETS, n_agents + 16)
             socks, poller = _open_receivers(ctx, range(n_agents), d.agent_endpoint)
         else:
             mctx = mp.get_context("spawn")
@@ -277,9 +295,9 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
                 got.update({(id(conn), k): t for k, t in conn.recv().items()})
             return got
 
-        assert wait_until(lambda: len(d.state.agents) == n_agents, 30)
+        assert wait_until(lambda: len(d.state.agents) == n_agents, 30 + n_agents / 100), len(d.state.agents)
         st = d.state
-        with Client(d.job_endpoint) as c:
+        with Client(d.job_endpoint, timeout_s=60.0) as c:
             for r in range(repeats + 1):
                 before = st.schedule_seq
                 start_round(before)
@@ -312,8 +330,55 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
     return from_plan, from_install
 
 
+def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0) -> tuple[list[float], dict]:
+    """Seconds of full joint re-solves of ``n_jobs`` VGG16 jobs on ``n_hosts`` hosts (the
+    planner's ``solve_s``, building and packing the bodies included), each after one job
+    left and another arrived; and the load's figures (time to submit, RSS).
+
+    Full planning, no agents (a plan's cost does not depend on them); the first plan
+    of all jobs is not counted.
+    """
+    import resource
+
+    rng = np.random.default_rng(seed)
+    names = [f"h{i}" for i in range(n_hosts)]
+    d = _start(_cfg(n_hosts, planning="full", coalesce_s=2.0))
+    st = d.state
+    out: list[float] = []
+    info: dict = {}
+    try:
+        with Client(d.job_endpoint, timeout_s=60.0) as c:
+            t0 = time.perf_counter()
+            for j in range(n_jobs):
+                ps, wk = rng.choice(n_hosts, 2, replace=False)
+                c.submit_job(layer_chain_job(f"bg{j}", names[ps], names[wk]))
+            info["submit_s"] = time.perf_counter() - t0
+            assert wait_until(lambda: st.plan_summary.get("jobs") == n_jobs and st.planning_seq == 0
+                              and not st.reasons, 600, 0.05), st.plan_summary
+            info["first_plan_s"] = st.plan_summary.get("solve_s")
+            for r in range(repeats):
+                seq = st.schedule_seq
+                c.cancel_job(f"bg{r}")
+                ps, wk = rng.choice(n_hosts, 2, replace=False)
+                c.submit_job(layer_chain_job(f"new{r}", names[ps], names[wk]))
+                assert wait_until(lambda seq=seq: st.schedule_seq > seq and st.planning_seq == 0
+                                  and not st.reasons, 600, 0.01)
+                out.append(st.plan_summary["solve_s"])
+                print(f"joint re-solve {r + 1}/{repeats}: {n_jobs} jobs, {n_hosts} hosts: "
+                      f"{out[-1]:.3f} s ({st.plan_summary.get('flows')} flows)", file=sys.stderr)
+        info["rss_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        info["planner_rss_peak_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    finally:
+        d.stop()
+    return out, info
+
+
 KEYS = ("submit_to_ack_p50_s", "submit_to_ack_p99_s", "submissions_per_s", "fanout_100_s",
         "fanout_1000_s", "fanout_1000_from_install_s")
+# issue 17's daemon at scale (--scale): 1000 hosts, 1000 jobs, fan-out to 10,000 agents
+SCALE_KEYS = ("scale_submit_to_ack_p50_s", "scale_submit_to_ack_p99_s", "scale_joint_resolve_s",
+              "scale_fanout_s", "scale_fanout_from_install_s", "scale_rss_peak_mib",
+              "scale_planner_rss_peak_mib")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,9 +397,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="fan-out: child processes sharing the receiving sockets (default 1)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat every measurement this often and report medians (default 1)")
-    ap.add_argument("--only", choices=("latency", "rate", "fanout"), default=None,
+    ap.add_argument("--only", choices=("latency", "rate", "fanout", "scale"), default=None,
                     help="run one measurement only (the others print null)")
+    ap.add_argument("--scale", action="store_true",
+                    help="also issue 17's daemon at scale: --scale-jobs jobs on --scale-hosts hosts "
+                         "(submit to ack, joint re-solve, peak RSS) and fan-out to --scale-agents agents")
+    ap.add_argument("--scale-jobs", type=int, default=1000)
+    ap.add_argument("--scale-hosts", type=int, default=1000)
+    ap.add_argument("--scale-agents", type=int, default=10_000)
+    ap.add_argument("--scale-repeats", type=int, default=5)
+    ap.add_argument("--scale-parts", default="latency,resolve,fanout",
+                    help="which scale measurements (comma-separated: latency, resolve, fanout)")
     args = ap.parse_args(argv)
+    if args.only == "scale":
+        args.scale = True
     runs = []
     for k in range(args.rounds):
         out = dict.fromkeys(KEYS)
@@ -351,11 +427,14 @@ def main(argv: list[str] | None = None) -> int:
             f1000, f1000_inst = fanout(1000, 5, args.agents_in_process, args.receivers)
             out["fanout_1000_s"] = statistics.median(f1000)
             out["fanout_1000_from_install_s"] = statistics.median(f1000_inst)
+        if args.scale:
+            out |= _scale(args, k)
         runs.append(out)
         if args.rounds > 1:
             print(json.dumps(out), file=sys.stderr)
-    out = {key: (statistics.median(r[key] for r in runs) if runs[0][key] is not None else None)
-           for key in KEYS}
+    keys = KEYS + (SCALE_KEYS if args.scale else ())
+    out = {key: (statistics.median(r[key] for r in runs) if runs[0].get(key) is not None else None)
+           for key in keys}
     if args.json:
         print(json.dumps(out))
     else:
@@ -364,6 +443,34 @@ def main(argv: list[str] | None = None) -> int:
             shown = "       n/a" if v is None else f"{v:10.4f}"
             print(f"{k:<28} {shown}" + (f"   goal {goal}" if goal else ""))
     return 0
+
+
+def _scale(args: argparse.Namespace, seed: int) -> dict:
+    """Issue 17's daemon-at-scale figures (null where not measured)."""
+    import resource
+
+    out: dict = dict.fromkeys(SCALE_KEYS)
+    parts = set(args.scale_parts.split(","))
+    if "latency" in parts:
+        lat = submit_to_ack(args.scale_jobs, args.scale_repeats, args.scale_hosts, seed=seed,
+                            agents_in_process=args.agents_in_process)
+        out["scale_submit_to_ack_p50_s"] = float(np.percentile(lat, 50))
+        out["scale_submit_to_ack_p99_s"] = float(np.percentile(lat, 99))
+        print(f"scale: submit to ack at {args.scale_jobs} jobs, {args.scale_hosts} hosts: "
+              f"{[round(x, 4) for x in lat]}", file=sys.stderr)
+    if "resolve" in parts:
+        res, info = joint_resolve(args.scale_jobs, args.scale_hosts, args.scale_repeats, seed)
+        out["scale_joint_resolve_s"] = statistics.median(res)
+        print(f"scale: joint re-solves {[round(x, 3) for x in res]}; {info}", file=sys.stderr)
+    if "fanout" in parts:
+        f, f_inst = fanout(args.scale_agents, args.scale_repeats, args.agents_in_process,
+                           max(args.receivers, args.scale_agents // 2500))
+        out["scale_fanout_s"] = statistics.median(f)
+        out["scale_fanout_from_install_s"] = statistics.median(f_inst)
+        print(f"scale: fan-out to {args.scale_agents}: {[round(x, 3) for x in f]}", file=sys.stderr)
+    out["scale_rss_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["scale_planner_rss_peak_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return out
 
 
 if __name__ == "__main__":
