@@ -153,7 +153,9 @@ def fit_fixed(fixed, src, dst, cap_e, cap_i) -> np.ndarray:
     h = len(cap_e)
     load_e = np.bincount(src, weights=fixed, minlength=h)
     load_i = np.bincount(dst, weights=fixed, minlength=h)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # np.where divides every port, also those it then drops (load <= cap, e.g. a
+    # subnormal load under a large capacity overflows): those results are discarded
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         fe = np.where(load_e > cap_e, np.maximum(cap_e, 0.0) / load_e, 1.0)
         fi = np.where(load_i > cap_i, np.maximum(cap_i, 0.0) / load_i, 1.0)
     return fixed * np.minimum(fe[src], fi[dst])
