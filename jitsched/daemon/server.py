@@ -1,5 +1,10 @@
 """The daemon's socket loop: job and agent ROUTER sockets, one dispatch table, one error table."""
 
+# One module although past 800 lines: it is the loop thread, the one owner of both
+# ROUTER sockets, the wake socket and the outbox (ZeroMQ sockets are not to be shared
+# between threads), with the small pieces only it uses (dispatch and error tables, the
+# ZAP key check). Its parts that need no socket already live beside it: the state
+# (state.py and its registries), connections (conns.py), planning (solver.py, plans.py).
 from __future__ import annotations
 
 import inspect
