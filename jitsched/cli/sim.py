@@ -31,7 +31,7 @@ def _policy_options(pairs: list[str] | None) -> dict:
     arg("--port-bps", type=float, default=1e9,
         help="coflow mode: capacity of every port, bits/s (default 1e9)"),
     arg("--policy", default="tensorflow",
-        help="policy name: jit, tensorflow, tictac, sincronia, fifo (default tensorflow)"),
+        help="a registered policy's name (default tensorflow; an unknown name is refused with the list)"),
     arg("--option", action="append", metavar="KEY=VALUE",
         help="policy option, e.g. alpha=0.4 or slot_s=0.05 (repeatable)"),
     arg("--seed", type=int, default=0, help="seed of the compute-time noise"),
@@ -48,9 +48,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.coflow_trace:
         if args.file:
             raise ValidationError("give either FILE.json or --coflow-trace, not both")
-        if args.policy not in ("sincronia", "tensorflow", "fifo"):
+        from jitsched.policies import POLICIES
+
+        flow_only = sorted(n for n, cls in POLICIES.items() if not cls.needs_dag)
+        if args.policy not in flow_only:
             raise ValidationError(
-                f"--policy: coflow mode supports sincronia, tensorflow, fifo; got {args.policy!r}")
+                f"--policy: coflow mode supports {', '.join(flow_only)}; got {args.policy!r}")
         wl = coflow_workload(args.coflow_trace, bps=args.port_bps)
         res = simulate(wl, args.policy, seed=args.seed, policy_options=options)
         out = cct_summary(res)

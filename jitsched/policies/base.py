@@ -154,6 +154,9 @@ class Policy(ABC):
     """
 
     name: ClassVar[str] = ""
+    # Whether the policy needs the jobs' DAGs (compute nodes, dependencies): a coflow
+    # trace has flows only, so `jitsched sim --coflow-trace` takes the policies without.
+    needs_dag: ClassVar[bool] = True
 
     def reset(self, cluster: Cluster) -> None:
         """Start afresh on ``cluster`` (before a run)."""

@@ -70,6 +70,7 @@ class SincroniaPolicy(Policy):
     """
 
     name = "sincronia"
+    needs_dag = False  # orders flows and coflows only
 
     def __init__(self, recompute: str = "events") -> None:
         if recompute not in RECOMPUTE:

@@ -15,6 +15,7 @@ class TensorFlowPolicy(Policy):
     """
 
     name = "tensorflow"
+    needs_dag = False  # orders flows and coflows only
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Max-min fair rates for every flow in ``view.flows`` (bytes/s)."""

@@ -250,6 +250,7 @@ class FifoPolicy(Policy):
     """FIFO across jobs and background flows, node order inside a job; strict priority, work-conserving."""
 
     name = "fifo"
+    needs_dag = False  # orders flows and coflows only
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Greedy rates: earliest-arriving job or flow first (bytes/s)."""
