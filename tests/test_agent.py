@@ -8,7 +8,14 @@ import time
 
 import pytest
 
-from jitsched.agents.agent import RTO_MAX_MS, TCP_RTO_MAX_MS, Agent, load_backend
+from jitsched.agents.agent import (
+    RTO_MAX_MS,
+    RTO_MIN_MS,
+    TCP_RTO_MAX_MS,
+    TCP_RTO_MIN_US,
+    Agent,
+    load_backend,
+)
 from jitsched.agents.backends.pacing import PacingBackend, get_pacing_rate, set_pacing_rate
 from jitsched.daemon.server import wait_until
 from jitsched.localreg import register_flow, unregister_flow
@@ -342,7 +349,7 @@ def _kernel_caps_rto() -> bool:
 def test_registration_caps_the_retransmission_timeout_of_outbound_sockets_only(rto_max_ms):
     """A held flow retries within rto_max_ms of its promotion: outbound sockets get the cap, inbound keep theirs."""
     a = Agent("h7", "tcp://127.0.0.1:1", backend="record", local_namespace=f"rto{time.monotonic_ns()}",
-              rto_max_ms=rto_max_ms)
+              rto_max_ms=rto_max_ms, rto_min_ms=RTO_MIN_MS if rto_max_ms else None)
     a.start()
     srv = socket.create_server(("127.0.0.1", 0))
     s = socket.create_connection(srv.getsockname())
@@ -357,6 +364,9 @@ def test_registration_caps_the_retransmission_timeout_of_outbound_sockets_only(r
             assert (a.rto_capped, a.rto_cap_failed) == (0, 0)
         elif supported:
             assert s.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) == rto_max_ms
+            # the floor: 10 ms, rounded up to the kernel's tick (4 ms at HZ=250, 1 ms at 1000)
+            assert 10_000 <= s.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US) <= 12_000
+            assert conn.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US) >= 200_000  # inbound: kernel's
             assert (a.rto_capped, a.rto_cap_failed) == (1, 0)
         else:  # an older kernel: counted, the socket as it was
             assert (a.rto_capped, a.rto_cap_failed) == (0, 1)
@@ -365,6 +375,7 @@ def test_registration_caps_the_retransmission_timeout_of_outbound_sockets_only(r
             assert conn.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) == default
             if not rto_max_ms:
                 assert s.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) == default
+                assert s.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US) >= 200_000
     finally:
         s.close()
         conn.close()

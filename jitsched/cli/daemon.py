@@ -103,6 +103,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         help="cap on the retransmission timeout of registered outbound sockets, 1000..120000 ms "
              "(default 1000: a flow held behind higher ranks resumes within a second of its "
              "promotion); 0: leave the sockets as they are"),
+    arg("--rto-min-ms", type=float, default=None, metavar="MS",
+        help="least retransmission timeout of the same sockets, 1..200 ms (default 10: a transfer "
+             "that loses its last packets does not wait the kernel's 200 ms); 0: the kernel's"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -110,7 +113,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     _logging(not args.quiet)
     opts = {"dev": args.dev} if args.dev else {}
-    extra = {} if args.rto_max_ms is None else {"rto_max_ms": args.rto_max_ms}
+    extra = {k: v for k, v in (("rto_max_ms", args.rto_max_ms), ("rto_min_ms", args.rto_min_ms)) if v is not None}
     try:
         a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys,
                   local_dir=args.local_dir, allowed_uids=args.allow_uid, **extra)
