@@ -305,13 +305,6 @@ class TcBackend(Backend):
             self.nl.close()
 
 
-# The IFB's queue length, packets (HTB's flow classes get pfifo leaves this long). The
-# kernel's IFB default (32) tail-drops the window of an inbound flow held at its
-# floor, so its retransmissions are lost too; a 1000-packet queue (a veth's) removed
-# those drops but not the time: quick scenario, alternating runs on a quiet machine,
-# mean JCT 8.03/8.22/8.22/6.67 s against 7.93/7.88/7.93/8.03 s with both at the
-# RTO cap. None keeps the kernel's default; the agent's RTO cap bounds the stalls.
-IFB_TXQUEUELEN: int | None = None
 IFB_PREFIX = "jsi-"  # IFB devices this backend creates: "jsi-" + the link's name (15 characters at most)
 
 
@@ -330,8 +323,12 @@ def redirect_ingress(dev: str, ifb: str, netns: str | None = None) -> None:
     remove_ingress_redirect(dev, ifb, netns)
     run(ns_command(netns, ["ip", "link", "add", ifb, "type", "ifb"]))
     try:
-        qlen = [] if IFB_TXQUEUELEN is None else ["txqueuelen", str(IFB_TXQUEUELEN)]
-        run(ns_command(netns, ["ip", "link", "set", ifb, *qlen, "up"]))
+        # The kernel's IFB queue length (32 packets, the length of HTB's pfifo flow
+        # leaves) stays: it tail-drops the window of an inbound flow held at its floor,
+        # but a 1000-packet queue (a veth's) removed those drops and not the time. Quick
+        # scenario, alternating runs on a quiet machine, mean JCT 8.03/8.22/8.22/6.67 s
+        # against 7.93/7.88/7.93/8.03 s; the agents' RTO cap bounds the stalls instead.
+        run(ns_command(netns, ["ip", "link", "set", ifb, "up"]))
         run(ns_command(netns, ["tc", "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"]))
         run(ns_command(netns, ["tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all",
                                "prio", "1", "u32", "match", "u32", "0", "0",
