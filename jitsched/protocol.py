@@ -114,13 +114,16 @@ for _m in MESSAGES:
     setattr(MsgType, _m.upper(), _m)
 del _m
 
-MESSAGE_BY_TYPE: dict[str, Message] = {str(m): m for m in MESSAGES}
-MESSAGE_TYPES = frozenset(MESSAGE_BY_TYPE)
-JOB_TYPES = frozenset(m for m in MESSAGE_TYPES if MESSAGE_BY_TYPE[m].socket == JOB)
-AGENT_TYPES = frozenset(m for m in MESSAGE_TYPES if MESSAGE_BY_TYPE[m].socket == AGENT)
-LOCAL_TYPES = frozenset(m for m in MESSAGE_TYPES if MESSAGE_BY_TYPE[m].socket == LOCAL)
+
+
+def _types_on(socket: str) -> frozenset[str]:
+    return frozenset(str(m) for m in MESSAGES if m.socket == socket)
+
+
+MESSAGE_TYPES = frozenset(str(m) for m in MESSAGES)
+JOB_TYPES, AGENT_TYPES, LOCAL_TYPES = _types_on(JOB), _types_on(AGENT), _types_on(LOCAL)
 # Body schemas by type (bench_faults' mutator starts from this table).
-_SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {t: m.fields for t, m in MESSAGE_BY_TYPE.items()}
+_SCHEMAS: dict[str, dict[str, tuple[Any, bool]]] = {str(m): m.fields for m in MESSAGES}
 
 
 class ErrorCode:
