@@ -115,7 +115,6 @@ for _m in MESSAGES:
 del _m
 
 
-
 def _types_on(socket: str) -> frozenset[str]:
     return frozenset(str(m) for m in MESSAGES if m.socket == socket)
 
