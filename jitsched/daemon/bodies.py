@@ -81,16 +81,27 @@ def _trimmed_leftover(leftover: np.ndarray, line: np.ndarray) -> tuple[np.ndarra
 
 
 def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
-    """Each host's body packed; idle hosts with the same line rate share one frame."""
+    """Each host's body packed; idle hosts with the same line rates share one frame.
+
+    A host is idle when it neither sends nor receives a scheduled flow and
+    both its leftovers are the line rate (empty lists).
+    """
     # Idle hosts (most of a big cluster) have the same body: pack it once, share the bytes.
-    idle: dict[float, bytes] = {}
+    # Idle means both directions: a receiver whose sends are over still has its
+    # ingress plan (a parameter server taking gradients); sharing an egress-idle
+    # host's frame handed it another host's in_flows, and its agent dropped the
+    # inbound classes of flows still running (paper-mini, jit: a VGG16's 41 MB
+    # gradient into its parameter server lost its rank for its last 14 s and
+    # shared the port with two files; that job took 36-41 s in those runs).
+    idle: dict[tuple[float, float], bytes] = {}
     frames = {}
     for h, b in bodies.items():
-        if b["flows"] or b["leftover_Bps"]:
+        if b["flows"] or b["leftover_Bps"] or b.get("in_flows") or b.get("in_leftover_Bps"):
             frames[h] = pack_body(b)
         else:
-            frame = idle.get(b["line_Bps"])
-            frames[h] = idle[b["line_Bps"]] = frame if frame is not None else pack_body(b)
+            key = (b["line_Bps"], b.get("in_line_Bps", 0.0))
+            frame = idle.get(key)
+            frames[h] = idle[key] = frame if frame is not None else pack_body(b)
     return frames
 
 
