@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jitsched.config import DaemonConfig
-from jitsched.daemon.bodies import host_bodies
+from jitsched.daemon.bodies import IdleFrame, host_bodies
 from jitsched.daemon.reject import Reject
 from jitsched.protocol import ErrorCode, unpack_body
 
@@ -55,6 +55,9 @@ class AgentTable:
         self.host_frames: dict[str, bytes] = {}  # packed body per host
         self._bodies: dict[str, dict] = {}  # decoded on demand
         self.host_seq: dict[str, int] = {}
+        self.idle: set[str] = set()  # hosts whose current body is idle both ways (an IdleFrame)
+        self.kept_idle = 0  # idle bodies not published because the host's body was idle already
+        self.queued_last = 0  # hosts the last publish queued bodies for
         self.unacked: set[str] = set()  # hosts whose agent has not acked its current body
         self._outbox_changed = False  # bodies or agents changed since the last outbox scan
         self._next_resend_s = math.inf
@@ -156,14 +159,37 @@ class AgentTable:
         """The hosts whose registered agent is down."""
         return {h for h, a in self.agents.items() if not a.up}
 
-    def publish(self, frames: dict[str, bytes], seq: int) -> None:
-        """New packed bodies of plan ``seq`` for some hosts: queue them for their agents."""
+    def publish(self, frames: dict[str, bytes], seq: int) -> int:
+        """New packed bodies of plan ``seq`` for some hosts: queue them for their agents.
+
+        A host whose new body is idle both ways (an :class:`IdleFrame`) and whose
+        current body is idle too keeps its current body and seq: the two differ
+        in seq and slot-grid epoch only, which an idle agent does not use (it
+        paces nothing and leaves the line to all). Returns the number of hosts
+        queued.
+        """
+        # A full re-solve moves the slot grid, so every body used to change, and at
+        # 10,000 hosts with two busy ones the daemon sent 10,000 schedules per plan
+        # (1.5 s to the last agent on 2 cores) to say "nothing" again. Idle agents still
+        # hear from the daemon (heartbeat replies), so they keep their schedule past
+        # heartbeat_timeout_s; a re-registering agent is sent its current body.
+        queued = 0
         for h, frame in frames.items():
+            if isinstance(frame, IdleFrame):
+                if h in self.idle and h in self.host_frames:
+                    self.kept_idle += 1
+                    continue
+                self.idle.add(h)
+            else:
+                self.idle.discard(h)
             self.host_frames[h] = frame
             self._bodies.pop(h, None)
             self.host_seq[h] = seq
             self.unacked.add(h)
+            queued += 1
+        self.queued_last = queued
         self._outbox_changed = True
+        return queued
 
     def outbox(self, now: float) -> list[tuple[AgentState, bytes]]:
         """Packed schedule bodies to (re-)send: to every up agent whose ack of its body is overdue.

@@ -80,11 +80,31 @@ def _trimmed_leftover(leftover: np.ndarray, line: np.ndarray) -> tuple[np.ndarra
     return left, np.where(below.any(axis=1), left.shape[1] - np.argmax(below[:, ::-1], axis=1), 0)
 
 
+class IdleFrame(bytes):
+    """The packed body of a host idle both ways (:func:`is_idle`).
+
+    It tells the agent table (:meth:`AgentTable.publish`) that the body says
+    nothing but "the line rate, both ways", so an agent that holds such a body
+    already need not be sent another. A marker type rather than a set beside
+    the frames: it travels with each frame, pickled back from the planner
+    process, and needs no change where results are installed.
+    """
+
+    __slots__ = ()
+
+
+def is_idle(body: dict) -> bool:
+    """Whether a host's body plans nothing for it: no flow out or in, and both leftovers
+    the line rate (empty lists)."""
+    return not (body["flows"] or body["leftover_Bps"] or body.get("in_flows") or body.get("in_leftover_Bps"))
+
+
 def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
     """Each host's body packed; idle hosts with the same line rates share one frame.
 
-    A host is idle when it neither sends nor receives a scheduled flow and
-    both its leftovers are the line rate (empty lists).
+    A host is idle (:func:`is_idle`) when it neither sends nor receives a
+    scheduled flow and both its leftovers are the line rate (empty lists);
+    its frame is an :class:`IdleFrame`.
     """
     # Idle hosts (most of a big cluster) have the same body: pack it once, share the bytes.
     # Idle means both directions: a receiver whose sends are over still has its
@@ -96,12 +116,12 @@ def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
     idle: dict[tuple[float, float], bytes] = {}
     frames = {}
     for h, b in bodies.items():
-        if b["flows"] or b["leftover_Bps"] or b.get("in_flows") or b.get("in_leftover_Bps"):
+        if not is_idle(b):
             frames[h] = pack_body(b)
         else:
             key = (b["line_Bps"], b.get("in_line_Bps", 0.0))
             frame = idle.get(key)
-            frames[h] = idle[key] = frame if frame is not None else pack_body(b)
+            frames[h] = idle[key] = frame if frame is not None else IdleFrame(pack_body(b))
     return frames
 
 
@@ -161,4 +181,5 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config
             "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:])}
 
 
-__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "host_bodies", "job_summary", "pack_frames", "status_body"]
+__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "host_bodies", "is_idle", "job_summary",
+           "pack_frames", "status_body"]
