@@ -5,6 +5,7 @@ from jitsched.policies import jit, sincronia, tensorflow, tictac  # noqa: F401
 from jitsched.policies.base import (
     DONE,
     POLICIES,
+    ROLES,
     RUNNING,
     WAITING,
     Allocation,
@@ -12,11 +13,17 @@ from jitsched.policies.base import (
     Policy,
     SchedulerView,
     SlotSchedule,
+    baseline_policies,
+    default_policy,
     make_policy,
+    paper_policy,
+    policies_with_role,
+    reference_policy,
     register_policy,
 )
 
 __all__ = [
-    "DONE", "RUNNING", "WAITING", "POLICIES", "Allocation", "FlowSet", "Policy",
-    "SchedulerView", "SlotSchedule", "make_policy", "register_policy",
+    "DONE", "RUNNING", "WAITING", "POLICIES", "ROLES", "Allocation", "FlowSet", "Policy",
+    "SchedulerView", "SlotSchedule", "baseline_policies", "default_policy", "make_policy",
+    "paper_policy", "policies_with_role", "reference_policy", "register_policy",
 ]

@@ -157,6 +157,13 @@ class Policy(ABC):
     # Whether the policy needs the jobs' DAGs (compute nodes, dependencies): a coflow
     # trace has flows only, so `jitsched sim --coflow-trace` takes the policies without.
     needs_dag: ClassVar[bool] = True
+    # What comparisons use the policy as, one of ROLES ("" for none), so that benches
+    # and tools ask the registry (policies_with_role...) rather than spell names. A
+    # subclass inherits it: a variant of a role's policy declares its own ("" for none).
+    role: ClassVar[str] = ""
+    # Place among the policies of its role (lower first, then by name): the order
+    # in which comparisons list them, so that tables and figures keep their layout.
+    role_rank: ClassVar[int] = 0
 
     def reset(self, cluster: Cluster) -> None:
         """Start afresh on ``cluster`` (before a run)."""
@@ -221,11 +228,20 @@ class Policy(ABC):
 
 POLICIES: dict[str, type[Policy]] = {}
 
+# The roles a policy may declare (Policy.role), in the order comparisons list them:
+# "reference", the behaviour speedups are measured against (exactly one);
+# "baseline", the published alternatives compared with; "default", the product's
+# policy, the one a daemon runs unless told otherwise (exactly one); "paper", the
+# published formulation of the default (at most one).
+ROLES = ("reference", "baseline", "default", "paper")
+
 
 def register_policy(cls: type[Policy]) -> type[Policy]:
     """Class decorator: make ``cls`` available by ``cls.name``."""
     if not cls.name:
         raise ValueError(f"{cls.__name__} has no name")
+    if cls.role and cls.role not in ROLES:
+        raise ValueError(f"{cls.__name__}: unknown role {cls.role!r}; known: {', '.join(ROLES)}")
     if cls.name in POLICIES and POLICIES[cls.name] is not cls:
         raise ValueError(f"policy {cls.name!r} registered twice")
     POLICIES[cls.name] = cls
@@ -242,3 +258,59 @@ def make_policy(name: str, **options) -> Policy:
         raise ValidationError(
             f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
     return cls(**options)
+
+
+def policies_with_role(*roles: str) -> tuple[str, ...]:
+    """Names of the registered policies that play one of ``roles``, in a stable order.
+
+    Ordered by ``roles`` as given, then by ``role_rank``, then by name: the
+    same whatever order the policy modules were imported in.
+
+    Parameters
+    ----------
+    *roles : str
+        Roles from :data:`ROLES`.
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    ValueError
+        A role is not in :data:`ROLES`.
+    """
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise ValueError(f"unknown role {unknown[0]!r}; known: {', '.join(ROLES)}")
+    ranked = sorted(POLICIES.items(), key=lambda item: (item[1].role_rank, item[0]))
+    return tuple(name for role in roles for name, cls in ranked if cls.role == role)
+
+
+def _only(role: str, *, required: bool = True) -> str | None:
+    """The one policy playing ``role`` (None if none and not ``required``); LookupError otherwise."""
+    names = policies_with_role(role)
+    if len(names) > 1 or (required and not names):
+        raise LookupError(f"expected {'exactly' if required else 'at most'} one {role} policy, "
+                          f"registered: {', '.join(names) or 'none'}")
+    return names[0] if names else None
+
+
+def reference_policy() -> str:
+    """The policy speedups are measured against (role ``"reference"``: tensorflow)."""
+    return _only("reference")
+
+
+def baseline_policies() -> tuple[str, ...]:
+    """The published alternatives compared with (role ``"baseline"``), by ``role_rank``."""
+    return policies_with_role("baseline")
+
+
+def default_policy() -> str:
+    """The product's policy (role ``"default"``: jit)."""
+    return _only("default")
+
+
+def paper_policy() -> str | None:
+    """The published formulation of the default policy (role ``"paper"``), None if none is registered."""
+    return _only("paper", required=False)

@@ -223,6 +223,7 @@ class JitPolicy(Policy):
     """
 
     name = "jit"
+    role = "default"
 
     def __init__(self, alpha: float = 0.0, slot_s: float = DEFAULT_SLOT_S,
                  objective: str = "balanced", estimator: str = "exact", k_std: float = 0.0,
@@ -790,6 +791,7 @@ class JitPaperPolicy(JitPolicy):
     """
 
     name = "jit-paper"
+    role = "paper"  # not jit's "default", which it would inherit
 
     def __init__(self, alpha: float = DEFAULT_ALPHA, leftover: str = "fair", **options) -> None:
         super().__init__(alpha=alpha, leftover=leftover, **options)

@@ -71,6 +71,8 @@ class SincroniaPolicy(Policy):
 
     name = "sincronia"
     needs_dag = False  # orders flows and coflows only
+    role = "baseline"
+    role_rank = 1  # after tictac, the order bench.paper's tables and figures have always used
 
     def __init__(self, recompute: str = "events") -> None:
         if recompute not in RECOMPUTE:

@@ -16,6 +16,7 @@ class TensorFlowPolicy(Policy):
 
     name = "tensorflow"
     needs_dag = False  # orders flows and coflows only
+    role = "reference"  # what a network without a scheduler does: speedups are over it
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Max-min fair rates for every flow in ``view.flows`` (bytes/s)."""

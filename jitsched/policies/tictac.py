@@ -181,6 +181,7 @@ class TicTacPolicy(Policy):
     """
 
     name = "tictac"
+    role = "baseline"
 
     def __init__(self, mode: str = "auto", background: str = "fair") -> None:
         if mode not in MODES:

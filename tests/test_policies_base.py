@@ -1,0 +1,111 @@
+"""Tests of the policy registry's roles: each declared once where it must be, and the helpers' order."""
+
+import pytest
+
+from jitsched.policies import (
+    POLICIES,
+    ROLES,
+    Allocation,
+    Policy,
+    baseline_policies,
+    default_policy,
+    paper_policy,
+    policies_with_role,
+    reference_policy,
+    register_policy,
+)
+from jitsched.policies import base as policies_base
+
+
+class _Stub(Policy):
+    def allocate(self, view):
+        return Allocation(view.flows.remaining * 0.0)
+
+
+def _stub(name: str, role: str, role_rank: int = 0) -> type[Policy]:
+    return type(f"Stub_{name}", (_Stub,), {"name": name, "role": role, "role_rank": role_rank})
+
+
+def test_every_registered_role_is_known():
+    assert {cls.role for cls in POLICIES.values()} <= {"", *ROLES}
+
+
+@pytest.mark.parametrize("role, count", [("reference", 1), ("default", 1)])
+def test_exactly_one_reference_and_one_default(role, count):
+    assert len(policies_with_role(role)) == count
+
+
+def test_at_most_one_paper_policy():
+    assert len(policies_with_role("paper")) <= 1
+
+
+def test_helpers_name_the_expected_policies_in_order():
+    assert reference_policy() == "tensorflow"
+    assert baseline_policies() == ("tictac", "sincronia")
+    assert default_policy() == "jit"
+    assert paper_policy() == "jit-paper"
+    assert policies_with_role(*ROLES) == ("tensorflow", "tictac", "sincronia", "jit", "jit-paper")
+    # roles in the order asked, not ROLES' order
+    assert policies_with_role("default", "reference") == ("jit", "tensorflow")
+    assert policies_with_role() == ()
+
+
+def test_a_policy_without_role_is_in_no_comparison():
+    assert POLICIES["fifo"].role == ""
+    assert "fifo" not in policies_with_role(*ROLES)
+
+
+def test_order_does_not_depend_on_registration_order(monkeypatch):
+    expected = policies_with_role(*ROLES)
+    monkeypatch.setattr(policies_base, "POLICIES", dict(reversed(list(POLICIES.items()))))
+    assert policies_with_role(*ROLES) == expected
+
+
+def test_order_within_a_role_is_by_rank_then_name(monkeypatch):
+    monkeypatch.setitem(POLICIES, "a-late", _stub("a-late", "baseline", role_rank=2))
+    monkeypatch.setitem(POLICIES, "z-early", _stub("z-early", "baseline", role_rank=-1))
+    monkeypatch.setitem(POLICIES, "b-tie", _stub("b-tie", "baseline"))
+    assert baseline_policies() == ("z-early", "b-tie", "tictac", "sincronia", "a-late")
+
+
+@pytest.mark.parametrize("role, helper", [("reference", reference_policy), ("default", default_policy),
+                                          ("paper", paper_policy)])
+def test_a_duplicated_sole_role_is_refused(monkeypatch, role, helper):
+    monkeypatch.setitem(POLICIES, "second", _stub("second", role))
+    with pytest.raises(LookupError, match=f"one {role} policy, registered: .*second"):
+        helper()
+
+
+@pytest.mark.parametrize("role, helper", [("reference", reference_policy), ("default", default_policy)])
+def test_a_missing_required_role_is_refused(monkeypatch, role, helper):
+    monkeypatch.delitem(POLICIES, helper())
+    with pytest.raises(LookupError, match=f"exactly one {role} policy, registered: none"):
+        helper()
+
+
+def test_a_missing_paper_policy_is_none(monkeypatch):
+    monkeypatch.delitem(POLICIES, "jit-paper")
+    assert paper_policy() is None
+
+
+def test_unknown_roles_are_refused():
+    with pytest.raises(ValueError, match="unknown role 'referense'"):
+        register_policy(_stub("typo", "referense"))
+    assert "typo" not in POLICIES
+    with pytest.raises(ValueError, match="unknown role 'baselines'"):
+        policies_with_role("baseline", "baselines")
+
+
+def test_a_variant_declares_its_own_role():
+    # jit-paper subclasses jit: inheriting "default" would make two defaults
+    assert issubclass(POLICIES["jit-paper"], POLICIES["jit"])
+    assert POLICIES["jit-paper"].role == "paper"
+
+
+# ---------------------------------------------------------------- the registry's users
+def test_the_daemon_runs_the_default_policy_unless_told_otherwise():
+    from dataclasses import fields
+
+    from jitsched.config import DaemonConfig
+
+    assert next(f.default for f in fields(DaemonConfig) if f.name == "policy") == default_policy()
