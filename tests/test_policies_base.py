@@ -103,6 +103,37 @@ def test_a_variant_declares_its_own_role():
 
 
 # ---------------------------------------------------------------- the registry's users
+
+# PAPER's tables keyed by policy name, and those keyed otherwise (a new table must be
+# put in one, so that its names are checked or knowingly not)
+PAPER_BY_POLICY = ("speedup", "waiting_time_s", "remaining_bw", "background_slowdown")
+PAPER_NOT_BY_POLICY = ("alpha_sweep",)
+
+
+def test_bench_paper_compares_the_roles():
+    from bench.paper import spec
+
+    assert spec.REFERENCE == reference_policy()
+    assert spec.POLICIES == (reference_policy(), *baseline_policies(), default_policy())
+    assert spec.BASELINES == (reference_policy(), *baseline_policies())
+    assert spec.PAPER_POLICY == paper_policy()
+
+
+def test_every_policy_named_in_bench_paper_spec_is_registered():
+    # per-policy data (the paper's figures, run costs, jit's own options) names policies
+    # by name: a renamed or removed policy must fail here, not drop out of the tables
+    from bench.paper import spec
+
+    assert {t for t, v in spec.PAPER.items() if isinstance(v, dict)} == {*PAPER_BY_POLICY,
+                                                                           *PAPER_NOT_BY_POLICY}
+    names = {spec.JIT, spec.PARETO_KNOB[0], *spec.COST}
+    for table in PAPER_BY_POLICY:
+        # background_slowdown also holds jit's figures by file size
+        names |= {k for k in spec.PAPER[table] if not k.endswith("_by_size_gbit")}
+    assert names - set(POLICIES) == set()
+    assert set(spec.COST) <= set(spec.POLICIES)
+
+
 def test_the_daemon_runs_the_default_policy_unless_told_otherwise():
     from dataclasses import fields
 

@@ -32,6 +32,7 @@ from bench.paper.spec import (
     CALIBRATION_SHARES,
     COST,
     DEFAULT_SHARE,
+    JIT,
     JIT_SMALLEST,
     MAIN_POINTS,
     PAPER,
@@ -39,6 +40,7 @@ from bench.paper.spec import (
     PAPER_TF_BG_SLOWDOWN,
     PARETO_KNOB,
     POLICIES,
+    REFERENCE,
     SCALES,
 )
 from bench.paper.workload import MODELS, model_job, paper_workload, real_models_available
@@ -50,10 +52,8 @@ def log(msg: str) -> None:
 
 
 def run_policies() -> tuple[str, ...]:
-    """:data:`POLICIES`, plus ``jit-paper`` when it is registered."""
-    from jitsched.policies import POLICIES as REGISTRY
-
-    return POLICIES + ((PAPER_POLICY,) if PAPER_POLICY in REGISTRY else ())
+    """:data:`POLICIES`, plus the paper policy (``jit-paper``) when one is registered."""
+    return POLICIES + ((PAPER_POLICY,) if PAPER_POLICY is not None else ())
 
 
 def options_error(policy: str, options: dict) -> str | None:
@@ -132,10 +132,10 @@ def _scale(scale: str | dict) -> dict:
 
 def tf_bg_slowdown(scale: str | dict, load: float, share: float, *, executor=None,
                    real: bool | None = None) -> float:
-    """Tensorflow's mean background slowdown at ``load`` and file ``share``, mean over the scale's seeds."""
+    """The reference's mean background slowdown at ``load`` and file ``share``, mean over the scale's seeds."""
     sc = _scale(scale)
     real = real_models_available() if real is None else real
-    tasks = [{"key": f"cal/s{s}", "policy": "tensorflow", "options": {}, "seed": s, "jobs": sc["jobs"],
+    tasks = [{"key": f"cal/s{s}", "policy": REFERENCE, "options": {}, "seed": s, "jobs": sc["jobs"],
               "hosts": sc["hosts"], "load": load, "share": share, "real": real, "brief": True}
              for s in sc["seeds"]]
     runs = list(executor.map(run_one, tasks)) if executor is not None else [run_one(t) for t in tasks]
@@ -254,7 +254,7 @@ def paper_point(args, scale_name: str, sc: dict, real: bool, out: Path, executor
 # ---------------------------------------------------------------- runs
 
 def isolated_jcts(n_hosts: int, real: bool) -> tuple[dict[str, float], float]:
-    """Per model, the JCT of one job alone on the cluster under tensorflow, seconds.
+    """Per model, the JCT of one job alone on the cluster under the reference (tensorflow), seconds.
 
     A job alone gets the same JCT under any work-conserving policy, and all
     jobs of a model have the same DAG (only the two hosts differ), so one run
@@ -278,7 +278,7 @@ def isolated_jcts(n_hosts: int, real: bool) -> tuple[dict[str, float], float]:
         jcts = []
         for k, (a, b, arrival) in enumerate(((0, 1, 0.0), (n_hosts - 1, n_hosts - 2, 1.0))):
             job = model_job(m, names[a], names[b], f"{m}-alone{k}", arrival, real=real)
-            jcts.append(float(simulate(Workload(cl, (job,), ()), "tensorflow").jct_s[0]))
+            jcts.append(float(simulate(Workload(cl, (job,), ()), REFERENCE).jct_s[0]))
         iso[m] = jcts[0]
         worst = max(worst, abs(jcts[1] - jcts[0]) / jcts[0])
     return iso, worst
@@ -312,12 +312,12 @@ def plan_runs(sc: dict, points: dict, pols: tuple[str, ...]) -> tuple[list[tuple
     kpol, opt, values = PARETO_KNOB
     for v in valid(kpol, opt, values, f"Pareto curve of {kpol} over {opt}"):
         runs += [(pt, variant_name(kpol, {opt: v}), kpol, {opt: v}, sc["extra_seeds"]) for pt in MAIN_POINTS]
-    apol = PAPER_POLICY if PAPER_POLICY in pols else "jit"
+    apol = PAPER_POLICY if PAPER_POLICY in pols else JIT
     for a in valid(apol, "alpha", sc["alphas"], f"alpha sweep of {apol}"):
         runs.append(("paper", variant_name(apol, {"alpha": a}), apol, {"alpha": a}, sc["extra_seeds"]))
-    err = options_error("jit", JIT_SMALLEST)
+    err = options_error(JIT, JIT_SMALLEST)
     if err is None:
-        runs.append(("paper", "jit-smallest", "jit", dict(JIT_SMALLEST), sc["extra_seeds"]))
+        runs.append(("paper", "jit-smallest", JIT, dict(JIT_SMALLEST), sc["extra_seeds"]))
     else:
         notes.append(f"jit-smallest variant skipped: {err}")
     for n in notes:
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     scale_name = args.scale or ("quick" if args.quick else "default")
     sc = SCALES[scale_name]
     if not set(sc["extra_seeds"]) <= set(sc["seeds"]):
-        raise ValueError("extra_seeds must be among seeds (speedups need tensorflow on the same seed)")
+        raise ValueError("extra_seeds must be among seeds (speedups need the reference on the same seed)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in tqdm(sc["lp_jobs"], desc="LP solve times", unit="size"):
         lp_rows.append({"jobs": n, "seconds": float(np.median([lp_time(n, s) for s in range(3)]))})
     if paper["tf_bg_slowdown"] is None:  # given by --paper-load: report what it gave
-        slow = pooled([results[f"paper/tensorflow/s{s}"] for s in sc["seeds"]], "bg_slowdown")
+        slow = pooled([results[f"paper/{REFERENCE}/s{s}"] for s in sc["seeds"]], "bg_slowdown")
         paper["tf_bg_slowdown"] = float(np.mean(slow)) if len(slow) else None
 
     seeds, extra = sc["seeds"], sc["extra_seeds"]

@@ -13,10 +13,12 @@ from bench.paper.spec import (
     BASELINES,
     CALIBRATION_LOADS,
     DEFAULT_SHARE,
+    JIT,
     JIT_SMALLEST,
     MAIN_POINTS,
     PAPER_POLICY,
     PAPER_TF_BG_SLOWDOWN,
+    REFERENCE,
 )
 from bench.paper.workload import DISPLAY, MODELS
 
@@ -44,7 +46,7 @@ def legacy_summary(summary: dict, results: dict, pols, seeds, extra, lp_rows) ->
         by = {f"{v * 8 / 1e9:g}": float(slow[size == v].mean()) for v in np.unique(size)}
         summary["background_slowdown"][pol] = {"mean": float(slow.mean()) if len(slow) else None,
                                                "by_size_gbit": by}
-    apol = PAPER_POLICY if PAPER_POLICY in pols else "jit"
+    apol = PAPER_POLICY if PAPER_POLICY in pols else JIT
     sweep = []
     for key in sorted({k.split("/")[1] for k in results if k.startswith(f"{pt}/{apol}[alpha=")},
                       key=lambda v: float(v.split("=")[1].rstrip("]"))):
@@ -130,7 +132,7 @@ def figures(out: Path, summary: dict, results: dict, pols, seeds) -> None:
     plt = pyplot()
     pt = "paper"
     x = np.arange(len(MODELS))
-    others = [p for p in pols if p != "tensorflow"]
+    others = [p for p in pols if p != REFERENCE]
     width = 0.8 / len(others)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for k, pol in enumerate(others):
@@ -158,7 +160,7 @@ def figures(out: Path, summary: dict, results: dict, pols, seeds) -> None:
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
-    for ax, pol in zip(axes, ("tensorflow", "jit"), strict=True):
+    for ax, pol in zip(axes, (REFERENCE, JIT), strict=True):
         f7 = results[f"{pt}/{pol}/s{seeds[0]}"]["fig7"]
         if f7:
             i = np.arange(len(f7["arrival"]))
@@ -367,7 +369,7 @@ def markdown(s: dict) -> str:
     for pol in pols:
         lines.append(f"| 9 | background slowdown mean, {pol} | "
                      f"{_fmt(s['background_slowdown'][pol]['mean'])} | {p['background_slowdown'].get(pol, '-')} |")
-    by = s["background_slowdown"]["jit"]["by_size_gbit"]
+    by = s["background_slowdown"][JIT]["by_size_gbit"]
     lines.append(f"| 9 | JIT slowdown by size (Gbit) | {', '.join(f'{k}: {v:.2f}' for k, v in by.items())} | "
                  "5: 1.20, 10: 1.30, 20: 1.45, 30: 1.75, 40: 2.10 |")
     sw = s["alpha_sweep"]["rows"]

@@ -1,13 +1,23 @@
 """What ``bench.paper`` compares: policies, operating points, scales, and the paper's own figures."""
 
-# The policies compared at every operating point; "jit-paper" (the paper's JIT
-# as published) joins when registered, see run_policies(). "jit" runs with its
-# defaults: they are what is measured.
-POLICIES = ("tensorflow", "tictac", "sincronia", "jit")
-BASELINES = ("tensorflow", "tictac", "sincronia")
-PAPER_POLICY = "jit-paper"
+from jitsched.policies import paper_policy, policies_with_role, reference_policy
+
+# The policies compared at every operating point, from the registry's roles:
+# the reference (tensorflow, which speedups are over), the baselines and the
+# default policy (jit), which runs with its defaults: they are what is measured.
+# The paper policy (jit-paper, the paper's JIT as published; None when not
+# registered) joins them, see run_policies().
+REFERENCE = reference_policy()
+POLICIES = policies_with_role("reference", "baseline", "default")
+BASELINES = policies_with_role("reference", "baseline")
+PAPER_POLICY = paper_policy()
+# The policy whose own options the Pareto knob, the alpha sweep (without a paper
+# policy) and the variants vary: jit by name, not the default role, as the
+# options are its own. Like every policy name below, tests/test_policies_base.py
+# checks that it is registered.
+JIT = "jit"
 # jit's main knob for the Pareto figure: (policy, option, values)
-PARETO_KNOB = ("jit", "bg_weight", (0.5, 1.0, 1.5, 2.0, 4.0))
+PARETO_KNOB = (JIT, "bg_weight", (0.5, 1.0, 1.5, 2.0, 4.0))
 JIT_SMALLEST = {"job_order": "smallest", "alpha": 0.7}  # the jit variant of summary["jit_variants"]
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
 DEFAULT_SHARE = 0.2  # files' share of the jobs, by count (paper_workload's default)
