@@ -71,10 +71,12 @@ SWEEP = ("dl_share",)
 # every run's: paper-mini's jobs need longer than the CLI's 120 s, and enforcement
 # is measured apart, on fresh testbeds, rather than before each run
 RUN_OVERRIDES = {"timeout_s": 300.0, "measure_slots": 0}
-# the simulator's counterpart of each testbed policy (jitsched.testbed.scenario.predict)
+# the simulator's counterpart of each testbed policy (jitsched.testbed.scenario.predict):
+# the jit policy for jit, the reference (tensorflow) for none
 SIM_POLICIES = tuple(DAEMON_POLICY.values())
+SIM_JIT, SIM_NONE = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
 # what a run's DL share is when none is set: the jit policy's own default
-DEFAULT_DL_SHARE = policy_default("jit", "dl_share")
+DEFAULT_DL_SHARE = policy_default(SIM_JIT, "dl_share")
 RUN_KEYS = ("mean_jct_s", "completed", "jobs", "lat_hit_rate", "background_mbit_mean",
             "background_slowdown_mean", "background_completed")
 
@@ -129,8 +131,8 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
 
     t = time.perf_counter()
     pred = predict(scenario, options.seed, **options.prediction_options())
-    say(f"{scenario}: simulator tensorflow {pred['tensorflow']['mean_jct_s']:.2f} s, "
-        f"jit {pred['jit']['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
+    say(f"{scenario}: simulator {SIM_NONE} {pred[SIM_NONE]['mean_jct_s']:.2f} s, "
+        f"{SIM_JIT} {pred[SIM_JIT]['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
         f"({time.perf_counter() - t:.0f} s)")
     runs = []
     for r in range(repeat):
@@ -165,14 +167,14 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
                                            for a in x["jit"]["agents"].values())
     med["jit_apply_late_ms_p95"] = _median(a.get("apply_late_ms_p95") for x in runs
                                            for a in x["jit"]["agents"].values())
-    sim_by_model = {m: pred["tensorflow"]["jct_by_model_s"][m] / pred["jit"]["jct_by_model_s"][m]
-                    for m in pred["jit"]["jct_by_model_s"]}
+    sim_by_model = {m: pred[SIM_NONE]["jct_by_model_s"][m] / pred[SIM_JIT]["jct_by_model_s"][m]
+                    for m in pred[SIM_JIT]["jct_by_model_s"]}
     settings = {f.name: getattr(options, f.name) for f in flag_fields(TestbedOptions) if f.name not in RUN_EXCLUDE}
     return {"scenario": scenario, "repeat": repeat, **settings, "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
                           "mean_speedup": pred["mean_speedup"],
-                          "tensorflow_mean_jct_s": pred["tensorflow"]["mean_jct_s"],
-                          "jit_mean_jct_s": pred["jit"]["mean_jct_s"],
+                          "tensorflow_mean_jct_s": pred[SIM_NONE]["mean_jct_s"],
+                          "jit_mean_jct_s": pred[SIM_JIT]["mean_jct_s"],
                           "speedup_by_model": sim_by_model,
                           "background_slowdown": {p: pred[p]["background_slowdown"] for p in SIM_POLICIES},
                           "background_mbit": {p: pred[p]["background_mbit_mean"] for p in SIM_POLICIES},
@@ -196,7 +198,7 @@ def plot_jobs(result: dict, path: str) -> None:
     plt = pyplot()
 
     sim = result["simulator"]["jct_s"]
-    jobs = sorted(sim["jit"], key=lambda j: sim["tensorflow"][j])
+    jobs = sorted(sim[SIM_JIT], key=lambda j: sim[SIM_NONE][j])
     med = result["median"]
 
     def testbed_median(pol: str) -> list[float]:
@@ -207,8 +209,8 @@ def plot_jobs(result: dict, path: str) -> None:
          testbed_median("none"), "#bbbbbb"),
         (f"testbed jit, files {_f(med['jit_background_mbit_mean'], 0.1)} Mbit/s",
          testbed_median("jit"), "#1f77b4"),
-        ("simulator tensorflow (fair sharing)", [sim["tensorflow"][j] for j in jobs], "#e0e0e0"),
-        ("simulator jit", [sim["jit"][j] for j in jobs], "#aec7e8"),
+        (f"simulator {SIM_NONE} (fair sharing)", [sim[SIM_NONE][j] for j in jobs], "#e0e0e0"),
+        (f"simulator {SIM_JIT}", [sim[SIM_JIT][j] for j in jobs], "#aec7e8"),
     ]
     x = np.arange(len(jobs))
     w = 0.2
@@ -282,15 +284,15 @@ def plot_tradeoff(results: list[dict], path: str) -> None:
         if x is not None and y is not None:
             ax.annotate(f"DL share {_dl_share(r):g}", (x, y), textcoords="offset points",
                         xytext=(5, 4), fontsize=7)
-    sx = [r["simulator"].get("background_mbit", {}).get("jit") for r in results]
+    sx = [r["simulator"].get("background_mbit", {}).get(SIM_JIT) for r in results]
     sy = [r["simulator"]["jct_ratio_tf_over_jit"] for r in results]
     if all(v is not None for v in sx):
-        ax.plot(sx, sy, "s--", color="#aec7e8", label="simulator jit vs tensorflow")
+        ax.plot(sx, sy, "s--", color="#aec7e8", label=f"simulator {SIM_JIT} vs {SIM_NONE}")
         # the same files under fair sharing whatever the DL share: one point
-        tf = results[0]["simulator"]["background_mbit"].get("tensorflow")
+        tf = results[0]["simulator"]["background_mbit"].get(SIM_NONE)
         if tf is not None:
             ax.plot([tf], [1.0], "D", color="#aec7e8", markeredgecolor="black", markeredgewidth=0.4,
-                    label="simulator tensorflow")
+                    label=f"simulator {SIM_NONE}")
     if none_mbit is not None:
         ax.axvline(none_mbit, color="#1f77b4", linestyle=":", label=f"testbed none: {none_mbit:.1f} Mbit/s")
         x_hi = max([v for v in xs + sx + [none_mbit] if v is not None]) * 1.1

@@ -134,6 +134,13 @@ def test_every_policy_named_in_bench_paper_spec_is_registered():
     assert set(spec.COST) <= set(spec.POLICIES)
 
 
+def test_testbed_runs_registered_policies():
+    from jitsched.testbed.options import DAEMON_POLICY
+
+    assert set(DAEMON_POLICY.values()) <= set(POLICIES)
+    assert DAEMON_POLICY["none"] == reference_policy()  # plain TCP: what speedups are over
+
+
 def test_the_daemon_runs_the_default_policy_unless_told_otherwise():
     from dataclasses import fields
 

@@ -13,14 +13,16 @@ from typing import Any
 from jitsched.config import PLANNING_MODES
 from jitsched.errors import ValidationError
 from jitsched.estimate import JOB_ORDERS
+from jitsched.policies import reference_policy
 from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 
 # The daemon's policy per testbed policy, and the simulator's in
-# :func:`jitsched.testbed.scenario.predict`. ``none`` enforces nothing, so its
-# daemon only keeps the books (LATs for the hit rate) and plans nothing: an
-# idle JIT planner would take CPU from plain TCP's runners; its ideal is the
-# simulator's max-min fair ``tensorflow``.
-DAEMON_POLICY = {"jit": "jit", "none": "tensorflow"}
+# :func:`jitsched.testbed.scenario.predict`. ``jit`` is the jit policy by name:
+# runs pass it jit's own options. ``none`` enforces nothing, so its daemon only
+# keeps the books (LATs for the hit rate) and plans nothing: an idle JIT planner
+# would take CPU from plain TCP's runners; its ideal is the simulator's reference
+# policy (``tensorflow``, max-min fair), what speedups are measured against.
+DAEMON_POLICY = {"jit": "jit", "none": reference_policy()}
 POLICIES = tuple(DAEMON_POLICY)
 # The daemon plans as the simulator's jit policy does, so that
 # :func:`jitsched.testbed.scenario.predict` describes the same policy: every

@@ -214,12 +214,13 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
             alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
-    The same jobs and files as :func:`build_workload`; ``tensorflow`` is the
-    simulator's per-flow max-min fair network, the ideal of the testbed's
-    ``none`` policy, and ``jit`` the daemon's policy with the testbed's
-    settings (None: the policy's default) as its agents enforce it: DL
-    transfers by strict priority, background after all of them
-    (``bg_weight=inf``: the daemon does not know the files).
+    The same jobs and files as :func:`build_workload`, under each testbed
+    policy's daemon policy (:data:`jitsched.testbed.options.DAEMON_POLICY`):
+    ``tensorflow``, the reference, is the simulator's per-flow max-min fair
+    network, the ideal of the testbed's ``none`` policy, and ``jit`` the
+    daemon's policy with the testbed's settings (None: the policy's default)
+    as its agents enforce it: DL transfers by strict priority, background
+    after all of them (``bg_weight=inf``: the daemon does not know the files).
 
     Returns
     -------
@@ -241,8 +242,9 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     jit_opts |= {k: v for k, v in (("alpha", alpha), ("job_order", job_order), ("dl_share", dl_share))
                  if v is not None}
     # the simulator's counterpart of each testbed policy is its daemon's policy
+    sim_jit, sim_none = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
     for pol in DAEMON_POLICY.values():
-        r = simulate(w, pol, policy_options=jit_opts if pol == "jit" else {})
+        r = simulate(w, pol, policy_options=jit_opts if pol == sim_jit else {})
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
                     "jct_by_model_s": r.jct_by_model(),
@@ -250,7 +252,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
                     # files' mean goodput as the testbed measures it: payload, at GOODPUT of the wire
                     "background_mbit_mean": (float(np.mean(r.bg_size * 8 / r.bg_jct_s)) / 1e6 * GOODPUT
                                              if len(r.bg_jct_s) else None)}
-    tf, jit = out["tensorflow"], out["jit"]
+    tf, jit = out[sim_none], out[sim_jit]
     out["jct_ratio_tf_over_jit"] = tf["mean_jct_s"] / jit["mean_jct_s"]
     out["mean_speedup"] = float(np.mean([tf["jct_s"][j] / jit["jct_s"][j] for j in jit["jct_s"]]))
     return out
