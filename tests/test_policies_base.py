@@ -147,3 +147,9 @@ def test_the_daemon_runs_the_default_policy_unless_told_otherwise():
     from jitsched.config import DaemonConfig
 
     assert next(f.default for f in fields(DaemonConfig) if f.name == "policy") == default_policy()
+
+
+def test_sim_command_runs_the_reference_unless_told_otherwise():
+    from jitsched.cli import build_parser
+
+    assert build_parser().parse_args(["sim", "w.json"]).policy == reference_policy()

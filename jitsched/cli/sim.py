@@ -9,6 +9,7 @@ from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, register
 from jitsched.errors import ValidationError
 from jitsched.model import load_workload
+from jitsched.policies import reference_policy
 
 
 def _policy_options(pairs: list[str] | None) -> dict:
@@ -30,8 +31,9 @@ def _policy_options(pairs: list[str] | None) -> dict:
     arg("--coflow-trace", metavar="TRACE", help="replay a coflow benchmark trace instead of FILE"),
     arg("--port-bps", type=float, default=1e9,
         help="coflow mode: capacity of every port, bits/s (default 1e9)"),
-    arg("--policy", default="tensorflow",
-        help="a registered policy's name (default tensorflow; an unknown name is refused with the list)"),
+    arg("--policy", default=reference_policy(),
+        help="a registered policy's name (default %(default)s, the reference policy; an unknown name "
+             "is refused with the list)"),
     arg("--option", action="append", metavar="KEY=VALUE",
         help="policy option, e.g. alpha=0.4 or slot_s=0.05 (repeatable)"),
     arg("--seed", type=int, default=0, help="seed of the compute-time noise"),
