@@ -18,7 +18,7 @@ from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
-from jitsched.model import Cluster
+from jitsched.model import Cluster, Compute, Job, Transfer
 from jitsched.protocol import MsgType, decode_any, encode_request
 from jitsched.synth import layer_chain_job
 
@@ -30,9 +30,10 @@ GOALS = {"submit_to_ack_p99_s": 0.050, "submissions_per_s": 500.0, "fanout_1000_
 
 
 def _cfg(n_hosts: int, **kw) -> DaemonConfig:
-    return DaemonConfig(cluster=Cluster.uniform(n_hosts), job_endpoint="tcp://127.0.0.1:*",
-                        agent_endpoint="tcp://127.0.0.1:*", heartbeat_s=1.0,
-                        heartbeat_timeout_s=30.0, resend_s=0.5, **kw)
+    base = dict(cluster=Cluster.uniform(n_hosts), job_endpoint="tcp://127.0.0.1:*",
+                agent_endpoint="tcp://127.0.0.1:*", heartbeat_s=1.0, heartbeat_timeout_s=30.0,
+                resend_s=0.5)
+    return DaemonConfig(**(base | kw))
 
 
 def _start(cfg: DaemonConfig) -> Daemon:
@@ -40,6 +41,43 @@ def _start(cfg: DaemonConfig) -> Daemon:
     d = Daemon(cfg).start()
     assert wait_until(lambda: d.planner is None or d.planner.started, 60)
     return d
+
+
+def _acking_main(names: list[str], endpoint: str, conn) -> None:
+    """Child process: a bare agent socket per host that acks every schedule as it comes,
+    until the parent says stop (no heartbeats, no enforcement)."""
+    ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, len(names) + 16)
+    poller = zmq.Poller()
+    socks = []
+    for h in names:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(endpoint)
+        s.send(encode_request(MsgType.REGISTER, {"host": h}))
+        poller.register(s, zmq.POLLIN)
+        socks.append(s)
+    host = {s: h for s, h in zip(socks, names, strict=True)}
+    poller.register(conn.fileno(), zmq.POLLIN)
+    conn.send(True)
+    try:
+        while True:
+            events = poller.poll(1000)
+            for s, _ in events:
+                if s == conn.fileno():
+                    return
+                while True:
+                    try:
+                        data = s.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    m = decode_any(data)
+                    if getattr(m, "type", None) == MsgType.SCHEDULE:
+                        s.send(encode_request(MsgType.ACK, {"host": host[s], "seq": m.body["seq"]}))
+    finally:
+        for s in socks:
+            s.close(0)
+        ctx.term()
 
 
 def _agents_main(names: list[str], endpoint: str, conn) -> None:
@@ -58,19 +96,22 @@ class _Agents:
     """One agent per host, in this process (threads) or, as on a cluster, in child
     processes of at most ``AGENTS_PER_PROCESS`` agents each."""
 
-    def __init__(self, names: list[str], endpoint: str, in_process: bool) -> None:
+    def __init__(self, names: list[str], endpoint: str, in_process: bool, bare: int = 0) -> None:
         self.local: list[Agent] = []
         self.procs: list = []
         self.conns: list = []
-        if in_process:
+        if bare:  # bare acking sockets (_acking_main) in ``bare`` processes
+            target, per = _acking_main, -(-len(names) // bare)
+        else:
+            target, per = _agents_main, AGENTS_PER_PROCESS
+        if in_process and not bare:
             self.local = [Agent(h, endpoint, local_namespace=f"b{id(self)}").start() for h in names]
             assert wait_until(lambda: all(a.registered.is_set() for a in self.local), 30)
             return
         ctx = mp.get_context("spawn")
-        for k in range(0, len(names), AGENTS_PER_PROCESS):
+        for k in range(0, len(names), per):
             conn, theirs = ctx.Pipe()
-            p = ctx.Process(target=_agents_main, args=(names[k:k + AGENTS_PER_PROCESS], endpoint, theirs),
-                            daemon=True)
+            p = ctx.Process(target=target, args=(names[k:k + per], endpoint, theirs), daemon=True)
             p.start()
             self.procs.append(p)
             self.conns.append(conn)
@@ -91,7 +132,8 @@ class _Agents:
 
 def submit_to_ack(n_jobs: int, repeats: int, n_hosts: int, seed: int = 0,
                   planning: str = "incremental", churn: bool = False,
-                  agents_in_process: bool = False) -> list[float]:
+                  agents_in_process: bool = False, bare: int = 0, policy: str | None = None
+                  ) -> list[float]:
     """Seconds from submitting one more VGG16 job (``n_jobs - 1`` already planned) until
     the agents of its two hosts acked their current schedules, the sender's including it.
 
@@ -100,14 +142,23 @@ def submit_to_ack(n_jobs: int, repeats: int, n_hosts: int, seed: int = 0,
     schedules change, here the parameter server's; full planning pushes every
     agent. With ``churn``, each probe stays and a jointly planned job leaves
     instead, so joint re-solves of all jobs run while later probes are planned.
+    ``bare``: the agents are bare sockets acking each schedule as it comes, in
+    that many processes (see :func:`_acking_main`), and the daemon never takes
+    them for down. ``policy``: the daemon's (default: its default, jit, whose
+    priority ranks are planned jointly only: every arrival is a full re-solve).
     """
     rng = np.random.default_rng(seed)
     names = [f"h{i}" for i in range(n_hosts)]
-    d = _start(_cfg(n_hosts, planning=planning))
+    extra = {} if policy is None else {"policy": policy}
+    if bare:
+        # Agent threads, 250 to a process, missed their heartbeats at 1000 hosts on 2 cores
+        # and flapped (each flip a full re-solve): bare sockets do not heartbeat at all
+        extra["heartbeat_timeout_s"] = 3600.0
+    d = _start(_cfg(n_hosts, planning=planning, **extra))
     agents = None
     out = []
     try:
-        agents = _Agents(names, d.agent_endpoint, agents_in_process)
+        agents = _Agents(names, d.agent_endpoint, agents_in_process, bare)
         st = d.state
         with Client(d.job_endpoint) as c:
             for j in range(n_jobs - 1):
@@ -177,22 +228,32 @@ def submissions_per_s(n: int, n_clients: int = 4) -> float:
         d.stop()
 
 
-def _receive_round(socks: list[zmq.Socket], poller: zmq.Poller, after_seq: int,
-                   hosts: list[str], timeout_s: float = 30.0) -> dict[int, float]:
-    """Receive until every socket got a schedule newer than ``after_seq``; ack everything.
+def _receive_round(socks: list[zmq.Socket], poller: zmq.Poller, after_seq: int, hosts: list[str],
+                   targets: list[int] | None = None, conn=None, timeout_s: float = 60.0
+                   ) -> dict[int, float]:
+    """Receive until every socket of ``targets`` got a schedule newer than ``after_seq``; ack
+    everything.
 
-    Returns the wall-clock reception time per socket index. Each poll's batch is
-    taken off the sockets first and decoded afterwards, and acks go out once the
-    round is over: decoding and acking as messages come would make this one
-    process, not the daemon, the bottleneck.
+    Returns the wall-clock reception time per socket index. ``targets``: the
+    sockets of the hosts sent a new body (None: all); with ``conn`` (a pipe
+    the poller also watches) they come from the parent once the plan is
+    installed, so receiving starts before the plan exists. Each poll's batch is
+    taken off the sockets first and decoded afterwards, and acks go out once
+    the round is over: decoding and acking as messages come would make this
+    one process, not the daemon, the bottleneck.
     """
     got: dict[int, float] = {}
     index = {s: k for k, s in enumerate(socks)}
     deadline = time.monotonic() + timeout_s
     inbox: list[tuple[int, float, int]] = []
-    while len(got) < len(socks) and time.monotonic() < deadline:
+    want = set(range(len(socks)) if targets is None else targets) if conn is None else None
+    pipe = conn.fileno() if conn is not None else None
+    while time.monotonic() < deadline and (want is None or not want <= got.keys()):
         batch = []
         for s, _ in poller.poll(100):
+            if s == pipe:
+                want = set(conn.recv())
+                continue
             while True:
                 try:
                     batch.append((index[s], time.time(), s.recv(zmq.NOBLOCK)))
@@ -208,7 +269,7 @@ def _receive_round(socks: list[zmq.Socket], poller: zmq.Poller, after_seq: int,
                 got.setdefault(k, t)
     for k, _, seq in inbox:
         socks[k].send(encode_request(MsgType.ACK, {"host": hosts[k], "seq": seq}))
-    return got
+    return got if want is None else {k: t for k, t in got.items() if k in want}
 
 
 def _open_receivers(ctx: zmq.Context, hosts: range, endpoint: str) -> tuple[list, zmq.Poller]:
@@ -226,44 +287,87 @@ def _open_receivers(ctx: zmq.Context, hosts: range, endpoint: str) -> tuple[list
 
 def _receivers_main(hosts: range, endpoint: str, conn) -> None:
     """Child process: bare agent sockets of ``hosts``; for each ("after", seq) from the
-    parent, reports the reception time of the first newer schedule on every socket."""
+    parent, then the list of its sockets sent a new body, reports the reception time of
+    the first newer schedule on each of those and the CPU seconds the round took here."""
     ctx = zmq.Context()
     # a context holds 1023 sockets by default: 2500 receivers failed with "Too many open files"
     ctx.set(zmq.MAX_SOCKETS, len(hosts) + 16)
     socks, poller = _open_receivers(ctx, hosts, endpoint)
+    poller.register(conn.fileno(), zmq.POLLIN)
     conn.send("ready")
     try:
         while True:
             msg = conn.recv()
             if msg == "stop":
                 return
-            conn.send(_receive_round(socks, poller, msg[1], [f"h{i}" for i in hosts]))
+            cpu = time.process_time()  # this process's, its zmq I/O thread included
+            got = _receive_round(socks, poller, msg[1], [f"h{i}" for i in hosts], conn=conn)
+            conn.send((got, time.process_time() - cpu))
     finally:
         for s in socks:
             s.close(0)
         ctx.term()
 
 
-def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receivers: int = 1
-           ) -> tuple[list[float], list[float]]:
-    """Seconds until the last of ``n_agents`` agents received a new plan.
+def _one_transfer_job(jid: str, src: str, dst: str, nbytes: float = 50e6) -> Job:
+    return Job(jid, (Compute("c0", src, 0.01), Compute("c1", dst, 0.01)),
+               (Transfer("t", src, dst, nbytes),), (("c0", "t"), ("t", "c1")))
 
-    Measured from the planner finishing the plan (building and packing the
-    agents' bodies included) and, second list, from the daemon installing it.
-    Full planning: every plan has a new slot grid, so every agent gets a new
-    schedule (the worst case; an incremental plan changes only the senders').
-    The receiving sockets live in ``receivers`` child processes unless
-    ``agents_in_process``.
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receivers: int = 1,
+           parts: tuple[str, ...] = ("changed", "all")) -> dict:
+    """Seconds until the last agent sent a new schedule received it, per part.
+
+    ``changed``: a job arrives on h0 -> h1 (and leaves) with every other host
+    idle: full planning rebuilds every body (a new slot grid), the daemon sends
+    only those of hosts that are not idle before and after (h0, h1).
+    ``all``, the worst case: first ``n_agents // 2`` one-transfer jobs spread
+    over every host (h2i -> h2i+1), then the same rounds: every host has a
+    flow, so every re-solve sends every agent a body of its own.
+
+    Returns, per part: ``from_plan`` (from the planner finishing the plan,
+    building and packing the bodies included; the figure), ``from_install``,
+    ``send`` (the daemon's send loop, the round's outbox scan and sends),
+    ``after_send`` (from the send loop's end to the last reception: the
+    daemon's zmq I/O thread, loopback TCP and the receivers), ``receivers_cpu``
+    (CPU seconds of the receiver processes in the round, summed) and ``hosts``
+    (agents sent a body). The receiving sockets live in ``receivers`` child
+    processes unless ``agents_in_process``.
     """
-    # the receivers are bare sockets that never heartbeat: at 10,000 they take longer to
-    # register than the 30 s timeout, and all went down before the first round
-    d = _start(_cfg(n_agents, planning="full").with_(heartbeat_timeout_s=3600.0))
+    # The receivers are bare sockets that never heartbeat: at 10,000 they take longer to
+    # register than the 30 s timeout, and all went down before the first round. They ack
+    # once a round is over (so that they are not the bottleneck), later than the 0.5 s
+    # re-send: each round at 10,000 then sent every body twice.
+    d = _start(_cfg(n_agents, planning="full", coalesce_s=0.2).with_(heartbeat_timeout_s=3600.0, resend_s=60.0))
     ctx = None
     procs: list = []
     conns: list = []
     socks: list = []
+    parts_of: list[range] = []
     names = [f"h{i}" for i in range(n_agents)]
-    from_plan, from_install = [], []
+    out: dict = {}
+    st = d.state
+    # the daemon's send loop, timed from the bench (the daemon is a thread of this process)
+    sends: list[list] = []
+    outbox, flush = st.outbox, d._flush_outbox
+
+    def timed_outbox(now):
+        got = outbox(now)
+        if got:
+            sends.append([time.time(), None, len(got)])
+        return got
+
+    def timed_flush(sock, now):
+        k = len(sends)
+        flush(sock, now)
+        if len(sends) > k:
+            sends[-1][1] = time.time()
+
+    st.outbox, d._flush_outbox = timed_outbox, timed_flush
     try:
         if agents_in_process:
             ctx = zmq.Context()
@@ -279,42 +383,72 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
                 p.start()
                 procs.append(p)
                 conns.append(conn)
+                parts_of.append(hosts)
             for conn in conns:
-                assert conn.poll(60) and conn.recv() == "ready"
+                assert conn.poll(120) and conn.recv() == "ready"
+        assert wait_until(lambda: len(st.agents) == n_agents, 30 + n_agents / 100), len(st.agents)
 
-        def start_round(after):
+        def plan_round(act) -> tuple[dict, float, list[int]]:
+            """Run ``act``, wait for its plan; reception times of the agents sent a body."""
+            before = st.schedule_seq
             for conn in conns:
-                conn.send(("after", after))
-
-        def finish_round(after):
+                conn.send(("after", before))
+            act()
+            assert wait_until(lambda: st.schedule_seq > before and st.planning_seq == 0, 600, 0.002)
+            targets = [i for i, h in enumerate(names) if st.host_seq.get(h, 0) > before]
             if agents_in_process:
-                return _receive_round(socks, poller, after, names)
-            got: dict[int, float] = {}
-            for conn in conns:
-                assert conn.poll(60)
-                got.update({(id(conn), k): t for k, t in conn.recv().items()})
-            return got
+                return _receive_round(socks, poller, before, names, targets), 0.0, targets
+            got, cpu = {}, 0.0
+            for conn, hosts in zip(conns, parts_of, strict=True):
+                conn.send([i - hosts.start for i in targets if i in hosts])
+            for conn, hosts in zip(conns, parts_of, strict=True):
+                assert conn.poll(120)
+                theirs, c = conn.recv()
+                got.update({hosts.start + k: t for k, t in theirs.items()})
+                cpu += c
+            assert len(got) == len(targets), (len(got), len(targets))
+            return got, cpu, targets
 
-        assert wait_until(lambda: len(d.state.agents) == n_agents, 30 + n_agents / 100), len(d.state.agents)
-        st = d.state
-        with Client(d.job_endpoint, timeout_s=60.0) as c:
-            for r in range(repeats + 1):
-                before = st.schedule_seq
-                start_round(before)
-                c.submit_job(layer_chain_job(f"f{r}", "h0", "h1"))
-                got = finish_round(before)
-                assert len(got) == n_agents
-                summary = dict(st.plan_summary)
-                if r:  # the first round warms up connections
-                    last = max(got.values())
-                    from_plan.append(last - (st.t0_wall_s + summary["planned_at_s"]))
-                    from_install.append(last - (st.t0_wall_s + summary["installed_at_s"]))
-                seq = st.schedule_seq
-                c.job_finished(f"f{r}")
-                assert wait_until(lambda seq=seq: st.schedule_seq > seq and st.planning_seq == 0, 30)
-                start_round(seq)  # take (and ack) the job_finished plan too
-                assert len(finish_round(seq)) == n_agents
+        def measure(part: str) -> dict:
+            res: dict = {k: [] for k in ("from_plan", "from_install", "send", "after_send",
+                                         "receivers_cpu", "hosts")}
+            with Client(d.job_endpoint, timeout_s=60.0) as c:
+                for r in range(repeats + 1):
+                    jid = f"f{part}{r}"
+                    k = len(sends)
+                    got, cpu, targets = plan_round(lambda jid=jid: c.submit_job(_one_transfer_job(jid, "h0", "h1")))
+                    summary = dict(st.plan_summary)
+                    if r and got:  # the first round warms up connections
+                        last = max(got.values())
+                        installed = st.t0_wall_s + summary["installed_at_s"]
+                        sent = [x for x in sends[k:] if x[0] >= installed - 0.001 and x[1] is not None]
+                        res["from_plan"].append(last - (st.t0_wall_s + summary["planned_at_s"]))
+                        res["from_install"].append(last - installed)
+                        if sent:
+                            res["send"].append(sent[0][1] - sent[0][0])
+                            res["after_send"].append(last - sent[0][1])
+                        res["receivers_cpu"].append(cpu)
+                        res["hosts"].append(len(targets))
+                    plan_round(lambda jid=jid: c.job_finished(jid))
+            summary = {k: _median(v) for k, v in res.items()}
+            print(f"fan-out to {n_agents} ({part}): " + ", ".join(
+                f"{k} {[round(x, 4) for x in v]}" for k, v in res.items()), file=sys.stderr)
+            return summary
+
+        if "changed" in parts:
+            out["changed"] = measure("changed")
+        if "all" in parts:
+            with Client(d.job_endpoint, timeout_s=60.0) as c:
+                for i in range(0, n_agents - 1, 2):
+                    c.submit_job(_one_transfer_job(f"spread{i}", names[i], names[i + 1]))
+            n_spread = n_agents // 2
+            assert wait_until(lambda: st.plan_summary.get("jobs") == n_spread and st.planning_seq == 0
+                              and not st.reasons, 600, 0.05), st.plan_summary
+            # the spread plans' bodies wait in the receivers' sockets: the warm-up round
+            # takes (and acks) them
+            out["all"] = measure("all")
     finally:
+        st.outbox, d._flush_outbox = outbox, flush
         for conn in conns:
             conn.send("stop")
         for p in procs:
@@ -327,7 +461,7 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
         if ctx is not None:
             ctx.term()
         d.stop()
-    return from_plan, from_install
+    return out
 
 
 def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0) -> tuple[list[float], dict]:
@@ -374,10 +508,15 @@ def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0) -> tup
 
 
 KEYS = ("submit_to_ack_p50_s", "submit_to_ack_p99_s", "submissions_per_s", "fanout_100_s",
-        "fanout_1000_s", "fanout_1000_from_install_s")
-# issue 17's daemon at scale (--scale): 1000 hosts, 1000 jobs, fan-out to 10,000 agents
+        "fanout_1000_s", "fanout_1000_from_install_s", "fanout_1000_changed_s")
+# issue 17's daemon at scale (--scale): 1000 hosts, 1000 jobs, fan-out to 10,000 agents.
+# scale_fanout_* is the worst case, every agent sent a body of its own (every host has a
+# flow); scale_fanout_changed_* a plan where all but two hosts stay idle, whose agents the
+# daemon sends nothing (their bodies would only say "idle" again).
 SCALE_KEYS = ("scale_submit_to_ack_p50_s", "scale_submit_to_ack_p99_s", "scale_joint_resolve_s",
-              "scale_fanout_s", "scale_fanout_from_install_s", "scale_rss_peak_mib",
+              "scale_fanout_s", "scale_fanout_from_install_s", "scale_fanout_send_s",
+              "scale_fanout_after_send_s", "scale_fanout_receivers_cpu_s", "scale_fanout_hosts",
+              "scale_fanout_changed_s", "scale_fanout_changed_hosts", "scale_rss_peak_mib",
               "scale_planner_rss_peak_mib")
 
 
@@ -406,6 +545,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-hosts", type=int, default=1000)
     ap.add_argument("--scale-agents", type=int, default=10_000)
     ap.add_argument("--scale-repeats", type=int, default=5)
+    ap.add_argument("--scale-bare-agents", type=int, default=2, metavar="N",
+                    help="scale submit to ack: the agents are bare sockets acking each schedule as it "
+                         "comes, in N processes, and never taken for down (0: agent threads, 250 a "
+                         "process, which flapped at 1000 hosts on 2 cores; default 2)")
+    ap.add_argument("--scale-policy", default=None,
+                    help="scale submit to ack: the daemon's policy (default jit, whose every arrival "
+                         "is a full re-solve; jit-paper plans arrivals incrementally)")
     ap.add_argument("--scale-parts", default="latency,resolve,fanout",
                     help="which scale measurements (comma-separated: latency, resolve, fanout)")
     args = ap.parse_args(argv)
@@ -422,11 +568,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "rate"):
             out["submissions_per_s"] = statistics.median(submissions_per_s(2000) for _ in range(3))
         if args.only in (None, "fanout"):
-            out["fanout_100_s"] = statistics.median(
-                fanout(100, 5, args.agents_in_process, args.receivers)[0])
-            f1000, f1000_inst = fanout(1000, 5, args.agents_in_process, args.receivers)
-            out["fanout_1000_s"] = statistics.median(f1000)
-            out["fanout_1000_from_install_s"] = statistics.median(f1000_inst)
+            # every agent sent a body of its own (the worst case), and the changed ones only
+            out["fanout_100_s"] = fanout(100, 5, args.agents_in_process, args.receivers,
+                                         ("all",))["all"]["from_plan"]
+            f1000 = fanout(1000, 5, args.agents_in_process, args.receivers)
+            out["fanout_1000_s"] = f1000["all"]["from_plan"]
+            out["fanout_1000_from_install_s"] = f1000["all"]["from_install"]
+            out["fanout_1000_changed_s"] = f1000["changed"]["from_plan"]
         if args.scale:
             out |= _scale(args, k)
         runs.append(out)
@@ -453,7 +601,8 @@ def _scale(args: argparse.Namespace, seed: int) -> dict:
     parts = set(args.scale_parts.split(","))
     if "latency" in parts:
         lat = submit_to_ack(args.scale_jobs, args.scale_repeats, args.scale_hosts, seed=seed,
-                            agents_in_process=args.agents_in_process)
+                            agents_in_process=args.agents_in_process, bare=args.scale_bare_agents,
+                            policy=args.scale_policy)
         out["scale_submit_to_ack_p50_s"] = float(np.percentile(lat, 50))
         out["scale_submit_to_ack_p99_s"] = float(np.percentile(lat, 99))
         print(f"scale: submit to ack at {args.scale_jobs} jobs, {args.scale_hosts} hosts: "
@@ -463,11 +612,16 @@ def _scale(args: argparse.Namespace, seed: int) -> dict:
         out["scale_joint_resolve_s"] = statistics.median(res)
         print(f"scale: joint re-solves {[round(x, 3) for x in res]}; {info}", file=sys.stderr)
     if "fanout" in parts:
-        f, f_inst = fanout(args.scale_agents, args.scale_repeats, args.agents_in_process,
-                           max(args.receivers, args.scale_agents // 2500))
-        out["scale_fanout_s"] = statistics.median(f)
-        out["scale_fanout_from_install_s"] = statistics.median(f_inst)
-        print(f"scale: fan-out to {args.scale_agents}: {[round(x, 3) for x in f]}", file=sys.stderr)
+        f = fanout(args.scale_agents, args.scale_repeats, args.agents_in_process,
+                   max(args.receivers, args.scale_agents // 2500))
+        names = {"from_plan": "scale_fanout_s", "from_install": "scale_fanout_from_install_s",
+                 "send": "scale_fanout_send_s", "after_send": "scale_fanout_after_send_s",
+                 "receivers_cpu": "scale_fanout_receivers_cpu_s", "hosts": "scale_fanout_hosts"}
+        for key, value in f["all"].items():
+            out[names[key]] = value
+        out["scale_fanout_changed_s"] = f["changed"]["from_plan"]
+        out["scale_fanout_changed_hosts"] = f["changed"]["hosts"]
+        print(f"scale: fan-out to {args.scale_agents}: {f}", file=sys.stderr)
     out["scale_rss_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["scale_planner_rss_peak_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return out
