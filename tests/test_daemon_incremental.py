@@ -210,8 +210,8 @@ def test_big_arrival_batch_goes_to_a_joint_resolve():
         assert d.state.plans_by_mode["incremental"] == 1
 
 
-def one_transfer(jid: str, size: float) -> Job:
-    return Job(jid, (Compute("c", "h1", 0.01),), (Transfer("t", "h0", "h1", size),),
+def one_transfer(jid: str, size: float, src: str = "h0", dst: str = "h1") -> Job:
+    return Job(jid, (Compute("c", dst, 0.01),), (Transfer("t", src, dst, size),),
                (("t", "c"),), 0.0)
 
 
@@ -227,6 +227,30 @@ def test_planned_lat_miss_of_an_increment_triggers_a_joint_resolve():
         assert seen[n][0] == "incremental" and "b" in seen[n][2]
         mode, reasons, jobs = next(x for x in seen[n:] if x[0] == "full")
         assert "late" in reasons and jobs == {"a", "b"}
+
+
+def test_default_policy_admits_arrivals_last_then_reorders_jointly():
+    # the default jit ranks jobs smallest-first; an arrival is admitted by an increment,
+    # ranked after every job already ranked, and the joint re-solve it triggers at once
+    # puts it first (joint_replan_s is long: only the "order" trigger can be the cause)
+    with system(policy="jit", joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
+        results: list = []
+        seen = record_adoptions(d, results)
+        c.submit_job(layer_chain_job("big", "h1", "h2"))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        n = len(seen)
+        c.submit_job(one_transfer("small", 0.01 * LINE, src="h1", dst="h3"))
+        assert wait_until(lambda: any(m == "full" for m, _, _ in seen[n:]) and settled(d), 10.0)
+        inc = results[n]
+        assert inc.mode == "incremental" and inc.added == ("small",)
+        big_ranks = {v for (j, _), v in inc.schedule.prio.items() if j == "big"}
+        assert inc.schedule.prio[("small", "t")] == max(big_ranks) + 1 == 1
+        full = next(r for r in results[n:] if r.mode == "full")
+        assert "order" in full.reasons
+        assert full.schedule.prio[("small", "t")] == 0 and {
+            v for (j, _), v in full.schedule.prio.items() if j == "big"} == {1}
+        body = agents["h1"].schedule
+        assert {f["prio"] for f in flows_of(body, "small")} == {0}
 
 
 def test_policy_without_increments_falls_back_to_full_plans():

@@ -299,7 +299,9 @@ def test_broken_planner_backs_off_and_blames_no_job():
         st = c.status()
         # retries 0.05, 0.1, 0.2, 0.4, 0.4... s apart: a handful, never a hot loop
         assert 3 <= st["plans_failed"] <= 8, st["plans_failed"]
-        assert d.state.plan_book.failures["full"] == st["plans_failed"]
+        # the arrival's increment fails once and hands the job to full re-solves, which retry
+        book = d.state.plan_book
+        assert (book.failures["incremental"], book.failures["full"]) == (1, st["plans_failed"] - 1)
         assert st["jobs"]["a"]["state"] == "running"  # the planner is broken, not the job
         assert "cannot plan" in st["last_plan_error"]
         assert time.monotonic() - t0 < 5.0

@@ -345,7 +345,55 @@ def test_priority_ranks_order_job_pairs_by_bytes_left_across_hosts():
     # the schedule lists every unfinished transfer with its rank and no rates (alpha 0)
     sched = pol.schedule(_view(jobs, cluster))
     assert sched.prio == got and all(len(f[5]) == 0 for f in sched.flows)
-    assert not pol.plans_increments()
+    # increments: ranked (alpha 0) yes; with reservations under the priority leftover, no
+    assert pol.plans_increments() and not JitPolicy(alpha=0.4).plans_increments()
+
+
+def test_ranked_increment_places_new_jobs_after_the_base_in_their_own_order():
+    from jitsched.policies.jit import JitPolicy
+
+    cluster = Cluster.uniform(4)
+    pol = JitPolicy()
+    pol.reset(cluster)
+    old = [one_transfer_job("x", 1e9, "h0", "h1"), one_transfer_job("y", 2e9, "h2", "h3")]
+    base = pol.schedule(_view(old, cluster))
+    assert sorted(base.prio.values()) == [0, 1]
+    # on top of it: a (150 MB, two transfers to h1) and b (30 MB): b before a, both after x, y
+    new = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2")]
+    busy = np.zeros(4, dtype=np.int64)
+    inc = pol.schedule_increment(_view(new, cluster, now=0.5), base, busy, busy)
+    assert inc.prio == {("b", "t"): 2, ("a", "t1"): 3, ("a", "t2"): 3}
+    assert (inc.epoch_s, inc.slot_s) == (base.epoch_s, base.slot_s)
+    assert {(f[0], f[1]): (f[2], f[3], f[4], len(f[5])) for f in inc.flows} == {
+        ("b", "t"): (0, 2, 0, 0), ("a", "t1"): (0, 1, 0, 0), ("a", "t2"): (0, 1, 0, 0)}
+    # on no base: ranked from 0, as a joint plan of them alone would rank them
+    alone = pol.schedule_increment(_view(new, cluster), None, busy, busy)
+    assert alone.prio == {("b", "t"): 0, ("a", "t1"): 1, ("a", "t2"): 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3),
+                          st.floats(1e3, 1e9), st.floats(0.0, 1.0)), min_size=1, max_size=12))
+def test_group_ranks_agree_with_priority_ranks(spec):
+    # the from-scratch ranks (increments) and the policy's kept ones (joint plans) agree
+    from jitsched.policies.jit import JitPolicy, group_ranks
+
+    cluster = Cluster.uniform(4)
+    jobs = []
+    for j, (a, b, c, size, _) in enumerate(spec):
+        src, dst = f"h{a}", f"h{(a + 1 + b) % 4}"
+        ts = tuple(Transfer(f"t{k}", src, dst, size / (k + 1)) for k in range(c + 1))
+        jobs.append(Job(f"j{j}", (Compute("c", dst, 0.0),), ts, tuple((t.id, "c") for t in ts), 0.0))
+    view = _view(jobs, cluster)
+    for j, (*_, frac) in enumerate(spec):  # some bytes of each job's first transfer sent
+        first = int(view.dag.job_ptr[j]) + view.dag.node_ids[int(view.dag.job_ptr[j]):].index("t0")
+        view.remaining[first] = max(view.dag.size[first] * (1 - frac), 1.0)
+    pol = JitPolicy()
+    pol.reset(cluster)
+    nodes, ranks = pol.priority_ranks(view)
+    dag = view.dag
+    again = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes], 4)
+    assert again.tolist() == ranks.tolist()
 
 
 def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():

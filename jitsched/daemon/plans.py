@@ -449,15 +449,21 @@ class PlanBook:
             if res.error:
                 self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
             return False
+        # A ranked increment (the default jit's) admits its jobs after every ranked job,
+        # provisionally: the joint re-solve that puts them in their place is due at once.
+        provisional = bool(res.added) and res.schedule is not None and bool(res.schedule.prio)
         if res.rebase:
             self.held = None
             self._joint(res.added)
         elif res.jobs == frozenset(res.added) and all(j in res.jobs for j in self.active):
             # planned alone on an empty schedule, with no other job about: that is a joint plan
             self._joint()
+            provisional = False  # ranked from scratch, as a joint plan ranks them
         else:
             self.added_since_full.update(res.added)
         self._update_dirty(now)
+        if provisional:
+            self.trigger("order", now)
         adopt(res, now)
         if res.added_late:
             self.trigger("late", now)  # a joint plan may meet what this one could not

@@ -734,6 +734,8 @@ class JitPolicy(Policy):
             return None  # another grid: only a full re-solve can line them up
         if not self.plans_increments():
             return None
+        if self.leftover == "priority":
+            return self._ranked_increment(view, base)
         cluster = self._plan_cluster(view.cluster)
         win = increment_window(view.now, self.slot_s, cluster,
                                *((base.epoch_s, base.leftover_egress, base.leftover_ingress)
@@ -758,9 +760,41 @@ class JitPolicy(Policy):
                             leftover_egress=left_e, leftover_ingress=left_i, late=plan.late(),
                             solve_s=plan.lp.build_s + plan.lp.solve_s + plan.lat_s)
 
+    def _ranked_increment(self, view: SchedulerView, base: SlotSchedule | None) -> SlotSchedule:
+        """The jobs of ``view`` ranked after every flow ``base`` ranks, in their own order.
+
+        A provisional placement: the daemon admits an arriving job at once
+        (its transfers are sent in the capacity the ranked jobs leave, work-
+        conserving) and puts it in its place in the order with the joint
+        re-solve it triggers next (:class:`jitsched.daemon.plans.PlanBook`).
+        Ranking it there directly would renumber every job's ranks, i.e.
+        every busy host's body: the full re-solve's work. No reservations
+        (alpha 0), so ``base``'s slot grid and leftover stay as they are.
+        """
+        dag = view.dag
+        live = view.job_arrived & ~view.job_done
+        nodes = np.flatnonzero((dag.kind == TRANSFER) & (view.node_state != DONE)
+                               & (view.remaining > 0) & live[dag.job_of])
+        ranks = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
+                            len(view.cluster))
+        first = max(base.prio.values(), default=-1) + 1 if base is not None else 0
+        flows, prio = [], {}
+        for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
+            key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
+            flows.append((*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
+            prio[key] = first + int(rank)
+        if base is not None:
+            return SlotSchedule(epoch_s=base.epoch_s, slot_s=base.slot_s, flows=flows,
+                                leftover_egress=base.leftover_egress, leftover_ingress=base.leftover_ingress,
+                                prio=prio)
+        h = len(view.cluster)
+        return SlotSchedule(epoch_s=view.now, slot_s=self.slot_s, flows=flows,
+                            leftover_egress=np.zeros((h, 0)), leftover_ingress=np.zeros((h, 0)), prio=prio)
+
     def plans_increments(self) -> bool:
-        """False with the priority leftover: ranks order every job on a host together."""
-        return self.leftover != "priority"
+        """With the priority leftover only without reservations (alpha 0): its ranked
+        increments place no LP; one with reservations re-solves in full."""
+        return self.leftover != "priority" or self.alpha == 0.0
 
     def stats(self) -> dict:
         """LP solve log, LAT misses (count, lateness) and drift counts."""
@@ -779,6 +813,39 @@ class JitPolicy(Policy):
             "drift_events": self.drift_events,
             "fallback_solves": sum(1 for s in self.solve_log if s["status"] != "optimal"),
         }
+
+
+def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np.ndarray,
+                n_hosts: int) -> np.ndarray:
+    """Dense ranks of transfers by their (job, src, dst) group's bytes left, then job, src, dst.
+
+    :meth:`JitPolicy.priority_ranks`'s order computed from scratch (it keeps
+    the groups' bytes between calls instead).
+
+    Parameters
+    ----------
+    job, src, dst : ndarray of int, shape (T,)
+        Each unfinished transfer's job index and hosts.
+    remaining : ndarray of float, shape (T,)
+        Its bytes not yet sent.
+    n_hosts : int
+
+    Returns
+    -------
+    ndarray of int, shape (T,)
+        0 first; equal within a group, dense over the groups.
+    """
+    if not len(job):
+        return np.zeros(0, dtype=np.int64)
+    code = (job.astype(np.int64) * n_hosts + src) * n_hosts + dst
+    _, grp = np.unique(code, return_inverse=True)
+    grp = grp.ravel()
+    left = np.bincount(grp, weights=remaining)
+    o = np.lexsort((dst, src, job, left[grp]))
+    g = grp[o]
+    ranks = np.empty(len(job), dtype=np.int64)
+    ranks[o] = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1
+    return ranks
 
 
 @register_policy
