@@ -15,7 +15,7 @@ from jitsched.daemon.server import wait_until
 from jitsched.daemon.solver import PlannerProcess, PlannerStartError
 from jitsched.model import Cluster
 from jitsched.policies import make_policy
-from jitsched.synth import layer_chain_job
+from jitsched.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon import _free_port, config
 from tests.test_daemon_limits import failing_policy
 
@@ -156,3 +156,29 @@ def test_healthy_child_is_reported_as_the_planner():
         assert d.planner.jitsched_file == jitsched.__file__
     finally:
         d.stop()
+
+
+def test_planner_child_is_sent_each_job_once_and_a_resubmitted_one_again():
+    # jobs it holds travel as ids; a new Job object under a known id (a resubmission
+    # with another DAG) travels whole and is what the child plans
+    from jitsched.daemon.plans import PlanRequest
+
+    proc = PlannerProcess(make_policy("jit"), Cluster.uniform(4), 0.0).start()
+    sent = []
+    try:
+        wait_ready(proc)
+        send = proc._conn.send
+        proc._conn.send = lambda obj: (sent.append(obj), send(obj))[1]
+        a, b = layer_chain_job("a", "h0", "h1"), layer_chain_job("b", "h2", "h3")
+        first = proc.solve(PlanRequest(1, 0.0, ((a, {}, {}), (b, {}, {})), (), ("x",)))
+        assert [j for j, _, _ in sent[-1].jobs] == [a, b] and first.jobs == {"a", "b"}
+        a2 = layer_chain_job("a", "h1", "h3", layers=VGG16_LAYERS[:3])
+        second = proc.solve(PlanRequest(2, 0.0, ((a2, {}, {}), (b, {}, {})), (), ("x",)))
+        assert [j for j, _, _ in sent[-1].jobs] == [a2, "b"]
+        # the child planned a2 (from h1), and b from the copy it kept
+        srcs = {(f[0], f[2]) for f in second.schedule.flows}
+        assert ("a", 1) in srcs and ("a", 0) not in srcs and ("b", 2) in srcs
+        third = proc.solve(PlanRequest(3, 0.0, ((b, {}, {}),), (), ("x",)))
+        assert [j for j, _, _ in sent[-1].jobs] == ["b"] and third.jobs == {"b"}
+    finally:
+        proc.close()

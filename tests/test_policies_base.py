@@ -1,5 +1,6 @@
-"""Tests of the policy registry's roles: each declared once where it must be, and the helpers' order."""
+"""Tests of the policy base: the registry's roles (each declared once where it must be, the helpers' order) and SlotSchedule's pickling."""
 
+import numpy as np
 import pytest
 
 from jitsched.policies import (
@@ -153,3 +154,25 @@ def test_sim_command_runs_the_reference_unless_told_otherwise():
     from jitsched.cli import build_parser
 
     assert build_parser().parse_args(["sim", "w.json"]).policy == reference_policy()
+
+
+def test_slot_schedule_pickles_by_columns_and_back_unchanged():
+    import pickle
+
+    from jitsched.policies.base import SlotSchedule
+
+    flows = [("a", "t1", 0, 1, 3, np.array([1.0, 2.0])), ("a", "t2", 0, 2, 0, np.zeros(0)),
+             ("b", "t", 2, 1, 5, [4.0]), ("c", "t", 1, 0, 0, np.array([7.5]))]
+    sched = SlotSchedule(1.5, 0.1, flows, np.ones((3, 2)), np.full((3, 1), 2.0),
+                         late=[{"job": "a", "transfer": "t1", "lateness_s": 0.2}], solve_s=0.3,
+                         prio={("a", "t1"): 0, ("a", "t2"): 0, ("b", "t"): 4, ("gone", "x"): 9})
+    back = pickle.loads(pickle.dumps(sched))
+    assert [f[:5] for f in back.flows] == [f[:5] for f in flows]
+    assert [list(f[5]) for f in back.flows] == [[1.0, 2.0], [], [4.0], [7.5]]
+    # c has no rank, and a rank whose key is no flow survives too
+    assert back.prio == sched.prio and ("c", "t") not in back.prio
+    assert (back.epoch_s, back.slot_s, back.late, back.solve_s) == (1.5, 0.1, sched.late, 0.3)
+    assert np.array_equal(back.leftover_egress, sched.leftover_egress)
+    assert np.array_equal(back.leftover_ingress, sched.leftover_ingress)
+    empty = pickle.loads(pickle.dumps(SlotSchedule(0.0, 0.1, [], np.zeros((2, 0)), np.zeros((2, 0)))))
+    assert empty.flows == [] and empty.prio == {} and empty.leftover_egress.shape == (2, 0)

@@ -269,9 +269,9 @@ class PlanBook:
             return None
         start, n = got
         if n == 0:
-            # ranked, not planned (the default jit's alpha 0): no finish time to drift from;
-            # read as the schedule's epoch it made every transfer over drift_s after a plan
-            # trigger a full re-solve
+            # ranked, not planned (the default jit's alpha 0; solver._attach_bodies does not
+            # index those): no finish time to drift from; read as the schedule's epoch it
+            # made every transfer over drift_s after a plan trigger a full re-solve
             return None
         return s.epoch_s + (start + n) * s.slot_s
 

@@ -445,8 +445,11 @@ class Daemon:
                     self._housekeeping(now)
                     self.metrics.update(self.state)
                     self.logs.flush()
-                self._maybe_plan(now)
+                # bodies of plans installed above go out before the next plan's request is
+                # made: an increment's "order" trigger starts a joint re-solve right here,
+                # and its bodies should not wait behind that request's snapshot
                 self._flush_outbox(agents, now)
+                self._maybe_plan(now)
         finally:
             self._full_q.put(None)
             self._inc_q.put(None)
