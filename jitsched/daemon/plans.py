@@ -116,9 +116,15 @@ def prune_schedule(sched: SlotSchedule | None, live: np.ndarray | None,
         left_i[dst, start:end] += r[:end - start]
     np.minimum(left_e, cluster.egress_Bps[:, None], out=left_e)
     np.minimum(left_i, cluster.ingress_Bps[:, None], out=left_i)
-    kept = {(f[0], f[1]) for f in keep}
-    late = [x for x in sched.late if (x.get("job"), x.get("transfer")) in kept]
-    prio = {k: v for k, v in sched.prio.items() if k in kept}
+    # by what went (a job's flows), not by what stays (every flow): at 1000 ranked jobs
+    # (32k flows) a set and a dict of the kept ones made a removal 30-70 ms
+    went = {(f[0], f[1]) for f in gone}
+    late = [x for x in sched.late if (x.get("job"), x.get("transfer")) not in went]
+    prio = sched.prio
+    if prio and went:
+        prio = dict(prio)
+        for k in went:
+            prio.pop(k, None)
     return (replace(sched, flows=keep, leftover_egress=left_e, leftover_ingress=left_i, late=late, prio=prio),
             {int(h) for f in gone for h in (f[2], f[3])})
 

@@ -1,0 +1,40 @@
+"""Tests of the plan book's pure schedule operations: pruning what went, merging an increment."""
+
+import numpy as np
+
+from jitsched.daemon.plans import merge_schedules, prune_schedule
+from jitsched.model import Cluster
+from jitsched.policies.base import SlotSchedule
+
+C = 1e9 / 8  # Cluster.uniform's line rate, bytes/s
+
+
+def test_prune_gives_the_capacity_back_and_drops_ranks_and_misses_of_what_went():
+    cluster = Cluster.uniform(3)
+    flows = [("a", "t", 0, 1, 1, np.array([0.25 * C, 0.5 * C])), ("b", "t", 0, 2, 0, np.array([0.5 * C])),
+             ("c", "t", 2, 1, 0, np.zeros(0))]
+    left_e = np.array([[0.5, 0.75, 0.5], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]) * C
+    left_i = np.array([[1.0, 1.0, 1.0], [1.0, 0.75, 0.5], [0.5, 1.0, 1.0]]) * C
+    sched = SlotSchedule(0.0, 0.1, flows, left_e, left_i,
+                         late=[{"job": "a", "transfer": "t", "lateness_s": 0.1},
+                               {"job": "b", "transfer": "t", "lateness_s": 0.2}],
+                         prio={("a", "t"): 0, ("b", "t"): 1, ("c", "t"): 2})
+    out, hosts = prune_schedule(sched, np.array([False, True, False]), cluster)
+    assert [f[:2] for f in out.flows] == [("b", "t")] and hosts == {0, 1, 2}
+    # a's 0.25 and 0.5 C back on h0's egress in slots 1-2 and h1's ingress; c had no rates
+    assert np.allclose(out.leftover_egress / C, [[0.5, 1.0, 1.0], [1, 1, 1], [1, 1, 1]])
+    assert np.allclose(out.leftover_ingress / C, [[1, 1, 1], [1.0, 1.0, 1.0], [0.5, 1.0, 1.0]])
+    assert out.prio == {("b", "t"): 1} and out.late == [{"job": "b", "transfer": "t", "lateness_s": 0.2}]
+    # never mutated, and all live: the very same schedule back
+    assert sched.prio == {("a", "t"): 0, ("b", "t"): 1, ("c", "t"): 2} and len(sched.flows) == 3
+    assert prune_schedule(sched, np.ones(3, dtype=bool), cluster) == (sched, set())
+
+
+def test_merge_puts_the_increment_on_the_base_with_its_leftover():
+    base = SlotSchedule(1.0, 0.1, [("a", "t", 0, 1, 0, np.zeros(0))], np.zeros((2, 0)), np.zeros((2, 0)),
+                        prio={("a", "t"): 0})
+    inc = SlotSchedule(1.0, 0.1, [("b", "t", 1, 0, 0, np.zeros(0))], np.zeros((2, 0)), np.zeros((2, 0)),
+                       prio={("b", "t"): 1}, solve_s=0.5)
+    out = merge_schedules(base, inc)
+    assert [f[0] for f in out.flows] == ["a", "b"] and out.prio == {("a", "t"): 0, ("b", "t"): 1}
+    assert out.solve_s == 0.5 and out.epoch_s == 1.0
