@@ -3,7 +3,9 @@
 import msgpack
 import numpy as np
 
-from jitsched.daemon.bodies import host_bodies, pack_frames
+from jitsched.daemon.agents import AgentTable
+from jitsched.daemon.bodies import RankFrame, host_bodies, pack_frames
+from jitsched.config import DaemonConfig
 from jitsched.model import Cluster, Host
 from jitsched.policies.base import SlotSchedule
 
@@ -31,7 +33,9 @@ def test_receivers_keep_their_own_inbound_flows():
     # each must carry its own flow with its rank (a shared frame gave h2 h1's flow)
     bodies = unpacked(pack_frames(host_bodies(ranked_schedule(), None, 7, 0.0, cluster(4), 0.1)))
     assert [(f["flow"], f["src"], f["prio"]) for f in bodies["h1"]["in_flows"]] == [("a/g1", "h0", 0)]
-    assert [(f["flow"], f["src"], f["prio"]) for f in bodies["h2"]["in_flows"]] == [("b/g2", "h0", 1)]
+    # ranks are dense per host (h2 carries b alone: 0), in the global order
+    assert [(f["flow"], f["src"], f["prio"]) for f in bodies["h2"]["in_flows"]] == [("b/g2", "h0", 0)]
+    assert [(f["flow"], f["prio"]) for f in bodies["h0"]["flows"]] == [("a/g1", 0), ("b/g2", 1)]
     assert bodies["h1"]["flows"] == [] and bodies["h2"]["flows"] == []
     assert [f["flow"] for f in bodies["h0"]["flows"]] == ["a/g1", "b/g2"]
     assert bodies["h3"]["flows"] == [] and bodies["h3"]["in_flows"] == []
@@ -55,3 +59,33 @@ def test_an_ingress_leftover_alone_makes_a_host_not_idle():
     got = unpacked(pack_frames(bodies))
     assert got["h1"]["in_leftover_Bps"] == [LINE / 2, LINE / 2]
     assert got["h2"]["in_leftover_Bps"] == [] and got["h2"]["in_flows"] == []
+
+
+def test_a_job_ranked_in_between_changes_only_the_bodies_of_its_hosts():
+    # x (h0 -> h1) and z (h2 -> h3) ranked 0 and 1; then y (h0 -> h3) ranked between them:
+    # per-host dense ranks leave h1's and h2's bodies as they were (only seq and epoch
+    # differ), and the agent table keeps them; h0's and h3's change and are sent
+    def sched(flows, prio, epoch):
+        return SlotSchedule(epoch_s=epoch, slot_s=0.1, flows=[(*f, 0, np.zeros(0)) for f in flows],
+                            leftover_egress=np.zeros((4, 0)), leftover_ingress=np.zeros((4, 0)), prio=prio)
+
+    before = pack_frames(host_bodies(sched([("x", "t", 0, 1), ("z", "t", 2, 3)],
+                                           {("x", "t"): 0, ("z", "t"): 1}, 0.0), None, 1, 0.0, cluster(4), 0.1))
+    after = pack_frames(host_bodies(sched([("x", "t", 0, 1), ("y", "t", 0, 3), ("z", "t", 2, 3)],
+                                          {("x", "t"): 0, ("y", "t"): 1, ("z", "t"): 2}, 0.5), None, 2, 0.0,
+                                    cluster(4), 0.1))
+    assert all(type(f) is RankFrame for f in after.values())
+    assert [after[h].content == before[h].content for h in ("h0", "h1", "h2", "h3")] == [False, True, True, False]
+    assert msgpack.unpackb(after["h3"])["in_flows"][0]["prio"] == 0  # y before z into h3
+    assert [f["prio"] for f in msgpack.unpackb(after["h3"])["in_flows"]] == [0, 1]
+    table = AgentTable(DaemonConfig(cluster=cluster(4)), 0.0, lambda *a: None)
+    assert table.publish(before, 1) == 4
+    assert table.publish(after, 2) == 2 and table.kept_same == 2
+    assert table.host_seq == {"h0": 2, "h1": 1, "h2": 1, "h3": 2}
+    # a body with planned rates depends on the grid: always sent
+    planned = SlotSchedule(epoch_s=0.0, slot_s=0.1, flows=[("x", "t", 0, 1, 0, np.full(2, LINE / 2))],
+                           leftover_egress=np.full((4, 2), LINE), leftover_ingress=np.full((4, 2), LINE))
+    frames = pack_frames(host_bodies(planned, None, 3, 0.0, cluster(4), 0.1))
+    assert not isinstance(frames["h0"], RankFrame) and not isinstance(frames["h1"], RankFrame)
+    assert table.publish(frames, 3) == 4  # h2, h3 idle now (sent once)
+    assert table.publish(frames, 4) == 2 and table.kept_idle == 2  # h0, h1 again

@@ -57,6 +57,8 @@ class AgentTable:
         self.host_seq: dict[str, int] = {}
         self.idle: set[str] = set()  # hosts whose current body is idle both ways (an IdleFrame)
         self.kept_idle = 0  # idle bodies not published because the host's body was idle already
+        self.content: dict[str, bytes | None] = {}  # a host's current RankFrame content (None: other)
+        self.kept_same = 0  # rank-only bodies not published because the host's was the same
         self.queued_last = 0  # hosts the last publish queued bodies for
         self.unacked: set[str] = set()  # hosts whose agent has not acked its current body
         self._outbox_changed = False  # bodies or agents changed since the last outbox scan
@@ -174,6 +176,10 @@ class AgentTable:
         # hear from the daemon (heartbeat replies), so they keep their schedule past
         # heartbeat_timeout_s; a re-registering agent is sent its current body.
         queued = 0
+        # Likewise a busy host whose body means the same on any grid (ranks, no rates: a
+        # RankFrame) and whose flows and ranks did not change: with the default jit every
+        # arrival's joint re-solve re-sent all 1000 hosts' bodies at 1000 jobs, and their
+        # 1000 acks held the loop while the next arrival waited.
         for h, frame in frames.items():
             if isinstance(frame, IdleFrame):
                 if h in self.idle and h in self.host_frames:
@@ -182,6 +188,11 @@ class AgentTable:
                 self.idle.add(h)
             else:
                 self.idle.discard(h)
+            content = getattr(frame, "content", None)
+            if content is not None and h in self.host_frames and self.content.get(h) == content:
+                self.kept_same += 1
+                continue
+            self.content[h] = content
             self.host_frames[h] = frame
             self._bodies.pop(h, None)
             self.host_seq[h] = seq

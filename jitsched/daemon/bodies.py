@@ -71,6 +71,8 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
             if level is not None:
                 e["prio"] = level
             li.append(e)
+    if prio:
+        _dense_ranks(out_of, into)
     epoch_ns = int((t0_wall_s + sched.epoch_s) * 1e9)
     left_e, keep_e = _trimmed_leftover(sched.leftover_egress, cluster.egress_Bps)
     left_i, keep_i = _trimmed_leftover(sched.leftover_ingress, cluster.ingress_Bps)
@@ -80,6 +82,25 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
                        "in_flows": into[h], "in_leftover_Bps": left_i[h, :keep_i[h]].tolist(),
                        "in_line_Bps": cluster.hosts[h].ingress_Bps, "incarnation": incarnation}
             for h in idx}
+
+
+def _dense_ranks(out_of: dict[int, list], into: dict[int, list]) -> None:
+    """Renumber each host's ranks 0, 1, ... over the flows it sends and receives, in order.
+
+    An agent compares the ranks of the flows in its own body only (its egress
+    among themselves, its ingress among themselves), so per-host dense ranks
+    order it exactly as the global ones do; but a job ranked in between others
+    no longer renumbers the bodies of hosts it does not touch, and those keep
+    the body they have (see :class:`RankFrame`).
+    """
+    for h, out in out_of.items():
+        es = out + into[h]
+        ranks = sorted({e["prio"] for e in es if "prio" in e})
+        if ranks and ranks[-1] != len(ranks) - 1:
+            new = {r: k for k, r in enumerate(ranks)}
+            for e in es:
+                if "prio" in e:
+                    e["prio"] = new[e["prio"]]
 
 
 def _trimmed_leftover(leftover: np.ndarray, line: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,6 +123,19 @@ class IdleFrame(bytes):
     """
 
     __slots__ = ()
+
+
+class RankFrame(bytes):
+    """The packed body of a busy host whose body does not depend on the slot grid.
+
+    Its flows carry ranks and no rates, and both its leftovers are the line
+    rate (the default jit's bodies): only the flows and their ranks matter to
+    the agent, not the seq or the epoch of the plan. ``content`` is the body
+    packed with those two zeroed; a host whose current body has the same
+    content keeps it (:meth:`AgentTable.publish`).
+    """
+
+    content: bytes = b""
 
 
 def is_idle(body: dict) -> bool:
@@ -128,12 +162,23 @@ def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
     frames = {}
     for h, b in bodies.items():
         if not is_idle(b):
-            frames[h] = pack_body(b)
+            if _grid_free(b):
+                frames[h] = frame = RankFrame(pack_body(b))
+                frame.content = pack_body(b | {"seq": 0, "epoch_ns": 0})
+            else:
+                frames[h] = pack_body(b)
         else:
             key = (b["line_Bps"], b.get("in_line_Bps", 0.0))
             frame = idle.get(key)
             frames[h] = idle[key] = frame if frame is not None else IdleFrame(pack_body(b))
     return frames
+
+
+def _grid_free(body: dict) -> bool:
+    """Whether a body means the same on any slot grid: no flow has rates, no leftover below the line."""
+    return not (body["leftover_Bps"] or body.get("in_leftover_Bps")
+                or any(f["rates_Bps"] for f in body["flows"])
+                or any(f["rates_Bps"] for f in body.get("in_flows", ())))
 
 
 def job_summary(js: JobState) -> dict:
@@ -192,5 +237,5 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config
             "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:])}
 
 
-__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "host_bodies", "is_idle", "job_summary",
+__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "host_bodies", "is_idle", "job_summary",
            "pack_frames", "status_body"]

@@ -384,7 +384,10 @@ class PlanBook:
         self.removals.clear()
         live = None
         if base is not None:
-            live = np.fromiter(((js := self.active.get(f[0])) is not None and f[1] not in js.done
+            # done sets looked up once per job, not self.active once per flow: at 1000 ranked
+            # jobs (32k flows) this mask was the daemon loop's busiest line under arrivals
+            done = {jid: js.done for jid, js in self.active.items()}
+            live = np.fromiter(((d := done.get(f[0])) is not None and f[1] not in d
                                 for f in base.flows), dtype=bool, count=len(base.flows))
         new_ids = {js.job.id for js in new}
         out_hosts: list[int] = []
