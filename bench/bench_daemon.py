@@ -348,7 +348,11 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
     # register than the 30 s timeout, and all went down before the first round. They ack
     # once a round is over (so that they are not the bottleneck), later than the 0.5 s
     # re-send: each round at 10,000 then sent every body twice.
-    d = _start(_cfg(n_agents, planning="full", coalesce_s=0.2).with_(heartbeat_timeout_s=3600.0, resend_s=60.0))
+    # jit-paper: its bodies carry planned rates on the slot grid, which every full re-solve
+    # moves, so every busy host is sent a new body (the worst case this measures); the
+    # default jit's rank-only bodies are kept where a host's flows and ranks did not change.
+    d = _start(_cfg(n_agents, planning="full", coalesce_s=0.2, policy="jit-paper").with_(
+        heartbeat_timeout_s=3600.0, resend_s=60.0))
     ctx = None
     procs: list = []
     conns: list = []
