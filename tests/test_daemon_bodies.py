@@ -3,9 +3,9 @@
 import msgpack
 import numpy as np
 
+from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentTable
 from jitsched.daemon.bodies import RankFrame, host_bodies, pack_frames
-from jitsched.config import DaemonConfig
 from jitsched.model import Cluster, Host
 from jitsched.policies.base import SlotSchedule
 
