@@ -1,0 +1,249 @@
+"""Job-order variants of the priority jit beside Sincronia and the default jit, at bench.paper's two operating points.
+
+Why this bench: at the paper point Sincronia keeps a better mean DL speed-up and
+JCT than the default jit, which keeps the files better (bench.paper's
+summary.md). The default jit ranks a job's transfers by the bytes the job has
+left on their host pair; Sincronia ranks whole jobs (coflows) with BSSI over
+every port. This bench measures whether a job-level order inside jit moves it
+past that frontier, with the variants defined here (not registered: they use
+the numpy reference of the priority greedy, not the kernel, so they are slow):
+
+- ``bssi``: jobs and files ordered by BSSI as Sincronia does, files weighted by
+  Smith's rule for slowdown (``8 s`` of their source's line rate over their
+  size, divided by ``file_w``; ``file_w`` None: unit weights, i.e. Sincronia's
+  order), inside a job the default jit's need order;
+- ``busiest``: the default jit's order, but a job's key is the bytes it has
+  left on its busiest port over all its unfinished transfers.
+
+Usage: ``python bench/bench_order.py [--quick] [--points paper,load0.5] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+if not __package__:  # run as ``python bench/bench_order.py``: add the checkout root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from bench.paper.spec import SCALES
+from bench.paper.workload import paper_workload
+from jitsched.alloc import priority_greedy_reference
+from jitsched.model import TRANSFER
+from jitsched.policies import reference_policy
+from jitsched.policies.base import DONE, Allocation
+from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL, JitPolicy
+from jitsched.policies.sincronia import bssi_order
+
+# bench.paper's operating points: (offered load, files' share of the jobs); the paper
+# point's values are the calibration bench.paper caches in paper_load.json at the
+# default scale (tensorflow's background slowdown 2.22 there, the paper's 2.23).
+POINTS = {"load0.5": (0.5, 0.2), "paper": (0.85, 0.5)}
+
+
+def _order_rates(view, key: np.ndarray, need_of: np.ndarray) -> np.ndarray:
+    """Strict priority over ``view.flows`` by (key, job or file, need, node), bytes/s."""
+    f, dag, cl = view.flows, view.dag, view.cluster
+    is_job = f.job >= 0
+    node = np.maximum(f.node, 0)
+    key = key.copy()
+    key[is_job & (f.remaining <= DRIFT_RTOL * dag.size[node])] = -1.0  # crumbs first, as jit
+    need = np.where(is_job, need_of[node], 0.0)
+    ident = np.where(is_job, f.job, dag.n_jobs + f.bg)
+    order = np.lexsort((f.bg, f.node, need, ident, key))
+    return priority_greedy_reference(order, f.src, f.dst, cl.egress_Bps.copy(), cl.ingress_Bps.copy())
+
+
+def _live_transfers(view) -> np.ndarray:
+    dag = view.dag
+    return np.flatnonzero((dag.kind == TRANSFER) & view.job_arrived[dag.job_of]
+                          & ~view.job_done[dag.job_of] & (view.node_state != DONE))
+
+
+class BssiJit(JitPolicy):
+    """jit with jobs and files in BSSI order (Sincronia's), files Smith-weighted (see the module)."""
+
+    name = "jit-bssi"
+    role = ""
+
+    def __init__(self, file_w: float | None = 1.5, **options) -> None:
+        super().__init__(**options)
+        self.file_w = file_w
+        self._stale = True
+        self._jr = self._br = np.zeros(0)
+
+    def reset(self, cluster) -> None:
+        super().reset(cluster)
+        self._stale = True
+
+    def on_job_arrival(self, view, job: int) -> None:
+        super().on_job_arrival(view, job)
+        self._stale = True
+
+    def on_flow_arrival(self, view, bg: int) -> None:
+        self._stale = True
+
+    def on_flow_done(self, view, bg: int) -> None:
+        self._stale = True
+
+    def on_node_done(self, view, node: int) -> None:
+        super().on_node_done(view, node)
+        if view.dag.kind[node] == TRANSFER and view.job_done[view.dag.job_of[node]]:
+            self._stale = True
+
+    def _reorder(self, view) -> None:
+        # Sincronia's recompute at coflow arrivals and completions, on the same loads
+        dag, cl = view.dag, view.cluster
+        h = len(cl)
+        jobs = np.flatnonzero(view.job_arrived & ~view.job_done)
+        tr = _live_transfers(view)
+        pos = np.full(dag.n_jobs, -1, dtype=np.int64)
+        pos[jobs] = np.arange(len(jobs))
+        f = view.flows
+        bgs = np.unique(f.bg[f.bg >= 0])
+        nc = len(jobs) + len(bgs)
+        load = np.zeros((nc, 2 * h))
+        rem = view.remaining[tr]
+        np.add.at(load, (pos[dag.job_of[tr]], dag.src[tr]), rem / cl.egress_Bps[dag.src[tr]])
+        np.add.at(load, (pos[dag.job_of[tr]], h + dag.dst[tr]), rem / cl.ingress_Bps[dag.dst[tr]])
+        w = np.ones(nc)
+        if len(bgs):
+            sel = f.bg >= 0
+            bpos = np.searchsorted(bgs, f.bg[sel])
+            np.add.at(load, (bpos + len(jobs), f.src[sel]), f.remaining[sel] / cl.egress_Bps[f.src[sel]])
+            np.add.at(load, (bpos + len(jobs), h + f.dst[sel]), f.remaining[sel] / cl.ingress_Bps[f.dst[sel]])
+            if self.file_w is not None:
+                src = np.zeros(len(bgs), dtype=np.int64)
+                src[bpos] = f.src[sel]
+                w[len(jobs):] = BG_REF_S * cl.egress_Bps[src] / view.bg_bytes[bgs] / self.file_w
+        rank = np.empty(nc)
+        rank[bssi_order(load, w)] = np.arange(nc)
+        self._jr = np.full(dag.n_jobs, float(nc))
+        self._jr[jobs] = rank[:len(jobs)]
+        self._br = np.full(len(view.bg_bytes), float(nc))
+        self._br[bgs] = rank[len(jobs):]
+        self._stale = False
+
+    def allocate(self, view) -> Allocation:
+        self._sync_priority(view)
+        if self._stale or len(self._jr) != view.dag.n_jobs or len(self._br) != len(view.bg_bytes):
+            self._reorder(view)
+        f = view.flows
+        if len(f) == 0:
+            return Allocation(np.zeros(0))
+        key = np.where(f.job >= 0, self._jr[np.maximum(f.job, 0)], self._br[np.maximum(f.bg, 0)])
+        return Allocation(_order_rates(view, key, self._need))
+
+
+class BusiestJit(JitPolicy):
+    """jit with a job's key the bytes it has left on its busiest port (every unfinished transfer)."""
+
+    name = "jit-busiest"
+    role = ""
+
+    def allocate(self, view) -> Allocation:
+        self._sync_priority(view)
+        f, dag, cl = view.flows, view.dag, view.cluster
+        if len(f) == 0:
+            return Allocation(np.zeros(0))
+        h = len(cl)
+        tr = _live_transfers(view)
+        load = np.zeros(dag.n_jobs * 2 * h)
+        rem, j = view.remaining[tr], dag.job_of[tr]
+        np.add.at(load, j * 2 * h + dag.src[tr], rem)
+        np.add.at(load, j * 2 * h + h + dag.dst[tr], rem)
+        job_key = load.reshape(dag.n_jobs, 2 * h).max(axis=1)
+        bsize = view.bg_bytes[np.maximum(f.bg, 0)]
+        bg_key = f.remaining * (bsize / (BG_REF_S * cl.egress_Bps[f.src])) * self.bg_weight
+        key = np.where(f.job >= 0, job_key[np.maximum(f.job, 0)], bg_key)
+        return Allocation(_order_rates(view, key, self._need))
+
+
+VARIANTS = {"bssi": BssiJit, "busiest": BusiestJit}
+# (label, registered policy or variant, options): the grid the default run measures
+GRID = (("sincronia", "sincronia", {}), ("jit", "jit", {}),
+        ("bssi unit (= Sincronia's order)", "bssi", {"file_w": None}),
+        ("bssi files x1/0.7", "bssi", {"file_w": 0.7}), ("bssi files x1/1", "bssi", {"file_w": 1.0}),
+        ("bssi files x1/1.5", "bssi", {"file_w": 1.5}), ("bssi files x1/3", "bssi", {"file_w": 3.0}),
+        ("busiest bg_weight 0.7", "busiest", {}), ("busiest bg_weight 1", "busiest", {"bg_weight": 1.0}))
+
+
+def run_one(task: tuple) -> tuple:
+    """One simulation: (task, model per job, JCTs s, file slowdowns, wall s)."""
+    from jitsched.sim import simulate
+
+    point, seed, policy, options, hosts, jobs = task
+    load, share = POINTS[point]
+    wl = paper_workload(jobs, n_hosts=hosts, load=load, background_share=share, seed=seed, real=True)
+    pol = VARIANTS[policy](**options) if policy in VARIANTS else policy
+    t0 = time.perf_counter()
+    res = simulate(wl, pol, seed=seed, policy_options=None if policy in VARIANTS else options)
+    return task, list(res.job_model), res.jct_s.tolist(), res.bg_slowdown.tolist(), time.perf_counter() - t0
+
+
+def summarise(results: dict, points, seeds, grid) -> dict:
+    """Per point and label: mean per-model speed-up vs the reference (mean over seeds), mean JCT, files' mean slowdown."""
+    ref = reference_policy()
+    out: dict = {}
+    for point in points:
+        out[point] = {}
+        for label, policy, options in ((ref, ref, {}), *grid):
+            sps, jcts, bgs = [], [], []
+            for s in seeds:
+                _, base_jct, _ = results[(point, s, ref, "{}")]
+                models, jct, bg = results[(point, s, policy, json.dumps(options, sort_keys=True))]
+                per = collections.defaultdict(list)
+                for m, a, b in zip(models, base_jct, jct, strict=True):
+                    per[m].append(a / b)
+                sps.append(float(np.mean([np.mean(v) for v in per.values()])))
+                jcts += jct
+                bgs += bg
+            out[point][label] = {"speedup_mean": float(np.mean(sps)), "speedup_per_seed": sps,
+                                 "jct_mean_s": float(np.mean(jcts)), "bg_slowdown_mean": float(np.mean(bgs))}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="bench.paper's quick scale (20 hosts, 25 jobs, seed 0)")
+    ap.add_argument("--points", default="paper,load0.5", help="operating points, comma-separated")
+    ap.add_argument("--workers", type=int, default=2, help="parallel processes (default 2)")
+    ap.add_argument("--json", action="store_true", help="one JSON line of the table on stdout")
+    args = ap.parse_args(argv)
+    points = [p for p in args.points.split(",") if p]
+    bad = [p for p in points if p not in POINTS]
+    if bad or not points:
+        ap.error(f"--points: expected some of {', '.join(POINTS)}, got {args.points!r}")
+    sc = SCALES["quick" if args.quick else "default"]
+    seeds = list(sc["seeds"])
+    ref = reference_policy()
+    runs = [(ref, {}), *((p, o) for _, p, o in GRID)]
+    tasks = [(pt, s, p, o, sc["hosts"], sc["jobs"]) for pt in points for s in seeds for p, o in runs]
+    results = {}
+    t0 = time.perf_counter()
+    with Pool(args.workers) as pool:
+        for i, (task, models, jct, bg, wall) in enumerate(pool.imap_unordered(run_one, tasks), 1):
+            point, seed, policy, options = task[:4]
+            results[(point, seed, policy, json.dumps(options, sort_keys=True))] = (models, jct, bg)
+            print(f"[{i}/{len(tasks)}] {point} seed {seed} {policy} {options or ''} {wall:.0f} s "
+                  f"(elapsed {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    table = summarise(results, points, seeds, GRID)
+    if args.json:
+        print(json.dumps({"hosts": sc["hosts"], "jobs": sc["jobs"], "seeds": seeds, "points": table}))
+    else:
+        for point, rows in table.items():
+            print(f"{point} (load, files' share {POINTS[point]}): speed-up vs {ref} / mean JCT s / files' slowdown")
+            for label, m in rows.items():
+                print(f"  {label:34s} {m['speedup_mean']:.3f} / {m['jct_mean_s']:.3f} / {m['bg_slowdown_mean']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
