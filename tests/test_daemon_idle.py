@@ -55,6 +55,7 @@ def test_a_full_resolve_leaves_idle_agents_alone_until_they_get_a_flow():
             st.agents[h].acked_seq >= st.host_seq[h] for h in agents), 5.0)
         second = st.schedule_seq
         assert second > first and st.plan_summary["hosts_changed"] == 4  # all rebuilt ...
+        assert st.plan_summary["hosts_sent"] == 2  # ... the two busy ones sent
         assert [agents[h].seq for h in ("h0", "h1")] == [second] * 2
         assert [st.host_seq[h] for h in IDLE] == [first] * 2  # ... the idle ones not sent
         assert [agents[h].seq for h in IDLE] == [first] * 2

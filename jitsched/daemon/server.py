@@ -779,7 +779,8 @@ class Daemon:
                 p = self.state.plan_summary
                 log.info(kv("plan", seq=res.seq, mode=res.mode, reasons=",".join(res.reasons),
                             jobs=p["jobs"], flows=p["flows"], late=p["late"],
-                            hosts_changed=p["hosts_changed"], solve_s=res.solve_s))
+                            hosts_changed=p["hosts_changed"], hosts_sent=p.get("hosts_sent"),
+                            solve_s=res.solve_s))
             elif ok:
                 log.info(kv("plan_held", seq=res.seq, mode=res.mode, solve_s=res.solve_s))
             elif res.unsupported:

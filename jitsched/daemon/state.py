@@ -344,8 +344,11 @@ class SchedulerState:
 
     def _adopt(self, res: PlanResult, now: float) -> None:
         """Make ``res`` the schedule in force and queue its changed bodies for their agents."""
-        self.agent_table.publish(res.frames, res.seq)
+        sent = self.agent_table.publish(res.frames, res.seq)
         self.plan_book.adopt(res, now, self.agent_table.down())
+        # hosts_changed counts the bodies the plan built; a joint re-solve of the default
+        # jit builds every busy host's and sends only those whose ranks changed
+        self.plan_book.plan_summary["hosts_sent"] = sent
 
 
 # Importable from here as before the split (tests and benches use these names).
