@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.bench_order import BssiJit, BusiestJit, summarise
+from bench.bench_order import BssiJit, BusiestJit, RemapJit, summarise
 from bench.paper.spec import SCALES
 from bench.paper.workload import paper_workload
 from jitsched.sim import simulate
@@ -34,9 +34,10 @@ def test_smith_weights_favour_the_files():
     assert smith.bg_slowdown.mean() < unit.bg_slowdown.mean() - 0.03
 
 
-def test_busiest_runs_every_job():
-    res = simulate(_workload(), BusiestJit(), seed=0)
-    assert np.all(np.isfinite(res.jct_s)) and len(res.jct_s) == SCALES["tiny"]["jobs"]
+def test_busiest_and_remap_run_every_job():
+    for policy in (BusiestJit(), RemapJit()):
+        res = simulate(_workload(), policy, seed=0)
+        assert np.all(np.isfinite(res.jct_s)) and len(res.jct_s) == SCALES["tiny"]["jobs"]
 
 
 def test_summarise_speedup_by_hand():
