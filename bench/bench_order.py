@@ -69,6 +69,20 @@ def _live_transfers(view) -> np.ndarray:
                           & ~view.job_done[dag.job_of] & (view.node_state != DONE))
 
 
+def _job_loads(view, jobs: np.ndarray, n_rows: int) -> np.ndarray:
+    """Seconds of port time each of ``jobs`` has left, shape (n_rows, 2H): egress, then ingress; row i is jobs[i]."""
+    dag, cl = view.dag, view.cluster
+    h = len(cl)
+    tr = _live_transfers(view)
+    pos = np.full(dag.n_jobs, -1, dtype=np.int64)
+    pos[jobs] = np.arange(len(jobs))
+    load = np.zeros((n_rows, 2 * h))
+    rem = view.remaining[tr]
+    np.add.at(load, (pos[dag.job_of[tr]], dag.src[tr]), rem / cl.egress_Bps[dag.src[tr]])
+    np.add.at(load, (pos[dag.job_of[tr]], h + dag.dst[tr]), rem / cl.ingress_Bps[dag.dst[tr]])
+    return load
+
+
 class BssiJit(JitPolicy):
     """jit with jobs and files in BSSI order (Sincronia's), files Smith-weighted (see the module)."""
 
@@ -105,16 +119,10 @@ class BssiJit(JitPolicy):
         dag, cl = view.dag, view.cluster
         h = len(cl)
         jobs = np.flatnonzero(view.job_arrived & ~view.job_done)
-        tr = _live_transfers(view)
-        pos = np.full(dag.n_jobs, -1, dtype=np.int64)
-        pos[jobs] = np.arange(len(jobs))
         f = view.flows
         bgs = np.unique(f.bg[f.bg >= 0])
         nc = len(jobs) + len(bgs)
-        load = np.zeros((nc, 2 * h))
-        rem = view.remaining[tr]
-        np.add.at(load, (pos[dag.job_of[tr]], dag.src[tr]), rem / cl.egress_Bps[dag.src[tr]])
-        np.add.at(load, (pos[dag.job_of[tr]], h + dag.dst[tr]), rem / cl.ingress_Bps[dag.dst[tr]])
+        load = _job_loads(view, jobs, nc)
         w = np.ones(nc)
         if len(bgs):
             sel = f.bg >= 0
@@ -179,16 +187,9 @@ class RemapJit(BssiJit):
         super().__init__(file_w=None, **options)
 
     def _reorder(self, view) -> None:
-        dag, cl = view.dag, view.cluster
-        h = len(cl)
+        dag = view.dag
         jobs = np.flatnonzero(view.job_arrived & ~view.job_done)
-        tr = _live_transfers(view)
-        pos = np.full(dag.n_jobs, -1, dtype=np.int64)
-        pos[jobs] = np.arange(len(jobs))
-        load = np.zeros((len(jobs), 2 * h))
-        rem = view.remaining[tr]
-        np.add.at(load, (pos[dag.job_of[tr]], dag.src[tr]), rem / cl.egress_Bps[dag.src[tr]])
-        np.add.at(load, (pos[dag.job_of[tr]], h + dag.dst[tr]), rem / cl.ingress_Bps[dag.dst[tr]])
+        load = _job_loads(view, jobs, len(jobs))
         self._jr = np.full(dag.n_jobs, float(len(jobs)))
         if len(jobs):
             rank = np.empty(len(jobs))
