@@ -656,18 +656,12 @@ class JitPolicy(Policy):
         """
         self._sync_priority(view)
         dag = view.dag
-        live = view.job_arrived & ~view.job_done
-        nodes = np.flatnonzero((dag.kind == TRANSFER) & (view.node_state != DONE)
-                               & (view.remaining > 0) & live[dag.job_of])
+        nodes = _unfinished_transfers(view)
         if not len(nodes):
             return nodes, np.zeros(0, dtype=np.int64)
         grp = self._group[nodes]
         left = self._group_left(grp, dag.size[nodes] - view.remaining[nodes])
-        o = np.lexsort((dag.dst[nodes], dag.src[nodes], dag.job_of[nodes], left[grp]))
-        g = grp[o]
-        ranks = np.empty(len(nodes), dtype=np.int64)
-        ranks[o] = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1
-        return nodes, ranks
+        return nodes, _rank_groups(grp, left, dag.job_of[nodes], dag.src[nodes], dag.dst[nodes])
 
     def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
         # Every unfinished transfer with its rank; planned ones (alpha > 0) with their
@@ -772,9 +766,7 @@ class JitPolicy(Policy):
         (alpha 0), so ``base``'s slot grid and leftover stay as they are.
         """
         dag = view.dag
-        live = view.job_arrived & ~view.job_done
-        nodes = np.flatnonzero((dag.kind == TRANSFER) & (view.node_state != DONE)
-                               & (view.remaining > 0) & live[dag.job_of])
+        nodes = _unfinished_transfers(view)
         ranks = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
                             len(view.cluster))
         first = max(base.prio.values(), default=-1) + 1 if base is not None else 0
@@ -840,12 +832,25 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     code = (job.astype(np.int64) * n_hosts + src) * n_hosts + dst
     _, grp = np.unique(code, return_inverse=True)
     grp = grp.ravel()
-    left = np.bincount(grp, weights=remaining)
+    return _rank_groups(grp, np.bincount(grp, weights=remaining), job, src, dst)
+
+
+def _rank_groups(grp: np.ndarray, left: np.ndarray, job: np.ndarray, src: np.ndarray,
+                 dst: np.ndarray) -> np.ndarray:
+    """Dense ranks of transfers (group ``grp``, shape (T,)) by their group's bytes ``left[grp]``, then job, src, dst."""
     o = np.lexsort((dst, src, job, left[grp]))
     g = grp[o]
-    ranks = np.empty(len(job), dtype=np.int64)
+    ranks = np.empty(len(grp), dtype=np.int64)
     ranks[o] = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1
     return ranks
+
+
+def _unfinished_transfers(view: SchedulerView) -> np.ndarray:
+    """DAG nodes of the active jobs' transfers with bytes left, the flows ranks are given to."""
+    dag = view.dag
+    live = view.job_arrived & ~view.job_done
+    return np.flatnonzero((dag.kind == TRANSFER) & (view.node_state != DONE)
+                          & (view.remaining > 0) & live[dag.job_of])
 
 
 @register_policy
