@@ -54,15 +54,7 @@ def _acking_main(names: list[str], endpoint: str, conn) -> None:
     until the parent says stop (no heartbeats, no enforcement)."""
     ctx = zmq.Context()
     ctx.set(zmq.MAX_SOCKETS, len(names) + 16)
-    poller = zmq.Poller()
-    socks = []
-    for h in names:
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.connect(endpoint)
-        s.send(encode_request(MsgType.REGISTER, {"host": h}))
-        poller.register(s, zmq.POLLIN)
-        socks.append(s)
+    socks, poller = _open_receivers(ctx, names, endpoint)
     host = {s: h for s, h in zip(socks, names, strict=True)}
     poller.register(conn.fileno(), zmq.POLLIN)
     conn.send(True)
@@ -150,8 +142,9 @@ def submit_to_ack(n_jobs: int, repeats: int, n_hosts: int, seed: int = 0,
     instead, so joint re-solves of all jobs run while later probes are planned.
     ``bare``: the agents are bare sockets acking each schedule as it comes, in
     that many processes (see :func:`_acking_main`), and the daemon never takes
-    them for down. ``policy``: the daemon's (default: its default, jit, whose
-    priority ranks are planned jointly only: every arrival is a full re-solve).
+    them for down. ``policy``: the daemon's (default: its default, jit, which
+    admits an arrival by a ranked increment and ranks it in place by the joint
+    re-solve that increment triggers).
     """
     rng = np.random.default_rng(seed)
     names = [f"h{i}" for i in range(n_hosts)]
@@ -286,14 +279,15 @@ def _receive_round(socks: list[zmq.Socket], poller: zmq.Poller, after_seq: int, 
     return got if want is None else {k: t for k, t in got.items() if k in want}
 
 
-def _open_receivers(ctx: zmq.Context, hosts: range, endpoint: str) -> tuple[list, zmq.Poller]:
+def _open_receivers(ctx: zmq.Context, names: list[str], endpoint: str) -> tuple[list, zmq.Poller]:
+    """A registered bare agent socket per host name, and a poller over them."""
     poller = zmq.Poller()
     socks = []
-    for i in hosts:
+    for h in names:
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.connect(endpoint)
-        s.send(encode_request(MsgType.REGISTER, {"host": f"h{i}"}))
+        s.send(encode_request(MsgType.REGISTER, {"host": h}))
         poller.register(s, zmq.POLLIN)
         socks.append(s)
     return socks, poller
@@ -306,7 +300,8 @@ def _receivers_main(hosts: range, endpoint: str, conn) -> None:
     ctx = zmq.Context()
     # a context holds 1023 sockets by default: 2500 receivers failed with "Too many open files"
     ctx.set(zmq.MAX_SOCKETS, len(hosts) + 16)
-    socks, poller = _open_receivers(ctx, hosts, endpoint)
+    names = [f"h{i}" for i in hosts]
+    socks, poller = _open_receivers(ctx, names, endpoint)
     poller.register(conn.fileno(), zmq.POLLIN)
     conn.send("ready")
     try:
@@ -315,7 +310,7 @@ def _receivers_main(hosts: range, endpoint: str, conn) -> None:
             if msg == "stop":
                 return
             cpu = time.process_time()  # this process's, its zmq I/O thread included
-            got = _receive_round(socks, poller, msg[1], [f"h{i}" for i in hosts], conn=conn)
+            got = _receive_round(socks, poller, msg[1], names, conn=conn)
             conn.send((got, time.process_time() - cpu))
     finally:
         for s in socks:
@@ -390,7 +385,7 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
         if agents_in_process:
             ctx = zmq.Context()
             ctx.set(zmq.MAX_SOCKETS, n_agents + 16)
-            socks, poller = _open_receivers(ctx, range(n_agents), d.agent_endpoint)
+            socks, poller = _open_receivers(ctx, names, d.agent_endpoint)
         else:
             mctx = mp.get_context("spawn")
             for part in np.array_split(np.arange(n_agents), receivers):
@@ -568,8 +563,8 @@ def main(argv: list[str] | None = None) -> int:
                          "comes, in N processes, and never taken for down (0: agent threads, 250 a "
                          "process, which flapped at 1000 hosts on 2 cores; default 2)")
     ap.add_argument("--scale-policy", default=None,
-                    help="scale submit to ack: the daemon's policy (default jit, whose every arrival "
-                         "is a full re-solve; jit-paper plans arrivals incrementally)")
+                    help="scale submit to ack: the daemon's policy (default jit: ranked increments, "
+                         "each followed by a joint re-solve; jit-paper: LP increments)")
     ap.add_argument("--scale-parts", default="latency,resolve,fanout",
                     help="which scale measurements (comma-separated: latency, resolve, fanout)")
     args = ap.parse_args(argv)
