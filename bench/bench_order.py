@@ -63,6 +63,13 @@ def _order_rates(view, key: np.ndarray, need_of: np.ndarray) -> np.ndarray:
     return priority_greedy_reference(order, f.src, f.dst, cl.egress_Bps.copy(), cl.ingress_Bps.copy())
 
 
+def _smith_key(view, bg_weight: float) -> np.ndarray:
+    """jit's key of each flow as a background flow (bytes; Smith's rule), shape (F,): see GroupPriority."""
+    f = view.flows
+    bsize = view.bg_bytes[np.maximum(f.bg, 0)]
+    return f.remaining * (bsize / (BG_REF_S * view.cluster.egress_Bps[f.src])) * bg_weight
+
+
 def _live_transfers(view) -> np.ndarray:
     dag = view.dag
     return np.flatnonzero((dag.kind == TRANSFER) & view.job_arrived[dag.job_of]
@@ -170,9 +177,7 @@ class BusiestJit(JitPolicy):
         np.add.at(load, j * 2 * h + dag.src[tr], rem)
         np.add.at(load, j * 2 * h + h + dag.dst[tr], rem)
         job_key = load.reshape(dag.n_jobs, 2 * h).max(axis=1)
-        bsize = view.bg_bytes[np.maximum(f.bg, 0)]
-        bg_key = f.remaining * (bsize / (BG_REF_S * cl.egress_Bps[f.src])) * self.bg_weight
-        key = np.where(f.job >= 0, job_key[np.maximum(f.job, 0)], bg_key)
+        key = np.where(f.job >= 0, job_key[np.maximum(f.job, 0)], _smith_key(view, self.bg_weight))
         return Allocation(_order_rates(view, key, self._need))
 
 
@@ -202,7 +207,7 @@ class RemapJit(BssiJit):
         self._sync_priority(view)
         if self._stale or len(self._jr) != view.dag.n_jobs:
             self._reorder(view)
-        f, dag, cl = view.flows, view.dag, view.cluster
+        f, dag = view.flows, view.dag
         if len(f) == 0:
             return Allocation(np.zeros(0))
         is_job = f.job >= 0
@@ -215,9 +220,7 @@ class RemapJit(BssiJit):
         act = np.flatnonzero(np.isfinite(job_key))
         remapped = job_key.copy()
         remapped[act[np.argsort(self._jr[act], kind="stable")]] = np.sort(job_key[act])
-        bsize = view.bg_bytes[np.maximum(f.bg, 0)]
-        bg_key = f.remaining * (bsize / (BG_REF_S * cl.egress_Bps[f.src])) * self.bg_weight
-        key = np.where(is_job, remapped[np.maximum(f.job, 0)], bg_key)
+        key = np.where(is_job, remapped[np.maximum(f.job, 0)], _smith_key(view, self.bg_weight))
         return Allocation(_order_rates(view, key, self._need))
 
 
