@@ -636,6 +636,8 @@ def _scale(args: argparse.Namespace, seed: int) -> dict:
         out["scale_fanout_changed_hosts"] = f["changed"]["hosts"]
         print(f"scale: fan-out to {args.scale_agents}: {f}", file=sys.stderr)
     out["scale_rss_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # the largest of every child waited for so far: the daemons' planner processes, but after
+    # the fan-out also its receiver processes (the key keeps its name for existing results)
     out["scale_planner_rss_peak_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return out
 
