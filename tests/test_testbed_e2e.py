@@ -14,6 +14,7 @@ import pytest
 
 from jitsched import testbed
 from jitsched.errors import ValidationError
+from jitsched.testbed import e2e
 from jitsched.testbed import netns as netns_mod
 from jitsched.testbed.e2e import run_scenario
 from jitsched.testbed.scenario import SCENARIOS, Scenario, build_workload
@@ -32,11 +33,12 @@ def tiny(monkeypatch, netns_available):
         testbed.down(prefix)
 
 
-@pytest.mark.parametrize("policy,ingress,spare", [("jit", False, "background"), ("jit", True, "shared"),
-                                                  ("none", False, "background")])
-def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare):
+@pytest.mark.parametrize("policy,ingress,spare,procs", [("jit", False, "background", 1), ("jit", True, "shared", 2),
+                                                        ("none", False, "background", 2)])
+def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs):
+    # procs 2: each of the two jobs in a runner process of its own; 1: both in one
     out = run_scenario("tiny", policy=policy, seed=1, prefix=tiny, timeout_s=60.0, measure_slots=0,
-                       ingress=ingress, spare=spare)
+                       ingress=ingress, spare=spare, runner_procs=procs)
     assert out["policy"] == policy and out["jobs"] == 2
     assert out["completed"] == 2, out["details"]["errors"]
     assert out["lat_hit_rate"] is not None and 0.0 <= out["lat_hit_rate"] <= 1.0
@@ -98,6 +100,7 @@ def test_failed_run_still_tears_down(tiny, monkeypatch):
     ({"daemon_options": {"policy_options": {"dl_share": 0.0}}}, "dl_share"),
     ({"daemon_options": {"max_planner_duty": 2.0}}, "max_planner_duty"),
     ({"spare": "greedy"}, "spare"),
+    ({"runner_procs": 0}, "runner_procs"),
 ])
 def test_bad_options_fail_before_the_testbed_is_built(monkeypatch, kw, message):
     built = []
@@ -105,6 +108,21 @@ def test_bad_options_fail_before_the_testbed_is_built(monkeypatch, kw, message):
     with pytest.raises(ValidationError, match=message):
         run_scenario("quick", policy="jit", prefix="jsbad", **kw)
     assert built == []
+
+
+def _exits_at_once(conn) -> None:
+    conn.send(("ready",))  # then ends without results, as a runner process that crashed
+
+
+def test_a_runner_process_that_dies_is_an_error_not_a_hang():
+    child = e2e._Child("runners-0", _exits_at_once, ())
+    try:
+        assert child.ready() == ()
+        with pytest.raises(testbed.TestbedError, match="runners-0 exited before its jobs finished"):
+            child.results(30.0)
+    finally:
+        child.stop(5.0)
+    assert not multiprocessing.active_children()
 
 
 def test_transfers_under_ten_milliseconds_at_the_link_rate_go_unregistered():

@@ -9,11 +9,11 @@ a 100 ms plan would stall every runner and every slot change):
   shaped links);
 - under ``jit``, one process per host agent, inside the host's namespace,
   driving the tc backend of its host's link;
-- this process: a transfer sink per host, the job runners (every
-  transfer's socket is opened in its source host's namespace and moves real
-  bytes over the shaped 198.18.0.x links; reports go to the daemon from a
-  reporter thread per job, off the DAG's critical path) and the background
-  file transfers.
+- ``runner_procs`` processes of job runners, the jobs dealt among them
+  (every transfer's socket is opened in its source host's namespace and
+  moves real bytes over the shaped 198.18.0.x links; reports go to the
+  daemon from a reporter thread per job, off the DAG's critical path);
+- this process: a transfer sink per host and the background file transfers.
 """
 
 from __future__ import annotations
@@ -120,9 +120,8 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     from jitsched.client import TransferSink
-    from jitsched.client import send_bytes as _send
     from jitsched.config import DaemonConfig
-    from jitsched.runner import JobResult, JobRunner
+    from jitsched.runner import JobResult
     from jitsched.testbed.scenario import background_contention, build_workload
 
     policy, seed, prefix, timeout_s = options.policy, options.seed, options.prefix, options.timeout_s
@@ -182,30 +181,24 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
                                              register_min_bytes=reg_max)
         addrs = {h: s.address for h, s in sinks.items()}
 
-        def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
-            if nbytes <= reg_max:
-                agent = None
-            with in_netns(netns_of[src]):
-                return _send(addr, nbytes, flow, agent=agent, timeout_s=timeout_s, tos=tos)
-
         from jitsched.testbed.bgtraffic import Generator
         gen = Generator(bg, netns_of, addr_of)
-        lock = threading.Lock()
-        t0 = time.monotonic()
-
-        def launch(job) -> None:
-            time.sleep(max(0.0, t0 + job.arrival_s - time.monotonic()))
-            r = JobRunner(job, job_ep, addrs, agents=agent_names, max_threads=32,
-                          send=send, async_reports=True).run(timeout_s=timeout_s)
-            with lock:
-                results[job.id] = r
-
+        # The job runners in their own processes, away from this one's sinks and file
+        # receivers (see TestbedOptions.runner_procs); jobs dealt round-robin in arrival order.
+        jobs = sorted(wl.jobs, key=lambda j: j.arrival_s)
+        k = max(1, min(options.runner_procs, len(jobs)))
+        for i in range(k):
+            children.append(_Child(f"runners-{i}", _runners_main,
+                                   (jobs[i::k], job_ep, addrs, agent_names, netns_of, reg_max, tos, timeout_s)))
+        runners = children[-k:]
+        for c in runners:
+            c.ready()
+        t0 = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of this machine
         gen.start(t0)
-        threads = [threading.Thread(target=launch, args=(j,), daemon=True) for j in wl.jobs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout_s + 30.0)
+        for c in runners:
+            c.conn.send(("go", t0))
+        for c in runners:
+            results.update(c.results(timeout_s + 30.0))
         t_jobs = time.monotonic() - t0
         during = gen.snapshot()
         bg_window_mbit = sum(r["bytes"] for r in during.values()) * 8 / 1e6 / max(t_jobs, 1e-9)
@@ -296,6 +289,16 @@ class _Child:
             raise testbed.TestbedError(f"testbed {self.name} failed: {msg[1]}")
         return msg[1:]
 
+    def results(self, timeout_s: float) -> dict:
+        """A runner child's ``("results", {job id: JobResult})``; raise TestbedError if it died or is silent."""
+        if not self.conn.poll(timeout_s):
+            raise testbed.TestbedError(f"testbed {self.name} sent no results within {timeout_s:g} s")
+        try:
+            msg = self.conn.recv()
+        except EOFError:
+            raise testbed.TestbedError(f"testbed {self.name} exited before its jobs finished") from None
+        return msg[1]
+
     def stop(self, timeout_s: float = 15.0) -> dict:
         """Ask the child to stop; returns its final figures (empty if none). Kills it if it hangs."""
         out: dict = {}
@@ -346,6 +349,46 @@ def _daemon_main(cfg, conn) -> None:
                              "lat_misses": st.lat_misses}))
     except OSError:
         pass
+
+
+def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
+                  tos: int | None, timeout_s: float, conn) -> None:
+    """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
+    from jitsched.client import send_bytes
+    from jitsched.runner import JobRunner
+
+    def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
+        if nbytes <= reg_max:
+            agent = None
+        with in_netns(netns_of[src]):
+            return send_bytes(addr, nbytes, flow, agent=agent, timeout_s=timeout_s, tos=tos)
+
+    results: dict = {}
+    lock = threading.Lock()
+
+    def launch(job, t0: float) -> None:
+        time.sleep(max(0.0, t0 + job.arrival_s - time.monotonic()))
+        r = JobRunner(job, job_ep, addrs, agents=agent_names, max_threads=32,
+                      send=send, async_reports=True).run(timeout_s=timeout_s)
+        with lock:
+            results[job.id] = r
+
+    try:
+        conn.send(("ready",))
+        msg = conn.recv()
+        if msg == "stop":
+            return
+        threads = [threading.Thread(target=launch, args=(j, msg[1]), daemon=True) for j in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout_s + 30.0)
+        with lock:
+            conn.send(("results", dict(results)))
+        _wait_stop(conn)
+        conn.send(("stats", {}))
+    except (EOFError, OSError):
+        pass  # the parent is gone
 
 
 def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,

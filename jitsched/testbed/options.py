@@ -126,6 +126,9 @@ class TestbedOptions:
         and give the switch ports a strict-priority band for it, so DL traffic
         is ahead of the files where the agents cannot reach (the receivers'
         ports); under ``none`` it is the ablation.
+    runner_procs : int
+        Processes the job runners run in (jobs dealt round-robin in arrival
+        order), apart from this process's transfer sinks and file transfers.
     timeout_s : float
         Per-job limit, s; also how long the files may take after the last job.
     slot_s : float
@@ -175,6 +178,8 @@ class TestbedOptions:
               "than this many seconds later (default: never)")
     switch_priority: bool = option(
         False, "run: DL transfers in a strict-priority band at the switch ports (both policies)")
+    runner_procs: int = option(
+        2, "run: processes the jobs' senders run in, apart from the sinks and files (default %(default)s)")
     timeout_s: float = option(120.0, "per-job limit in seconds", flag=False)
     slot_s: float = option(0.1, "scheduling slot in seconds", flag=False)
     measure_slots: int = option(20, "jit: slots of random tc rates measured before the run", flag=False)
@@ -195,6 +200,7 @@ class TestbedOptions:
         _check_range(self, "timeout_s", lo=0.0, open_lo=True)
         _check_range(self, "slot_s", lo=0.0, open_lo=True)
         _check_range(self, "measure_slots", lo=0)
+        _check_range(self, "runner_procs", lo=1)
         if self.daemon_options is None:  # run_scenario's default before the options object
             object.__setattr__(self, "daemon_options", {})
         if not isinstance(self.daemon_options, Mapping):
