@@ -441,8 +441,8 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
             return got, cpu, targets
 
         def measure(part: str) -> dict:
-            res: dict = {k: [] for k in ("from_plan", "from_install", "send", "after_send",
-                                         "receivers_cpu", "hosts")}
+            res: dict = {k: [] for k in ("from_plan", "bodies", "from_install", "send", "after_send",
+                                         "receivers_cpu", "hosts", "n_slots")}
             with Client(d.job_endpoint, timeout_s=60.0) as c:
                 for r in range(repeats + 1):
                     jid = f"f{part}{r}"
@@ -454,6 +454,8 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
                         installed = st.t0_wall_s + summary["installed_at_s"]
                         sent = [x for x in sends[k:] if x[0] >= installed - 0.001 and x[1] is not None]
                         res["from_plan"].append(last - (st.t0_wall_s + summary["planned_at_s"]))
+                        res["bodies"].append(summary["bodies_s"])
+                        res["n_slots"].append(summary["n_slots"])
                         res["from_install"].append(last - installed)
                         if sent:
                             res["send"].append(sent[0][1] - sent[0][0])
@@ -547,7 +549,7 @@ KEYS = ("submit_to_ack_p50_s", "submit_to_ack_p99_s", "submissions_per_s", "fano
 SCALE_KEYS = ("scale_submit_to_ack_p50_s", "scale_submit_to_ack_p99_s", "scale_joint_resolve_s",
               "scale_fanout_s", "scale_fanout_from_install_s", "scale_fanout_send_s",
               "scale_fanout_after_send_s", "scale_fanout_receivers_cpu_s", "scale_fanout_hosts",
-              "scale_fanout_changed_s", "scale_fanout_changed_hosts", "scale_rss_peak_mib",
+              "scale_fanout_bodies_s", "scale_fanout_n_slots", "scale_fanout_changed_s", "scale_fanout_changed_hosts", "scale_rss_peak_mib",
               "scale_planner_rss_peak_mib")
 
 
@@ -647,7 +649,8 @@ def _scale(args: argparse.Namespace, seed: int) -> dict:
                    max(args.receivers, args.scale_agents // 2500))
         names = {"from_plan": "scale_fanout_s", "from_install": "scale_fanout_from_install_s",
                  "send": "scale_fanout_send_s", "after_send": "scale_fanout_after_send_s",
-                 "receivers_cpu": "scale_fanout_receivers_cpu_s", "hosts": "scale_fanout_hosts"}
+                 "receivers_cpu": "scale_fanout_receivers_cpu_s", "hosts": "scale_fanout_hosts",
+                 "bodies": "scale_fanout_bodies_s", "n_slots": "scale_fanout_n_slots"}
         for key, value in f["all"].items():
             out[names[key]] = value
         out["scale_fanout_changed_s"] = f["changed"]["from_plan"]

@@ -49,6 +49,7 @@ def test_a_full_resolve_leaves_idle_agents_alone_until_they_get_a_flow():
         assert wait_until(lambda: st.plan_summary.get("jobs") == 1 and all(
             st.agents[h].acked_seq >= st.host_seq.get(h, 0) > 0 for h in agents), 5.0)
         first = st.schedule_seq
+        first_installed = st.plan_summary["installed_at_s"]
         assert all(agents[h].seq == first for h in agents)
         c.submit_job(layer_chain_job("b", "h0", "h1"))
         assert wait_until(lambda: st.plan_summary.get("jobs") == 2 and all(
@@ -56,6 +57,8 @@ def test_a_full_resolve_leaves_idle_agents_alone_until_they_get_a_flow():
         second = st.schedule_seq
         assert second > first and st.plan_summary["hosts_changed"] == 4  # all rebuilt ...
         assert st.plan_summary["hosts_sent"] == 2  # ... the two busy ones sent
+        # building and packing the 4 bodies took time, less than the whole re-solve's wall
+        assert 0.0 < st.plan_summary["bodies_s"] < st.plan_summary["installed_at_s"] - first_installed
         assert [agents[h].seq for h in ("h0", "h1")] == [second] * 2
         assert [st.host_seq[h] for h in IDLE] == [first] * 2  # ... the idle ones not sent
         assert [agents[h].seq for h in IDLE] == [first] * 2

@@ -69,7 +69,8 @@ class PlanResult:
     plan added. ``frames`` holds the packed schedule body of every host whose
     schedule changed, ``flow_index`` maps (job, transfer) to (start slot,
     number of slots). ``ready_wall_s`` is the wall clock when the plan was
-    computed, before the bodies were built. ``poisoned`` maps each job the
+    computed, before the bodies were built; ``bodies_s`` how long building and
+    packing them took, seconds. ``poisoned`` maps each job the
     worker found it cannot plan even alone to why (the plan is of the others);
     ``planner_broken`` says the planner failed its self-test too (no job is
     to blame).
@@ -91,6 +92,7 @@ class PlanResult:
     frames: dict[str, bytes] = field(default_factory=dict)
     flow_index: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     ready_wall_s: float = math.nan
+    bodies_s: float = 0.0
     poisoned: dict[str, str] = field(default_factory=dict)
     planner_broken: bool = False
 
@@ -534,7 +536,7 @@ class PlanBook:
             "flows": len(sched.flows) if sched else 0, "late": len(sched.late) if sched else 0,
             "n_slots": int(sched.leftover_egress.shape[1]) if sched else 0,
             "slot_s": sched.slot_s if sched else self.config.slot_s,
-            "hosts_changed": len(res.frames), "unenforced_flows": unenforced,
+            "hosts_changed": len(res.frames), "bodies_s": res.bodies_s, "unenforced_flows": unenforced,
             "planned_at_s": res.ready_wall_s - self.t0_wall_s, "installed_at_s": now,
         }
 

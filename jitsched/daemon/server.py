@@ -780,7 +780,7 @@ class Daemon:
                 log.info(kv("plan", seq=res.seq, mode=res.mode, reasons=",".join(res.reasons),
                             jobs=p["jobs"], flows=p["flows"], late=p["late"],
                             hosts_changed=p["hosts_changed"], hosts_sent=p.get("hosts_sent"),
-                            solve_s=res.solve_s))
+                            solve_s=res.solve_s, bodies_s=round(res.bodies_s, 4)))
             elif ok:
                 log.info(kv("plan_held", seq=res.seq, mode=res.mode, solve_s=res.solve_s))
             elif res.unsupported:
