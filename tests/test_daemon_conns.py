@@ -217,3 +217,30 @@ def test_unread_replies_are_capped_per_peer():
             s.close(0)
         with Client(d.job_endpoint, timeout_s=5.0) as c:
             assert c.status(limit=1)["loop"]["replies_refused_queued"] == len(refused)
+
+
+def test_idle_scans_run_at_most_every_twentieth_of_the_timeout():
+    import logging
+
+    from jitsched.daemon.conns import Conn, Connections
+    from jitsched.daemon.logs import LogLimiter
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind("tcp://127.0.0.1:*")
+    srv = socket.create_server(("127.0.0.1", 0))
+    cli = socket.create_connection(srv.getsockname())
+    acc, _ = srv.accept()
+    try:
+        conns = Connections(router, "jobs", 16, 10.0, LogLimiter(logging.getLogger("test")))
+        conns.open[acc.fileno()] = Conn(acc.getpeername(), last_s=100.0)
+        assert conns.expire(109.9) == 0  # scanned: silent 9.9 s of 10; the next scan at 110.4
+        assert conns.expire(110.2) == 0 and not conns.open[acc.fileno()].closing  # idle, not scanned
+        assert conns.expire(110.5) == 1 and conns.idle_closed == 1  # scanned: closed
+        assert cli.recv(1) == b""  # the peer sees the end of the connection
+    finally:
+        conns.close()
+        for s in (cli, acc, srv):
+            s.close()
+        router.close(0)
+        ctx.term()

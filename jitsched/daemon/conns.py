@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import socket
 from collections import deque
@@ -41,6 +42,7 @@ TRACK_BYTES = 4096
 # newest let 1,000 idle raw connections lock every new client out (measured). The
 # agent socket uses the heartbeat timeout instead: live agents speak every heartbeat_s.
 EVICT_AFTER_S = 1.0
+EXPIRE_MIN_S = 0.05  # the smallest gap between two scans for idle connections, seconds
 
 MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPT_FAILED
 
@@ -127,6 +129,7 @@ class Connections:
         self.evicted = 0  # silent connections closed to make room for new ones
         self.idle_closed = 0  # connections closed for silence
         self.accept_failed = 0  # accept(2) failures libzmq reported (EMFILE: out of descriptors)
+        self._next_expire_s = -math.inf
 
     def close(self) -> None:
         """Stop monitoring (before the socket closes)."""
@@ -198,7 +201,16 @@ class Connections:
             conn.last_s = now_s
 
     def expire(self, now_s: float) -> int:
-        """Close the connections silent for ``idle_s``; returns how many."""
+        """Close the connections silent for ``idle_s``; returns how many.
+
+        Looks at most every twentieth of ``idle_s`` (and 50 ms), so a connection
+        is closed within ``1.05 * idle_s`` of its last message.
+        """
+        # A scan of 10,000 agents' connections takes 2.2 ms; on every 50 ms housekeeping
+        # tick that was 4 % of the daemon's loop thread with a 300 s timeout to keep.
+        if now_s < self._next_expire_s:
+            return 0
+        self._next_expire_s = now_s + max(EXPIRE_MIN_S, self.idle_s / 20.0)
         n = 0
         limit = now_s - self.idle_s
         for fd, conn in list(self.open.items()):
