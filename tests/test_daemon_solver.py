@@ -182,3 +182,20 @@ def test_planner_child_is_sent_each_job_once_and_a_resubmitted_one_again():
         assert [j for j, _, _ in sent[-1].jobs] == ["b"] and third.jobs == {"b"}
     finally:
         proc.close()
+
+
+def test_gc_paused_holds_the_collector_off_and_restores_it():
+    import gc
+
+    from jitsched.daemon.solver import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():  # nested: the inner one leaves it off
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), gc_paused():
+        raise ValueError("a failed build")
+    assert gc.isenabled()  # back on after an exception too

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import os
 import pickle
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from multiprocessing.connection import Connection
 
@@ -234,14 +236,32 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
     return res
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off for a burst of allocations that hold no cycles."""
+    # Building 10,000 hosts' bodies allocates ~50k dicts and lists that all survive, so the
+    # collector ran over and over through young and old objects alike: 0.068 s median to
+    # build them with it, 0.028 s without (bodies.host_bodies, 10,000 hosts, this machine).
+    # Reference counting still frees everything; a cycle made meanwhile waits for the next
+    # collection.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluster,
                    t0_wall_s: float, req: PlanRequest) -> None:
     """Pack the bodies of ``hosts`` (None: all) and build the flow index into ``res``."""
     t0 = time.perf_counter()
     sched = res.schedule
     slot_s = sched.slot_s if sched is not None else req.slot_s
-    res.frames = pack_frames(host_bodies(sched, hosts, res.seq, t0_wall_s, cluster, slot_s,
-                                         req.incarnation))
+    with gc_paused():
+        res.frames = pack_frames(host_bodies(sched, hosts, res.seq, t0_wall_s, cluster, slot_s,
+                                             req.incarnation))
     if sched is not None:
         # planned flows only: a ranked one (no rates) has no finish to drift from or
         # to hold back to, and the default jit's 32k ranked flows at 1000 jobs took
