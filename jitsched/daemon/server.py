@@ -582,7 +582,7 @@ class Daemon:
                     f"{self.replies.pending(identity)} bytes of replies to you are unread, over the "
                     f"limit of {self.replies.cap} ([limits] max_peer_queued_bytes)")], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue full
-            self._reply_dropped(exc.strerror)
+            self._reply_dropped(exc.errno, exc.strerror)
 
     def _housekeeping(self, now: float) -> None:
         """Every 50 ms: prune ended jobs, close idle connections, count for status."""
@@ -605,14 +605,18 @@ class Daemon:
         loop["fd_limit"] = self.fd_limit[0]
         self.state.loop = loop
 
-    def _reply_dropped(self, error: str) -> None:
+    def _reply_dropped(self, errno: int, error: str) -> None:
         # A client that submits and leaves without waiting drops every later
-        # reply: one warning per DROPPED_LOG_S with the count, not one per reply.
+        # reply: one line per DROPPED_LOG_S with the count, not one per reply. A peer
+        # that is gone (EHOSTUNREACH) is a client's choice, not a fault: info, where a
+        # testbed run's last reply to its departed runners read like an error; a peer
+        # whose queue is full (EAGAIN) is a warning.
         self.replies_dropped += 1
         now = time.monotonic()
         if now - self._dropped_log_s >= DROPPED_LOG_S:
-            log.warning(kv("reply_dropped", error=error,
-                           count=self.replies_dropped - self._dropped_logged, total=self.replies_dropped))
+            level = logging.INFO if errno == zmq.EHOSTUNREACH else logging.WARNING
+            log.log(level, kv("reply_dropped", error=error,
+                              count=self.replies_dropped - self._dropped_logged, total=self.replies_dropped))
             self._dropped_logged = self.replies_dropped
             self._dropped_log_s = now
 
