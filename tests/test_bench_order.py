@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.bench_order import BssiJit, BusiestJit, RemapJit, summarise
+from bench.bench_order import BssiJit, BusiestJit, RemapJit, SmithJit, summarise
 from bench.paper.spec import SCALES
 from bench.paper.workload import paper_workload
 from jitsched.sim import simulate
@@ -38,6 +38,15 @@ def test_busiest_and_remap_run_every_job():
     for policy in (BusiestJit(), RemapJit()):
         res = simulate(_workload(), policy, seed=0)
         assert np.all(np.isfinite(res.jct_s)) and len(res.jct_s) == SCALES["tiny"]["jobs"]
+
+
+def test_smith_with_exponent_zero_is_the_default_jit():
+    """gamma 0 scales no key: the numpy greedy over jit's own keys gives the kernel's JCTs and slowdowns."""
+    wl = _workload()
+    a = simulate(wl, "jit", seed=0)
+    b = simulate(wl, SmithJit(gamma=0.0), seed=0)
+    np.testing.assert_allclose(b.jct_s, a.jct_s, rtol=1e-9)
+    np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
 
 
 def test_summarise_speedup_by_hand():
