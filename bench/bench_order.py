@@ -236,9 +236,10 @@ class SmithJit(JitPolicy):
     name = "jit-smith"
     role = ""
 
-    def __init__(self, gamma: float = 1.0, **options) -> None:
+    def __init__(self, gamma: float = 1.0, size: str = "total", **options) -> None:
         super().__init__(**options)
         self.gamma = gamma
+        self.size = size  # "total": all the job's bytes; "left": those it has not sent yet
         self._job_bytes = None
 
     def allocate(self, view) -> Allocation:
@@ -246,7 +247,10 @@ class SmithJit(JitPolicy):
         f, dag, cl = view.flows, view.dag, view.cluster
         if len(f) == 0:
             return Allocation(np.zeros(0))
-        if self._job_bytes is None or len(self._job_bytes) != dag.n_jobs:
+        if self.size == "left":
+            tr = _live_transfers(view)
+            self._job_bytes = np.bincount(dag.job_of[tr], weights=view.remaining[tr], minlength=dag.n_jobs)
+        elif self._job_bytes is None or len(self._job_bytes) != dag.n_jobs:
             tr = dag.kind == TRANSFER
             self._job_bytes = np.bincount(dag.job_of[tr], weights=dag.size[tr], minlength=dag.n_jobs)
         is_job = f.job >= 0
@@ -269,7 +273,10 @@ GRID = (("sincronia", "sincronia", {}), ("jit", "jit", {}),
         ("bssi files x1/1.5", "bssi", {"file_w": 1.5}), ("bssi files x1/3", "bssi", {"file_w": 3.0}),
         ("busiest bg_weight 0.7", "busiest", {}), ("busiest bg_weight 1", "busiest", {"bg_weight": 1.0}),
         ("remap bg_weight 0.7", "remap", {}), ("remap bg_weight 1", "remap", {"bg_weight": 1.0}),
-        ("smith jobs^0.5", "smith", {"gamma": 0.5}), ("smith jobs^1", "smith", {"gamma": 1.0}))
+        ("smith jobs^0.5", "smith", {"gamma": 0.5}), ("smith jobs^1", "smith", {"gamma": 1.0}),
+        ("smith bytes left^1", "smith", {"gamma": 1.0, "size": "left"}),
+        ("smith bytes left^1 bg_weight 0.5", "smith", {"gamma": 1.0, "size": "left", "bg_weight": 0.5}),
+        ("smith bytes left^1 bg_weight 0.35", "smith", {"gamma": 1.0, "size": "left", "bg_weight": 0.35}))
 
 
 def run_one(task: tuple) -> tuple:
