@@ -276,7 +276,11 @@ GRID = (("sincronia", "sincronia", {}), ("jit", "jit", {}),
         ("smith jobs^0.5", "smith", {"gamma": 0.5}), ("smith jobs^1", "smith", {"gamma": 1.0}),
         ("smith bytes left^1", "smith", {"gamma": 1.0, "size": "left"}),
         ("smith bytes left^1 bg_weight 0.5", "smith", {"gamma": 1.0, "size": "left", "bg_weight": 0.5}),
-        ("smith bytes left^1 bg_weight 0.35", "smith", {"gamma": 1.0, "size": "left", "bg_weight": 0.35}))
+        ("smith bytes left^1 bg_weight 0.35", "smith", {"gamma": 1.0, "size": "left", "bg_weight": 0.35}),
+        # the same order in the kernel (JitPolicy's job_exp): equal to the rows above, in seconds per run
+        ("jit job_exp 1", "jit", {"job_exp": 1.0}),
+        ("jit job_exp 1 bg_weight 0.5", "jit", {"job_exp": 1.0, "bg_weight": 0.5}),
+        ("jit job_exp 1 bg_weight 0.35", "jit", {"job_exp": 1.0, "bg_weight": 0.35}))
 
 
 def run_one(task: tuple) -> tuple:
@@ -321,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="parallel processes (default 2)")
     ap.add_argument("--only", default="", help="run only the grid rows whose label contains one of these "
                                                "comma-separated words (default: all)")
+    ap.add_argument("--seeds", default="", help="workload seeds, comma-separated (default: the scale's)")
     ap.add_argument("--json", action="store_true", help="one JSON line of the table on stdout")
     args = ap.parse_args(argv)
     points = [p for p in args.points.split(",") if p]
@@ -328,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not points:
         ap.error(f"--points: expected some of {', '.join(POINTS)}, got {args.points!r}")
     sc = SCALES["quick" if args.quick else "default"]
-    seeds = list(sc["seeds"])
+    seeds = [int(x) for x in args.seeds.split(",") if x] or list(sc["seeds"])
     ref = reference_policy()
     words = [w for w in args.only.split(",") if w]
     grid = tuple(g for g in GRID if not words or any(w in g[0] for w in words))

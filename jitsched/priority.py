@@ -8,6 +8,8 @@ the policy ran before (a five-key lexsort over every flow, then
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from jitsched.alloc import _check_flows, _kernels, priority_greedy_reference
@@ -52,6 +54,14 @@ class GroupPriority:
         Crumb threshold, a fraction of the transfer's size.
     n_jobs : int
         Jobs in the DAG (background idents follow them).
+    job_left : array, shape (J,), optional
+        Bytes each job has in transfers not yet done; float64, contiguous,
+        kept by reference like ``pair_left``. Needed when ``job_exp`` is not 0.
+    job_exp : float
+        A group's key is its bytes left times (its job's bytes left, less what
+        the job's live transfers sent, over ``bg_ref_s`` seconds of the flow's
+        source's line rate) to this power: Smith's rule for jobs with their
+        bytes left as the size. 0 (default): the bytes left alone.
 
     Raises
     ------
@@ -61,7 +71,8 @@ class GroupPriority:
     """
 
     def __init__(self, size, need, group, pair_left, node_job, node_src, node_dst, bg_bytes, egress, *,
-                 bg_ref_s: float, bg_weight: float, crumb_rtol: float, n_jobs: int) -> None:
+                 bg_ref_s: float, bg_weight: float, crumb_rtol: float, n_jobs: int,
+                 job_left: np.ndarray | None = None, job_exp: float = 0.0) -> None:
         for name, a in (("need", need), ("pair_left", pair_left)):
             if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.ndim == 1
                     and a.flags.c_contiguous):
@@ -90,9 +101,25 @@ class GroupPriority:
         if not (bg_ref_s > 0 and bg_weight > 0 and crumb_rtol >= 0 and n_jobs >= 0):
             raise ValidationError("bg_ref_s/bg_weight: must be positive; crumb_rtol, n_jobs: >= 0")
         self.n_jobs = int(n_jobs)
+        if not (math.isfinite(job_exp) and job_exp >= 0):
+            raise ValidationError(f"job_exp: must be a finite number >= 0, got {job_exp!r}")
+        group_job = np.zeros(ng, dtype=np.int64)
+        if job_exp:
+            if not (isinstance(job_left, np.ndarray) and job_left.dtype == np.float64 and job_left.ndim == 1
+                    and job_left.flags.c_contiguous and len(job_left) == self.n_jobs):
+                raise ValidationError(f"job_left: expected a contiguous float64 array of {self.n_jobs} "
+                                      "(kept by reference)")
+            is_tr = self.node_job >= 0
+            if np.any(self.node_job >= self.n_jobs):
+                raise ValidationError("node_job: a job index is out of range")
+            group_job[self.group[is_tr]] = self.node_job[is_tr]
+        else:
+            job_left = np.zeros(self.n_jobs)
+        self.job_left, self.job_exp, self.group_job = job_left, float(job_exp), group_job
         self._kernel = _kernels().GroupPriority(self.size, need, self.group, pair_left, self.bg_bytes,
                                                 self.egress, float(bg_ref_s), float(bg_weight),
-                                                float(crumb_rtol), self.n_jobs)
+                                                float(crumb_rtol), self.n_jobs, group_job, job_left,
+                                                float(job_exp))
 
     def rates(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range: bool = False) -> np.ndarray:
         """Strict-priority rates of the flows in this order over the free capacity, bit-identical to the reference.
@@ -148,7 +175,8 @@ class GroupPriority:
 
 
 def group_priority_reference(src, dst, node, job, bg, remaining, size, need, group, pair_left, bg_bytes,
-                             egress, bg_ref_s, bg_weight, crumb_rtol, n_jobs, free_e, free_i) -> np.ndarray:
+                             egress, bg_ref_s, bg_weight, crumb_rtol, n_jobs, free_e, free_i,
+                             job_left=None, job_exp=0.0) -> np.ndarray:
     """The JIT policy's strict-priority rates as numpy had them (lexsort, then a greedy); :class:`GroupPriority` must agree bit for bit."""
     src, dst, node, job, bg = (np.asarray(a, dtype=np.int64) for a in (src, dst, node, job, bg))
     remaining, size, need = (np.asarray(a, dtype=np.float64) for a in (remaining, size, need))
@@ -166,6 +194,12 @@ def group_priority_reference(src, dst, node, job, bg, remaining, size, need, gro
         sent = np.where(is_job, size[jnode] - remaining, 0.0)
         left = pair_left - np.bincount(grp, weights=sent, minlength=len(pair_left))
         key = np.where(is_job, left[grp], bg_key)
+        if job_exp:
+            jl = np.asarray(job_left, dtype=np.float64) - np.bincount(job[is_job], weights=sent[is_job],
+                                                                      minlength=n_jobs)
+            scale = np.power(np.maximum(jl, 0.0)[np.maximum(job, 0)] / ref_B, job_exp)
+            with np.errstate(invalid="ignore"):  # a background key inf times a scale 0: not taken
+                key = np.where(is_job, key * scale, key)
         key[is_job & (remaining <= crumb_rtol * size[jnode])] = -1.0
         ident = np.where(is_job, job, n_jobs + bg)
         order = np.lexsort((bg, node, np.where(is_job, need[jnode], 0.0), ident, key))

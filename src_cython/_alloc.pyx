@@ -7,7 +7,7 @@
 # extension modules, those would be called through function pointers from
 # a .pxd, neither inlined nor optimised across the call.
 
-from libc.math cimport INFINITY, NAN, isfinite
+from libc.math cimport INFINITY, NAN, isfinite, pow
 from libc.stdlib cimport free, malloc
 
 
@@ -1072,6 +1072,10 @@ cdef class GroupPriority:
     # IN  bg_bytes (B,): bytes per background flow (B = 0: a flow's remaining bytes stand in)
     # IN  egress (H,): line rate per host, bytes/s (the background key's reference)
     # IN  bg_ref_s, bg_weight, crumb_rtol, n_jobs: as jitsched.alloc.GroupPriority
+    # IN  group_job (G,): each group's job (any value where job_exp is 0)
+    # IN  job_left (J,): bytes each job has in transfers not yet done
+    # IN  job_exp: a group's key is scaled by (its job's bytes left / bg_ref_s of
+    #     the line rate) ** job_exp (0: not scaled)
     """
 
     cdef const double[::1] size
@@ -1080,7 +1084,10 @@ cdef class GroupPriority:
     cdef const double[::1] pair_left
     cdef const double[::1] bg_bytes
     cdef const double[::1] egress
-    cdef double bg_ref_s, bg_weight, crumb_rtol
+    cdef double bg_ref_s, bg_weight, crumb_rtol, job_exp
+    cdef const long long[::1] group_job
+    cdef const double[::1] job_left
+    cdef double* jsent  # per job: bytes its live transfers sent (zeros between calls)
     cdef long long n_jobs
     cdef Py_ssize_t n_groups
     cdef double* gsent  # per group: bytes its live transfers sent (zeros between calls)
@@ -1103,7 +1110,10 @@ cdef class GroupPriority:
                  double bg_ref_s,
                  double bg_weight,
                  double crumb_rtol,
-                 long long n_jobs):
+                 long long n_jobs,
+                 const long long[::1] group_job,
+                 const double[::1] job_left,
+                 double job_exp):
         self.size = size
         self.need = need
         self.group = group
@@ -1114,7 +1124,15 @@ cdef class GroupPriority:
         self.bg_weight = bg_weight
         self.crumb_rtol = crumb_rtol
         self.n_jobs = n_jobs
-        cdef Py_ssize_t g, ng = pair_left.shape[0]
+        self.group_job = group_job
+        self.job_left = job_left
+        self.job_exp = job_exp
+        cdef Py_ssize_t j, g, ng = pair_left.shape[0]
+        self.jsent = <double*> malloc((n_jobs + 1) * sizeof(double))
+        if self.jsent == NULL:
+            raise MemoryError("GroupPriority: no memory for the per-job scratch")
+        for j in range(n_jobs + 1):
+            self.jsent[j] = 0.0
         self.gsent = <double*> malloc((ng + 1) * sizeof(double))
         self.head = <long long*> malloc((ng + 1) * sizeof(long long))
         self.hneed = <double*> malloc((ng + 1) * sizeof(double))
@@ -1127,6 +1145,7 @@ cdef class GroupPriority:
         self.n_groups = ng
 
     def __dealloc__(self):
+        free(self.jsent)
         free(self.gsent)
         free(self.head)
         free(self.hneed)
@@ -1218,6 +1237,8 @@ cdef class GroupPriority:
                     groups[ng] = g
                     ng += 1
                 gsent[g] += sz - r
+                if self.job_exp != 0.0:
+                    self.jsent[job[f]] += sz - r
                 if r <= self.crumb_rtol * sz:
                     # crumbs of a transfer whose plan met its demand only to the LP's tolerance
                     key[f] = -1.0
@@ -1241,10 +1262,18 @@ cdef class GroupPriority:
             x = head[g]
             if x >= 0:
                 key[x] = pair_left[g] - gsent[g]
+                if self.job_exp != 0.0:
+                    fe = self.job_left[self.group_job[g]] - self.jsent[self.group_job[g]]
+                    if fe < 0.0:
+                        fe = 0.0
+                    key[x] = key[x] * pow(fe / (self.bg_ref_s * egress[src[x]]), self.job_exp)
                 cand[m] = x
                 m += 1
             head[g] = -1
             gsent[g] = 0.0
+        if self.job_exp != 0.0:
+            for i in range(ng):
+                self.jsent[self.group_job[groups[i]]] = 0.0
         # the heads in order: a bottom-up merge sort, stable (flows of equal keys
         # keep their order; with one flow per node none compare equal)
         w = 1

@@ -64,16 +64,22 @@ def cases(draw):
     bg_weight = draw(st.sampled_from([0.7, 1.0, np.inf]))
     if draw(st.booleans()):  # no sizes known (a view without background arrays): remaining stands in
         bg_bytes = np.zeros(0)
+    # Smith's rule for jobs (job_exp > 0): each job's bytes left, small integers (ties) or
+    # anything, sometimes less than its live transfers sent (clamped at 0)
+    job_exp = draw(st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.0]))
+    job_left = np.array([draw(st.one_of(st.sampled_from([0.0, 8.0, 16.0]), st.floats(0.0, 80.0)))
+                         for _ in range(nj)])
     return dict(src=f_src, dst=f_dst, node=f_node, job=f_job, bg=f_bg, remaining=np.array(rem), size=size,
                 need=need, group=group, pair_left=pair_left, bg_bytes=bg_bytes, egress=egress, bg_ref_s=8.0,
                 bg_weight=bg_weight, crumb_rtol=1e-6, n_jobs=nj, free_e=np.array(draw(caps)),
-                free_i=np.array(draw(caps))), (job, src, dst)
+                free_i=np.array(draw(caps)), job_left=job_left, job_exp=job_exp), (job, src, dst)
 
 
 def kernel(c, nodes_of):
     return priority.GroupPriority(c["size"], c["need"], c["group"], c["pair_left"], *nodes_of, c["bg_bytes"],
                                c["egress"], bg_ref_s=c["bg_ref_s"], bg_weight=c["bg_weight"],
-                               crumb_rtol=c["crumb_rtol"], n_jobs=c["n_jobs"])
+                               crumb_rtol=c["crumb_rtol"], n_jobs=c["n_jobs"], job_left=c["job_left"],
+                               job_exp=c["job_exp"])
 
 
 def flows_of(c):

@@ -49,6 +49,20 @@ def test_smith_with_exponent_zero_is_the_default_jit():
     np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
 
 
+def test_job_exp_in_the_kernel_is_the_smith_variant_with_bytes_left():
+    """JitPolicy(job_exp=1) through the GroupPriority kernel gives SmithJit's run (the numpy greedy,
+    the job's bytes left from its live transfers), and not the default jit's."""
+    from jitsched.policies.jit import JitPolicy
+
+    wl = _workload()
+    a = simulate(wl, SmithJit(gamma=1.0, size="left"), seed=0)
+    b = simulate(wl, JitPolicy(job_exp=1.0), seed=0)
+    c = simulate(wl, "jit", seed=0)
+    np.testing.assert_allclose(b.jct_s, a.jct_s, rtol=1e-9)
+    np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
+    assert not np.allclose(c.jct_s, b.jct_s)
+
+
 def test_summarise_speedup_by_hand():
     """Mean over models of the per-model mean JCT ratio, mean over seeds; JCT and slowdown pooled."""
     results = {("p", 0, "tensorflow", "{}"): (["a", "a", "b"], [2.0, 4.0, 3.0], [2.0]),

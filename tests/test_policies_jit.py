@@ -373,8 +373,9 @@ def test_ranked_increment_places_new_jobs_after_the_base_in_their_own_order():
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3),
-                          st.floats(1e3, 1e9), st.floats(0.0, 1.0)), min_size=1, max_size=12))
-def test_group_ranks_agree_with_priority_ranks(spec):
+                          st.floats(1e3, 1e9), st.floats(0.0, 1.0)), min_size=1, max_size=12),
+       st.sampled_from([0.0, 1.0]))
+def test_group_ranks_agree_with_priority_ranks(spec, job_exp):
     # the from-scratch ranks (increments) and the policy's kept ones (joint plans) agree
     from jitsched.policies.jit import JitPolicy, group_ranks
 
@@ -388,12 +389,28 @@ def test_group_ranks_agree_with_priority_ranks(spec):
     for j, (*_, frac) in enumerate(spec):  # some bytes of each job's first transfer sent
         first = int(view.dag.job_ptr[j]) + view.dag.node_ids[int(view.dag.job_ptr[j]):].index("t0")
         view.remaining[first] = max(view.dag.size[first] * (1 - frac), 1.0)
-    pol = JitPolicy()
+    pol = JitPolicy(job_exp=job_exp)
     pol.reset(cluster)
     nodes, ranks = pol.priority_ranks(view)
     dag = view.dag
-    again = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes], 4)
+    again = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes], 4,
+                        cluster.egress_Bps, job_exp)
     assert again.tolist() == ranks.tolist()
+
+
+def test_job_exp_puts_a_small_job_before_a_big_jobs_small_pair():
+    # job 0 (LeNet-like): 13 MB on h0 -> h1; job 1: 8 MB on h0 -> h2 and 100 MB on h3 -> h1.
+    # Bytes left per pair (job_exp 0): job 1's 8 MB pair first. Smith with the jobs' bytes
+    # left (job_exp 1, 1 GB/s, BG_REF_S 8 s): keys 13e6 * 13e6 / 8e9 = 2.1e4 for job 0,
+    # 8e6 * 108e6 / 8e9 = 1.08e5 and 100e6 * 108e6 / 8e9 = 1.35e6 for job 1's pairs.
+    from jitsched.policies.jit import group_ranks
+
+    job, src, dst = np.array([0, 1, 1]), np.array([0, 0, 3]), np.array([1, 2, 1])
+    rem = np.array([13e6, 8e6, 100e6])
+    egress = np.full(4, 1e9)
+    assert group_ranks(job, src, dst, rem, 4).tolist() == [1, 0, 2]
+    assert group_ranks(job, src, dst, rem, 4, egress, 1.0).tolist() == [0, 1, 2]
+
 
 
 def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():
