@@ -40,10 +40,12 @@ def test_busiest_and_remap_run_every_job():
         assert np.all(np.isfinite(res.jct_s)) and len(res.jct_s) == SCALES["tiny"]["jobs"]
 
 
-def test_smith_with_exponent_zero_is_the_default_jit():
+def test_smith_with_exponent_zero_is_jit_without_job_exp():
     """gamma 0 scales no key: the numpy greedy over jit's own keys gives the kernel's JCTs and slowdowns."""
+    from jitsched.policies.jit import JitPolicy
+
     wl = _workload()
-    a = simulate(wl, "jit", seed=0)
+    a = simulate(wl, JitPolicy(job_exp=0.0), seed=0)
     b = simulate(wl, SmithJit(gamma=0.0), seed=0)
     np.testing.assert_allclose(b.jct_s, a.jct_s, rtol=1e-9)
     np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
@@ -51,13 +53,13 @@ def test_smith_with_exponent_zero_is_the_default_jit():
 
 def test_job_exp_in_the_kernel_is_the_smith_variant_with_bytes_left():
     """JitPolicy(job_exp=1) through the GroupPriority kernel gives SmithJit's run (the numpy greedy,
-    the job's bytes left from its live transfers), and not the default jit's."""
+    the job's bytes left from its live transfers), and not jit's without it."""
     from jitsched.policies.jit import JitPolicy
 
     wl = _workload()
     a = simulate(wl, SmithJit(gamma=1.0, size="left"), seed=0)
     b = simulate(wl, JitPolicy(job_exp=1.0), seed=0)
-    c = simulate(wl, "jit", seed=0)
+    c = simulate(wl, JitPolicy(job_exp=0.0), seed=0)
     np.testing.assert_allclose(b.jct_s, a.jct_s, rtol=1e-9)
     np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
     assert not np.allclose(c.jct_s, b.jct_s)

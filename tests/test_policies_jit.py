@@ -429,8 +429,9 @@ def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from([0.0, 1.0]), st.sampled_from([0.7, np.inf]))
-def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_weight):
+@given(st.integers(0, 10_000), st.sampled_from([0.0, 1.0]), st.sampled_from([0.5, np.inf]),
+       st.sampled_from([0.0, 1.0]))
+def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_weight, job_exp):
     # The default policy's order went from a numpy lexsort over every flow to a
     # kernel over the groups' first flows (jitsched.priority.GroupPriority): whole
     # simulations with the numpy reference in its place give the same JCTs bit for bit.
@@ -449,11 +450,12 @@ def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_w
     def reference(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range=False):
         return priority.group_priority_reference(src, dst, node, job, bg, remaining, self.size, self.need,
                                                  self.group, self.pair_left, self.bg_bytes, self.egress,
-                                                 BG_REF_S, bg_weight, DRIFT_RTOL, self.n_jobs, free_e, free_i)
+                                                 BG_REF_S, bg_weight, DRIFT_RTOL, self.n_jobs, free_e, free_i,
+                                                 self.job_left, self.job_exp)
 
-    got = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight)).run()
+    got = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight, job_exp=job_exp)).run()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(priority.GroupPriority, "rates", reference)
-        want = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight)).run()
+        want = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight, job_exp=job_exp)).run()
     np.testing.assert_array_equal(got.jct_s, want.jct_s)
     np.testing.assert_array_equal(got.bg_jct_s, want.bg_jct_s)
