@@ -77,7 +77,9 @@ DEFAULT_BG_WEIGHT = 0.7
 # 1.688 / 4.596 / 1.352), where job_exp 0 with bg_weight 0.7 trails its speed-up at the
 # paper point (1.794 / 4.464 / 1.550). On the testbed with the daemon's ranks (jit runs
 # alternating, quiet machine) it was slower: quick 7.55, 7.54, 7.96 s vs 7.40, 7.33,
-# 7.28 s, paper-mini 7.96 vs 7.51 s, although the simulator predicts quick 5.21 vs 5.86 s.
+# 7.28 s, paper-mini 7.96 vs 7.51 s, although the simulator predicts quick 5.21 vs 5.86 s;
+# with the daemon re-ranking every 0.5 s too (replan_period_s, so the ranks follow the
+# jobs' bytes left), quick 7.56, 7.53 s vs 7.07, 7.36 s: not stale ranks, then.
 DEFAULT_JOB_EXP = 0.0
 # Per-solve LP iteration budget: machine-independent, unlike a time limit, so
 # a simulation's plans are the same on any machine. The largest solve of the
