@@ -277,27 +277,27 @@ class _Child:
         self.proc.start()
         child.close()
 
+    def _receive(self, timeout_s: float, silent: str, gone: str) -> tuple:
+        """The child's next message; TestbedError ``silent`` if none within ``timeout_s``, ``gone`` if it exited."""
+        if not self.conn.poll(timeout_s):
+            raise testbed.TestbedError(f"testbed {self.name} {silent}")
+        try:
+            return self.conn.recv()
+        except EOFError:
+            raise testbed.TestbedError(f"testbed {self.name} {gone}") from None
+
     def ready(self) -> tuple:
         """The child's ready payload; raise TestbedError if it failed or is silent."""
-        if not self.conn.poll(START_TIMEOUT_S):
-            raise testbed.TestbedError(f"testbed {self.name} did not start within {START_TIMEOUT_S:g} s")
-        try:
-            msg = self.conn.recv()
-        except EOFError:
-            raise testbed.TestbedError(f"testbed {self.name} exited during start-up") from None
+        msg = self._receive(START_TIMEOUT_S, f"did not start within {START_TIMEOUT_S:g} s",
+                            "exited during start-up")
         if msg[0] != "ready":
             raise testbed.TestbedError(f"testbed {self.name} failed: {msg[1]}")
         return msg[1:]
 
     def results(self, timeout_s: float) -> dict:
         """A runner child's ``("results", {job id: JobResult})``; raise TestbedError if it died or is silent."""
-        if not self.conn.poll(timeout_s):
-            raise testbed.TestbedError(f"testbed {self.name} sent no results within {timeout_s:g} s")
-        try:
-            msg = self.conn.recv()
-        except EOFError:
-            raise testbed.TestbedError(f"testbed {self.name} exited before its jobs finished") from None
-        return msg[1]
+        return self._receive(timeout_s, f"sent no results within {timeout_s:g} s",
+                             "exited before its jobs finished")[1]
 
     def stop(self, timeout_s: float = 15.0) -> dict:
         """Ask the child to stop; returns its final figures (empty if none). Kills it if it hangs."""
