@@ -55,7 +55,10 @@ def _acking_main(names: list[str], endpoint: str, conn) -> None:
     until the parent says stop (no heartbeats, no enforcement)."""
     ctx = zmq.Context()
     ctx.set(zmq.MAX_SOCKETS, len(names) + 16)
-    socks, poller = _open_receivers(ctx, names, endpoint)
+    socks = _open_receivers(ctx, names, endpoint)
+    poller = zmq.Poller()
+    for s in socks:
+        poller.register(s, zmq.POLLIN)
     host = {s: h for s, h in zip(socks, names, strict=True)}
     poller.register(conn.fileno(), zmq.POLLIN)
     conn.send(True)
@@ -298,18 +301,16 @@ def _receive_round(socks: list[zmq.Socket], after_seq: int, hosts: list[str],
     return got if want is None else {k: t for k, t in got.items() if k in want}
 
 
-def _open_receivers(ctx: zmq.Context, names: list[str], endpoint: str) -> tuple[list, zmq.Poller]:
-    """A registered bare agent socket per host name, and a poller over them."""
-    poller = zmq.Poller()
+def _open_receivers(ctx: zmq.Context, names: list[str], endpoint: str) -> list[zmq.Socket]:
+    """A registered bare agent socket per host name."""
     socks = []
     for h in names:
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
         s.connect(endpoint)
         s.send(encode_request(MsgType.REGISTER, {"host": h}))
-        poller.register(s, zmq.POLLIN)
         socks.append(s)
-    return socks, poller
+    return socks
 
 
 def _receivers_main(hosts: range, endpoint: str, conn) -> None:
@@ -320,7 +321,7 @@ def _receivers_main(hosts: range, endpoint: str, conn) -> None:
     # a context holds 1023 sockets by default: 2500 receivers failed with "Too many open files"
     ctx.set(zmq.MAX_SOCKETS, len(hosts) + 16)
     names = [f"h{i}" for i in hosts]
-    socks, _ = _open_receivers(ctx, names, endpoint)
+    socks = _open_receivers(ctx, names, endpoint)
     conn.send("ready")
     try:
         while True:
@@ -403,7 +404,7 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
         if agents_in_process:
             ctx = zmq.Context()
             ctx.set(zmq.MAX_SOCKETS, n_agents + 16)
-            socks, _ = _open_receivers(ctx, names, d.agent_endpoint)
+            socks = _open_receivers(ctx, names, d.agent_endpoint)
         else:
             mctx = mp.get_context("spawn")
             for part in np.array_split(np.arange(n_agents), receivers):
