@@ -1,6 +1,6 @@
 """The JIT policy: LAT + time-slotted LP plan for the first alpha of each job's transfers, fair leftover for the rest."""
 
-# One module although long (~780 lines): most of it is one class, JitPolicy,
+# One module although long (~900 lines): most of it is one class, JitPolicy,
 # whose hooks, re-plans and two leftovers read and write the same per-node
 # state (plan arrays, LATs, need order, bytes left per host pair) with the
 # invariants between them set in _clear/_replan/_sync_priority; split across
