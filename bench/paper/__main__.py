@@ -132,12 +132,12 @@ def _scale(scale: str | dict) -> dict:
 
 def tf_bg_slowdown(scale: str | dict, load: float, share: float, *, executor=None,
                    real: bool | None = None) -> float:
-    """The reference's mean background slowdown at ``load`` and file ``share``, mean over the scale's seeds."""
+    """The reference's mean background slowdown at ``load`` and file ``share``, mean over the scale's calibration seeds."""
     sc = _scale(scale)
     real = real_models_available() if real is None else real
     tasks = [{"key": f"cal/s{s}", "policy": REFERENCE, "options": {}, "seed": s, "jobs": sc["jobs"],
               "hosts": sc["hosts"], "load": load, "share": share, "real": real, "brief": True}
-             for s in sc["seeds"]]
+             for s in sc["calibration_seeds"]]
     runs = list(executor.map(run_one, tasks)) if executor is not None else [run_one(t) for t in tasks]
     per_seed = [np.mean(r["bg_slowdown"]) for r in runs if r["bg_slowdown"]]
     return float(np.mean(per_seed)) if per_seed else 1.0  # no file at all: nothing slowed down
@@ -224,7 +224,7 @@ def calibrate_paper_load(scale: str | dict, **kwargs) -> float:
 
 
 def _calibration_key(scale_name: str, sc: dict, real: bool) -> str:
-    return (f"{scale_name}|hosts={sc['hosts']}|jobs={sc['jobs']}|seeds={','.join(map(str, sc['seeds']))}"
+    return (f"{scale_name}|hosts={sc['hosts']}|jobs={sc['jobs']}|seeds={','.join(map(str, sc['calibration_seeds']))}"
             f"|real={real}|target={PAPER_TF_BG_SLOWDOWN}")
 
 
