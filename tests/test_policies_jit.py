@@ -413,6 +413,25 @@ def test_job_exp_puts_a_small_job_before_a_big_jobs_small_pair():
 
 
 
+def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
+    # The hand case above through the ranks the daemon pushes, with the policy's defaults
+    # (job_exp 1): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
+    # job_exp 0 would rank the 8 MB pair first (8 < 13 MB left on the pair).
+    from jitsched.policies.jit import JitPolicy
+
+    cluster = Cluster.uniform(4)
+    small = one_transfer_job("small", 13e6, "h0", "h1")
+    big = Job("big", (Compute("c1", "h1", 0.0), Compute("c2", "h2", 0.0)),
+              (Transfer("t1", "h0", "h2", 8e6), Transfer("t2", "h3", "h1", 100e6)),
+              (("t1", "c2"), ("t2", "c1")), 0.0)
+    got = {}
+    for pol in (JitPolicy(), JitPolicy(job_exp=0.0)):
+        pol.reset(cluster)
+        got[pol.job_exp] = pol.schedule(_view([small, big], cluster)).prio
+    assert got[1.0] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
+    assert got[0.0] == {("big", "t1"): 0, ("small", "t"): 1, ("big", "t2"): 2}
+
+
 def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():
     from jitsched.policies.jit import JitPolicy
 
