@@ -7,6 +7,7 @@ silently; set JITSCHED_NO_NETNS=1 to skip them on a workstation that lacks them.
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 import uuid
@@ -20,6 +21,7 @@ from jitsched.agents.backends.htb import (
     FLOW_MINOR_BASE,
     LINK_CLASS,
     ROOT_HANDLE,
+    ack_keys,
     install_shaper,
 )
 from jitsched.agents.backends.netlink import u32_keys
@@ -82,6 +84,29 @@ def test_u32_keys_cover_protocol_addresses_and_ports():
     assert ((40000 << 16) | 5201, 0xFFFFFFFF, 20) in keys
     only_dst = u32_keys(FlowRate("x", 1.0, dst_addr="198.18.0.9", dst_port=80))
     assert only_dst == [(6 << 16, 0x00FF0000, 8), (0xC6120009, 0xFFFFFFFF, 16), (80, 0xFFFF, 20)]
+
+
+def _u32_matches(keys, header: bytes) -> bool:
+    # the kernel's u32 match: every key's 32-bit word at its offset, masked, equals its value
+    return all(int.from_bytes(header[off:off + 4], "big") & mask == value for value, mask, off in keys)
+
+
+def _ipv4(total_len: int, proto: int = 6) -> bytes:
+    return struct.pack("!BBHHHBBH4s4s", 0x45, 0, total_len, 0, 0, 64, proto, 0,
+                       bytes([198, 18, 0, 1]), bytes([198, 18, 0, 2]))
+
+
+@pytest.mark.parametrize(("total_len", "proto", "is_ack"), [
+    (40, 6, True),     # bare ACK
+    (52, 6, True),     # with timestamps
+    (64, 6, True),     # timestamps + one SACK block (missed by the old 64-byte limit)
+    (80, 6, True),     # timestamps + three SACK blocks: 40 bytes of options, the most TCP has
+    (1500, 6, False),  # a full data segment
+    (576, 6, False),
+    (60, 17, False),   # UDP
+])
+def test_ack_keys_match_every_pure_ack_size_and_no_data_segment(total_len, proto, is_ack):
+    assert _u32_matches(ack_keys(), _ipv4(total_len, proto)) is is_ack
 
 
 def test_creates_layout_classes_filters_and_removes_everything(ns):
@@ -178,9 +203,9 @@ def test_ack_class_on_the_shaper_and_in_a_backend_of_its_own(ns):
     cl = classes(ns)
     assert cl[ROOT_HANDLE | ACK_MINOR][1:] == (int(LINE * ACK_RESERVE), int(LINE))
     text = filters_text(ns)
-    # TCP, and an IPv4 total length under 64 bytes (the low half of the header's first word)
+    # TCP, and an IPv4 total length under 128 bytes (the low half of the header's first word)
     assert "match 00060000/00ff0000 at 8" in text
-    assert "match 00000000/0000ffc0 at 0" in text
+    assert "match 00000000/0000ff80 at 0" in text
     assert "flowid 1:4" in text
     subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "a0", "root"], check=True)
     # a backend that builds its own qdisc adds the class, and flow floors leave its reserve
