@@ -152,6 +152,25 @@ def test_paper_point_cache(tmp_path):
     assert (p["load"], p["background_share"], p["source"]) == (0.7, 0.3, "--paper-load")
 
 
+def test_calibration_runs_its_own_seeds_and_keys_the_cache_by_them():
+    # more seeds at the main points must not move (or re-run) the paper point's calibration
+    sc = dict(spec.SCALES["tiny"], seeds=(0, 1, 2), calibration_seeds=(0,))
+    seen = []
+
+    class Record:
+        def map(self, fn, tasks):
+            tasks = list(tasks)
+            seen.extend(t["seed"] for t in tasks)
+            return [{"bg_slowdown": [2.0]} for _ in tasks]
+
+    assert bp.tf_bg_slowdown(sc, 0.5, 0.2, executor=Record(), real=False) == 2.0
+    assert seen == [0]
+    more = dict(sc, seeds=(0, 1, 2, 3, 4, 5))
+    assert bp._calibration_key("tiny", more, True) == bp._calibration_key("tiny", sc, True)
+    assert bp._calibration_key("tiny", dict(sc, calibration_seeds=(0, 1)), True) != bp._calibration_key(
+        "tiny", sc, True)
+
+
 def test_variant_names():
     assert bp.variant_name("jit", {}) == "jit"
     assert bp.variant_name("jit", {"bg_weight": 1.5}) == "jit[bg_weight=1.5]"
