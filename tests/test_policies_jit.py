@@ -307,6 +307,20 @@ def test_infinite_bg_weight_puts_background_after_every_job():
         Simulator(wl, "jit", policy_options={"bg_weight": float("nan")})
 
 
+def test_infinite_bg_weight_shares_the_leftover_among_background_flows():
+    # a 40 MB and a 10 MB file behind a 0.8 GB job on one pair: after the job
+    # they share the port evenly, as TCP does in the agents' one background FIFO,
+    # so the 10 MB file ends 20 MB-times later (at C/2), the 40 MB one after 50 MB.
+    # Served first come, first served (the tie of two inf keys) the 40 MB file
+    # would end first, at +40 MB, and the 10 MB one at +50 MB
+    wl = Workload(CLUSTER, (one_transfer_job("j", 0.8e9),),
+                  (Background("big", "h0", "h1", 4e7, 0.0), Background("small", "h0", "h1", 1e7, 0.0)))
+    res = Simulator(wl, "jit", policy_options={"bg_weight": float("inf")}).run()
+    assert res.jct_s[0] == pytest.approx(0.8e9 / C)
+    assert res.bg_jct_s[1] == pytest.approx(0.82e9 / C)
+    assert res.bg_jct_s[0] == pytest.approx(0.85e9 / C)
+
+
 def _view(jobs, cluster, now=0.0):
     from jitsched.daemon.state import PlanRequest, build_view
 
