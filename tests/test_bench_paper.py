@@ -218,3 +218,10 @@ def test_quick_scale_policy_order_at_load_half():
     cont = {p: m[p]["remaining_bw_contended_median"] for p in pols}
     assert cont["jit"] == pytest.approx(cont["sincronia"], rel=1e-9)  # 0.866: the same slots
     assert cont["sincronia"] > cont["tensorflow"] > cont["tictac"]
+
+
+def test_figure_seed_labels():
+    from bench.paper.report import _seeds
+
+    assert _seeds((0, 1, 2, 3, 4, 5)) == "0-5"
+    assert _seeds([0]) == "0" and _seeds([0, 1]) == "0,1" and _seeds([0, 2, 3]) == "0,2,3"
