@@ -109,7 +109,7 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
                 for share in (0.5, 0.8) for pol in ("jit", "none", "none", "jit")]
     assert runs == expected
     assert predicted == [("quick", 0, {"link_mbit": 50.0, "slot_s": 0.1, "alpha": 0.4, "job_order": None,
-                                       "dl_share": share}) for share in (0.5, 0.8)]
+                                       "dl_share": share, "ingress_share": 0.98}) for share in (0.5, 0.8)]
     out = json.loads(capsys.readouterr().out)
     assert set(out["scenarios"]) == {"quick@0.5", "quick@0.8"}
     res = out["scenarios"]["quick@0.8"]

@@ -59,7 +59,8 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
     # the simulator's prediction of the same workload with the same policy options
     assert predicted == [("paper-mini", 3, {"link_mbit": more.get("link_mbit"), "slot_s": 0.1,
                                             "alpha": more.get("alpha"), "job_order": more.get("job_order"),
-                                            "dl_share": more.get("dl_share")})]
+                                            "dl_share": more.get("dl_share"),
+                                            "ingress_share": 1.0 if more.get("ingress") is False else 0.98})]
     assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
                           "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}
 

@@ -254,6 +254,23 @@ def test_scenarios_are_the_papers_jobs_and_files_scaled_to_the_link_and_seeded()
         build_workload(4, 100.0, "nope")
 
 
+def test_predict_runs_jit_on_the_shaped_ingress(monkeypatch):
+    from jitsched.errors import ValidationError
+    from jitsched.testbed.measure import GOODPUT
+    from jitsched.testbed.scenario import SCENARIOS, Scenario, predict
+
+    # one 62.5 MB file alone (the job arrives 30 s later): at the line rate under
+    # fair sharing, at half of it into an ingress shaped to 0.5 under jit
+    monkeypatch.setitem(SCENARIOS, "alone", Scenario(hosts=2, jobs=1, rate_per_s=1.0, models=("lenet",),
+                                                     files=1, file_gbit=(5.0,), file_lead_s=30.0))
+    p = predict("alone", ingress_share=0.5)
+    assert p["tensorflow"]["background_mbit_mean"] == pytest.approx(100.0 * GOODPUT)
+    assert p["jit"]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
+    assert predict("alone")["jit"]["background_mbit_mean"] == pytest.approx(100.0 * GOODPUT)
+    with pytest.raises(ValidationError, match="ingress_share"):
+        predict("alone", ingress_share=0.0)
+
+
 def test_predict_runs_the_same_workload_in_the_fluid_simulator(monkeypatch):
     from jitsched.testbed.scenario import SCENARIOS, Scenario, build_workload, predict
 

@@ -199,7 +199,15 @@ def test_daemon_settings_give_the_jit_settings_to_the_jit_daemon_only():
     assert none.daemon_settings() == {"policy": "tensorflow", "slot_s": 0.1, "alpha": 0.4, **DAEMON_DEFAULTS}
     # the simulator's prediction gets them under either policy
     assert none.prediction_options() == {"link_mbit": None, "slot_s": 0.1, "alpha": 0.4, "job_order": "fifo",
-                                         "dl_share": 0.5}
+                                         "dl_share": 0.5, "ingress_share": 0.98}
+
+
+@pytest.mark.parametrize("policy, ingress, share", [
+    ("jit", None, 0.98), ("jit", False, 1.0), ("none", None, 0.98), ("none", False, 1.0)])
+def test_prediction_shapes_ingress_as_a_jit_run_would(policy, ingress, share):
+    # the simulator's jit runs on the capacity a jit run's agents shape ingress to,
+    # also when the run itself is plain TCP's (its prediction is the comparison)
+    assert TestbedOptions(policy=policy, ingress=ingress).prediction_options()["ingress_share"] == share
 
 
 @pytest.mark.parametrize("policy, ingress, enforced", [

@@ -36,7 +36,13 @@ from jitsched import testbed
 from jitsched.agents.backends.htb import MIN_BURST_B
 from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.netns import in_netns
-from jitsched.testbed.options import DAEMON_DEFAULTS, DAEMON_POLICY, POLICIES, TestbedOptions
+from jitsched.testbed.options import (
+    DAEMON_DEFAULTS,
+    DAEMON_POLICY,
+    INGRESS_SHARE,
+    POLICIES,
+    TestbedOptions,
+)
 
 # A transfer that takes at most this long at the link rate is not registered
 # with the agents: it rides the DL class (TcBackend's dl_tos: priority 0, ahead
@@ -62,10 +68,6 @@ def unregistered_max_bytes(link_mbit: float) -> int:
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy, zmq and the planner first
 # DSCP AF41 in the TOS byte: DL transfers' class when switch ports have a priority band
 SCHEDULED_TOS = 0x88
-# Share of the link rate a host's ingress is shaped to under ingress enforcement: low
-# enough that inbound traffic queues in the host's IFB (per-flow floors) rather than in
-# the switch port's FIFO (TCP sharing), high enough to cost little.
-INGRESS_SHARE = 0.98
 
 
 def run_scenario(scenario: str = "quick", options: TestbedOptions | None = None, **overrides) -> dict:

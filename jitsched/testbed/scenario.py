@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from jitsched.errors import ValidationError
 from jitsched.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.testbed import DEFAULT_LINK_MBIT, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
@@ -211,7 +212,8 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
 
 
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
-            alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None) -> dict:
+            alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None,
+            ingress_share: float = 1.0) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`, under each testbed
@@ -220,7 +222,10 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     network, the ideal of the testbed's ``none`` policy, and ``jit`` the
     daemon's policy with the testbed's settings (None: the policy's default)
     as its agents enforce it: DL transfers by strict priority, background
-    after all of them (``bg_weight=inf``: the daemon does not know the files).
+    after all of them (``bg_weight=inf``: the daemon does not know the files),
+    sharing what the DL flows leave max-min fair, with every host's ingress
+    at ``ingress_share`` of its link rate (the agents' ingress shaping,
+    :data:`jitsched.testbed.options.INGRESS_SHARE`, which the daemon plans with).
 
     Returns
     -------
@@ -243,8 +248,12 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
                  if v is not None}
     # the simulator's counterpart of each testbed policy is its daemon's policy
     sim_jit, sim_none = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
+    if not 0.0 < ingress_share <= 1.0:
+        raise ValidationError(f"ingress_share: must be within (0, 1], got {ingress_share!r}")
+    w_jit = w if ingress_share == 1.0 else replace(w, cluster=replace(w.cluster, hosts=tuple(
+        replace(h, ingress_bps=h.ingress_bps * ingress_share) for h in w.cluster.hosts)))
     for pol in DAEMON_POLICY.values():
-        r = simulate(w, pol, policy_options=jit_opts if pol == sim_jit else {})
+        r = simulate(w_jit if pol == sim_jit else w, pol, policy_options=jit_opts if pol == sim_jit else {})
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
                     "jct_by_model_s": r.jct_by_model(),
