@@ -45,10 +45,10 @@ def ns(netns_available):
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def classes(ns: str) -> dict[int, tuple[int, int, int]]:
-    """``{handle: (parent, rate, ceil)}`` of a0's HTB classes, decoded by pyroute2 (bytes/s)."""
+def classes(ns: str, dev: str = "a0") -> dict[int, tuple[int, int, int]]:
+    """``{handle: (parent, rate, ceil)}`` of ``dev``'s HTB classes, decoded by pyroute2 (bytes/s)."""
     with IPRoute(netns=ns) as ip:
-        idx = ip.link_lookup(ifname="a0")[0]
+        idx = ip.link_lookup(ifname=dev)[0]
         out = {}
         for c in ip.get_classes(idx):
             p = c.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
@@ -262,6 +262,35 @@ def test_ingress_backend_schedules_a0s_ingress_on_an_ifb_and_removes_it(ns):
     with IPRoute(netns=ns) as ip:
         assert not ip.link_lookup(ifname="jsi-a0")
         assert "ingress" not in {q.get_attr("TCA_KIND") for q in ip.get_qdiscs(ip.link_lookup(ifname="a0")[0])}
+
+
+def test_ingress_backend_runs_at_the_idle_rate_while_no_flow_is_scheduled(ns):
+    from jitsched.agents.backends.htb import BG_MINOR, LINK_CLASS
+
+    shaped = int(0.98 * LINE)
+    with pytest.raises(ValueError, match="idle_rate_Bps"):
+        TcIngressBackend(shaped, dev="a0", netns=ns, idle_rate_Bps=0.9 * LINE)
+    b = TcIngressBackend(shaped, dev="a0", netns=ns, idle_rate_Bps=LINE, borrow=True)
+    try:
+        def link_and_bg_ceil():
+            cl = classes(ns, "jsi-a0")
+            return cl[LINK_CLASS][1:], cl[ROOT_HANDLE | BG_MINOR][2]
+
+        # nothing to order: the files get the whole port
+        assert link_and_bg_ceil() == ((int(LINE), int(LINE)), int(LINE))
+        b.apply([FlowRate("j/in", 1e6, "198.18.0.2", 5201, "198.18.0.1", 40000, prio=0)], 0.0)
+        assert link_and_bg_ceil() == ((shaped, shaped), shaped)
+        b.apply([], shaped)
+        assert link_and_bg_ceil() == ((int(LINE), int(LINE)), int(LINE))
+    finally:
+        b.close()
+    # without an idle rate the IFB stays at the shaped rate
+    b = TcIngressBackend(shaped, dev="a0", netns=ns)
+    try:
+        b.apply([], shaped)
+        assert classes(ns, "jsi-a0")[LINK_CLASS][1:] == (shaped, shaped)
+    finally:
+        b.close()
 
 
 def class_prios(ns: str) -> dict[int, int]:

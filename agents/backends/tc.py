@@ -139,6 +139,7 @@ class TcBackend(Backend):
         self.next_minor = FLOW_MINOR_BASE
         self.bg_rate_Bps = int(self.line_rate_Bps)
         self.bg_prio = 1
+        self.link_Bps = int(self.line_rate_Bps)  # link class 1:1's rate and ceiling now
         self.dl_tos = None if dl_tos is None else int(dl_tos)
         self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
         self.closed = False
@@ -213,6 +214,10 @@ class TcBackend(Backend):
             return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=self.flow_prio)
         return self._class(minor, rate, rate, flags)
 
+    def _link_rate(self, flows: list[FlowRate]) -> int:
+        """The link class's rate (and the background class's ceiling) while ``flows`` are scheduled, bytes/s."""
+        return int(self.line_rate_Bps)
+
     def _alloc_minor(self) -> int:
         if self.free_minors:
             return self.free_minors.pop()
@@ -275,9 +280,15 @@ class TcBackend(Backend):
                              f"filter of {fid}", False))
         bg = int(max(MIN_BURST_B, min(leftover_Bps, line - total * scale)))
         bg_prio = BG_LAST_PRIO if any(f.prio is not None for f in flows) else 1
-        if bg != self.bg_rate_Bps or bg_prio != self.bg_prio:
-            msgs.append((self._class(BG_MINOR, bg, line, change, prio=bg_prio), "background class", False))
-            self.bg_rate_Bps, self.bg_prio = bg, bg_prio
+        link = self._link_rate(flows)
+        if link != self.link_Bps:
+            b = burst_bytes(link, self.burst_s)
+            # before the flows' changes: a lower link rate is in place when they start
+            msgs.insert(0, (tcmsg(RTM_NEWTCLASS, change, self.nl.next_seq(), self.ifindex, LINK_CLASS,
+                                  ROOT_HANDLE, attrs=htb_class_attrs(link, link, b, b)), "link class 1:1", False))
+        if bg != self.bg_rate_Bps or bg_prio != self.bg_prio or link != self.link_Bps:
+            msgs.append((self._class(BG_MINOR, bg, link, change, prio=bg_prio), "background class", False))
+            self.bg_rate_Bps, self.bg_prio, self.link_Bps = bg, bg_prio, link
         t0 = time.perf_counter()
         self.nl.transact(msgs)
         self.last_apply_s = time.perf_counter() - t0
@@ -369,6 +380,12 @@ class TcIngressBackend(TcBackend):
         Named network namespace of ``dev``.
     ifb : str, optional
         IFB device name (default :func:`ifb_name` of ``dev``).
+    idle_rate_Bps : float, optional
+        The link's own rate, bytes/s: while no flow is scheduled here the IFB
+        runs at it, so that inbound traffic nobody orders (files between DL
+        jobs) gets the whole port; the headroom below it is there to keep the
+        inbound queue in this host while there are flows to order. None
+        (default): always ``line_rate_Bps``.
     **options
         :class:`TcBackend`'s (``borrow``, ``spare``, ``min_rate_Bps``, ``burst_s``, ``mtu``).
     """
@@ -376,15 +393,26 @@ class TcIngressBackend(TcBackend):
     name = "tc-ingress"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
-                 ifb: str | None = None, **options) -> None:
+                 ifb: str | None = None, idle_rate_Bps: float | None = None, **options) -> None:
+        if idle_rate_Bps is not None and not idle_rate_Bps >= line_rate_Bps:
+            raise ValueError(f"tc-ingress backend: idle_rate_Bps must be at least line_rate_Bps "
+                             f"({line_rate_Bps:g}), got {idle_rate_Bps!r}")
+        self.idle_rate_Bps = idle_rate_Bps
         self.link_dev = dev
         self.ifb = ifb or ifb_name(dev)
         redirect_ingress(dev, self.ifb, netns)
         try:
             super().__init__(line_rate_Bps, dev=self.ifb, netns=netns, **options)
+            if idle_rate_Bps is not None:
+                self.apply([], line_rate_Bps)  # nothing scheduled yet: the idle rate
         except BaseException:
             remove_ingress_redirect(dev, self.ifb, netns)
             raise
+
+    def _link_rate(self, flows: list[FlowRate]) -> int:
+        if flows or self.idle_rate_Bps is None:
+            return int(self.line_rate_Bps)
+        return int(self.idle_rate_Bps)
 
     def close(self) -> None:
         """Remove the flow classes, the IFB device and the ingress redirect."""

@@ -36,10 +36,11 @@ DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
 # Share of the link rate a host's ingress is shaped to under ingress enforcement: low
 # enough that inbound traffic queues in the host's IFB (per-flow floors) rather than in
 # the switch port's FIFO (TCP sharing), high enough to cost little. A file alone on
-# two hosts (quick's links, 31 MB) gets 89.7, 89.9 Mbit/s under jit against 91.7, 91.7
-# under plain TCP (the simulator 91.8): this 2 %. 0.995 did not give the files more
-# (quick, ABBA: 45.2, 45.2 Mbit/s against 45.8, 44.4 at 0.98; jobs 6.19, 6.25 s
-# against 5.99, 6.14 s).
+# two hosts (quick's links, 31 MB) got 89.7, 89.9 Mbit/s under jit against 91.7, 91.7
+# under plain TCP (the simulator 91.8): this 2 %, which is why the agents now keep it
+# only while the host has inbound flows to order (tc-ingress ``idle_rate_Bps``, see
+# e2e). 0.995 did not give the files more (quick, ABBA: 45.2, 45.2 Mbit/s against
+# 45.8, 44.4 at 0.98; jobs 6.19, 6.25 s against 5.99, 6.14 s).
 INGRESS_SHARE = 0.98
 # The tc backend's SPARE_MODES, repeated rather than imported: the backend loads
 # pyroute2 (~0.4 s) and the CLI builds these flags for every command it runs.
