@@ -188,6 +188,7 @@ class Agent:
         self.reconnect_s = reconnect_s
         self.backend: Backend | None = None
         self.ingress_options = None if ingress is None else dict(ingress)
+        self.failure: BaseException | None = None  # what ended the agent loop, if it failed
         self.in_backend: Backend | None = None
         self.in_line_Bps: float | None = None
         self.schedule: dict | None = None
@@ -233,6 +234,11 @@ class Agent:
         if self._error is not None:
             raise self._error
         return self
+
+    @property
+    def running(self) -> bool:
+        """Whether the agent loop is running (False once stopped or failed; see :attr:`failure`)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop, remove the backend's state, close every socket."""
@@ -350,6 +356,12 @@ class Agent:
                     next_hb = mono + self.heartbeat_s
                     self._heartbeat(dealer)
                 self._tick()
+        except BaseException as exc:
+            # e.g. a backend that cannot be installed once the daemon gives the rates:
+            # kept for whoever runs the agent (the CLI exits non-zero on it)
+            self.failure = exc
+            log.error("event=agent_failed host=%s error=%r", self.host, f"{type(exc).__name__}: {exc}",
+                      exc_info=True)
         finally:
             for c in conns.values():
                 c.close()

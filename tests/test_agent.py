@@ -334,6 +334,29 @@ def test_agent_follows_a_restarted_daemon():
         fake.close()
 
 
+def test_an_agent_whose_backend_cannot_be_installed_stops_and_says_why(monkeypatch):
+    # the backend is built when the daemon's reply gives the line rate; if that
+    # fails (no CAP_NET_ADMIN, no such device) the loop ends, its cleanup runs,
+    # and the failure is kept for the CLI, which exits non-zero on it
+    import jitsched.agents.agent as agent_mod
+
+    def broken(name, line, **options):
+        raise OSError("tc: Operation not permitted")
+
+    monkeypatch.setattr(agent_mod, "load_backend", broken)
+    fake = _FakeDaemon()
+    a = Agent("h0", fake.endpoint, backend="record", local_namespace=f"fail{id(fake)}").start()
+    try:
+        assert a.running and a.failure is None
+        ident, req, _ = fake.recv("register")
+        fake.reply(ident, req, _register_reply(1))
+        assert wait_until(lambda: not a.running, 5.0)
+        assert isinstance(a.failure, OSError) and "not permitted" in str(a.failure)
+    finally:
+        a.stop()
+        fake.close()
+
+
 def _kernel_caps_rto() -> bool:
     s = socket.socket()
     try:

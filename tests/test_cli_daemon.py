@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from jitsched.cli import main
@@ -19,3 +21,54 @@ def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path):
     with pytest.raises(SystemExit, match=r"jitsched agent: rto_min_ms must be in 1\.\.200"):
         main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
               "--local-dir", str(tmp_path), "--rto-min-ms", value])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--backend", "pacing", "--ingress"], "--ingress needs --backend tc and --dev"),
+    (["--backend", "tc", "--ingress"], "--ingress needs --backend tc and --dev"),
+    (["--backend", "tc", "--dev", "eth0", "--link-mbit", "1000"], "--link-mbit must be a positive rate, with --ingress"),
+    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "0"], "--link-mbit must be a positive rate"),
+    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "nan"], "--link-mbit must be a positive rate"),
+])
+def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path):
+    with pytest.raises(SystemExit, match=f"jitsched agent: {message}"):
+        main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir", str(tmp_path), *extra])
+
+
+def test_agent_passes_ingress_and_the_links_idle_rate_to_the_agent(monkeypatch, tmp_path):
+    import jitsched.agents.agent as agent_mod
+
+    made = {}
+
+    class Stub:
+        def __init__(self, host, daemon, **kw):
+            made.update(kw)
+            raise ValueError("stop here")
+
+    monkeypatch.setattr(agent_mod, "Agent", Stub)
+    with pytest.raises(SystemExit, match="stop here"):
+        main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir", str(tmp_path),
+              "--backend", "tc", "--dev", "eth1", "--ingress", "--link-mbit", "100"])
+    assert made["backend_options"] == {"dev": "eth1"}
+    assert made["ingress"] == {"dev": "eth1", "idle_rate_Bps": 12.5e6}
+
+
+def test_agent_command_exits_1_when_its_agent_fails(monkeypatch, tmp_path, capsys):
+    import jitsched.agents.agent as agent_mod
+    from tests.test_agent import _FakeDaemon, _register_reply
+
+    def broken(name, line, **options):
+        raise OSError("tc: Operation not permitted")
+
+    monkeypatch.setattr(agent_mod, "load_backend", broken)
+    fake = _FakeDaemon()
+    answered = threading.Thread(target=lambda: fake.reply(*fake.recv("register")[:2], _register_reply(1)))
+    answered.start()
+    try:
+        rc = main(["agent", "--host", "h0", "--daemon", fake.endpoint, "--local-dir", str(tmp_path),
+                   "--backend", "record", "--quiet"])
+    finally:
+        answered.join(10)
+        fake.close()
+    assert rc == 1
+    assert "jitsched agent h0: stopped: OSError: tc: Operation not permitted" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -34,10 +35,10 @@ def _logging(verbose: bool) -> None:
                         format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
 
 
-def _until_signal(stop: threading.Event) -> None:
+def _until_signal(stop: threading.Event, alive=lambda: True) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5):
+    while not stop.wait(0.5) and alive():
         pass
 
 
@@ -106,17 +107,33 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     arg("--rto-min-ms", type=float, default=None, metavar="MS",
         help="least retransmission timeout of the same sockets, 1..200 ms (default 10: a transfer "
              "that loses its last packets does not wait the kernel's 200 ms); 0: the kernel's"),
+    arg("--ingress", action="store_true",
+        help="tc backend: order what this host receives too (tc-ingress on an IFB fed by --dev), at "
+             "the ingress rate the daemon's cluster gives this host: set it a little below the link "
+             "(98 %%), or the switch port stays the queue; receivers register inbound sockets"),
+    arg("--link-mbit", type=float, default=None, metavar="MBIT",
+        help="with --ingress: the link's own rate, Mbit/s; while no inbound flow is scheduled the IFB "
+             "runs at it, so unscheduled traffic gets the whole port (default: always the ingress rate)"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
     from jitsched.agents.agent import Agent
 
     _logging(not args.quiet)
+    if args.ingress and (args.backend != "tc" or not args.dev):
+        raise SystemExit("jitsched agent: --ingress needs --backend tc and --dev (the link whose ingress to order)")
+    if args.link_mbit is not None and not (args.ingress and math.isfinite(args.link_mbit) and args.link_mbit > 0):
+        raise SystemExit("jitsched agent: --link-mbit must be a positive rate, with --ingress")
     opts = {"dev": args.dev} if args.dev else {}
+    ingress = None
+    if args.ingress:
+        ingress = dict(opts)
+        if args.link_mbit is not None:
+            ingress["idle_rate_Bps"] = args.link_mbit * 1e6 / 8
     extra = {k: v for k, v in (("rto_max_ms", args.rto_max_ms), ("rto_min_ms", args.rto_min_ms)) if v is not None}
     try:
         a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys,
-                  local_dir=args.local_dir, allowed_uids=args.allow_uid, **extra)
+                  local_dir=args.local_dir, allowed_uids=args.allow_uid, ingress=ingress, **extra)
     except ValueError as exc:
         raise SystemExit(f"jitsched agent: {exc}") from None
     a.start()
@@ -124,9 +141,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
           f"{'CURVE' if a.keys is not None else 'plaintext'}, local socket {a.local_name}", flush=True)
     stop = threading.Event()
     try:
-        _until_signal(stop)
+        _until_signal(stop, lambda: a.running)
     finally:
         a.stop()
+    if a.failure is not None:
+        print(f"jitsched agent {args.host}: stopped: {type(a.failure).__name__}: {a.failure}", file=sys.stderr)
+        return 1
     return 0
 
 
