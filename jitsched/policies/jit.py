@@ -237,8 +237,9 @@ class JitPolicy(Policy):
         With ``leftover="priority"``: how background flows rank against DL
         jobs (smaller: background earlier). The main knob between DL speed-up
         and background slowdown; default :data:`DEFAULT_BG_WEIGHT`. ``inf``:
-        background after every DL transfer, what host agents enforce (a
-        daemon does not know the background flows, see :meth:`schedule`).
+        background after every DL transfer, sharing what they leave max-min
+        fair, which is what host agents enforce (a daemon does not know the
+        background flows, see :meth:`schedule`; they share one FIFO class).
     job_exp : float
         With ``leftover="priority"``: a job's group key (its bytes left on the
         host pair) times (the job's bytes left over ``BG_REF_S`` of the
