@@ -24,11 +24,11 @@ def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--backend", "pacing", "--ingress"], "--ingress needs --backend tc and --dev"),
-    (["--backend", "tc", "--ingress"], "--ingress needs --backend tc and --dev"),
-    (["--backend", "tc", "--dev", "eth0", "--link-mbit", "1000"], "--link-mbit must be a positive rate, with --ingress"),
-    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "0"], "--link-mbit must be a positive rate"),
-    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "nan"], "--link-mbit must be a positive rate"),
+    (["--backend", "pacing", "--ingress"], "ingress: needs backend tc and a dev"),
+    (["--backend", "tc", "--ingress"], "ingress: needs backend tc and a dev"),
+    (["--backend", "tc", "--dev", "eth0", "--link-mbit", "1000"], "link_mbit: must be a positive rate, with ingress"),
+    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "0"], "link_mbit: must be a positive rate"),
+    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "nan"], "link_mbit: must be a positive rate"),
 ])
 def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path):
     with pytest.raises(SystemExit, match=f"jitsched agent: {message}"):

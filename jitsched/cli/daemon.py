@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from jitsched.agents.options import AgentOptions
 from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, register
 from jitsched.errors import ValidationError
+from jitsched.optspec import argument_specs, options_from_args
 
 DEFAULT_JOB_ENDPOINT = "tcp://127.0.0.1:5555"
 DEFAULT_AGENT_ENDPOINT = "tcp://127.0.0.1:5556"
@@ -90,9 +91,6 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     "agent", "Run the host agent of HOST: receive per-slot schedules and enforce them.",
     arg("--host", required=True, help="this host's name in the daemon's cluster"),
     arg("--daemon", default=DEFAULT_AGENT_ENDPOINT, help=f"agent endpoint (default {DEFAULT_AGENT_ENDPOINT})"),
-    arg("--backend", default="pacing", choices=("pacing", "tc", "record"),
-        help="enforcement backend (default pacing)"),
-    arg("--dev", default=None, help="tc backend: network device"),
     _keys_arg("this host"),
     arg("--local-dir", default=None, metavar="DIR",
         help="directory of the local flow-registration socket (default $JITSCHED_RUN_DIR, "
@@ -100,45 +98,23 @@ def cmd_daemon(args: argparse.Namespace) -> int:
              "<tmp>/jitsched-agents-<uid>)"),
     arg("--allow-uid", type=int, action="append", default=[], metavar="UID",
         help="a user besides root and the agent's own whose jobs may register flows (repeatable)"),
-    arg("--rto-max-ms", type=int, default=None, metavar="MS",
-        help="cap on the retransmission timeout of registered outbound sockets, 1000..120000 ms "
-             "(default 1000: a flow held behind higher ranks resumes within a second of its "
-             "promotion); 0: leave the sockets as they are"),
-    arg("--rto-min-ms", type=float, default=None, metavar="MS",
-        help="least retransmission timeout of the same sockets, 1..200 ms (default 10: a transfer "
-             "that loses its last packets does not wait the kernel's 200 ms); 0: the kernel's"),
-    arg("--ingress", action="store_true",
-        help="tc backend: order what this host receives too (tc-ingress on an IFB fed by --dev), at "
-             "the ingress rate the daemon's cluster gives this host: set it a little below the link "
-             "(98 %%), or the switch port stays the queue; receivers register inbound sockets"),
-    arg("--link-mbit", type=float, default=None, metavar="MBIT",
-        help="with --ingress: the link's own rate, Mbit/s; while no inbound flow is scheduled the IFB "
-             "runs at it, so unscheduled traffic gets the whole port (default: always the ingress rate)"),
+    *[arg(*flags, **kw) for flags, kw in argument_specs(AgentOptions)],
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
     from jitsched.agents.agent import Agent
 
     _logging(not args.quiet)
-    if args.ingress and (args.backend != "tc" or not args.dev):
-        raise SystemExit("jitsched agent: --ingress needs --backend tc and --dev (the link whose ingress to order)")
-    if args.link_mbit is not None and not (args.ingress and math.isfinite(args.link_mbit) and args.link_mbit > 0):
-        raise SystemExit("jitsched agent: --link-mbit must be a positive rate, with --ingress")
-    opts = {"dev": args.dev} if args.dev else {}
-    ingress = None
-    if args.ingress:
-        ingress = dict(opts)
-        if args.link_mbit is not None:
-            ingress["idle_rate_Bps"] = args.link_mbit * 1e6 / 8
-    extra = {k: v for k, v in (("rto_max_ms", args.rto_max_ms), ("rto_min_ms", args.rto_min_ms)) if v is not None}
     try:
-        a = Agent(args.host, args.daemon, backend=args.backend, backend_options=opts, keys=args.keys,
-                  local_dir=args.local_dir, allowed_uids=args.allow_uid, ingress=ingress, **extra)
-    except ValueError as exc:
+        opts = options_from_args(args, AgentOptions)
+        a = Agent(args.host, args.daemon, keys=args.keys, local_dir=args.local_dir,
+                  allowed_uids=args.allow_uid, **opts.agent_kwargs())
+    except (ValidationError, ValueError) as exc:
         raise SystemExit(f"jitsched agent: {exc}") from None
     a.start()
-    print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {args.backend}, "
-          f"{'CURVE' if a.keys is not None else 'plaintext'}, local socket {a.local_name}", flush=True)
+    print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {opts.backend}"
+          f"{' + tc-ingress' if opts.ingress else ''}, {'CURVE' if a.keys is not None else 'plaintext'}, "
+          f"local socket {a.local_name}", flush=True)
     stop = threading.Event()
     try:
         _until_signal(stop, lambda: a.running)
