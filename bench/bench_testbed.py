@@ -47,7 +47,6 @@ from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.measure import measure_enforcement, summarize
 from jitsched.testbed.options import (
     DAEMON_POLICY,
-    POLICIES,
     MeasureOptions,
     TestbedOptions,
     add_options,
@@ -73,8 +72,10 @@ SWEEP = ("dl_share",)
 RUN_OVERRIDES = {"timeout_s": 300.0, "measure_slots": 0}
 # the simulator's counterpart of each testbed policy (jitsched.testbed.scenario.predict):
 # the jit policy for jit, the reference (tensorflow) for none
-SIM_POLICIES = tuple(DAEMON_POLICY.values())
+# the bench pairs jit with plain TCP (testbed run --policy sincronia is its own)
+PAIR = ("jit", "none")
 SIM_JIT, SIM_NONE = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
+SIM_POLICIES = (SIM_JIT, SIM_NONE)
 # what a run's DL share is when none is set: the jit policy's own default
 DEFAULT_DL_SHARE = policy_default(SIM_JIT, "dl_share")
 RUN_KEYS = ("mean_jct_s", "completed", "jobs", "lat_hit_rate", "background_mbit_mean",
@@ -136,7 +137,7 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
         f"({time.perf_counter() - t:.0f} s)")
     runs = []
     for r in range(repeat):
-        order = POLICIES if r % 2 == 0 else POLICIES[::-1]
+        order = PAIR if r % 2 == 0 else PAIR[::-1]
         res = {}
         for pol in order:
             t = time.perf_counter()
@@ -155,7 +156,7 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
     med = {"jct_ratio_none_over_jit": _median(x["jct_ratio_none_over_jit"] for x in runs),
            "mean_speedup": _median(x["mean_speedup"] for x in runs),
            "speedup_by_model": {m: _median(x["speedup_by_model"].get(m) for x in runs) for m in models}}
-    for pol in POLICIES:
+    for pol in PAIR:
         for k in ("mean_jct_s", "lat_hit_rate", "background_mbit_mean", "background_slowdown_mean"):
             med[f"{pol}_{k}"] = _median(x[pol][k] for x in runs)
         # DL bytes that crossed the files' ports while they moved: what the files gave up

@@ -141,3 +141,27 @@ def test_jit_backfill_uses_idle_capacity():
     assert lazy.transfer_arrival_s[0] > 2.5
     assert eager.transfer_arrival_s[0] == pytest.approx(1.0, abs=1e-6)
     assert eager.jct_s[0] == pytest.approx(lazy.jct_s[0], abs=1e-6)  # compute-bound either way
+
+
+def test_sincronia_schedule_ranks_jobs_in_bssi_order_for_the_agents():
+    from jitsched.daemon.state import PlanRequest, build_view
+    from jitsched.policies.sincronia import SincroniaPolicy
+
+    def job(name, transfers):
+        return Job(name, (Compute("c", transfers[0][2], 0.0),),
+                   tuple(Transfer(t, s, d, b) for t, s, d, b in transfers), tuple((t[0], "c") for t in transfers), 0.0)
+
+    cluster = Cluster.uniform(4)
+    # h1's ingress (a 150 + c 500 + d 900 MB) is the bottleneck: d goes last; then
+    # h0's egress (a 150, b 30, c 500): c; then a; b first (BSSI by hand, unit weights)
+    jobs = [job("a", [("t1", "h0", "h1", 1e8), ("t2", "h0", "h1", 5e7)]), job("b", [("t", "h0", "h2", 3e7)]),
+            job("c", [("t", "h0", "h1", 5e8)]), job("d", [("t", "h3", "h1", 9e8)])]
+    view = build_view(PlanRequest(1, 0.0, tuple((j, {}, {}) for j in jobs), (), ()), cluster)[0]
+    pol = SincroniaPolicy(slot_s=0.25)
+    pol.reset(cluster)
+    sched = pol.schedule(view)
+    # one rank per job (its coflow), dense, no rates: agents serve them by rank
+    assert sched.prio == {("b", "t"): 0, ("a", "t1"): 1, ("a", "t2"): 1, ("c", "t"): 2, ("d", "t"): 3}
+    assert sched.slot_s == 0.25 and all(len(f[5]) == 0 for f in sched.flows)
+    with pytest.raises(ValidationError, match="slot_s"):
+        SincroniaPolicy(slot_s=0)

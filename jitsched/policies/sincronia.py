@@ -7,7 +7,14 @@ import numpy as np
 from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
 from jitsched.model import TRANSFER
-from jitsched.policies.base import DONE, Allocation, Policy, SchedulerView, register_policy
+from jitsched.policies.base import (
+    DONE,
+    Allocation,
+    Policy,
+    SchedulerView,
+    SlotSchedule,
+    register_policy,
+)
 
 RECOMPUTE = ("events", "arrivals", "flows")
 
@@ -67,6 +74,9 @@ class SincroniaPolicy(Policy):
         ``events`` at coflow arrivals and completions (online Sincronia),
         ``arrivals`` only at arrivals (the public simulator), ``flows`` also
         at every transfer completion.
+    slot_s : float
+        Slot length of the schedules a daemon asks for (:meth:`schedule`),
+        seconds; they carry ranks only, so it sets nothing but their grid.
     """
 
     name = "sincronia"
@@ -74,10 +84,13 @@ class SincroniaPolicy(Policy):
     role = "baseline"
     role_rank = 1  # after tictac, the order bench.paper's tables and figures have always used
 
-    def __init__(self, recompute: str = "events") -> None:
+    def __init__(self, recompute: str = "events", slot_s: float = 0.1) -> None:
         if recompute not in RECOMPUTE:
             raise ValidationError(f"recompute: expected one of {RECOMPUTE}, got {recompute!r}")
+        if isinstance(slot_s, bool) or not (isinstance(slot_s, (int, float)) and 0 < slot_s < float("inf")):
+            raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
         self.recompute = recompute
+        self.slot_s = float(slot_s)
         self._stale = True
         self._job_rank = np.zeros(0, dtype=np.int64)
         self._bg_rank = np.zeros(0, dtype=np.int64)
@@ -151,6 +164,33 @@ class SincroniaPolicy(Policy):
         order = np.lexsort((f.bg, f.node, rank))
         return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,
                                           view.cluster.ingress_Bps))
+
+    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        """Every unfinished transfer of the active jobs with its job's rank in BSSI order, for host agents.
+
+        The coflow order of :meth:`allocate`, recomputed from the jobs'
+        remaining loads whenever a daemon asks (it asks on arrivals and
+        completions, ``recompute="events"``), as one global order of dense
+        ranks; a job's transfers share its rank (Sincronia orders coflows,
+        not the flows inside one). Background flows are not the daemon's to
+        know: the agents put them after every ranked flow, as for ``jit``.
+        """
+        self._reorder(view)
+        dag = view.dag
+        live = view.job_arrived & ~view.job_done
+        nodes = np.flatnonzero((dag.kind == TRANSFER) & live[dag.job_of] & (view.node_state != DONE)
+                               & (view.remaining > 0))
+        if not len(nodes):
+            return None
+        _, ranks = np.unique(self._job_rank[dag.job_of[nodes]], return_inverse=True)
+        flows, prio = [], {}
+        for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
+            key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
+            flows.append((*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
+            prio[key] = int(rank)
+        h = len(view.cluster)
+        return SlotSchedule(epoch_s=view.now, slot_s=self.slot_s, flows=flows, leftover_egress=np.zeros((h, 0)),
+                            leftover_ingress=np.zeros((h, 0)), prio=prio)
 
     def stats(self) -> dict:
         return {"orderings": self.orderings}

@@ -133,7 +133,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     # Under jit every DL transfer is marked, so the agents' tc can put the ones too
     # small to register ahead of the background (TcBackend's dl_tos class); the
     # switch ports' priority band is a separate choice (switch_priority).
-    tos = SCHEDULED_TOS if options.switch_priority or policy == "jit" else None
+    tos = SCHEDULED_TOS if options.switch_priority or options.enforced else None
     tb = testbed.up(sc.hosts, link_mbit, prefix=prefix,
                     priority_tos=SCHEDULED_TOS if options.switch_priority else None)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
@@ -145,7 +145,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     daemon_stats: dict = {}
     agent_stats: dict = {}
     try:
-        if policy == "jit" and options.measure_slots:
+        if options.enforced and options.measure_slots:
             # the tc backend's per-slot rate accuracy and rate-change latency on these very
             # links, measured before the agents take the qdiscs over (the run itself mixes
             # flows that start and stop mid-slot, which says little about enforcement)
@@ -167,7 +167,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         children.append(daemon)
         job_ep, agent_ep = daemon.ready()
         agent_names: dict[str, str] = {}
-        if policy == "jit":
+        if options.enforced:
             # one process per host: a host's agent answers its runners' flow
             # registrations at once, not behind the other hosts' slot changes
             for h in tb.hosts:

@@ -29,7 +29,9 @@ from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 # keeps the books (LATs for the hit rate) and plans nothing: an idle JIT planner
 # would take CPU from plain TCP's runners; its ideal is the simulator's reference
 # policy (``tensorflow``, max-min fair), what speedups are measured against.
-DAEMON_POLICY = {"jit": "jit", "none": reference_policy()}
+# ``sincronia`` is the baseline's coflow order as ranks (SincroniaPolicy.schedule)
+# through the same agents as jit's: the two orders on real TCP, side by side.
+DAEMON_POLICY = {"jit": "jit", "sincronia": "sincronia", "none": reference_policy()}
 POLICIES = tuple(DAEMON_POLICY)
 # The daemon plans as the simulator's jit policy does, so that
 # :func:`jitsched.testbed.scenario.predict` describes the same policy: every
@@ -139,7 +141,8 @@ class TestbedOptions:
         None, "link rate in Mbit/s each way (default 100; run: the scenario's, which scales its byte sizes)")
     prefix: str = option("js", "names of namespaces/interfaces (default %(default)s: %(default)s-h0.., "
                                "%(default)s-br0)")
-    policy: str = option("jit", "run: jit scheduling, or none (plain TCP sharing, the TensorFlow baseline)",
+    policy: str = option("jit", "run: jit scheduling, sincronia (its coflow order through the same agents), "
+                                "or none (plain TCP sharing, the TensorFlow baseline)",
                          choices=POLICIES)
     seed: int = option(0, "workload seed for run")
     ingress: bool | None = option(
@@ -207,8 +210,13 @@ class TestbedOptions:
 
     @property
     def enforce_ingress(self) -> bool:
-        """Whether the agents order their hosts' ingress in this run (``ingress``, on by default, jit only)."""
-        return (True if self.ingress is None else self.ingress) and self.policy == "jit"
+        """Whether the agents order their hosts' ingress in this run (``ingress``, on by default where agents run)."""
+        return (True if self.ingress is None else self.ingress) and self.enforced
+
+    @property
+    def enforced(self) -> bool:
+        """Whether host agents enforce the daemon's schedules in this run (every policy but ``none``)."""
+        return self.policy != "none"
 
     def jit_settings(self) -> dict:
         """The jit settings that are set, as :class:`jitsched.config.DaemonConfig` fields.
