@@ -47,6 +47,7 @@ from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.measure import measure_enforcement, summarize
 from jitsched.testbed.options import (
     DAEMON_POLICY,
+    POLICIES,
     MeasureOptions,
     TestbedOptions,
     add_options,
@@ -58,7 +59,7 @@ from jitsched.testbed.scenario import SCENARIOS, predict, require_daemon_side
 GOALS = {"rate_accuracy_p50": "within ±3 %", "rate_accuracy_p5": "within ±10 %",
          "rate_change_latency_ms_p50": "< 5 ms after the slot boundary",
          "jct_ratio_none_over_jit": ">= 1.3 with background present",
-         "background": "JIT background goodput >= none's"}
+         "background": "JIT's files >= the simulator's fair sharing (tensorflow)"}
 # The option flags whose defaults differ from jitsched testbed's: the bench's own
 # namespaces, so that it never tears down a testbed the CLI left up under js, and
 # longer enforcement measurements. Every scenario runs under each testbed policy,
@@ -72,8 +73,9 @@ SWEEP = ("dl_share",)
 RUN_OVERRIDES = {"timeout_s": 300.0, "measure_slots": 0}
 # the simulator's counterpart of each testbed policy (jitsched.testbed.scenario.predict):
 # the jit policy for jit, the reference (tensorflow) for none
-# the bench pairs jit with plain TCP (testbed run --policy sincronia is its own)
+# the bench pairs jit with plain TCP; --baseline adds the other enforced policies
 PAIR = ("jit", "none")
+BASELINES = tuple(p for p in POLICIES if p not in PAIR)
 SIM_JIT, SIM_NONE = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
 SIM_POLICIES = (SIM_JIT, SIM_NONE)
 # what a run's DL share is when none is set: the jit policy's own default
@@ -106,7 +108,7 @@ def _paired(jit: dict, none: dict) -> dict:
             "speedup_by_model": {m: statistics.fmean(v) for m, v in sorted(by_model.items())}}
 
 
-def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
+def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say, baselines: tuple[str, ...] = ()) -> dict:
     """``repeat`` pairs of runs of ``scenario``, one under each testbed policy, plus the simulator's prediction.
 
     Parameters
@@ -121,6 +123,10 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
         Pairs; the first policy alternates.
     say : callable
         Takes each progress line.
+    baselines : tuple of str
+        Other testbed policies (``sincronia``) run in every repeat beside the
+        pair, in the same alternating order; their medians join ``median``
+        with ``jct_ratio_<policy>_over_jit``.
 
     Returns
     -------
@@ -136,8 +142,9 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
         f"{SIM_JIT} {pred[SIM_JIT]['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
         f"({time.perf_counter() - t:.0f} s)")
     runs = []
+    pols = PAIR + tuple(baselines)
     for r in range(repeat):
-        order = PAIR if r % 2 == 0 else PAIR[::-1]
+        order = pols if r % 2 == 0 else pols[::-1]
         res = {}
         for pol in order:
             t = time.perf_counter()
@@ -156,13 +163,17 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
     med = {"jct_ratio_none_over_jit": _median(x["jct_ratio_none_over_jit"] for x in runs),
            "mean_speedup": _median(x["mean_speedup"] for x in runs),
            "speedup_by_model": {m: _median(x["speedup_by_model"].get(m) for x in runs) for m in models}}
-    for pol in PAIR:
+    for pol in pols:
         for k in ("mean_jct_s", "lat_hit_rate", "background_mbit_mean", "background_slowdown_mean"):
             med[f"{pol}_{k}"] = _median(x[pol][k] for x in runs)
         # DL bytes that crossed the files' ports while they moved: what the files gave up
         for side in ("egress", "ingress"):
             med[f"{pol}_background_{side}_dl_mb"] = _median(
                 sum(c[f"{side}_dl_mb"] for c in x[pol]["background_contention"].values()) for x in runs)
+    for pol in baselines:
+        med[f"jct_ratio_{pol}_over_jit"] = _median(x[pol]["mean_jct_s"] / x["jit"]["mean_jct_s"]
+                                                   if x[pol]["mean_jct_s"] and x["jit"]["mean_jct_s"] else None
+                                                   for x in runs)
     # how late the agents' tc changes landed after their slot boundaries during the jit runs
     med["jit_apply_late_ms_p50"] = _median(a.get("apply_late_ms_p50") for x in runs
                                            for a in x["jit"]["agents"].values())
@@ -171,7 +182,7 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say) -> dict:
     sim_by_model = {m: pred[SIM_NONE]["jct_by_model_s"][m] / pred[SIM_JIT]["jct_by_model_s"][m]
                     for m in pred[SIM_JIT]["jct_by_model_s"]}
     settings = {f.name: getattr(options, f.name) for f in flag_fields(TestbedOptions) if f.name not in RUN_EXCLUDE}
-    return {"scenario": scenario, "repeat": repeat, **settings, "median": med,
+    return {"scenario": scenario, "repeat": repeat, **settings, "baselines": list(baselines), "median": med,
             "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
                           "mean_speedup": pred["mean_speedup"],
                           "tensorflow_mean_jct_s": pred[SIM_NONE]["mean_jct_s"],
@@ -343,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", nargs="+", choices=tuple(SCENARIOS), default=["quick"],
                    help="workloads to run (default quick)")
     p.add_argument("--job-repeat", type=int, default=3, help="jit/none pairs per scenario (default 3)")
+    p.add_argument("--baseline", nargs="+", default=[], choices=BASELINES,
+                   help="also run these testbed policies in every repeat (their ranks through the same "
+                        "agents), for their JCT ratio to jit")
     add_options(p, TestbedOptions, exclude=RUN_EXCLUDE, defaults=RUN_DEFAULTS, many=SWEEP)
     p.add_argument("--tradeoff", metavar="PATH.png",
                    help="draw each scenario's JCT ratio against the files' goodput, one point per "
@@ -401,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         scenarios: dict = {"unavailable": str(exc)}
     else:
         # one share: results under the scenario's name; several: "<scenario>@<share>"
-        scenarios = {(s if len(sweep) == 1 else f"{s}@{o.dl_share:g}"): run_jobs(s, o, a.job_repeat, say)
+        scenarios = {(s if len(sweep) == 1 else f"{s}@{o.dl_share:g}"):
+                     run_jobs(s, o, a.job_repeat, say, tuple(dict.fromkeys(a.baseline)))
                      for s in a.scenario for o in sweep}
     out = {"link_mbit": link_mbit, "slot_s": measure.slot_s, "slots": measure.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
@@ -441,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
               "   (senders' egress / receivers' ingress, during the files' lives)")
         print(f"  {'tc apply after slot p50/p95':<28} {_f(m['jit_apply_late_ms_p50'], 8.2)} / "
               f"{_f(m['jit_apply_late_ms_p95'], 0.2)} ms (agents during the jit runs)")
+        for pol in s.get("baselines", []):
+            print(f"  {'mean JCT ' + pol + ' / jit':<28} {_f(m[pol + '_mean_jct_s'], 8.2)} / "
+                  f"{_f(m['jit_mean_jct_s'], 0.2)} s (ratio {_f(m['jct_ratio_' + pol + '_over_jit'], 0.3)}), "
+                  f"background {_f(m[pol + '_background_mbit_mean'], 0.1)} Mbit/s")
         for model, v in m["speedup_by_model"].items():
             print(f"    speedup {model:<16} {v:6.3f}   simulator {sim['speedup_by_model'].get(model, float('nan')):.3f}")
     return 0

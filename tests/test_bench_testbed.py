@@ -116,3 +116,42 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
     assert (res["dl_share"], res["link_mbit"], res["alpha"], res["prefix"], res["switch_priority"]) == \
         (0.8, 50.0, 0.4, "jsb", True)
     assert "policy" not in res and res["median"]["jct_ratio_none_over_jit"] == 1.5
+
+
+def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
+    import bench.bench_testbed as bt
+    import jitsched.testbed.e2e as e2e
+
+    order = []
+    jct = {"jit": 2.0, "none": 3.0, "sincronia": 2.5}
+
+    def fake_run(scenario, options, **overrides):
+        pol = overrides["policy"]
+        order.append(pol)
+        return {"policy": pol, "jobs": 1, "completed": 1, "mean_jct_s": jct[pol], "lat_hit_rate": 1.0,
+                "background_mbit_mean": {"jit": 40.0, "none": 50.0, "sincronia": 42.0}[pol],
+                "background_slowdown_mean": 1.2, "background_completed": "1/1",
+                "details": {"jct_s": {"lenet-0": jct[pol]}, "wall_s": 2.0, "daemon": {}, "agents": {},
+                            "errors": {}, "background_contention": {}}}
+
+    def fake_predict(scenario, seed, **kw):
+        one = {"mean_jct_s": 1.0, "jct_s": {"lenet-0": 1.0}, "jct_by_model_s": {"lenet": 1.0},
+               "background_slowdown": 1.1, "background_mbit_mean": 45.0}
+        return {"jit": one, "tensorflow": one, "jct_ratio_tf_over_jit": 1.0, "mean_speedup": 1.0}
+
+    monkeypatch.setattr(e2e, "run_scenario", fake_run)
+    monkeypatch.setattr(bt, "predict", fake_predict)
+    monkeypatch.setattr(bt, "require_daemon_side", lambda: None)
+    assert bt.main(["--skip-enforcement", "--job-repeat", "2", "--baseline", "sincronia", "--json"]) == 0
+    # the same alternation as the pair: forwards, then backwards
+    assert order == ["jit", "none", "sincronia", "sincronia", "none", "jit"]
+    res = json.loads(capsys.readouterr().out)["scenarios"]["quick"]
+    assert res["baselines"] == ["sincronia"]
+    med = res["median"]
+    assert med["jct_ratio_sincronia_over_jit"] == 1.25 and med["sincronia_mean_jct_s"] == 2.5
+    assert med["sincronia_background_mbit_mean"] == 42.0 and med["jct_ratio_none_over_jit"] == 1.5
+    # without --baseline only the pair runs
+    order.clear()
+    assert bt.main(["--skip-enforcement", "--job-repeat", "1", "--json"]) == 0
+    assert order == ["jit", "none"]
+    assert "jct_ratio_sincronia_over_jit" not in json.loads(capsys.readouterr().out)["scenarios"]["quick"]["median"]
