@@ -75,6 +75,13 @@ def test_tradeoff_figure_from_a_saved_dl_share_sweep(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == f"wrote {fig}"
 
 
+def _prediction() -> dict:
+    """A simulator prediction of one lenet job, the same under both policies (for fake runs)."""
+    one = {"mean_jct_s": 1.0, "jct_s": {"lenet-0": 1.0}, "jct_by_model_s": {"lenet": 1.0},
+           "background_slowdown": 1.1, "background_mbit_mean": 45.0}
+    return {"jit": one, "tensorflow": one, "jct_ratio_tf_over_jit": 1.0, "mean_speedup": 1.0}
+
+
 def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys):
     import bench.bench_testbed as bt
     import jitsched.testbed.e2e as e2e
@@ -94,9 +101,7 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
 
     def fake_predict(scenario, seed, **kw):
         predicted.append((scenario, seed, kw))
-        one = {"mean_jct_s": 1.0, "jct_s": {"lenet-0": 1.0}, "jct_by_model_s": {"lenet": 1.0},
-               "background_slowdown": 1.1, "background_mbit_mean": 45.0}
-        return {"jit": one, "tensorflow": one, "jct_ratio_tf_over_jit": 1.0, "mean_speedup": 1.0}
+        return _prediction()
 
     monkeypatch.setattr(e2e, "run_scenario", fake_run)
     monkeypatch.setattr(bt, "predict", fake_predict)
@@ -134,13 +139,8 @@ def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
                 "details": {"jct_s": {"lenet-0": jct[pol]}, "wall_s": 2.0, "daemon": {}, "agents": {},
                             "errors": {}, "background_contention": {}}}
 
-    def fake_predict(scenario, seed, **kw):
-        one = {"mean_jct_s": 1.0, "jct_s": {"lenet-0": 1.0}, "jct_by_model_s": {"lenet": 1.0},
-               "background_slowdown": 1.1, "background_mbit_mean": 45.0}
-        return {"jit": one, "tensorflow": one, "jct_ratio_tf_over_jit": 1.0, "mean_speedup": 1.0}
-
     monkeypatch.setattr(e2e, "run_scenario", fake_run)
-    monkeypatch.setattr(bt, "predict", fake_predict)
+    monkeypatch.setattr(bt, "predict", lambda scenario, seed, **kw: _prediction())
     monkeypatch.setattr(bt, "require_daemon_side", lambda: None)
     assert bt.main(["--skip-enforcement", "--job-repeat", "2", "--baseline", "sincronia", "--json"]) == 0
     # the same alternation as the pair: forwards, then backwards
