@@ -308,6 +308,12 @@ def test_priority_levels_borrow_by_level_and_background_last(ns):
     install_shaper("a0", LINE, netns=ns)
     b = TcBackend(LINE, dev="a0", netns=ns, dl_tos=0x88)  # borrow=False: levels borrow anyway
     try:
+        # background starts last and an empty schedule leaves it there: HTB keeps a busy
+        # class under the prio it became busy with, so a file that starts while nothing
+        # is ranked must not be filed ahead of the DL flows ranked later
+        assert class_prios(ns)[ROOT_HANDLE | BG_MINOR] == BG_LAST_PRIO
+        b.apply([], LINE)
+        assert class_prios(ns)[ROOT_HANDLE | BG_MINOR] == BG_LAST_PRIO
         # the unregistered-DL class borrows first, matched on the TOS after every flow filter
         assert class_prios(ns)[ROOT_HANDLE | DL_MINOR] == 0
         text = filters_text(ns)
@@ -322,10 +328,12 @@ def test_priority_levels_borrow_by_level_and_background_last(ns):
         assert all(cl[ROOT_HANDLE | m][2] == int(LINE) for m in minors.values())  # ceiling: the line
         assert pr[ROOT_HANDLE | BG_MINOR] == BG_LAST_PRIO
         assert cl[ROOT_HANDLE | BG_MINOR][1] == MIN_BURST_B  # nothing guaranteed to background
-        # rates only again: background borrows first, as before
+        # rates only again: background borrows first, as before; no flow: it stays first
         b.apply([flow("j/c", 1e6)], 5e6)
         assert class_prios(ns)[ROOT_HANDLE | BG_MINOR] == 1
         assert classes(ns)[ROOT_HANDLE | BG_MINOR][1] == int(5e6)
+        b.apply([], LINE)
+        assert class_prios(ns)[ROOT_HANDLE | BG_MINOR] == 1
     finally:
         b.close()
     # adopted shaper: closing puts it back as it was, without the DL class
