@@ -372,3 +372,110 @@ def test_arp_goes_through_the_ack_class_not_the_background(ns):
     after = class_packets(ns, ACK_MINOR), class_packets(ns, BG_MINOR)
     assert after[0] - before[0] >= 1  # the ARP requests
     assert after[1] == before[1]  # and nothing in the background class
+
+
+_SINK = """
+import socket, threading
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("198.18.200.2", 5201)); srv.listen(4)
+def drain(c):
+    while c.recv(1 << 16):
+        pass
+while True:
+    threading.Thread(target=drain, args=(srv.accept()[0],), daemon=True).start()
+"""
+
+_SOURCE = """
+import socket, sys, threading, time
+end = time.monotonic() + float(sys.argv[1])
+def send(sport):
+    s = socket.socket(); s.bind(("198.18.200.1", sport)); s.connect(("198.18.200.2", 5201))
+    buf = b"x" * (1 << 16)
+    while time.monotonic() < end:
+        s.send(buf)
+    s.close()
+ts = [threading.Thread(target=send, args=(p,)) for p in (40000, 40001)]
+[t.start() for t in ts]; [t.join() for t in ts]
+"""
+
+
+@pytest.fixture
+def ns_pair(netns_available):
+    """Namespaces src (a0, 198.18.200.1) and dst (a1, 198.18.200.2) joined by a veth pair."""
+    src, dst = f"jst-{uuid.uuid4().hex[:8]}", f"jst-{uuid.uuid4().hex[:8]}"
+    try:
+        for name in (src, dst):
+            subprocess.run(["ip", "netns", "add", name], check=True)
+        subprocess.run(["ip", "-n", src, "link", "add", "a0", "type", "veth", "peer", "name", "a1",
+                        "netns", dst], check=True)
+        for name, dev, addr in ((src, "a0", "198.18.200.1/24"), (dst, "a1", "198.18.200.2/24")):
+            subprocess.run(["ip", "-n", name, "addr", "add", addr, "dev", dev], check=True)
+            subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
+        yield src, dst
+    finally:
+        for name in (src, dst):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def class_bytes(ns: str) -> dict[int, int]:
+    """``{minor: bytes sent}`` of a0's HTB classes, decoded by pyroute2."""
+    with IPRoute(netns=ns) as ip:
+        idx = ip.link_lookup(ifname="a0")[0]
+        return {c["handle"] & 0xFFFF: int(c.get_attr("TCA_STATS")["bytes"]) for c in ip.get_classes(idx)}
+
+
+def test_a_running_flow_moved_to_a_higher_level_gets_the_link(ns_pair):
+    # HTB files a busy class under the prio it became busy with; a prio changed in
+    # place counts only once the class's queue empties, which a bulk TCP flow's
+    # does not. A flow promoted while running must get a class at its new level.
+    import time
+
+    src, dst = ns_pair
+    line = 1.25e6  # 10 Mbit/s
+    install_shaper("a0", line, netns=src)
+    sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", _SINK])
+    b = TcBackend(line, dev="a0", netns=src)
+    source = None
+    try:
+        def ranked(prio_a: int, prio_b: int) -> list[FlowRate]:
+            # b is guaranteed 30 % throughout: a flow held at its floor stalls in TCP's
+            # retransmission back-off, which would hide what HTB does
+            return [FlowRate("j/a", 0.0, "198.18.200.1", 40000, "198.18.200.2", 5201, prio=prio_a),
+                    FlowRate("j/b", 0.3 * line, "198.18.200.1", 40001, "198.18.200.2", 5201, prio=prio_b)]
+
+        def shares(window_s: float = 1.0) -> tuple[float, float]:
+            ma, mb = b.flows["j/a"].minor, b.flows["j/b"].minor
+            before = class_bytes(src)
+            time.sleep(window_s)
+            after = class_bytes(src)
+            da, db = after[ma] - before[ma], after[mb] - before[mb]
+            return da / (line * window_s), db / (line * window_s)
+
+        b.apply(ranked(3, 5), 0.0)
+        time.sleep(0.3)  # the sink listens
+        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", _SOURCE, "5"])
+        time.sleep(1.0)
+        a_share, b_share = shares()
+        # level 3 borrows ahead of 5: a takes what b's guarantee leaves (TCP payload vs wire bytes)
+        assert a_share > 0.6 and b_share < 0.4, (a_share, b_share)
+        minor_b = b.flows["j/b"].minor
+        b.apply(ranked(3, 1), 0.0)  # b promoted past a while both run
+        time.sleep(0.3)
+        a_share, b_share = shares()
+        assert b_share > 0.7 and a_share < 0.15, (a_share, b_share)
+        assert b.flows["j/b"].minor != minor_b and b.relevels == 1
+        # the class b left has drained; it goes at the next apply, and its minor is reused
+        assert minor_b in class_bytes(src)
+        b.apply(ranked(3, 1), 0.0)
+        assert minor_b not in class_bytes(src) and minor_b in b.free_minors
+        # a rate change at the same level stays in place
+        b.apply([FlowRate("j/a", 2e5, "198.18.200.1", 40000, "198.18.200.2", 5201, prio=3),
+                 FlowRate("j/b", 0.2 * line, "198.18.200.1", 40001, "198.18.200.2", 5201, prio=1)], 0.0)
+        assert b.relevels == 1
+    finally:
+        for p in (source, sink):
+            if p is not None:
+                p.kill()
+                p.wait()
+        b.close()
+    assert set(class_bytes(src)) == {LINK_CLASS & 0xFFFF, BG_MINOR}

@@ -137,6 +137,9 @@ class TcBackend(Backend):
         self.flows: dict[str, _Installed] = {}
         self.free_minors: list[int] = []
         self.next_minor = FLOW_MINOR_BASE
+        # classes left behind by a change of level, deleted one apply later (when drained)
+        self.draining: list[int] = []
+        self.relevels = 0  # flows moved to a class at a new level, since start
         self.bg_rate_Bps = int(self.line_rate_Bps)
         self.bg_prio = 1
         self.link_Bps = int(self.line_rate_Bps)  # link class 1:1's rate and ceiling now
@@ -224,6 +227,17 @@ class TcBackend(Backend):
             return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=self.flow_prio)
         return self._class(minor, rate, rate, flags)
 
+    def _htb_prio(self, prio: int | None) -> int:
+        """The HTB prio a flow class at strict-priority level ``prio`` (None: unranked) gets."""
+        if prio is not None:
+            return prio
+        return self.flow_prio if self.borrow else 0
+
+    def _filter(self, minor: int, keys: list[tuple[int, int, int]], flags: int) -> bytes:
+        # a flow's filter has its class's minor as its prio
+        return tcmsg(RTM_NEWTFILTER, flags, self.nl.next_seq(), self.ifindex, 0, ROOT_HANDLE,
+                     info=(minor << 16) | socket.htons(ETH_P_IP), attrs=u32_filter_attrs(ROOT_HANDLE | minor, keys))
+
     def _link_rate(self, flows: list[FlowRate]) -> int:
         """The link class's rate (and the background class's ceiling) while ``flows`` are scheduled, bytes/s."""
         return int(self.line_rate_Bps)
@@ -258,6 +272,11 @@ class TcBackend(Backend):
         create = change | NLM_F_CREATE | NLM_F_EXCL
         msgs: list[tuple[bytes, str, bool]] = []
         wanted = {f.flow_id: f for f in flows}
+        # classes re-levelled at the previous apply: their filter has pointed elsewhere for a slot
+        for minor in self.draining:
+            msgs.append((self._del_class(minor), f"delete re-levelled class 1:{minor:x}", False))
+            self.free_minors.append(minor)
+        self.draining = []
         for fid in [fid for fid in self.flows if fid not in wanted]:
             inst = self.flows.pop(fid)
             msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
@@ -271,7 +290,21 @@ class TcBackend(Backend):
             prio = None if f.prio is None else min(max(int(f.prio), 0), MAX_FLOW_PRIO)
             keys = u32_keys(f)
             inst = self.flows.get(fid)
-            if inst is not None and inst.keys != keys:
+            if inst is not None and inst.keys and keys and self._htb_prio(inst.prio) != self._htb_prio(prio):
+                # HTB keeps a busy class under the prio it became busy with (see the
+                # background class in __init__), and a running flow's queue need not
+                # empty: move the flow to a new class at its new level, point a filter
+                # there before the old one goes, and delete the old class at the next
+                # apply, once what it held has drained.
+                old = inst.minor
+                inst.minor = self._alloc_minor()
+                msgs.append((self._flow_class(inst.minor, rate, create, prio), f"re-level class of {fid}", False))
+                msgs.append((self._filter(inst.minor, keys, create), f"filter of {fid}", False))
+                msgs.append((self._del_filter(old), f"delete old filter of {fid}", False))
+                inst.keys, inst.rate_Bps, inst.prio = keys, rate, prio
+                self.draining.append(old)
+                self.relevels += 1
+            elif inst is not None and inst.keys != keys:
                 # The connection is now known (ports arrived): re-point the filter.
                 msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
                 inst.keys = []
@@ -284,10 +317,7 @@ class TcBackend(Backend):
             inst.rate_Bps, inst.prio = rate, prio
             if not inst.keys and keys:
                 inst.keys = keys
-                msgs.append((tcmsg(RTM_NEWTFILTER, create, self.nl.next_seq(), self.ifindex, 0, ROOT_HANDLE,
-                                   info=(inst.minor << 16) | socket.htons(ETH_P_IP),
-                                   attrs=u32_filter_attrs(ROOT_HANDLE | inst.minor, keys)),
-                             f"filter of {fid}", False))
+                msgs.append((self._filter(inst.minor, keys, create), f"filter of {fid}", False))
         bg = int(max(MIN_BURST_B, min(leftover_Bps, line - total * scale)))
         # last while anything is ranked; first only beside planned flows that are not
         # (the paper's leftover); with no flow it keeps its prio: every change risks
@@ -323,6 +353,8 @@ class TcBackend(Backend):
             for fid, inst in self.flows.items():
                 msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", True))
                 msgs.append((self._del_class(inst.minor), f"delete class of {fid}", True))
+            for minor in self.draining:
+                msgs.append((self._del_class(minor), f"delete re-levelled class 1:{minor:x}", True))
             line = int(self.line_rate_Bps)
             msgs.append((self._class(BG_MINOR, line, line, NLM_F_REQUEST | NLM_F_ACK, prio=1),
                          "background class", True))
