@@ -151,8 +151,9 @@ class Agent:
         the kernel's 200 ms).
     ingress : dict, optional
         Also enforce the plan on what this host receives: options of the
-        ``tc-ingress`` backend (``dev``, ``netns``, ``borrow``, ...), shaped to
-        the host's ingress rate in the daemon's cluster. Receivers register
+        ``tc-ingress`` backend (``dev``, ``netns``, ``borrow``, ``share``, ...),
+        made for the host's ingress rate in the daemon's cluster (and shaped a
+        ``share`` below it while inbound flows are scheduled). Receivers register
         inbound sockets with ``direction="in"`` (:func:`register_flow`).
     keys : CurveKeys or path, optional
         Connect to the daemon as a CURVE client: these keys, or host ``host``'s

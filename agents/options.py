@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from jitsched.agents.backends.base import INGRESS_SHARE
 from jitsched.errors import ValidationError
-from jitsched.optspec import check_choice, check_types, option
+from jitsched.optspec import check_choice, check_range, check_types, option
 
 # The backends the command offers (tc-ingress comes with ``ingress``). Listed here
 # rather than read from the registry: the tc backend loads pyroute2 (~0.4 s) and the
@@ -34,30 +34,39 @@ class AgentOptions:
     rto_min_ms: float | None = option(
         None, "least retransmission timeout of the same sockets, 1..200 ms (default 10: a transfer "
               "that loses its last packets does not wait the kernel's 200 ms); 0: the kernel's", metavar="MS")
-    ingress: bool = option(
-        False, "tc backend: order what this host receives too (tc-ingress on an IFB fed by --dev), at "
-               "the ingress rate the daemon's cluster gives this host: set it a little below the link "
-               "(98 %%), or the switch port stays the queue; receivers register inbound sockets")
-    link_mbit: float | None = option(
-        None, "with --ingress: the link's own rate, Mbit/s; while no inbound flow is scheduled the IFB "
-              "runs at it, so unscheduled traffic gets the whole port (default: always the ingress rate)",
-        metavar="MBIT")
+    ingress: bool | None = option(
+        None, "tc backend: order what this host receives too (tc-ingress on an IFB fed by --dev; "
+              "receivers register inbound sockets), or not (--no-ingress); default: on with --backend tc, "
+              "where the flows of several senders into one host would otherwise meet in the switch "
+              "port's FIFO and TCP, not the ranks, would share the port")
+    ingress_share: float = option(
+        INGRESS_SHARE, "with ingress: while inbound flows are scheduled the IFB is shaped to this share of "
+                       "the ingress rate the daemon's cluster gives this host, so the queue forms in the host "
+                       "(the link's own rate otherwise; default %(default)s)", metavar="SHARE")
 
     def __post_init__(self) -> None:
         check_types(self)
         check_choice(self, "backend")
-        if self.ingress and (self.backend != "tc" or not self.dev):
-            raise ValidationError("ingress: needs backend tc and a dev (the link whose ingress to order)")
-        if self.link_mbit is not None and not (self.ingress and math.isfinite(self.link_mbit)
-                                               and self.link_mbit > 0):
-            raise ValidationError(f"link_mbit: must be a positive rate, with ingress, got {self.link_mbit!r}")
+        if self.ingress and self.backend != "tc":
+            raise ValidationError(f"ingress: needs backend tc (the ingress is ordered with tc), got {self.backend!r}")
+        check_range(self, "ingress_share", 0.0, 1.0, open_lo=True)
+
+    @property
+    def enforce_ingress(self) -> bool:
+        """Whether the agent orders its host's ingress (``ingress``; None: with backend tc)."""
+        return self.backend == "tc" if self.ingress is None else self.ingress
 
     def agent_kwargs(self) -> dict:
         """Keywords of :class:`jitsched.agents.agent.Agent` for these options (those left None omitted)."""
-        dev = {"dev": self.dev} if self.dev else {}
-        out: dict = {"backend": self.backend, "backend_options": dev}
-        if self.ingress:
-            out["ingress"] = dev | ({"idle_rate_Bps": self.link_mbit * 1e6 / 8} if self.link_mbit else {})
+        tc = {"dev": self.dev} if self.dev else {}
+        if self.backend == "tc":
+            # the plan is a floor and flows borrow what it leaves, as the policies' backfill
+            # has it (the testbed's agents, since the first tc runs); ranked flows borrow
+            # by their level whatever this says
+            tc["borrow"] = True
+        out: dict = {"backend": self.backend, "backend_options": dict(tc)}
+        if self.enforce_ingress:
+            out["ingress"] = tc | {"share": self.ingress_share}
         out |= {k: getattr(self, k) for k in ("rto_max_ms", "rto_min_ms") if getattr(self, k) is not None}
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 
@@ -20,21 +21,31 @@ def test_defaults_leave_the_agents_own_defaults_in_place():
     assert AgentOptions().agent_kwargs() == {"backend": "pacing", "backend_options": {}}
 
 
-def test_ingress_gets_the_device_and_the_links_idle_rate():
-    o = parse("--backend", "tc", "--dev", "eth1", "--ingress", "--link-mbit", "100", "--rto-max-ms", "2000",
+def test_the_tc_backend_orders_the_ingress_too_by_default():
+    # the configuration the testbed measures jit with: plans as floors, ingress
+    # ordered on an IFB at 98 % of the host's ingress rate
+    assert parse("--backend", "tc", "--dev", "eth1").agent_kwargs() == {
+        "backend": "tc", "backend_options": {"dev": "eth1", "borrow": True},
+        "ingress": {"dev": "eth1", "borrow": True, "share": 0.98}}
+    o = parse("--backend", "tc", "--dev", "eth1", "--ingress-share", "0.95", "--rto-max-ms", "2000",
               "--rto-min-ms", "0")
-    assert o.agent_kwargs() == {"backend": "tc", "backend_options": {"dev": "eth1"},
-                                "ingress": {"dev": "eth1", "idle_rate_Bps": 12.5e6},
+    assert o.agent_kwargs() == {"backend": "tc", "backend_options": {"dev": "eth1", "borrow": True},
+                                "ingress": {"dev": "eth1", "borrow": True, "share": 0.95},
                                 "rto_max_ms": 2000, "rto_min_ms": 0.0}
-    assert AgentOptions(backend="tc", dev="eth1", ingress=True).agent_kwargs()["ingress"] == {"dev": "eth1"}
+    off = parse("--backend", "tc", "--dev", "eth1", "--no-ingress")
+    assert not off.enforce_ingress and "ingress" not in off.agent_kwargs()
+    # the tc backend's own device default (eth0) serves both directions
+    assert AgentOptions(backend="tc").agent_kwargs()["ingress"] == {"borrow": True, "share": 0.98}
+    assert not AgentOptions(backend="record").enforce_ingress
 
 
 @pytest.mark.parametrize("kw, message", [
     ({"backend": "carrier-pigeon"}, "backend: expected one of pacing, tc, record"),
-    ({"ingress": True}, "ingress: needs backend tc and a dev"),
-    ({"backend": "tc", "ingress": True}, "ingress: needs backend tc and a dev"),
-    ({"backend": "tc", "dev": "eth0", "link_mbit": 100.0}, "link_mbit: must be a positive rate, with ingress"),
-    ({"backend": "tc", "dev": "eth0", "ingress": True, "link_mbit": -1.0}, "link_mbit: must be a positive"),
+    ({"ingress": True}, "ingress: needs backend tc"),
+    ({"backend": "record", "ingress": True}, "ingress: needs backend tc"),
+    ({"backend": "tc", "ingress_share": 0.0}, r"ingress_share: must be within \(0, 1\]"),
+    ({"backend": "tc", "ingress_share": 1.01}, "ingress_share: must be within"),
+    ({"backend": "tc", "ingress_share": math.nan}, "ingress_share: must be within"),
     ({"rto_max_ms": 1.5}, "rto_max_ms: expected an int or None"),
     ({"ingress": 1}, "ingress: expected a bool"),
 ])

@@ -24,18 +24,21 @@ def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--backend", "pacing", "--ingress"], "ingress: needs backend tc and a dev"),
-    (["--backend", "tc", "--ingress"], "ingress: needs backend tc and a dev"),
-    (["--backend", "tc", "--dev", "eth0", "--link-mbit", "1000"], "link_mbit: must be a positive rate, with ingress"),
-    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "0"], "link_mbit: must be a positive rate"),
-    (["--backend", "tc", "--dev", "eth0", "--ingress", "--link-mbit", "nan"], "link_mbit: must be a positive rate"),
+    (["--backend", "pacing", "--ingress"], "ingress: needs backend tc"),
+    (["--backend", "tc", "--ingress-share", "0"], "ingress_share: must be within"),
+    (["--backend", "tc", "--ingress-share", "nan"], "ingress_share: must be within"),
 ])
 def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path):
     with pytest.raises(SystemExit, match=f"jitsched agent: {message}"):
         main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir", str(tmp_path), *extra])
 
 
-def test_agent_passes_ingress_and_the_links_idle_rate_to_the_agent(monkeypatch, tmp_path):
+@pytest.mark.parametrize("extra, ingress", [
+    ([], {"dev": "eth1", "borrow": True, "share": 0.98}),
+    (["--ingress-share", "0.9"], {"dev": "eth1", "borrow": True, "share": 0.9}),
+    (["--no-ingress"], None),
+])
+def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_path, extra, ingress):
     import jitsched.agents.agent as agent_mod
 
     made = {}
@@ -48,9 +51,9 @@ def test_agent_passes_ingress_and_the_links_idle_rate_to_the_agent(monkeypatch, 
     monkeypatch.setattr(agent_mod, "Agent", Stub)
     with pytest.raises(SystemExit, match="stop here"):
         main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir", str(tmp_path),
-              "--backend", "tc", "--dev", "eth1", "--ingress", "--link-mbit", "100"])
-    assert made["backend_options"] == {"dev": "eth1"}
-    assert made["ingress"] == {"dev": "eth1", "idle_rate_Bps": 12.5e6}
+              "--backend", "tc", "--dev", "eth1", *extra])
+    assert made["backend_options"] == {"dev": "eth1", "borrow": True}
+    assert made.get("ingress") == ingress
 
 
 def test_agent_command_exits_1_when_its_agent_fails(monkeypatch, tmp_path, capsys):

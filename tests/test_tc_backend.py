@@ -7,6 +7,7 @@ silently; set JITSCHED_NO_NETNS=1 to skip them on a workstation that lacks them.
 
 from __future__ import annotations
 
+import math
 import struct
 import subprocess
 import sys
@@ -234,7 +235,7 @@ def test_refused_request_raises_with_the_flow(ns):
 def test_ingress_backend_schedules_a0s_ingress_on_an_ifb_and_removes_it(ns):
     assert BACKENDS["tc-ingress"] is TcIngressBackend and ifb_name("a0") == "jsi-a0"
     assert len(ifb_name("a-very-long-interface")) == 15
-    b = TcIngressBackend(0.98 * LINE, dev="a0", netns=ns)
+    b = TcIngressBackend(LINE, dev="a0", netns=ns)
     try:
         with IPRoute(netns=ns) as ip:
             ifb = ip.link_lookup(ifname="jsi-a0")[0]
@@ -256,7 +257,7 @@ def test_ingress_backend_schedules_a0s_ingress_on_an_ifb_and_removes_it(ns):
         # a second backend (an agent restarted after a crash) replaces the leftovers
         b.closed = True
         b.nl.close()
-        b = TcIngressBackend(0.98 * LINE, dev="a0", netns=ns)
+        b = TcIngressBackend(LINE, dev="a0", netns=ns)
     finally:
         b.close()
     with IPRoute(netns=ns) as ip:
@@ -264,13 +265,16 @@ def test_ingress_backend_schedules_a0s_ingress_on_an_ifb_and_removes_it(ns):
         assert "ingress" not in {q.get_attr("TCA_KIND") for q in ip.get_qdiscs(ip.link_lookup(ifname="a0")[0])}
 
 
-def test_ingress_backend_runs_at_the_idle_rate_while_no_flow_is_scheduled(ns):
+def test_ingress_backend_runs_at_the_link_rate_while_no_flow_is_scheduled(ns):
+    from jitsched.agents.backends.base import INGRESS_SHARE
     from jitsched.agents.backends.htb import BG_MINOR, LINK_CLASS
 
-    shaped = int(0.98 * LINE)
-    with pytest.raises(ValueError, match="idle_rate_Bps"):
-        TcIngressBackend(shaped, dev="a0", netns=ns, idle_rate_Bps=0.9 * LINE)
-    b = TcIngressBackend(shaped, dev="a0", netns=ns, idle_rate_Bps=LINE, borrow=True)
+    for share in (0.0, 1.5, math.nan):
+        with pytest.raises(ValueError, match="share must be within"):
+            TcIngressBackend(LINE, dev="a0", netns=ns, share=share)
+    assert INGRESS_SHARE == 0.98
+    shaped = int(0.98 * LINE)  # the default share, by hand
+    b = TcIngressBackend(LINE, dev="a0", netns=ns, borrow=True)
     try:
         def link_and_bg_ceil():
             cl = classes(ns, "jsi-a0")
@@ -280,15 +284,16 @@ def test_ingress_backend_runs_at_the_idle_rate_while_no_flow_is_scheduled(ns):
         assert link_and_bg_ceil() == ((int(LINE), int(LINE)), int(LINE))
         b.apply([FlowRate("j/in", 1e6, "198.18.0.2", 5201, "198.18.0.1", 40000, prio=0)], 0.0)
         assert link_and_bg_ceil() == ((shaped, shaped), shaped)
-        b.apply([], shaped)
+        # the leftover the daemon gives for the whole link is held to the shaped rate
+        b.apply([], LINE)
         assert link_and_bg_ceil() == ((int(LINE), int(LINE)), int(LINE))
     finally:
         b.close()
-    # without an idle rate the IFB stays at the shaped rate
-    b = TcIngressBackend(shaped, dev="a0", netns=ns)
+    # share 1: no headroom, with or without flows
+    b = TcIngressBackend(LINE, dev="a0", netns=ns, share=1.0)
     try:
-        b.apply([], shaped)
-        assert classes(ns, "jsi-a0")[LINK_CLASS][1:] == (shaped, shaped)
+        b.apply([FlowRate("j/in", 1e6, "198.18.0.2", 5201, "198.18.0.1", 40000, prio=0)], 0.0)
+        assert classes(ns, "jsi-a0")[LINK_CLASS][1:] == (int(LINE), int(LINE))
     finally:
         b.close()
 

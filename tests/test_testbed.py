@@ -306,7 +306,7 @@ def test_tc_ingress_keeps_an_inbound_flows_plan_against_another_sender(bed):
     stop = threading.Event()
     threads = []
     try:
-        backend = TcIngressBackend(shaped, dev=h2.dev, netns=h2.netns, borrow=True)
+        backend = TcIngressBackend(bed.link_Bps, dev=h2.dev, netns=h2.netns, share=0.98, borrow=True)
         p = connect(h2.address, 5303, "planned", netns=h0.netns)
         src, sport = p.getsockname()[:2]
         rate = 0.75 * shaped

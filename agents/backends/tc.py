@@ -14,7 +14,13 @@ import socket
 import time
 from dataclasses import dataclass
 
-from jitsched.agents.backends.base import FLOW_LEVELS, Backend, FlowRate, register_backend
+from jitsched.agents.backends.base import (
+    FLOW_LEVELS,
+    INGRESS_SHARE,
+    Backend,
+    FlowRate,
+    register_backend,
+)
 from jitsched.agents.backends.htb import (
     ACK_MINOR,
     ACK_RESERVE,
@@ -419,21 +425,22 @@ class TcIngressBackend(TcBackend):
     Parameters
     ----------
     line_rate_Bps : float
-        Rate the host's ingress is shaped to, bytes/s: below the link's rate
-        (e.g. 98 %), or the switch port stays the bottleneck and this qdisc
-        never queues; the daemon should plan ingress with the same rate.
+        The host's ingress rate, bytes/s (its link's; the daemon's cluster
+        gives it to the agent).
     dev : str
         The link whose ingress is scheduled.
     netns : str or None
         Named network namespace of ``dev``.
     ifb : str, optional
         IFB device name (default :func:`ifb_name` of ``dev``).
-    idle_rate_Bps : float, optional
-        The link's own rate, bytes/s: while no flow is scheduled here the IFB
-        runs at it, so that inbound traffic nobody orders (files between DL
-        jobs) gets the whole port; the headroom below it is there to keep the
-        inbound queue in this host while there are flows to order. None
-        (default): always ``line_rate_Bps``.
+    share : float
+        While inbound flows are scheduled the IFB is shaped to this share of
+        ``line_rate_Bps`` (default :data:`INGRESS_SHARE`, 98 %), so that the
+        inbound queue forms here and not in the switch port; while none is,
+        it runs at ``line_rate_Bps`` itself, and inbound traffic nobody orders
+        (files between DL jobs) gets the whole port. 1.0: no headroom, ever.
+        Planned inbound floors the daemon made for the whole rate are scaled
+        down together to the shaped rate (:meth:`TcBackend.apply`).
     **options
         :class:`TcBackend`'s (``borrow``, ``spare``, ``min_rate_Bps``, ``burst_s``, ``mtu``).
     """
@@ -441,24 +448,24 @@ class TcIngressBackend(TcBackend):
     name = "tc-ingress"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
-                 ifb: str | None = None, idle_rate_Bps: float | None = None, **options) -> None:
-        if idle_rate_Bps is not None and not idle_rate_Bps >= line_rate_Bps:
-            raise ValueError(f"tc-ingress backend: idle_rate_Bps must be at least line_rate_Bps "
-                             f"({line_rate_Bps:g}), got {idle_rate_Bps!r}")
-        self.idle_rate_Bps = idle_rate_Bps
+                 ifb: str | None = None, share: float = INGRESS_SHARE, **options) -> None:
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"tc-ingress backend: share must be within (0, 1], got {share!r}")
+        self.share = float(share)
+        self.idle_rate_Bps = float(line_rate_Bps)
         self.link_dev = dev
         self.ifb = ifb or ifb_name(dev)
         redirect_ingress(dev, self.ifb, netns)
         try:
-            super().__init__(line_rate_Bps, dev=self.ifb, netns=netns, **options)
-            if idle_rate_Bps is not None:
-                self.apply([], line_rate_Bps)  # nothing scheduled yet: the idle rate
+            super().__init__(line_rate_Bps * self.share, dev=self.ifb, netns=netns, **options)
+            if self.share < 1.0:
+                self.apply([], self.line_rate_Bps)  # nothing scheduled yet: the link's own rate
         except BaseException:
             remove_ingress_redirect(dev, self.ifb, netns)
             raise
 
     def _link_rate(self, flows: list[FlowRate]) -> int:
-        if flows or self.idle_rate_Bps is None:
+        if flows:
             return int(self.line_rate_Bps)
         return int(self.idle_rate_Bps)
 

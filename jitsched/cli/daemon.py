@@ -113,7 +113,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise SystemExit(f"jitsched agent: {exc}") from None
     a.start()
     print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {opts.backend}"
-          f"{' + tc-ingress' if opts.ingress else ''}, {'CURVE' if a.keys is not None else 'plaintext'}, "
+          f"{f' + tc-ingress at {opts.ingress_share:g} of the ingress rate' if opts.enforce_ingress else ''}, {'CURVE' if a.keys is not None else 'plaintext'}, "
           f"local socket {a.local_name}", flush=True)
     stop = threading.Event()
     try:

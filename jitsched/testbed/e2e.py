@@ -39,7 +39,6 @@ from jitsched.testbed.netns import in_netns
 from jitsched.testbed.options import (
     DAEMON_DEFAULTS,
     DAEMON_POLICY,
-    INGRESS_SHARE,
     POLICIES,
     TestbedOptions,
 )
@@ -154,10 +153,9 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
             enforcement = summarize(measure_enforcement(tb, slot_s=options.slot_s, n_slots=options.measure_slots,
                                                         seed=seed))
         wl, bg = build_workload(tb, link_mbit, scenario, seed)
+        # the daemon knows each host's link; under ingress enforcement the agents shape
+        # a little below it themselves (AgentOptions.ingress_share), as `jitsched agent` does
         cluster = wl.cluster
-        if ingress:
-            cluster = replace(cluster, hosts=tuple(replace(h, ingress_bps=h.ingress_bps * INGRESS_SHARE)
-                                                   for h in cluster.hosts))
         netns_of = {h.name: h.netns for h in tb.hosts}
         addr_of = {h.name: h.address for h in tb.hosts}
         cfg = DaemonConfig(cluster=cluster, job_endpoint=f"ipc://{tmp}/jobs",
@@ -173,7 +171,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
                                        ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress,
-                                        options.spare, tb.link_Bps)))
+                                        options.spare)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
@@ -394,9 +392,10 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
 
 
 def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,
-                 link_Bps: float, conn) -> None:
+                 conn) -> None:
     """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
     from jitsched.daemon.server import wait_until
 
     agents = []
@@ -406,13 +405,14 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
             with in_netns(netns):
                 # threads inherit the creator's namespace: the agent's local socket
                 # (abstract, per namespace) and tc calls live in the host's namespace
-                opts = {"dev": dev, "netns": netns, "borrow": True, "spare": spare, "dl_tos": SCHEDULED_TOS}
-                # the ingress at the link's full rate while it has no flow to order: ABBA,
-                # quick / paper-mini, files 46.7, 46.4 / 55.4, 53.2 Mbit/s against 46.2, 44.6 /
-                # 53.4, 53.0 at 98 % throughout; jobs 5.99, 5.84 / 7.51, 6.92 s against 5.88,
-                # 5.91 / 7.42, 6.82 s
-                agents.append(Agent(name, endpoint, backend="tc", backend_options=opts, local_namespace=ns_tag,
-                                    ingress={**opts, "idle_rate_Bps": link_Bps} if ingress else None).start())
+                kw = AgentOptions(backend="tc", dev=dev, ingress=ingress).agent_kwargs()
+                # the agent command's defaults, and the testbed's plumbing: the namespace,
+                # who borrows spare capacity, and the DL packets' mark (the job runners set it)
+                plumbing = {"netns": netns, "spare": spare, "dl_tos": SCHEDULED_TOS}
+                kw["backend_options"] |= plumbing
+                if "ingress" in kw:
+                    kw["ingress"] |= plumbing
+                agents.append(Agent(name, endpoint, local_namespace=ns_tag, **kw).start())
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
             raise testbed.TestbedError("agents did not register")
         for a in agents:
@@ -464,6 +464,6 @@ def _time_slot_changes(agent, late_ms: list[float]) -> None:
     backend.apply = timed
 
 
-__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "INGRESS_SHARE", "POLICIES", "SCHEDULED_TOS", "UNREGISTERED_MAX_S",
+__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "UNREGISTERED_MAX_S",
            "unregistered_max_bytes",
            "run_scenario"]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jitsched.agents.backends.base import INGRESS_SHARE
 from jitsched.config import PLANNING_MODES
 from jitsched.errors import ValidationError
 from jitsched.estimate import JOB_ORDERS
@@ -42,15 +43,6 @@ POLICIES = tuple(DAEMON_POLICY)
 # daemon re-solved 98 times, 40 s of solver CPU, and tc changes landed 35 ms
 # late at p95 on a 2-core machine.
 DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
-# Share of the link rate a host's ingress is shaped to under ingress enforcement: low
-# enough that inbound traffic queues in the host's IFB (per-flow floors) rather than in
-# the switch port's FIFO (TCP sharing), high enough to cost little. A file alone on
-# two hosts (quick's links, 31 MB) got 89.7, 89.9 Mbit/s under jit against 91.7, 91.7
-# under plain TCP (the simulator 91.8): this 2 %, which is why the agents now keep it
-# only while the host has inbound flows to order (tc-ingress ``idle_rate_Bps``, see
-# e2e). 0.995 did not give the files more (quick, ABBA: 45.2, 45.2 Mbit/s against
-# 45.8, 44.4 at 0.98; jobs 6.19, 6.25 s against 5.99, 6.14 s).
-INGRESS_SHARE = 0.98
 # The tc backend's SPARE_MODES, repeated rather than imported: the backend loads
 # pyroute2 (~0.4 s) and the CLI builds these flags for every command it runs.
 # tests/test_testbed_options.py keeps the two equal.
@@ -88,10 +80,11 @@ class TestbedOptions:
         Workload seed (same seed, same jobs and files).
     ingress : bool or None
         jit: the agents enforce the plan on their hosts' ingress too
-        (``tc-ingress`` backend, shaped to :data:`INGRESS_SHARE`
-        of the link, the rate the daemon then plans ingress with; receivers
-        register their inbound flows and rank them as the senders do). None:
-        on under jit. Without it only egress is ordered, and the flows of
+        (``tc-ingress`` backend, shaped to
+        :data:`jitsched.agents.backends.base.INGRESS_SHARE` of the link while
+        inbound flows are scheduled, as ``jitsched agent --backend tc`` does
+        by default; receivers register their inbound flows and rank them as
+        the senders do). None: on where agents run. Without it only egress is ordered, and the flows of
         several senders, the files among them, meet in the receiver's switch
         port FIFO where TCP shares them. Measured with the default ``jit``
         (one run each, seed 0, every file delivered): quick 8.40 s egress-only

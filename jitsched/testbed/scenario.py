@@ -225,9 +225,9 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     after all of them (``bg_weight=inf``: the daemon does not know the files),
     sharing what the DL flows leave max-min fair, with every host's ingress
     at ``ingress_share`` of its link rate (the agents' ingress shaping,
-    :data:`jitsched.testbed.options.INGRESS_SHARE`, which the daemon plans with;
-    the agents lift it while a host has no inbound flow to order, which the
-    simulator does not, so it predicts the files a little low).
+    :data:`jitsched.agents.backends.base.INGRESS_SHARE`; the agents lift
+    it while a host has no inbound flow to order, which the simulator does
+    not, so it predicts the files a little low).
 
     Returns
     -------
