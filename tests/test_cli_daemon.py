@@ -74,4 +74,39 @@ def test_agent_command_exits_1_when_its_agent_fails(monkeypatch, tmp_path, capsy
         answered.join(10)
         fake.close()
     assert rc == 1
-    assert "jitsched agent h0: stopped: OSError: tc: Operation not permitted" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "jitsched agent h0: stopped: OSError: tc: Operation not permitted" in err
+    assert "--no-ingress" not in err  # no ingress to blame
+
+
+def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monkeypatch, tmp_path, capsys):
+    # tc with its default ingress on a host whose IFB cannot be made: the egress backend
+    # is installed, the ingress one fails, and the message names the way out
+    import jitsched.agents.agent as agent_mod
+    from jitsched.agents.backends.record import RecordBackend
+    from tests.test_agent import _FakeDaemon, _register_reply
+
+    loaded = []
+
+    def egress_only(name, line, **options):
+        loaded.append((name, options))
+        if name == "tc-ingress":
+            raise OSError("ip link add jsi-eth9 type ifb: Operation not supported")
+        return RecordBackend(line)
+
+    monkeypatch.setattr(agent_mod, "load_backend", egress_only)
+    fake = _FakeDaemon()
+    answered = threading.Thread(target=lambda: fake.reply(*fake.recv("register")[:2], _register_reply(1)))
+    answered.start()
+    try:
+        rc = main(["agent", "--host", "h0", "--daemon", fake.endpoint, "--local-dir", str(tmp_path),
+                   "--backend", "tc", "--dev", "eth9", "--quiet"])
+    finally:
+        answered.join(10)
+        fake.close()
+    assert rc == 1
+    assert loaded == [("tc", {"dev": "eth9", "borrow": True}),
+                      ("tc-ingress", {"dev": "eth9", "borrow": True, "share": 0.98})]
+    err = capsys.readouterr().err
+    assert "stopped: OSError: ip link add jsi-eth9 type ifb: Operation not supported" in err
+    assert "--no-ingress orders the egress only" in err

@@ -121,7 +121,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
     finally:
         a.stop()
     if a.failure is not None:
-        print(f"jitsched agent {args.host}: stopped: {type(a.failure).__name__}: {a.failure}", file=sys.stderr)
+        # the ingress is ordered by default with tc: a host that cannot (no ifb module,
+        # say) should learn that the egress alone is one flag away
+        hint = (" (while ordering the ingress, on by default with tc: --no-ingress orders the egress only)"
+                if opts.enforce_ingress and a.backend is not None and a.in_backend is None else "")
+        print(f"jitsched agent {args.host}: stopped: {type(a.failure).__name__}: {a.failure}{hint}",
+              file=sys.stderr)
         return 1
     return 0
 
