@@ -283,7 +283,9 @@ class Agent:
             log.warning("event=agent_handshake_failed host=%s endpoint=%s reason=%r", self.host, self.endpoint, why)
 
     def _register(self, s: zmq.Socket) -> None:
-        body = {"host": self.host, "backend": self.backend_name, "applied_seq": self.applied_seq}
+        # the daemon's status shows it: whether this host's ingress is ordered too
+        backend = self.backend_name + ("+tc-ingress" if self.ingress_options is not None else "")
+        body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq}
         self._register_id = next_id()
         self._register_at = time.monotonic()
         self._reregister = False

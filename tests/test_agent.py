@@ -410,3 +410,18 @@ def test_registration_caps_the_retransmission_timeout_of_outbound_sockets_only(r
 def test_rto_cap_outside_the_kernels_range_is_refused(bad):
     with pytest.raises(ValueError, match="1000..120000"):
         Agent("h7", "tcp://127.0.0.1:1", rto_max_ms=bad)
+
+
+def test_agent_registers_its_backend_and_whether_it_orders_the_ingress():
+    # what the daemon's status shows of the host's enforcement; nothing is installed
+    # before the register reply, which this fake daemon never sends
+    for ingress, expected in ((None, "record"), ({"dev": "eth9"}, "record+tc-ingress")):
+        fake = _FakeDaemon()
+        a = Agent("h0", fake.endpoint, backend="record", ingress=ingress,
+                  local_namespace=f"fake{id(fake)}").start()
+        try:
+            _, req, _ = fake.recv("register")
+            assert req.body["backend"] == expected
+        finally:
+            a.stop()
+            fake.close()
