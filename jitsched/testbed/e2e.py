@@ -248,6 +248,8 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         "rate_change_latency_ms_p50": enforcement.get("rate_change_latency_ms_p50"),
         "background_mbit_mean": bg_mbit, "background_slowdown_mean": bg_slowdown,
         "background_completed": f"{len(done)}/{len(bg)}",
+        # hosts whose agent stopped with an error during the run (their figures are not jit's)
+        "agents_failed": {h: why for st in agent_stats.values() for h, why in st.get("failed", {}).items()},
         "details": {"enforcement": enforcement, "background_window_mbit": bg_window_mbit,
                     "background_during_jobs": during,
                     "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
@@ -430,6 +432,8 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
     late = np.sort(late_ms) if late_ms else None
     stats = {f"registered_{d}": sum(a.registrations[d] for a in agents) for d in ("out", "in")}
     stats |= {"rto_capped": sum(a.rto_capped for a in agents), "rto_cap_failed": sum(a.rto_cap_failed for a in agents)}
+    # an agent whose loop ended with an error left its host unordered for the rest of the run
+    stats["failed"] = {a.host: f"{type(a.failure).__name__}: {a.failure}" for a in agents if a.failure is not None}
     if late is not None:
         stats |= {"slot_changes": len(late), "apply_late_ms_p50": float(np.percentile(late, 50)),
                   "apply_late_ms_p95": float(np.percentile(late, 95)), "apply_late_ms_max": float(late[-1])}
