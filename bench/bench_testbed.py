@@ -81,7 +81,7 @@ SIM_POLICIES = (SIM_JIT, SIM_NONE)
 # what a run's DL share is when none is set: the jit policy's own default
 DEFAULT_DL_SHARE = policy_default(SIM_JIT, "dl_share")
 RUN_KEYS = ("mean_jct_s", "completed", "jobs", "lat_hit_rate", "background_mbit_mean",
-            "background_slowdown_mean", "background_completed")
+            "background_slowdown_mean", "background_completed", "agents_failed")
 
 
 def _f(x, spec: float) -> str:
@@ -152,6 +152,9 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say, baselines
             say(f"{scenario} repeat {r} {pol}: mean JCT {res[pol]['mean_jct_s']}, "
                 f"{res[pol]['completed']}/{res[pol]['jobs']} jobs, "
                 f"background {res[pol]['background_mbit_mean']} Mbit/s ({time.perf_counter() - t:.0f} s)")
+            if res[pol].get("agents_failed"):
+                say(f"{scenario} repeat {r} {pol}: AGENTS FAILED, not this policy's figures: "
+                    f"{res[pol]['agents_failed']}")
         runs.append({**{pol: {k: res[pol][k] for k in RUN_KEYS}
                         | {"jct_s": res[pol]["details"]["jct_s"], "wall_s": res[pol]["details"]["wall_s"],
                            "daemon": res[pol]["details"]["daemon"], "agents": res[pol]["details"]["agents"],

@@ -95,6 +95,7 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
         jct = 1.0 if options.policy == "jit" else 1.5
         return {"policy": options.policy, "jobs": 1, "completed": 1, "mean_jct_s": jct, "lat_hit_rate": 1.0,
                 "background_mbit_mean": 40.0, "background_slowdown_mean": 1.2, "background_completed": "1/1",
+                "agents_failed": {},
                 "details": {"jct_s": {"lenet-0": jct}, "wall_s": 2.0, "daemon": {}, "agents": {}, "errors": {},
                             "background_contention": {"file-0": {"egress_dl_mb": 1.0, "ingress_dl_mb": 2.0,
                                                                  "life_s": 3.0}}}}
@@ -136,6 +137,8 @@ def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
         return {"policy": pol, "jobs": 1, "completed": 1, "mean_jct_s": jct[pol], "lat_hit_rate": 1.0,
                 "background_mbit_mean": {"jit": 40.0, "none": 50.0, "sincronia": 42.0}[pol],
                 "background_slowdown_mean": 1.2, "background_completed": "1/1",
+                # sincronia's second run lost an agent: said, and kept in its run's record
+                "agents_failed": {"h1": "OSError: gone"} if pol == "sincronia" and order.count(pol) == 2 else {},
                 "details": {"jct_s": {"lenet-0": jct[pol]}, "wall_s": 2.0, "daemon": {}, "agents": {},
                             "errors": {}, "background_contention": {}}}
 
@@ -145,7 +148,11 @@ def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
     assert bt.main(["--skip-enforcement", "--job-repeat", "2", "--baseline", "sincronia", "--json"]) == 0
     # the same alternation as the pair: forwards, then backwards
     assert order == ["jit", "none", "sincronia", "sincronia", "none", "jit"]
-    res = json.loads(capsys.readouterr().out)["scenarios"]["quick"]
+    printed = capsys.readouterr()
+    assert printed.err.count("AGENTS FAILED") == 1
+    assert "quick repeat 1 sincronia: AGENTS FAILED, not this policy's figures: {'h1': 'OSError: gone'}" in printed.err
+    res = json.loads(printed.out)["scenarios"]["quick"]
+    assert [r["sincronia"]["agents_failed"] for r in res["runs"]] == [{}, {"h1": "OSError: gone"}]
     assert res["baselines"] == ["sincronia"]
     med = res["median"]
     assert med["jct_ratio_sincronia_over_jit"] == 1.25 and med["sincronia_mean_jct_s"] == 2.5

@@ -34,7 +34,7 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
 
     def fake_run(name, options):
         calls.append((name, options))
-        return {"policy": options.policy, "jobs": 2, "completed": 2, "details": {}}
+        return {"policy": options.policy, "jobs": 2, "completed": 2, "agents_failed": {}, "details": {}}
 
     predicted = []
 
@@ -109,3 +109,16 @@ def test_run_scenario_takes_options_and_keyword_overrides(monkeypatch):
     with pytest.raises(ValidationError, match="link_mbit"):
         e2e.run_scenario("quick", base, link_mbit=0.0)
     assert len(seen) == 3
+
+
+@pytest.mark.parametrize("completed, failed, rc", [(2, {}, 0), (1, {}, 1), (2, {"h3": "OSError: gone"}, 1)])
+def test_run_exits_1_when_a_job_or_an_agent_failed(monkeypatch, capsys, completed, failed, rc):
+    # every job done is not enough: a host whose agent stopped ran unordered
+    monkeypatch.setattr(e2e, "run_scenario", lambda name, options: {
+        "policy": "jit", "jobs": 2, "completed": completed, "agents_failed": failed, "details": {}})
+    monkeypatch.setattr(scenario, "predict", lambda name, seed, **kw: {
+        pol: {"mean_jct_s": 1.0, "background_mbit_mean": 1.0} for pol in ("jit", "tensorflow")})
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    assert main(["testbed", "run", "--scenario", "quick", "--json"]) == rc
+    err = capsys.readouterr().err
+    assert ("agents stopped with an error: {'h3': 'OSError: gone'}" in err) == bool(failed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, register
@@ -90,4 +91,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
         for k, v in out.items():
             if k != "details":
                 print(f"{k:<24} {v}")
-    return 0 if out["completed"] == out["jobs"] else 1
+    if out["agents_failed"]:
+        # the jobs may all have finished, but not under the policy asked for
+        print(f"testbed run: agents stopped with an error: {out['agents_failed']}", file=sys.stderr)
+    return 0 if out["completed"] == out["jobs"] and not out["agents_failed"] else 1

@@ -142,7 +142,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     results: dict[str, JobResult] = {}
     enforcement: dict = {}
     daemon_stats: dict = {}
-    agent_stats: dict = {}
+    agent_reports: dict = {}
     try:
         if options.enforced and options.measure_slots:
             # the tc backend's per-slot rate accuracy and rate-change latency on these very
@@ -230,7 +230,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
             if c.name == "daemon":
                 daemon_stats = got
             elif got:
-                agent_stats[c.name] = got
+                agent_reports[c.name] = got
         testbed.down(prefix)
         for f in os.listdir(tmp):
             os.unlink(os.path.join(tmp, f))
@@ -249,7 +249,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         "background_mbit_mean": bg_mbit, "background_slowdown_mean": bg_slowdown,
         "background_completed": f"{len(done)}/{len(bg)}",
         # hosts whose agent stopped with an error during the run (their figures are not jit's)
-        "agents_failed": {h: why for st in agent_stats.values() for h, why in st.get("failed", {}).items()},
+        "agents_failed": failed_agents(agent_reports),
         "details": {"enforcement": enforcement, "background_window_mbit": bg_window_mbit,
                     "background_during_jobs": during,
                     "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
@@ -260,7 +260,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
                     # per file: DL MB through its ports during its life (what the file gave up)
                     "background_contention": background_contention(wl, bg, spans, bg_res),
                     "errors": {**{j: r.error for j, r in results.items() if r.error}, **bg_errors},
-                    "background": bg_res, "daemon": daemon_stats, "agents": agent_stats},
+                    "background": bg_res, "daemon": daemon_stats, "agents": agent_reports},
     }
 
 
@@ -429,18 +429,47 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
     finally:
         for a in agents:
             a.stop()  # removes the flow classes, puts the link shaper back
-    late = np.sort(late_ms) if late_ms else None
-    stats = {f"registered_{d}": sum(a.registrations[d] for a in agents) for d in ("out", "in")}
-    stats |= {"rto_capped": sum(a.rto_capped for a in agents), "rto_cap_failed": sum(a.rto_cap_failed for a in agents)}
-    # an agent whose loop ended with an error left its host unordered for the rest of the run
-    stats["failed"] = {a.host: f"{type(a.failure).__name__}: {a.failure}" for a in agents if a.failure is not None}
-    if late is not None:
-        stats |= {"slot_changes": len(late), "apply_late_ms_p50": float(np.percentile(late, 50)),
-                  "apply_late_ms_p95": float(np.percentile(late, 95)), "apply_late_ms_max": float(late[-1])}
+    stats = agent_stats(agents, late_ms)
     try:
         conn.send(("stats", stats))
     except OSError:
         pass
+
+
+def agent_stats(agents: list, late_ms: list[float]) -> dict:
+    """What one agent process reports of its agents after a run.
+
+    Parameters
+    ----------
+    agents : list of Agent
+    late_ms : list of float
+        How long after its slot boundary each slot's rates reached the kernel, ms.
+
+    Returns
+    -------
+    dict
+        Flows registered each way, sockets whose RTO was set (and refused),
+        ``relevels`` (flows moved to a class at a new level, both ways), the
+        slot changes' lateness (p50, p95, max, ms) and ``failed``: ``{host:
+        error}`` of the agents whose loop ended with an error.
+    """
+    stats = {f"registered_{d}": sum(a.registrations[d] for a in agents) for d in ("out", "in")}
+    stats |= {"rto_capped": sum(a.rto_capped for a in agents), "rto_cap_failed": sum(a.rto_cap_failed for a in agents)}
+    # flows moved to a class at a new level while they ran (tc backends; see TcBackend.apply)
+    stats["relevels"] = sum(getattr(b, "relevels", 0) for a in agents for b in (a.backend, a.in_backend)
+                            if b is not None)
+    # an agent whose loop ended with an error left its host unordered for the rest of the run
+    stats["failed"] = {a.host: f"{type(a.failure).__name__}: {a.failure}" for a in agents if a.failure is not None}
+    if late_ms:
+        late = np.sort(late_ms)
+        stats |= {"slot_changes": len(late), "apply_late_ms_p50": float(np.percentile(late, 50)),
+                  "apply_late_ms_p95": float(np.percentile(late, 95)), "apply_late_ms_max": float(late[-1])}
+    return stats
+
+
+def failed_agents(stats_by_process: dict[str, dict]) -> dict[str, str]:
+    """``{host: error}`` over every agent process's :func:`agent_stats`."""
+    return {h: why for st in stats_by_process.values() for h, why in st.get("failed", {}).items()}
 
 
 def _time_slot_changes(agent, late_ms: list[float]) -> None:
