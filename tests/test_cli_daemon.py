@@ -56,24 +56,28 @@ def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_pa
     assert made.get("ingress") == ingress
 
 
-def test_agent_command_exits_1_when_its_agent_fails(monkeypatch, tmp_path, capsys):
+def _agent_against_fake_daemon(monkeypatch, tmp_path, load_backend, *flags: str) -> int:
+    """``jitsched agent ... --quiet`` against a fake daemon that answers its registration once; its exit code."""
     import jitsched.agents.agent as agent_mod
     from tests.test_agent import _FakeDaemon, _register_reply
 
-    def broken(name, line, **options):
-        raise OSError("tc: Operation not permitted")
-
-    monkeypatch.setattr(agent_mod, "load_backend", broken)
+    monkeypatch.setattr(agent_mod, "load_backend", load_backend)
     fake = _FakeDaemon()
     answered = threading.Thread(target=lambda: fake.reply(*fake.recv("register")[:2], _register_reply(1)))
     answered.start()
     try:
-        rc = main(["agent", "--host", "h0", "--daemon", fake.endpoint, "--local-dir", str(tmp_path),
-                   "--backend", "record", "--quiet"])
+        return main(["agent", "--host", "h0", "--daemon", fake.endpoint, "--local-dir", str(tmp_path),
+                     *flags, "--quiet"])
     finally:
         answered.join(10)
         fake.close()
-    assert rc == 1
+
+
+def test_agent_command_exits_1_when_its_agent_fails(monkeypatch, tmp_path, capsys):
+    def broken(name, line, **options):
+        raise OSError("tc: Operation not permitted")
+
+    assert _agent_against_fake_daemon(monkeypatch, tmp_path, broken, "--backend", "record") == 1
     err = capsys.readouterr().err
     assert "jitsched agent h0: stopped: OSError: tc: Operation not permitted" in err
     assert "--no-ingress" not in err  # no ingress to blame
@@ -82,9 +86,7 @@ def test_agent_command_exits_1_when_its_agent_fails(monkeypatch, tmp_path, capsy
 def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monkeypatch, tmp_path, capsys):
     # tc with its default ingress on a host whose IFB cannot be made: the egress backend
     # is installed, the ingress one fails, and the message names the way out
-    import jitsched.agents.agent as agent_mod
     from jitsched.agents.backends.record import RecordBackend
-    from tests.test_agent import _FakeDaemon, _register_reply
 
     loaded = []
 
@@ -94,17 +96,7 @@ def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monke
             raise OSError("ip link add jsi-eth9 type ifb: Operation not supported")
         return RecordBackend(line)
 
-    monkeypatch.setattr(agent_mod, "load_backend", egress_only)
-    fake = _FakeDaemon()
-    answered = threading.Thread(target=lambda: fake.reply(*fake.recv("register")[:2], _register_reply(1)))
-    answered.start()
-    try:
-        rc = main(["agent", "--host", "h0", "--daemon", fake.endpoint, "--local-dir", str(tmp_path),
-                   "--backend", "tc", "--dev", "eth9", "--quiet"])
-    finally:
-        answered.join(10)
-        fake.close()
-    assert rc == 1
+    assert _agent_against_fake_daemon(monkeypatch, tmp_path, egress_only, "--backend", "tc", "--dev", "eth9") == 1
     assert loaded == [("tc", {"dev": "eth9", "borrow": True}),
                       ("tc-ingress", {"dev": "eth9", "borrow": True, "share": 0.98})]
     err = capsys.readouterr().err
