@@ -16,6 +16,11 @@ a 100 ms plan would stall every runner and every slot change):
 - this process: a transfer sink per host and the background file transfers.
 """
 
+# One module although ~500 lines: the run's body and the helper processes' mains
+# are one protocol (each child's ready / results / stats messages and the order the
+# run starts and stops them in); the scenarios, options, prediction and per-host
+# plumbing already live in scenario.py, options.py, the testbed package and netns.py.
+
 from __future__ import annotations
 
 import contextlib
