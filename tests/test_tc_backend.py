@@ -407,19 +407,10 @@ ts = [threading.Thread(target=send, args=(p,)) for p in (40000, 40001)]
 @pytest.fixture
 def ns_pair(netns_available):
     """Namespaces src (a0, 198.18.200.1) and dst (a1, 198.18.200.2) joined by a veth pair."""
-    src, dst = f"jst-{uuid.uuid4().hex[:8]}", f"jst-{uuid.uuid4().hex[:8]}"
-    try:
-        for name in (src, dst):
-            subprocess.run(["ip", "netns", "add", name], check=True)
-        subprocess.run(["ip", "-n", src, "link", "add", "a0", "type", "veth", "peer", "name", "a1",
-                        "netns", dst], check=True)
-        for name, dev, addr in ((src, "a0", "198.18.200.1/24"), (dst, "a1", "198.18.200.2/24")):
-            subprocess.run(["ip", "-n", name, "addr", "add", addr, "dev", dev], check=True)
-            subprocess.run(["ip", "-n", name, "link", "set", dev, "up"], check=True)
-        yield src, dst
-    finally:
-        for name in (src, dst):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    from jitsched.testbed.netns import veth_pair
+
+    with veth_pair() as pair:
+        yield pair
 
 
 def class_bytes(ns: str) -> dict[int, int]:

@@ -7,10 +7,12 @@ re-exported here for the testbed's code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 
 from jitsched import netns as _netns
 from jitsched.errors import JitschedError
@@ -58,5 +60,35 @@ def run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProce
         raise TestbedError(str(exc)) from None
 
 
-__all__ = ["NETNS_DIR", "TestbedError", "ifindex_in", "in_netns", "list_netns", "ns_command",
-           "require_netns", "run", "socket_in"]
+# The two ends of :func:`veth_pair`: 198.18.200.1 on a0 in the first namespace, .2 on a1 in the second.
+PAIR_ADDRS = ("198.18.200.1", "198.18.200.2")
+
+
+@contextlib.contextmanager
+def veth_pair(prefix: str = "jst") -> Iterator[tuple[str, str]]:
+    """Two fresh namespaces joined by a veth pair (``a0`` / ``a1``, :data:`PAIR_ADDRS`), deleted on exit.
+
+    For experiments on one link (the tc backends' tests and benches); the
+    names are ``<prefix>-<8 hex digits>``, so that runs never meet.
+
+    Yields
+    ------
+    (str, str)
+        The namespaces of ``a0`` and of ``a1``.
+    """
+    names = (f"{prefix}-{uuid.uuid4().hex[:8]}", f"{prefix}-{uuid.uuid4().hex[:8]}")
+    try:
+        for name in names:
+            run(["ip", "netns", "add", name])
+        run(["ip", "-n", names[0], "link", "add", "a0", "type", "veth", "peer", "name", "a1", "netns", names[1]])
+        for name, dev, addr in zip(names, ("a0", "a1"), PAIR_ADDRS, strict=True):
+            run(["ip", "-n", name, "addr", "add", f"{addr}/24", "dev", dev])
+            run(["ip", "-n", name, "link", "set", dev, "up"])
+        yield names
+    finally:
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+__all__ = ["NETNS_DIR", "PAIR_ADDRS", "TestbedError", "ifindex_in", "in_netns", "list_netns", "ns_command",
+           "require_netns", "run", "socket_in", "veth_pair"]
