@@ -475,3 +475,29 @@ def test_a_running_flow_moved_to_a_higher_level_gets_the_link(ns_pair):
                 p.wait()
         b.close()
     assert set(class_bytes(src)) == {LINK_CLASS & 0xFFFF, BG_MINOR}
+
+
+def test_a_relevelled_class_goes_only_once_it_has_drained(ns, monkeypatch):
+    # the class a flow left holds the flow's earlier packets; deleting it dropped them
+    # (bench_relevel: 85 segments retransmitted per promotion), so it waits until empty
+    b = TcBackend(LINE, dev="a0", netns=ns)
+    try:
+        def ranked(level: int) -> list[FlowRate]:
+            return [FlowRate("j/b", 1e5, "198.18.0.1", 40001, "198.18.0.2", 5201, prio=level)]
+
+        b.apply(ranked(5), 0.0)
+        old = b.flows["j/b"].minor
+        b.apply(ranked(1), 0.0)
+        new = b.flows["j/b"].minor
+        assert new != old and b.draining == [old] and b.relevels == 1
+        # the kernel's own counters: a dummy link's classes never queue, so fake a backlog
+        real = b.nl.class_qlens
+        assert real(b.ifindex)[ROOT_HANDLE | old] == 0  # read back from the kernel: there, idle
+        monkeypatch.setattr(b.nl, "class_qlens", lambda ifindex: {ROOT_HANDLE | old: 3, ROOT_HANDLE | new: 0})
+        b.apply(ranked(1), 0.0)
+        assert b.draining == [old] and ROOT_HANDLE | old in classes(ns)
+        monkeypatch.setattr(b.nl, "class_qlens", real)
+        b.apply(ranked(1), 0.0)
+        assert b.draining == [] and ROOT_HANDLE | old not in classes(ns) and old in b.free_minors
+    finally:
+        b.close()

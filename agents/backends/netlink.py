@@ -36,7 +36,7 @@ NLM_F_CREATE = 0x400
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTCLASS, RTM_DELTCLASS, RTM_GETTCLASS = 40, 41, 42
 RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
-TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_KIND, TCA_OPTIONS, TCA_STATS = 1, 2, 3
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 1, 2, 6, 7
 TCA_U32_CLASSID, TCA_U32_SEL = 1, 5
 TC_U32_TERMINAL = 1
@@ -195,6 +195,20 @@ class TcSocket:
 
     def dump(self, mtype: int, ifindex: int) -> list[tuple[int, int, int, str]]:
         """``(msg type, handle, parent, kind)`` of the qdiscs or classes on ``ifindex``."""
+        return [(mt, handle, parent, attrs.get(TCA_KIND, b"").rstrip(b"\0").decode())
+                for mt, handle, parent, attrs in self._dump(mtype, ifindex)]
+
+    def class_qlens(self, ifindex: int) -> dict[int, int]:
+        """``{handle: packets queued}`` of the classes on ``ifindex`` (their ``tc_stats.qlen``)."""
+        out = {}
+        for _mt, handle, _parent, attrs in self._dump(RTM_GETTCLASS, ifindex):
+            stats = attrs.get(TCA_STATS, b"")
+            # struct tc_stats: bytes (u64), then packets, drops, overlimits, bps, pps, qlen, backlog (u32)
+            out[handle] = struct.unpack_from("=I", stats, 28)[0] if len(stats) >= 32 else 0
+        return out
+
+    def _dump(self, mtype: int, ifindex: int) -> list[tuple[int, int, int, dict[int, bytes]]]:
+        # (msg type, handle, parent, {attribute type: payload}) of each object on ifindex
         seq = self.next_seq()
         self.sock.send(tcmsg(mtype, NLM_F_REQUEST | NLM_F_DUMP, seq, ifindex, 0, 0))
         out = []
@@ -210,16 +224,15 @@ class TcSocket:
                     raise NetlinkError(code, f"dump: {os.strerror(code)}")
                 if s == seq:
                     _fam, idx, handle, parent, _info = struct.unpack_from("=BxxxiIII", buf, off + 16)
-                    kind, a = "", off + 36
+                    attrs, a = {}, off + 36
                     while a + 4 <= off + length:
                         alen, atype = struct.unpack_from("=HH", buf, a)
                         if alen < 4:
                             break
-                        if atype == TCA_KIND:
-                            kind = buf[a + 4:a + alen].rstrip(b"\0").decode()
+                        attrs[atype & 0x3FFF] = bytes(buf[a + 4:a + alen])
                         a += (alen + 3) & ~3
                     if idx == ifindex:
-                        out.append((mt, handle, parent, kind))
+                        out.append((mt, handle, parent, attrs))
                 off += (length + 3) & ~3
 
     def close(self) -> None:
