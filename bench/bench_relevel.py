@@ -24,31 +24,14 @@ from pathlib import Path
 if not __package__:  # run as ``python bench/bench_relevel.py``: add the checkout root for ``bench``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jitsched.testbed.netns import PAIR_ADDRS, TestbedError, require_netns, veth_pair
-
-SINK = """
-import socket, sys, threading
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind((sys.argv[1], 5201)); srv.listen(4)
-def drain(c):
-    while c.recv(1 << 16):
-        pass
-while True:
-    threading.Thread(target=drain, args=(srv.accept()[0],), daemon=True).start()
-"""
-
-SOURCE = """
-import socket, sys, threading, time
-src, dst, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
-def send(sport):
-    s = socket.socket(); s.bind((src, sport)); s.connect((dst, 5201))
-    buf = b"x" * (1 << 16)
-    while time.monotonic() < end:
-        s.send(buf)
-    s.close()
-ts = [threading.Thread(target=send, args=(p,)) for p in (40000, 40001)]
-[t.start() for t in ts]; [t.join() for t in ts]
-"""
+from jitsched.testbed.netns import (
+    BULK_SINK,
+    BULK_SOURCE,
+    PAIR_ADDRS,
+    TestbedError,
+    require_netns,
+    veth_pair,
+)
 
 COUNTERS = ("TcpRetransSegs", "TcpExtTCPTimeouts")
 
@@ -86,7 +69,7 @@ def one_run(link_Bps: float, moves: int, window_s: float, change: bool) -> list[
     src_addr, dst_addr = PAIR_ADDRS
     with veth_pair("jsr") as (src, dst):
         install_shaper("a0", link_Bps, netns=src)
-        sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", SINK, dst_addr])
+        sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", BULK_SINK, dst_addr])
         backend = TcBackend(link_Bps, dev="a0", netns=src)
         source = None
 
@@ -99,7 +82,7 @@ def one_run(link_Bps: float, moves: int, window_s: float, change: bool) -> list[
         try:
             backend.apply(ranked(5), 0.0)
             time.sleep(0.3)  # the sink listens
-            source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", SOURCE, src_addr,
+            source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", BULK_SOURCE, src_addr,
                                        dst_addr, str(1.5 + moves * (window_s + 0.1) + 1.0)])
             time.sleep(1.5)  # both flows at their shares
             out = []

@@ -27,6 +27,7 @@ from jitsched.agents.backends.htb import (
 )
 from jitsched.agents.backends.netlink import u32_keys
 from jitsched.agents.backends.tc import TcBackend, TcIngressBackend, ifb_name
+from jitsched.testbed.netns import BULK_SINK, BULK_SOURCE
 
 LINE = 12.5e6  # 100 Mbit/s in bytes/s
 
@@ -379,31 +380,6 @@ def test_arp_goes_through_the_ack_class_not_the_background(ns):
     assert after[1] == before[1]  # and nothing in the background class
 
 
-_SINK = """
-import socket, threading
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("198.18.200.2", 5201)); srv.listen(4)
-def drain(c):
-    while c.recv(1 << 16):
-        pass
-while True:
-    threading.Thread(target=drain, args=(srv.accept()[0],), daemon=True).start()
-"""
-
-_SOURCE = """
-import socket, sys, threading, time
-end = time.monotonic() + float(sys.argv[1])
-def send(sport):
-    s = socket.socket(); s.bind(("198.18.200.1", sport)); s.connect(("198.18.200.2", 5201))
-    buf = b"x" * (1 << 16)
-    while time.monotonic() < end:
-        s.send(buf)
-    s.close()
-ts = [threading.Thread(target=send, args=(p,)) for p in (40000, 40001)]
-[t.start() for t in ts]; [t.join() for t in ts]
-"""
-
-
 @pytest.fixture
 def ns_pair(netns_available):
     """Namespaces src (a0, 198.18.200.1) and dst (a1, 198.18.200.2) joined by a veth pair."""
@@ -429,7 +405,7 @@ def test_a_running_flow_moved_to_a_higher_level_gets_the_link(ns_pair):
     src, dst = ns_pair
     line = 1.25e6  # 10 Mbit/s
     install_shaper("a0", line, netns=src)
-    sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", _SINK])
+    sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", BULK_SINK, "198.18.200.2"])
     b = TcBackend(line, dev="a0", netns=src)
     source = None
     try:
@@ -449,7 +425,8 @@ def test_a_running_flow_moved_to_a_higher_level_gets_the_link(ns_pair):
 
         b.apply(ranked(3, 5), 0.0)
         time.sleep(0.3)  # the sink listens
-        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", _SOURCE, "5"])
+        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", BULK_SOURCE, "198.18.200.1",
+                                   "198.18.200.2", "5"])
         time.sleep(1.0)
         a_share, b_share = shares()
         # level 3 borrows ahead of 5: a takes what b's guarantee leaves (TCP payload vs wire bytes)

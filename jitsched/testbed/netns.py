@@ -60,6 +60,33 @@ def run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProce
         raise TestbedError(str(exc)) from None
 
 
+# A one-link experiment's traffic, for ``python -c``: a sink draining every connection
+# to port 5201 of argv[1]; a source sending two bulk flows from argv[1] (ports 40000 and
+# 40001) to argv[2] for argv[3] seconds.
+BULK_SINK = """
+import socket, sys, threading
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((sys.argv[1], 5201)); srv.listen(4)
+def drain(c):
+    while c.recv(1 << 16):
+        pass
+while True:
+    threading.Thread(target=drain, args=(srv.accept()[0],), daemon=True).start()
+"""
+
+BULK_SOURCE = """
+import socket, sys, threading, time
+src, dst, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
+def send(sport):
+    s = socket.socket(); s.bind((src, sport)); s.connect((dst, 5201))
+    buf = b"x" * (1 << 16)
+    while time.monotonic() < end:
+        s.send(buf)
+    s.close()
+ts = [threading.Thread(target=send, args=(p,)) for p in (40000, 40001)]
+[t.start() for t in ts]; [t.join() for t in ts]
+"""
+
 # The two ends of :func:`veth_pair`: 198.18.200.1 on a0 in the first namespace, .2 on a1 in the second.
 PAIR_ADDRS = ("198.18.200.1", "198.18.200.2")
 
@@ -90,5 +117,5 @@ def veth_pair(prefix: str = "jst") -> Iterator[tuple[str, str]]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-__all__ = ["NETNS_DIR", "PAIR_ADDRS", "TestbedError", "ifindex_in", "in_netns", "list_netns", "ns_command",
+__all__ = ["BULK_SINK", "BULK_SOURCE", "NETNS_DIR", "PAIR_ADDRS", "TestbedError", "ifindex_in", "in_netns", "list_netns", "ns_command",
            "require_netns", "run", "socket_in", "veth_pair"]
