@@ -278,7 +278,7 @@ class TcBackend(Backend):
         create = change | NLM_F_CREATE | NLM_F_EXCL
         msgs: list[tuple[bytes, str, bool]] = []
         wanted = {f.flow_id: f for f in flows}
-        # classes re-levelled at the previous apply: their filter has pointed elsewhere for a slot
+        # classes flows left when re-levelled: their filters point elsewhere since
         if self.draining:
             # A class is deleted with what it holds. After a promotion the class the
             # flow left is still filed at its old prio and holds the flow's packets
@@ -462,14 +462,13 @@ class TcIngressBackend(TcBackend):
                  ifb: str | None = None, share: float = INGRESS_SHARE, **options) -> None:
         if not 0.0 < share <= 1.0:
             raise ValueError(f"tc-ingress backend: share must be within (0, 1], got {share!r}")
-        self.share = float(share)
         self.idle_rate_Bps = float(line_rate_Bps)
         self.link_dev = dev
         self.ifb = ifb or ifb_name(dev)
         redirect_ingress(dev, self.ifb, netns)
         try:
-            super().__init__(line_rate_Bps * self.share, dev=self.ifb, netns=netns, **options)
-            if self.share < 1.0:
+            super().__init__(line_rate_Bps * share, dev=self.ifb, netns=netns, **options)
+            if share < 1.0:
                 self.apply([], self.line_rate_Bps)  # nothing scheduled yet: the link's own rate
         except BaseException:
             remove_ingress_redirect(dev, self.ifb, netns)

@@ -112,9 +112,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError) as exc:
         raise SystemExit(f"jitsched agent: {exc}") from None
     a.start()
-    print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {opts.backend}"
-          f"{f' + tc-ingress at {opts.ingress_share:g} of the ingress rate' if opts.enforce_ingress else ''}, {'CURVE' if a.keys is not None else 'plaintext'}, "
-          f"local socket {a.local_name}", flush=True)
+    ingress = f" + tc-ingress at {opts.ingress_share:g} of the ingress rate" if opts.enforce_ingress else ""
+    print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {opts.backend}{ingress}, "
+          f"{'CURVE' if a.keys is not None else 'plaintext'}, local socket {a.local_name}", flush=True)
     stop = threading.Event()
     try:
         _until_signal(stop, lambda: a.running)

@@ -117,5 +117,5 @@ def veth_pair(prefix: str = "jst") -> Iterator[tuple[str, str]]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-__all__ = ["BULK_SINK", "BULK_SOURCE", "NETNS_DIR", "PAIR_ADDRS", "TestbedError", "ifindex_in", "in_netns", "list_netns", "ns_command",
-           "require_netns", "run", "socket_in", "veth_pair"]
+__all__ = ["BULK_SINK", "BULK_SOURCE", "NETNS_DIR", "PAIR_ADDRS", "TestbedError", "ifindex_in", "in_netns",
+           "list_netns", "ns_command", "require_netns", "run", "socket_in", "veth_pair"]

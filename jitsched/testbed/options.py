@@ -84,9 +84,9 @@ class TestbedOptions:
         :data:`jitsched.agents.backends.base.INGRESS_SHARE` of the link while
         inbound flows are scheduled, as ``jitsched agent --backend tc`` does
         by default; receivers register their inbound flows and rank them as
-        the senders do). None: on where agents run. Without it only egress is ordered, and the flows of
-        several senders, the files among them, meet in the receiver's switch
-        port FIFO where TCP shares them. Measured with the default ``jit``
+        the senders do). None: on where agents run. Without it only egress
+        is ordered, and the flows of several senders, the files among them,
+        meet in the receiver's switch port FIFO where TCP shares them. Measured with the default ``jit``
         (one run each, seed 0, every file delivered): quick 8.40 s egress-only
         vs 7.93 s with ingress (plain TCP 11.03 s); paper-mini 11.15 s vs
         9.99 s (plain TCP 11.42-12.37 s), the files' goodput not lower.
