@@ -25,7 +25,9 @@ class JobResult:
 
     ``transfer_s`` is each transfer's duration as its sender saw it (connect
     to the receiver's confirmation), ``transfer_start_s`` when it started,
-    seconds after the job's submission began.
+    seconds after the job's submission began. ``reconnects`` counts requests
+    sent again on a fresh connection after no reply came in time, and
+    ``resubmits`` the job submitted again to a daemon that had lost it.
     """
 
     job_id: str
@@ -37,6 +39,8 @@ class JobResult:
     transfer_s: dict[str, float] = field(default_factory=dict)
     transfer_start_s: dict[str, float] = field(default_factory=dict)
     error: str = ""
+    reconnects: int = 0
+    resubmits: int = 0
 
     @property
     def lat_hit_rate(self) -> float:
@@ -331,6 +335,7 @@ class JobRunner:
                 reports.put(None)
                 reporter.join(30.0)
             client.close()
+            result.reconnects, result.resubmits = client.reconnects, client.resubmits
         if result.error:
             log.warning("event=job_failed job=%s error=%r", job.id, result.error)
         return result

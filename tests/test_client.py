@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import msgpack
 import pytest
 import zmq
 
@@ -102,3 +107,80 @@ def test_agent_paces_a_slow_line():
         finally:
             a.stop()
             sink.close()
+
+
+def test_sink_confirms_many_concurrent_transfers_on_one_thread():
+    # 300 connections at once, more than a thread per connection could start in time
+    # in a busy process; every one confirmed, and the sink never started a thread for them
+    sink = TransferSink()
+    try:
+        before = threading.active_count()
+        sizes = {f"j/t{i}": (i * 7919) % 300_000 for i in range(300)}
+        with ThreadPoolExecutor(max_workers=64) as pool:
+            secs = list(pool.map(lambda kv: send_bytes(sink.address, kv[1], kv[0]), sizes.items()))
+        assert sink.received == sizes
+        assert all(s > 0 for s in secs)
+        assert threading.active_count() <= before
+    finally:
+        sink.close()
+
+
+def _raw(addr, data: bytes) -> socket.socket:
+    s = socket.create_connection(addr, timeout=5.0)
+    s.sendall(data)
+    return s
+
+
+def test_sink_drops_bad_or_cut_connections_and_keeps_serving():
+    sink = TransferSink()
+    try:
+        # a header longer than any send_bytes writes: dropped unread
+        bad = _raw(sink.address, struct.pack("!I", 5000) + b"x" * 100)
+        assert bad.recv(1) == b""  # closed by the sink, no confirmation
+        bad.close()
+        # not msgpack: dropped
+        junk = _raw(sink.address, struct.pack("!I", 3) + b"\xc1\xc1\xc1")
+        assert junk.recv(1) == b""
+        junk.close()
+        # a flow cut short: never recorded as received
+        hdr = msgpack.packb({"flow": "j/cut", "bytes": 10_000})
+        cut = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 4000)
+        cut.close()
+        # a zero-byte flow and a flow whose header and payload come in one segment
+        assert send_bytes(sink.address, 0, "j/empty") > 0
+        send_bytes(sink.address, 5, "j/five")
+        assert wait_until(lambda: "j/five" in sink.received, 2.0)
+        assert sink.received == {"j/empty": 0, "j/five": 5}
+    finally:
+        sink.close()
+
+
+def test_sink_marks_its_confirmation_with_the_senders_tos():
+    # The confirmation is the transfer's last packet: it must leave the receiver in the
+    # sender's traffic class, not as background. TCP gives no cmsg of a received TOS, so
+    # read the mark off the sink's side of the connection just before it confirms.
+    seen = {}
+
+    def arrival(flow, n):
+        [c] = [c for c in sink._open if c.flow == flow]
+        seen[flow] = c.conn.getsockopt(socket.IPPROTO_IP, socket.IP_TOS)
+
+    sink = TransferSink(on_arrival=arrival)
+    try:
+        send_bytes(sink.address, 1000, "j/marked", tos=0x28)
+        send_bytes(sink.address, 1000, "j/plain")
+        assert seen == {"j/marked": 0x28, "j/plain": 0}
+    finally:
+        sink.close()
+
+
+def test_sink_close_ends_its_thread_with_connections_open():
+    sink = TransferSink()
+    hdr = msgpack.packb({"flow": "j/open", "bytes": 1_000_000})
+    hanging = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 10)
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    sink.close()
+    assert time.monotonic() - t0 < 2.0 and not sink._thread.is_alive()
+    assert hanging.recv(1) == b""  # the sink closed it
+    hanging.close()

@@ -222,6 +222,7 @@ def test_kill_9_with_a_journal_resumes_the_job(tmp_path):
         assert after["jobs"]["rj"]["transfers_done"] >= 1
         assert res.error == ""
         assert runner.session.resubmits == 0  # the journal had it
+        assert res.resubmits == 0 and res.reconnects == runner.session.reconnects  # the result says so
         assert back_s < 1.0
         st = dp.status()
         assert st["incarnation"] != before["incarnation"]
@@ -245,6 +246,7 @@ def test_kill_9_without_a_journal_resubmits_the_job(tmp_path):
             dp, _agents, runner, res, _before, back_s, _after):
         assert res.error == ""
         assert runner.session.resubmits == 1
+        assert res.resubmits == 1 and res.reconnects == runner.session.reconnects
         assert back_s < 1.0
         st = dp.status()
         js = st["jobs"]["rj"]

@@ -7,7 +7,12 @@ its testbed down in a ``finally`` (checked below) even when it fails.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
+import os
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -70,6 +75,11 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
         agents = out["details"]["agents"].values()
         n_out, n_in = (sum(a["registered_" + d] for a in agents) for d in ("out", "in"))
         assert n_out > 0 and n_in == (n_out if ingress else 0), (n_out, n_in)
+    # where the CPU went while the jobs ran, per process role, and how busy the machine was
+    cpu = out["details"]["cpu_s"]
+    assert set(cpu) == {"daemon", "sinks", "runners", "main"} | ({"agent"} if policy != "none" else set())
+    assert cpu["runners"] > 0 and 0.0 < out["details"]["cpu_busy_during_jobs"] <= 1.0
+    assert out["details"]["reconnects"] == {}  # a daemon on this machine answers in time
     assert not netns_mod.list_netns(tiny)
     assert not multiprocessing.active_children()  # the daemon and agent processes are gone
 
@@ -156,3 +166,22 @@ def test_agent_stats_name_the_agents_that_failed_by_host():
     # the run's top level: every agent process's failures, by host
     assert failed_agents({"agent-h0": agent_stats([ok], []), "agent-h1": st}) == {"h1": "OSError: tc: No such device"}
     assert failed_agents({"agent-h0": {}}) == {}
+
+
+def test_cpu_busy_is_the_busy_share_of_the_ticks_between_two_readings():
+    assert e2e.cpu_busy((10, 100), (60, 200)) == 0.5
+    assert e2e.cpu_busy((10, 100), (10, 100)) is None  # no tick between them
+    busy, total = e2e.machine_cpu_ticks()
+    assert 0 <= busy <= total
+
+
+def test_process_cpu_counts_this_process_working_and_nan_when_gone():
+    before = e2e.process_cpu_s(os.getpid())
+    t_end = time.process_time() + 0.3
+    while time.process_time() < t_end:
+        pass
+    spent = e2e.process_cpu_s(os.getpid()) - before
+    assert 0.2 <= spent <= 1.0, spent  # /proc's clock ticks are 10 ms
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    assert math.isnan(e2e.process_cpu_s(p.pid))

@@ -125,7 +125,6 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 
 def _run(sc, scenario: str, options: TestbedOptions) -> dict:
-    from jitsched.client import TransferSink
     from jitsched.config import DaemonConfig
     from jitsched.runner import JobResult
     from jitsched.testbed.scenario import background_contention, build_workload
@@ -143,11 +142,11 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     children: list[_Child] = []
-    sinks: dict = {}
     results: dict[str, JobResult] = {}
     enforcement: dict = {}
     daemon_stats: dict = {}
     agent_reports: dict = {}
+    busy, cpu = None, {}
     try:
         if options.enforced and options.measure_slots:
             # the tc backend's per-slot rate accuracy and rate-change latency on these very
@@ -180,15 +179,17 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
-        for h in tb.hosts:
-            with in_netns(h.netns):
-                sinks[h.name] = TransferSink(h.address, agent=agent_names.get(h.name) if ingress else None,
-                                             register_min_bytes=reg_max)
-        addrs = {h: s.address for h, s in sinks.items()}
+        # The receivers in a process of their own too: in this one, behind the files'
+        # sender and receiver threads, a small transfer's data waited ~60 ms (p50) on
+        # paper-mini for the sink's thread to read it and confirm
+        sink_proc = _Child("sinks", _sinks_main, ([(h.name, h.netns, h.address) for h in tb.hosts],
+                                                  agent_names if ingress else {}, reg_max))
+        children.append(sink_proc)
+        (addrs,) = sink_proc.ready()
 
         from jitsched.testbed.bgtraffic import Generator
         gen = Generator(bg, netns_of, addr_of)
-        # The job runners in their own processes, away from this one's sinks and file
+        # The job runners in their own processes, away from this one's file senders and
         # receivers (see TestbedOptions.runner_procs); jobs dealt round-robin in arrival order.
         jobs = sorted(wl.jobs, key=lambda j: j.arrival_s)
         k = max(1, min(options.runner_procs, len(jobs)))
@@ -199,12 +200,20 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         for c in runners:
             c.ready()
         t0 = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of this machine
+        busy0 = machine_cpu_ticks()
+        pids = {c.name: c.proc.pid for c in children} | {"main": os.getpid()}
+        cpu0 = {name: process_cpu_s(pid) for name, pid in pids.items()}
         gen.start(t0)
         for c in runners:
             c.conn.send(("go", t0))
         for c in runners:
             results.update(c.results(timeout_s + 30.0))
         t_jobs = time.monotonic() - t0
+        busy = cpu_busy(busy0, machine_cpu_ticks())
+        # where it went, per role (CPU seconds while the jobs ran)
+        for name, pid in pids.items():
+            role = name.split("-")[0]  # agent-h1 -> agent, runners-0 -> runners
+            cpu[role] = cpu.get(role, 0.0) + process_cpu_s(pid) - cpu0[name]
         during = gen.snapshot()
         bg_window_mbit = sum(r["bytes"] for r in during.values()) * 8 / 1e6 / max(t_jobs, 1e-9)
         # then let every file finish: a file's goodput and slowdown over its whole life
@@ -228,8 +237,6 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     finally:
         if gen is not None:
             gen.close()
-        for s in sinks.values():
-            s.close()
         for c in reversed(children):
             got = c.stop()
             if c.name == "daemon":
@@ -258,8 +265,13 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         "details": {"enforcement": enforcement, "background_window_mbit": bg_window_mbit,
                     "background_during_jobs": during,
                     "scenario": scenario, "seed": seed, "link_mbit": link_mbit, "wall_s": t_jobs,
-                    "options": asdict(options),
+                    "options": asdict(options), "cpu_s": cpu,
+                    # the machine's cores busy while the jobs ran (0-1): near 1, the runners,
+                    # agents and daemon wait for a core and the figures say more about the CPU
+                    "cpu_busy_during_jobs": busy,
                     "jct_s": {j: r.jct_s for j, r in sorted(results.items())},
+                    # requests the runners sent again after no reply came in time (a slow daemon)
+                    "reconnects": {j: r.reconnects for j, r in sorted(results.items()) if r.reconnects},
                     # per job, per transfer: [start, duration] in seconds from the job's submission
                     "transfers": spans,
                     # per file: DL MB through its ports during its life (what the file gave up)
@@ -398,6 +410,32 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
         pass  # the parent is gone
 
 
+def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: int, conn) -> None:
+    """Child process: a transfer sink per host, each in its host's namespace; sends their addresses."""
+    from jitsched.client import TransferSink
+
+    sinks = []
+    try:
+        for name, netns, address in hosts:
+            with in_netns(netns):
+                sinks.append((name, TransferSink(address, agent=agent_names.get(name),
+                                                 register_min_bytes=reg_max)))
+        conn.send(("ready", {name: s.address for name, s in sinks}))
+        _wait_stop(conn)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        except OSError:
+            pass
+    finally:
+        for _, s in sinks:
+            s.close()
+    try:
+        conn.send(("stats", {}))
+    except OSError:
+        pass
+
+
 def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,
                  conn) -> None:
     """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
@@ -439,6 +477,31 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
         conn.send(("stats", stats))
     except OSError:
         pass
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU time of process ``pid`` so far (every thread), user plus system, seconds; NaN if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def machine_cpu_ticks() -> tuple[int, int]:
+    """``(busy, total)`` clock ticks of every core since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        # user nice system idle iowait irq softirq steal (guest time is inside user already)
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    idle = ticks[3] + ticks[4]  # a core stolen by the hypervisor counts as busy: not ours
+    return sum(ticks) - idle, sum(ticks)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Fraction of the machine's cores busy between two :func:`machine_cpu_ticks` readings."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else None
 
 
 def agent_stats(agents: list, late_ms: list[float]) -> dict:
