@@ -340,6 +340,14 @@ def test_priority_levels_borrow_by_level_and_background_last(ns):
         assert classes(ns)[ROOT_HANDLE | BG_MINOR][1] == int(5e6)
         b.apply([], LINE)
         assert class_prios(ns)[ROOT_HANDLE | BG_MINOR] == 1
+        # the unregistered-DL class keeps its reserve: HTB serves classes under their own
+        # rate before any borrowing, so flows asking for the whole line are scaled to
+        # leave it (12.5e6 - 3028 - 1.25e6 = 11 246 972 bytes/s between them)
+        assert classes(ns)[ROOT_HANDLE | DL_MINOR][1] == 1_250_000
+        b.apply([flow("j/x", LINE), flow("j/y", LINE)], 0.0)
+        cl = classes(ns)
+        got = sum(cl[ROOT_HANDLE | inst.minor][1] for inst in b.flows.values())
+        assert 11_246_972 - 2 <= got <= 11_246_972
     finally:
         b.close()
     # adopted shaper: closing puts it back as it was, without the DL class

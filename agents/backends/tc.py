@@ -28,6 +28,7 @@ from jitsched.agents.backends.htb import (
     DL_FILTER_PRIO,
     DL_LEAF_HANDLE,
     DL_MINOR,
+    DL_RESERVE,
     FLOW_MINOR_BASE,
     FLOW_MINOR_MAX,
     LINK_CLASS,
@@ -119,8 +120,9 @@ class TcBackend(Backend):
     dl_tos : int or None
         DL packets carry this TOS byte (DSCP bits matched): those no flow class
         matches (transfers too small to register with the agent) go to a class
-        of their own (1:5) that borrows first, instead of queueing behind the
-        background in class 1:2. None (default): no such class.
+        of their own (1:5) guaranteed :data:`DL_RESERVE` of the line rate (the
+        flows' rates are scaled to leave it) that borrows first, instead of
+        queueing behind the background in class 1:2. None (default): no such class.
     """
 
     name = "tc"
@@ -150,6 +152,7 @@ class TcBackend(Backend):
         self.bg_prio = 1
         self.link_Bps = int(self.line_rate_Bps)  # link class 1:1's rate and ceiling now
         self.dl_tos = None if dl_tos is None else int(dl_tos)
+        self.dl_reserve_Bps = 0.0 if dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
         self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
         self.closed = False
         qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
@@ -192,8 +195,9 @@ class TcBackend(Backend):
         ])
 
     def _install_dl_class(self) -> None:
-        self.nl.transact(leaf_class_msgs(self.nl, self.ifindex, DL_MINOR, DL_LEAF_HANDLE, MIN_BURST_B,
-                                         MIN_BURST_B, self.line_rate_Bps, self.burst_s, prio=0,
+        r = self.dl_reserve_Bps
+        self.nl.transact(leaf_class_msgs(self.nl, self.ifindex, DL_MINOR, DL_LEAF_HANDLE, r,
+                                         burst_bytes(r, self.burst_s), self.line_rate_Bps, self.burst_s, prio=0,
                                          filter_prio=DL_FILTER_PRIO, keys=tos_keys(self.dl_tos),
                                          name="unregistered DL"))
 
@@ -301,7 +305,8 @@ class TcBackend(Backend):
             self.free_minors.append(inst.minor)
         wire = {fid: max(self.min_rate_Bps, f.rate_Bps) * self.wire_factor for fid, f in wanted.items()}
         total = sum(wire.values())
-        scale = min(1.0, (line - MIN_BURST_B - self.ack_reserve_Bps) / total) if total > 0 else 1.0
+        room = line - MIN_BURST_B - self.ack_reserve_Bps - self.dl_reserve_Bps
+        scale = min(1.0, room / total) if total > 0 else 1.0
         for fid, f in wanted.items():
             rate = max(1, int(wire[fid] * scale))
             prio = None if f.prio is None else min(max(int(f.prio), 0), MAX_FLOW_PRIO)
