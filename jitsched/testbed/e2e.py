@@ -337,6 +337,14 @@ class _Child:
         return out
 
 
+def _tell(conn, msg: tuple) -> None:
+    """Send ``msg`` to the parent; nothing if it is gone."""
+    try:
+        conn.send(msg)
+    except OSError:
+        pass
+
+
 def _wait_stop(conn) -> None:
     # "stop" from the parent, or its end of the pipe closing (the parent died)
     try:
@@ -423,17 +431,11 @@ def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: i
         conn.send(("ready", {name: s.address for name, s in sinks}))
         _wait_stop(conn)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        try:
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        except OSError:
-            pass
+        _tell(conn, ("error", f"{type(exc).__name__}: {exc}"))
     finally:
         for _, s in sinks:
             s.close()
-    try:
-        conn.send(("stats", {}))
-    except OSError:
-        pass
+    _tell(conn, ("stats", {}))
 
 
 def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,
@@ -465,18 +467,11 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
         conn.send(("ready", {a.host: a.local_name for a in agents}))
         _wait_stop(conn)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        try:
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        except OSError:
-            pass
+        _tell(conn, ("error", f"{type(exc).__name__}: {exc}"))
     finally:
         for a in agents:
             a.stop()  # removes the flow classes, puts the link shaper back
-    stats = agent_stats(agents, late_ms)
-    try:
-        conn.send(("stats", stats))
-    except OSError:
-        pass
+    _tell(conn, ("stats", agent_stats(agents, late_ms)))
 
 
 def process_cpu_s(pid: int) -> float:
