@@ -337,10 +337,8 @@ class TransferSink:
         while True:  # every connection the kernel has queued
             try:
                 conn, _ = self.server.accept()
-            except (BlockingIOError, InterruptedError):
-                return
             except OSError:
-                return  # closed under us: close() is stopping the loop
+                return  # none queued (BlockingIOError), or close() is stopping the loop
             conn.setblocking(False)
             c = _Inbound(conn)
             self._open.add(c)
