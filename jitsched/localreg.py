@@ -249,12 +249,17 @@ def register_flow(local_name: str, flow_id: str, sock: socket.socket,
 
 
 def unregister_flow(ctrl: socket.socket | None, flow_id: str, direction: str = "out") -> None:
-    """Tell the agent the flow is over and close the control connection."""
+    """Tell the agent the flow is over and close the control connection.
+
+    Does not wait for the agent's reply (the agent reads the request before it
+    sees the connection close): the transfer is over and its sender's next
+    step should not wait for a busy agent's loop, which took a round trip per
+    registered transfer on every DAG path.
+    """
     if ctrl is None:
         return
     try:
         ctrl.send(encode_request(MsgType.UNREGISTER_FLOW, flow_body(flow_id, direction)))
-        ctrl.recv(65536)
     except OSError:
         pass
     finally:

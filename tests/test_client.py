@@ -59,6 +59,12 @@ def test_send_bytes_arrives_and_is_paced_by_the_agent():
             sink.close()
 
 
+def _raw(addr, data: bytes) -> socket.socket:
+    s = socket.create_connection(addr, timeout=5.0)
+    s.sendall(data)
+    return s
+
+
 def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
     with system(hosts=("h0", "h1"), backend="record") as (d, agents):
         rx = agents["h1"]
@@ -73,15 +79,60 @@ def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
         rx._local_request = spy
         sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
         try:
-            send_bytes(sink.address, 2_000_000, "j/big", agent=agents["h0"].local_name)
             send_bytes(sink.address, 1000, "j/small")
+            # the big flow held open half-sent: the sink registers it while it lasts
+            hdr = msgpack.packb({"flow": "j/big", "bytes": 2_000_000})
+            big = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 1000)
+            assert wait_until(lambda: len(seen) == 1, 2.0)
+            assert seen == [("in", ["j/big"])]
+            big.sendall(b"\0" * 1_999_000)
+            assert big.recv(1) == b"\x01"
+            big.close()
             assert sink.received == {"j/big": 2_000_000, "j/small": 1000}
             assert wait_until(lambda: len(seen) == 2, 2.0)
-            assert seen == [("in", ["j/big"]), ("in", [])]  # registered, then gone; the small one never
+            assert seen[1] == ("in", [])  # gone once over; the small one never registered
             assert rx.registrations == {"out": 0, "in": 1}
+            send_bytes(sink.address, 1000, "j/out", agent=agents["h0"].local_name)
             assert agents["h0"].registrations == {"out": 1, "in": 0}
         finally:
             sink.close()
+
+
+def test_a_slow_agent_does_not_hold_the_sinks_other_transfers():
+    # The receiver's agent takes 1 s to answer a registration: the big flow waits for
+    # it on the sink's registrar, and a small transfer started meanwhile is confirmed
+    # at once (it waited the whole second when the selector thread registered).
+    with system(hosts=("h0", "h1"), backend="record") as (d, agents):
+        rx = agents["h1"]
+        entered, seen = threading.Event(), []
+        orig = rx._local_request
+
+        def slow(req, fds):
+            if not entered.is_set():
+                entered.set()
+                time.sleep(1.0)
+            out = orig(req, fds)
+            seen.append((req.body.get("direction"), sorted(rx.in_flows)))
+            return out
+
+        rx._local_request = slow
+        sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
+        try:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                big = pool.submit(send_bytes, sink.address, 2_000_000, "j/big")
+                assert entered.wait(5.0)
+                t0 = time.monotonic()
+                send_bytes(sink.address, 1000, "j/small")
+                small_s = time.monotonic() - t0
+                big.result(10.0)
+            assert small_s < 0.5
+            assert sink.received == {"j/big": 2_000_000, "j/small": 1000}
+            # registered (late), then its end, in that order, though the flow was over first
+            assert wait_until(lambda: len(seen) == 2, 3.0)
+            assert seen == [("in", ["j/big"]), ("in", [])]
+        finally:
+            sink.close()
+        assert not sink._registrar.is_alive()
 
 
 def test_send_bytes_without_agent():
@@ -123,12 +174,6 @@ def test_sink_confirms_many_concurrent_transfers_on_one_thread():
         assert threading.active_count() <= before
     finally:
         sink.close()
-
-
-def _raw(addr, data: bytes) -> socket.socket:
-    s = socket.create_connection(addr, timeout=5.0)
-    s.sendall(data)
-    return s
 
 
 def test_sink_drops_bad_or_cut_connections_and_keeps_serving():

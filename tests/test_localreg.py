@@ -236,3 +236,36 @@ def test_the_agent_serves_allowed_users_only(base):
                 else:
                     assert decode_reply(bytes.fromhex(out.decode())).ok
                     assert list(a.flows) == ["j/t"] and a.registrations["out"] == 1
+
+
+def test_unregister_does_not_wait_for_a_busy_agent():
+    # the agent takes 1 s over the end of a flow; its sender is not held that long,
+    # and the agent still drops the flow once it gets to the request
+    from jitsched.daemon.server import wait_until
+    from jitsched.localreg import unregister_flow
+
+    a = Agent("h7", "tcp://127.0.0.1:1", backend="record", local_namespace=f"unreg{time.monotonic_ns()}")
+    a.start()
+    orig = a._local_request
+
+    def slow(req, fds):
+        if req.type == MsgType.UNREGISTER_FLOW:
+            time.sleep(1.0)
+        return orig(req, fds)
+
+    a._local_request = slow
+    srv = socket.create_server(("127.0.0.1", 0))
+    s = socket.create_connection(srv.getsockname())
+    try:
+        ctrl = register_flow(a.local_name, "j/u", s)
+        assert ctrl is not None and "j/u" in a.flows
+        t0 = time.monotonic()
+        unregister_flow(ctrl, "j/u")
+        assert time.monotonic() - t0 < 0.3
+        assert ctrl.fileno() == -1  # closed
+        assert "j/u" in a.flows  # not yet: the agent is still on it
+        assert wait_until(lambda: "j/u" not in a.flows, 3.0)
+    finally:
+        s.close()
+        srv.close()
+        a.stop()
