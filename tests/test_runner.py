@@ -54,10 +54,28 @@ def test_runner_executes_and_reports_everything(async_reports):
         assert wait_until(lambda: d.state.plan_summary.get("reasons") is not None, 2.0)
 
 
+def test_computes_end_at_their_emulated_time_whatever_their_thread_costs():
+    # c0 (60 ms) -> c1 (30 ms) and c2 (20 ms) -> c3 (40 ms): a chain of 90 ms beside one of
+    # 60 ms; ideal JCT 0.09 s by hand, the computes report their own durations, and no
+    # node ends before its emulated time, so the JCT is at least that
+    job = Job("comp", (Compute("c0", "h0", 0.06), Compute("c1", "h0", 0.03),
+                       Compute("c2", "h0", 0.02), Compute("c3", "h0", 0.04)),
+              (), (("c0", "c1"), ("c2", "c3")))
+    with system(hosts=("h0",)) as (d, _):
+        r = JobRunner(job, d.job_endpoint, {}).run(timeout_s=30)
+        assert r.error == ""
+        assert r.ideal_jct_s == pytest.approx(0.09, abs=1e-9)
+        assert r.ideal_jct_s <= r.jct_s < 1.0
+        js = d.state.jobs["comp"]
+        assert {c: round(js.measured_s[c], 9) for c in ("c0", "c1", "c2", "c3")} == {
+            "c0": 0.06, "c1": 0.03, "c2": 0.02, "c3": 0.04}
+
+
 def test_runner_reports_failure_and_cancels():
     with system(hosts=("h0", "h1")) as (d, _):
         # no sink listens on this address: the first transfer fails
         r = JobRunner(_job(), d.job_endpoint, {"h0": ("127.0.0.1", 1), "h1": ("127.0.0.1", 1)}
                       ).run(timeout_s=10)
         assert r.error and "t" in r.error
+        assert r.ideal_jct_s != r.ideal_jct_s  # NaN: a failed run has no ideal JCT
         assert d.state.jobs["small"].state == "cancelled"

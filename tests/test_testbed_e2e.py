@@ -74,12 +74,16 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
         # senders register every large transfer; receivers too when they enforce their ingress
         agents = out["details"]["agents"].values()
         n_out, n_in = (sum(a["registered_" + d] for a in agents) for d in ("out", "in"))
-        assert n_out > 0 and n_in == (n_out if ingress else 0), (n_out, n_in)
+        # (a receiver's registrar skips a flow that ended before it got to it)
+        assert n_out > 0 and ((0 < n_in <= n_out) if ingress else n_in == 0), (n_out, n_in)
     # where the CPU went while the jobs ran, per process role, and how busy the machine was
     cpu = out["details"]["cpu_s"]
     assert set(cpu) == {"daemon", "sinks", "runners", "main"} | ({"agent"} if policy != "none" else set())
     assert cpu["runners"] > 0 and 0.0 < out["details"]["cpu_busy_during_jobs"] <= 1.0
     assert out["details"]["reconnects"] == {}  # a daemon on this machine answers in time
+    # the runner's lag: every job's, never negative (no node ends before its emulated time)
+    lag = out["details"]["runner_lag_s"]
+    assert set(lag) == set(out["details"]["jct_s"]) and all(0.0 <= v < 5.0 for v in lag.values()), lag
     assert not netns_mod.list_netns(tiny)
     assert not multiprocessing.active_children()  # the daemon and agent processes are gone
 
