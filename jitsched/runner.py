@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,9 +30,10 @@ class JobResult:
     sent again on a fresh connection after no reply came in time, and
     ``resubmits`` the job submitted again to a daemon that had lost it.
     ``ideal_jct_s`` is when the job would have ended with the same transfer
-    times and no cost of its own to start a node or end a compute (each
-    compute ending ``duration_s`` after its last input): ``jct_s`` less it is
-    the runner's own lag.
+    durations and no cost of its own to start a node or end a compute (the
+    DAG's longest path, each node starting when its last input ended):
+    ``jct_s`` less it is the runner's own lag, and what a transfer waited
+    for the runner to start it.
     """
 
     job_id: str
@@ -201,6 +203,10 @@ class JobRunner:
         directory holding those of client ``key_name``. None: plaintext.
     key_name : str
         The client's name in the key directory.
+    transfer_pool : Executor, optional
+        Where the transfers run instead of a pool of ``max_threads`` of the
+        job's own: one shared by the jobs of a process, its threads started
+        before the jobs (see the testbed's runners).
     request_timeout_s : float
         How long a request waits for its reply before it is sent again on a
         fresh connection. Submission and reports are retried so through a
@@ -214,7 +220,7 @@ class JobRunner:
                  on_event: Callable[[str, str, str], None] | None = None,
                  send: Callable[..., float] | None = None, async_reports: bool = False,
                  keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT,
-                 request_timeout_s: float = 2.0) -> None:
+                 request_timeout_s: float = 2.0, transfer_pool: Executor | None = None) -> None:
         self.job = job
         self.request_timeout_s = request_timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
@@ -226,6 +232,7 @@ class JobRunner:
         self.on_event = on_event
         self.send = send
         self.async_reports = async_reports
+        self.transfer_pool = transfer_pool
         self._lock = threading.Lock()
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
@@ -272,10 +279,11 @@ class JobRunner:
                 reporter.start()
             # Transfers block their thread for their whole length; computes wait in a
             # pool of their own, not behind the hundreds of transfers a step makes ready.
-            with ThreadPoolExecutor(max_workers=self.max_threads,
-                                    thread_name_prefix=f"run-{job.id}") as pool, \
-                    ThreadPoolExecutor(max_workers=COMPUTE_THREADS,
-                                       thread_name_prefix=f"compute-{job.id}") as cpool:
+            with contextlib.ExitStack() as stack:
+                pool = self.transfer_pool or stack.enter_context(
+                    ThreadPoolExecutor(max_workers=self.max_threads, thread_name_prefix=f"run-{job.id}"))
+                cpool = stack.enter_context(
+                    ThreadPoolExecutor(max_workers=COMPUTE_THREADS, thread_name_prefix=f"compute-{job.id}"))
 
                 def submit(nid: str) -> None:
                     (cpool if nid in computes else pool).submit(run_node, nid)
@@ -363,8 +371,8 @@ class JobRunner:
                 if not all_done.wait(max(deadline - time.monotonic(), 0.0)):
                     failure.append(f"timed out after {timeout_s} s")
             result.jct_s = time.perf_counter() - t0
-            if ends and not failure:
-                result.ideal_jct_s = max(ends.values())
+            if not failure:
+                result.ideal_jct_s = self._ideal_jct(inputs, result.transfer_s)
             if reporter is not None:
                 reports.put(None)
                 reporter.join()
@@ -390,6 +398,26 @@ class JobRunner:
         if result.error:
             log.warning("event=job_failed job=%s error=%r", job.id, result.error)
         return result
+
+    def _ideal_jct(self, inputs: dict[str, list[str]], transfer_s: dict[str, float]) -> float:
+        # the DAG's longest path, each transfer taking what it took and each compute its
+        # duration, every node starting when its last input ended
+        durations = {c.id: c.duration_s * self.compute_scale for c in self.job.computes} | transfer_s
+        end: dict[str, float] = {}
+        todo = {n: len(p) for n, p in inputs.items()}
+        succs: dict[str, list[str]] = {n: [] for n in inputs}
+        for n, ps in inputs.items():
+            for p in ps:
+                succs[p].append(n)
+        ready = [n for n, k in todo.items() if k == 0]
+        while ready:
+            n = ready.pop()
+            end[n] = max((end[p] for p in inputs[n]), default=0.0) + durations[n]
+            for s in succs[n]:
+                todo[s] -= 1
+                if todo[s] == 0:
+                    ready.append(s)
+        return max(end.values(), default=0.0)
 
     @staticmethod
     def _report_loop(reports: queue.SimpleQueue, failure: list[str], all_done: threading.Event) -> None:

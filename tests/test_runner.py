@@ -44,6 +44,11 @@ def test_runner_executes_and_reports_everything(async_reports):
         assert set(r.transfer_start_s) == set(r.transfer_s) == {"t0", "t1", "push"}
         assert r.transfer_start_s["push"] >= 0.1
         assert all(r.transfer_start_s[t] + r.transfer_s[t] <= r.jct_s for t in r.transfer_s)
+        # the ideal JCT by hand: t0 -> c0 -> c1 (after t1 too) -> push, with their measured times
+        ts = r.transfer_s
+        c1_end = max(ts["t0"] + 0.05, ts["t1"]) + 0.05
+        assert r.ideal_jct_s == pytest.approx(c1_end + ts["push"], abs=1e-9)
+        assert r.ideal_jct_s <= r.jct_s
         js = d.state.jobs["small"]
         assert js.state == "finished" and js.jct_s == r.jct_s
         assert set(js.done) == {"t0", "t1", "push", "c0", "c1"}
