@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,10 +202,6 @@ class JobRunner:
         directory holding those of client ``key_name``. None: plaintext.
     key_name : str
         The client's name in the key directory.
-    transfer_pool : Executor, optional
-        Where the transfers run instead of a pool of ``max_threads`` of the
-        job's own: one shared by the jobs of a process, its threads started
-        before the jobs (see the testbed's runners).
     request_timeout_s : float
         How long a request waits for its reply before it is sent again on a
         fresh connection. Submission and reports are retried so through a
@@ -220,7 +215,7 @@ class JobRunner:
                  on_event: Callable[[str, str, str], None] | None = None,
                  send: Callable[..., float] | None = None, async_reports: bool = False,
                  keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT,
-                 request_timeout_s: float = 2.0, transfer_pool: Executor | None = None) -> None:
+                 request_timeout_s: float = 2.0) -> None:
         self.job = job
         self.request_timeout_s = request_timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
@@ -232,7 +227,6 @@ class JobRunner:
         self.on_event = on_event
         self.send = send
         self.async_reports = async_reports
-        self.transfer_pool = transfer_pool
         self._lock = threading.Lock()
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
@@ -279,11 +273,10 @@ class JobRunner:
                 reporter.start()
             # Transfers block their thread for their whole length; computes wait in a
             # pool of their own, not behind the hundreds of transfers a step makes ready.
-            with contextlib.ExitStack() as stack:
-                pool = self.transfer_pool or stack.enter_context(
-                    ThreadPoolExecutor(max_workers=self.max_threads, thread_name_prefix=f"run-{job.id}"))
-                cpool = stack.enter_context(
-                    ThreadPoolExecutor(max_workers=COMPUTE_THREADS, thread_name_prefix=f"compute-{job.id}"))
+            with ThreadPoolExecutor(max_workers=self.max_threads,
+                                    thread_name_prefix=f"run-{job.id}") as pool, \
+                    ThreadPoolExecutor(max_workers=COMPUTE_THREADS,
+                                       thread_name_prefix=f"compute-{job.id}") as cpool:
 
                 def submit(nid: str) -> None:
                     (cpool if nid in computes else pool).submit(run_node, nid)
