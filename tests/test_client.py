@@ -65,18 +65,28 @@ def _raw(addr, data: bytes) -> socket.socket:
     return s
 
 
+def _spy_inbound(agent, first_delay_s: float = 0.0):
+    """Record (direction, inbound flows held) after each local request ``agent`` serves;
+    the first request waits ``first_delay_s`` (set ``entered`` as it starts)."""
+    seen, entered = [], threading.Event()
+    orig = agent._local_request
+
+    def spy(req, fds):
+        if not entered.is_set():
+            entered.set()
+            time.sleep(first_delay_s)
+        out = orig(req, fds)
+        seen.append((req.body.get("direction"), sorted(agent.in_flows)))
+        return out
+
+    agent._local_request = spy
+    return seen, entered
+
+
 def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
     with system(hosts=("h0", "h1"), backend="record") as (d, agents):
         rx = agents["h1"]
-        seen = []
-        orig = rx._local_request
-
-        def spy(req, fds):  # what the receiver's agent held while the flow was open
-            out = orig(req, fds)
-            seen.append((req.body.get("direction"), sorted(rx.in_flows)))
-            return out
-
-        rx._local_request = spy
+        seen, _ = _spy_inbound(rx)
         sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
         try:
             send_bytes(sink.address, 1000, "j/small")
@@ -104,18 +114,7 @@ def test_a_slow_agent_does_not_hold_the_sinks_other_transfers():
     # at once (it waited the whole second when the selector thread registered).
     with system(hosts=("h0", "h1"), backend="record") as (d, agents):
         rx = agents["h1"]
-        entered, seen = threading.Event(), []
-        orig = rx._local_request
-
-        def slow(req, fds):
-            if not entered.is_set():
-                entered.set()
-                time.sleep(1.0)
-            out = orig(req, fds)
-            seen.append((req.body.get("direction"), sorted(rx.in_flows)))
-            return out
-
-        rx._local_request = slow
+        seen, entered = _spy_inbound(rx, first_delay_s=1.0)
         sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
         try:
             with ThreadPoolExecutor(max_workers=1) as pool:
