@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -590,3 +591,34 @@ def topological_order(n: int, pred_ptr: np.ndarray, succ_ptr: np.ndarray,
         indeg,
     )
     return order[:m]
+
+
+def critical_path_s(took: Mapping[str, float], edges: Iterable[tuple[str, str]]) -> float:
+    """Length of a DAG's longest path, seconds: each node starts when its last input ended.
+
+    Parameters
+    ----------
+    took : mapping
+        Node id -> its duration, seconds (every node of the DAG).
+    edges : iterable of (str, str)
+        ``(before, after)`` pairs between those ids; no cycle (the parsers check).
+    """
+    # Kahn's order
+    succ: dict[str, list[str]] = {n: [] for n in took}
+    waits = dict.fromkeys(took, 0)
+    for a, b in edges:
+        succ[a].append(b)
+        waits[b] += 1
+    ready = deque(n for n, k in waits.items() if k == 0)
+    start = dict.fromkeys(took, 0.0)
+    longest = 0.0
+    while ready:
+        n = ready.popleft()
+        end = start[n] + took[n]
+        longest = max(longest, end)
+        for m in succ[n]:
+            start[m] = max(start[m], end)
+            waits[m] -= 1
+            if waits[m] == 0:
+                ready.append(m)
+    return longest

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jitsched.client import Client, send_bytes
 from jitsched.keys import CLIENTS, DEFAULT_CLIENT, CurveKeys, curve_keys
-from jitsched.model import Job
+from jitsched.model import Job, critical_path_s
 from jitsched.protocol import ErrorCode, MsgType, RemoteError, flow_id
 
 log = logging.getLogger("jitsched.runner")
@@ -365,7 +365,9 @@ class JobRunner:
                     failure.append(f"timed out after {timeout_s} s")
             result.jct_s = time.perf_counter() - t0
             if not failure:
-                result.ideal_jct_s = self._ideal_jct(inputs, result.transfer_s)
+                # each transfer taking what it took, each compute its duration
+                took = {c.id: c.duration_s * self.compute_scale for c in job.computes} | result.transfer_s
+                result.ideal_jct_s = critical_path_s(took, job.edges)
             if reporter is not None:
                 reports.put(None)
                 reporter.join()
@@ -391,26 +393,6 @@ class JobRunner:
         if result.error:
             log.warning("event=job_failed job=%s error=%r", job.id, result.error)
         return result
-
-    def _ideal_jct(self, inputs: dict[str, list[str]], transfer_s: dict[str, float]) -> float:
-        # the DAG's longest path, each transfer taking what it took and each compute its
-        # duration, every node starting when its last input ended
-        durations = {c.id: c.duration_s * self.compute_scale for c in self.job.computes} | transfer_s
-        end: dict[str, float] = {}
-        todo = {n: len(p) for n, p in inputs.items()}
-        succs: dict[str, list[str]] = {n: [] for n in inputs}
-        for n, ps in inputs.items():
-            for p in ps:
-                succs[p].append(n)
-        ready = [n for n, k in todo.items() if k == 0]
-        while ready:
-            n = ready.pop()
-            end[n] = max((end[p] for p in inputs[n]), default=0.0) + durations[n]
-            for s in succs[n]:
-                todo[s] -= 1
-                if todo[s] == 0:
-                    ready.append(s)
-        return max(end.values(), default=0.0)
 
     @staticmethod
     def _report_loop(reports: queue.SimpleQueue, failure: list[str], all_done: threading.Event) -> None:

@@ -13,6 +13,7 @@ from jitsched.model import (
     COMPUTE,
     TRANSFER,
     compile_jobs,
+    critical_path_s,
     load_workload,
     parse_workload,
     save_workload,
@@ -150,3 +151,12 @@ def test_kernel_constants_agree_with_python():
 
     assert load_kernel("_lat").COMMON_CONSTANTS == {
         "COMPUTE": COMPUTE, "TRANSFER": TRANSFER, "WAITING": WAITING, "RUNNING": RUNNING, "DONE": DONE}
+
+
+def test_critical_path_by_hand():
+    # a(1) -> b(2) -> d(1), a -> c(5) -> d; e(0.5) alone: a, c, d = 7
+    took = {"a": 1.0, "b": 2.0, "c": 5.0, "d": 1.0, "e": 0.5}
+    edges = [("a", "b"), ("b", "d"), ("a", "c"), ("c", "d")]
+    assert critical_path_s(took, edges) == 7.0
+    assert critical_path_s({"e": 0.5}, []) == 0.5
+    assert critical_path_s({}, []) == 0.0

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections import deque
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.reject import Reject
-from jitsched.model import Cluster, Job
+from jitsched.model import Cluster, Job, critical_path_s
 from jitsched.protocol import ErrorCode
 
 
@@ -84,32 +83,10 @@ def plan_span_s(job: Job, cluster: Cluster) -> tuple[float, str]:
         for side, load, rate in (("egress", out[h], egress[h]), ("ingress", into[h], ingress[h])):
             if load / rate > port_s:
                 port_s, port = load / rate, f"{name} {side}: {load:g} bytes at {rate:g} bytes/s"
-    path_s = _critical_path_s(took, job.edges)
+    path_s = critical_path_s(took, job.edges)
     if path_s >= port_s:
         return path_s, "its critical path"
     return port_s, port
-
-
-def _critical_path_s(took: dict[str, float], edges: tuple[tuple[str, str], ...]) -> float:
-    # Kahn's order over a DAG the parser has checked for cycles
-    succ: dict[str, list[str]] = {n: [] for n in took}
-    waits = dict.fromkeys(took, 0)
-    for a, b in edges:
-        succ[a].append(b)
-        waits[b] += 1
-    ready = deque(n for n, k in waits.items() if k == 0)
-    start = dict.fromkeys(took, 0.0)
-    longest = 0.0
-    while ready:
-        n = ready.popleft()
-        end = start[n] + took[n]
-        longest = max(longest, end)
-        for m in succ[n]:
-            start[m] = max(start[m], end)
-            waits[m] -= 1
-            if waits[m] == 0:
-                ready.append(m)
-    return longest
 
 
 __all__ = ["check_job", "check_job_map", "plan_span_s"]
