@@ -409,10 +409,14 @@ class TransferSink:
             # the confirmation is the transfer's last step: unmarked, it would queue as
             # background behind this host's own outbound DL flows
             c.conn.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(hdr["tos"]) & 0xFF)
-        if self._reg_q is not None and c.total > self.register_min_bytes:
+        if self._registers(c):
             # the registrar gets its own descriptor: this thread may close c.conn (and
             # the kernel reuse its number for the next accept) before the agent has it
             self._reg_q.put(("in", c, c.conn.dup()))
+
+    def _registers(self, c: _Inbound) -> bool:
+        # whether the flow goes to the registrar (its header read: total is known)
+        return self._reg_q is not None and c.total > self.register_min_bytes
 
     def _finish(self, c: _Inbound) -> None:
         self.received[c.flow] = c.total
@@ -427,7 +431,7 @@ class TransferSink:
             self._sel.unregister(c.conn)
         except (KeyError, ValueError):
             pass
-        if not c.done and self._reg_q is not None and c.total > self.register_min_bytes:
+        if not c.done and self._registers(c):
             self._reg_q.put(("out", c))
         c.done = True
         c.conn.close()

@@ -272,7 +272,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
                     "jct_s": {j: r.jct_s for j, r in sorted(results.items())},
                     # per job, the runner's own lag: its JCT less the one its transfers' times
                     # allow with nodes started at no cost (JobResult.ideal_jct_s); on 2 cores
-                    # most of a ResNet152's or an Inception's JCT, under every policy
+                    # half or more of a ResNet152's or an Inception's JCT, under every policy
                     "runner_lag_s": {j: r.jct_s - r.ideal_jct_s for j, r in sorted(results.items())
                                      if not r.error},
                     # requests the runners sent again after no reply came in time (a slow daemon)
