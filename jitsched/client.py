@@ -207,6 +207,8 @@ def load_graph_job(graph_path: str | Path, *, ps_host: str, worker_host: str,
 # --------------------------------------------------------------------------- transfers
 
 _HDR = struct.Struct("!I")
+_ZEROS = memoryview(bytes(CHUNK))  # every payload is zeros: one buffer, not one per transfer
+SMALL_PAYLOAD = 1024  # bytes sent with the header; above, an MSS-sized segment would be split anyway
 
 
 def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | None = None,
@@ -242,11 +244,13 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
         if tos is not None:
             head["tos"] = int(tos)  # the receiver marks its confirmation the same way
         hdr = msgpack.packb(head)
-        sock.sendall(_HDR.pack(len(hdr)) + hdr)
-        buf = memoryview(bytes(CHUNK))
-        left = int(nbytes)
+        # the header and a small payload in one segment: the sink then reads the whole
+        # flow in the wake-up that accepts it (TransferSink defers accepts to the data)
+        first = min(int(nbytes), SMALL_PAYLOAD)
+        sock.sendall(_HDR.pack(len(hdr)) + hdr + _ZEROS[:first])
+        left = int(nbytes) - first
         while left > 0:
-            n = sock.send(buf[:min(left, CHUNK)])
+            n = sock.send(_ZEROS[:min(left, CHUNK)])
             left -= n
         if sock.recv(1) != b"\x01":
             raise ConnectionError(f"flow {flow}: receiver did not confirm")
@@ -310,6 +314,10 @@ class TransferSink:
                  on_arrival: Callable[[str, int], None] | None = None, *,
                  agent: str | None = None, register_min_bytes: int = 0) -> None:
         self.server = socket.create_server((host, port), backlog=1024)
+        if hasattr(socket, "TCP_DEFER_ACCEPT"):
+            # a connection is accepted once its first data is in: with the header and a
+            # small payload in one segment, one wake-up serves a small flow whole
+            self.server.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 1)
         self.server.setblocking(False)
         self.address = self.server.getsockname()[:2]
         self.on_arrival = on_arrival
@@ -372,6 +380,7 @@ class TransferSink:
             c = _Inbound(conn)
             self._open.add(c)
             self._sel.register(conn, selectors.EVENT_READ, c)
+            self._readable(c)  # its first bytes are most likely in already
 
     def _readable(self, c: _Inbound) -> None:
         try:

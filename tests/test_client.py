@@ -199,6 +199,40 @@ def test_sink_drops_bad_or_cut_connections_and_keeps_serving():
         sink.close()
 
 
+def test_sink_serves_a_small_flow_in_the_wake_up_that_accepts_it(monkeypatch):
+    # the header and a small payload leave in one segment and the accept waits for
+    # data, so a small flow costs the sink one read; a large one reads on
+    calls = []
+    real = TransferSink._readable
+    monkeypatch.setattr(TransferSink, "_readable", lambda self, c: (calls.append(c.flow), real(self, c)))
+    sink = TransferSink()
+    try:
+        for i in range(20):
+            send_bytes(sink.address, 100 + 40 * i, f"j/small{i}")
+        assert len(calls) == 20
+        send_bytes(sink.address, 1_000_000, "j/large")
+        assert len(calls) > 21
+        assert sink.received["j/large"] == 1_000_000 and len(sink.received) == 21
+    finally:
+        sink.close()
+
+
+def test_sink_accepts_a_connection_whose_data_comes_late():
+    # accepts wait for the first data (TCP_DEFER_ACCEPT): a sender that connects, then
+    # registers with its agent or is descheduled for longer than that wait, is still served
+    sink = TransferSink()
+    try:
+        s = socket.create_connection(sink.address, timeout=5.0)
+        time.sleep(1.5)
+        hdr = msgpack.packb({"flow": "j/late", "bytes": 10})
+        s.sendall(struct.pack("!I", len(hdr)) + hdr + b"\0" * 10)
+        assert s.recv(1) == b"\x01"
+        s.close()
+        assert sink.received == {"j/late": 10}
+    finally:
+        sink.close()
+
+
 def test_sink_marks_its_confirmation_with_the_senders_tos():
     # The confirmation is the transfer's last packet: it must leave the receiver in the
     # sender's traffic class, not as background. TCP gives no cmsg of a received TOS, so

@@ -384,12 +384,15 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
                   tos: int | None, timeout_s: float, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
     from jitsched.client import send_bytes
+    from jitsched.netns import Namespaces
     from jitsched.runner import JobRunner
+
+    spaces = Namespaces()  # closed below: the namespaces must go with the testbed
 
     def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
         if nbytes <= reg_max:
             agent = None
-        with in_netns(netns_of[src]):
+        with spaces.entered(netns_of[src]):
             return send_bytes(addr, nbytes, flow, agent=agent, timeout_s=timeout_s, tos=tos)
 
     results: dict = {}
@@ -408,6 +411,7 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
         with lock:
             results[job.id] = r
 
+    threads: list[threading.Thread] = []
     try:
         conn.send(("ready",))
         msg = conn.recv()
@@ -424,6 +428,9 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
         conn.send(("stats", {}))
     except (EOFError, OSError):
         pass  # the parent is gone
+    finally:
+        if not any(t.is_alive() for t in threads):  # else a sender may still be in one
+            spaces.close()
 
 
 def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: int, conn) -> None:
