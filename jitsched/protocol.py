@@ -315,7 +315,11 @@ def decode_request(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
     ProtocolError
         With the code saying what is wrong.
     """
-    obj = _unpack(data, max_bytes, chunked)
+    return _request_from(_unpack(data, max_bytes, chunked), allowed)
+
+
+def _request_from(obj: dict, allowed: frozenset[str] | None = None) -> Request:
+    # the checks of decode_request on an unpacked map
     rid = obj.get("id")
     if not isinstance(rid, int) or isinstance(rid, bool):
         raise ProtocolError(ErrorCode.BAD_ENVELOPE, "id: expected an integer")
@@ -363,7 +367,10 @@ def validate_body(type_: str, body: dict) -> None:
 
 def decode_reply(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Reply:
     """Unpack a reply envelope (client side); raise ProtocolError if malformed."""
-    obj = _unpack(data, max_bytes)
+    return _reply_from(_unpack(data, max_bytes))
+
+
+def _reply_from(obj: dict) -> Reply:
     rid = obj.get("id")
     if obj.get("v") != VERSION or not isinstance(rid, int) or not isinstance(obj.get("ok"), bool):
         raise ProtocolError(ErrorCode.BAD_ENVELOPE, "not a reply envelope")
@@ -386,10 +393,8 @@ def is_reply(data: bytes, chunked: bool = False) -> bool:
 
 def decode_any(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Request | Reply:
     """Decode a frame that may be a request or a reply (agents receive both)."""
-    obj = _unpack(data, max_bytes)
-    if "ok" in obj:
-        return decode_reply(data, max_bytes=max_bytes)
-    return decode_request(data, max_bytes=max_bytes)
+    obj = _unpack(data, max_bytes)  # once: an agent's schedule bodies run to thousands of flows
+    return _reply_from(obj) if "ok" in obj else _request_from(obj)
 
 
 def flow_id(job_id: str, transfer_id: str) -> str:

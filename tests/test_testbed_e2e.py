@@ -41,7 +41,7 @@ def tiny(monkeypatch, netns_available):
 @pytest.mark.parametrize("policy,ingress,spare,procs", [("jit", False, "background", 1), ("jit", True, "shared", 2),
                                                         ("none", False, "background", 2),
                                                         ("sincronia", True, "background", 2)])
-def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs):
+def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs, capfd):
     # procs 2: each of the two jobs in a runner process of its own; 1: both in one
     out = run_scenario("tiny", policy=policy, seed=1, prefix=tiny, timeout_s=60.0, measure_slots=0,
                        ingress=ingress, spare=spare, runner_procs=procs)
@@ -86,6 +86,8 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
     assert set(lag) == set(out["details"]["jct_s"]) and all(0.0 <= v < 5.0 for v in lag.values()), lag
     assert not netns_mod.list_netns(tiny)
     assert not multiprocessing.active_children()  # the daemon and agent processes are gone
+    # the teardown stops the daemon with its agents: none of them reported down
+    assert "agent_down" not in capfd.readouterr().err
 
 
 def test_failed_run_still_tears_down(tiny, monkeypatch):

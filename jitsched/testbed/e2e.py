@@ -237,6 +237,10 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     finally:
         if gen is not None:
             gen.close()
+        # all told at once: stopped one after another, the agents stopped first went
+        # silent for longer than the daemon's heartbeat timeout, and it reported them down
+        for c in children:
+            c.ask_stop()
         for c in reversed(children):
             got = c.stop()
             if c.name == "daemon":
@@ -300,6 +304,7 @@ class _Child:
         self.proc = ctx.Process(target=target, args=(*args, child), name=f"jitsched-tb-{name}", daemon=True)
         self.proc.start()
         child.close()
+        self._asked = False
 
     def _receive(self, timeout_s: float, silent: str, gone: str) -> tuple:
         """The child's next message; TestbedError ``silent`` if none within ``timeout_s``, ``gone`` if it exited."""
@@ -323,11 +328,20 @@ class _Child:
         return self._receive(timeout_s, f"sent no results within {timeout_s:g} s",
                              "exited before its jobs finished")[1]
 
+    def ask_stop(self) -> None:
+        """Tell the child to stop, without waiting (once; :meth:`stop` waits)."""
+        if not self._asked:
+            self._asked = True
+            try:
+                self.conn.send("stop")
+            except OSError:
+                pass  # it is gone already
+
     def stop(self, timeout_s: float = 15.0) -> dict:
         """Ask the child to stop; returns its final figures (empty if none). Kills it if it hangs."""
         out: dict = {}
         try:
-            self.conn.send("stop")
+            self.ask_stop()
             if self.conn.poll(timeout_s):
                 msg = self.conn.recv()
                 if msg[0] == "stats":
