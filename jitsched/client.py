@@ -152,6 +152,30 @@ class Client:
                                                 "duration_s": float(duration_s),
                                                 "t_ns": time.time_ns()})
 
+    def report(self, job_id: str, events: list) -> list[dict]:
+        """Several progress reports of one job in one round trip, applied in order.
+
+        Parameters
+        ----------
+        events : list of [kind, node id, value]
+            ``["started", transfer, None]``, ``["finished", transfer, bytes or
+            None]``, ``["compute", compute, duration_s]``: what
+            :meth:`transfer_started`, :meth:`transfer_finished` and
+            :meth:`compute_finished` report one at a time.
+
+        Returns
+        -------
+        list of dict
+            Each event's reply (a ``finished`` one says whether the LAT was met).
+
+        Raises
+        ------
+        RemoteError
+            The first event the daemon refused (``events[i]: ...``); the ones
+            before it were applied, and sending them again changes nothing.
+        """
+        return self.request(MsgType.REPORT, {"job_id": job_id, "events": [list(e) for e in events]})["results"]
+
     def job_finished(self, job_id: str, jct_s: float | None = None) -> dict:
         """Report the job done (JCT in seconds, measured by the job)."""
         body: dict[str, Any] = {"job_id": job_id, "t_ns": time.time_ns()}

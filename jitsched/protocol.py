@@ -78,6 +78,10 @@ MESSAGES: tuple[Message, ...] = (
                                        "bytes": (NUM, False), "t_ns": (int, False)}),
     Message("compute_finished", JOB, {"job_id": (str, True), "compute": (str, True),
                                       "duration_s": (NUM, True), "t_ns": (int, False)}),
+    # a job's progress reports in one message: events [kind, node id, value] in order,
+    # kind one of REPORT_EVENTS (value: transfer_finished's bytes or None,
+    # compute_finished's duration_s, transfer_started's None)
+    Message("report", JOB, {"job_id": (str, True), "events": (list, True)}),
     Message("job_finished", JOB, {"job_id": (str, True), "jct_s": (NUM, False),
                                   "t_ns": (int, False)}),
     Message("cancel_job", JOB, {"job_id": (str, True)}),
@@ -395,6 +399,53 @@ def decode_any(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Request | 
     """Decode a frame that may be a request or a reply (agents receive both)."""
     obj = _unpack(data, max_bytes)  # once: an agent's schedule bodies run to thousands of flows
     return _reply_from(obj) if "ok" in obj else _request_from(obj)
+
+
+# a report event's kind -> (the message it stands for, the node's field, the value's field or
+# None, whether the value is required)
+REPORT_EVENTS: dict[str, tuple[str, str, str | None, bool]] = {
+    "started": ("transfer_started", "transfer", None, False),
+    "finished": ("transfer_finished", "transfer", "bytes", False),
+    "compute": ("compute_finished", "compute", "duration_s", True),
+}
+MAX_REPORT_EVENTS = 4096  # per report message
+
+
+def report_bodies(body: dict) -> list[tuple[str, dict]]:
+    """The ``(message type, body)`` each event of a ``report`` body stands for, in order.
+
+    Raises
+    ------
+    ProtocolError
+        INVALID_BODY naming the first malformed event (``events[i]``).
+    """
+    events, job_id = body["events"], body["job_id"]
+    if len(events) > MAX_REPORT_EVENTS:
+        raise ProtocolError(ErrorCode.INVALID_BODY,
+                            f"body.events: {len(events)} events, more than {MAX_REPORT_EVENTS}")
+    out = []
+    for i, ev in enumerate(events):
+        if not isinstance(ev, list) or len(ev) != 3:
+            raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: expected [kind, node, value]")
+        kind, nid, val = ev
+        spec = REPORT_EVENTS.get(kind) if isinstance(kind, str) else None
+        if spec is None:
+            raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: unknown kind {kind!r} "
+                                f"(one of {sorted(REPORT_EVENTS)})")
+        type_, node_key, value_key, required = spec
+        one = {"job_id": job_id, node_key: nid}
+        if val is not None:
+            if value_key is None:
+                raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: {kind} takes no value")
+            one[value_key] = val
+        elif required:
+            raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: {kind} needs {value_key}")
+        try:
+            validate_body(type_, one)
+        except ProtocolError as exc:
+            raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: {exc.message}") from None
+        out.append((type_, one))
+    return out
 
 
 def flow_id(job_id: str, transfer_id: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from jitsched.client import Client, send_bytes
 from jitsched.keys import CLIENTS, DEFAULT_CLIENT, CurveKeys, curve_keys
 from jitsched.model import Job, critical_path_s
-from jitsched.protocol import ErrorCode, MsgType, RemoteError, flow_id
+from jitsched.protocol import MAX_REPORT_EVENTS, ErrorCode, MsgType, RemoteError, flow_id
 
 log = logging.getLogger("jitsched.runner")
 
@@ -153,6 +153,9 @@ class _Session:
         self.resubmits += 1
 
 
+# a Client report method -> the kind of its event in a ``report`` message
+_EVENT_OF = {"transfer_started": "started", "transfer_finished": "finished", "compute_finished": "compute"}
+
 COMPUTE_THREADS = 64  # a job's computes at once (each sleeps to its emulated end, or not at all)
 
 
@@ -195,8 +198,10 @@ class JobRunner:
         the reports in order while the DAG runs on, as a training runtime
         would not stall its ops on the scheduler (thousands of round trips
         otherwise put the daemon's latency on every node of a 2000-transfer
-        ResNet152); the job's JCT ends with its last node, and the run
-        returns once the daemon has every report.
+        ResNet152); the reports queued while one message is on its way go
+        together in the next (``report``: one round trip for many events);
+        the job's JCT ends with its last node, and the run returns once the
+        daemon has every report.
     keys : CurveKeys or path, optional
         The client's CURVE keys (see :class:`jitsched.client.Client`), or a key
         directory holding those of client ``key_name``. None: plaintext.
@@ -268,7 +273,8 @@ class JobRunner:
                 return result
             if reports is not None:
                 # the only user of the client until it has sent everything (sockets are per thread)
-                reporter = threading.Thread(target=self._report_loop, args=(reports, failure, all_done),
+                reporter = threading.Thread(target=self._report_loop,
+                                            args=(client, job.id, reports, failure, all_done),
                                             name=f"report-{job.id}", daemon=True)
                 reporter.start()
             # Transfers block their thread for their whole length; computes wait in a
@@ -303,7 +309,8 @@ class JobRunner:
 
                 def report(fn, *args, then=None):
                     if reports is not None:
-                        reports.put((client, fn, args, then))
+                        # (kind, node, value) of a report message; args are (job id, node[, value])
+                        reports.put((_EVENT_OF[fn], args[1], args[2] if len(args) > 2 else None, then))
                         return
                     with self._lock:
                         rep = client.call(fn, *args)
@@ -395,22 +402,33 @@ class JobRunner:
         return result
 
     @staticmethod
-    def _report_loop(reports: queue.SimpleQueue, failure: list[str], all_done: threading.Event) -> None:
-        # Sends queued reports in order until None; the first failure ends the run, as a
+    def _report_loop(session: _Session, job_id: str, reports: queue.SimpleQueue, failure: list[str],
+                     all_done: threading.Event) -> None:
+        # Sends the queued reports in order until None, every report queued meanwhile in
+        # one message (at most MAX_REPORT_EVENTS); the first failure ends the run, as a
         # failed synchronous report would, and later reports are dropped.
-        while True:
+        end = False
+        while not end:
+            batch = []
             item = reports.get()
-            if item is None:
-                return
-            if failure:
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= MAX_REPORT_EVENTS:
+                    break
+                try:
+                    item = reports.get_nowait()
+                except queue.Empty:
+                    break
+            end = item is None
+            if failure or not batch:
                 continue
-            session, fn, args, then = item
             try:
-                rep = session.call(fn, *args)
-                if then is not None:
-                    then(rep)
+                got = session.call("report", job_id, [b[:3] for b in batch])
+                for (_, _, _, then), rep in zip(batch, got, strict=True):
+                    if then is not None:
+                        then(rep)
             except Exception as exc:  # noqa: BLE001 - reported, and the run ends
-                failure.append(f"report {fn}{args[1:2]}: {type(exc).__name__}: {exc}")
+                failure.append(f"report of {len(batch)} events: {type(exc).__name__}: {exc}")
                 all_done.set()
 
 

@@ -168,6 +168,38 @@ def test_progress_reports_and_unknown_ids(sys4, client):
         assert ei.value.code == code
 
 
+def test_a_report_applies_its_events_in_order_and_stops_at_the_first_refused(sys4, client):
+    d, _ = sys4
+    client.submit_job(layer_chain_job("b", "h0", "h1"))
+    js = d.state.jobs["b"]
+    got = client.report("b", [["started", "read_w0", None], ["finished", "read_w0", 6912],
+                              ["compute", "fwd0", 0.01]])
+    # each event's reply as its own message gives it: a finished transfer's LAT verdict
+    assert len(got) == 3 and got[0] == {} and "lat_hit" in got[1] and got[2] == {}
+    assert "read_w0" in js.started and js.done.keys() == {"read_w0", "fwd0"}
+    assert js.measured_s["fwd0"] == 0.01
+    # a compute reported as a transfer: refused at its index, the event before it applied
+    with pytest.raises(RemoteError) as ei:
+        client.report("b", [["finished", "read_w1", None], ["finished", "fwd1", None],
+                            ["compute", "fwd1", 0.02]])
+    assert ei.value.code == ErrorCode.UNKNOWN_NODE and "events[1]" in str(ei.value)
+    assert "read_w1" in js.done and "fwd1" not in js.done
+    # sent again whole (what a runner does after a refusal it recovers from): no double count
+    hits = js.lat_hits + js.lat_misses
+    assert client.report("b", [["finished", "read_w1", None]]) == [{"lat_hit": None}]
+    assert js.lat_hits + js.lat_misses == hits
+    for events, code in [([["started", "read_w0", 5]], ErrorCode.INVALID_BODY),  # started takes no value
+                         ([["compute", "fwd1", None]], ErrorCode.INVALID_BODY),  # compute needs one
+                         ([["moved", "read_w0", None]], ErrorCode.INVALID_BODY),
+                         ([["finished", "read_w0"]], ErrorCode.INVALID_BODY)]:
+        with pytest.raises(RemoteError) as ei:
+            client.report("b", events)
+        assert ei.value.code == code and "events[0]" in str(ei.value), events
+    with pytest.raises(RemoteError) as ei:
+        client.report("nope", [["started", "read_w0", None]])
+    assert ei.value.code == ErrorCode.UNKNOWN_JOB
+
+
 def test_reconnecting_agent_gets_current_schedule(sys4, client):
     d, agents = sys4
     client.submit_job(layer_chain_job("r", "h0", "h1"))
@@ -342,6 +374,7 @@ def test_dispatch_table_derived_from_the_declarations():
         "submit_job": ("submit_job", False, True), "transfer_started": ("transfer_started", False, True),
         "transfer_finished": ("transfer_finished", False, True),
         "compute_finished": ("compute_finished", False, True),
+        "report": ("report", False, True),
         "job_finished": ("job_finished", False, True), "cancel_job": ("cancel_job", False, True),
         "status": ("status", False, False), "register": ("register", True, True),
         "heartbeat": ("heartbeat", True, True), "ack": ("ack", True, True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import msgpack
 import pytest
@@ -74,7 +75,7 @@ def test_replies_round_trip():
 def test_type_sets_partition_the_types():
     assert JOB_TYPES.isdisjoint(AGENT_TYPES)
     assert JOB_TYPES | AGENT_TYPES <= MESSAGE_TYPES
-    assert {"submit_job", "transfer_started", "transfer_finished", "compute_finished",
+    assert {"submit_job", "transfer_started", "transfer_finished", "compute_finished", "report",
             "job_finished", "cancel_job", "status"} == JOB_TYPES
     assert "schedule" in MESSAGE_TYPES and "schedule" not in AGENT_TYPES  # daemon -> agent only
     assert {"register", "heartbeat", "ack", "get_schedule"} == AGENT_TYPES
@@ -85,7 +86,7 @@ def test_one_declaration_per_message_gives_every_table():
     """MsgType, the schemas and the socket sets all come from MESSAGES, and a message is a str."""
     assert MsgType.SUBMIT_JOB == "submit_job" and MsgType.UNREGISTER_FLOW == "unregister_flow"
     assert {getattr(MsgType, n) for n in vars(MsgType) if n.isupper()} == MESSAGE_TYPES
-    assert len(MESSAGES) == len(MESSAGE_TYPES) == 14
+    assert len(MESSAGES) == len(MESSAGE_TYPES) == 15
     assert protocol._SCHEMAS["ack"] == {"host": (str, True), "seq": (int, True),
                                         "incarnation": (int, False)}
     # the declaration travels as the plain string: packed, pickled and decoded
@@ -159,3 +160,23 @@ def test_protocol_errors_are_jitsched_errors():
     rem = protocol.RemoteError(ErrorCode.UNKNOWN_JOB, "no job 'j'")
     assert isinstance(rem, errors.JitschedError)
     assert (rem.code, rem.message, str(rem)) == ("unknown_job", "no job 'j'", "unknown_job: no job 'j'")
+
+
+def test_report_events_stand_for_the_single_messages():
+    body = {"job_id": "j", "events": [["started", "t", None], ["finished", "t", 10],
+                                      ["finished", "u", None], ["compute", "c", 0.5]]}
+    assert protocol.report_bodies(body) == [
+        ("transfer_started", {"job_id": "j", "transfer": "t"}),
+        ("transfer_finished", {"job_id": "j", "transfer": "t", "bytes": 10}),
+        ("transfer_finished", {"job_id": "j", "transfer": "u"}),
+        ("compute_finished", {"job_id": "j", "compute": "c", "duration_s": 0.5})]
+    for bad, where in [(["finished", 7, None], "events[0]: body.transfer: expected str"),
+                       (["compute", "c", True], "events[0]: body.duration_s: expected number"),
+                       ({"kind": "started"}, "events[0]: expected [kind, node, value]"),
+                       ([["started"], "t", None], "events[0]: unknown kind")]:
+        with pytest.raises(ProtocolError, match=re.escape(where)) as ei:
+            protocol.report_bodies({"job_id": "j", "events": [bad]})
+        assert ei.value.code == ErrorCode.INVALID_BODY
+    n = protocol.MAX_REPORT_EVENTS + 1
+    with pytest.raises(ProtocolError, match=f"{n} events"):
+        protocol.report_bodies({"job_id": "j", "events": [["started", "t", None]] * n})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jitsched.client import TransferSink
+from jitsched.client import Client, TransferSink
 from jitsched.daemon.server import wait_until
 from jitsched.model import Compute, Job, Transfer
 from jitsched.runner import JobRunner
@@ -19,8 +19,16 @@ def _job() -> Job:
 
 
 @pytest.mark.parametrize("async_reports", [False, True])
-def test_runner_executes_and_reports_everything(async_reports):
+def test_runner_executes_and_reports_everything(async_reports, monkeypatch):
     events = []
+    sent: dict[str, int] = {}
+    real = Client.request
+
+    def counted(self, type_, body=None):
+        sent[type_] = sent.get(type_, 0) + 1
+        return real(self, type_, body)
+
+    monkeypatch.setattr(Client, "request", counted)
     with system(hosts=("h0", "h1"), backend="pacing") as (d, agents):
         sinks = {h: TransferSink() for h in ("h0", "h1")}
         try:
@@ -51,6 +59,13 @@ def test_runner_executes_and_reports_everything(async_reports):
         assert r.ideal_jct_s <= r.jct_s
         js = d.state.jobs["small"]
         assert js.state == "finished" and js.jct_s == r.jct_s
+        # one event per node (started and finished per transfer): in one message each
+        # synchronously, in report messages of several asynchronously
+        events = 2 * 3 + 2
+        if async_reports:
+            assert "transfer_finished" not in sent and 1 <= sent["report"] < events, sent
+        else:
+            assert (sent["transfer_started"], sent["transfer_finished"], sent["compute_finished"]) == (3, 3, 2)
         assert set(js.done) == {"t0", "t1", "push", "c0", "c1"}
         assert js.measured_s["c0"] >= 0.05
         # t0 and t1 start at submission and may finish (~8 ms) before the first plan lands,

@@ -26,7 +26,7 @@ from jitsched.daemon.plans import (
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
 from jitsched.errors import JitschedError
-from jitsched.protocol import ErrorCode
+from jitsched.protocol import ErrorCode, report_bodies
 
 log = logging.getLogger("jitsched.daemon")
 
@@ -234,6 +234,22 @@ class SchedulerState:
             self._record(js, nid, DONE, now, float(body["duration_s"]))
         self.plan_book.policy_event("node_done", js.job.id, nid)
         return {}
+
+    def report(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """A job's progress reports in one message, applied in order (see ``report`` in the protocol).
+
+        Returns ``{"results": [...]}``, each event's reply as its own message
+        would have had it. The first event refused ends the batch with its
+        rejection (``events[i]: ...``); those before it stay applied, and each
+        report is idempotent, so the sender may send the whole batch again.
+        """
+        results = []
+        for i, (type_, one) in enumerate(report_bodies(body)):
+            got = getattr(self, type_)(one, now, peer=peer)
+            if isinstance(got, Reject):
+                return Reject(got.code, f"events[{i}]: {got.message}")
+            results.append(got)
+        return {"results": results}
 
     def job_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Mark a job finished; its JCT is ``jct_s`` if given, else measured by the daemon."""
