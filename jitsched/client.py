@@ -235,24 +235,51 @@ _ZEROS = memoryview(bytes(CHUNK))  # every payload is zeros: one buffer, not one
 SMALL_PAYLOAD = 1024  # bytes sent with the header; above, an MSS-sized segment would be split anyway
 
 
-def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | None = None,
-               timeout_s: float = 60.0, mss: int = 1448, tos: int | None = None) -> float:
-    """Move ``nbytes`` bytes to a :class:`TransferSink` at ``addr`` over TCP.
+class Channels:
+    """Idle connections to :class:`TransferSink` receivers, kept for the next transfer.
 
-    The connected socket is registered with the local agent listening at
-    ``agent`` (see :func:`jitsched.localreg.local_address`) so that it paces
-    it; the call returns once the receiver confirms every byte arrived.
-    ``mss`` (bytes) caps the segment size as a 1500-byte MTU would; ``tos``
-    sets the IPv4 TOS byte (DSCP class) of the connection's packets.
-
-    Returns
-    -------
-    float
-        Seconds from connect to the receiver's confirmation.
+    A framework moves a step's many small tensors over channels it keeps open
+    (gRPC's, between a worker and its parameter server), not a connection
+    each. :func:`send_bytes` given a ``Channels`` sends a transfer it does not
+    register with an agent on an idle connection to the same receiver and
+    class when there is one, and leaves its connection here afterwards; a
+    registered transfer always has a connection of its own (the agents tell
+    flows apart by their ports). Thread-safe. The sockets live in whatever
+    network namespace they were opened in: use one ``Channels`` per sending
+    host.
     """
-    t0 = time.perf_counter()
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple, list[socket.socket]] = {}
+        self._lock = threading.Lock()
+        self.opened = 0  # connections made through it
+        self.reused = 0  # transfers sent on a kept connection
+
+    def take(self, key: tuple) -> socket.socket | None:
+        """An idle connection for ``key`` (receiver address, TOS), or None."""
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                self.reused += 1
+                return idle.pop()
+        return None
+
+    def give(self, key: tuple, sock: socket.socket) -> None:
+        """Keep ``sock`` (its last transfer confirmed) for the next transfer of ``key``."""
+        with self._lock:
+            self._idle.setdefault(key, []).append(sock)
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            socks = [x for idle in self._idle.values() for x in idle]
+            self._idle.clear()
+        for x in socks:
+            x.close()
+
+
+def _connect(addr: tuple[str, int], timeout_s: float, mss: int, tos: int | None) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    ctrl = None
     try:
         # An Ethernet-sized MSS: on loopback (64 KiB MTU) TCP would send 128 KiB bursts
         # and, at a low pacing rate, wait seconds between them even after the rate rises.
@@ -262,37 +289,94 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
         sock.settimeout(timeout_s)
         sock.connect(addr)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _send_flow(sock: socket.socket, nbytes: int, flow: str, tos: int | None, keep: bool) -> None:
+    head: dict[str, Any] = {"flow": flow, "bytes": int(nbytes)}
+    if tos is not None:
+        head["tos"] = int(tos)  # the receiver marks its confirmation the same way
+    if keep:
+        head["keep"] = True  # the receiver reads the next flow's header after confirming
+    hdr = msgpack.packb(head)
+    # the header and a small payload in one segment: the sink then reads the whole
+    # flow in the wake-up that accepts it (TransferSink defers accepts to the data)
+    first = min(int(nbytes), SMALL_PAYLOAD)
+    sock.sendall(_HDR.pack(len(hdr)) + hdr + _ZEROS[:first])
+    left = int(nbytes) - first
+    while left > 0:
+        n = sock.send(_ZEROS[:min(left, CHUNK)])
+        left -= n
+    if sock.recv(1) != b"\x01":
+        raise ConnectionError(f"flow {flow}: receiver did not confirm")
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        # shutdown, not just close: an agent may hold a duplicate of this socket
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
+def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | None = None,
+               timeout_s: float = 60.0, mss: int = 1448, tos: int | None = None,
+               channels: Channels | None = None) -> float:
+    """Move ``nbytes`` bytes to a :class:`TransferSink` at ``addr`` over TCP.
+
+    The connected socket is registered with the local agent listening at
+    ``agent`` (see :func:`jitsched.localreg.local_address`) so that it paces
+    it; the call returns once the receiver confirms every byte arrived.
+    ``mss`` (bytes) caps the segment size as a 1500-byte MTU would; ``tos``
+    sets the IPv4 TOS byte (DSCP class) of the connection's packets. With
+    ``channels`` and no ``agent``, an idle connection to the same receiver and
+    class is used if there is one, and the connection is kept there after
+    (one the receiver closed meanwhile is replaced once, transparently).
+
+    Returns
+    -------
+    float
+        Seconds from the start (connect, or taking a kept connection) to the
+        receiver's confirmation.
+    """
+    t0 = time.perf_counter()
+    keep = channels is not None and agent is None
+    key = (tuple(addr), tos)
+    sock = channels.take(key) if keep else None
+    if sock is not None:
+        try:
+            sock.settimeout(timeout_s)
+            _send_flow(sock, nbytes, flow, tos, True)
+            channels.give(key, sock)
+            return time.perf_counter() - t0
+        except (OSError, ConnectionError):
+            _close(sock)  # the receiver closed it while idle: a new connection below
+    sock = _connect(addr, timeout_s, mss, tos)
+    if keep:
+        channels.opened += 1
+    ctrl = None
+    try:
         if agent is not None:
             ctrl = register_flow(agent, flow, sock)
-        head = {"flow": flow, "bytes": int(nbytes)}
-        if tos is not None:
-            head["tos"] = int(tos)  # the receiver marks its confirmation the same way
-        hdr = msgpack.packb(head)
-        # the header and a small payload in one segment: the sink then reads the whole
-        # flow in the wake-up that accepts it (TransferSink defers accepts to the data)
-        first = min(int(nbytes), SMALL_PAYLOAD)
-        sock.sendall(_HDR.pack(len(hdr)) + hdr + _ZEROS[:first])
-        left = int(nbytes) - first
-        while left > 0:
-            n = sock.send(_ZEROS[:min(left, CHUNK)])
-            left -= n
-        if sock.recv(1) != b"\x01":
-            raise ConnectionError(f"flow {flow}: receiver did not confirm")
+        _send_flow(sock, nbytes, flow, tos, keep)
+        if keep:
+            channels.give(key, sock)
+            sock = None
         return time.perf_counter() - t0
     finally:
         unregister_flow(ctrl, flow)
-        try:
-            # shutdown, not just close: the agent held a duplicate of this socket
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        sock.close()
+        if sock is not None:
+            _close(sock)
 
 
 class _Inbound:
     """One connection a :class:`TransferSink` is reading: its header, then its payload."""
 
-    __slots__ = ("conn", "head", "flow", "left", "total", "ctrl", "done")
+    __slots__ = ("conn", "head", "flow", "left", "total", "ctrl", "done", "keep")
 
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
@@ -301,6 +385,14 @@ class _Inbound:
         self.left = self.total = 0
         self.ctrl: socket.socket | None = None  # the agent registration of a large flow (the registrar's)
         self.done = False  # finished or dropped: a registration still queued is skipped
+        self.keep = False  # the sender keeps the connection for its next flow
+
+    def next_flow(self) -> None:
+        """Wait for the next flow's header on the same connection."""
+        self.head = bytearray()
+        self.flow = None
+        self.left = self.total = 0
+        self.keep = False
 
 
 class TransferSink:
@@ -438,6 +530,7 @@ class TransferSink:
     def _start(self, c: _Inbound, hdr: dict) -> None:
         c.flow, c.left = str(hdr["flow"]), int(hdr["bytes"])
         c.total = c.left
+        c.keep = bool(hdr.get("keep", False))
         if "tos" in hdr:
             # the confirmation is the transfer's last step: unmarked, it would queue as
             # background behind this host's own outbound DL flows
@@ -456,7 +549,10 @@ class TransferSink:
         if self.on_arrival is not None:
             self.on_arrival(c.flow, c.total)
         c.conn.send(b"\x01")  # one byte into an empty send buffer: never blocks
-        self._drop(c)
+        if c.keep and not self._registers(c):
+            c.next_flow()  # a kept channel (Channels): its next header, on this connection
+        else:
+            self._drop(c)  # a registered flow's agent filters on its ports: never reused
 
     def _drop(self, c: _Inbound) -> None:
         self._open.discard(c)
@@ -485,4 +581,4 @@ class TransferSink:
         self._wake_w.close()
 
 
-__all__ = ["Client", "RemoteError", "TransferSink", "load_graph_job", "send_bytes"]
+__all__ = ["Channels", "Client", "RemoteError", "TransferSink", "load_graph_job", "send_bytes"]

@@ -13,7 +13,7 @@ import pytest
 import zmq
 
 from jitsched.agents.agent import Agent
-from jitsched.client import Client, TransferSink, send_bytes
+from jitsched.client import Channels, Client, TransferSink, send_bytes
 from jitsched.daemon.server import wait_until
 from jitsched.protocol import ErrorCode, RemoteError
 from tests.test_daemon import system
@@ -230,6 +230,48 @@ def test_sink_accepts_a_connection_whose_data_comes_late():
         s.close()
         assert sink.received == {"j/late": 10}
     finally:
+        sink.close()
+
+
+def test_channels_carry_small_transfers_on_kept_connections():
+    sink = TransferSink()
+    ch = Channels()
+    try:
+        for i in range(20):
+            send_bytes(sink.address, 100 + i, f"j/s{i}", channels=ch)
+        assert (ch.opened, ch.reused) == (1, 19)
+        assert sink.received == {f"j/s{i}": 100 + i for i in range(20)}
+        assert len(sink._open) == 1  # the one connection, waiting for its next header
+        # another class (TOS) is another channel; several senders at once open a few more
+        send_bytes(sink.address, 10, "j/marked", tos=0x28, channels=ch)
+        assert ch.opened == 2
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda i: send_bytes(sink.address, 2000, f"j/p{i}", channels=ch), range(200)))
+        assert 2 < ch.opened <= 2 + 8 and ch.opened + ch.reused == 221
+        assert all(sink.received[f"j/p{i}"] == 2000 for i in range(200))
+        # the sender closing its idle connections: the sink lets them go, and serves on
+        ch.close()
+        assert wait_until(lambda: not sink._open, 2.0)
+        send_bytes(sink.address, 7, "j/after")
+        assert sink.received["j/after"] == 7
+    finally:
+        ch.close()
+        sink.close()
+
+
+def test_a_kept_connection_the_receiver_closed_is_replaced():
+    sink = TransferSink()
+    ch = Channels()
+    try:
+        send_bytes(sink.address, 50, "j/one", channels=ch)
+        addr = sink.address
+        sink.close()  # the kept connection's other end goes
+        sink = TransferSink(addr[0], addr[1])
+        send_bytes(addr, 60, "j/two", channels=ch)  # the dead one tried, then a new one
+        assert sink.received == {"j/two": 60}
+        assert (ch.opened, ch.reused) == (2, 1)
+    finally:
+        ch.close()
         sink.close()
 
 

@@ -397,17 +397,21 @@ def _daemon_main(cfg, conn) -> None:
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
                   tos: int | None, timeout_s: float, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
-    from jitsched.client import send_bytes
+    from jitsched.client import Channels, send_bytes
     from jitsched.netns import Namespaces
     from jitsched.runner import JobRunner
 
     spaces = Namespaces()  # closed below: the namespaces must go with the testbed
+    # Transfers too small to register ride connections kept per sending host, as a
+    # framework's RPC channels carry a step's small tensors (under every policy); a
+    # larger one has a connection of its own (jit's agents rank it by its ports).
+    channels = {h: Channels() for h in netns_of}
 
     def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
-        if nbytes <= reg_max:
-            agent = None
+        small = nbytes <= reg_max
         with spaces.entered(netns_of[src]):
-            return send_bytes(addr, nbytes, flow, agent=agent, timeout_s=timeout_s, tos=tos)
+            return send_bytes(addr, nbytes, flow, agent=None if small else agent, timeout_s=timeout_s,
+                              tos=tos, channels=channels[src] if small else None)
 
     results: dict = {}
     lock = threading.Lock()
@@ -443,6 +447,8 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
     except (EOFError, OSError):
         pass  # the parent is gone
     finally:
+        for c in channels.values():
+            c.close()
         if not any(t.is_alive() for t in threads):  # else a sender may still be in one
             spaces.close()
 
