@@ -264,6 +264,11 @@ class Channels:
                 return idle.pop()
         return None
 
+    def count_opened(self) -> None:
+        """Count a connection opened for a transfer that will leave it here."""
+        with self._lock:
+            self.opened += 1
+
     def give(self, key: tuple, sock: socket.socket) -> None:
         """Keep ``sock`` (its last transfer confirmed) for the next transfer of ``key``."""
         with self._lock:
@@ -357,7 +362,7 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
             _close(sock)  # the receiver closed it while idle: a new connection below
     sock = _connect(addr, timeout_s, mss, tos)
     if keep:
-        channels.opened += 1
+        channels.count_opened()
     ctrl = None
     try:
         if agent is not None:

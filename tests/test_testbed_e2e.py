@@ -38,13 +38,14 @@ def tiny(monkeypatch, netns_available):
         testbed.down(prefix)
 
 
-@pytest.mark.parametrize("policy,ingress,spare,procs", [("jit", False, "background", 1), ("jit", True, "shared", 2),
-                                                        ("none", False, "background", 2),
-                                                        ("sincronia", True, "background", 2)])
-def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs, capfd):
-    # procs 2: each of the two jobs in a runner process of its own; 1: both in one
+@pytest.mark.parametrize("policy,ingress,spare,procs,channels", [
+    ("jit", False, "background", 1, False), ("jit", True, "shared", 2, True),
+    ("none", False, "background", 2, True), ("sincronia", True, "background", 2, False)])
+def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs, channels, capfd):
+    # procs 2: each of the two jobs in a runner process of its own; 1: both in one;
+    # channels: the small transfers on kept connections
     out = run_scenario("tiny", policy=policy, seed=1, prefix=tiny, timeout_s=60.0, measure_slots=0,
-                       ingress=ingress, spare=spare, runner_procs=procs)
+                       ingress=ingress, spare=spare, runner_procs=procs, channels=channels)
     assert out["policy"] == policy and out["jobs"] == 2
     assert out["completed"] == 2, out["details"]["errors"]
     assert out["lat_hit_rate"] is not None and 0.0 <= out["lat_hit_rate"] <= 1.0

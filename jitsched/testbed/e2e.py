@@ -195,7 +195,8 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         k = max(1, min(options.runner_procs, len(jobs)))
         for i in range(k):
             children.append(_Child(f"runners-{i}", _runners_main,
-                                   (jobs[i::k], job_ep, addrs, agent_names, netns_of, reg_max, tos, timeout_s)))
+                                   (jobs[i::k], job_ep, addrs, agent_names, netns_of, reg_max, tos, timeout_s,
+                                    options.channels)))
         runners = children[-k:]
         for c in runners:
             c.ready()
@@ -395,23 +396,23 @@ def _daemon_main(cfg, conn) -> None:
 
 
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
-                  tos: int | None, timeout_s: float, conn) -> None:
+                  tos: int | None, timeout_s: float, use_channels: bool, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
     from jitsched.client import Channels, send_bytes
     from jitsched.netns import Namespaces
     from jitsched.runner import JobRunner
 
     spaces = Namespaces()  # closed below: the namespaces must go with the testbed
-    # Transfers too small to register ride connections kept per sending host, as a
-    # framework's RPC channels carry a step's small tensors (under every policy); a
-    # larger one has a connection of its own (jit's agents rank it by its ports).
-    channels = {h: Channels() for h in netns_of}
+    # TestbedOptions.channels: transfers too small to register ride connections kept per
+    # sending host, as a framework's RPC channels carry a step's small tensors (under every
+    # policy); a larger one has a connection of its own (jit's agents rank it by its ports).
+    channels = {h: Channels() for h in netns_of} if use_channels else {}
 
     def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
         small = nbytes <= reg_max
         with spaces.entered(netns_of[src]):
             return send_bytes(addr, nbytes, flow, agent=None if small else agent, timeout_s=timeout_s,
-                              tos=tos, channels=channels[src] if small else None)
+                              tos=tos, channels=channels.get(src) if small else None)
 
     results: dict = {}
     lock = threading.Lock()
