@@ -117,9 +117,9 @@ class TestbedOptions:
         connections kept per sending host (:class:`jitsched.client.Channels`),
         as a framework's RPC channels would, under every policy; off by
         default, as measured in session 16: on quick it left jit's JCT as it
-        was and took ~3.6 % of the files' goodput (45.65 against 47.3 Mbit/s,
+        was and took 3.5 % of the files' goodput (45.65 against 47.3 Mbit/s,
         medians of four runs each), while plain TCP's JCT rose 2 % and its
-        files gained; on paper-mini jit 6.4-6.7 s with it against 6.1-7.4 s
+        files gained 8 %; on paper-mini jit 6.4-6.7 s with it against 6.1-7.4 s
         without.
     runner_procs : int
         Processes the job runners run in (jobs dealt round-robin in arrival
