@@ -402,11 +402,11 @@ def decode_any(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Request | 
 
 
 # a report event's kind -> (the message it stands for, the node's field, the value's field or
-# None, whether the value is required)
-REPORT_EVENTS: dict[str, tuple[str, str, str | None, bool]] = {
-    "started": ("transfer_started", "transfer", None, False),
-    "finished": ("transfer_finished", "transfer", "bytes", False),
-    "compute": ("compute_finished", "compute", "duration_s", True),
+# None); whether the value is required is that message's schema's to say
+REPORT_EVENTS: dict[str, tuple[str, str, str | None]] = {
+    "started": ("transfer_started", "transfer", None),
+    "finished": ("transfer_finished", "transfer", "bytes"),
+    "compute": ("compute_finished", "compute", "duration_s"),
 }
 MAX_REPORT_EVENTS = 4096  # per report message
 
@@ -432,15 +432,13 @@ def report_bodies(body: dict) -> list[tuple[str, dict]]:
         if spec is None:
             raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: unknown kind {kind!r} "
                                 f"(one of {sorted(REPORT_EVENTS)})")
-        type_, node_key, value_key, required = spec
+        type_, node_key, value_key = spec
         one = {"job_id": job_id, node_key: nid}
         if val is not None:
             if value_key is None:
                 raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: {kind} takes no value")
             one[value_key] = val
-        elif required:
-            raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: {kind} needs {value_key}")
-        try:
+        try:  # a value its message requires, missing, is the schema's "missing required field"
             validate_body(type_, one)
         except ProtocolError as exc:
             raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: {exc.message}") from None
