@@ -385,19 +385,16 @@ class _Inbound:
 
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
+        self.ctrl: socket.socket | None = None  # the agent registration of a large flow (the registrar's)
+        self.done = False  # finished or dropped: a registration still queued is skipped
+        self.next_flow()
+
+    def next_flow(self) -> None:
+        """Wait for a flow's header (the first, or the next on a kept connection)."""
         self.head = bytearray()  # the length prefix and the header, until complete
         self.flow: str | None = None
         self.left = self.total = 0
-        self.ctrl: socket.socket | None = None  # the agent registration of a large flow (the registrar's)
-        self.done = False  # finished or dropped: a registration still queued is skipped
         self.keep = False  # the sender keeps the connection for its next flow
-
-    def next_flow(self) -> None:
-        """Wait for the next flow's header on the same connection."""
-        self.head = bytearray()
-        self.flow = None
-        self.left = self.total = 0
-        self.keep = False
 
 
 class TransferSink:
