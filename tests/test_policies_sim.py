@@ -165,3 +165,26 @@ def test_sincronia_schedule_ranks_jobs_in_bssi_order_for_the_agents():
     assert sched.slot_s == 0.25 and all(len(f[5]) == 0 for f in sched.flows)
     with pytest.raises(ValidationError, match="slot_s"):
         SincroniaPolicy(slot_s=0)
+
+
+def test_tictac_schedule_ranks_jobs_first_come_first_served_then_in_tictac_order():
+    from jitsched.daemon.state import PlanRequest, build_view
+    from jitsched.policies.tictac import TicTacPolicy
+
+    cluster = Cluster.uniform(2)
+    # "late" is listed (and compiled) first but arrived later: FIFO is by arrival
+    late, early = replace(chain_job(), id="late", arrival_s=1.0), replace(chain_job(), id="early", arrival_s=0.5)
+    done = {"t0": 0.2, "c0": 0.3}  # early's first read is over: it is not listed
+    view = build_view(PlanRequest(1, 2.0, ((late, {}, {}), (early, done, {})), (), ()), cluster)[0]
+    pol = TicTacPolicy(slot_s=0.2)
+    pol.reset(cluster)
+    sched = pol.schedule(view)
+    # inside a job the reads in the order its chain needs them (t0, t1, t2; by hand above)
+    assert sched.prio == {("early", "t1"): 0, ("early", "t2"): 1,
+                          ("late", "t0"): 2, ("late", "t1"): 3, ("late", "t2"): 4}
+    assert sched.slot_s == 0.2 and all(len(f[5]) == 0 for f in sched.flows)
+    # node indices are the plan's own: a view without "late" ranks early's reads the same
+    alone = build_view(PlanRequest(2, 2.0, ((early, done, {}),), (), ()), cluster)[0]
+    assert pol.schedule(alone).prio == {("early", "t1"): 0, ("early", "t2"): 1}
+    with pytest.raises(ValidationError, match="slot_s"):
+        TicTacPolicy(slot_s=-1.0)

@@ -40,7 +40,8 @@ def tiny(monkeypatch, netns_available):
 
 @pytest.mark.parametrize("policy,ingress,spare,procs,channels", [
     ("jit", False, "background", 1, False), ("jit", True, "shared", 2, True),
-    ("none", False, "background", 2, True), ("sincronia", True, "background", 2, False)])
+    ("none", False, "background", 2, True), ("sincronia", True, "background", 2, False),
+    ("tictac", True, "background", 1, False)])
 def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs, channels, capfd):
     # procs 2: each of the two jobs in a runner process of its own; 1: both in one;
     # channels: the small transfers on kept connections
@@ -69,7 +70,7 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
     [(fid, c)] = out["details"]["background_contention"].items()
     assert fid == "file-0" and c["life_s"] > 0
     assert 0.0 <= c["egress_dl_mb"] <= 12.5 * c["life_s"] and 0.0 <= c["ingress_dl_mb"] <= 12.5 * c["life_s"]
-    # jit, sincronia: the daemon planned; none: it only kept the books, nothing was enforced
+    # jit, sincronia, tictac: the daemon planned; none: it only kept the books, nothing was enforced
     assert (out["details"]["daemon"]["plans"] >= 1) if policy != "none" else out["rate_accuracy_p50"] is None
     if policy != "none":
         # senders register every large transfer; receivers too when they enforce their ingress
@@ -106,7 +107,7 @@ def test_failed_run_still_tears_down(tiny, monkeypatch):
     assert len(seen[0]) == 4  # 3 hosts + switch
     assert not netns_mod.list_netns(tiny)
     assert not multiprocessing.active_children()
-    with pytest.raises(ValidationError, match="policy: expected one of jit, sincronia, none"):
+    with pytest.raises(ValidationError, match="policy: expected one of jit, sincronia, tictac, none"):
         run_scenario("tiny", policy="nonsense", prefix=tiny)
 
 

@@ -130,7 +130,7 @@ def test_cli_flags_and_defaults_are_the_ones_before_the_options_classes():
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"policy": "tensorflow"}, "policy: expected one of jit, sincronia, none"),
+    ({"policy": "tensorflow"}, "policy: expected one of jit, sincronia, tictac, none"),
     ({"seed": -1}, "seed: must be within [0, inf)"),
     ({"seed": 1.5}, "seed: expected an int"),
     ({"seed": True}, "seed: expected an int"),
@@ -212,7 +212,7 @@ def test_prediction_shapes_ingress_as_a_jit_run_would(policy, ingress, share):
 
 @pytest.mark.parametrize("policy, ingress, enforced", [
     ("jit", None, True), ("jit", True, True), ("jit", False, False), ("none", None, False), ("none", True, False),
-    ("sincronia", None, True), ("sincronia", False, False)])
+    ("sincronia", None, True), ("sincronia", False, False), ("tictac", None, True)])
 def test_ingress_is_enforced_by_default_where_agents_run(policy, ingress, enforced):
     assert TestbedOptions(policy=policy, ingress=ingress).enforce_ingress is enforced
     assert TestbedOptions(policy=policy).enforced is (policy != "none")

@@ -1,10 +1,12 @@
-"""Helpers shared by policies: sub-DAGs of selected jobs and job-level groupings of flows."""
+"""Helpers shared by policies: sub-DAGs of selected jobs, option checks and order-only schedules."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from jitsched.model import DagArrays
+from jitsched.errors import ValidationError
+from jitsched.model import TRANSFER, DagArrays
+from jitsched.policies.base import DONE, SchedulerView, SlotSchedule
 
 
 def _gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,3 +83,45 @@ def sub_dag(dag: DagArrays, jobs: np.ndarray) -> tuple[DagArrays, np.ndarray]:
         topo=topo.astype(np.int32),
     )
     return sub, nodes
+
+
+def check_slot_s(slot_s) -> float:
+    """``slot_s`` as a float, or a :class:`ValidationError` unless it is a positive finite number of seconds."""
+    if isinstance(slot_s, bool) or not (isinstance(slot_s, (int, float)) and 0 < slot_s < float("inf")):
+        raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
+    return float(slot_s)
+
+
+def unfinished_transfers(view: SchedulerView) -> np.ndarray:
+    """Global node indices of the active jobs' transfers with bytes still to send."""
+    dag = view.dag
+    live = view.job_arrived & ~view.job_done
+    return np.flatnonzero((dag.kind == TRANSFER) & live[dag.job_of] & (view.node_state != DONE)
+                          & (view.remaining > 0))
+
+
+def ranked_schedule(view: SchedulerView, nodes: np.ndarray, rank: np.ndarray, slot_s: float) -> SlotSchedule:
+    """A rates-free schedule listing transfers ``nodes`` with strict-priority ranks ``rank`` (0 first).
+
+    What an order-only policy hands the daemon for its host agents: every
+    flow is work-conserving at its rank, background after all of them.
+
+    Parameters
+    ----------
+    view : SchedulerView
+    nodes : ndarray of int, shape (F,)
+        Global transfer node indices.
+    rank : ndarray of int, shape (F,)
+        Their ranks; equal ranks share a priority.
+    slot_s : float
+        The schedule's slot length, seconds.
+    """
+    dag = view.dag
+    flows, prio = [], {}
+    for n, r in zip(nodes.tolist(), rank.tolist(), strict=True):
+        key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
+        flows.append((*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
+        prio[key] = int(r)
+    h = len(view.cluster)
+    return SlotSchedule(epoch_s=view.now, slot_s=slot_s, flows=flows, leftover_egress=np.zeros((h, 0)),
+                        leftover_ingress=np.zeros((h, 0)), prio=prio)

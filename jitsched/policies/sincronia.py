@@ -15,6 +15,7 @@ from jitsched.policies.base import (
     SlotSchedule,
     register_policy,
 )
+from jitsched.policies.common import check_slot_s, ranked_schedule, unfinished_transfers
 
 RECOMPUTE = ("events", "arrivals", "flows")
 
@@ -87,10 +88,8 @@ class SincroniaPolicy(Policy):
     def __init__(self, recompute: str = "events", slot_s: float = 0.1) -> None:
         if recompute not in RECOMPUTE:
             raise ValidationError(f"recompute: expected one of {RECOMPUTE}, got {recompute!r}")
-        if isinstance(slot_s, bool) or not (isinstance(slot_s, (int, float)) and 0 < slot_s < float("inf")):
-            raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
+        self.slot_s = check_slot_s(slot_s)
         self.recompute = recompute
-        self.slot_s = float(slot_s)
         self._stale = True
         self._job_rank = np.zeros(0, dtype=np.int64)
         self._bg_rank = np.zeros(0, dtype=np.int64)
@@ -176,21 +175,11 @@ class SincroniaPolicy(Policy):
         know: the agents put them after every ranked flow, as for ``jit``.
         """
         self._reorder(view)
-        dag = view.dag
-        live = view.job_arrived & ~view.job_done
-        nodes = np.flatnonzero((dag.kind == TRANSFER) & live[dag.job_of] & (view.node_state != DONE)
-                               & (view.remaining > 0))
+        nodes = unfinished_transfers(view)
         if not len(nodes):
             return None
-        _, ranks = np.unique(self._job_rank[dag.job_of[nodes]], return_inverse=True)
-        flows, prio = [], {}
-        for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
-            key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
-            flows.append((*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
-            prio[key] = int(rank)
-        h = len(view.cluster)
-        return SlotSchedule(epoch_s=view.now, slot_s=self.slot_s, flows=flows, leftover_egress=np.zeros((h, 0)),
-                            leftover_ingress=np.zeros((h, 0)), prio=prio)
+        _, ranks = np.unique(self._job_rank[view.dag.job_of[nodes]], return_inverse=True)
+        return ranked_schedule(view, nodes, ranks, self.slot_s)
 
     def stats(self) -> dict:
         return {"orderings": self.orderings}

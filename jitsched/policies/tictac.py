@@ -9,7 +9,8 @@ import numpy as np
 from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
 from jitsched.model import COMPUTE, TRANSFER, DagArrays
-from jitsched.policies.base import Allocation, Policy, SchedulerView, register_policy
+from jitsched.policies.base import Allocation, Policy, SchedulerView, SlotSchedule, register_policy
+from jitsched.policies.common import check_slot_s, ranked_schedule, unfinished_transfers
 from jitsched.policies.tensorflow import pair_maxmin
 
 MODES = ("auto", "tac", "tic")
@@ -178,12 +179,15 @@ class TicTacPolicy(Policy):
     mode : {"auto", "tac", "tic"}
         ``auto``: TAC for jobs with op timings, TIC otherwise.
     background : {"fair", "fifo"}
+    slot_s : float
+        Slot length of :meth:`schedule`'s (rates-free) schedules, seconds.
     """
 
     name = "tictac"
     role = "baseline"
 
-    def __init__(self, mode: str = "auto", background: str = "fair") -> None:
+    def __init__(self, mode: str = "auto", background: str = "fair", slot_s: float = 0.1) -> None:
+        self.slot_s = check_slot_s(slot_s)
         if mode not in MODES:
             raise ValidationError(f"mode: expected one of {MODES}, got {mode!r}")
         if background not in ("fair", "fifo"):
@@ -197,21 +201,50 @@ class TicTacPolicy(Policy):
         self.cluster = cluster
         self._rank = np.zeros(0, dtype=np.int64)
 
-    def on_job_arrival(self, view: SchedulerView, job: int) -> None:
-        dag = view.dag
-        if len(self._rank) < dag.n_nodes:
-            self._rank = np.concatenate([self._rank, np.zeros(dag.n_nodes - len(self._rank), dtype=np.int64)])
-        cl = view.cluster
-        comm = np.zeros(dag.n_nodes)
+    def _job_ranks(self, view: SchedulerView, job: int) -> tuple[np.ndarray, np.ndarray]:
+        """``job``'s transfer nodes and their TicTac ranks (cached by the job's structure and timings)."""
+        dag, cl = view.dag, view.cluster
         lo, hi = int(dag.job_ptr[job]), int(dag.job_ptr[job + 1])
         t = np.arange(lo, hi)[dag.kind[lo:hi] == TRANSFER]
+        comm = np.zeros(dag.n_nodes)
         comm[t] = dag.size[t] / np.minimum(cl.egress_Bps[dag.src[t]], cl.ingress_Bps[dag.dst[t]])
         key = _job_key(dag, job, comm)
         ranks = self._cache.get(key)
         if ranks is None:
             ranks = tictac_order(dag, job, comm, self.mode)
             self._cache[key] = ranks
+        return t, ranks
+
+    def on_job_arrival(self, view: SchedulerView, job: int) -> None:
+        dag = view.dag
+        if len(self._rank) < dag.n_nodes:
+            self._rank = np.concatenate([self._rank, np.zeros(dag.n_nodes - len(self._rank), dtype=np.int64)])
+        t, ranks = self._job_ranks(view, job)
         self._rank[t] = ranks
+
+    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        """Every unfinished transfer of the active jobs ranked as :meth:`allocate` orders them, for host agents.
+
+        One global order of dense ranks: jobs first come first served (arrival,
+        then index), a job's transfers by their TicTac rank, then node. Computed
+        from ``view`` alone (the daemon compiles a new DAG for every plan, so
+        node indices do not carry over), the per-job orders from the cache.
+        Background flows are not the daemon's to know: the agents put them
+        after every ranked flow, as for ``jit`` and ``sincronia``.
+        """
+        dag = view.dag
+        nodes = unfinished_transfers(view)
+        if not len(nodes):
+            return None
+        rank = np.zeros(dag.n_nodes, dtype=np.int64)
+        for j in np.unique(dag.job_of[nodes]).tolist():
+            t, ranks = self._job_ranks(view, j)
+            rank[t] = ranks
+        job = dag.job_of[nodes]
+        order = np.lexsort((nodes, rank[nodes], job, dag.arrival[job]))
+        dense = np.empty(len(nodes), dtype=np.int64)
+        dense[order] = np.arange(len(nodes))
+        return ranked_schedule(view, nodes, dense, self.slot_s)
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Strict-priority greedy rates: earlier arrival first, TicTac rank inside a job (bytes/s)."""

@@ -31,8 +31,11 @@ from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 # would take CPU from plain TCP's runners; its ideal is the simulator's reference
 # policy (``tensorflow``, max-min fair), what speedups are measured against.
 # ``sincronia`` is the baseline's coflow order as ranks (SincroniaPolicy.schedule)
-# through the same agents as jit's: the two orders on real TCP, side by side.
-DAEMON_POLICY = {"jit": "jit", "sincronia": "sincronia", "none": reference_policy()}
+# through the same agents as jit's, and ``tictac`` TicTac's (first come first
+# served across jobs, TicTac's order inside one: TicTacPolicy.schedule): the
+# orders on real TCP, side by side. Under all three the agents put background
+# traffic after every ranked flow.
+DAEMON_POLICY = {"jit": "jit", "sincronia": "sincronia", "tictac": "tictac", "none": reference_policy()}
 POLICIES = tuple(DAEMON_POLICY)
 # The daemon plans as the simulator's jit policy does, so that
 # :func:`jitsched.testbed.scenario.predict` describes the same policy: every
@@ -71,11 +74,13 @@ class TestbedOptions:
         Link rate each way, Mbit/s (None: the scenario's; it scales the byte sizes).
     prefix : str
         Testbed name prefix (namespaces ``<prefix>-h<i>``, bridge ``<prefix>-br0``).
-    policy : {"jit", "none"}
+    policy : {"jit", "sincronia", "tictac", "none"}
         ``jit``: the daemon's ``jit`` policy enforced by tc agents (a flow's
         planned rate is a floor; flows borrow what background leaves idle,
-        the policy's backfill); ``none``: the same jobs with no agents, so
-        flows share the shaped links as plain TCP (the TensorFlow baseline).
+        the policy's backfill); ``sincronia``, ``tictac``: those baselines'
+        orders as ranks through the same agents; ``none``: the same jobs with
+        no agents, so flows share the shaped links as plain TCP (the
+        TensorFlow baseline).
     seed : int
         Workload seed (same seed, same jobs and files).
     ingress : bool or None
@@ -143,8 +148,8 @@ class TestbedOptions:
         None, "link rate in Mbit/s each way (default 100; run: the scenario's, which scales its byte sizes)")
     prefix: str = option("js", "names of namespaces/interfaces (default %(default)s: %(default)s-h0.., "
                                "%(default)s-br0)")
-    policy: str = option("jit", "run: jit scheduling, sincronia (its coflow order through the same agents), "
-                                "or none (plain TCP sharing, the TensorFlow baseline)",
+    policy: str = option("jit", "run: jit scheduling, sincronia or tictac (their orders through the same "
+                                "agents), or none (plain TCP sharing, the TensorFlow baseline)",
                          choices=POLICIES)
     seed: int = option(0, "workload seed for run")
     ingress: bool | None = option(
