@@ -137,10 +137,10 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say, baselines
     from jitsched.testbed.e2e import run_scenario
 
     t = time.perf_counter()
-    pred = predict(scenario, options.seed, **options.prediction_options())
-    say(f"{scenario}: simulator {SIM_NONE} {pred[SIM_NONE]['mean_jct_s']:.2f} s, "
-        f"{SIM_JIT} {pred[SIM_JIT]['mean_jct_s']:.2f} s, ratio {pred['jct_ratio_tf_over_jit']:.3f} "
-        f"({time.perf_counter() - t:.0f} s)")
+    pred = predict(scenario, options.seed, **options.prediction_options(), baselines=tuple(baselines))
+    sim_pols = SIM_POLICIES + tuple(DAEMON_POLICY[b] for b in baselines)
+    say(f"{scenario}: simulator " + ", ".join(f"{p} {pred[p]['mean_jct_s']:.2f} s" for p in sim_pols)
+        + f", ratio {pred['jct_ratio_tf_over_jit']:.3f} ({time.perf_counter() - t:.0f} s)")
     runs = []
     pols = PAIR + tuple(baselines)
     for r in range(repeat):
@@ -191,9 +191,12 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say, baselines
                           "tensorflow_mean_jct_s": pred[SIM_NONE]["mean_jct_s"],
                           "jit_mean_jct_s": pred[SIM_JIT]["mean_jct_s"],
                           "speedup_by_model": sim_by_model,
-                          "background_slowdown": {p: pred[p]["background_slowdown"] for p in SIM_POLICIES},
-                          "background_mbit": {p: pred[p]["background_mbit_mean"] for p in SIM_POLICIES},
-                          "jct_s": {p: pred[p]["jct_s"] for p in SIM_POLICIES}},
+                          **{f"{b}_mean_jct_s": pred[DAEMON_POLICY[b]]["mean_jct_s"] for b in baselines},
+                          **{f"jct_ratio_{b}_over_jit": pred[DAEMON_POLICY[b]]["mean_jct_s"]
+                             / pred[SIM_JIT]["mean_jct_s"] for b in baselines},
+                          "background_slowdown": {p: pred[p]["background_slowdown"] for p in sim_pols},
+                          "background_mbit": {p: pred[p]["background_mbit_mean"] for p in sim_pols},
+                          "jct_s": {p: pred[p]["jct_s"] for p in sim_pols}},
             "runs": runs}
 
 
@@ -462,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
         for pol in s.get("baselines", []):
             print(f"  {'mean JCT ' + pol + ' / jit':<28} {_f(m[pol + '_mean_jct_s'], 8.2)} / "
                   f"{_f(m['jit_mean_jct_s'], 0.2)} s (ratio {_f(m['jct_ratio_' + pol + '_over_jit'], 0.3)}), "
-                  f"background {_f(m[pol + '_background_mbit_mean'], 0.1)} Mbit/s")
+                  f"background {_f(m[pol + '_background_mbit_mean'], 0.1)} Mbit/s   simulator ratio "
+                  f"{_f(sim.get('jct_ratio_' + pol + '_over_jit'), 0.3)}, "
+                  f"background {_f(sim_mbit.get(DAEMON_POLICY[pol]), 0.1)} Mbit/s")
         for model, v in m["speedup_by_model"].items():
             print(f"    speedup {model:<16} {v:6.3f}   simulator {sim['speedup_by_model'].get(model, float('nan')):.3f}")
     return 0

@@ -75,11 +75,16 @@ def test_tradeoff_figure_from_a_saved_dl_share_sweep(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == f"wrote {fig}"
 
 
-def _prediction() -> dict:
-    """A simulator prediction of one lenet job, the same under both policies (for fake runs)."""
+def _prediction(baselines: tuple[str, ...] = ()) -> dict:
+    """A simulator prediction of one lenet job, the same under jit and tensorflow (for fake runs).
+
+    Each baseline's job takes 1.5 s, its files 40 Mbit/s.
+    """
     one = {"mean_jct_s": 1.0, "jct_s": {"lenet-0": 1.0}, "jct_by_model_s": {"lenet": 1.0},
            "background_slowdown": 1.1, "background_mbit_mean": 45.0}
-    return {"jit": one, "tensorflow": one, "jct_ratio_tf_over_jit": 1.0, "mean_speedup": 1.0}
+    slow = {**one, "mean_jct_s": 1.5, "jct_s": {"lenet-0": 1.5}, "background_mbit_mean": 40.0}
+    return {"jit": one, "tensorflow": one, "jct_ratio_tf_over_jit": 1.0, "mean_speedup": 1.0} | {
+        b: slow for b in baselines}
 
 
 def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys):
@@ -115,7 +120,8 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
                 for share in (0.5, 0.8) for pol in ("jit", "none", "none", "jit")]
     assert runs == expected
     assert predicted == [("quick", 0, {"link_mbit": 50.0, "slot_s": 0.1, "alpha": 0.4, "job_order": None,
-                                       "dl_share": share, "ingress_share": 0.98}) for share in (0.5, 0.8)]
+                                       "dl_share": share, "ingress_share": 0.98, "baselines": ()})
+                         for share in (0.5, 0.8)]
     out = json.loads(capsys.readouterr().out)
     assert set(out["scenarios"]) == {"quick@0.5", "quick@0.8"}
     res = out["scenarios"]["quick@0.8"]
@@ -143,9 +149,16 @@ def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
                             "errors": {}, "background_contention": {}}}
 
     monkeypatch.setattr(e2e, "run_scenario", fake_run)
-    monkeypatch.setattr(bt, "predict", lambda scenario, seed, **kw: _prediction())
+    asked = []
+
+    def fake_predict(scenario, seed, baselines=(), **kw):
+        asked.append(baselines)
+        return _prediction(baselines)
+
+    monkeypatch.setattr(bt, "predict", fake_predict)
     monkeypatch.setattr(bt, "require_daemon_side", lambda: None)
     assert bt.main(["--skip-enforcement", "--job-repeat", "2", "--baseline", "sincronia", "--json"]) == 0
+    assert asked == [("sincronia",)]  # the simulator runs the baseline too
     # the same alternation as the pair: forwards, then backwards
     assert order == ["jit", "none", "sincronia", "sincronia", "none", "jit"]
     printed = capsys.readouterr()
@@ -157,6 +170,10 @@ def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
     med = res["median"]
     assert med["jct_ratio_sincronia_over_jit"] == 1.25 and med["sincronia_mean_jct_s"] == 2.5
     assert med["sincronia_background_mbit_mean"] == 42.0 and med["jct_ratio_none_over_jit"] == 1.5
+    # beside it, the simulator's sincronia on the same workload
+    sim = res["simulator"]
+    assert sim["jct_ratio_sincronia_over_jit"] == 1.5 and sim["sincronia_mean_jct_s"] == 1.5
+    assert sim["background_mbit"] == {"jit": 45.0, "tensorflow": 45.0, "sincronia": 40.0}
     # without --baseline only the pair runs
     order.clear()
     assert bt.main(["--skip-enforcement", "--job-repeat", "1", "--json"]) == 0

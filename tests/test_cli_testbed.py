@@ -60,9 +60,27 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
     assert predicted == [("paper-mini", 3, {"link_mbit": more.get("link_mbit"), "slot_s": 0.1,
                                             "alpha": more.get("alpha"), "job_order": more.get("job_order"),
                                             "dl_share": more.get("dl_share"),
-                                            "ingress_share": 1.0 if more.get("ingress") is False else 0.98})]
+                                            "ingress_share": 1.0 if more.get("ingress") is False else 0.98,
+                                            "baselines": ()})]
     assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
                           "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}
+
+
+def test_a_baselines_run_is_predicted_beside_jit_and_tensorflow(monkeypatch, capsys):
+    asked = []
+
+    def fake_predict(name, seed, baselines=(), **kw):
+        asked.append(baselines)
+        return {pol: {"mean_jct_s": t, "background_mbit_mean": 40.0, "jct_s": {}}
+                for pol, t in (("jit", 2.0), ("tensorflow", 3.0), ("tictac", 2.5))}
+
+    monkeypatch.setattr(e2e, "run_scenario", lambda name, options: {
+        "policy": options.policy, "jobs": 2, "completed": 2, "agents_failed": {}, "details": {}})
+    monkeypatch.setattr(scenario, "predict", fake_predict)
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    assert main(["testbed", "run", "--scenario", "quick", "--policy", "tictac", "--json"]) == 0
+    assert asked == [("tictac",)]
+    assert json.loads(capsys.readouterr().out)["sim"]["tictac"] == {"mean_jct_s": 2.5, "background_mbit_mean": 40.0}
 
 
 @pytest.mark.parametrize("extra, message", [

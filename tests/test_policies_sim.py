@@ -188,3 +188,24 @@ def test_tictac_schedule_ranks_jobs_first_come_first_served_then_in_tictac_order
     assert pol.schedule(alone).prio == {("early", "t1"): 0, ("early", "t2"): 1}
     with pytest.raises(ValidationError, match="slot_s"):
         TicTacPolicy(slot_s=-1.0)
+
+
+@pytest.mark.parametrize("name, files_end", [("sincronia", [0.1, 0.2]), ("tictac", [0.3, 0.3])])
+def test_baselines_put_background_last_when_asked_as_the_testbed_agents_do(name, files_end):
+    from jitsched.model import Background, Workload
+    from jitsched.sim import simulate
+
+    # one 1-s read h0 -> h1 (1 Gbit/s ports) and two 0.1-s files on the same ports, all at 0
+    job = Job("j", (Compute("c", "h1", 0.0),), (Transfer("t", "h0", "h1", 1.25e8),), (("t", "c"),), 0.0, 0.0, "m")
+    files = (Background("f0", "h0", "h1", 1.25e7, 0.0), Background("f1", "h0", "h1", 1.25e7, 0.0))
+    wl = Workload(Cluster.uniform(2), (job,), files)
+    own = simulate(wl, name)
+    last = simulate(wl, name, policy_options={"background": "last"})
+    # by default the files go first under BSSI (each a coflow with the smaller
+    # bottleneck), and TicTac's DL flows keep only their fair third of the port
+    assert sorted(own.bg_finish_s.tolist()) == pytest.approx(files_end) and own.jct_s[0] == pytest.approx(1.2)
+    # last: the job alone at the line rate, then the files sharing the port evenly
+    assert last.jct_s[0] == pytest.approx(1.0)
+    assert last.bg_finish_s.tolist() == pytest.approx([1.2, 1.2])
+    with pytest.raises(ValidationError, match="background"):
+        make_policy(name, background="nonsense")

@@ -267,8 +267,15 @@ def test_predict_runs_jit_on_the_shaped_ingress(monkeypatch):
     assert p["tensorflow"]["background_mbit_mean"] == pytest.approx(100.0 * GOODPUT)
     assert p["jit"]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
     assert predict("alone")["jit"]["background_mbit_mean"] == pytest.approx(100.0 * GOODPUT)
+    # the baselines as the testbed enforces them: through the same shaped ingress
+    b = predict("alone", ingress_share=0.5, baselines=("sincronia", "tictac"))
+    assert b["sincronia"]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
+    assert b["tictac"]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
+    assert b["sincronia"]["jct_s"].keys() == b["jit"]["jct_s"].keys()
     with pytest.raises(ValidationError, match="ingress_share"):
         predict("alone", ingress_share=0.0)
+    with pytest.raises(ValidationError, match="baselines"):
+        predict("alone", baselines=("none",))
 
 
 def test_predict_runs_the_same_workload_in_the_fluid_simulator(monkeypatch):

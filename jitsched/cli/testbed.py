@@ -82,9 +82,11 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     # what the fluid simulator expects of the same workload under the same settings
     from jitsched.testbed.scenario import predict
 
-    pred = predict(args.scenario, options.seed, **options.prediction_options())
+    # a baseline's run is predicted beside jit and tensorflow: its order as the agents enforce it
+    baseline = () if options.policy in ("jit", "none") else (options.policy,)
+    pred = predict(args.scenario, options.seed, **options.prediction_options(), baselines=baseline)
     out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
-                  for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"])}
+                  for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"], *baseline)}
     if args.json:
         emit_json(out)
     else:

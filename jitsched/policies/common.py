@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jitsched.alloc import fixed_then_maxmin
 from jitsched.errors import ValidationError
 from jitsched.model import TRANSFER, DagArrays
 from jitsched.policies.base import DONE, SchedulerView, SlotSchedule
@@ -125,3 +126,24 @@ def ranked_schedule(view: SchedulerView, nodes: np.ndarray, rank: np.ndarray, sl
     h = len(view.cluster)
     return SlotSchedule(epoch_s=view.now, slot_s=slot_s, flows=flows, leftover_egress=np.zeros((h, 0)),
                         leftover_ingress=np.zeros((h, 0)), prio=prio)
+
+
+def background_shares(rates: np.ndarray, flows, cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
+    """``rates`` with the background flows' replaced by max-min fair shares of what the DL flows leave.
+
+    How host agents treat traffic the daemon does not rank: one background
+    class with one FIFO, where TCP shares it about evenly, after every
+    ranked flow.
+
+    Parameters
+    ----------
+    rates : ndarray, shape (F,)
+        Rates of ``flows``, bytes/s; the DL flows' are kept.
+    flows : FlowSet
+    cap_e, cap_i : ndarray, shape (H,)
+        Capacities, bytes/s.
+    """
+    bg = flows.job < 0
+    if not len(rates) or not bg.any():
+        return rates
+    return fixed_then_maxmin(np.where(bg, np.nan, rates), flows.src, flows.dst, cap_e, cap_i)

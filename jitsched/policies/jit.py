@@ -39,7 +39,7 @@ from jitsched.policies.base import (
     SlotSchedule,
     register_policy,
 )
-from jitsched.policies.common import sub_dag
+from jitsched.policies.common import background_shares, sub_dag
 from jitsched.priority import GroupPriority
 
 # A planned transfer whose plan is over with more than this fraction of its
@@ -617,12 +617,9 @@ class JitPolicy(Policy):
         testbed's prediction of their goodput 25 % too high on paper-mini
         (66.0 Mbit/s against 52.9 under fair sharing, 53.0 measured under jit).
         """
-        if not math.isinf(self.bg_weight) or not len(rates):
+        if not math.isinf(self.bg_weight):
             return rates
-        bg = f.node < 0
-        if not bg.any():
-            return rates
-        return fixed_then_maxmin(np.where(bg, np.nan, rates), f.src, f.dst, cap_e, cap_i)
+        return background_shares(rates, f, cap_e, cap_i)
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Planned rates for planned transfers in the current slot; max-min leftover for the rest.

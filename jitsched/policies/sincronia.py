@@ -15,9 +15,18 @@ from jitsched.policies.base import (
     SlotSchedule,
     register_policy,
 )
-from jitsched.policies.common import check_slot_s, ranked_schedule, unfinished_transfers
+from jitsched.policies.common import (
+    background_shares,
+    check_slot_s,
+    ranked_schedule,
+    unfinished_transfers,
+)
 
 RECOMPUTE = ("events", "arrivals", "flows")
+# Where background flows go: each a coflow of its own in the BSSI order (the
+# baseline's), or after every job, sharing what the jobs leave max-min fair
+# (what the testbed's agents do with traffic the daemon does not rank).
+BACKGROUNDS = ("coflows", "last")
 
 
 def bssi_order(load: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
@@ -78,6 +87,10 @@ class SincroniaPolicy(Policy):
     slot_s : float
         Slot length of the schedules a daemon asks for (:meth:`schedule`),
         seconds; they carry ranks only, so it sets nothing but their grid.
+    background : {"coflows", "last"}
+        ``coflows`` (default): each background flow is a coflow in the order;
+        ``last``: background flows after every job, max-min fair among
+        themselves (the testbed's agents; ``jitsched.testbed.scenario.predict``).
     """
 
     name = "sincronia"
@@ -85,9 +98,12 @@ class SincroniaPolicy(Policy):
     role = "baseline"
     role_rank = 1  # after tictac, the order bench.paper's tables and figures have always used
 
-    def __init__(self, recompute: str = "events", slot_s: float = 0.1) -> None:
+    def __init__(self, recompute: str = "events", slot_s: float = 0.1, background: str = "coflows") -> None:
         if recompute not in RECOMPUTE:
             raise ValidationError(f"recompute: expected one of {RECOMPUTE}, got {recompute!r}")
+        if background not in BACKGROUNDS:
+            raise ValidationError(f"background: expected one of {BACKGROUNDS}, got {background!r}")
+        self.background = background
         self.slot_s = check_slot_s(slot_s)
         self.recompute = recompute
         self._stale = True
@@ -127,7 +143,8 @@ class SincroniaPolicy(Policy):
         pos = np.full(dag.n_jobs, -1, dtype=np.int64)
         pos[jobs] = np.arange(len(jobs))
         f = view.flows
-        bgs = np.unique(f.bg[f.bg >= 0])
+        # "last": no background coflow in the order; every one ranks after the jobs
+        bgs = np.unique(f.bg[f.bg >= 0]) if self.background == "coflows" else np.zeros(0, dtype=np.int64)
         nc = len(jobs) + len(bgs)
         load = np.zeros((nc, 2 * h))
         rem = view.remaining[tr]
@@ -161,8 +178,9 @@ class SincroniaPolicy(Policy):
         job_rank = self._job_rank[np.maximum(f.job, 0)] if len(self._job_rank) else 0
         rank = np.where(is_job, job_rank, bg_rank)
         order = np.lexsort((f.bg, f.node, rank))
-        return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,
-                                          view.cluster.ingress_Bps))
+        cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
+        rates = priority_greedy(order, f.src, f.dst, cap_e, cap_i)
+        return Allocation(background_shares(rates, f, cap_e, cap_i) if self.background == "last" else rates)
 
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
         """Every unfinished transfer of the active jobs with its job's rank in BSSI order, for host agents.

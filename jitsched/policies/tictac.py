@@ -10,10 +10,16 @@ from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
 from jitsched.model import COMPUTE, TRANSFER, DagArrays
 from jitsched.policies.base import Allocation, Policy, SchedulerView, SlotSchedule, register_policy
-from jitsched.policies.common import check_slot_s, ranked_schedule, unfinished_transfers
+from jitsched.policies.common import (
+    background_shares,
+    check_slot_s,
+    ranked_schedule,
+    unfinished_transfers,
+)
 from jitsched.policies.tensorflow import pair_maxmin
 
 MODES = ("auto", "tac", "tic")
+BACKGROUNDS = ("fair", "fifo", "last")
 
 
 def _dependencies(dag: DagArrays, job: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,13 +178,15 @@ class TicTacPolicy(Policy):
     (per-flow max-min fair, as under ``tensorflow``), that share goes to the
     DL transfers in TicTac priority order, and whatever is still free is
     shared max-min fair by everyone (work-conserving). ``"fifo"`` instead
-    puts each background flow in the FIFO as a job of its own.
+    puts each background flow in the FIFO as a job of its own, and
+    ``"last"`` after every job, sharing what they leave max-min fair (the
+    testbed's agents, where the daemon ranks DL flows only).
 
     Parameters
     ----------
     mode : {"auto", "tac", "tic"}
         ``auto``: TAC for jobs with op timings, TIC otherwise.
-    background : {"fair", "fifo"}
+    background : {"fair", "fifo", "last"}
     slot_s : float
         Slot length of :meth:`schedule`'s (rates-free) schedules, seconds.
     """
@@ -190,8 +198,8 @@ class TicTacPolicy(Policy):
         self.slot_s = check_slot_s(slot_s)
         if mode not in MODES:
             raise ValidationError(f"mode: expected one of {MODES}, got {mode!r}")
-        if background not in ("fair", "fifo"):
-            raise ValidationError(f"background: expected 'fair' or 'fifo', got {background!r}")
+        if background not in BACKGROUNDS:
+            raise ValidationError(f"background: expected one of {BACKGROUNDS}, got {background!r}")
         self.mode = mode
         self.background = background
         self._cache: dict[bytes, np.ndarray] = {}
@@ -258,8 +266,11 @@ class TicTacPolicy(Policy):
             self._rank = np.concatenate(
                 [self._rank, np.zeros(view.dag.n_nodes - len(self._rank), dtype=np.int64)])
         rank = np.where(is_job, self._rank[np.maximum(f.node, 0)] if len(self._rank) else 0, 0)
-        order = np.lexsort((f.node, rank, ident, ~is_job, arrival))
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
+        if self.background == "last":
+            order = np.lexsort((f.node, rank, ident, arrival, ~is_job))
+            return Allocation(background_shares(priority_greedy(order, f.src, f.dst, cap_e, cap_i), f, cap_e, cap_i))
+        order = np.lexsort((f.node, rank, ident, ~is_job, arrival))
         if self.background == "fifo" or is_job.all():
             return Allocation(priority_greedy(order, f.src, f.dst, cap_e, cap_i))
         h = len(cap_e)

@@ -213,7 +213,7 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
 
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
             alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None,
-            ingress_share: float = 1.0) -> dict:
+            ingress_share: float = 1.0, baselines: tuple[str, ...] = ()) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`, under each testbed
@@ -227,7 +227,10 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     at ``ingress_share`` of its link rate (the agents' ingress shaping,
     :data:`jitsched.agents.backends.base.INGRESS_SHARE`; the agents lift
     it while a host has no inbound flow to order, which the simulator does
-    not, so it predicts the files a little low).
+    not, so it predicts the files a little low). Each testbed policy in
+    ``baselines`` (``sincronia``, ``tictac``) is simulated as its agents
+    enforce it too: its order, background after every job
+    (``background="last"``), the same ingress.
 
     Returns
     -------
@@ -254,8 +257,13 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         raise ValidationError(f"ingress_share: must be within (0, 1], got {ingress_share!r}")
     w_jit = w if ingress_share == 1.0 else replace(w, cluster=replace(w.cluster, hosts=tuple(
         replace(h, ingress_bps=h.ingress_bps * ingress_share) for h in w.cluster.hosts)))
-    for pol in (sim_jit, sim_none):
-        r = simulate(w_jit if pol == sim_jit else w, pol, policy_options=jit_opts if pol == sim_jit else {})
+    runs = [(sim_jit, w_jit, jit_opts), (sim_none, w, {})]
+    for name in baselines:
+        if name not in DAEMON_POLICY or name in ("jit", "none"):
+            raise ValidationError(f"baselines: expected testbed baselines, got {name!r}")
+        runs.append((DAEMON_POLICY[name], w_jit, {"background": "last"}))
+    for pol, wl_pol, opts in runs:
+        r = simulate(wl_pol, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
                     "jct_by_model_s": r.jct_by_model(),
