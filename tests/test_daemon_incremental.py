@@ -254,7 +254,7 @@ def test_default_policy_admits_arrivals_last_then_reorders_jointly():
 
 
 def test_policy_without_increments_falls_back_to_full_plans():
-    with system(policy="tictac") as (d, _), Client(d.job_endpoint) as c:
+    with system(policy="fifo") as (d, _), Client(d.job_endpoint) as c:
         c.submit_job(layer_chain_job("a", "h0", "h1"))
         assert wait_until(lambda: d.state.plans_by_mode["full"] >= 1 and settled(d), 5.0)
         assert d.state.incremental_ok is False
@@ -264,6 +264,21 @@ def test_policy_without_increments_falls_back_to_full_plans():
         # no slot schedule from this policy: agents get empty ones on the configured grid
         body = d.state.host_body("h0")
         assert body["flows"] == [] and body["slot_s"] == d.config.slot_s > 0
+
+
+def test_tictac_ranks_reach_the_agents_first_come_first_served():
+    # no increments either: every arrival is a full re-solve, ranks and no rates
+    with system(policy="tictac") as (d, _), Client(d.job_endpoint) as c:
+        c.submit_job(layer_chain_job("a", "h0", "h1"))
+        assert wait_until(lambda: d.state.plans_by_mode["full"] >= 1 and settled(d), 5.0)
+        c.submit_job(layer_chain_job("b", "h0", "h2"))
+        assert wait_until(lambda: d.state.plan_summary.get("jobs") == 2 and settled(d), 5.0)
+        assert d.state.plans_by_mode["incremental"] == 0
+        flows = d.state.host_body("h0")["flows"]
+        assert flows and all(f["rates_Bps"] == [] for f in flows)
+        ranks = {job: [f["prio"] for f in flows if f["flow"].startswith(job + "/")] for job in ("a", "b")}
+        # a came first: every one of its transfers ranks ahead of every one of b's
+        assert ranks["a"] and ranks["b"] and max(ranks["a"]) < min(ranks["b"])
 
 
 def test_full_planning_mode_replans_everything_on_arrival():
