@@ -99,3 +99,60 @@ def test_runner_reports_failure_and_cancels():
         assert r.error and "t" in r.error
         assert r.ideal_jct_s != r.ideal_jct_s  # NaN: a failed run has no ideal JCT
         assert d.state.jobs["small"].state == "cancelled"
+
+
+@pytest.mark.parametrize("async_reports", [False, True])
+def test_an_asynchronous_run_starts_before_the_daemon_answers_its_submission(async_reports, monkeypatch):
+    import time
+
+    real = Client.submit_job
+
+    def slow_submit(self, job):
+        time.sleep(0.4)  # a daemon busy with a plan, or checking a 2000-transfer DAG
+        return real(self, job)
+
+    monkeypatch.setattr(Client, "submit_job", slow_submit)
+    with system(hosts=("h0", "h1")) as (d, _):
+        sinks = {h: TransferSink() for h in ("h0", "h1")}
+        try:
+            r = JobRunner(_job(), d.job_endpoint, {h: s.address for h, s in sinks.items()},
+                          async_reports=async_reports).run(timeout_s=30)
+        finally:
+            for s in sinks.values():
+                s.close()
+        assert r.error == ""
+        # the first reads go out at once (asynchronous) or after the reply (synchronous)
+        first = min(r.transfer_start_s.values())
+        assert (first < 0.2) if async_reports else (first >= 0.4), r.transfer_start_s
+        # the daemon got the submission before the reports either way: the job is whole
+        js = d.state.jobs["small"]
+        assert js.state == "finished" and set(js.done) == {"t0", "t1", "push", "c0", "c1"}
+
+
+@pytest.mark.parametrize("async_reports", [False, True])
+def test_a_refused_submission_raises_whether_or_not_the_run_went_ahead(async_reports):
+    from jitsched.protocol import ErrorCode, RemoteError
+
+    with system(hosts=("h0", "h1")) as (d, _):
+        sinks = {h: TransferSink() for h in ("h0", "h1")}
+        try:
+            with Client(d.job_endpoint) as c:
+                c.submit_job(_job())  # the id is taken: the runner's submission is refused
+            with pytest.raises(RemoteError) as exc:
+                JobRunner(_job(), d.job_endpoint, {h: s.address for h, s in sinks.items()},
+                          async_reports=async_reports).run(timeout_s=30)
+        finally:
+            for s in sinks.values():
+                s.close()
+        assert exc.value.code == ErrorCode.DUPLICATE_JOB
+        # the job the daemon has is the first one, with nothing reported by the refused run
+        assert d.state.jobs["small"].done == {}
+
+
+@pytest.mark.parametrize("async_reports", [False, True])
+def test_no_daemon_to_submit_to_is_the_runs_error(async_reports):
+    # computes only (nothing to send): the run's error names the submission, no exception
+    job = Job("lonely", (Compute("c0", "h0", 0.01),), (), ())
+    r = JobRunner(job, "tcp://127.0.0.1:9", {}, async_reports=async_reports,
+                  request_timeout_s=0.2).run(timeout_s=1.0)
+    assert r.error.startswith("submit: ") and "before the run's timeout" in r.error
