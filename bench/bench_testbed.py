@@ -23,8 +23,10 @@ and the runs' link rate (default: 100 Mbit/s, the scenarios'). Several
 ``--dl-share`` values: one set of pairs each.
 
 ``--figure PATH`` draws each scenario's per-job JCTs (testbed medians beside
-the simulator's) to a PNG; ``--replot FILE.json`` redraws it from a saved
-``--json`` output without running anything.
+the simulator's) to a PNG, ``--policies PATH`` its mean JCT and files'
+goodput per policy (jit, the ``--baseline`` policies, none); ``--replot
+FILE.json`` redraws them from a saved ``--json`` output without running
+anything.
 """
 
 from __future__ import annotations
@@ -243,6 +245,66 @@ def plot_jobs(result: dict, path: str) -> None:
     _save(fig, ax, path)
 
 
+def policy_figures(result: dict) -> dict[str, dict[str, tuple[list, object, object]]]:
+    """Per policy, the mean JCTs and files' goodputs a :func:`plot_policies` figure draws.
+
+    Returns
+    -------
+    dict
+        ``{"jct": {policy: (runs, median, simulator)}, "files": {...}}``: the
+        testbed's per-run values (seconds; Mbit/s), their median and the
+        simulator's value for the same workload (None where it has none),
+        policies in the order jit, the baselines, none.
+    """
+    sim = result["simulator"]
+    pols = ["jit", *result.get("baselines", []), "none"]
+    out: dict = {"jct": {}, "files": {}}
+    for pol in pols:
+        sp = DAEMON_POLICY[pol]
+        sim_jct = sim.get("jct_s", {}).get(sp)
+        for what, key, sim_value in (
+                ("jct", "mean_jct_s", sum(sim_jct.values()) / len(sim_jct) if sim_jct else None),
+                ("files", "background_mbit_mean", sim.get("background_mbit", {}).get(sp))):
+            runs = [r[pol][key] for r in result["runs"] if r.get(pol, {}).get(key) is not None]
+            out[what][pol] = (runs, result["median"].get(f"{pol}_{key}"), sim_value)
+    return out
+
+
+def plot_policies(result: dict, path: str) -> None:
+    """One scenario's mean JCT and files' goodput per policy: testbed medians and runs beside the simulator.
+
+    Parameters
+    ----------
+    result : dict
+        One scenario of the ``--json`` output (:func:`run_jobs`), with its ``--baseline`` runs.
+    path : str
+        PNG file to write.
+    """
+    import numpy as np
+
+    plt = pyplot()
+    data = policy_figures(result)
+    pols = list(data["jct"])
+    x = np.arange(len(pols))
+    fig, axes = plt.subplots(1, 2, figsize=(max(7.0, 1.6 * len(pols) + 3), 3.8))
+    for ax, what, unit in ((axes[0], "jct", "mean JCT (s)"), (axes[1], "files", "files' mean goodput (Mbit/s)")):
+        runs, med, sim = zip(*(data[what][p] for p in pols), strict=True)
+        ax.bar(x - 0.2, [np.nan if m is None else m for m in med], 0.4, color="#1f77b4", edgecolor="black",
+               linewidth=0.4, label="testbed (median)")
+        for k, ys in enumerate(runs):
+            ax.plot([x[k] - 0.2] * len(ys), ys, "k.", markersize=4, label="testbed runs" if k == 0 else None)
+        ax.bar(x + 0.2, [np.nan if v is None else v for v in sim], 0.4, color="#aec7e8", edgecolor="black",
+               linewidth=0.4, label="simulator")
+        ax.set_xticks(x, [p if p != "none" else "none (plain TCP)" for p in pols], rotation=15)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7, frameon=False)
+    fig.suptitle(f"{result['scenario']}, seed {result['seed']}, {result['repeat']} repeats; {_options(result)}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _options(result: dict, share: bool = True) -> str:
     """The jit options of a :func:`run_jobs` result, as a figure title shows them."""
     opts = ", ".join(f"{name} {result[key]}" for key, name in (("alpha", "alpha"), ("job_order", "job order"))
@@ -328,12 +390,13 @@ def plot_tradeoff(results: list[dict], path: str) -> None:
     _save(fig, ax, path)
 
 
-def _draw(results: dict, figure: str | None, tradeoff: str | None, say) -> None:
-    # --figure: one per result; --tradeoff: one per scenario, over its DL shares
-    if figure:
-        for name, res in results.items():
-            plot_jobs(res, _figure_path(figure, name, len(results)))
-            say(f"wrote {_figure_path(figure, name, len(results))}")
+def _draw(results: dict, figure: str | None, tradeoff: str | None, say, policies: str | None = None) -> None:
+    # --figure, --policies: one per result; --tradeoff: one per scenario, over its DL shares
+    for path, plot in ((figure, plot_jobs), (policies, plot_policies)):
+        if path:
+            for name, res in results.items():
+                plot(res, _figure_path(path, name, len(results)))
+                say(f"wrote {_figure_path(path, name, len(results))}")
     if tradeoff:
         by_scenario: dict[str, list[dict]] = {}
         for res in results.values():
@@ -369,8 +432,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "--dl-share, beside none's goodput and the simulator's curve")
     p.add_argument("--figure", metavar="PATH.png",
                    help="draw each scenario's per-job JCTs (testbed and simulator) to this PNG")
+    p.add_argument("--policies", metavar="PATH.png",
+                   help="draw each scenario's mean JCT and files' goodput per policy (jit, the --baseline "
+                        "policies, none), testbed runs beside the simulator, to this PNG")
     p.add_argument("--replot", metavar="FILE.json",
-                   help="only redraw --figure / --tradeoff from a saved --json output (runs nothing)")
+                   help="only redraw --figure / --policies / --tradeoff from a saved --json output (runs nothing)")
     p.add_argument("--json", action="store_true")
     return p
 
@@ -378,21 +444,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
-    if a.figure or a.tradeoff:
+    if a.figure or a.tradeoff or a.policies:
         try:
             require_matplotlib()  # drawn after the runs: say now, not after them, if it cannot be
         except ImportError as exc:
             p.error(str(exc))
     if a.replot:
-        if not (a.figure or a.tradeoff):
-            p.error("--replot needs --figure or --tradeoff")
+        if not (a.figure or a.tradeoff or a.policies):
+            p.error("--replot needs --figure, --policies or --tradeoff")
         try:
             with open(a.replot) as fh:
                 saved = json.load(fh)
             drawn = {k: v for k, v in saved["scenarios"].items() if isinstance(v, dict)}
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             p.error(f"--replot {a.replot}: not a bench_testbed --json output ({exc})")
-        _draw(drawn, a.figure, a.tradeoff, print)
+        _draw(drawn, a.figure, a.tradeoff, print, a.policies)
         return 0
     try:  # every run's options checked before anything runs
         measure = options_from_args(a, MeasureOptions)
@@ -426,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                      for s in a.scenario for o in sweep}
     out = {"link_mbit": link_mbit, "slot_s": measure.slot_s, "slots": measure.slots, "repeat": a.repeat,
            "median": med, "scenarios": scenarios, "goals": GOALS}
-    _draw({k: v for k, v in scenarios.items() if isinstance(v, dict)}, a.figure, a.tradeoff, say)
+    _draw({k: v for k, v in scenarios.items() if isinstance(v, dict)}, a.figure, a.tradeoff, say, a.policies)
     if a.json:
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")

@@ -34,7 +34,7 @@ def test_replot_draws_a_png_from_saved_output(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--replot", "x.json"], "--replot needs --figure"),
+    (["--replot", "x.json"], "--replot needs --figure, --policies or --tradeoff"),
     (["--replot", "/nonexistent/bt.json", "--figure", "f.png"], "not a bench_testbed --json output"),
     # the options' own checks, before anything runs, naming the field
     (["--drift-s", "0"], "drift_s: must be positive"),
@@ -71,6 +71,37 @@ def test_tradeoff_figure_from_a_saved_dl_share_sweep(tmp_path, capsys):
     fig = tmp_path / "tradeoff.png"
     assert main(["--replot", str(src), "--tradeoff", str(fig)]) == 0
     # one scenario: one figure at the path as given, however many shares
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 5000
+    assert capsys.readouterr().out.strip() == f"wrote {fig}"
+
+
+def test_policies_figure_shows_every_policy_testbed_beside_simulator(tmp_path, capsys):
+    from bench.bench_testbed import policy_figures
+
+    one = saved_output()["scenarios"]["quick"]
+    one["baselines"] = ["sincronia"]
+    one["runs"] = [{"jit": {"mean_jct_s": 5.0, "background_mbit_mean": 45.0},
+                    "none": {"mean_jct_s": 9.0, "background_mbit_mean": 55.0},
+                    "sincronia": {"mean_jct_s": 6.0, "background_mbit_mean": 47.0}},
+                   {"jit": {"mean_jct_s": 7.0, "background_mbit_mean": 46.0},
+                    "none": {"mean_jct_s": 11.0, "background_mbit_mean": 57.0},
+                    "sincronia": {"mean_jct_s": 6.5, "background_mbit_mean": 48.0}}]
+    one["median"].update(jit_mean_jct_s=6.0, none_mean_jct_s=10.0, sincronia_mean_jct_s=6.25,
+                         sincronia_background_mbit_mean=47.5)
+    one["simulator"]["jct_s"]["sincronia"] = {"lenet-0": 0.3, "vgg16-1": 16.1}
+    one["simulator"]["background_mbit"] = {"jit": 44.0, "tensorflow": 46.0}  # no sincronia: None
+    data = policy_figures(one)
+    # jit, the baselines, none; the simulator's mean JCT is the mean of its jobs' (by hand)
+    assert list(data["jct"]) == ["jit", "sincronia", "none"]
+    assert data["jct"]["jit"] == ([5.0, 7.0], 6.0, pytest.approx(7.9))
+    assert data["jct"]["sincronia"] == ([6.0, 6.5], 6.25, pytest.approx(8.2))
+    assert data["jct"]["none"] == ([9.0, 11.0], 10.0, pytest.approx(8.9))
+    assert data["files"]["none"] == ([55.0, 57.0], 56.0, 46.0)
+    assert data["files"]["sincronia"] == ([47.0, 48.0], 47.5, None)
+    src = tmp_path / "bt.json"
+    src.write_text(json.dumps({"scenarios": {"quick": one}}))
+    fig = tmp_path / "policies.png"
+    assert main(["--replot", str(src), "--policies", str(fig)]) == 0
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 5000
     assert capsys.readouterr().out.strip() == f"wrote {fig}"
 
