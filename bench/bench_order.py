@@ -19,7 +19,11 @@ the numpy reference of the priority greedy, not the kernel, so they are slow):
 - ``smith``: jit's per-pair (job_exp 0) key of a job's group times the job's size (all
   its bytes over ``8 s`` of the line rate) to the power ``gamma``: Smith's rule,
   which the files already follow, for the jobs too (the speed-up is a mean of
-  JCT ratios, which a job-size weight serves; SRPT on bytes serves mean JCT).
+  JCT ratios, which a job-size weight serves; SRPT on bytes serves mean JCT);
+- ``cap``: the default jit, but its DL flows never take more than ``cap`` of a
+  port (scaled down where they would), the files max-min fair on the rest: the
+  price of Fig. 8's per-slot remaining bandwidth, which a work-conserving order
+  leaves at 0 wherever DL bytes fill a port (``--only cap``).
 
 Usage: ``python bench/bench_order.py [--quick] [--points paper,load0.5] [--only WORDS] [--json]``.
 """
@@ -41,7 +45,7 @@ import numpy as np
 
 from bench.paper.spec import SCALES
 from bench.paper.workload import paper_workload
-from jitsched.alloc import priority_greedy_reference
+from jitsched.alloc import fixed_then_maxmin, priority_greedy_reference
 from jitsched.model import TRANSFER
 from jitsched.policies import reference_policy
 from jitsched.policies.base import DONE, Allocation
@@ -265,7 +269,33 @@ class SmithJit(JitPolicy):
         return Allocation(_order_rates(view, key, self._need))
 
 
-VARIANTS = {"bssi": BssiJit, "busiest": BusiestJit, "remap": RemapJit, "smith": SmithJit}
+class CapJit(JitPolicy):
+    """The default jit with its DL flows held to ``cap`` of every port; the files share the rest (see the module)."""
+
+    name = "jit-cap"
+
+    def __init__(self, cap: float = 1.0, **options) -> None:
+        super().__init__(**options)
+        self.cap = float(cap)
+
+    def allocate(self, view) -> Allocation:
+        rates = np.array(super().allocate(view).rates, dtype=np.float64)
+        f, cl = view.flows, view.cluster
+        dl = f.job >= 0
+        if self.cap >= 1.0 or not dl.any():
+            return Allocation(rates)
+        h = len(cl)
+        cap_e, cap_i = cl.egress_Bps, cl.ingress_Bps
+        load_e = np.bincount(f.src[dl], weights=rates[dl], minlength=h)
+        load_i = np.bincount(f.dst[dl], weights=rates[dl], minlength=h)
+        # every DL flow of a port over its cap scaled by the same factor: the order's shares kept
+        fe = np.minimum(1.0, self.cap * cap_e / np.maximum(load_e, 1e-300))
+        fi = np.minimum(1.0, self.cap * cap_i / np.maximum(load_i, 1e-300))
+        rates[dl] *= np.minimum(fe[f.src[dl]], fi[f.dst[dl]])
+        return Allocation(fixed_then_maxmin(np.where(dl, rates, np.nan), f.src, f.dst, cap_e, cap_i))
+
+
+VARIANTS = {"bssi": BssiJit, "busiest": BusiestJit, "remap": RemapJit, "smith": SmithJit, "cap": CapJit}
 # (label, registered policy or variant, options): the grid the default run measures
 GRID = (("sincronia", "sincronia", {}), ("jit", "jit", {}),
         ("bssi unit (= Sincronia's order)", "bssi", {"file_w": None}),
@@ -279,7 +309,8 @@ GRID = (("sincronia", "sincronia", {}), ("jit", "jit", {}),
         # smith with the job's bytes left is JitPolicy's job_exp (a test checks they give the
         # same runs), measured here through the kernel: seconds per run, not minutes
         *((f"jit job_exp 1 (x job's bytes left), bg_weight {w:g}", "jit", {"job_exp": 1.0, "bg_weight": w})
-          for w in (0.7, 0.5, 0.35)))
+          for w in (0.7, 0.5, 0.35)),
+        *((f"jit DL cap {c:g}", "cap", {"cap": c}) for c in (0.9, 0.75, 0.5)))
 
 
 def run_one(task: tuple) -> tuple:
@@ -292,20 +323,23 @@ def run_one(task: tuple) -> tuple:
     pol = VARIANTS[policy](**options) if policy in VARIANTS else policy
     t0 = time.perf_counter()
     res = simulate(wl, pol, seed=seed, policy_options=None if policy in VARIANTS else options)
-    return task, list(res.job_model), res.jct_s.tolist(), res.bg_slowdown.tolist(), time.perf_counter() - t0
+    return (task, list(res.job_model), res.jct_s.tolist(), res.bg_slowdown.tolist(),
+            res.remaining_bw_slots.tolist(), time.perf_counter() - t0)
 
 
 def summarise(results: dict, points, seeds, grid) -> dict:
-    """Per point and label: mean per-model speed-up vs the reference (mean over seeds), mean JCT, files' mean slowdown."""
+    """Per point and label: mean per-model speed-up vs the reference (mean over seeds), mean JCT, files' mean
+    slowdown, and the p5 and median of the per-slot remaining bandwidth (Fig. 8; samples pooled over seeds)."""
     ref = reference_policy()
     out: dict = {}
     for point in points:
         out[point] = {}
         for label, policy, options in ((ref, ref, {}), *grid):
-            sps, jcts, bgs = [], [], []
+            sps, jcts, bgs, rem = [], [], [], []
             for s in seeds:
-                _, base_jct, _ = results[(point, s, ref, "{}")]
-                models, jct, bg = results[(point, s, policy, json.dumps(options, sort_keys=True))]
+                _, base_jct, _, _ = results[(point, s, ref, "{}")]
+                models, jct, bg, slots = results[(point, s, policy, json.dumps(options, sort_keys=True))]
+                rem += slots
                 per = collections.defaultdict(list)
                 for m, a, b in zip(models, base_jct, jct, strict=True):
                     per[m].append(a / b)
@@ -313,7 +347,9 @@ def summarise(results: dict, points, seeds, grid) -> dict:
                 jcts += jct
                 bgs += bg
             out[point][label] = {"speedup_mean": float(np.mean(sps)), "speedup_per_seed": sps,
-                                 "jct_mean_s": float(np.mean(jcts)), "bg_slowdown_mean": float(np.mean(bgs))}
+                                 "jct_mean_s": float(np.mean(jcts)), "bg_slowdown_mean": float(np.mean(bgs)),
+                                 "remaining_bw_p5": float(np.percentile(rem, 5)) if rem else None,
+                                 "remaining_bw_median": float(np.median(rem)) if rem else None}
     return out
 
 
@@ -343,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     t0 = time.perf_counter()
     with Pool(args.workers) as pool:
-        for i, (task, models, jct, bg, wall) in enumerate(pool.imap_unordered(run_one, tasks), 1):
+        for i, (task, models, jct, bg, slots, wall) in enumerate(pool.imap_unordered(run_one, tasks), 1):
             point, seed, policy, options = task[:4]
-            results[(point, seed, policy, json.dumps(options, sort_keys=True))] = (models, jct, bg)
+            results[(point, seed, policy, json.dumps(options, sort_keys=True))] = (models, jct, bg, slots)
             print(f"[{i}/{len(tasks)}] {point} seed {seed} {policy} {options or ''} {wall:.0f} s "
                   f"(elapsed {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     table = summarise(results, points, seeds, grid)
@@ -353,9 +389,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"hosts": sc["hosts"], "jobs": sc["jobs"], "seeds": seeds, "points": table}))
     else:
         for point, rows in table.items():
-            print(f"{point} (load, files' share {POINTS[point]}): speed-up vs {ref} / mean JCT s / files' slowdown")
+            print(f"{point} (load, files' share {POINTS[point]}): speed-up vs {ref} / mean JCT s / files' slowdown"
+                  " / remaining bandwidth per slot p5, median")
             for label, m in rows.items():
-                print(f"  {label:34s} {m['speedup_mean']:.3f} / {m['jct_mean_s']:.3f} / {m['bg_slowdown_mean']:.3f}")
+                print(f"  {label:34s} {m['speedup_mean']:.3f} / {m['jct_mean_s']:.3f} / {m['bg_slowdown_mean']:.3f}"
+                      f" / {m['remaining_bw_p5']:.3f}, {m['remaining_bw_median']:.3f}")
     return 0
 
 

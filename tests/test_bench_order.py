@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from bench.bench_order import BssiJit, BusiestJit, RemapJit, SmithJit, summarise
+from bench.bench_order import BssiJit, BusiestJit, CapJit, RemapJit, SmithJit, summarise
 from bench.paper.spec import SCALES
 from bench.paper.workload import paper_workload
 from jitsched.sim import simulate
@@ -67,9 +68,29 @@ def test_job_exp_in_the_kernel_is_the_smith_variant_with_bytes_left():
 
 def test_summarise_speedup_by_hand():
     """Mean over models of the per-model mean JCT ratio, mean over seeds; JCT and slowdown pooled."""
-    results = {("p", 0, "tensorflow", "{}"): (["a", "a", "b"], [2.0, 4.0, 3.0], [2.0]),
-               ("p", 0, "x", "{}"): (["a", "a", "b"], [1.0, 4.0, 1.0], [1.0, 3.0])}
+    results = {("p", 0, "tensorflow", "{}"): (["a", "a", "b"], [2.0, 4.0, 3.0], [2.0], [0.5]),
+               ("p", 0, "x", "{}"): (["a", "a", "b"], [1.0, 4.0, 1.0], [1.0, 3.0], [0.0, 0.2, 0.4])}
     out = summarise(results, ["p"], [0], (("x", "x", {}),))["p"]["x"]
     # model a: (2/1 + 4/4) / 2 = 1.5; model b: 3/1 = 3; mean 2.25
     assert out["speedup_mean"] == 2.25
     assert out["jct_mean_s"] == 2.0 and out["bg_slowdown_mean"] == 2.0
+    # the remaining bandwidth's samples: p5 between 0 and 0.2 (linear: 0.02), median 0.2
+    assert out["remaining_bw_p5"] == pytest.approx(0.02) and out["remaining_bw_median"] == pytest.approx(0.2)
+
+
+def test_a_dl_cap_holds_dl_under_it_and_gives_the_rest_to_the_files():
+    from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
+    from jitsched.sim import simulate
+
+    # one 1-s read h0 -> h1 and one 4-s file on the same ports, both at 0 (1 Gbit/s)
+    job = Job("j", (Compute("c", "h1", 0.0),), (Transfer("t", "h0", "h1", 1.25e8),), (("t", "c"),), 0.0, 0.0, "m")
+    wl = Workload(Cluster.uniform(2), (job,), (Background("f", "h0", "h1", 5e8, 0.0),))
+    free = simulate(wl, CapJit(cap=1.0), seed=0)
+    capped = simulate(wl, CapJit(cap=0.5), seed=0)
+    # uncapped, jit's order sends the read first (the large file's key is larger): 1 s,
+    # then the file alone: 5 s
+    assert free.jct_s[0] == pytest.approx(1.0) and free.bg_finish_s[0] == pytest.approx(5.0)
+    # capped at half: the read at half the port for 2 s beside the file, which ends at 5 s
+    # all the same; the per-slot remaining bandwidth while the read runs is 0.5
+    assert capped.jct_s[0] == pytest.approx(2.0) and capped.bg_finish_s[0] == pytest.approx(5.0)
+    assert np.allclose(capped.remaining_bw_slots, 0.5) and np.allclose(free.remaining_bw_slots, 0.0)
