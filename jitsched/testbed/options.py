@@ -120,12 +120,15 @@ class TestbedOptions:
     channels : bool
         The job runners send the transfers too small to register on
         connections kept per sending host (:class:`jitsched.client.Channels`),
-        as a framework's RPC channels would, under every policy; off by
-        default, as measured in session 16: on quick it left jit's JCT as it
-        was and took 3.5 % of the files' goodput (45.65 against 47.3 Mbit/s,
-        medians of four runs each), while plain TCP's JCT rose 2 % and its
-        files gained 8 %; on paper-mini jit 6.4-6.7 s with it against 6.1-7.4 s
-        without.
+        as a framework's RPC channels would, under every policy (default
+        on since session 17; ``--no-channels``: a connection per transfer). A
+        fresh connection per small transfer put a handshake through two
+        switch FIFOs before its data, and a lost SYN costs a second: over a
+        paper-mini jit run 11 SYN retransmissions without them, 0 with them,
+        and the runners' CPU 14.5 -> 10.9 CPU-s. Session 16 had left them off
+        for quick's files (45.65 against 47.3 Mbit/s over four runs each);
+        session 17's rounds without them gave 47.5 and 45.6, i.e. that was
+        the files' spread.
     runner_procs : int
         Processes the job runners run in (jobs dealt round-robin in arrival
         order), apart from this process's transfer sinks and file transfers.
@@ -180,7 +183,8 @@ class TestbedOptions:
     switch_priority: bool = option(
         False, "run: DL transfers in a strict-priority band at the switch ports (both policies)")
     channels: bool = option(
-        False, "run: transfers too small to register ride connections kept per sending host (all policies)")
+        True, "run: transfers too small to register ride connections kept per sending host (all policies; "
+              "default on)")
     runner_procs: int = option(
         2, "run: processes the jobs' senders run in, apart from the sinks and files (default %(default)s)")
     timeout_s: float = option(120.0, "per-job limit in seconds", flag=False)
