@@ -45,10 +45,11 @@ import numpy as np
 
 from bench.paper.spec import SCALES
 from bench.paper.workload import paper_workload
-from jitsched.alloc import fixed_then_maxmin, priority_greedy_reference
+from jitsched.alloc import priority_greedy_reference
 from jitsched.model import TRANSFER
 from jitsched.policies import reference_policy
 from jitsched.policies.base import DONE, Allocation
+from jitsched.policies.common import background_shares
 from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL, JitPolicy
 from jitsched.policies.sincronia import bssi_order
 
@@ -292,7 +293,7 @@ class CapJit(JitPolicy):
         fe = np.minimum(1.0, self.cap * cap_e / np.maximum(load_e, 1e-300))
         fi = np.minimum(1.0, self.cap * cap_i / np.maximum(load_i, 1e-300))
         rates[dl] *= np.minimum(fe[f.src[dl]], fi[f.dst[dl]])
-        return Allocation(fixed_then_maxmin(np.where(dl, rates, np.nan), f.src, f.dst, cap_e, cap_i))
+        return Allocation(background_shares(rates, f, cap_e, cap_i))
 
 
 VARIANTS = {"bssi": BssiJit, "busiest": BusiestJit, "remap": RemapJit, "smith": SmithJit, "cap": CapJit}

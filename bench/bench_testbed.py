@@ -48,8 +48,8 @@ from jitsched.errors import ValidationError
 from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.measure import measure_enforcement, summarize
 from jitsched.testbed.options import (
+    BASELINES,
     DAEMON_POLICY,
-    POLICIES,
     MeasureOptions,
     TestbedOptions,
     add_options,
@@ -77,7 +77,6 @@ RUN_OVERRIDES = {"timeout_s": 300.0, "measure_slots": 0}
 # the jit policy for jit, the reference (tensorflow) for none
 # the bench pairs jit with plain TCP; --baseline adds the other enforced policies
 PAIR = ("jit", "none")
-BASELINES = tuple(p for p in POLICIES if p not in PAIR)
 SIM_JIT, SIM_NONE = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
 SIM_POLICIES = (SIM_JIT, SIM_NONE)
 # what a run's DL share is when none is set: the jit policy's own default

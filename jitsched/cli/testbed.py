@@ -9,6 +9,7 @@ from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, register
 from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.options import (
+    BASELINES,
     DAEMON_POLICY,
     MeasureOptions,
     TestbedOptions,
@@ -83,7 +84,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import predict
 
     # a baseline's run is predicted beside jit and tensorflow: its order as the agents enforce it
-    baseline = () if options.policy in ("jit", "none") else (options.policy,)
+    baseline = (options.policy,) if options.policy in BASELINES else ()
     pred = predict(args.scenario, options.seed, **options.prediction_options(), baselines=baseline)
     out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
                   for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"], *baseline)}

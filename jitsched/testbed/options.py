@@ -37,6 +37,9 @@ from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 # traffic after every ranked flow.
 DAEMON_POLICY = {"jit": "jit", "sincronia": "sincronia", "tictac": "tictac", "none": reference_policy()}
 POLICIES = tuple(DAEMON_POLICY)
+# the enforced baselines' orders: what runs beside jit and plain TCP, and what
+# scenario.predict simulates with the files last, as their agents enforce them
+BASELINES = tuple(p for p in POLICIES if p not in ("jit", "none"))
 # The daemon plans as the simulator's jit policy does, so that
 # :func:`jitsched.testbed.scenario.predict` describes the same policy: every
 # arrival re-solves all jobs jointly, and a transfer late against its plan
@@ -305,5 +308,5 @@ def _check_daemon_settings(settings: dict) -> None:
         raise ValidationError(f"daemon_options: {exc}") from None
 
 
-__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SPARE_MODES", "MeasureOptions", "TestbedOptions",
+__all__ = ["BASELINES", "DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SPARE_MODES", "MeasureOptions", "TestbedOptions",
            "add_options", "argument_specs", "flag_fields", "option", "options_from_args"]

@@ -242,7 +242,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         as the testbed counts it).
     """
     from jitsched.sim import simulate
-    from jitsched.testbed.options import DAEMON_POLICY
+    from jitsched.testbed.options import BASELINES, DAEMON_POLICY
 
     sc = get_scenario(scenario)
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
@@ -259,7 +259,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         replace(h, ingress_bps=h.ingress_bps * ingress_share) for h in w.cluster.hosts)))
     runs = [(sim_jit, w_jit, jit_opts), (sim_none, w, {})]
     for name in baselines:
-        if name not in DAEMON_POLICY or name in ("jit", "none"):
+        if name not in BASELINES:
             raise ValidationError(f"baselines: expected testbed baselines, got {name!r}")
         runs.append((DAEMON_POLICY[name], w_jit, {"background": "last"}))
     for pol, wl_pol, opts in runs:
