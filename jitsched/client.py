@@ -187,6 +187,23 @@ class Client:
         """Cancel a job."""
         return self.request(MsgType.CANCEL_JOB, {"job_id": job_id})
 
+    def background_started(self, flow: str, src: str, dst: str, nbytes: float) -> dict:
+        """Announce a bulk transfer outside every DAG, ``nbytes`` bytes from host ``src`` to ``dst``.
+
+        The default ``jit`` policy then ranks it among the jobs' transfers
+        (small flows before large jobs, large ones after; Smith's rule) instead
+        of after all of them, provided its sender's agent knows its socket as
+        :func:`jitsched.protocol.background_flow_id` ``(flow)``. Announcing the
+        same name again replaces it (e.g. with the bytes it still has).
+        Returns ``{"flows": n}``, the announced flows the daemon holds.
+        """
+        return self.request(MsgType.BACKGROUND_STARTED, {"flow": flow, "src": src, "dst": dst,
+                                                         "bytes": float(nbytes)})
+
+    def background_finished(self, flow: str) -> dict:
+        """The announced flow ``flow`` ended; ``{"held": bool}`` (False: the daemon no longer had it)."""
+        return self.request(MsgType.BACKGROUND_FINISHED, {"flow": flow})
+
     def status(self, *, after: int | None = None, limit: int | None = None) -> dict:
         """Jobs, agents and the last plan summary.
 

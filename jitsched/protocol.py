@@ -85,6 +85,12 @@ MESSAGES: tuple[Message, ...] = (
     Message("job_finished", JOB, {"job_id": (str, True), "jct_s": (NUM, False),
                                   "t_ns": (int, False)}),
     Message("cancel_job", JOB, {"job_id": (str, True)}),
+    # a bulk transfer outside every DAG (a file copy, a checkpoint upload) announces its
+    # size so that policies that rank background flows (jit) can; its agents know it as
+    # background_flow_id(flow)
+    Message("background_started", JOB, {"flow": (str, True), "src": (str, True), "dst": (str, True),
+                                        "bytes": (NUM, True)}),
+    Message("background_finished", JOB, {"flow": (str, True)}),
     # a page of jobs: those submitted after seq ``after`` (default 0), at most ``limit``
     # (default and most: the daemon's status_page_jobs); the reply's next_after goes on
     Message("status", JOB, {"verbose": (bool, False), "after": (int, False), "limit": (int, False)},
@@ -449,3 +455,13 @@ def report_bodies(body: dict) -> list[tuple[str, dict]]:
 def flow_id(job_id: str, transfer_id: str) -> str:
     """The flow id agents and backends use: ``"<job_id>/<transfer_id>"``."""
     return f"{job_id}/{transfer_id}"
+
+
+# The job id of announced background flows in schedules: job ids are never empty, so
+# a background flow's agent id, "/<flow>", is never a job transfer's.
+BACKGROUND_JOB = ""
+
+
+def background_flow_id(flow: str) -> str:
+    """The flow id agents and backends use for announced background flow ``flow``: ``"/<flow>"``."""
+    return flow_id(BACKGROUND_JOB, flow)

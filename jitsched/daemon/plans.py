@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 
 from jitsched.config import FULL, INCREMENTAL, DaemonConfig
+from jitsched.daemon.background import Announced, BackgroundTable
 from jitsched.daemon.jobs import JobRegistry, JobState
 from jitsched.model import Cluster, Job
 from jitsched.policies.base import SlotSchedule
+from jitsched.protocol import BACKGROUND_JOB
 
 # Policy events (arrivals, node completions) wait for the next full re-solve; in
 # incremental mode that may be long in coming, so only the newest are kept.
@@ -59,6 +61,8 @@ class PlanRequest:
     rebase: bool = False
     slot_s: float = 0.1  # the configured slot length (for bodies when the policy plans none)
     incarnation: int = 0  # the daemon process's, for the bodies
+    # the announced background flows (full re-solves; increments keep the base's ranks)
+    background: tuple[Announced, ...] = ()
 
 
 @dataclass
@@ -162,10 +166,12 @@ class PlanBook:
         The daemon clock's wall-clock origin.
     """
 
-    def __init__(self, config: DaemonConfig, registry: JobRegistry, t0_wall_s: float) -> None:
+    def __init__(self, config: DaemonConfig, registry: JobRegistry, t0_wall_s: float,
+                 background: BackgroundTable | None = None) -> None:
         self.config = config
         self.cluster = config.cluster
         self.registry = registry
+        self.background = background if background is not None else BackgroundTable(config)
         self.t0_wall_s = t0_wall_s
         self.incremental = config.planning == INCREMENTAL
         self.events: list[tuple[str, str, str]] = []
@@ -359,7 +365,8 @@ class PlanBook:
         jobs = tuple((js.job, dict(js.done), {}) for js in self.active.values())
         self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
-                          slot_s=self.config.slot_s, incarnation=self.incarnation)
+                          slot_s=self.config.slot_s, incarnation=self.incarnation,
+                          background=self.background.snapshot())
         self.events.clear()
         self.reasons.clear()
         self.first_reason_s = math.inf
@@ -389,7 +396,9 @@ class PlanBook:
             # done sets looked up once per job, not self.active once per flow: at 1000 ranked
             # jobs (32k flows) this mask was the daemon loop's busiest line under arrivals
             done = {jid: js.done for jid, js in self.active.items()}
+            held = self.background.flows  # an announced background flow counts while held
             live = np.fromiter(((d := done.get(f[0])) is not None and f[1] not in d
+                                if f[0] != BACKGROUND_JOB else f[1] in held
                                 for f in base.flows), dtype=bool, count=len(base.flows))
         new_ids = {js.job.id for js in new}
         out_hosts: list[int] = []

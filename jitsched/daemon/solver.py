@@ -62,16 +62,26 @@ def build_view(req: PlanRequest, cluster: Cluster) -> tuple[SchedulerView, dict[
     state = np.where(done_mask, DONE, np.where(blocked > 0, WAITING, RUNNING)).astype(np.int8)
     flows_idx = np.flatnonzero((state == RUNNING) & (dag.kind == TRANSFER))
     neg = np.full(len(flows_idx), -1, dtype=np.int64)
+    # announced background flows follow the transfers, each with its announced size left
+    # (the daemon does not see their progress)
+    bg = req.background
+    bg_src = np.array([b.src for b in bg], dtype=np.int64)
+    bg_dst = np.array([b.dst for b in bg], dtype=np.int64)
+    bg_bytes = np.array([b.bytes for b in bg], dtype=np.float64)
+    nb = np.full(len(bg), -1, dtype=np.int64)
     flows = FlowSet(
-        src=dag.src[flows_idx].astype(np.int64), dst=dag.dst[flows_idx].astype(np.int64),
-        remaining=remaining[flows_idx], node=flows_idx.astype(np.int64),
-        job=dag.job_of[flows_idx].astype(np.int64), bg=neg,
-        release_s=np.full(len(flows_idx), req.now_s),
+        src=np.r_[dag.src[flows_idx].astype(np.int64), bg_src],
+        dst=np.r_[dag.dst[flows_idx].astype(np.int64), bg_dst],
+        remaining=np.r_[remaining[flows_idx], bg_bytes], node=np.r_[flows_idx.astype(np.int64), nb],
+        job=np.r_[dag.job_of[flows_idx].astype(np.int64), nb], bg=np.r_[neg, np.arange(len(bg))],
+        release_s=np.full(len(flows_idx) + len(bg), req.now_s),
     )
     view = SchedulerView(
         cluster=cluster, now=req.now_s, dag=dag, job_arrived=np.ones(dag.n_jobs, dtype=bool),
         job_done=np.zeros(dag.n_jobs, dtype=bool), node_state=state, node_finish=finish,
-        remaining=remaining, flows=flows,
+        remaining=remaining, flows=flows, bg_src=bg_src, bg_dst=bg_dst, bg_bytes=bg_bytes,
+        bg_arrival_s=np.array([b.started_s for b in bg], dtype=np.float64),
+        bg_ids=tuple(b.name for b in bg),
     )
     return view, {j.id: k for k, j in enumerate(jobs)}
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
+from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.bodies import host_bodies, status_body
 from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
 from jitsched.daemon.journal import DONE, STARTED, Journal
@@ -76,7 +77,8 @@ class SchedulerState:
         self.t0_wall_s = time.time() if t0_wall_s is None else t0_wall_s
         self.incarnation = secrets.randbits(63) or 1  # fits sqlite's and msgpack's int64
         self.job_registry = JobRegistry(config)
-        self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s)
+        self.background = BackgroundTable(config)
+        self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
         self.plan_book.incarnation = self.agent_table.incarnation = self.incarnation
         self.restored: list[str] = []  # jobs resumed from the journal
@@ -277,6 +279,26 @@ class SchedulerState:
             self._journal(self.journal.ended, js.journal_row, state, now, jct, error)
         self.plan_book.job_ended(js.job.id, state, now)
 
+    # ------------------------------------------------------------------ background
+
+    def background_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Hold an announced background flow (not journalled: a sender re-announces after a
+        restart, and until then its flow is background the daemon does not know)."""
+        got = self.background.start(body, now, peer)
+        if isinstance(got, Reject):
+            return got
+        self.plan_book.trigger("background", now)
+        return {"flows": len(self.background.flows)}
+
+    def background_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """An announced background flow ended; ``held`` says whether the daemon still had it."""
+        got = self.background.finish(body, peer)
+        if isinstance(got, Reject):
+            return got
+        if got:
+            self.plan_book.trigger("background", now)
+        return {"held": got}
+
     def status(self, body: dict, now: float) -> dict | Reject:
         """Jobs, agents and a summary of the last plan; the jobs a page at a time.
 
@@ -288,13 +310,17 @@ class SchedulerState:
         after, limit = body.get("after", 0), body.get("limit", self.config.status_page_jobs)
         if after < 0 or limit < 1:
             return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
-        return status_body(self.job_registry, self.agent_table, self.plan_book, self.config,
-                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
-                           loop=self.loop)
+        out = status_body(self.job_registry, self.agent_table, self.plan_book, self.config,
+                          self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
+                          loop=self.loop)
+        out["background"] = {"held": len(self.background.flows), **self.background.counts}
+        return out
 
     def prune(self, now: float) -> int:
         """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
         at ``now``, in the journal too; returns how many."""
+        if self.background.expire(now):
+            self.plan_book.trigger("background", now)
         gone = self.job_registry.prune(now)
         if gone and self.journal is not None:
             rows = [js.journal_row for js in gone if js.journal_row]

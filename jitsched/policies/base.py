@@ -76,6 +76,10 @@ class SchedulerView:
         The flows that may send now, job transfers and background flows.
     bg_src, bg_dst, bg_bytes, bg_arrival_s : ndarray, shape (n_background,)
         All background flows (arrived or not).
+    bg_ids : tuple of str
+        Names of the background flows, in ``bg_*`` order, where the owner
+        knows them (a daemon's announced flows; empty in the simulator):
+        schedules list them as ``(BACKGROUND_JOB, name)``.
     virtual_time : bool
         ``now`` is a simulated clock: decisions must not depend on wall time
         (e.g. solver time limits), or the same run gives different results on
@@ -96,6 +100,7 @@ class SchedulerView:
     bg_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     bg_arrival_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     virtual_time: bool = False
+    bg_ids: tuple[str, ...] = ()
 
 
 @dataclass

@@ -41,6 +41,7 @@ from jitsched.policies.base import (
 )
 from jitsched.policies.common import background_shares, sub_dag
 from jitsched.priority import GroupPriority
+from jitsched.protocol import BACKGROUND_JOB
 
 # A planned transfer whose plan is over with more than this fraction of its
 # bytes left has drifted (float crumbs of an exactly-met plan do not count).
@@ -703,24 +704,44 @@ class JitPolicy(Policy):
             0 is served first; equal for the transfers of one group, dense
             over the groups listed.
         """
+        nodes, ranks, _ = self._ranks(view, with_background=False)
+        return nodes, ranks
+
+    def _ranks(self, view: SchedulerView, with_background: bool = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`priority_ranks`, and with ``with_background`` the background flows of
+        ``view`` ranked among the groups by the simulator's key (Smith's rule, see
+        :meth:`_priority`): ranks of the nodes, then of ``view.bg_*`` (shape (B,) or (0,))."""
         self._sync_priority(view)
         dag = view.dag
         nodes = _unfinished_transfers(view)
-        if not len(nodes):
-            return nodes, np.zeros(0, dtype=np.int64)
+        nb = len(view.bg_bytes) if with_background and not math.isinf(self.bg_weight) else 0
+        if not len(nodes) and not nb:
+            return nodes, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         grp = self._group[nodes]
         left = self._group_left(grp, dag.size[nodes] - view.remaining[nodes])
         job = dag.job_of[nodes]
-        if self.job_exp:
-            left = _job_scaled(left, grp, job, dag.src[nodes], view.remaining[nodes],
-                               self._capacities(view.cluster)[0], self.job_exp)
-        return nodes, _rank_groups(grp, left, job, dag.src[nodes], dag.dst[nodes])
+        src, dst = dag.src[nodes].astype(np.int64), dag.dst[nodes].astype(np.int64)
+        cap_e = self._capacities(view.cluster)[0]
+        if self.job_exp and len(nodes):
+            left = _job_scaled(left, grp, job, src, view.remaining[nodes], cap_e, self.job_exp)
+        if not nb:
+            return nodes, _rank_groups(grp, left, job, src, dst), np.zeros(0, dtype=np.int64)
+        # each background flow a group of its own after the DAG's, ident n_jobs + its index
+        b = np.arange(nb)
+        bsize, bsrc = view.bg_bytes, view.bg_src
+        bkey = bsize * (bsize / (BG_REF_S * cap_e[bsrc])) * self.bg_weight
+        g0 = len(left)
+        ranks = _rank_groups(np.r_[grp, g0 + b], np.r_[left, bkey], np.r_[job, dag.n_jobs + b],
+                             np.r_[src, bsrc], np.r_[dst, view.bg_dst])
+        return nodes, ranks[:len(nodes)], ranks[len(nodes):]
 
     def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
         # Every unfinished transfer with its rank; planned ones (alpha > 0) with their
-        # rates as floors, the rest with none. Background is not the daemon's to know:
-        # agents put it after every ranked flow (the simulator's bg_weight=inf).
-        nodes, ranks = self.priority_ranks(view)
+        # rates as floors, the rest with none. Background the daemon does not know goes
+        # after every ranked flow at the agents (the simulator's bg_weight=inf); announced
+        # background flows are ranked among the jobs' groups, as the simulator ranks files.
+        nodes, ranks, bg_ranks = self._ranks(view, with_background=bool(view.bg_ids))
         base = self._plan_schedule(view)
         if not len(nodes) and base is None:
             return None
@@ -730,6 +751,11 @@ class JitPolicy(Policy):
         for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
             key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
             flows.append(planned.get(key) or (*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
+            prio[key] = int(rank)
+        # announced background flows (a daemon's), at their ranks among the jobs' groups
+        for b, rank in enumerate(bg_ranks.tolist()):
+            key = (BACKGROUND_JOB, view.bg_ids[b])
+            flows.append((*key, int(view.bg_src[b]), int(view.bg_dst[b]), 0, np.zeros(0)))
             prio[key] = int(rank)
         if base is None:
             h = len(view.cluster)

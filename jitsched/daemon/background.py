@@ -1,0 +1,97 @@
+"""Announced background flows: bulk transfers outside every DAG that tell the daemon their size."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from jitsched.config import DaemonConfig
+from jitsched.daemon.reject import Reject
+from jitsched.protocol import ErrorCode
+
+
+@dataclass(frozen=True)
+class Announced:
+    """One announced background flow (times on the daemon clock, seconds).
+
+    ``src``/``dst`` are host indices in the daemon's cluster, ``bytes`` the
+    size the sender gave (bytes).
+    """
+
+    name: str
+    src: int
+    dst: int
+    bytes: float
+    started_s: float
+    owner: str | None
+
+
+class BackgroundTable:
+    """The announced background flows, by name, and what became of the ones that left.
+
+    A flow stays until its sender says it finished or, if the sender never
+    does (it died), ``background_ttl_s`` after its announcement: a leaked
+    announcement must not keep a rank in every plan for ever.
+    """
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.flows: dict[str, Announced] = {}
+        self.counts = {"announced": 0, "finished": 0, "expired": 0}
+
+    def start(self, body: dict, now: float, peer: str | None = None) -> Announced | Reject:
+        """Announce ``body``'s flow (``flow``, ``src``, ``dst``, ``bytes``); a Reject says why not.
+
+        Announcing a name again replaces it (a sender that resends after a
+        lost reply, or announces the bytes it still has), if ``peer`` owns it.
+        """
+        name, cfg = body["flow"], self.config
+        if len(name) > cfg.max_id_chars:
+            return Reject(ErrorCode.INVALID_BODY, f"body.flow: longer than {cfg.max_id_chars} characters")
+        idx = {h.name: i for i, h in enumerate(cfg.cluster.hosts)}
+        ends = []
+        for key in ("src", "dst"):
+            i = idx.get(body[key])
+            if i is None:
+                return Reject(ErrorCode.UNKNOWN_HOST, f"body.{key}: no host {body[key][:64]!r} in the cluster")
+            ends.append(i)
+        if ends[0] == ends[1]:
+            return Reject(ErrorCode.INVALID_BODY, "body.dst: a background flow needs two distinct hosts")
+        size = body["bytes"]
+        if not (isinstance(size, (int, float)) and math.isfinite(size) and 0 < size <= cfg.max_transfer_bytes):
+            return Reject(ErrorCode.INVALID_BODY,
+                          f"body.bytes: must be in (0, {cfg.max_transfer_bytes:g}], got {size!r}")
+        old = self.flows.get(name)
+        if old is not None and peer is not None and old.owner != peer:
+            return Reject(ErrorCode.FORBIDDEN, f"background flow {name!r} was announced with another client's key")
+        if old is None and len(self.flows) >= cfg.max_background:
+            return Reject(ErrorCode.OVERLOADED, f"the daemon already holds {cfg.max_background} background flows")
+        flow = Announced(name, ends[0], ends[1], float(size), now, peer)
+        self.flows[name] = flow
+        self.counts["announced"] += 1
+        return flow
+
+    def finish(self, body: dict, peer: str | None = None) -> bool | Reject:
+        """The flow ``body["flow"]`` ended: True if it was held (a second finish is a no-op)."""
+        flow = self.flows.get(body["flow"])
+        if flow is None:
+            return False
+        if peer is not None and flow.owner != peer:
+            return Reject(ErrorCode.FORBIDDEN,
+                          f"background flow {flow.name!r} was announced with another client's key")
+        del self.flows[flow.name]
+        self.counts["finished"] += 1
+        return True
+
+    def expire(self, now: float) -> list[str]:
+        """Drop the flows announced ``background_ttl_s`` or more before ``now``; their names."""
+        ttl = self.config.background_ttl_s
+        gone = [n for n, f in self.flows.items() if now - f.started_s >= ttl]
+        for n in gone:
+            del self.flows[n]
+        self.counts["expired"] += len(gone)
+        return gone
+
+    def snapshot(self) -> tuple[Announced, ...]:
+        """Every flow held now, in announcement order."""
+        return tuple(self.flows.values())

@@ -1,0 +1,124 @@
+"""Announced background flows: the daemon holds them, the default jit ranks them among the jobs
+(Smith's rule, as the simulator ranks files) and their senders' agents get the ranks."""
+
+import pytest
+
+from jitsched.client import Client
+from jitsched.daemon.background import BackgroundTable
+from jitsched.daemon.reject import Reject
+from jitsched.daemon.server import wait_until
+from jitsched.errors import RemoteError
+from jitsched.model import Cluster
+from jitsched.protocol import ErrorCode, background_flow_id
+from tests.test_daemon import config, system
+from tests.test_daemon_incremental import LINE, one_transfer, settled
+
+MB = 1e6
+
+
+def ranks_on(agent) -> dict[str, int]:
+    body = agent.schedule or {"flows": []}
+    return {f["flow"]: f["prio"] for f in body["flows"]}
+
+
+def test_jit_ranks_announced_flows_among_the_jobs_by_smiths_rule():
+    # Keys by hand (BG_REF_S 8 s of the 125 MB/s line = 1000 MB; bg_weight 0.5, job_exp 1):
+    # the job's one group 100 MB x (100 MB / 1000 MB) = 10 MB; a 50 MB file
+    # 50 x 0.05 x 0.5 = 1.25 MB (first), a 500 MB file 500 x 0.5 x 0.5 = 125 MB (last).
+    with system(policy="jit", joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(one_transfer("big", 100 * MB, src="h1", dst="h2"))
+        assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+        assert c.background_started("small", "h1", "h2", 50 * MB) == {"flows": 1}
+        assert c.background_started("large", "h1", "h3", 500 * MB) == {"flows": 2}
+        want = {background_flow_id("small"): 0, "big/t": 1, background_flow_id("large"): 2}
+        assert wait_until(lambda: ranks_on(agents["h1"]) == want and settled(d), 5.0), ranks_on(agents["h1"])
+        assert background_flow_id("small") == "/small"
+        # the receivers' agents hold their inbound flows in the same order (ranks dense per host)
+        def inbound(h):
+            return {f["flow"]: f["prio"] for f in agents[h].schedule["in_flows"]}
+        assert inbound("h2") == {"/small": 0, "big/t": 1} and inbound("h3") == {"/large": 0}
+        st = c.status()["background"]
+        assert (st["held"], st["announced"], st["finished"]) == (2, 2, 0)
+        # a finished flow leaves every body; the job keeps its rank among what is left
+        assert c.background_finished("small") == {"held": True}
+        assert c.background_finished("small") == {"held": False}
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"big/t": 0, "/large": 1} and settled(d), 5.0), \
+            ranks_on(agents["h1"])
+        assert c.status()["background"]["finished"] == 1
+
+
+def test_an_arrival_keeps_the_announced_flows_ranks_until_the_joint_resolve():
+    # the increment that admits a job ranks it after everything ranked, the announced
+    # flows included (an increment that dropped them would leave them unranked a moment)
+    with system(policy="jit", joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(one_transfer("a", 100 * MB, src="h1", dst="h2"))
+        c.background_started("f", "h1", "h3", 500 * MB)
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"a/t": 0, "/f": 1} and settled(d), 5.0)
+        results = []
+        adopt = d.state._adopt
+
+        def spy(res, now):
+            results.append(res)
+            adopt(res, now)
+
+        d.state._adopt = spy
+        c.submit_job(one_transfer("b", 10 * MB, src="h1", dst="h2"))
+        assert wait_until(lambda: any(r.mode == "full" for r in results) and settled(d), 5.0)
+        inc = next(r for r in results if r.mode == "incremental")
+        assert inc.schedule.prio[("", "f")] == 1 and inc.schedule.prio[("b", "t")] == 2
+        # jointly: b (10 MB x 0.01 = 0.1 MB) first, a (10 MB), the file (125 MB)
+        assert ranks_on(agents["h1"]) == {"b/t": 0, "a/t": 1, "/f": 2}
+
+
+def test_policies_that_do_not_rank_background_leave_it_out():
+    # Sincronia's daemon schedule ranks jobs only: announced flows stay unranked background
+    with system(policy="sincronia") as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(one_transfer("a", 100 * MB, src="h1", dst="h2"))
+        c.background_started("f", "h1", "h2", 1 * MB)
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"a/t": 0} and settled(d), 5.0)
+        assert d.state.plan_book.plans_failed == {} or not any(d.state.plan_book.plans_failed.values())
+
+
+def test_bad_announcements_are_refused_with_the_field():
+    with system(policy="jit", hosts=("h0", "h1")) as (d, _), Client(d.job_endpoint) as c:
+        for args, code, word in ((("f", "h9", "h1", 1.0), ErrorCode.UNKNOWN_HOST, "body.src"),
+                                 (("f", "h1", "h1", 1.0), ErrorCode.INVALID_BODY, "body.dst"),
+                                 (("f", "h0", "h1", 0.0), ErrorCode.INVALID_BODY, "body.bytes"),
+                                 (("f", "h0", "h1", 2e12), ErrorCode.INVALID_BODY, "body.bytes"),
+                                 (("x" * 300, "h0", "h1", 1.0), ErrorCode.INVALID_BODY, "body.flow")):
+            with pytest.raises(RemoteError) as err:
+                c.background_started(*args)
+            assert err.value.code == code and word in str(err.value)
+        assert c.status()["background"]["held"] == 0
+
+
+def table(**kw) -> BackgroundTable:
+    return BackgroundTable(config(cluster=Cluster.uniform(3), **kw))
+
+
+def body(name="f", src="h0", dst="h1", nbytes=LINE):
+    return {"flow": name, "src": src, "dst": dst, "bytes": nbytes}
+
+
+def test_table_expires_flows_whose_sender_never_finished():
+    t = table(background_ttl_s=10.0)
+    t.start(body("old"), 0.0)
+    t.start(body("new"), 5.0)
+    assert t.expire(9.9) == []
+    assert t.expire(10.0) == ["old"] and [f.name for f in t.snapshot()] == ["new"]
+    assert t.counts == {"announced": 2, "finished": 0, "expired": 1}
+
+
+def test_table_limits_owners_and_reannouncement():
+    t = table(max_background=2)
+    a = t.start(body("a", nbytes=5.0), 0.0, peer="alice")
+    assert (a.src, a.dst, a.bytes, a.owner) == (0, 1, 5.0, "alice")
+    assert isinstance(t.start(body("b"), 0.0, peer="bob"), type(a))
+    full = t.start(body("c"), 0.0)
+    assert isinstance(full, Reject) and full.code == ErrorCode.OVERLOADED
+    # the owner may announce its flow again (replacing it) even at the limit; no one else may
+    again = t.start(body("a", nbytes=2.0), 1.0, peer="alice")
+    assert again.bytes == 2.0 and len(t.flows) == 2
+    for got in (t.start(body("a"), 1.0, peer="bob"), t.finish({"flow": "a"}, peer="bob")):
+        assert isinstance(got, Reject) and got.code == ErrorCode.FORBIDDEN
+    assert t.finish({"flow": "a"}, peer="alice") is True and t.finish({"flow": "a"}) is False
