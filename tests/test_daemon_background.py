@@ -70,13 +70,25 @@ def test_an_arrival_keeps_the_announced_flows_ranks_until_the_joint_resolve():
         assert ranks_on(agents["h1"]) == {"b/t": 0, "a/t": 1, "/f": 2}
 
 
-def test_policies_that_do_not_rank_background_leave_it_out():
-    # Sincronia's daemon schedule ranks jobs only: announced flows stay unranked background
+def test_sincronia_ranks_announced_flows_as_coflows():
+    # BSSI by hand, one port (h1's egress, 125 MB/s): the 1 MB file (8 ms) and the 100 MB
+    # job (0.8 s) as two coflows: the smaller bottleneck goes first
     with system(policy="sincronia") as (d, agents), Client(d.job_endpoint) as c:
         c.submit_job(one_transfer("a", 100 * MB, src="h1", dst="h2"))
         c.background_started("f", "h1", "h2", 1 * MB)
-        assert wait_until(lambda: ranks_on(agents["h1"]) == {"a/t": 0} and settled(d), 5.0)
-        assert d.state.plan_book.plans_failed == {} or not any(d.state.plan_book.plans_failed.values())
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"/f": 0, "a/t": 1} and settled(d), 5.0), \
+            ranks_on(agents["h1"])
+        assert not any(d.state.plan_book.plans_failed.values())
+
+
+def test_policies_that_do_not_rank_background_leave_it_out():
+    # TicTac orders jobs only: an announced flow stays background the agents put last
+    with system(policy="tictac") as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(one_transfer("a", 100 * MB, src="h1", dst="h2"))
+        c.background_started("f", "h1", "h2", 1 * MB)
+        assert wait_until(lambda: d.state.n_plans >= 2 and ranks_on(agents["h1"]) == {"a/t": 0}
+                          and settled(d), 5.0), ranks_on(agents["h1"])
+        assert not any(d.state.plan_book.plans_failed.values())
 
 
 def test_bad_announcements_are_refused_with_the_field():

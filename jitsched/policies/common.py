@@ -8,6 +8,7 @@ from jitsched.alloc import fixed_then_maxmin
 from jitsched.errors import ValidationError
 from jitsched.model import TRANSFER, DagArrays
 from jitsched.policies.base import DONE, SchedulerView, SlotSchedule
+from jitsched.protocol import BACKGROUND_JOB
 
 
 def _gather_csr(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,11 +102,28 @@ def unfinished_transfers(view: SchedulerView) -> np.ndarray:
                           & (view.remaining > 0))
 
 
-def ranked_schedule(view: SchedulerView, nodes: np.ndarray, rank: np.ndarray, slot_s: float) -> SlotSchedule:
+def background_entries(view: SchedulerView, bg_rank: np.ndarray) -> tuple[list, dict]:
+    """Schedule entries and ranks of the first ``len(bg_rank)`` background flows of ``view``.
+
+    A daemon's announced background flows (``view.bg_ids``) as
+    ``(BACKGROUND_JOB, name, src, dst, 0, no rates)``, each at its rank.
+    """
+    flows, prio = [], {}
+    for b, r in enumerate(bg_rank.tolist()):
+        key = (BACKGROUND_JOB, view.bg_ids[b])
+        flows.append((*key, int(view.bg_src[b]), int(view.bg_dst[b]), 0, np.zeros(0)))
+        prio[key] = int(r)
+    return flows, prio
+
+
+def ranked_schedule(view: SchedulerView, nodes: np.ndarray, rank: np.ndarray, slot_s: float,
+                    bg_rank: np.ndarray | None = None) -> SlotSchedule:
     """A rates-free schedule listing transfers ``nodes`` with strict-priority ranks ``rank`` (0 first).
 
     What an order-only policy hands the daemon for its host agents: every
-    flow is work-conserving at its rank, background after all of them.
+    flow is work-conserving at its rank, background after all of them but
+    the announced background flows ranked in ``bg_rank`` (shape (B,), in
+    ``view.bg_*`` order; see :func:`background_entries`).
 
     Parameters
     ----------
@@ -123,6 +141,10 @@ def ranked_schedule(view: SchedulerView, nodes: np.ndarray, rank: np.ndarray, sl
         key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
         flows.append((*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
         prio[key] = int(r)
+    if bg_rank is not None and len(bg_rank):
+        more, more_prio = background_entries(view, bg_rank)
+        flows += more
+        prio |= more_prio
     h = len(view.cluster)
     return SlotSchedule(epoch_s=view.now, slot_s=slot_s, flows=flows, leftover_egress=np.zeros((h, 0)),
                         leftover_ingress=np.zeros((h, 0)), prio=prio)

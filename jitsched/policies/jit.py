@@ -39,9 +39,8 @@ from jitsched.policies.base import (
     SlotSchedule,
     register_policy,
 )
-from jitsched.policies.common import background_shares, sub_dag
+from jitsched.policies.common import background_entries, background_shares, sub_dag
 from jitsched.priority import GroupPriority
-from jitsched.protocol import BACKGROUND_JOB
 
 # A planned transfer whose plan is over with more than this fraction of its
 # bytes left has drifted (float crumbs of an exactly-met plan do not count).
@@ -752,11 +751,9 @@ class JitPolicy(Policy):
             key = (dag.job_ids[dag.job_of[n]], dag.node_ids[n])
             flows.append(planned.get(key) or (*key, int(dag.src[n]), int(dag.dst[n]), 0, np.zeros(0)))
             prio[key] = int(rank)
-        # announced background flows (a daemon's), at their ranks among the jobs' groups
-        for b, rank in enumerate(bg_ranks.tolist()):
-            key = (BACKGROUND_JOB, view.bg_ids[b])
-            flows.append((*key, int(view.bg_src[b]), int(view.bg_dst[b]), 0, np.zeros(0)))
-            prio[key] = int(rank)
+        more, more_prio = background_entries(view, bg_ranks)  # a daemon's announced flows
+        flows += more
+        prio |= more_prio
         if base is None:
             h = len(view.cluster)
             return SlotSchedule(epoch_s=view.now, slot_s=self.slot_s, flows=flows,

@@ -189,15 +189,20 @@ class SincroniaPolicy(Policy):
         remaining loads whenever a daemon asks (it asks on arrivals and
         completions, ``recompute="events"``), as one global order of dense
         ranks; a job's transfers share its rank (Sincronia orders coflows,
-        not the flows inside one). Background flows are not the daemon's to
-        know: the agents put them after every ranked flow, as for ``jit``.
+        not the flows inside one). Background the daemon does not know goes
+        after every ranked flow at the agents, as for ``jit``; with
+        ``background="coflows"`` announced background flows (``view.bg_ids``)
+        are coflows of the order like the jobs.
         """
         self._reorder(view)
         nodes = unfinished_transfers(view)
-        if not len(nodes):
+        nb = len(view.bg_ids) if self.background == "coflows" else 0
+        if not len(nodes) and not nb:
             return None
-        _, ranks = np.unique(self._job_rank[view.dag.job_of[nodes]], return_inverse=True)
-        return ranked_schedule(view, nodes, ranks, self.slot_s)
+        _, ranks = np.unique(np.r_[self._job_rank[view.dag.job_of[nodes]], self._bg_rank[:nb]],
+                             return_inverse=True)
+        ranks = ranks.ravel()
+        return ranked_schedule(view, nodes, ranks[:len(nodes)], self.slot_s, bg_rank=ranks[len(nodes):])
 
     def stats(self) -> dict:
         return {"orderings": self.orderings}
