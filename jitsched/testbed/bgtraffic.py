@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import struct
@@ -14,7 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from jitsched.errors import RemoteError
+from jitsched.localreg import register_flow, unregister_flow
 from jitsched.netns import socket_in
+from jitsched.protocol import background_flow_id
 
 CHUNK_B = 256 * 1024
 RCVLOWAT_B = 64 * 1024  # least bytes a receiver without per-read timestamps wakes for
@@ -67,9 +71,15 @@ class Receiver:
         Named network namespace (None: the caller's).
     timestamps : bool
         Keep per-read timestamps (needed for per-slot rates).
+    agent : str or None
+        Local name of this host's agent: each connection is registered with
+        it as an inbound announced background flow (``/<id>``), so that an
+        agent ordering its ingress ranks it as the daemon does.
     """
 
-    def __init__(self, addr: str, port: int = 0, *, netns: str | None = None, timestamps: bool = True) -> None:
+    def __init__(self, addr: str, port: int = 0, *, netns: str | None = None, timestamps: bool = True,
+                 agent: str | None = None) -> None:
+        self.agent = agent
         self.sock = socket_in(netns)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((addr, port))
@@ -102,6 +112,8 @@ class Receiver:
             rec = FlowRecord(str(hdr["id"]), tuple(peer), start)
             with self.done:
                 self.flows[rec.flow_id] = rec
+            ctrl = register_flow(self.agent, background_flow_id(rec.flow_id), conn, direction="in") \
+                if self.agent else None
             buf = bytearray(CHUNK_B)
             if not self.timestamps:
                 # Wake on 64 kB, not on every few-kB arrival: a file's receiving loop
@@ -118,6 +130,7 @@ class Receiver:
                     rec.t.append(time.monotonic())
                     rec.n.append(k)
             rec.end_s = time.monotonic()
+            unregister_flow(ctrl, background_flow_id(rec.flow_id), direction="in")
             with self.done:
                 self.done.notify_all()
 
@@ -206,12 +219,20 @@ class Generator:
         Host name to namespace / address.
     port : int
         Receivers' port on every destination host.
+    announce : tuple of (str, dict) or None
+        ``(daemon job endpoint, host -> agent local name)``: every flow is
+        announced to the daemon (``background_started``, then
+        ``background_finished``) and its sockets registered with its hosts'
+        agents as ``/<id>``, as an application that tells jitsched its
+        transfers would. None: the flows are background jitsched does not know.
     """
 
     def __init__(self, flows: Sequence[BackgroundFlow], netns_of: dict[str, str], addr_of: dict[str, str],
-                 port: int = 5201) -> None:
+                 port: int = 5201, announce: tuple[str, dict[str, str]] | None = None) -> None:
         self.flows = list(flows)
-        self.receivers = {h: Receiver(addr_of[h], port, netns=netns_of[h], timestamps=False)
+        self.announce = announce
+        agents = announce[1] if announce else {}
+        self.receivers = {h: Receiver(addr_of[h], port, netns=netns_of[h], timestamps=False, agent=agents.get(h))
                           for h in sorted({f.dst for f in flows})}
         self.netns_of, self.addr_of, self.port = netns_of, addr_of, port
         self.stop = threading.Event()
@@ -232,12 +253,26 @@ class Generator:
         if self.stop.wait(max(0.0, delay)):
             return
         start = time.monotonic()
+        client = ctrl = None
         try:
+            if self.announce:
+                from jitsched.client import Client  # zmq only for announced flows
+
+                client = Client(self.announce[0])
+                client.background_started(f.id, f.src, f.dst, f.bytes)
             s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src])
+            if self.announce and self.announce[1].get(f.src):
+                ctrl = register_flow(self.announce[1][f.src], background_flow_id(f.id), s)
             sent = send_bytes(s, f.bytes, self.stop)
-        except OSError as exc:
+        except (OSError, RemoteError) as exc:
             self.results[f.id] = {"id": f.id, "error": str(exc)}
             return
+        finally:
+            unregister_flow(ctrl, background_flow_id(f.id))
+            if client is not None:
+                with contextlib.suppress(OSError, RemoteError):
+                    client.background_finished(f.id)
+                client.close()
         rx = self.receivers[f.dst]
         rx.wait([f.id], 30.0)
         rec = rx.flows.get(f.id)

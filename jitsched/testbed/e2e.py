@@ -188,7 +188,10 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         (addrs,) = sink_proc.ready()
 
         from jitsched.testbed.bgtraffic import Generator
-        gen = Generator(bg, netns_of, addr_of)
+        # announced files: the daemon ranks them, their agents (sender's, and receiver's when
+        # it orders its ingress) know their sockets
+        gen = Generator(bg, netns_of, addr_of,
+                        announce=(job_ep, agent_names) if options.announce_files and options.enforced else None)
         # The job runners in their own processes, away from this one's file senders and
         # receivers (see TestbedOptions.runner_procs); jobs dealt round-robin in arrival order.
         jobs = sorted(wl.jobs, key=lambda j: j.arrival_s)

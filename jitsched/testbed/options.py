@@ -132,6 +132,14 @@ class TestbedOptions:
         for quick's files (45.65 against 47.3 Mbit/s over four runs each);
         session 17's rounds without them gave 47.5 and 45.6, i.e. that was
         the files' spread.
+    announce_files : bool
+        The files are announced to the daemon and their sockets registered
+        with their hosts' agents, as an application that tells jitsched its
+        bulk transfers would (``background_started``): jit (and Sincronia)
+        then rank them among the jobs, as the simulator ranks files. Off by
+        default: most background traffic knows nothing of the scheduler, and
+        the agents put it after every ranked flow. A property of the
+        workload, not a setting of the scheduler.
     runner_procs : int
         Processes the job runners run in (jobs dealt round-robin in arrival
         order), apart from this process's transfer sinks and file transfers.
@@ -188,6 +196,9 @@ class TestbedOptions:
     channels: bool = option(
         True, "run: transfers too small to register ride connections kept per sending host (all policies; "
               "default on)")
+    announce_files: bool = option(
+        False, "run: the files announce their sizes to the daemon and register with their agents "
+               "(a workload whose bulk transfers tell jitsched; default off)")
     runner_procs: int = option(
         2, "run: processes the jobs' senders run in, apart from the sinks and files (default %(default)s)")
     timeout_s: float = option(120.0, "per-job limit in seconds", flag=False)
@@ -270,7 +281,8 @@ class TestbedOptions:
         jit_ingress = True if self.ingress is None else self.ingress
         return {"link_mbit": self.link_mbit, "slot_s": self.slot_s, "alpha": self.alpha,
                 "job_order": self.job_order, "dl_share": self.dl_share,
-                "ingress_share": INGRESS_SHARE if jit_ingress else 1.0}
+                "ingress_share": INGRESS_SHARE if jit_ingress else 1.0,
+                "announce_files": self.announce_files}
 
 
 @dataclass(frozen=True)

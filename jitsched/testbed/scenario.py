@@ -213,7 +213,7 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
 
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
             alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None,
-            ingress_share: float = 1.0, baselines: tuple[str, ...] = ()) -> dict:
+            ingress_share: float = 1.0, baselines: tuple[str, ...] = (), announce_files: bool = False) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`, under each testbed
@@ -230,7 +230,11 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     not, so it predicts the files a little low). Each testbed policy in
     ``baselines`` (``sincronia``, ``tictac``) is simulated as its agents
     enforce it too: its order, background after every job
-    (``background="last"``), the same ingress.
+    (``background="last"``), the same ingress. With ``announce_files`` the
+    files told the daemon their sizes (:class:`TestbedOptions`'s
+    ``announce_files``): jit ranks them with its own ``bg_weight`` and
+    Sincronia as coflows, as they do in the simulator; TicTac still puts
+    them last.
 
     Returns
     -------
@@ -248,7 +252,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
     w = sim_workload(wl, bg)
     out: dict = {}
-    jit_opts = {"slot_s": slot_s, "bg_weight": math.inf}
+    jit_opts = {"slot_s": slot_s} if announce_files else {"slot_s": slot_s, "bg_weight": math.inf}
     jit_opts |= {k: v for k, v in (("alpha", alpha), ("job_order", job_order), ("dl_share", dl_share))
                  if v is not None}
     # the simulator's counterpart of each testbed policy is its daemon's policy
@@ -261,7 +265,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     for name in baselines:
         if name not in BASELINES:
             raise ValidationError(f"baselines: expected testbed baselines, got {name!r}")
-        runs.append((DAEMON_POLICY[name], w_jit, {"background": "last"}))
+        ranks_files = announce_files and name == "sincronia"
+        runs.append((DAEMON_POLICY[name], w_jit, {"background": "coflows" if ranks_files else "last"}))
     for pol, wl_pol, opts in runs:
         r = simulate(wl_pol, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
