@@ -183,8 +183,9 @@ def connect(dst: str, port: int, flow_id: str, *, netns: str | None = None, src:
     return s
 
 
-def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = None) -> int:
-    """Send ``nbytes`` bytes (``inf``: until ``stop`` is set) on ``s`` and close it; returns bytes sent."""
+def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = None, close: bool = True) -> int:
+    """Send ``nbytes`` bytes (``inf``: until ``stop`` is set) on ``s`` and close it (``close``; else
+    only shut its sending side); returns bytes sent."""
     payload = memoryview(b"\0" * CHUNK_B)
     sent = 0
     try:
@@ -194,7 +195,8 @@ def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = N
             sent += k
         s.shutdown(socket.SHUT_WR)
     finally:
-        s.close()
+        if close:
+            s.close()
     return sent
 
 
@@ -253,7 +255,8 @@ class Generator:
         if self.stop.wait(max(0.0, delay)):
             return
         start = time.monotonic()
-        client = ctrl = None
+        rx = self.receivers[f.dst]
+        client = ctrl = s = None
         try:
             if self.announce:
                 from jitsched.client import Client  # zmq only for announced flows
@@ -263,18 +266,23 @@ class Generator:
             s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src])
             if self.announce and self.announce[1].get(f.src):
                 ctrl = register_flow(self.announce[1][f.src], background_flow_id(f.id), s)
-            sent = send_bytes(s, f.bytes, self.stop)
+            # An announced flow's socket stays open (and registered, and announced) until
+            # its receiver has every byte: closed with its tail in flight, it was an orphan
+            # under the agent's 10-ms RTO floor, which the kernel reset after its orphan
+            # retries while the tail waited behind ranked flows (a quick run lost 0.3 MB).
+            sent = send_bytes(s, f.bytes, self.stop, close=not self.announce)
+            rx.wait([f.id], 30.0)
         except (OSError, RemoteError) as exc:
             self.results[f.id] = {"id": f.id, "error": str(exc)}
             return
         finally:
             unregister_flow(ctrl, background_flow_id(f.id))
+            if self.announce and s is not None:
+                s.close()
             if client is not None:
                 with contextlib.suppress(OSError, RemoteError):
                     client.background_finished(f.id)
                 client.close()
-        rx = self.receivers[f.dst]
-        rx.wait([f.id], 30.0)
         rec = rx.flows.get(f.id)
         end = rec.end_s if rec is not None else time.monotonic()
         self.results[f.id] = {"id": f.id, "bytes": sent, "start_s": start - self.t0, "end_s": end - self.t0,
