@@ -92,6 +92,24 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
     assert "agent_down" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("policy", ["jit", "tictac"])
+def test_announced_files_reach_the_daemon_and_finish_whole(tiny, policy):
+    # the file announces itself, registers with both agents and keeps its socket until the
+    # receiver has every byte (closed with its tail in flight, an announced file was reset);
+    # a policy that does not rank background (tictac) gets the announcement all the same
+    out = run_scenario("tiny", policy=policy, seed=1, prefix=tiny, timeout_s=60.0, measure_slots=0,
+                       announce_files=True)
+    assert out["completed"] == 2, out["details"]["errors"]
+    assert out["background_completed"] == "1/1", out["details"]["errors"]
+    assert out["details"]["background"]["file-0"]["bytes"] == 62_500_000
+    assert out["details"]["daemon"]["background"] == {"announced": 1, "finished": 1, "expired": 0}
+    assert out["details"]["options"]["announce_files"] is True
+    agents = out["details"]["agents"].values()
+    # the file's sender and receiver registered it beside the jobs' transfers
+    assert sum(a["registered_out"] for a in agents) >= 1 and sum(a["registered_in"] for a in agents) >= 1
+    assert not netns_mod.list_netns(tiny)
+
+
 def test_failed_run_still_tears_down(tiny, monkeypatch):
     import jitsched.testbed.scenario as scenario
 

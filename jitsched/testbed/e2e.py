@@ -395,7 +395,9 @@ def _daemon_main(cfg, conn) -> None:
     _tell(conn, ("stats", {"plans": st.n_plans, "solve_s_total": float(sum(solves)),
                            "solve_s_median": float(statistics.median(solves)) if solves else None,
                            "solve_s_max": float(max(solves)) if solves else None,
-                           "lat_misses": st.lat_misses}))
+                           "lat_misses": st.lat_misses,
+                           # announced files: how many the daemon got, and how they left
+                           "background": dict(st.background.counts)}))
 
 
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
