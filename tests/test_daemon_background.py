@@ -85,9 +85,12 @@ def test_policies_that_do_not_rank_background_leave_it_out():
     # TicTac orders jobs only: an announced flow stays background the agents put last
     with system(policy="tictac") as (d, agents), Client(d.job_endpoint) as c:
         c.submit_job(one_transfer("a", 100 * MB, src="h1", dst="h2"))
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"a/t": 0} and settled(d), 5.0)
+        n = d.state.n_plans
         c.background_started("f", "h1", "h2", 1 * MB)
-        assert wait_until(lambda: d.state.n_plans >= 2 and ranks_on(agents["h1"]) == {"a/t": 0}
-                          and settled(d), 5.0), ranks_on(agents["h1"])
+        # a re-solve with the announcement in its view, and still only the job ranked
+        assert wait_until(lambda: d.state.n_plans > n and settled(d), 5.0)
+        assert ranks_on(agents["h1"]) == {"a/t": 0}
         assert not any(d.state.plan_book.plans_failed.values())
 
 
@@ -134,3 +137,20 @@ def test_table_limits_owners_and_reannouncement():
     for got in (t.start(body("a"), 1.0, peer="bob"), t.finish({"flow": "a"}, peer="bob")):
         assert isinstance(got, Reject) and got.code == ErrorCode.FORBIDDEN
     assert t.finish({"flow": "a"}, peer="alice") is True and t.finish({"flow": "a"}) is False
+
+
+def test_status_cli_and_metrics_show_the_announced_flows(capsys):
+    from jitsched.cli import main
+    from tests.test_daemon import _free_port, _get
+
+    port = _free_port()
+    with system(policy="jit", hosts=("h0", "h1"), metrics_port=port) as (d, _), Client(d.job_endpoint) as c:
+        c.background_started("a", "h0", "h1", 1 * MB)
+        c.background_started("b", "h1", "h0", 1 * MB)
+        c.background_finished("b")
+        want = ('jitsched_background_flows{count="held"} 1.0', 'jitsched_background_flows{count="announced"} 2.0',
+                'jitsched_background_flows{count="finished"} 1.0')
+        assert wait_until(lambda: all(w in _get(port) for w in want), 3.0), _get(port)
+        assert main(["status", "--daemon", d.job_endpoint]) == 0
+    out = capsys.readouterr().out
+    assert "background: 1 announced flows held (2 announced, 1 finished, 0 expired unfinished)" in out

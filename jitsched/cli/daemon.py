@@ -218,6 +218,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
               + (f" owner {escape(s['owner'])}" if s.get("owner") else "")
               + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
+    bg = st.get("background") or {}
+    if bg.get("announced"):
+        print(f"  background: {bg['held']} announced flows held ({bg['announced']} announced, "
+              f"{bg['finished']} finished, {bg['expired']} expired unfinished)")
     if st.get("jobs_omitted"):
         print(f"  ({st['jobs_omitted']} older ended jobs not listed)")
     if st.get("jobs_pruned"):

@@ -41,6 +41,10 @@ class Metrics:
         # the socket loop's counts (status' loop): refused and closed connections, replies
         # refused for a peer's unread bytes, requests decoded off the loop, ...
         self.loop = Gauge("jitsched_loop", "Socket loop counts, by name (status.loop)", ["count"], registry=r)
+        # announced background flows: held now, and the totals announced, finished and expired
+        # (an expired flow's sender never said it finished: a leak on the sender's side)
+        self.background = Gauge("jitsched_background_flows", "Announced background flows (status.background)",
+                                ["count"], registry=r)
         self._server = None
 
     def serve(self, port: int) -> int:
@@ -90,3 +94,6 @@ class Metrics:
         self.jobs_pruned.set(state.job_registry.pruned)
         for name, value in state.loop.items():
             self.loop.labels(name).set(value)
+        self.background.labels("held").set(len(state.background.flows))
+        for name, value in state.background.counts.items():
+            self.background.labels(name).set(value)
