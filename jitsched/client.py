@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import selectors
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from jitsched.protocol import (
     MAX_MESSAGE_BYTES,
     MsgType,
     RemoteError,
+    background_flow_id,
     decode_reply,
     encode_request,
     next_id,
@@ -230,6 +232,33 @@ class Client:
             first["jobs_omitted"] = first.get("jobs_total", len(first["jobs"])) - len(first["jobs"])
         first["pages"] = pages
         return first
+
+
+@contextlib.contextmanager
+def announced_flow(client: Client, flow: str, src: str, dst: str, nbytes: float,
+                   sock: socket.socket | None = None, agent: str | None = None) -> Iterator[None]:
+    """A bulk transfer outside every DAG, announced to the daemon for the duration of the block.
+
+    ``with announced_flow(c, "ckpt-7", "h3", "h9", size, sock, agent=...): send(sock)``
+    announces ``nbytes`` bytes from host ``src`` to ``dst``
+    (:meth:`Client.background_started`), registers ``sock`` with the local
+    agent at ``agent`` as :func:`jitsched.protocol.background_flow_id`
+    ``(flow)`` so that it enforces the flow's rank, and on leaving (also on an
+    error) unregisters it and says the flow finished. Leave the block only
+    once the receiver has every byte: a socket closed with its tail in
+    flight is an orphan, which the kernel may reset under the agent's
+    short retransmission timeouts.
+    """
+    client.background_started(flow, src, dst, nbytes)
+    ctrl = None
+    try:
+        if sock is not None and agent:
+            ctrl = register_flow(agent, background_flow_id(flow), sock)
+        yield
+    finally:
+        unregister_flow(ctrl, background_flow_id(flow))
+        with contextlib.suppress(OSError, RemoteError):
+            client.background_finished(flow)
 
 
 def load_graph_job(graph_path: str | Path, *, ps_host: str, worker_host: str,

@@ -304,3 +304,29 @@ def test_sink_close_ends_its_thread_with_connections_open():
     assert time.monotonic() - t0 < 2.0 and not sink._thread.is_alive()
     assert hanging.recv(1) == b""  # the sink closed it
     hanging.close()
+
+
+def test_announced_flow_announces_registers_and_always_finishes():
+    import socket as socket_mod
+
+    from jitsched.client import announced_flow
+    from jitsched.daemon.server import wait_until
+    from tests.test_daemon import system
+
+    with system(policy="jit", hosts=("h0", "h1")) as (d, agents), Client(d.job_endpoint) as c:
+        srv = socket_mod.create_server(("127.0.0.1", 0))
+        s = socket_mod.create_connection(srv.getsockname())
+        try:
+            with announced_flow(c, "ckpt", "h0", "h1", 5e6, s, agent=agents["h0"].local_name):
+                # the daemon holds it and the sender's agent knows the socket by its background id
+                assert set(d.state.background.flows) == {"ckpt"}
+                assert wait_until(lambda: "/ckpt" in agents["h0"].flows, 2.0)
+            assert wait_until(lambda: "/ckpt" not in agents["h0"].flows, 2.0)
+            assert d.state.background.flows == {} and d.state.background.counts["finished"] == 1
+            # an error in the block still ends the announcement
+            with pytest.raises(ZeroDivisionError), announced_flow(c, "bad", "h0", "h1", 1e6):
+                1 / 0
+            assert d.state.background.flows == {} and d.state.background.counts["finished"] == 2
+        finally:
+            s.close()
+            srv.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import socket
 import struct
@@ -256,38 +255,40 @@ class Generator:
             return
         start = time.monotonic()
         rx = self.receivers[f.dst]
-        client = ctrl = s = None
         try:
             if self.announce:
-                from jitsched.client import Client  # zmq only for announced flows
-
-                client = Client(self.announce[0])
-                client.background_started(f.id, f.src, f.dst, f.bytes)
-            s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src])
-            if self.announce and self.announce[1].get(f.src):
-                ctrl = register_flow(self.announce[1][f.src], background_flow_id(f.id), s)
-            # An announced flow's socket stays open (and registered, and announced) until
-            # its receiver has every byte: closed with its tail in flight, it was an orphan
-            # under the agent's 10-ms RTO floor, which the kernel reset after its orphan
-            # retries while the tail waited behind ranked flows (a quick run lost 0.3 MB).
-            sent = send_bytes(s, f.bytes, self.stop, close=not self.announce)
-            rx.wait([f.id], 30.0)
+                sent = self._send_announced(f, rx)
+            else:
+                s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src])
+                sent = send_bytes(s, f.bytes, self.stop)
+                rx.wait([f.id], 30.0)
         except (OSError, RemoteError) as exc:
             self.results[f.id] = {"id": f.id, "error": str(exc)}
             return
-        finally:
-            unregister_flow(ctrl, background_flow_id(f.id))
-            if self.announce and s is not None:
-                s.close()
-            if client is not None:
-                with contextlib.suppress(OSError, RemoteError):
-                    client.background_finished(f.id)
-                client.close()
         rec = rx.flows.get(f.id)
         end = rec.end_s if rec is not None else time.monotonic()
         self.results[f.id] = {"id": f.id, "bytes": sent, "start_s": start - self.t0, "end_s": end - self.t0,
                               "complete": sent >= f.bytes,
                               "mbit": sent * 8 / 1e6 / max(end - start, 1e-9)}
+
+    def _send_announced(self, f: BackgroundFlow, rx: Receiver) -> int:
+        """``f`` announced to the daemon and registered with its sender's agent; bytes sent."""
+        from jitsched.client import Client, announced_flow  # zmq only for announced flows
+
+        endpoint, agents = self.announce
+        with Client(endpoint) as client:
+            s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src])
+            try:
+                # the socket stays open, registered and announced until the receiver has
+                # every byte: closed with its tail in flight it was an orphan under the
+                # agent's 10-ms RTO floor, and the kernel reset it while the tail waited
+                # behind ranked flows (a quick run lost a file's last 0.3 MB)
+                with announced_flow(client, f.id, f.src, f.dst, f.bytes, s, agents.get(f.src)):
+                    sent = send_bytes(s, f.bytes, self.stop, close=False)
+                    rx.wait([f.id], 30.0)
+            finally:
+                s.close()
+        return sent
 
     def snapshot(self) -> dict[str, dict]:
         """Every flow the receivers have seen, as of now, finished or not.
