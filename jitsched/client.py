@@ -189,18 +189,22 @@ class Client:
         """Cancel a job."""
         return self.request(MsgType.CANCEL_JOB, {"job_id": job_id})
 
-    def background_started(self, flow: str, src: str, dst: str, nbytes: float) -> dict:
+    def background_started(self, flow: str, src: str, dst: str, nbytes: float, left: float | None = None) -> dict:
         """Announce a bulk transfer outside every DAG, ``nbytes`` bytes from host ``src`` to ``dst``.
 
         The default ``jit`` policy then ranks it among the jobs' transfers
         (small flows before large jobs, large ones after; Smith's rule) instead
         of after all of them, provided its sender's agent knows its socket as
         :func:`jitsched.protocol.background_flow_id` ``(flow)``. Announcing the
-        same name again replaces it (e.g. with the bytes it still has).
-        Returns ``{"flows": n}``, the announced flows the daemon holds.
+        same name again with ``left``, the bytes it still has, keeps its rank
+        current as it goes (the daemon does not see its progress otherwise;
+        its key shrinks with what it has left). Returns ``{"flows": n}``, the
+        announced flows the daemon holds.
         """
-        return self.request(MsgType.BACKGROUND_STARTED, {"flow": flow, "src": src, "dst": dst,
-                                                         "bytes": float(nbytes)})
+        body = {"flow": flow, "src": src, "dst": dst, "bytes": float(nbytes)}
+        if left is not None:
+            body["left"] = float(left)
+        return self.request(MsgType.BACKGROUND_STARTED, body)
 
     def background_finished(self, flow: str) -> dict:
         """The announced flow ``flow`` ended; ``{"held": bool}`` (False: the daemon no longer had it)."""
@@ -236,25 +240,33 @@ class Client:
 
 @contextlib.contextmanager
 def announced_flow(client: Client, flow: str, src: str, dst: str, nbytes: float,
-                   sock: socket.socket | None = None, agent: str | None = None) -> Iterator[None]:
+                   sock: socket.socket | None = None, agent: str | None = None
+                   ) -> Iterator[Callable[[float], None]]:
     """A bulk transfer outside every DAG, announced to the daemon for the duration of the block.
 
-    ``with announced_flow(c, "ckpt-7", "h3", "h9", size, sock, agent=...): send(sock)``
+    ``with announced_flow(c, "ckpt-7", "h3", "h9", size, sock, agent=...) as left: ...``
     announces ``nbytes`` bytes from host ``src`` to ``dst``
     (:meth:`Client.background_started`), registers ``sock`` with the local
     agent at ``agent`` as :func:`jitsched.protocol.background_flow_id`
     ``(flow)`` so that it enforces the flow's rank, and on leaving (also on an
-    error) unregisters it and says the flow finished. Leave the block only
-    once the receiver has every byte: a socket closed with its tail in
-    flight is an orphan, which the kernel may reset under the agent's
-    short retransmission timeouts.
+    error) unregisters it and says the flow finished. ``left(n)`` tells the
+    daemon the flow has ``n`` bytes left (about once a second keeps its rank
+    current; one that fails is skipped). Leave the block only once the
+    receiver has every byte: a socket closed with its tail in flight is an
+    orphan, which the kernel may reset under the agent's short
+    retransmission timeouts.
     """
     client.background_started(flow, src, dst, nbytes)
     ctrl = None
+
+    def left(n: float) -> None:
+        with contextlib.suppress(OSError, RemoteError):
+            client.background_started(flow, src, dst, nbytes, left=max(0.0, min(float(n), float(nbytes))))
+
     try:
         if sock is not None and agent:
             ctrl = register_flow(agent, background_flow_id(flow), sock)
-        yield
+        yield left
     finally:
         unregister_flow(ctrl, background_flow_id(flow))
         with contextlib.suppress(OSError, RemoteError):

@@ -88,8 +88,9 @@ MESSAGES: tuple[Message, ...] = (
     # a bulk transfer outside every DAG (a file copy, a checkpoint upload) announces its
     # size so that policies that rank background flows (jit) can; its agents know it as
     # background_flow_id(flow)
+    # (again, with ``left``: the bytes it still has, as a DAG transfer's end is reported)
     Message("background_started", JOB, {"flow": (str, True), "src": (str, True), "dst": (str, True),
-                                        "bytes": (NUM, True)}),
+                                        "bytes": (NUM, True), "left": (NUM, False)}),
     Message("background_finished", JOB, {"flow": (str, True)}),
     # a page of jobs: those submitted after seq ``after`` (default 0), at most ``limit``
     # (default and most: the daemon's status_page_jobs); the reply's next_after goes on

@@ -317,15 +317,20 @@ def test_announced_flow_announces_registers_and_always_finishes():
         srv = socket_mod.create_server(("127.0.0.1", 0))
         s = socket_mod.create_connection(srv.getsockname())
         try:
-            with announced_flow(c, "ckpt", "h0", "h1", 5e6, s, agent=agents["h0"].local_name):
+            with announced_flow(c, "ckpt", "h0", "h1", 5e6, s, agent=agents["h0"].local_name) as left:
                 # the daemon holds it and the sender's agent knows the socket by its background id
                 assert set(d.state.background.flows) == {"ckpt"}
+                assert d.state.background.flows["ckpt"].left == 5e6
                 assert wait_until(lambda: "/ckpt" in agents["h0"].flows, 2.0)
+                left(2e6)  # progress: what it has left, clipped to its size
+                assert d.state.background.flows["ckpt"].left == 2e6
+                left(9e9)
+                assert d.state.background.flows["ckpt"].left == 5e6
             assert wait_until(lambda: "/ckpt" not in agents["h0"].flows, 2.0)
             assert d.state.background.flows == {} and d.state.background.counts["finished"] == 1
             # an error in the block still ends the announcement
             with pytest.raises(ZeroDivisionError), announced_flow(c, "bad", "h0", "h1", 1e6):
-                1 / 0
+                raise ZeroDivisionError
             assert d.state.background.flows == {} and d.state.background.counts["finished"] == 2
         finally:
             s.close()

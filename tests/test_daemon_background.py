@@ -47,6 +47,19 @@ def test_jit_ranks_announced_flows_among_the_jobs_by_smiths_rule():
         assert c.status()["background"]["finished"] == 1
 
 
+def test_a_flows_rank_follows_the_bytes_it_says_it_has_left():
+    # Smith's key with what is left: a 200 MB file 200 x 0.2 x 0.5 = 20 MB, behind the
+    # 100 MB job's 10 MB; with 50 MB left 50 x 0.2 x 0.5 = 5 MB, ahead of it
+    with system(policy="jit", joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
+        c.submit_job(one_transfer("job", 100 * MB, src="h1", dst="h2"))
+        c.background_started("f", "h1", "h3", 200 * MB)
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"job/t": 0, "/f": 1} and settled(d), 5.0)
+        c.background_started("f", "h1", "h3", 200 * MB, left=50 * MB)
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"/f": 0, "job/t": 1} and settled(d), 5.0), \
+            ranks_on(agents["h1"])
+        assert d.state.background.counts["announced"] == 1  # a progress report is no new flow
+
+
 def test_an_arrival_keeps_the_announced_flows_ranks_until_the_joint_resolve():
     # the increment that admits a job ranks it after everything ranked, the announced
     # flows included (an increment that dropped them would leave them unranked a moment)
@@ -136,6 +149,11 @@ def test_table_limits_owners_and_reannouncement():
     assert again.bytes == 2.0 and len(t.flows) == 2
     for got in (t.start(body("a"), 1.0, peer="bob"), t.finish({"flow": "a"}, peer="bob")):
         assert isinstance(got, Reject) and got.code == ErrorCode.FORBIDDEN
+    # progress: the bytes left, within the size; the first announcement's time stays
+    step = t.start({**body("a", nbytes=2.0), "left": 0.5}, 7.0, peer="alice")
+    assert (step.left, step.started_s, t.counts["announced"]) == (0.5, 0.0, 2)
+    bad = t.start({**body("a", nbytes=2.0), "left": 3.0}, 7.0, peer="alice")
+    assert isinstance(bad, Reject) and "body.left" in bad.message
     assert t.finish({"flow": "a"}, peer="alice") is True and t.finish({"flow": "a"}) is False
 
 

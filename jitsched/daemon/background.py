@@ -15,7 +15,7 @@ class Announced:
     """One announced background flow (times on the daemon clock, seconds).
 
     ``src``/``dst`` are host indices in the daemon's cluster, ``bytes`` the
-    size the sender gave (bytes).
+    size the sender gave and ``left`` what it last said it still has (bytes).
     """
 
     name: str
@@ -24,6 +24,7 @@ class Announced:
     bytes: float
     started_s: float
     owner: str | None
+    left: float
 
 
 class BackgroundTable:
@@ -40,10 +41,13 @@ class BackgroundTable:
         self.counts = {"announced": 0, "finished": 0, "expired": 0}
 
     def start(self, body: dict, now: float, peer: str | None = None) -> Announced | Reject:
-        """Announce ``body``'s flow (``flow``, ``src``, ``dst``, ``bytes``); a Reject says why not.
+        """Announce ``body``'s flow (``flow``, ``src``, ``dst``, ``bytes``, optional ``left``); a
+        Reject says why not.
 
-        Announcing a name again replaces it (a sender that resends after a
-        lost reply, or announces the bytes it still has), if ``peer`` owns it.
+        Announcing a name again replaces it, if ``peer`` owns it: a sender
+        that resends after a lost reply, or says how many bytes it still has
+        (``left``, default ``bytes``) as it goes; the announcement time stays
+        the first one's (the time-to-live counts from it).
         """
         name, cfg = body["flow"], self.config
         if len(name) > cfg.max_id_chars:
@@ -61,14 +65,19 @@ class BackgroundTable:
         if not (isinstance(size, (int, float)) and math.isfinite(size) and 0 < size <= cfg.max_transfer_bytes):
             return Reject(ErrorCode.INVALID_BODY,
                           f"body.bytes: must be in (0, {cfg.max_transfer_bytes:g}], got {size!r}")
+        left = body.get("left", size)
+        if not (isinstance(left, (int, float)) and 0 <= left <= size):
+            return Reject(ErrorCode.INVALID_BODY, f"body.left: must be within [0, bytes], got {left!r}")
         old = self.flows.get(name)
         if old is not None and peer is not None and old.owner != peer:
             return Reject(ErrorCode.FORBIDDEN, f"background flow {name!r} was announced with another client's key")
         if old is None and len(self.flows) >= cfg.max_background:
             return Reject(ErrorCode.OVERLOADED, f"the daemon already holds {cfg.max_background} background flows")
-        flow = Announced(name, ends[0], ends[1], float(size), now, peer)
+        flow = Announced(name, ends[0], ends[1], float(size), now if old is None else old.started_s, peer,
+                         float(left))
         self.flows[name] = flow
-        self.counts["announced"] += 1
+        if old is None:
+            self.counts["announced"] += 1
         return flow
 
     def finish(self, body: dict, peer: str | None = None) -> bool | Reject:

@@ -62,8 +62,8 @@ def build_view(req: PlanRequest, cluster: Cluster) -> tuple[SchedulerView, dict[
     state = np.where(done_mask, DONE, np.where(blocked > 0, WAITING, RUNNING)).astype(np.int8)
     flows_idx = np.flatnonzero((state == RUNNING) & (dag.kind == TRANSFER))
     neg = np.full(len(flows_idx), -1, dtype=np.int64)
-    # announced background flows follow the transfers, each with its announced size left
-    # (the daemon does not see their progress)
+    # announced background flows follow the transfers, each with the bytes its sender last
+    # said it has left (the daemon does not see their progress otherwise)
     bg = req.background
     bg_src = np.array([b.src for b in bg], dtype=np.int64)
     bg_dst = np.array([b.dst for b in bg], dtype=np.int64)
@@ -72,7 +72,8 @@ def build_view(req: PlanRequest, cluster: Cluster) -> tuple[SchedulerView, dict[
     flows = FlowSet(
         src=np.r_[dag.src[flows_idx].astype(np.int64), bg_src],
         dst=np.r_[dag.dst[flows_idx].astype(np.int64), bg_dst],
-        remaining=np.r_[remaining[flows_idx], bg_bytes], node=np.r_[flows_idx.astype(np.int64), nb],
+        remaining=np.r_[remaining[flows_idx], np.array([b.left for b in bg], dtype=np.float64)],
+        node=np.r_[flows_idx.astype(np.int64), nb],
         job=np.r_[dag.job_of[flows_idx].astype(np.int64), nb], bg=np.r_[neg, np.arange(len(bg))],
         release_s=np.full(len(flows_idx) + len(bg), req.now_s),
     )

@@ -729,7 +729,11 @@ class JitPolicy(Policy):
         # each background flow a group of its own after the DAG's, ident n_jobs + its index
         b = np.arange(nb)
         bsize, bsrc = view.bg_bytes, view.bg_src
-        bkey = bsize * (bsize / (BG_REF_S * cap_e[bsrc])) * self.bg_weight
+        f = view.flows
+        left_b = bsize.copy()  # bytes left, where the view has the flow (a daemon's: as last reported)
+        sel = f.bg >= 0
+        left_b[f.bg[sel]] = f.remaining[sel]
+        bkey = left_b * (bsize / (BG_REF_S * cap_e[bsrc])) * self.bg_weight
         g0 = len(left)
         ranks = _rank_groups(np.r_[grp, g0 + b], np.r_[left, bkey], np.r_[job, dag.n_jobs + b],
                              np.r_[src, bsrc], np.r_[dst, view.bg_dst])

@@ -9,7 +9,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +20,7 @@ from jitsched.netns import socket_in
 from jitsched.protocol import background_flow_id
 
 CHUNK_B = 256 * 1024
+PROGRESS_S = 1.0  # an announced file tells the daemon its bytes left this often (seconds)
 RCVLOWAT_B = 64 * 1024  # least bytes a receiver without per-read timestamps wakes for
 _HDR = struct.Struct("!I")
 
@@ -182,9 +183,10 @@ def connect(dst: str, port: int, flow_id: str, *, netns: str | None = None, src:
     return s
 
 
-def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = None, close: bool = True) -> int:
+def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = None, close: bool = True,
+               progress: Callable[[int], None] | None = None) -> int:
     """Send ``nbytes`` bytes (``inf``: until ``stop`` is set) on ``s`` and close it (``close``; else
-    only shut its sending side); returns bytes sent."""
+    only shut its sending side); returns bytes sent. ``progress(sent)`` is called after each chunk."""
     payload = memoryview(b"\0" * CHUNK_B)
     sent = 0
     try:
@@ -192,6 +194,8 @@ def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = N
             k = int(min(CHUNK_B, nbytes - sent)) if nbytes != float("inf") else CHUNK_B
             s.sendall(payload[:k])
             sent += k
+            if progress is not None:
+                progress(sent)
         s.shutdown(socket.SHUT_WR)
     finally:
         if close:
@@ -283,8 +287,17 @@ class Generator:
                 # every byte: closed with its tail in flight it was an orphan under the
                 # agent's 10-ms RTO floor, and the kernel reset it while the tail waited
                 # behind ranked flows (a quick run lost a file's last 0.3 MB)
-                with announced_flow(client, f.id, f.src, f.dst, f.bytes, s, agents.get(f.src)):
-                    sent = send_bytes(s, f.bytes, self.stop, close=False)
+                with announced_flow(client, f.id, f.src, f.dst, f.bytes, s, agents.get(f.src)) as left:
+                    next_s = [time.monotonic() + PROGRESS_S]
+
+                    def progress(sent: int) -> None:
+                        # the bytes it has left, once a second: its rank follows them, as a
+                        # job's does its transfers' ends (sent = handed to the kernel)
+                        if time.monotonic() >= next_s[0]:
+                            next_s[0] = time.monotonic() + PROGRESS_S
+                            left(f.bytes - sent)
+
+                    sent = send_bytes(s, f.bytes, self.stop, close=False, progress=progress)
                     rx.wait([f.id], 30.0)
             finally:
                 s.close()
