@@ -322,6 +322,8 @@ def _options(result: dict, share: bool = True) -> str:
         opts += f", planner duty {result['max_planner_duty']}"
     if result.get("spare", "background") != "background":
         opts += f", spare {result['spare']}"
+    if result.get("announce_files"):
+        opts += ", files announced"
     return opts
 
 

@@ -151,7 +151,7 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
                 for share in (0.5, 0.8) for pol in ("jit", "none", "none", "jit")]
     assert runs == expected
     assert predicted == [("quick", 0, {"link_mbit": 50.0, "slot_s": 0.1, "alpha": 0.4, "job_order": None,
-                                       "dl_share": share, "ingress_share": 0.98, "baselines": ()})
+                                       "dl_share": share, "ingress_share": 0.98, "announce_files": False, "baselines": ()})
                          for share in (0.5, 0.8)]
     out = json.loads(capsys.readouterr().out)
     assert set(out["scenarios"]) == {"quick@0.5", "quick@0.8"}
@@ -210,3 +210,10 @@ def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
     assert bt.main(["--skip-enforcement", "--job-repeat", "1", "--json"]) == 0
     assert order == ["jit", "none"]
     assert "jct_ratio_sincronia_over_jit" not in json.loads(capsys.readouterr().out)["scenarios"]["quick"]["median"]
+
+
+def test_figure_titles_say_when_the_files_were_announced():
+    from bench.bench_testbed import _options
+
+    assert _options({"announce_files": True}) == "jit defaults, files announced"
+    assert _options({"announce_files": False}) == "jit defaults"

@@ -28,6 +28,8 @@ from jitsched.testbed.scenario import SCENARIOS
      {"planning": "incremental", "max_planner_duty": 0.33}, {"planning": "incremental", "max_planner_duty": 0.33}),
     # the link rate reaches the run and the prediction (it was accepted and ignored)
     (["--link-mbit", "50"], {"link_mbit": 50.0}, {}),
+    # announced files: the run's workload and the prediction's (jit ranks the files)
+    (["--announce-files"], {"announce_files": True}, {}),
 ])
 def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more, daemon):
     calls = []
@@ -61,6 +63,7 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
                                             "alpha": more.get("alpha"), "job_order": more.get("job_order"),
                                             "dl_share": more.get("dl_share"),
                                             "ingress_share": 1.0 if more.get("ingress") is False else 0.98,
+                                            "announce_files": more.get("announce_files", False),
                                             "baselines": ()})]
     assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
                           "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}

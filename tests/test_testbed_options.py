@@ -199,7 +199,7 @@ def test_daemon_settings_give_the_jit_settings_to_the_jit_daemon_only():
     assert none.daemon_settings() == {"policy": "tensorflow", "slot_s": 0.1, "alpha": 0.4, **DAEMON_DEFAULTS}
     # the simulator's prediction gets them under either policy
     assert none.prediction_options() == {"link_mbit": None, "slot_s": 0.1, "alpha": 0.4, "job_order": "fifo",
-                                         "dl_share": 0.5, "ingress_share": 0.98}
+                                         "dl_share": 0.5, "ingress_share": 0.98, "announce_files": False}
 
 
 @pytest.mark.parametrize("policy, ingress, share", [
