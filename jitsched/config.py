@@ -165,8 +165,9 @@ class DaemonConfig(SecurityOptions):
     # socket loop: a 7 MB job (144k nodes) held the loop 3.3 s and two agents went down
     offload_bytes: int = _in("limits", 256 * 1024)
     # Announced background flows (``background_started``) held at once, and how long one
-    # is held when its sender never says it finished (a sender that died): an hour is
-    # a 450 GB file at 1 Gbit/s; past it the flow is background the daemon does not know.
+    # is held after its sender last reported (announced it or said what it has left) when
+    # it never says it finished (a sender that died); past it the flow is background the
+    # daemon does not know.
     max_background: int = _in("limits", 10_000)
     background_ttl_s: float = _in("limits", 3600.0)
 

@@ -132,9 +132,13 @@ def test_table_expires_flows_whose_sender_never_finished():
     t = table(background_ttl_s=10.0)
     t.start(body("old"), 0.0)
     t.start(body("new"), 5.0)
+    t.start(body("kept"), 1.0)
+    t.start({**body("kept"), "left": 1.0}, 8.0)  # a progress report renews it
     assert t.expire(9.9) == []
-    assert t.expire(10.0) == ["old"] and [f.name for f in t.snapshot()] == ["new"]
-    assert t.counts == {"announced": 2, "finished": 0, "expired": 1}
+    assert t.expire(10.0) == ["old"] and [f.name for f in t.snapshot()] == ["new", "kept"]
+    assert t.flows["kept"].started_s == 1.0
+    assert t.expire(17.9) == ["new"] and t.expire(18.0) == ["kept"]
+    assert t.counts == {"announced": 3, "finished": 0, "expired": 3}
 
 
 def test_table_limits_owners_and_reannouncement():

@@ -15,7 +15,8 @@ class Announced:
     """One announced background flow (times on the daemon clock, seconds).
 
     ``src``/``dst`` are host indices in the daemon's cluster, ``bytes`` the
-    size the sender gave and ``left`` what it last said it still has (bytes).
+    size the sender gave and ``left`` what it last said it still has (bytes);
+    ``started_s`` is its first announcement, ``seen_s`` its latest.
     """
 
     name: str
@@ -25,18 +26,21 @@ class Announced:
     started_s: float
     owner: str | None
     left: float
+    seen_s: float
 
 
 class BackgroundTable:
     """The announced background flows, by name, and what became of the ones that left.
 
     A flow stays until its sender says it finished or, if the sender never
-    does (it died), ``background_ttl_s`` after its announcement: a leaked
+    does (it died), ``background_ttl_s`` after it last heard of it (an
+    announcement or a progress report, which renew it): a leaked
     announcement must not keep a rank in every plan for ever.
     """
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
+        self.host_index = {h.name: i for i, h in enumerate(config.cluster.hosts)}
         self.flows: dict[str, Announced] = {}
         self.counts = {"announced": 0, "finished": 0, "expired": 0}
 
@@ -46,16 +50,15 @@ class BackgroundTable:
 
         Announcing a name again replaces it, if ``peer`` owns it: a sender
         that resends after a lost reply, or says how many bytes it still has
-        (``left``, default ``bytes``) as it goes; the announcement time stays
-        the first one's (the time-to-live counts from it).
+        (``left``, default ``bytes``) as it goes; ``started_s`` stays the
+        first one's, the time-to-live counts from the latest.
         """
         name, cfg = body["flow"], self.config
         if len(name) > cfg.max_id_chars:
             return Reject(ErrorCode.INVALID_BODY, f"body.flow: longer than {cfg.max_id_chars} characters")
-        idx = {h.name: i for i, h in enumerate(cfg.cluster.hosts)}
         ends = []
         for key in ("src", "dst"):
-            i = idx.get(body[key])
+            i = self.host_index.get(body[key])
             if i is None:
                 return Reject(ErrorCode.UNKNOWN_HOST, f"body.{key}: no host {body[key][:64]!r} in the cluster")
             ends.append(i)
@@ -74,7 +77,7 @@ class BackgroundTable:
         if old is None and len(self.flows) >= cfg.max_background:
             return Reject(ErrorCode.OVERLOADED, f"the daemon already holds {cfg.max_background} background flows")
         flow = Announced(name, ends[0], ends[1], float(size), now if old is None else old.started_s, peer,
-                         float(left))
+                         float(left), now)
         self.flows[name] = flow
         if old is None:
             self.counts["announced"] += 1
@@ -93,9 +96,9 @@ class BackgroundTable:
         return True
 
     def expire(self, now: float) -> list[str]:
-        """Drop the flows announced ``background_ttl_s`` or more before ``now``; their names."""
+        """Drop the flows last heard of ``background_ttl_s`` or more before ``now``; their names."""
         ttl = self.config.background_ttl_s
-        gone = [n for n, f in self.flows.items() if now - f.started_s >= ttl]
+        gone = [n for n, f in self.flows.items() if now - f.seen_s >= ttl]
         for n in gone:
             del self.flows[n]
         self.counts["expired"] += len(gone)
