@@ -5,6 +5,7 @@ import sys
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
 import jitsched
@@ -199,3 +200,31 @@ def test_gc_paused_holds_the_collector_off_and_restores_it():
     with pytest.raises(ValueError), gc_paused():
         raise ValueError("a failed build")
     assert gc.isenabled()  # back on after an exception too
+
+
+def test_a_rebase_carries_every_busy_hosts_body_not_only_those_its_jobs_touch():
+    # A rebase installs a held full result whose bodies never went out: with no job to add
+    # (here: the full result ranked an announced file the schedule in force lacks) it
+    # used to build no body at all, and the agents kept the older ranks
+    from jitsched.config import INCREMENTAL
+    from jitsched.daemon.background import BackgroundTable
+    from jitsched.daemon.plans import PlanRequest
+    from jitsched.daemon.solver import run_increment, run_plan
+    from tests.test_daemon import config
+    from tests.test_daemon_incremental import one_transfer
+
+    cluster = Cluster.uniform(4)
+    table = BackgroundTable(config(cluster=cluster))
+    announced = table.start({"flow": "f", "src": "h2", "dst": "h3", "bytes": 5e8}, 0.0)
+    job = one_transfer("a", 1e8, src="h0", dst="h1")
+    full = run_plan(make_policy("jit"), PlanRequest(1, 0.0, ((job, {}, {}),), (("arrival", "a", ""),), ("x",),
+                                                     background=(announced,)), cluster)
+    assert {(f[0], f[1]) for f in full.schedule.flows} == {("a", "t"), ("", "f")}
+    req = PlanRequest(2, 0.1, (), (), ("rebase",), mode=INCREMENTAL, base=full.schedule,
+                      live=np.ones(len(full.schedule.flows), dtype=bool), covered=frozenset({"a"}),
+                      rebase=True)
+    res = run_increment(make_policy("jit"), req, cluster)
+    assert res.error == "" and res.schedule is full.schedule
+    # every host's body: the file's sender and receiver included (the agents' table then
+    # sends only those that differ from what each agent holds)
+    assert set(res.frames) == {"h0", "h1", "h2", "h3"}

@@ -245,7 +245,11 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
         res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, jobs=jobs, added_late=late,
                          ready_wall_s=ready, **kw)
         regrid = sched is not None and (req.base is None or sched.epoch_s != req.base.epoch_s)
-        _attach_bodies(res, None if regrid else changed, cluster, t0_wall_s, req)
+        # A rebase installs a held full result, whose bodies were never sent: every host's
+        # (the agents' table sends only those that differ from what each agent holds).
+        # Only the changed ones lost a rebase's reorder wherever no added job went, and
+        # lost an announced background flow's rank outright when none was added.
+        _attach_bodies(res, None if regrid or req.rebase else changed, cluster, t0_wall_s, req)
     except Exception as exc:  # noqa: BLE001 - a failed plan must not kill the daemon
         return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
                           describe(exc), **kw)
