@@ -284,10 +284,16 @@ class SchedulerState:
     def background_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Hold an announced background flow (not journalled: a sender re-announces after a
         restart, and until then its flow is background the daemon does not know)."""
+        before = self.background.flows.get(body["flow"])
         got = self.background.start(body, now, peer)
         if isinstance(got, Reject):
             return got
-        self.plan_book.trigger("background", now)
+        # A progress report (the same flow with fewer bytes left) updates the key the next
+        # re-solve ranks it by, without one of its own: a flow that sends sees its key only
+        # shrink and keeps its place, and one that waits sends no progress. Every report
+        # re-solving put 356 plans in a paper-mini run instead of 49 (2 s of solves -> 7 s).
+        if before is None or (before.src, before.dst, before.bytes) != (got.src, got.dst, got.bytes):
+            self.plan_book.trigger("background", now)
         return {"flows": len(self.background.flows)}
 
     def background_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
