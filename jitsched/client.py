@@ -250,8 +250,9 @@ def announced_flow(client: Client, flow: str, src: str, dst: str, nbytes: float,
     agent at ``agent`` as :func:`jitsched.protocol.background_flow_id`
     ``(flow)`` so that it enforces the flow's rank, and on leaving (also on an
     error) unregisters it and says the flow finished. ``left(n)`` tells the
-    daemon the flow has ``n`` bytes left (about once a second keeps the key
-    the next re-solve ranks it by current; one that fails is skipped). Leave the block only once the
+    daemon the flow has ``n`` bytes left (about once a second keeps its key
+    current; the daemon re-solves on such reports at most once a second; one
+    that fails is skipped). Leave the block only once the
     receiver has every byte: a socket closed with its tail in flight is an
     orphan, which the kernel may reset under the agent's short
     retransmission timeouts.
