@@ -121,16 +121,18 @@ class Receiver:
                 # the testbed's jobs, and its GIL churn slowed their small transfers.
                 # The stream's end still wakes it with whatever is left.
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, RCVLOWAT_B)
-            while True:
-                k = conn.recv_into(buf)
-                if k == 0:
-                    break
-                rec.bytes += k
-                if self.timestamps:
-                    rec.t.append(time.monotonic())
-                    rec.n.append(k)
+            try:
+                while True:
+                    k = conn.recv_into(buf)
+                    if k == 0:
+                        break
+                    rec.bytes += k
+                    if self.timestamps:
+                        rec.t.append(time.monotonic())
+                        rec.n.append(k)
+            finally:  # a reset connection leaves its agent too
+                unregister_flow(ctrl, background_flow_id(rec.flow_id), direction="in")
             rec.end_s = time.monotonic()
-            unregister_flow(ctrl, background_flow_id(rec.flow_id), direction="in")
             with self.done:
                 self.done.notify_all()
 
