@@ -40,7 +40,6 @@ class BackgroundTable:
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
-        self.host_index = {h.name: i for i, h in enumerate(config.cluster.hosts)}
         self.flows: dict[str, Announced] = {}
         self.counts = {"announced": 0, "finished": 0, "expired": 0}
 
@@ -56,12 +55,11 @@ class BackgroundTable:
         name, cfg = body["flow"], self.config
         if len(name) > cfg.max_id_chars:
             return Reject(ErrorCode.INVALID_BODY, f"body.flow: longer than {cfg.max_id_chars} characters")
-        ends = []
+        cluster, ends = cfg.cluster, []
         for key in ("src", "dst"):
-            i = self.host_index.get(body[key])
-            if i is None:
+            if body[key] not in cluster:
                 return Reject(ErrorCode.UNKNOWN_HOST, f"body.{key}: no host {body[key][:64]!r} in the cluster")
-            ends.append(i)
+            ends.append(cluster.index(body[key]))
         if ends[0] == ends[1]:
             return Reject(ErrorCode.INVALID_BODY, "body.dst: a background flow needs two distinct hosts")
         size = body["bytes"]
