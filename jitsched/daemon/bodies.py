@@ -21,6 +21,7 @@ STATUS_SOLVE_TIMES = 1000  # the newest solve times a status reply carries
 
 if TYPE_CHECKING:
     from jitsched.daemon.agents import AgentTable
+    from jitsched.daemon.background import BackgroundTable
     from jitsched.daemon.jobs import JobRegistry, JobState
     from jitsched.daemon.plans import PlanBook
 
@@ -193,12 +194,12 @@ def job_summary(js: JobState) -> dict:
     } | ({"error": js.error} if js.error else {}) | ({"owner": js.owner} if js.owner is not None else {})
 
 
-def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config: DaemonConfig,
-                planner: str, now: float, *, after: int = 0, limit: int | None = None,
+def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, background: BackgroundTable,
+                config: DaemonConfig, planner: str, now: float, *, after: int = 0, limit: int | None = None,
                 loop: dict | None = None) -> dict:
     """The ``status`` reply: a page of jobs, agents, the last plan, plan failures, where full
-    re-solves run (``planner``), the input limits and the socket loop's counts (``loop``),
-    times in seconds.
+    re-solves run (``planner``), the input limits, the socket loop's counts (``loop``) and
+    the announced background flows held and counted (``background``), times in seconds.
 
     Jobs are listed in submission order, those after seq ``after``, at most
     ``limit`` (default ``status_page_jobs``) and no more than fit in
@@ -234,7 +235,8 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, config
             "last_plan_error": book.last_error, "planner": planner, "curve": bool(config.keys_dir),
             "limits": {k: getattr(config, k) for k in KEYS["limits"]},
             "incarnation": table.incarnation, "journal": config.journal or "",
-            "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:])}
+            "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:]),
+            "background": {"held": len(background.flows), **background.counts}}
 
 
 __all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "host_bodies", "is_idle", "job_summary",

@@ -323,11 +323,9 @@ class SchedulerState:
         after, limit = body.get("after", 0), body.get("limit", self.config.status_page_jobs)
         if after < 0 or limit < 1:
             return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
-        out = status_body(self.job_registry, self.agent_table, self.plan_book, self.config,
-                          self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
-                          loop=self.loop)
-        out["background"] = {"held": len(self.background.flows), **self.background.counts}
-        return out
+        return status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
+                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
+                           loop=self.loop)
 
     def prune(self, now: float) -> int:
         """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
