@@ -52,6 +52,7 @@ from jitsched.policies.base import DONE, Allocation
 from jitsched.policies.common import background_shares
 from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL, JitPolicy
 from jitsched.policies.sincronia import bssi_order
+from jitsched.priority import background_key
 
 # bench.paper's operating points: (offered load, files' share of the jobs); the paper
 # point's values are the calibration bench.paper caches in paper_load.json at the
@@ -76,7 +77,7 @@ def _smith_key(view, bg_weight: float) -> np.ndarray:
     """jit's key of each flow as a background flow (bytes; Smith's rule), shape (F,): see GroupPriority."""
     f = view.flows
     bsize = view.bg_bytes[np.maximum(f.bg, 0)]
-    return f.remaining * (bsize / (BG_REF_S * view.cluster.egress_Bps[f.src])) * bg_weight
+    return background_key(f.remaining, bsize, view.cluster.egress_Bps[f.src], BG_REF_S, bg_weight)
 
 
 def _live_transfers(view) -> np.ndarray:

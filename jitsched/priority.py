@@ -174,6 +174,20 @@ class GroupPriority:
         return rate
 
 
+def background_key(remaining, size, egress_Bps, bg_ref_s: float, bg_weight: float) -> np.ndarray:
+    """The JIT order's key of background flows (Smith's rule): bytes left times size over
+    ``bg_ref_s`` seconds of the source's line rate, times ``bg_weight`` (bytes).
+
+    Parameters
+    ----------
+    remaining, size : array, shape (B,)
+        Each flow's bytes left and its whole size.
+    egress_Bps : array, shape (B,)
+        Its source's line rate, bytes/s.
+    """
+    return remaining * (size / (bg_ref_s * egress_Bps)) * bg_weight
+
+
 def group_priority_reference(src, dst, node, job, bg, remaining, size, need, group, pair_left, bg_bytes,
                              egress, bg_ref_s, bg_weight, crumb_rtol, n_jobs, free_e, free_i,
                              job_left=None, job_exp=0.0) -> np.ndarray:
@@ -183,9 +197,10 @@ def group_priority_reference(src, dst, node, job, bg, remaining, size, need, gro
     pair_left, bg_bytes = np.asarray(pair_left, dtype=np.float64), np.asarray(bg_bytes, dtype=np.float64)
     is_job = job >= 0
     bsize = bg_bytes[np.maximum(bg, 0)] if len(bg_bytes) else remaining
-    ref_B = bg_ref_s * np.asarray(egress, dtype=np.float64)[src]
+    egress_src = np.asarray(egress, dtype=np.float64)[src]
+    ref_B = bg_ref_s * egress_src
     with np.errstate(invalid="ignore"):  # bg_weight inf: inf * 0 is nan, not taken
-        bg_key = np.where(remaining > 0, remaining * (bsize / ref_B) * bg_weight, 0.0)
+        bg_key = np.where(remaining > 0, background_key(remaining, bsize, egress_src, bg_ref_s, bg_weight), 0.0)
     if not is_job.any():
         order = np.lexsort((bg, bg_key))
     else:

@@ -40,7 +40,7 @@ from jitsched.policies.base import (
     register_policy,
 )
 from jitsched.policies.common import background_entries, background_shares, sub_dag
-from jitsched.priority import GroupPriority
+from jitsched.priority import GroupPriority, background_key
 
 # A planned transfer whose plan is over with more than this fraction of its
 # bytes left has drifted (float crumbs of an exactly-met plan do not count).
@@ -733,7 +733,7 @@ class JitPolicy(Policy):
         left_b = bsize.copy()  # bytes left, where the view has the flow (a daemon's: as last reported)
         sel = f.bg >= 0
         left_b[f.bg[sel]] = f.remaining[sel]
-        bkey = left_b * (bsize / (BG_REF_S * cap_e[bsrc])) * self.bg_weight
+        bkey = background_key(left_b, bsize, cap_e[bsrc], BG_REF_S, self.bg_weight)
         g0 = len(left)
         ranks = _rank_groups(np.r_[grp, g0 + b], np.r_[left, bkey], np.r_[job, dag.n_jobs + b],
                              np.r_[src, bsrc], np.r_[dst, view.bg_dst])
