@@ -111,19 +111,24 @@ def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
 def test_a_slow_agent_does_not_hold_the_sinks_other_transfers():
     # The receiver's agent takes 1 s to answer a registration: the big flow waits for
     # it on the sink's registrar, and a small transfer started meanwhile is confirmed
-    # at once (it waited the whole second when the selector thread registered).
+    # at once (it waited the whole second when the selector thread registered). The big
+    # flow is held half-sent until its registration has begun: sent whole, it could end
+    # before the registrar ran, and a flow over while queued is never registered.
     with system(hosts=("h0", "h1"), backend="record") as (d, agents):
         rx = agents["h1"]
         seen, entered = _spy_inbound(rx, first_delay_s=1.0)
         sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
         try:
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                big = pool.submit(send_bytes, sink.address, 2_000_000, "j/big")
-                assert entered.wait(5.0)
-                t0 = time.monotonic()
-                send_bytes(sink.address, 1000, "j/small")
-                small_s = time.monotonic() - t0
-                big.result(10.0)
+            hdr = msgpack.packb({"flow": "j/big", "bytes": 2_000_000})
+            big = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 1000)
+            assert entered.wait(5.0)
+            # the rest while the agent still sleeps: the flow ends before it is registered
+            big.sendall(b"\0" * 1_999_000)
+            assert big.recv(1) == b"\x01"
+            big.close()
+            t0 = time.monotonic()
+            send_bytes(sink.address, 1000, "j/small")
+            small_s = time.monotonic() - t0
             assert small_s < 0.5
             assert sink.received == {"j/big": 2_000_000, "j/small": 1000}
             # registered (late), then its end, in that order, though the flow was over first
