@@ -15,7 +15,7 @@ from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.daemon.solver import PlannerProcess, PlannerStartError
 from jitsched.model import Cluster
-from jitsched.policies import make_policy
+from jitsched.policies import POLICIES, make_policy
 from jitsched.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon import _free_port, config
 from tests.test_daemon_limits import failing_policy
@@ -228,3 +228,23 @@ def test_a_rebase_carries_every_busy_hosts_body_not_only_those_its_jobs_touch():
     # every host's body: the file's sender and receiver included (the agents' table then
     # sends only those that differ from what each agent holds)
     assert set(res.frames) == {"h0", "h1", "h2", "h3"}
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_ranks_background_says_whether_the_schedule_ranks_announced_flows(name):
+    # scenario.predict asks ranks_background() which baselines rank announced files;
+    # each registered policy's daemon schedule must agree with what it says
+    from jitsched.daemon.background import BackgroundTable
+    from jitsched.daemon.plans import PlanRequest
+    from jitsched.daemon.solver import run_plan
+    from tests.test_daemon import config
+    from tests.test_daemon_incremental import one_transfer
+
+    cluster = Cluster.uniform(2)
+    announced = BackgroundTable(config(cluster=cluster)).start(
+        {"flow": "f", "src": "h0", "dst": "h1", "bytes": 1e6}, 0.0)
+    policy = make_policy(name)
+    res = run_plan(policy, PlanRequest(1, 0.0, ((one_transfer("a", 1e8), {}, {}),), (("arrival", "a", ""),),
+                                       ("x",), background=(announced,)), cluster)
+    prio = {} if res.schedule is None else res.schedule.prio
+    assert (("", "f") in prio) == policy.ranks_background()

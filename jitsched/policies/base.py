@@ -257,6 +257,15 @@ class Policy(ABC):
         """
         return None
 
+    def ranks_background(self) -> bool:
+        """Whether :meth:`schedule` ranks a daemon's announced background flows (``view.bg_ids``).
+
+        True: they take ranks among the jobs' transfers. False (default): the
+        agents send them after every ranked flow, as background the daemon
+        does not know.
+        """
+        return False
+
     def plans_increments(self) -> bool:
         """Whether :meth:`schedule_increment` can return a schedule (False: the owner re-solves in full)."""
         return type(self).schedule_increment is not Policy.schedule_increment

@@ -863,6 +863,10 @@ class JitPolicy(Policy):
         return SlotSchedule(epoch_s=view.now, slot_s=self.slot_s, flows=flows,
                             leftover_egress=np.zeros((h, 0)), leftover_ingress=np.zeros((h, 0)), prio=prio)
 
+    def ranks_background(self) -> bool:
+        """With the priority leftover and a finite ``bg_weight`` (:meth:`_ranks`)."""
+        return self.leftover == "priority" and not math.isinf(self.bg_weight)
+
     def plans_increments(self) -> bool:
         """With the priority leftover only without reservations (alpha 0): its ranked
         increments place no LP; one with reservations re-solves in full."""

@@ -204,5 +204,8 @@ class SincroniaPolicy(Policy):
         ranks = ranks.ravel()
         return ranked_schedule(view, nodes, ranks[:len(nodes)], self.slot_s, bg_rank=ranks[len(nodes):])
 
+    def ranks_background(self) -> bool:
+        return self.background == "coflows"
+
     def stats(self) -> dict:
         return {"orderings": self.orderings}

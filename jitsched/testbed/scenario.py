@@ -245,6 +245,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         ``background_mbit_mean`` (the files' mean goodput, Mbit/s of payload
         as the testbed counts it).
     """
+    from jitsched.policies import make_policy
     from jitsched.sim import simulate
     from jitsched.testbed.options import BASELINES, DAEMON_POLICY
 
@@ -265,7 +266,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     for name in baselines:
         if name not in BASELINES:
             raise ValidationError(f"baselines: expected testbed baselines, got {name!r}")
-        ranks_files = announce_files and name == "sincronia"
+        ranks_files = announce_files and make_policy(DAEMON_POLICY[name]).ranks_background()
         runs.append((DAEMON_POLICY[name], w_jit, {"background": "coflows" if ranks_files else "last"}))
     for pol, wl_pol, opts in runs:
         r = simulate(wl_pol, pol, policy_options=opts)
