@@ -92,7 +92,7 @@ def test_submit_every_agent_receives_and_acks(sys4, client):
         assert used <= line * (1 + 1e-6)
         assert agents["h1"].schedule["leftover_Bps"][k] == pytest.approx(line - used, abs=1.0)
     # and it was applied at a slot boundary through the backend
-    assert wait_until(lambda: agents["h1"].backend.snapshot(), 2.0)
+    assert wait_until(lambda: agents["h1"].backend.snapshot(), 5.0)
     st = client.status()
     assert st["plan"]["seq"] == seq and st["plan"]["jobs"] == 1 and st["plan"]["flows"] == 13
     assert st["jobs"]["vgg-a"]["state"] == "running"
@@ -213,7 +213,7 @@ def test_reconnecting_agent_gets_current_schedule(sys4, client):
     assert d.state.schedule_seq == seq  # no re-plan was needed to serve it
     assert [f["flow"] for f in fresh.schedule["flows"]] == [
         f["flow"] for f in d.state.host_body("h0")["flows"]]
-    assert wait_until(lambda: d.state.agents["h0"].acked_seq == seq, 2.0)
+    assert wait_until(lambda: d.state.agents["h0"].acked_seq == seq, 5.0)
 
 
 def test_killed_agent_is_detected_and_flows_replanned(client, sys4):

@@ -147,7 +147,7 @@ def test_table_expires_flows_whose_sender_never_finished():
     assert t.expire(10.0) == ["old"] and [f.name for f in t.snapshot()] == ["new", "kept"]
     assert t.flows["kept"].started_s == 1.0
     assert t.expire(17.9) == ["new"] and t.expire(18.0) == ["kept"]
-    assert t.counts == {"announced": 3, "finished": 0, "expired": 3}
+    assert t.counts == {"announced": 3, "restored": 0, "finished": 0, "expired": 3}
 
 
 def test_table_limits_owners_and_reannouncement():
@@ -185,3 +185,19 @@ def test_status_cli_and_metrics_show_the_announced_flows(capsys):
         assert main(["status", "--daemon", d.job_endpoint]) == 0
     out = capsys.readouterr().out
     assert "background: 1 announced flows held (2 announced, 1 finished, 0 expired unfinished)" in out
+
+
+@pytest.mark.parametrize("policy", ["jit", "sincronia"])
+def test_announced_flows_alone_rank_among_themselves(policy):
+    # no job at all: the two files still get an order at their sender (smaller first, by
+    # Smith's rule under jit, as one-flow coflows under Sincronia), not TCP's fair share
+    with system(policy=policy) as (d, agents), Client(d.job_endpoint) as c:
+        c.background_started("big", "h1", "h2", 100 * MB)
+        c.background_started("small", "h1", "h3", 1 * MB)
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"/small": 0, "/big": 1} and settled(d), 5.0), \
+            ranks_on(agents["h1"])
+        c.background_finished("small")
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {"/big": 0} and settled(d), 5.0)
+        c.background_finished("big")
+        assert wait_until(lambda: ranks_on(agents["h1"]) == {} and settled(d), 5.0)
+        assert not any(d.state.plan_book.plans_failed.values())

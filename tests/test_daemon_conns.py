@@ -160,7 +160,7 @@ def test_connections_silent_longest_make_way_for_a_new_client():
                 c.status()  # served: a silent connection made way
                 assert d.conns["jobs"].evicted == 1 and d.conns["jobs"].refused == 0
                 # status counts as of the last housekeeping tick (50 ms)
-                assert wait_until(lambda: c.status()["loop"]["jobs_connections_evicted"] == 1, 2.0)
+                assert wait_until(lambda: c.status()["loop"]["jobs_connections_evicted"] == 1, 5.0)
             assert sum(_closed(s, 0.3) for s in socks) == d.conns["jobs"].evicted
         finally:
             for s in socks:
@@ -171,7 +171,7 @@ def test_idle_connections_are_closed_and_clients_reconnect():
     with daemon(idle_timeout_s=0.5) as d, Client(d.job_endpoint, timeout_s=5.0) as c:
         c.status()
         assert wait_until(lambda: d.conns["jobs"].idle_closed >= 1, 5.0)
-        assert wait_until(lambda: not d.conns["jobs"].open, 2.0)
+        assert wait_until(lambda: not d.conns["jobs"].open, 5.0)
         # the zmq client reconnected by itself and is served
         assert c.submit_job(tiny_job("after")) == "after"
         assert c.status()["loop"]["jobs_connections_idle_closed"] >= 1

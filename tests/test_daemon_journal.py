@@ -19,7 +19,7 @@ from jitsched.agents.agent import Agent
 from jitsched.client import Client, TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
-from jitsched.daemon.journal import DONE, Journal
+from jitsched.daemon.journal import DONE, Journal, JournalFlow
 from jitsched.daemon.server import wait_until
 from jitsched.model import Compute, Job, Transfer
 from jitsched.runner import JobRunner
@@ -91,6 +91,44 @@ def test_journal_survives_a_bad_job_and_config_path(tmp_path):
                     '[daemon]\njournal = "state/j.db"\n')
     assert load_config(toml).journal == str(tmp_path / "state" / "j.db")
     assert load_config(toml, journal=None).journal is None
+
+
+def test_journal_resumes_announced_background_flows(tmp_path):
+    # announced flows are held again after a restart with the bytes they last reported;
+    # one that finished is not, one the cluster no longer allows is dropped, said why
+    path = tmp_path / "journal.db"
+    cfg = config(journal=str(path), planner_process=False, policy="jit")
+    d = Daemon(cfg).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.background_started("f", "h0", "h1", 100e6)
+            c.background_started("g", "h1", "h2", 5e6)
+            c.background_started("f", "h0", "h1", 100e6, left=40e6)
+            c.background_finished("g")
+        before = d.state.background.flows["f"]
+    finally:
+        d.stop()
+    j = Journal(path)
+    j.background_held(JournalFlow("y", "h0", "h9", 1e6, 1e6, None, 0.5, 0.5))  # h9: no such host
+    j.close()
+    d = Daemon(cfg).start()
+    try:
+        st = d.state
+        assert list(st.background.flows) == ["f"]
+        f = st.background.flows["f"]
+        assert (f.src, f.dst, f.bytes, f.left, f.started_s, f.seen_s, f.owner) == \
+            (0, 1, 100e6, 40e6, before.started_s, before.seen_s, None)
+        assert st.background.counts == {"announced": 0, "restored": 1, "finished": 0, "expired": 0}
+        # re-planned at once, the file ranked in it
+        assert wait_until(lambda: st.schedule_seq >= 1, 5.0)
+        assert st.plan_summary["reasons"] == ["restart"] and ("", "f") in st.schedule.prio
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            assert c.status()["background"] == {"held": 1, "announced": 0, "restored": 1, "finished": 0,
+                                                "expired": 0}
+            assert c.background_finished("f") == {"held": True}
+    finally:
+        d.stop()
+    assert Journal(path).background() == []
 
 
 def test_resubmission_carries_progress(tmp_path):

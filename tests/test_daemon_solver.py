@@ -153,7 +153,7 @@ def test_healthy_child_is_reported_as_the_planner():
     try:
         d.start()
         assert wait_until(lambda: d.planner is not None and d.planner.started, 60.0)
-        assert wait_until(lambda: d.state.planner == "process", 2.0)
+        assert wait_until(lambda: d.state.planner == "process", 5.0)
         assert d.planner.jitsched_file == jitsched.__file__
     finally:
         d.stop()

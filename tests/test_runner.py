@@ -71,7 +71,7 @@ def test_runner_executes_and_reports_everything(async_reports, monkeypatch):
         # t0 and t1 start at submission and may finish (~8 ms) before the first plan lands,
         # when no LAT exists yet; push follows 100 ms of compute, when the job is planned
         assert 1 <= r.lat_known <= 3 and js.lat_hits + js.lat_misses == r.lat_known
-        assert wait_until(lambda: d.state.plan_summary.get("reasons") is not None, 2.0)
+        assert wait_until(lambda: d.state.plan_summary.get("reasons") is not None, 5.0)
 
 
 def test_computes_end_at_their_emulated_time_whatever_their_thread_costs():

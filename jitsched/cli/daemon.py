@@ -77,7 +77,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}, "
           + ("CURVE keys from " + cfg.keys_dir if cfg.keys_dir else "plaintext")
           + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else "")
-          + (f", journal {cfg.journal} ({len(d.state.restored)} jobs resumed)" if cfg.journal else ""),
+          + (f", journal {cfg.journal} ({len(d.state.restored)} jobs, "
+             f"{d.state.background.counts['restored']} announced flows resumed)" if cfg.journal else ""),
           flush=True)
     stop = threading.Event()
     try:
@@ -219,9 +220,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f" owner {escape(s['owner'])}" if s.get("owner") else "")
               + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
     bg = st.get("background") or {}
-    if bg.get("announced"):
+    if bg.get("announced") or bg.get("restored"):
         print(f"  background: {bg['held']} announced flows held ({bg['announced']} announced, "
-              f"{bg['finished']} finished, {bg['expired']} expired unfinished)")
+              + (f"{bg['restored']} resumed from the journal, " if bg.get("restored") else "")
+              + f"{bg['finished']} finished, {bg['expired']} expired unfinished)")
     if st.get("jobs_omitted"):
         print(f"  ({st['jobs_omitted']} older ended jobs not listed)")
     if st.get("jobs_pruned"):

@@ -35,13 +35,14 @@ class BackgroundTable:
     A flow stays until its sender says it finished or, if the sender never
     does (it died), ``background_ttl_s`` after it last heard of it (an
     announcement or a progress report, which renew it): a leaked
-    announcement must not keep a rank in every plan for ever.
+    announcement must not keep a rank in every plan for ever. A daemon with
+    a journal takes its flows back after a restart (:meth:`restore`).
     """
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
         self.flows: dict[str, Announced] = {}
-        self.counts = {"announced": 0, "finished": 0, "expired": 0}
+        self.counts = {"announced": 0, "restored": 0, "finished": 0, "expired": 0}
 
     def start(self, body: dict, now: float, peer: str | None = None) -> Announced | Reject:
         """Announce ``body``'s flow (``flow``, ``src``, ``dst``, ``bytes``, optional ``left``); a
@@ -52,6 +53,41 @@ class BackgroundTable:
         (``left``, default ``bytes``) as it goes; ``started_s`` stays the
         first one's, the time-to-live counts from the latest.
         """
+        got = self._checked(body)
+        if isinstance(got, Reject):
+            return got
+        name = body["flow"]
+        old = self.flows.get(name)
+        if old is not None and peer is not None and old.owner != peer:
+            return Reject(ErrorCode.FORBIDDEN, f"background flow {name!r} was announced with another client's key")
+        if old is None and len(self.flows) >= self.config.max_background:
+            return Reject(ErrorCode.OVERLOADED,
+                          f"the daemon already holds {self.config.max_background} background flows")
+        flow = Announced(name, *got[:3], now if old is None else old.started_s, peer, got[3], now)
+        self.flows[name] = flow
+        if old is None:
+            self.counts["announced"] += 1
+        return flow
+
+    def restore(self, body: dict, owner: str | None, started_s: float, seen_s: float) -> Announced | Reject:
+        """Hold again a flow a journal kept (``body`` as for :meth:`start`, ``left`` included).
+
+        The daemon's cluster or limits may have changed since: a Reject says
+        why the flow is not taken back.
+        """
+        got = self._checked(body)
+        if isinstance(got, Reject):
+            return got
+        if body["flow"] not in self.flows and len(self.flows) >= self.config.max_background:
+            return Reject(ErrorCode.OVERLOADED,
+                          f"the daemon already holds {self.config.max_background} background flows")
+        flow = Announced(body["flow"], *got[:3], started_s, owner, got[3], seen_s)
+        self.flows[flow.name] = flow
+        self.counts["restored"] += 1
+        return flow
+
+    def _checked(self, body: dict) -> tuple[int, int, float, float] | Reject:
+        # (src index, dst index, bytes, left) of a well-formed flow for this cluster
         name, cfg = body["flow"], self.config
         if len(name) > cfg.max_id_chars:
             return Reject(ErrorCode.INVALID_BODY, f"body.flow: longer than {cfg.max_id_chars} characters")
@@ -69,17 +105,7 @@ class BackgroundTable:
         left = body.get("left", size)
         if not (isinstance(left, (int, float)) and 0 <= left <= size):
             return Reject(ErrorCode.INVALID_BODY, f"body.left: must be within [0, bytes], got {left!r}")
-        old = self.flows.get(name)
-        if old is not None and peer is not None and old.owner != peer:
-            return Reject(ErrorCode.FORBIDDEN, f"background flow {name!r} was announced with another client's key")
-        if old is None and len(self.flows) >= cfg.max_background:
-            return Reject(ErrorCode.OVERLOADED, f"the daemon already holds {cfg.max_background} background flows")
-        flow = Announced(name, ends[0], ends[1], float(size), now if old is None else old.started_s, peer,
-                         float(left), now)
-        self.flows[name] = flow
-        if old is None:
-            self.counts["announced"] += 1
-        return flow
+        return ends[0], ends[1], float(size), float(left)
 
     def finish(self, body: dict, peer: str | None = None) -> bool | Reject:
         """The flow ``body["flow"]`` ended: True if it was held (a second finish is a no-op)."""

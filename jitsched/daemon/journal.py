@@ -1,4 +1,4 @@
-"""The daemon's journal: submitted jobs, their progress and ends in sqlite, to resume after a restart."""
+"""The daemon's journal in sqlite: jobs (submissions, progress, ends) and announced flows, to resume after a restart."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import msgpack
 
 # One row per submitted job (the job map as submitted, packed), one per progress event;
 # an ended job keeps its row (state, end, JCT) without its map and events, so the file
-# holds what running jobs need and little else.
+# holds what running jobs need and little else. An announced background flow is one
+# row while the daemon holds it (a progress report replaces it), deleted when it ends.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -21,6 +22,9 @@ CREATE TABLE IF NOT EXISTS events (
     row INTEGER NOT NULL, node TEXT NOT NULL, kind TEXT NOT NULL, t_s REAL NOT NULL,
     measured_s REAL);
 CREATE INDEX IF NOT EXISTS events_by_job ON events (row);
+CREATE TABLE IF NOT EXISTS background (
+    name TEXT PRIMARY KEY, src TEXT NOT NULL, dst TEXT NOT NULL, bytes REAL NOT NULL,
+    left REAL NOT NULL, owner TEXT, started_s REAL NOT NULL, seen_s REAL NOT NULL);
 """
 STARTED = "S"  # a transfer started sending
 DONE = "D"  # a transfer arrived or a compute ended
@@ -37,6 +41,20 @@ class JournalJob:
     done: dict[str, float] = field(default_factory=dict)
     started: dict[str, float] = field(default_factory=dict)
     measured_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JournalFlow:
+    """An announced background flow as the journal holds it: host names, bytes, daemon-clock seconds."""
+
+    name: str
+    src: str
+    dst: str
+    bytes: float
+    left: float
+    owner: str | None
+    started_s: float
+    seen_s: float
 
 
 class Journal:
@@ -128,7 +146,27 @@ class Journal:
         db.execute("COMMIT")
         self.writes += 1
 
+    def background_held(self, flow: JournalFlow) -> None:
+        """Record an announced background flow: a new one, or a progress report (replaces it)."""
+        self.db.execute("INSERT OR REPLACE INTO background (name, src, dst, bytes, left, owner, started_s, "
+                        "seen_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (flow.name, flow.src, flow.dst, flow.bytes, flow.left, flow.owner, flow.started_s,
+                         flow.seen_s))
+        self.writes += 1
+
+    def background_gone(self, names: list[str]) -> None:
+        """Forget announced background flows that finished or expired (one transaction)."""
+        self.db.executemany("DELETE FROM background WHERE name = ?", [(n,) for n in names])
+        self.writes += 1
+
     # ------------------------------------------------------------------ restart
+
+    def background(self) -> list[JournalFlow]:
+        """Every announced background flow held when the journal was last written, oldest first."""
+        return [JournalFlow(*row) for row in self.db.execute(
+            "SELECT name, src, dst, bytes, left, owner, started_s, seen_s FROM background "
+            "ORDER BY started_s, name")]
+
 
     def unfinished(self) -> list[JournalJob]:
         """Every job recorded as running, in submission order, with its progress."""
@@ -156,4 +194,4 @@ class Journal:
         return cur.rowcount
 
 
-__all__ = ["DONE", "STARTED", "Journal", "JournalJob"]
+__all__ = ["DONE", "STARTED", "Journal", "JournalFlow", "JournalJob"]

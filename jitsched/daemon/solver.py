@@ -132,7 +132,8 @@ def _full_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: fl
             policy.on_node_done(view, _node_index(view.dag, k, node_id))
     if "tick" in req.reasons:
         policy.on_tick(view)
-    sched = policy.schedule(view) if view.dag.n_jobs else None
+    # announced flows alone still take ranks among themselves (jit, Sincronia)
+    sched = policy.schedule(view) if view.dag.n_jobs or view.bg_ids else None
     new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
     lats = _lats(view, new, cluster)
     solve_s = time.perf_counter() - t0

@@ -14,7 +14,7 @@ from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.bodies import host_bodies, status_body
 from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
-from jitsched.daemon.journal import DONE, STARTED, Journal
+from jitsched.daemon.journal import DONE, STARTED, Journal, JournalFlow
 from jitsched.daemon.logs import kv
 from jitsched.daemon.plans import (
     MAX_EVENTS,
@@ -62,11 +62,12 @@ class SchedulerState:
     may act on any job or host). A job answers only to the client that
     submitted it, and an agent registers only as its key's host.
 
-    With a ``journal`` every submission, progress report and job end is
-    written to it before the handler returns, and the state starts from it:
-    the daemon clock keeps the journal's origin, and every job it holds as
-    running is back, its progress with it, a full re-solve (``restart``) due at
-    once. Each state draws a new random ``incarnation`` that every schedule
+    With a ``journal`` every submission, progress report and job end, and
+    every announced background flow, is written to it before the handler
+    returns, and the state starts from it: the daemon clock keeps the
+    journal's origin, every job it holds as running is back, its progress
+    with it, and every announced flow it holds, a full re-solve (``restart``)
+    due at once. Each state draws a new random ``incarnation`` that every schedule
     body carries, so that agents tell its seqs from a previous daemon's.
     """
 
@@ -166,7 +167,16 @@ class SchedulerState:
                     self.job_registry.mark_done(js, nid, t, jj.measured_s.get(nid))
                     self.plan_book.policy_event("node_done", jid, nid)
             self.restored.append(jid)
-        if self.restored:
+        gone = []
+        for jf in self._journal(self.journal.background) or []:
+            body = {"flow": jf.name, "src": jf.src, "dst": jf.dst, "bytes": jf.bytes, "left": jf.left}
+            got = self.background.restore(body, jf.owner, jf.started_s, jf.seen_s)
+            if isinstance(got, Reject):
+                gone.append(jf.name)
+                log.warning(kv("background_not_restored", flow=jf.name, error=got.message))
+        if gone:
+            self._journal(self.journal.background_gone, gone)
+        if self.restored or self.background.counts["restored"]:
             self.plan_book.trigger("restart", now)
 
     def _record(self, js: JobState, nid: str, kind: str, now: float, measured_s: float | None = None) -> None:
@@ -289,12 +299,15 @@ class SchedulerState:
     # ------------------------------------------------------------------ background
 
     def background_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
-        """Hold an announced background flow (not journalled: a sender re-announces after a
-        restart, and until then its flow is background the daemon does not know)."""
+        """Hold an announced background flow, or take its progress report (journalled: a
+        restarted daemon holds it again, with the bytes it last said it had left)."""
         before = self.background.flows.get(body["flow"])
         got = self.background.start(body, now, peer)
         if isinstance(got, Reject):
             return got
+        if self.journal is not None:
+            self._journal(self.journal.background_held, JournalFlow(
+                got.name, body["src"], body["dst"], got.bytes, got.left, got.owner, got.started_s, got.seen_s))
         if before is None or (before.src, before.dst, before.bytes) != (got.src, got.dst, got.bytes):
             self.plan_book.trigger("background", now)
         elif now - self.plan_book.last_plan_s >= PROGRESS_REPLAN_S:
@@ -309,6 +322,8 @@ class SchedulerState:
         if isinstance(got, Reject):
             return got
         if got:
+            if self.journal is not None:
+                self._journal(self.journal.background_gone, [body["flow"]])
             self.plan_book.trigger("background", now)
         return {"held": got}
 
@@ -330,7 +345,10 @@ class SchedulerState:
     def prune(self, now: float) -> int:
         """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
         at ``now``, in the journal too; returns how many."""
-        if self.background.expire(now):
+        expired = self.background.expire(now)
+        if expired:
+            if self.journal is not None:
+                self._journal(self.journal.background_gone, expired)
             self.plan_book.trigger("background", now)
         gone = self.job_registry.prune(now)
         if gone and self.journal is not None:

@@ -746,8 +746,8 @@ class JitPolicy(Policy):
         # background flows are ranked among the jobs' groups, as the simulator ranks files.
         nodes, ranks, bg_ranks = self._ranks(view, with_background=bool(view.bg_ids))
         base = self._plan_schedule(view)
-        if not len(nodes) and base is None:
-            return None
+        if not len(nodes) and not len(bg_ranks) and base is None:
+            return None  # announced flows alone still rank among themselves, as Sincronia's
         dag = view.dag
         planned = {} if base is None else {(f[0], f[1]): f for f in base.flows}
         flows, prio = [], {}
