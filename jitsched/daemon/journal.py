@@ -167,7 +167,6 @@ class Journal:
             "SELECT name, src, dst, bytes, left, owner, started_s, seen_s FROM background "
             "ORDER BY started_s, name")]
 
-
     def unfinished(self) -> list[JournalJob]:
         """Every job recorded as running, in submission order, with its progress."""
         out: dict[int, JournalJob] = {}

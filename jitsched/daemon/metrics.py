@@ -42,8 +42,8 @@ class Metrics:
         # refused for a peer's unread bytes, requests decoded off the loop, ...
         self.loop = Gauge("jitsched_loop", "Socket loop counts, by name (status.loop)", ["count"], registry=r)
         # announced background flows: held now, and the totals announced, resumed from the journal
-        # (restored), finished and expired
-        # (an expired flow's sender never said it finished: a leak on the sender's side)
+        # (restored), finished and expired (an expired flow's sender never said it finished: a
+        # leak on the sender's side)
         self.background = Gauge("jitsched_background_flows", "Announced background flows (status.background)",
                                 ["count"], registry=r)
         self._server = None
