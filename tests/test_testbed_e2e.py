@@ -102,7 +102,7 @@ def test_announced_files_reach_the_daemon_and_finish_whole(tiny, policy):
     assert out["completed"] == 2, out["details"]["errors"]
     assert out["background_completed"] == "1/1", out["details"]["errors"]
     assert out["details"]["background"]["file-0"]["bytes"] == 62_500_000
-    assert out["details"]["daemon"]["background"] == {"announced": 1, "finished": 1, "expired": 0}
+    assert out["details"]["daemon"]["background"] == {"announced": 1, "restored": 0, "finished": 1, "expired": 0}
     assert out["details"]["options"]["announce_files"] is True
     agents = out["details"]["agents"].values()
     # the file's sender and receiver registered it beside the jobs' transfers
