@@ -7,6 +7,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jitsched.agents.agent import (
     RTO_MAX_MS,
@@ -214,6 +216,77 @@ def test_a_registration_reapplies_only_its_own_direction_within_a_slot():
     a.current_slot = -5  # a new slot: both directions change, whatever asked
     a._tick(force=True, only="out")
     assert (len(a.backend.snapshot()), len(a.in_backend.snapshot())) == (3, 3)
+
+
+def _reference_slot_rates(s: dict, k: int, local: dict) -> tuple[list, bool]:
+    # slot_rates' walk for a backend that takes the whole schedule, written plainly
+    from jitsched.agents.agent import dense_levels
+    from jitsched.agents.backends.base import FlowRate
+
+    out = []
+    for f in s["flows"]:
+        j, rates, prio = k - f["start_slot"], f["rates_Bps"], f.get("prio")
+        if j >= len(rates) and prio is None:
+            continue
+        rate = float(rates[j]) if 0 <= j < len(rates) else 0.0
+        lf = local.get(f["flow"])
+        out.append(FlowRate(f["flow"], rate, prio=prio) if lf is None else
+                   FlowRate(f["flow"], rate, lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port, prio=prio))
+    ranked = any(f.get("prio") is not None for f in s["flows"])
+    return (dense_levels(out) if ranked else out), ranked
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.lists(st.sampled_from([0.0, 50.0, 200.0]), max_size=4),
+                          st.one_of(st.none(), st.integers(0, 12)), st.booleans()), max_size=25),
+       st.lists(st.integers(-1, 6), min_size=1, max_size=6))
+def test_the_cached_slot_walk_gives_the_plain_walks_rates(entries, slots):
+    # random schedules (ranked or not, some flows registered here), slots visited in any
+    # order and again: the cached walk's rates, levels and endpoints are the plain walk's
+    from jitsched.agents.agent import LocalFlow
+
+    a = Agent("h0", "tcp://127.0.0.1:1", backend="record")
+    a.backend = load_backend("record", 1000.0)
+    a.line_rate_Bps = 1000.0
+    epoch = 10**18
+    flows = [{"flow": f"j/t{i}", "dst": "h1", "start_slot": st_, "rates_Bps": r}
+             | ({} if p is None else {"prio": p}) for i, (st_, r, p, _) in enumerate(entries)]
+    s = _schedule(epoch) | {"flows": flows, "leftover_Bps": [700.0] * 8}
+    a._install(s)
+    for i, (_, _, _, reg) in enumerate(entries):
+        if reg:
+            a.flows[f"j/t{i}"] = LocalFlow(f"j/t{i}", None, "198.18.0.1", 40000 + i, "198.18.0.2", 5201, 0, 0.0)
+    for k in slots:
+        got_k, got, left = a.slot_rates(epoch + k * 100_000_000 + 50_000_000)
+        want, ranked = _reference_slot_rates(a.schedule, k, a.flows)
+        assert got_k == k and got == want
+        assert left == (0.0 if ranked else (700.0 if 0 <= k < 8 else 1000.0))
+
+
+def test_registrations_within_a_slot_walk_the_schedule_once():
+    # the demo's Inception-v3 registers 851 transfers against an 851-flow schedule: each
+    # registration re-applies the slot, and re-walking the schedule for it made the job 5x slower
+    from jitsched.agents.agent import LocalFlow
+
+    a = Agent("h0", "tcp://127.0.0.1:1", backend="record")
+    a.backend = load_backend("record", 1000.0)
+    a.line_rate_Bps = 1000.0
+    flows = [{"flow": f"j/t{i}", "dst": "h1", "start_slot": 0, "rates_Bps": [], "prio": i} for i in range(50)]
+    a._install(_schedule(time.time_ns()) | {"slot_s": 60.0, "flows": flows})
+    a._tick()
+    for i in range(10):
+        a.flows[f"j/t{i}"] = LocalFlow(f"j/t{i}", None, "198.18.0.1", 40000 + i, "198.18.0.2", 5201, 0, 0.0)
+        a._tick(force=True, only="out")  # what a registration does
+    assert a.schedule_walks == 1 and len(a.backend.snapshot()) == 11
+    last = a.backend.snapshot()[-1][1]
+    assert len(last) == 50
+    # the registered flows carry their endpoints, levels as dense_levels gives them
+    _, rates, _ = a.slot_rates()
+    assert rates[3].src_port == 40003 and rates[3].prio == 3 and rates[20].src_port == 0 and rates[20].prio == 6
+    a.current_slot = -5
+    a._install(dict(a.schedule, seq=a.schedule["seq"] + 1))  # a new schedule: walked anew
+    a._tick(force=True)
+    assert a.schedule_walks == 2
 
 
 def test_dense_levels_map_the_carried_flows_ranks_to_the_backends_levels():
