@@ -143,8 +143,11 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
             time.sleep(max(0.0, t_start + at - time.monotonic()))
             say(f"[{time.monotonic() - t_start:6.2f}s] submit {job.id}: {len(job.transfers)} transfers "
                 f"({sum(t.bytes for t in job.transfers) / 1e6:.1f} MB), {len(job.computes)} computes")
+            # reports asynchronous, as a training runtime does not stall its ops on the
+            # scheduler (and as the testbed runs jobs): mean JCT 1.86 s against 2.02 s with
+            # each node waiting for the daemon's reply (session 19, one run each)
             r = JobRunner(job, daemon.job_endpoint, addrs, agents=agent_names,
-                          max_threads=32).run(timeout_s=300.0)
+                          max_threads=32, async_reports=True).run(timeout_s=300.0)
             with lock:
                 results[job.id] = r
             hit = f"{r.lat_hit_rate:.0%}" if r.lat_known else "n/a"
