@@ -59,8 +59,10 @@ class Backend(ABC):
         """Remove everything this backend installed."""
 
     # Optional, added for socket-level backends (backwards-compatible: defaults do nothing).
-    # Whether ``apply`` should only see flows whose TCP endpoints are known (a backend that
-    # matches packets must never get an empty match, which would catch every packet).
+    # Whether ``apply`` should only see flows whose TCP endpoints are known, i.e. those
+    # registered here (a backend that matches packets must never get an empty match, which
+    # would catch every packet; one that acts on registered sockets needs no other flow).
+    # False: every flow the schedule lists, which costs a walk of the schedule per slot.
     needs_endpoints: ClassVar[bool] = True
 
     def attach(self, flow_id: str, sock) -> None:
