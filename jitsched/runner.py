@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitsched.client import Client, send_bytes
+from jitsched.errors import ValidationError
 from jitsched.keys import CLIENTS, DEFAULT_CLIENT, CurveKeys, curve_keys
 from jitsched.model import Job, critical_path_s
 from jitsched.protocol import MAX_REPORT_EVENTS, ErrorCode, MsgType, RemoteError, flow_id
@@ -214,6 +215,12 @@ class JobRunner:
         directory holding those of client ``key_name``. None: plaintext.
     key_name : str
         The client's name in the key directory.
+    register_min_bytes : int
+        Transfers of at most this many bytes are not registered with their
+        sender's agent (default 0: all are). A registration is a round trip to
+        the agent and a re-apply of its rates, longer than a small transfer
+        takes; the testbed and the demo leave out those under 10 ms at the
+        line rate.
     request_timeout_s : float
         How long a request waits for its reply before it is sent again on a
         fresh connection. Submission and reports are retried so through a
@@ -227,7 +234,7 @@ class JobRunner:
                  on_event: Callable[[str, str, str], None] | None = None,
                  send: Callable[..., float] | None = None, async_reports: bool = False,
                  keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT,
-                 request_timeout_s: float = 2.0) -> None:
+                 request_timeout_s: float = 2.0, register_min_bytes: int = 0) -> None:
         self.job = job
         self.request_timeout_s = request_timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
@@ -239,6 +246,9 @@ class JobRunner:
         self.on_event = on_event
         self.send = send
         self.async_reports = async_reports
+        if register_min_bytes < 0:
+            raise ValidationError(f"register_min_bytes: must be >= 0, got {register_min_bytes!r}")
+        self.register_min_bytes = int(register_min_bytes)
         self._lock = threading.Lock()
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
@@ -357,12 +367,13 @@ class JobRunner:
                             result.transfer_start_s[nid] = time.perf_counter() - t0
                             client.node_started(nid)
                             report("transfer_started", job.id, nid)
+                            agent = self.agents.get(t.src) if t.bytes > self.register_min_bytes else None
                             if self.send is not None:
                                 secs = self.send(t.src, self.sinks[t.dst], int(t.bytes),
-                                                 flow_id(job.id, nid), agent=self.agents.get(t.src))
+                                                 flow_id(job.id, nid), agent=agent)
                             else:
                                 secs = send_bytes(self.sinks[t.dst], int(t.bytes), flow_id(job.id, nid),
-                                                  agent=self.agents.get(t.src))
+                                                  agent=agent)
                             result.transfer_s[nid] = secs
                             ends[nid] = time.perf_counter() - t0
                             client.node_done(nid)

@@ -156,3 +156,29 @@ def test_no_daemon_to_submit_to_is_the_runs_error(async_reports):
     r = JobRunner(job, "tcp://127.0.0.1:9", {}, async_reports=async_reports,
                   request_timeout_s=0.2).run(timeout_s=1.0)
     assert r.error.startswith("submit: ") and "before the run's timeout" in r.error
+
+
+def test_transfers_up_to_register_min_bytes_do_not_register_with_their_agent():
+    # the demo leaves its small transfers out of its agents (a round trip per transfer
+    # costs more than the transfer); the larger ones still register
+    from jitsched.client import TransferSink
+    from jitsched.model import Compute, Job, Transfer
+    from jitsched.runner import JobRunner
+    from tests.test_daemon import system
+
+    job = Job("mix", (Compute("c", "h1", 0.0),),
+              (Transfer("small", "h0", "h1", 1000), Transfer("big", "h0", "h1", 200_000)),
+              (("small", "c"), ("big", "c")), 0.0)
+    with system(hosts=("h0", "h1"), backend="record") as (d, agents):
+        sinks = {h: TransferSink("127.0.0.1") for h in ("h0", "h1")}
+        try:
+            r = JobRunner(job, d.job_endpoint, {h: s.address for h, s in sinks.items()},
+                          agents={h: a.local_name for h, a in agents.items()},
+                          register_min_bytes=1000).run(timeout_s=30.0)
+        finally:
+            for s in sinks.values():
+                s.close()
+        assert r.error == "" and set(r.transfer_s) == {"small", "big"}
+        assert agents["h0"].registrations == {"out": 1, "in": 0}
+    with pytest.raises(ValueError, match="register_min_bytes"):
+        JobRunner(job, "tcp://127.0.0.1:1", {}, register_min_bytes=-1)
