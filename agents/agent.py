@@ -194,7 +194,7 @@ class Agent:
         self.in_line_Bps: float | None = None
         self.schedule: dict | None = None
         self._indexed: dict | None = None  # the schedule _index was built for
-        # per direction: ((schedule id, inbound, slot), schedule, its flows' rates that slot)
+        # per direction (inbound?): (slot, schedule, its flows' rates in that slot)
         self._walk_cache: dict[bool, tuple] = {}
         self.schedule_walks = 0  # times _walked_rates built a slot's rates from the schedule
         self._index: dict[str, tuple[dict[str, dict], bool]] = {}
@@ -573,17 +573,16 @@ class Agent:
     def _walked_rates(self, s: dict, inbound: bool, k: int, ranked: bool, local: dict) -> list[FlowRate]:
         """Every flow of the schedule carried in slot ``k`` with its rate (and dense level),
         those registered here with their endpoints: :meth:`slot_rates` for a backend that
-        takes the whole schedule.
+        takes the whole schedule (``needs_endpoints`` False: ``record``).
 
-        The schedule's part is built once per slot and direction: rebuilt on every
-        registration, the walk (a FlowRate per transfer the host will carry, re-made
+        The schedule's part is built once per slot, schedule and direction: rebuilt on
+        every registration, the walk (a FlowRate per transfer the host will carry, re-made
         again for its level) was 79 % of the GIL in the demo's process while an
-        Inception-v3 job (851 transfers) ran alone, and that job took 10.7 s against
-        1.4 s with no agent.
+        Inception-v3 job (851 transfers) ran alone under ``pacing`` agents (which took
+        this path then), and that job took 10.7 s against 1.4 s with no agent.
         """
-        key = (id(s), inbound, k)
         cached = self._walk_cache.get(inbound)
-        if cached is None or cached[0] != key or cached[1] is not s:
+        if cached is None or cached[0] != k or cached[1] is not s:
             rows = []
             for f in (s.get("in_flows", []) if inbound else s["flows"]):
                 j = k - f["start_slot"]
@@ -595,7 +594,7 @@ class Agent:
             if ranked:
                 level_of = _dense_level_map(p for _, _, p in rows)
                 rows = [(fid, rate, None if p is None else level_of[p]) for fid, rate, p in rows]
-            cached = (key, s, [FlowRate(fid, rate, prio=p) for fid, rate, p in rows])
+            cached = (k, s, [FlowRate(fid, rate, prio=p) for fid, rate, p in rows])
             self._walk_cache[inbound] = cached
             self.schedule_walks += 1
         flows = cached[2]
