@@ -60,9 +60,9 @@ class BackgroundTable:
         old = self.flows.get(name)
         if old is not None and peer is not None and old.owner != peer:
             return Reject(ErrorCode.FORBIDDEN, f"background flow {name!r} was announced with another client's key")
-        if old is None and len(self.flows) >= self.config.max_background:
-            return Reject(ErrorCode.OVERLOADED,
-                          f"the daemon already holds {self.config.max_background} background flows")
+        full = self._full(name)
+        if full is not None:
+            return full
         flow = Announced(name, *got[:3], now if old is None else old.started_s, peer, got[3], now)
         self.flows[name] = flow
         if old is None:
@@ -78,13 +78,20 @@ class BackgroundTable:
         got = self._checked(body)
         if isinstance(got, Reject):
             return got
-        if body["flow"] not in self.flows and len(self.flows) >= self.config.max_background:
-            return Reject(ErrorCode.OVERLOADED,
-                          f"the daemon already holds {self.config.max_background} background flows")
+        full = self._full(body["flow"])
+        if full is not None:
+            return full
         flow = Announced(body["flow"], *got[:3], started_s, owner, got[3], seen_s)
         self.flows[flow.name] = flow
         self.counts["restored"] += 1
         return flow
+
+    def _full(self, name: str) -> Reject | None:
+        # a new name past max_background is refused; a held one may always be replaced
+        if name not in self.flows and len(self.flows) >= self.config.max_background:
+            return Reject(ErrorCode.OVERLOADED,
+                          f"the daemon already holds {self.config.max_background} background flows")
+        return None
 
     def _checked(self, body: dict) -> tuple[int, int, float, float] | Reject:
         # (src index, dst index, bytes, left) of a well-formed flow for this cluster
