@@ -18,7 +18,7 @@ from jitsched.config import DaemonConfig
 from jitsched.daemon.server import Daemon, wait_until
 from jitsched.errors import JitschedError
 from jitsched.model import Cluster, Job, Transfer
-from jitsched.runner import JobResult, JobRunner
+from jitsched.runner import JobResult, JobRunner, unregistered_max_bytes
 
 PAPER_LINK_BPS = 1e9
 
@@ -96,13 +96,6 @@ def demo_jobs(scale: DemoScale, seed: int = 0) -> tuple[list[tuple[float, Job]],
     return out, sources
 
 
-# A transfer that takes at most this long at the link rate is not registered with its
-# agent (JobRunner's register_min_bytes), as on the testbed: the round trip to the agent
-# costs about what such a transfer takes. Measured on the demo (session 19, alternating,
-# two runs each): mean JCT 1.82, 1.83 s registering every transfer, 1.65, 1.61 s with
-# this; the Inception-v3 jobs 1.75-1.95 s against 0.81-0.94 s, VGG16's unchanged.
-UNREGISTERED_MAX_S = 0.01
-
 SUMMARY_KEYS = ("jobs", "completed", "plans_failed", "planner", "lat_hit_rate", "mean_jct_s",
                 "solve_s_p50")
 
@@ -143,7 +136,8 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 10.0):
             raise RuntimeError("agents did not register")
         agent_names = {a.host: a.local_name for a in agents}
-        register_min = int(scale.link_mbit * 1e6 / 8 * UNREGISTERED_MAX_S)
+        # the transfers under 10 ms at the line rate go unregistered, as on the testbed
+        register_min = unregistered_max_bytes(scale.link_mbit * 1e6 / 8)
         addrs = {h: s.address for h, s in sinks.items()}
         t_start = time.monotonic()
 

@@ -20,6 +20,22 @@ from jitsched.protocol import MAX_REPORT_EVENTS, ErrorCode, MsgType, RemoteError
 log = logging.getLogger("jitsched.runner")
 
 
+# A transfer that takes at most this long at its line rate is not worth registering with
+# the agents (JobRunner's register_min_bytes, :func:`unregistered_max_bytes`): the round
+# trips to them cost about what such a transfer takes. Measured on the testbed's
+# paper-mini (seed 0, 100 Mbit/s, jit, runs alternating with plain TCP): registering all
+# but what fits in an HTB class's first burst 10.19, 10.47, 12.41 s mean JCT; up to
+# 128 KiB (10 ms) 8.80, 9.36, 8.72 s; up to 1 MiB (84 ms) 9.68, 9.76 s; plain TCP 11.98,
+# 11.71 s; 10 ms keeps 89 % of the scenario's bytes ranked. On the demo (session 19,
+# alternating, two runs each): mean JCT 1.82, 1.83 s registering every transfer, 1.65,
+# 1.61 s with 10 ms; its Inception-v3 jobs 1.75-1.95 s against 0.81-0.94 s.
+UNREGISTERED_MAX_S = 0.01
+
+
+def unregistered_max_bytes(line_Bps: float) -> int:
+    """Largest transfer, bytes, that takes at most :data:`UNREGISTERED_MAX_S` at ``line_Bps`` (bytes/s)."""
+    return int(line_Bps * UNREGISTERED_MAX_S)
+
 @dataclass
 class JobResult:
     """What one run of a job measured (seconds, bytes).
@@ -220,7 +236,7 @@ class JobRunner:
         sender's agent (default 0: all are). A registration is a round trip to
         the agent and a re-apply of its rates, longer than a small transfer
         takes; the testbed and the demo leave out those under 10 ms at the
-        line rate.
+        line rate (:func:`unregistered_max_bytes`).
     request_timeout_s : float
         How long a request waits for its reply before it is sent again on a
         fresh connection. Submission and reports are retried so through a
@@ -471,4 +487,4 @@ class JobRunner:
                 all_done.set()
 
 
-__all__ = ["JobResult", "JobRunner"]
+__all__ = ["UNREGISTERED_MAX_S", "JobResult", "JobRunner", "unregistered_max_bytes"]

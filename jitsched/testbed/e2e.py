@@ -39,6 +39,8 @@ import numpy as np
 
 from jitsched import testbed
 from jitsched.agents.backends.htb import MIN_BURST_B
+from jitsched.runner import UNREGISTERED_MAX_S
+from jitsched.runner import unregistered_max_bytes as runner_unregistered_max_bytes
 from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.netns import in_netns
 from jitsched.testbed.options import (
@@ -48,25 +50,19 @@ from jitsched.testbed.options import (
     TestbedOptions,
 )
 
-# A transfer that takes at most this long at the link rate is not registered
-# with the agents: it rides the DL class (TcBackend's dl_tos: priority 0, ahead
-# of the background) rather than a ranked class of its own. Registering costs two
-# round trips to the agent at each end and a tc class installed and removed, on
-# this 2-core machine as long as such a transfer itself. Measured on paper-mini
-# (seed 0, 100 Mbit/s, jit, runs alternating with plain TCP): registering all
-# but what fits in a class's first burst (2.4 KB, the threshold before) 10.19,
-# 10.47, 12.41 s mean JCT; up to 128 KiB (10 ms) 8.80, 9.36, 8.72 s; up to 1 MiB
-# (84 ms) 9.68, 9.76 s; plain TCP 11.98, 11.71 s. 10 ms keeps 89 % of the
-# scenario's bytes ranked (522 of its 1644 transfers over 2.4 KB).
-UNREGISTERED_MAX_S = 0.01
-# the floor: a transfer this small passes its class in the burst it starts with
+# A transfer that takes at most jitsched.runner.UNREGISTERED_MAX_S (10 ms, measured there)
+# at the link rate is not registered with the agents: it rides the DL class
+# (TcBackend's dl_tos: priority 0, ahead of the background) rather than a ranked class
+# of its own. Registering costs two round trips to the agent at each end and a tc class
+# installed and removed, on this 2-core machine as long as such a transfer itself.
+# The floor: a transfer this small passes its class in the burst it starts with
 # (two full frames, htb.MIN_BURST_B, less its header), whatever rate it is given
 _BURST_PAYLOAD_B = MIN_BURST_B // 1514 * 1448 - 512
 
 
 def unregistered_max_bytes(link_mbit: float) -> int:
     """Largest transfer, bytes, that the testbed's senders and receivers do not register (see UNREGISTERED_MAX_S)."""
-    return max(_BURST_PAYLOAD_B, int(link_mbit * 1e6 / 8 * UNREGISTERED_MAX_S))
+    return max(_BURST_PAYLOAD_B, runner_unregistered_max_bytes(link_mbit * 1e6 / 8))
 
 
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy, zmq and the planner first
