@@ -25,7 +25,12 @@ the numpy reference of the priority greedy, not the kernel, so they are slow):
   price of Fig. 8's per-slot remaining bandwidth, which a work-conserving order
   leaves at 0 wherever DL bytes fill a port (``--only cap``).
 
-Usage: ``python bench/bench_order.py [--quick] [--points paper,load0.5] [--only WORDS] [--json]``.
+``--files-alone`` runs each point's files with every DL job taken out, under
+the reference (fair sharing), jit and Sincronia: the files' mean slowdown
+that their contention for ports alone costs, a floor no order of jobs and
+files can take the files under while DL traffic is there too.
+
+Usage: ``python bench/bench_order.py [--quick] [--points paper,load0.5] [--only WORDS | --files-alone] [--json]``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import collections
 import json
 import sys
 import time
+from dataclasses import replace
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -315,13 +321,19 @@ GRID = (("sincronia", "sincronia", {}), ("jit", "jit", {}),
         *((f"jit DL cap {c:g}", "cap", {"cap": c}) for c in (0.9, 0.75, 0.5)))
 
 
+FILES_ALONE = ("jit", "sincronia")  # beside the reference, under --files-alone
+
+
 def run_one(task: tuple) -> tuple:
-    """One simulation: (task, model per job, JCTs s, file slowdowns, wall s)."""
+    """One simulation: (task, model per job, JCTs s, file slowdowns, wall s); ``task``'s optional seventh
+    item True takes the DL jobs out of the workload (the files alone)."""
     from jitsched.sim import simulate
 
-    point, seed, policy, options, hosts, jobs = task
+    point, seed, policy, options, hosts, jobs = task[:6]
     load, share = POINTS[point]
     wl = paper_workload(jobs, n_hosts=hosts, load=load, background_share=share, seed=seed, real=True)
+    if len(task) > 6 and task[6]:
+        wl = replace(wl, jobs=())
     pol = VARIANTS[policy](**options) if policy in VARIANTS else policy
     t0 = time.perf_counter()
     res = simulate(wl, pol, seed=seed, policy_options=None if policy in VARIANTS else options)
@@ -365,8 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="", help="workload seeds, comma-separated (default: the scale's, six at "
                                                 "default scale; the numpy variants take ~100 s a run there, "
                                                 "so narrow the grid with --only)")
+    ap.add_argument("--files-alone", action="store_true",
+                    help=f"the files with every DL job taken out, under the reference, {' and '.join(FILES_ALONE)}: "
+                         "their mean slowdown from their own contention (a floor for any order)")
     ap.add_argument("--json", action="store_true", help="one JSON line of the table on stdout")
     args = ap.parse_args(argv)
+    if args.files_alone and args.only:
+        ap.error("--files-alone runs its own three policies; leave out --only")
     points = [p for p in args.points.split(",") if p]
     bad = [p for p in points if p not in POINTS]
     if bad or not points:
@@ -376,8 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     ref = reference_policy()
     words = [w for w in args.only.split(",") if w]
     grid = tuple(g for g in GRID if not words or any(w in g[0] for w in words))
+    if args.files_alone:
+        grid = tuple((p, p, {}) for p in FILES_ALONE)
     runs = [(ref, {}), *((p, o) for _, p, o in grid)]
-    tasks = [(pt, s, p, o, sc["hosts"], sc["jobs"]) for pt in points for s in seeds for p, o in runs]
+    tasks = [(pt, s, p, o, sc["hosts"], sc["jobs"], args.files_alone) for pt in points for s in seeds
+             for p, o in runs]
     results = {}
     t0 = time.perf_counter()
     with Pool(args.workers) as pool:
@@ -386,9 +406,20 @@ def main(argv: list[str] | None = None) -> int:
             results[(point, seed, policy, json.dumps(options, sort_keys=True))] = (models, jct, bg, slots)
             print(f"[{i}/{len(tasks)}] {point} seed {seed} {policy} {options or ''} {wall:.0f} s "
                   f"(elapsed {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    table = summarise(results, points, seeds, grid)
+    if args.files_alone:
+        table = {pt: {label: {"bg_slowdown_mean": float(np.mean([x for s in seeds for x in
+                                                                results[(pt, s, p, "{}")][2]]))}
+                      for label, p in ((ref, ref), *((g[0], g[1]) for g in grid))} for pt in points}
+    else:
+        table = summarise(results, points, seeds, grid)
     if args.json:
-        print(json.dumps({"hosts": sc["hosts"], "jobs": sc["jobs"], "seeds": seeds, "points": table}))
+        print(json.dumps({"hosts": sc["hosts"], "jobs": sc["jobs"], "seeds": seeds, "files_alone": args.files_alone,
+                          "points": table}))
+    elif args.files_alone:
+        for point, rows in table.items():
+            print(f"{point} (load, files' share {POINTS[point]}), the files alone: files' mean slowdown")
+            for label, m in rows.items():
+                print(f"  {label:34s} {m['bg_slowdown_mean']:.3f}")
     else:
         for point, rows in table.items():
             print(f"{point} (load, files' share {POINTS[point]}): speed-up vs {ref} / mean JCT s / files' slowdown"

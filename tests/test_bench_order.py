@@ -94,3 +94,35 @@ def test_a_dl_cap_holds_dl_under_it_and_gives_the_rest_to_the_files():
     # all the same; the per-slot remaining bandwidth while the read runs is 0.5
     assert capped.jct_s[0] == pytest.approx(2.0) and capped.bg_finish_s[0] == pytest.approx(5.0)
     assert np.allclose(capped.remaining_bw_slots, 0.5) and np.allclose(free.remaining_bw_slots, 0.0)
+
+
+def test_files_alone_is_the_files_without_the_jobs_and_a_floor_under_them(capsys):
+    """--files-alone gives each policy's files' mean slowdown with the DL jobs taken out of the same workload
+    (checked against the simulator run directly), and for jit that is under its slowdown beside the jobs."""
+    import dataclasses
+    import json
+
+    from bench.bench_order import POINTS, main
+
+    assert main(["--quick", "--files-alone", "--points", "paper", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["files_alone"] is True and set(got["points"]["paper"]) == {"tensorflow", "jit", "sincronia"}
+    sc = SCALES["quick"]
+    load, share = POINTS["paper"]
+    wl = paper_workload(sc["jobs"], n_hosts=sc["hosts"], load=load, background_share=share, seed=0, real=True)
+    alone = simulate(dataclasses.replace(wl, jobs=()), "jit", seed=0)
+    assert len(alone.jct_s) == 0 and len(alone.bg_slowdown) == len(wl.background)
+    assert got["points"]["paper"]["jit"]["bg_slowdown_mean"] == pytest.approx(alone.bg_slowdown.mean(), rel=1e-12)
+    with_jobs = simulate(wl, "jit", seed=0)
+    assert alone.bg_slowdown.mean() < with_jobs.bg_slowdown.mean()
+    # fair sharing among the files alone is slower for them than either order
+    rows = got["points"]["paper"]
+    assert rows["tensorflow"]["bg_slowdown_mean"] > max(rows["jit"]["bg_slowdown_mean"],
+                                                         rows["sincronia"]["bg_slowdown_mean"])
+
+
+def test_files_alone_refuses_a_grid_selection():
+    from bench.bench_order import main
+
+    with pytest.raises(SystemExit):
+        main(["--quick", "--files-alone", "--only", "cap"])
