@@ -102,3 +102,11 @@ def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monke
     err = capsys.readouterr().err
     assert "stopped: OSError: ip link add jsi-eth9 type ifb: Operation not supported" in err
     assert "--no-ingress orders the egress only" in err
+
+
+def test_counts_in_the_daemons_lines_agree_with_their_number():
+    from jitsched.cli.daemon import _count
+
+    assert [_count(n, "announced flow") for n in (0, 1, 2)] == ["0 announced flows", "1 announced flow",
+                                                                  "2 announced flows"]
+    assert _count(1, "job") == "1 job"

@@ -184,7 +184,7 @@ def test_status_cli_and_metrics_show_the_announced_flows(capsys):
         assert wait_until(lambda: all(w in _get(port) for w in want), 3.0), _get(port)
         assert main(["status", "--daemon", d.job_endpoint]) == 0
     out = capsys.readouterr().out
-    assert "background: 1 announced flows held (2 announced, 1 finished, 0 expired unfinished)" in out
+    assert "background: 1 announced flow held (2 announced, 1 finished, 0 expired unfinished)" in out
 
 
 @pytest.mark.parametrize("policy", ["jit", "sincronia"])

@@ -31,6 +31,11 @@ KEY_NAME_ARG = arg("--key-name", default="client", metavar="NAME",
                         "only the key that submitted a job may report on or cancel it")
 
 
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 ("1 job", "0 jobs", "2 announced flows")."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="ts=%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
@@ -77,8 +82,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}, "
           + ("CURVE keys from " + cfg.keys_dir if cfg.keys_dir else "plaintext")
           + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else "")
-          + (f", journal {cfg.journal} ({len(d.state.restored)} jobs, "
-             f"{d.state.background.counts['restored']} announced flows resumed)" if cfg.journal else ""),
+          + (f", journal {cfg.journal} ({_count(len(d.state.restored), 'job')}, "
+             f"{_count(d.state.background.counts['restored'], 'announced flow')} resumed)" if cfg.journal else ""),
           flush=True)
     stop = threading.Event()
     try:
@@ -221,7 +226,7 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
     bg = st.get("background") or {}
     if bg.get("announced") or bg.get("restored"):
-        print(f"  background: {bg['held']} announced flows held ({bg['announced']} announced, "
+        print(f"  background: {_count(bg['held'], 'announced flow')} held ({bg['announced']} announced, "
               + (f"{bg['restored']} resumed from the journal, " if bg.get("restored") else "")
               + f"{bg['finished']} finished, {bg['expired']} expired unfinished)")
     if st.get("jobs_omitted"):
