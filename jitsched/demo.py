@@ -170,7 +170,7 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
                 done_t = sum(len([1 for t in j.job.transfers if t.id in j.done]) for j in st.jobs.values())
                 all_t = sum(len(j.job.transfers) for j in st.jobs.values())
                 rates = sum(a.total_Bps for a in st.agents.values())
-                say(f"[{time.monotonic() - t_start:6.2f}s] running {running} jobs, transfers "
+                say(f"[{time.monotonic() - t_start:6.2f}s] running {running} job{'' if running == 1 else 's'}, transfers "
                     f"{done_t}/{all_t}, plans {st.n_plans}, paced sending {rates * 8 / 1e6:.1f} Mbit/s")
         wall = time.monotonic() - t_start
         solve = list(daemon.state.solve_times)  # successful plans only
