@@ -27,8 +27,8 @@ the numpy reference of the priority greedy, not the kernel, so they are slow):
 
 ``--files-alone`` runs each point's files with every DL job taken out, under
 the reference (fair sharing), jit and Sincronia: the files' mean slowdown
-that their contention for ports alone costs, a floor no order of jobs and
-files can take the files under while DL traffic is there too.
+that their contention for ports alone costs under each order, against which
+their slowdown beside the jobs shows what the DL traffic adds.
 
 Usage: ``python bench/bench_order.py [--quick] [--points paper,load0.5] [--only WORDS | --files-alone] [--json]``.
 """
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 "so narrow the grid with --only)")
     ap.add_argument("--files-alone", action="store_true",
                     help=f"the files with every DL job taken out, under the reference, {' and '.join(FILES_ALONE)}: "
-                         "their mean slowdown from their own contention (a floor for any order)")
+                         "their mean slowdown from their own contention under each order")
     ap.add_argument("--json", action="store_true", help="one JSON line of the table on stdout")
     args = ap.parse_args(argv)
     if args.files_alone and args.only:
