@@ -555,14 +555,12 @@ class Agent:
         # registration and was most of the agents' CPU on the testbed.
         entries = [index[fid] for fid in local if fid in index]
         for f in entries:
-            j = k - f["start_slot"]
-            rates = f["rates_Bps"]
-            prio = f.get("prio")
-            if j >= len(rates) and prio is None:
+            got = _rate_in_slot(f, k)
+            if got is None:
                 continue
-            rate = float(rates[j]) if 0 <= j < len(rates) else 0.0
             lf = local[f["flow"]]
-            out.append(FlowRate(f["flow"], rate, lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port, prio=prio))
+            out.append(FlowRate(f["flow"], got[0], lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port,
+                                prio=got[1]))
         if ranked:
             out = dense_levels(out)
             # strict priority: background is guaranteed nothing and borrows after every
@@ -585,12 +583,9 @@ class Agent:
         if cached is None or cached[0] != k or cached[1] is not s:
             rows = []
             for f in (s.get("in_flows", []) if inbound else s["flows"]):
-                j = k - f["start_slot"]
-                rates = f["rates_Bps"]
-                prio = f.get("prio")
-                if j >= len(rates) and prio is None:
-                    continue
-                rows.append((f["flow"], float(rates[j]) if 0 <= j < len(rates) else 0.0, prio))
+                got = _rate_in_slot(f, k)
+                if got is not None:
+                    rows.append((f["flow"], *got))
             if ranked:
                 level_of = _dense_level_map(p for _, _, p in rows)
                 rows = [(fid, rate, None if p is None else level_of[p]) for fid, rate, p in rows]
@@ -743,6 +738,17 @@ def dense_levels(flows: list[FlowRate], levels: int = FLOW_LEVELS) -> list[FlowR
     """
     level_of = _dense_level_map((f.prio for f in flows), levels)
     return [f if f.prio is None else replace(f, prio=level_of[f.prio]) for f in flows]
+
+
+def _rate_in_slot(f: dict, k: int) -> tuple[float, int | None] | None:
+    """A schedule entry's (rate bytes/s, rank) in slot ``k``; None once its rates are over
+    unless it is ranked (a ranked flow stays, at zero, borrowing by its level)."""
+    j = k - f["start_slot"]
+    rates = f["rates_Bps"]
+    prio = f.get("prio")
+    if j >= len(rates) and prio is None:
+        return None
+    return (float(rates[j]) if 0 <= j < len(rates) else 0.0), prio
 
 
 def _dense_level_map(ranks, levels: int = FLOW_LEVELS) -> dict[int, int]:
