@@ -36,6 +36,7 @@ def unregistered_max_bytes(line_Bps: float) -> int:
     """Largest transfer, bytes, that takes at most :data:`UNREGISTERED_MAX_S` at ``line_Bps`` (bytes/s)."""
     return int(line_Bps * UNREGISTERED_MAX_S)
 
+
 @dataclass
 class JobResult:
     """What one run of a job measured (seconds, bytes).
