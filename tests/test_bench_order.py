@@ -96,7 +96,7 @@ def test_a_dl_cap_holds_dl_under_it_and_gives_the_rest_to_the_files():
     assert np.allclose(capped.remaining_bw_slots, 0.5) and np.allclose(free.remaining_bw_slots, 0.0)
 
 
-def test_files_alone_is_the_files_without_the_jobs_and_a_floor_under_them(capsys):
+def test_files_alone_is_the_files_without_the_jobs_and_under_their_slowdown_beside_them(capsys):
     """--files-alone gives each policy's files' mean slowdown with the DL jobs taken out of the same workload
     (checked against the simulator run directly), and for jit that is under its slowdown beside the jobs."""
     import dataclasses
