@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs everything the test suite needs, then runs lint and the whole suite.
+# Installs everything the test suite needs (pinned in requirements/test.txt), then runs
+# lint and the whole suite. Run it inside a virtual environment: it installs into the
+# interpreter it is given (PYTHON, default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,7 +14,12 @@ if ! command -v tc >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2
 fi
-# Editable install: builds the Cython kernels in place, so the tests import them from this tree.
-"$PY" -m pip install -q -e '.[test]'
+echo "scripts/test.sh: installing the pinned toolchain (requirements/test.txt)" >&2
+"$PY" -m pip install -q --disable-pip-version-check -r requirements/test.txt
+# Editable install with the pinned Cython (no isolated build environment): the kernels are
+# built in place and the tests import them from this tree; every dependency comes from the lock.
+echo "scripts/test.sh: building jitsched (editable)" >&2
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+"$PY" -m pip check
 "$PY" -m ruff check .
 "$PY" -m pytest -q "$@"

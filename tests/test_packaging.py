@@ -97,11 +97,30 @@ def test_the_sdist_carries_every_kernel_source(tmp_path):
     # .pxd, and not the .c a local build left (possibly older than the .pyx)
     import tarfile
 
-    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)], cwd=ROOT, check=True,
-                   capture_output=True)
+    # as a packager builds it: PEP 517 through `build`, with the build requirements of the
+    # pinned test toolchain (Cython, numpy, setuptools) rather than a download per run
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)
     (sdist,) = tmp_path.glob("*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {Path(n).name for n in tar.getnames() if "/src_cython/" in n}
     wanted = {p.name for p in (ROOT / "src_cython").iterdir() if p.suffix in (".pyx", ".pxd")}
     assert wanted and wanted <= names
     assert not {n for n in names if n.endswith(".c")}, "generated C in the sdist (MANIFEST.in excludes it)"
+
+
+def test_the_test_lock_pins_every_dependency_and_tool():
+    # scripts/test.sh installs requirements/test.txt with --no-deps: a dependency missing from
+    # it would be missing from the suite's environment (pip check then fails the run)
+    lock = {}
+    for line in (ROOT / "requirements" / "test.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.split(";")[0].partition("==")
+            assert version.strip(), f"{line!r} is not pinned with =="
+            lock[name.strip().lower().replace("_", "-")] = version.strip()
+    project = PYPROJECT["project"]
+    wanted = _requirement_names(project["dependencies"] + project["optional-dependencies"]["test"])
+    wanted |= _requirement_names(PYPROJECT["build-system"]["requires"]) | {"build", "pip"}
+    missing = {n.replace("_", "-") for n in wanted} - set(lock)
+    assert not missing, f"requirements/test.txt does not pin {sorted(missing)}"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Writes requirements/test.txt anew: the newest releases the index serves of the test
+# toolchain and of jitsched's runtime dependencies, resolved together in a scratch venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$PY" -m venv "$work/venv"
+vpy="$work/venv/bin/python"
+"$vpy" -m pip install -q --upgrade pip setuptools wheel
+# the tools the suite runs with, then the project's runtime dependencies (from pyproject.toml)
+"$vpy" -m pip install -q pytest hypothesis ruff Cython build matplotlib
+"$vpy" -m pip install -q --no-build-isolation .
+{
+    sed -n '1,3p' requirements/test.txt
+    "$vpy" -m pip freeze --all --exclude jitsched | sort -f
+    tomli=$("$vpy" -m pip index versions tomli 2>/dev/null | sed -n 's/^tomli (\(.*\))$/\1/p')
+    echo "tomli==${tomli} ; python_version < \"3.11\""
+} > "$work/test.txt"
+mv "$work/test.txt" requirements/test.txt
+echo "requirements/test.txt: $(grep -c '==' requirements/test.txt) pins"
