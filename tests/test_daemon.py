@@ -382,3 +382,93 @@ def test_dispatch_table_derived_from_the_declarations():
         "heartbeat": ("heartbeat", True, True), "ack": ("ack", True, True),
         "get_schedule": ("get_schedule", True, True),
     }
+
+
+# ---------------------------------------------------------------------- a loop that never dies silently
+
+
+class _FrameWithoutFd:
+    """A received frame whose source descriptor libzmq no longer knows (torn-down connection)."""
+
+    def __init__(self, frame):
+        self._frame = frame
+        self.bytes = frame.bytes
+
+    def get(self, prop):
+        if prop == zmq.SRCFD:
+            raise zmq.ZMQError(zmq.EINVAL)
+        return self._frame.get(prop)
+
+
+def test_a_message_whose_source_fd_cannot_be_read_is_served_and_counted(monkeypatch):
+    d = Daemon(config()).start()
+    try:
+        real = zmq.Socket.recv_multipart
+
+        def recv_multipart(self, *a, **kw):
+            frames = real(self, *a, **kw)
+            return [_FrameWithoutFd(f) for f in frames] if kw.get("copy") is False else frames
+
+        monkeypatch.setattr(zmq.Socket, "recv_multipart", recv_multipart)
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            for _ in range(3):
+                assert "jobs" in c.status()
+        assert d.counts["srcfd_unreadable"] >= 3
+        assert d.running and d.counts["loop_errors"] == 0
+    finally:
+        d.stop()
+
+
+def test_a_request_that_raises_in_the_loop_is_contained_counted_and_logged(monkeypatch, caplog):
+    d = Daemon(config()).start()
+    try:
+        real = d._serve_one
+        calls = []
+
+        def fails_once(*a, **kw):
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("boom in one message")
+            return real(*a, **kw)
+
+        monkeypatch.setattr(d, "_serve_one", fails_once)
+        with Client(d.job_endpoint, timeout_s=0.5) as c, pytest.raises(TimeoutError):
+            c.status()  # its message failed: no reply, and the loop goes on
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            st = c.status()
+        assert d.running and d.counts["loop_errors"] == 1
+        assert st["loop"]["loop_errors"] == 1 or wait_until(lambda: d.state.loop["loop_errors"] == 1, 2.0)
+        assert any("loop_error" in r.getMessage() and r.exc_info for r in caplog.records)
+    finally:
+        d.stop()
+
+
+def test_a_dead_worker_thread_stops_the_daemon_with_its_failure(monkeypatch):
+    def dies(self):
+        raise RuntimeError("decoder bug")
+
+    monkeypatch.setattr(Daemon, "_decode_worker", dies)
+    d = Daemon(config()).start()
+    try:
+        assert wait_until(lambda: not d.running, 5.0)
+        assert "decoder bug" in str(d.failure)
+        # nothing answers from a daemon whose loop is gone
+        with Client(d.job_endpoint, timeout_s=0.5) as c, pytest.raises(TimeoutError):
+            c.status()
+    finally:
+        d.stop()
+
+
+def test_the_daemon_command_exits_non_zero_when_its_loop_dies(monkeypatch, tmp_path, capsys):
+    from jitsched.cli import main
+
+    def broken(self, now):
+        raise RuntimeError("housekeeping bug")
+
+    monkeypatch.setattr(Daemon, "_housekeeping", broken)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[[hosts]]\nname = "h0"\negress_bps = 1e9\ningress_bps = 1e9\n\n[daemon]\n'
+                   'job_endpoint = "tcp://127.0.0.1:*"\nagent_endpoint = "tcp://127.0.0.1:*"\n')
+    assert main(["daemon", "--config", str(cfg), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "jitsched daemon: stopped: RuntimeError: housekeeping bug" in err

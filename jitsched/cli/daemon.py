@@ -66,6 +66,7 @@ def _until_signal(stop: threading.Event, alive=lambda: True) -> None:
 def cmd_daemon(args: argparse.Namespace) -> int:
     from jitsched.config import load_config
     from jitsched.daemon import Daemon
+    from jitsched.daemon.solver import describe
 
     _logging(not args.quiet)
     over: dict = {}
@@ -87,9 +88,14 @@ def cmd_daemon(args: argparse.Namespace) -> int:
           flush=True)
     stop = threading.Event()
     try:
-        _until_signal(stop)
+        _until_signal(stop, lambda: d.running)
     finally:
         d.stop()
+    if d.failure is not None:
+        # the loop or a thread it needs died (traceback in the log): exit non-zero at
+        # once, so that a supervisor restarts the daemon (with a journal, its jobs resume)
+        print(f"jitsched daemon: stopped: {describe(d.failure)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -61,9 +61,9 @@ class LogLimiter:
         self.clock = clock
         self._window: dict[str, tuple[float, int, int]] = {}  # event -> (start, logged, held back)
 
-    def log(self, level: int, event: str, **fields: Any) -> bool:
-        """Log ``kv(event, **fields)`` at ``level`` unless ``event`` used up its burst;
-        returns whether it was logged."""
+    def log(self, level: int, event: str, exc_info: BaseException | None = None, **fields: Any) -> bool:
+        """Log ``kv(event, **fields)`` at ``level`` (with ``exc_info``'s traceback) unless
+        ``event`` used up its burst; returns whether it was logged."""
         now = self.clock()
         start, logged, held = self._window.get(event, (now, 0, 0))
         if now - start >= self.interval_s:
@@ -73,7 +73,7 @@ class LogLimiter:
             self._window[event] = (start, logged, held + 1)
             return False
         self._window[event] = (start, logged + 1, held)
-        self.logger.log(level, kv(event, **fields))
+        self.logger.log(level, kv(event, **fields), exc_info=exc_info)
         return True
 
     def flush(self, level: int = logging.WARNING) -> None:

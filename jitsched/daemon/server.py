@@ -235,7 +235,8 @@ class Daemon:
         self.conns: dict[str, Connections] = {}  # by socket name, once bound
         self.counts = {"replies_dropped": 0, "replies_refused_queued": 0, "requests_deferred": 0,
                        "requests_refused_deferred": 0, "requests_offloaded": 0,
-                       "requests_refused_offload": 0}
+                       "requests_refused_offload": 0, "srcfd_unreadable": 0, "user_id_unreadable": 0,
+                       "loop_errors": 0}
         self.fd_limit = (0, 0)
         self.ctx = zmq.Context()
         self._stop = threading.Event()
@@ -252,7 +253,9 @@ class Daemon:
         self.agent_endpoint = config.agent_endpoint
         self.metrics_port = 0
         self.planner: PlannerProcess | None = None  # the child running full re-solves, if any
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # what kept the sockets from binding
+        self.failure: BaseException | None = None  # what ended the loop or a thread it needs
+        self._conn_seen_s = time.monotonic()
         self._auth: ThreadAuthenticator | None = None
         self.key_checks: dict[str, KnownKeys] = {}  # by ZAP domain, with keys
 
@@ -366,9 +369,22 @@ class Daemon:
         from. Raises zmq.Again when none is waiting."""
         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
         if conns is not None:
-            conns.seen(frames[-1].get(zmq.SRCFD), self._conn_seen_s)
+            try:
+                fd = frames[-1].get(zmq.SRCFD)
+            except zmq.ZMQError:
+                # libzmq no longer knows the descriptor (its connection was torn down
+                # before the message was read): the message is served, its connection
+                # just not dated
+                self.counts["srcfd_unreadable"] += 1
+            else:
+                conns.seen(fd, self._conn_seen_s)
         # the ZAP handler set the connection's user id to the peer's Z85 public key
-        peer = names.get(frames[-1].get("User-Id")) if names is not None else None
+        peer = None
+        if names is not None:
+            try:
+                peer = names.get(frames[-1].get("User-Id"))
+            except zmq.ZMQError:
+                self.counts["user_id_unreadable"] += 1  # served as keyless: forbidden with keys
         return [f.bytes for f in frames], peer
 
     def serve(self) -> None:
@@ -383,11 +399,12 @@ class Daemon:
             self._ready.set()
             return
         self._workers = [
-            threading.Thread(target=self._plan_worker, args=(self._full_q, True),
+            threading.Thread(target=self._guarded, args=(self._plan_worker, self._full_q, True),
                              name="jitsched-planner", daemon=True),
-            threading.Thread(target=self._plan_worker, args=(self._inc_q, False),
+            threading.Thread(target=self._guarded, args=(self._plan_worker, self._inc_q, False),
                              name="jitsched-planner-inc", daemon=True),
-            threading.Thread(target=self._decode_worker, name="jitsched-decoder", daemon=True),
+            threading.Thread(target=self._guarded, args=(self._decode_worker,),
+                             name="jitsched-decoder", daemon=True),
         ]
         for w in self._workers:
             w.start()
@@ -415,30 +432,22 @@ class Daemon:
                 self._conn_seen_s = time.monotonic()
                 for m, c in monitors.items():
                     if m in events:
-                        c.events(self._conn_seen_s)
+                        try:
+                            c.events(self._conn_seen_s)
+                        except Exception as exc:  # noqa: BLE001 - one connection's event
+                            self._contained("monitor", exc)
                 if wake in events:
                     self._drain_results(wake)
                     self._drain_decoded({"jobs": jobs, "agents": agents})
                 # bounded batches keep one busy socket from starving the other
                 if jobs in events:
-                    jc = self.conns["jobs"]
-                    for _ in range(256):
-                        try:
-                            frames, peer = self._recv(jobs, client_names, jc)
-                        except zmq.Again:
-                            break
-                        self._serve_one(jobs, frames, JOB_TYPES, peer, "jobs")
+                    self._serve_batch(jobs, 256, client_names, JOB_TYPES, "jobs")
                 if agents in events:
-                    ac = self.conns["agents"]
-                    for _ in range(1024):
-                        try:
-                            frames, peer = self._recv(agents, host_names, ac)
-                        except zmq.Again:
-                            break
-                        self._serve_one(agents, frames, AGENT_TYPES, peer, "agents")
+                    self._serve_batch(agents, 1024, host_names, AGENT_TYPES, "agents")
                 now = self.now()
                 if now >= next_house:
                     next_house = now + 0.05
+                    self._check_threads()
                     down = self.state.check_agents(now)
                     for h in down:
                         log.warning(kv("agent_down", host=h))
@@ -450,6 +459,11 @@ class Daemon:
                 # and its bodies should not wait behind that request's snapshot
                 self._flush_outbox(agents, now)
                 self._maybe_plan(now)
+        except BaseException as exc:
+            # the loop is the daemon: without it nothing is served. Record why and end,
+            # so that the process exits non-zero (``running`` turns False) and is restarted
+            self.failure = exc
+            log.critical(kv("daemon_loop_died", error=describe(exc)), exc_info=exc)
         finally:
             self._full_q.put(None)
             self._inc_q.put(None)
@@ -464,6 +478,55 @@ class Daemon:
             if self.metrics_port:
                 self.metrics.shutdown()
             log.info(kv("daemon_stopped"))
+
+    @property
+    def running(self) -> bool:
+        """Whether the daemon serves: its loop thread runs and nothing it depends on died
+        (False once stopped or failed; see :attr:`failure`)."""
+        return self._thread is not None and self._thread.is_alive() and self.failure is None
+
+    def _guarded(self, target: Callable, *args) -> None:
+        """Run a worker thread's ``target``; if it dies, record why for the loop to end on."""
+        try:
+            target(*args)
+        except BaseException as exc:
+            if self.failure is None:
+                self.failure = exc
+            log.critical(kv("daemon_thread_died", thread=threading.current_thread().name,
+                            error=describe(exc)), exc_info=exc)
+
+    def _check_threads(self) -> None:
+        """Raise if a thread the loop depends on has died (checked every housekeeping tick)."""
+        if self.failure is not None:
+            raise RuntimeError(f"a daemon thread died: {describe(self.failure)}")
+        for w in self._workers:
+            if not w.is_alive():
+                raise RuntimeError(f"daemon thread {w.name} ended")
+        if self._auth is not None and not self._auth.is_alive():
+            raise RuntimeError("the CURVE authenticator thread ended")
+
+    def _serve_batch(self, sock: zmq.Socket, most: int, names: dict[str, str] | None,
+                     allowed: frozenset[str], name: str) -> None:
+        """Serve up to ``most`` waiting messages of one socket; a failure is one message's."""
+        conns = self.conns[name]
+        for _ in range(most):
+            try:
+                frames, peer = self._recv(sock, names, conns)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:
+                self._contained(f"{name}_recv", exc)
+                return
+            try:
+                self._serve_one(sock, frames, allowed, peer, name)
+            except Exception as exc:  # noqa: BLE001 - one message's failure, not the loop's
+                self._contained(name, exc)
+
+    def _contained(self, where: str, exc: BaseException) -> None:
+        """Count and log (rate-limited, with the traceback) a failure kept to one message."""
+        self.counts["loop_errors"] += 1
+        self.logs.log(logging.ERROR, "loop_error", exc_info=exc, where=where, error=describe(exc),
+                      total=self.counts["loop_errors"])
 
     def now(self) -> float:
         """The daemon clock: seconds since the state's wall-clock origin."""
