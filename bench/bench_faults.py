@@ -17,6 +17,7 @@ import random
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -487,6 +488,8 @@ class FuzzStats:
     unexpected: int = 0  # replies with an id nothing was waiting for
     bad_replies: int = 0  # answers that are no valid reply envelope or carry an unknown code
     pushes: int = 0  # schedules the daemon pushed to fuzzing agent connections
+    send_timeouts: int = 0  # sends that did not leave within timeout_s (the daemon reads nothing)
+    wedged: int = 0  # 1 if the daemon's pid lived on but it stopped answering status
     codes: collections.Counter = field(default_factory=collections.Counter)
     labels: collections.Counter = field(default_factory=collections.Counter)
     hung: list = field(default_factory=list)  # (label, frames) of the first few hangs
@@ -496,15 +499,18 @@ class FuzzStats:
     def summary(self) -> dict:
         """The counters as plain JSON types."""
         return {"sent": self.sent, "replies": self.replies, "hangs": self.hangs, "crashes": self.crashes,
+                "wedged": self.wedged, "send_timeouts": self.send_timeouts,
                 "unexpected": self.unexpected, "bad_replies": self.bad_replies, "pushes": self.pushes,
                 "codes": dict(self.codes), "internal": len(self.internal), "elapsed_s": round(self.elapsed_s, 2)}
 
 
 class _Conn:
-    def __init__(self, ctx: zmq.Context, side: str, endpoint: str, k: int) -> None:
+    def __init__(self, ctx: zmq.Context, side: str, endpoint: str, k: int, timeout_s: float) -> None:
         self.side = side
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # a daemon that stops reading must not block the bench: every send is bounded
+        self.sock.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
         self.sock.setsockopt(zmq.MAXMSGSIZE, 64 * 1024 * 1024)
         self.sock.setsockopt(zmq.ROUTING_ID, f"fuzz-{side}-{k}-{os.getpid()}".encode())
         self.sock.connect(endpoint)
@@ -529,7 +535,8 @@ def fuzz(job_endpoint: str, agent_endpoint: str, n: int, seed: int = 0, *,
     seed : int
         Seeds the :class:`Fuzzer`.
     alive : callable
-        Whether the daemon still runs (checked every 256 messages and at the end).
+        Whether the daemon still serves (checked every 256 messages, after a send that
+        timed out, and at the end); :meth:`DaemonProc.serving` asks it for its status.
     timeout_s : float
         An answer later than this after its request counts as a hang.
     window : int
@@ -544,7 +551,7 @@ def fuzz(job_endpoint: str, agent_endpoint: str, n: int, seed: int = 0, *,
     stats = FuzzStats()
     ctx = zmq.Context()
     eps = {"job": job_endpoint, "agent": agent_endpoint}
-    pool = [_Conn(ctx, side, eps[side], k) for side in ("job", "agent") for k in range(conns)]
+    pool = [_Conn(ctx, side, eps[side], k, timeout_s) for side in ("job", "agent") for k in range(conns)]
     poller = zmq.Poller()
     for c in pool:
         poller.register(c.sock, zmq.POLLIN)
@@ -604,7 +611,14 @@ def fuzz(job_endpoint: str, agent_endpoint: str, n: int, seed: int = 0, *,
             while c.n_pending >= window:
                 receive(50)
                 expire(time.monotonic())
-            c.sock.send_multipart(case.frames)
+            try:
+                c.sock.send_multipart(case.frames)
+            except zmq.Again:
+                stats.send_timeouts += 1
+                if not alive():
+                    stats.crashes += 1
+                    break
+                continue
             stats.sent += 1
             if case.expect_reply:
                 c.pending[case.expect_id].append((time.monotonic(), case))
@@ -630,6 +644,57 @@ def fuzz(job_endpoint: str, agent_endpoint: str, n: int, seed: int = 0, *,
         ctx.term()
     stats.elapsed_s = time.monotonic() - t0
     return stats
+
+
+ZMTP_GREETING = (b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00")
+                 + b"\x00" + b"\x00" * 31)  # ZMTP 3.0, NULL mechanism, as client (64 bytes)
+
+
+def _zmtp_frame(body: bytes, flags: int = 0) -> bytes:
+    if len(body) < 256:
+        return bytes((flags, len(body))) + body
+    return bytes((flags | 0x02,)) + len(body).to_bytes(8, "big") + body
+
+
+def _zmtp_ready(socket_type: bytes = b"DEALER") -> bytes:
+    body = b"\x05READY" + b"\x0bSocket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
+    return _zmtp_frame(body, 0x04)
+
+
+def torn_connections(endpoint: str, n: int, seed: int = 0, *, stop: threading.Event | None = None) -> int:
+    """Open ``n`` real ZMTP connections that each send a request and reset at once.
+
+    Each speaks the NULL-mechanism handshake a DEALER would, then sends a whole
+    ``status`` request, a request cut off inside its frame, or a few requests,
+    and closes with a TCP reset (``SO_LINGER`` 0): the daemon reads messages
+    whose connection is already gone. Returns the connections made.
+    """
+    rng = random.Random(seed)
+    host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+    made = 0
+    for i in range(n):
+        if stop is not None and stop.is_set():
+            break
+        req = protocol.encode_request(MsgType.STATUS, {}, FIRST_ID + 10_000_000 + i)
+        kind = rng.randrange(3)
+        if kind == 0:
+            payload = _zmtp_frame(req)
+        elif kind == 1:
+            whole = _zmtp_frame(req + bytes(300))
+            payload = whole[:rng.randrange(2, len(whole))]  # inside the frame
+        else:
+            payload = b"".join(_zmtp_frame(req) for _ in range(rng.randrange(2, 20)))
+        try:
+            with socket.create_connection((host, int(port)), timeout=1.0) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.sendall(ZMTP_GREETING + _zmtp_ready() + payload)
+                if rng.random() < 0.5:
+                    with contextlib.suppress(OSError):
+                        s.recv(64)  # sometimes after the daemon's greeting, sometimes before
+                made += 1
+        except OSError:
+            continue
+    return made
 
 
 def raw_tcp_garbage(endpoint: str, n: int, seed: int = 0) -> None:
@@ -754,6 +819,20 @@ class DaemonProc:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def serving(self, timeout_s: float = 5.0) -> bool:
+        """Alive and answering ``status`` within ``timeout_s``: a live pid whose loop is
+        wedged or gone is not serving."""
+        from jitsched.client import Client
+
+        if not self.alive():
+            return False
+        with Client(self.job_endpoint, timeout_s=timeout_s) as c:
+            try:
+                c.status()
+                return True
+            except (TimeoutError, zmq.ZMQError):
+                return False
+
     def kill(self) -> None:
         """kill -9 the daemon and its planner child (the whole session)."""
         if self.proc is None:
@@ -787,7 +866,10 @@ class DaemonProc:
 
 
 def run_fuzz(n: int, seed: int, workdir: Path) -> dict:
-    """Fuzz a fresh daemon process with ``n`` messages; counts, RSS before and after."""
+    """Fuzz a fresh daemon process with ``n`` messages while other connections are torn
+    down mid-message on both sockets; counts, RSS and descriptors before and after."""
+    from jitsched.client import Client
+
     d = DaemonProc(workdir)
     try:
         d.start()
@@ -795,21 +877,65 @@ def run_fuzz(n: int, seed: int, workdir: Path) -> dict:
         log(f"fuzz: daemon pid {d.pid} up, rss {rss0 / 2**20:.1f} MiB; {n} messages, seed {seed}")
         raw_tcp_garbage(d.job_endpoint, 20, seed)
         raw_tcp_garbage(d.agent_endpoint, 20, seed + 1)
-        st = fuzz(d.job_endpoint, d.agent_endpoint, n, seed, alive=d.alive, progress_every=10_000)
-        post_ok = d.alive() and d.wait_ready(10.0)
+        stop = threading.Event()
+        torn = collections.Counter()
+
+        def tear(endpoint: str, k0: int) -> None:
+            k = k0
+            while not stop.is_set():
+                torn[endpoint] += torn_connections(endpoint, 10, seed * 100_000 + k, stop=stop)
+                k += 2
+                stop.wait(0.02)
+
+        tearers = [threading.Thread(target=tear, args=(ep, i), daemon=True)
+                   for i, ep in enumerate((d.job_endpoint, d.agent_endpoint))]
+        for th in tearers:
+            th.start()
+        try:
+            st = fuzz(d.job_endpoint, d.agent_endpoint, n, seed, alive=d.serving, progress_every=10_000)
+        finally:
+            stop.set()
+            for th in tearers:
+                th.join(10.0)
+        if st.crashes and d.alive():
+            st.wedged = 1  # the pid lives on and nothing answers: what a supervisor cannot see
+        post_ok = d.serving(10.0)
+        loop: dict = {}
+        if post_ok:
+            with Client(d.job_endpoint, timeout_s=5.0) as c:
+                loop = c.status().get("loop", {})
         rss1, fds1 = rss_bytes(d.pid), fd_count(d.pid)
-        log(f"fuzz: {st.summary()}")
+        log(f"fuzz: seed {seed}: {st.summary()}, torn connections {sum(torn.values())}, "
+            f"daemon loop_errors {loop.get('loop_errors')}, srcfd_unreadable {loop.get('srcfd_unreadable')}")
         for label, frames, msg in st.internal[:5]:
             log(f"fuzz: internal error on {label}: {msg[:200]} frames={[f[:120].hex() for f in frames]}")
         for label, frames in st.hung[:5]:
             log(f"fuzz: hang on {label}: frames={[f[:120].hex() for f in frames]}")
-        return {"fuzz_messages": st.sent, "crashes": st.crashes, "hangs": st.hangs,
+        if st.crashes or not post_ok:
+            log(f"fuzz: daemon log tail:\n{d.log_tail()}")
+        return {"seed": seed, "fuzz_messages": st.sent, "crashes": st.crashes, "hangs": st.hangs,
+                "wedged": st.wedged, "send_timeouts": st.send_timeouts,
+                "torn_connections": sum(torn.values()), "loop_errors": loop.get("loop_errors"),
+                "srcfd_unreadable": loop.get("srcfd_unreadable"),
                 "fuzz_internal_errors": len(st.internal), "fuzz_unexpected_replies": st.unexpected,
                 "fuzz_bad_replies": st.bad_replies, "fuzz_answers_after": post_ok,
                 "fuzz_rss_before": rss0, "fuzz_rss_after": rss1, "fuzz_fds_before": fds0,
                 "fuzz_fds_after": fds1, "fuzz_s": round(st.elapsed_s, 2)}
     finally:
         d.stop()
+
+
+def run_fuzz_seeds(n: int, seeds: list[int], workdir: Path) -> dict:
+    """:func:`run_fuzz` once per seed, each on a fresh daemon; totals and every seed's figures."""
+    runs = []
+    for s in seeds:
+        (workdir / f"seed{s}").mkdir(parents=True, exist_ok=True)
+        runs.append(run_fuzz(n, s, workdir / f"seed{s}"))
+    total = {k: sum(r[k] for r in runs) for k in ("fuzz_messages", "crashes", "hangs", "wedged",
+                                                    "torn_connections", "fuzz_internal_errors",
+                                                    "fuzz_bad_replies")}
+    return total | {"fuzz_seeds": seeds, "fuzz_answers_after": all(r["fuzz_answers_after"] for r in runs),
+                    "fuzz_runs": runs}
 
 
 # ---------------------------------------------------------------------- kill -9 cycles and soak
@@ -1265,14 +1391,17 @@ def unread_replies(d: DaemonProc, n: int = 300) -> dict:
             "unread_ok": codes["ok"], "unread_overloaded": codes["overloaded"]}
 
 
-KEYS = ("fuzz_messages", "crashes", "hangs", "kill_cycles", "jobs_submitted", "jobs_completed", "jobs_lost",
+KEYS = ("fuzz_messages", "fuzz_seeds", "crashes", "hangs", "wedged", "kill_cycles", "jobs_submitted", "jobs_completed", "jobs_lost",
         "resume_s_p50", "resume_s_max", "stale_schedule_s_max")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON line")
-    ap.add_argument("--fuzz", type=int, default=100_000, help="fuzzed messages, half per socket (default 100000)")
+    ap.add_argument("--fuzz", type=int, default=100_000,
+                    help="fuzzed messages per seed, half per socket (default 100000)")
+    ap.add_argument("--fuzz-seeds", type=int, default=3, metavar="K",
+                    help="fuzz K seeds (--seed, --seed+1, ...), each on a fresh daemon (default 3)")
     ap.add_argument("--kill-cycles", type=int, default=20, help="kill -9 / restart cycles (default 20)")
     ap.add_argument("--runners", type=int, default=3, help="job runner threads during kill cycles (default 3)")
     ap.add_argument("--soak-s", type=float, default=0.0, help="soak for this many seconds (default 0: none)")
@@ -1293,7 +1422,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         if args.fuzz:
             (tmp / "fuzz").mkdir()
-            out |= run_fuzz(args.fuzz, args.seed, tmp / "fuzz")
+            out |= run_fuzz_seeds(args.fuzz, [args.seed + k for k in range(args.fuzz_seeds)], tmp / "fuzz")
         if args.kill_cycles:
             (tmp / "kill").mkdir()
             out |= kill_cycles(args.kill_cycles, args.seed, tmp / "kill", runners=args.runners)
@@ -1310,7 +1439,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
     else:
         for k, v in out.items():
-            print(f"{k:<28} {v}")
+            if k != "fuzz_runs":
+                print(f"{k:<28} {v}")
+    failed = {k: out[k] for k in ("crashes", "hangs", "wedged", "jobs_lost") if out.get(k)}
+    if out.get("fuzz_answers_after") is False:
+        failed["fuzz_answers_after"] = False
+    if failed:
+        log(f"FAILED: {failed}")
+        return 1
     return 0
 
 

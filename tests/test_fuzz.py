@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
+import time
 
 import msgpack
 import pytest
@@ -16,6 +19,7 @@ from bench.bench_faults import (
     expected_id,
     fuzz,
     raw_tcp_garbage,
+    torn_connections,
 )
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
@@ -74,6 +78,31 @@ def test_fuzz_both_sockets_no_crash_no_hang(daemon_proc):
         status = c.status()
         assert status["jobs"]["after-fuzz"]["state"] == "running"
         assert c.cancel_job("after-fuzz")["state"] == "cancelled"
+
+
+def test_connections_torn_down_mid_message_leave_the_daemon_serving(daemon_proc):
+    d = daemon_proc
+    made = torn_connections(d.job_endpoint, 150, seed=3) + torn_connections(d.agent_endpoint, 150, seed=4)
+    assert made >= 290
+    stats = fuzz(d.job_endpoint, d.agent_endpoint, 400, seed=5, alive=d.serving)
+    assert stats.crashes == 0 and stats.hangs == 0 and d.serving(), d.log_tail()
+    with Client(d.job_endpoint, timeout_s=5.0) as c:
+        assert c.status()["loop"]["loop_errors"] == 0
+
+
+def test_a_wedged_daemon_is_a_counted_failure_not_a_hung_bench(daemon_proc):
+    # SIGSTOP: the pid lives on and nothing is read, as with a dead loop thread
+    d = daemon_proc
+    os.kill(d.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        stats = fuzz(d.job_endpoint, d.agent_endpoint, 20_000, seed=6, alive=lambda: d.serving(0.5),
+                     timeout_s=1.0)
+        assert stats.crashes == 1 and d.alive() and not d.serving(0.5)
+        assert time.monotonic() - t0 < 30.0
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert d.serving(5.0)
 
 
 # ---------------------------------------------------------------------- hypothesis on Daemon.handle
