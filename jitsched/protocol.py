@@ -153,6 +153,7 @@ class ErrorCode:
     NOT_REGISTERED = "not_registered"
     FORBIDDEN = "forbidden"  # the sender's key may not do this (another host's, another client's job)
     OVERLOADED = "overloaded"
+    UNAVAILABLE = "unavailable"  # the daemon cannot record it now (its journal cannot be written)
     INTERNAL = "internal"
 
 

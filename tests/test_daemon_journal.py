@@ -19,9 +19,9 @@ from jitsched.agents.agent import Agent
 from jitsched.client import Client, TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
-from jitsched.daemon.journal import DONE, Journal, JournalFlow
+from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow
 from jitsched.daemon.server import wait_until
-from jitsched.model import Compute, Job, Transfer
+from jitsched.model import Cluster, Compute, Job, Transfer
 from jitsched.runner import JobRunner
 from jitsched.synth import layer_chain_job
 from tests.test_daemon import config
@@ -145,7 +145,149 @@ def test_resubmission_carries_progress(tmp_path):
             with pytest.raises(RemoteError, match="unknown_node"):
                 c.request("submit_job", {"job": layer_chain_job("q", "h1", "h2").to_dict(),
                                          "progress": {"done": ["nope"]}})
-        assert {n for n in Journal(tmp_path / "j.db").unfinished()[0].done} == set(done)
+        # read beside the daemon that holds it
+        assert {n for n in Journal(tmp_path / "j.db", read_only=True).unfinished()[0].done} == set(done)
+    finally:
+        d.stop()
+
+
+# ---------------------------------------------------------------------- a journal never lost or shared
+
+
+def _journal_with_jobs(path: Path, n: int) -> None:
+    j = Journal(path)
+    for i in range(n):
+        j.submitted(f"j{i}", layer_chain_job(f"j{i}", "h1", "h2").to_dict(), None, 0.0)
+    j.close()
+
+
+def test_a_second_daemon_on_one_journal_refuses_and_leaves_the_first_ones_jobs(tmp_path):
+    path = tmp_path / "j.db"
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("mine", "h2", "h3"))
+        # a daemon with a smaller cluster would have failed the h2/h3 job in the file
+        small = config(journal=str(path), planner_process=False, cluster=Cluster.uniform(2, bps=1e9))
+        with pytest.raises(JournalError, match=f"in use by another daemon \\(pid {os.getpid()}\\)"):
+            Daemon(small)
+        assert d.state.jobs["mine"].state == "running"
+    finally:
+        d.stop()
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        assert d.state.restored == ["mine"]
+    finally:
+        d.stop()
+
+
+def test_the_journal_and_its_lock_are_the_daemon_users_only(tmp_path):
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 1)
+    os.chmod(path, 0o644)  # as an older file may be
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("x", "h0", "h1"))
+        for f in tmp_path.iterdir():
+            assert f.stat().st_mode & 0o077 == 0, f"{f.name} is {oct(f.stat().st_mode)}"
+    finally:
+        d.stop()
+
+
+def test_a_damaged_or_truncated_journal_refuses_to_start(tmp_path):
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 110)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # 4 kB of garbage in the middle of the file
+        f.seek(size // 2 // 4096 * 4096)
+        f.write(os.urandom(4096))
+    with pytest.raises(JournalError, match="damaged|cannot be read"):
+        Daemon(config(journal=str(path), planner_process=False))
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with pytest.raises(JournalError, match="empty"):
+        Daemon(config(journal=str(empty), planner_process=False))
+    with pytest.raises(JournalError, match="does not exist"):
+        Daemon(config(journal=str(tmp_path / "no" / "j.db"), planner_process=False))
+
+
+def test_the_daemon_command_names_an_unusable_journal_in_one_line(tmp_path):
+    path = tmp_path / "j.db"
+    path.write_bytes(b"")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[[hosts]]\nname = "h0"\negress_bps = 1e9\ningress_bps = 1e9\n[daemon]\n'
+                   'job_endpoint = "tcp://127.0.0.1:*"\nagent_endpoint = "tcp://127.0.0.1:*"\n')
+    res = subprocess.run([sys.executable, "-m", "jitsched", "daemon", "--config", str(cfg), "--journal",
+                          str(path), "--quiet"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"jitsched daemon: error: journal {path} exists but is empty (0 bytes): a truncated journal? "
+        "remove it to start with an empty one"]
+
+
+def test_unreadable_rows_end_their_own_jobs_and_the_rest_resume(tmp_path):
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 4)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE jobs SET job = ? WHERE job_id = 'j0'", (b"\xc1\xc1 not msgpack",))
+    db.execute("UPDATE jobs SET job = ? WHERE job_id = 'j1'", (b"\x93\x01\x02\x03",))  # a list
+    db.execute("UPDATE jobs SET job = NULL WHERE job_id = 'j2'")
+    db.commit()
+    db.close()
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        assert d.state.restored == ["j3"]
+        assert {jid for jid, _ in d.state.not_restored} == {"j0", "j1", "j2"}
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            st = c.status()
+        assert "not a map" in st["jobs_not_resumed"]["j1"]
+        assert "cannot be unpacked" in st["jobs_not_resumed"]["j0"]
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs, unmounted at the end (the suite runs as root)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_a_submission_the_full_disk_cannot_record_is_refused_not_acknowledged(small_disk):
+    path = small_disk / "j.db"
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("before", "h0", "h1"))
+            filler = small_disk / "filler"
+            with open(filler, "wb") as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            from jitsched.protocol import RemoteError
+            refused = 0
+            for i in range(20):
+                with contextlib.suppress(RemoteError):
+                    c.submit_job(layer_chain_job(f"full{i}", "h0", "h1"))
+                    continue
+                refused += 1
+            st = c.status()
+        acked = [j for j in st["jobs"] if j.startswith("full")]
+        assert refused + len(acked) == 20 and refused >= 15
+        assert st["journal_errors"] >= refused and "full" in st["journal_last_error"]
+    finally:
+        d.stop()
+    filler.unlink()
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        # every acknowledged job is back; none of the refused ones
+        assert set(d.state.restored) == {"before", *acked}
     finally:
         d.stop()
 

@@ -215,6 +215,13 @@ class JobRegistry:
         self.active[jid] = js
         return js
 
+    def withdraw(self, js: JobState) -> None:
+        """Take back the job just admitted as ``js`` (its submission could not be recorded)."""
+        jid = js.job.id
+        self.active.pop(jid, None)
+        if self.jobs.get(jid) is js:
+            del self.jobs[jid]
+
     def _progress(self, job: Job, progress: object) -> tuple[list[str], list[str]] | Reject:
         """The nodes a resubmission says are done and the transfers it says started (a job
         runner whose daemon restarted without a journal sends them)."""

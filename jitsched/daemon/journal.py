@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgpack
+
+from jitsched.errors import JitschedError
+
+FILE_MODE = 0o600  # clients' DAGs and owner names: the daemon's user only (WAL and SHM follow it)
+
+
+class JournalError(JitschedError):
+    """The journal cannot be used as it is: held by another daemon, damaged, or unreadable."""
 
 # One row per submitted job (the job map as submitted, packed), one per progress event;
 # an ended job keeps its row (state, end, JCT) without its map and events, so the file
@@ -41,6 +51,7 @@ class JournalJob:
     done: dict[str, float] = field(default_factory=dict)
     started: dict[str, float] = field(default_factory=dict)
     measured_s: dict[str, float] = field(default_factory=dict)
+    error: str = ""  # why the row cannot be read back (job_map is then None)
 
 
 @dataclass(frozen=True)
@@ -69,28 +80,105 @@ class Journal:
     ----------
     path : str or Path
         The database file; made if missing.
+    read_only : bool
+        Open for reading only, beside the daemon that may hold it (no lock taken).
+
+    One daemon at a time: the journal is locked (``flock`` on ``PATH.lock``, which
+    names the holder's pid) for as long as it is open, so a second daemon given the
+    same file refuses to start instead of editing the first one's jobs.
 
     Raises
     ------
-    sqlite3.DatabaseError
-        The file is not a database, or WAL mode cannot be set.
+    JournalError
+        Another process holds the journal; its directory is missing or not writable;
+        the file exists but is empty (a truncated journal) or fails sqlite's
+        ``quick_check`` (damaged); or WAL mode cannot be set.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
-        # the daemon's loop thread writes, but the state (and this) is built on another
-        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            self.db.close()
-            raise sqlite3.DatabaseError(f"{self.path}: cannot use WAL mode (got {mode!r})")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+        self._lock_fd = -1
         self.writes = 0  # transactions since open
+        if read_only:
+            # a look at a journal some daemon may be writing: no lock, no writes
+            if not self.path.is_file():
+                raise JournalError(f"journal {self.path} does not exist")
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                                      check_same_thread=False)
+            return
+        self._lock_fd = self._lock()
+        try:
+            self.db = self._open()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def __del__(self) -> None:
+        self._unlock()
+
+    def _lock(self) -> int:
+        folder = self.path.parent
+        if not folder.is_dir():
+            raise JournalError(f"journal {self.path}: directory {folder} does not exist")
+        lock = self.path.with_name(self.path.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            raise JournalError(f"journal {self.path}: cannot create its lock file {lock}: "
+                               f"{exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise JournalError(f"journal {self.path} is in use by another daemon (pid {holder}); "
+                               "one journal serves one daemon") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = -1
+
+    def _open(self) -> sqlite3.Connection:
+        path = self.path
+        try:
+            if path.exists():
+                if path.stat().st_size == 0:
+                    raise JournalError(f"journal {path} exists but is empty (0 bytes): a truncated "
+                                       "journal? remove it to start with an empty one")
+                os.chmod(path, FILE_MODE)
+            else:
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE))
+        except OSError as exc:
+            raise JournalError(f"journal {path}: {exc.strerror}") from None
+        # the daemon's loop thread writes, but the state (and this) is built on another
+        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise JournalError(f"journal {path}: cannot use WAL mode (got {mode!r})")
+            db.execute("PRAGMA synchronous=NORMAL")
+            # a damaged file refuses to start rather than serve with the jobs it lost
+            problems = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
+            if problems != ["ok"]:
+                raise JournalError(f"journal {path} is damaged (sqlite quick_check: {problems[0]}); "
+                                   "restore it from a copy, or move it aside to start empty")
+            db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise JournalError(f"journal {path} cannot be read as a journal: {exc}") from None
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def close(self) -> None:
-        """Close the database (a checkpoint folds the WAL into the file)."""
+        """Close the database (a checkpoint folds the WAL into the file) and release the lock."""
         self.db.close()
+        self._unlock()
 
     # ------------------------------------------------------------------ meta
 
@@ -170,9 +258,18 @@ class Journal:
     def unfinished(self) -> list[JournalJob]:
         """Every job recorded as running, in submission order, with its progress."""
         out: dict[int, JournalJob] = {}
-        for row, owner, blob, sub in self.db.execute(
-                "SELECT row, owner, job, submitted_s FROM jobs WHERE state = 'running' ORDER BY row"):
-            out[row] = JournalJob(row, msgpack.unpackb(blob, raw=False), owner, sub)
+        for row, job_id, owner, blob, sub in self.db.execute(
+                "SELECT row, job_id, owner, job, submitted_s FROM jobs WHERE state = 'running' ORDER BY row"):
+            # one unreadable row is that job's problem (reported, ended), not every job's
+            try:
+                job_map = msgpack.unpackb(blob, raw=False)
+                error = "" if isinstance(job_map, dict) else f"its job is a {type(job_map).__name__}, not a map"
+            except Exception as exc:  # noqa: BLE001 - NULL, truncated or not msgpack at all
+                job_map, error = None, f"its job cannot be unpacked ({type(exc).__name__})"
+            if error:
+                out[row] = JournalJob(row, {"id": str(job_id)}, owner, float(sub or 0.0), error=error)
+                continue
+            out[row] = JournalJob(row, job_map, owner, sub)
         for row, node, kind, t_s, measured in self.db.execute(
                 "SELECT row, node, kind, t_s, measured_s FROM events ORDER BY rowid"):
             j = out.get(row)
@@ -193,4 +290,4 @@ class Journal:
         return cur.rowcount
 
 
-__all__ = ["DONE", "STARTED", "Journal", "JournalFlow", "JournalJob"]
+__all__ = ["DONE", "FILE_MODE", "STARTED", "Journal", "JournalError", "JournalFlow", "JournalJob"]

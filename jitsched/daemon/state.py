@@ -76,7 +76,8 @@ class SchedulerState:
         self.config = config
         self.cluster = config.cluster
         self.journal = journal
-        self.journal_errors = 0  # writes that failed (the daemon serves on without them)
+        self.journal_errors = 0  # writes that failed (a submission then fails; progress serves on)
+        self.journal_last_error = ""
         if journal is not None and t0_wall_s is None:
             # one daemon clock across restarts: journalled times stay valid as they are
             got = journal.get("t0_wall_s")
@@ -132,12 +133,13 @@ class SchedulerState:
     # ------------------------------------------------------------------ journal
 
     def _journal(self, write: Callable, *args) -> object:
-        """One journal write; a failing disk is logged and counted, and the daemon serves on
-        (its jobs are then not all resumable after a restart)."""
+        """One journal write, or None when it failed: logged, counted and shown in
+        ``status`` and the metrics (``journal_errors``)."""
         try:
             return write(*args)
         except sqlite3.Error as exc:
             self.journal_errors += 1
+            self.journal_last_error = str(exc)
             if self.journal_errors <= 10 or self.journal_errors % 1000 == 0:
                 log.error(kv("journal_failed", error=str(exc), count=self.journal_errors))
             return None
@@ -147,10 +149,13 @@ class SchedulerState:
         assert self.journal is not None
         self._journal(self.journal.compact)
         for jj in self._journal(self.journal.unfinished) or []:
-            try:
-                js = self.job_registry.restore(jj.job_map, jj.owner, jj.submitted_s)
-            except JitschedError as exc:
-                js = Reject(ErrorCode.INVALID_JOB, str(exc))
+            if jj.error:
+                js = Reject(ErrorCode.INVALID_JOB, f"its journal row is unreadable: {jj.error}")
+            else:
+                try:
+                    js = self.job_registry.restore(jj.job_map, jj.owner, jj.submitted_s)
+                except JitschedError as exc:
+                    js = Reject(ErrorCode.INVALID_JOB, str(exc))
             if isinstance(js, Reject):
                 # the daemon's cluster or limits changed under it: it ends here, said why
                 jid = str(jj.job_map.get("id", "?")) if isinstance(jj.job_map, dict) else "?"
@@ -203,9 +208,14 @@ class SchedulerState:
         js = self.job_registry.admit(prep, now, peer)
         return js if isinstance(js, Reject) else self._submitted(js, body, now)
 
-    def _submitted(self, js: JobState, body: dict, now: float) -> dict:
+    def _submitted(self, js: JobState, body: dict, now: float) -> dict | Reject:
         if self.journal is not None:
             js.journal_row = self._journal(self.journal.submitted, js.job.id, body["job"], js.owner, now) or 0
+            if not js.journal_row:
+                # a job acknowledged is a job a restarted daemon resumes: not written, not taken
+                self.job_registry.withdraw(js)
+                return Reject(ErrorCode.UNAVAILABLE, f"the daemon's journal cannot be written "
+                                                     f"({self.journal_last_error}); the job was not taken")
             for nid in js.started:
                 self._record(js, nid, STARTED, now)
             for nid in js.done:
@@ -338,9 +348,13 @@ class SchedulerState:
         after, limit = body.get("after", 0), body.get("limit", self.config.status_page_jobs)
         if after < 0 or limit < 1:
             return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
-        return status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
-                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
-                           loop=self.loop)
+        out = status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
+                          self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
+                          loop=self.loop)
+        out["journal_errors"] = self.journal_errors
+        out["journal_last_error"] = self.journal_last_error
+        out["jobs_not_resumed"] = dict(self.not_restored[:50])
+        return out
 
     def prune(self, now: float) -> int:
         """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
