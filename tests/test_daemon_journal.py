@@ -431,3 +431,36 @@ def test_kill_9_without_a_journal_resubmits_the_job(tmp_path):
         st = dp.status()
         js = st["jobs"]["rj"]
         assert js["state"] == "finished" and js["transfers_done"] == 3 and js["computes_done"] == 2
+
+
+# ---------------------------------------------------------------------- journal check and recover
+
+
+def test_journal_check_and_recover_salvage_every_readable_job(tmp_path, capsys):
+    from jitsched.cli import main
+    from jitsched.daemon.journal import check_journal
+
+    sound = tmp_path / "sound.db"
+    _journal_with_jobs(sound, 5)
+    assert main(["journal", "check", str(sound)]) == 0
+    assert "sound: 5 jobs (5 running, resumable)" in capsys.readouterr().out
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 300)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2 // 4096 * 4096)
+        f.write(os.urandom(4096))
+    rep = check_journal(path)
+    assert not rep.sound and 0 < rep.running < 300
+    assert main(["journal", "check", str(path)]) == 1
+    assert "DAMAGED" in capsys.readouterr().out
+    new = tmp_path / "new.db"
+    assert main(["journal", "recover", str(path), str(new)]) == 0
+    assert check_journal(new).running == rep.running
+    d = Daemon(config(journal=str(new), planner_process=False)).start()
+    try:
+        assert len(d.state.restored) == rep.running
+    finally:
+        d.stop()
+    assert main(["journal", "recover", str(path), str(new)]) == 2  # never over a file
+    assert "exists" in capsys.readouterr().err

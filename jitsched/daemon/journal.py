@@ -165,11 +165,12 @@ class Journal:
             problems = [r[0] for r in db.execute("PRAGMA quick_check(5)")]
             if problems != ["ok"]:
                 raise JournalError(f"journal {path} is damaged (sqlite quick_check: {problems[0]}); "
-                                   "restore it from a copy, or move it aside to start empty")
+                                   f"`jitsched journal recover {path} NEW` salvages its readable jobs")
             db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             db.close()
-            raise JournalError(f"journal {path} cannot be read as a journal: {exc}") from None
+            raise JournalError(f"journal {path} cannot be read as a journal: {exc}; "
+                               f"`jitsched journal check {path}` says what is damaged") from None
         except BaseException:
             db.close()
             raise
@@ -290,4 +291,153 @@ class Journal:
         return cur.rowcount
 
 
-__all__ = ["DONE", "FILE_MODE", "STARTED", "Journal", "JournalError", "JournalFlow", "JournalJob"]
+# ---------------------------------------------------------------------- check and salvage
+
+# Row ids probed past the last readable one when the table's index cannot be read.
+PROBE_MISSES = 1000
+
+
+@dataclass
+class JournalReport:
+    """What :func:`check_journal` or :func:`recover_journal` found in a journal file.
+
+    ``problems``: sqlite's integrity findings (empty when sound); ``jobs``,
+    ``events`` and ``flows``: rows read back; ``unreadable``: rows or tables that
+    could not be read, each named with why; ``running``: running jobs whose map
+    unpacks (what a daemon would resume).
+    """
+
+    path: str
+    problems: list[str] = field(default_factory=list)
+    jobs: int = 0
+    running: int = 0
+    events: int = 0
+    flows: int = 0
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def sound(self) -> bool:
+        """No integrity finding and every row readable."""
+        return not self.problems and not self.unreadable
+
+
+def _rows(db: sqlite3.Connection, table: str, cols: str, key: str, report: JournalReport) -> list[tuple]:
+    """Every readable row of ``table``: in one scan when the file allows, else one key at a time."""
+    try:
+        return list(db.execute(f"SELECT {cols} FROM {table} ORDER BY {key}"))
+    except sqlite3.DatabaseError as exc:
+        report.unreadable.append(f"{table}: full scan failed ({exc}); rows salvaged one by one")
+    out, misses, k = [], 0, 1
+    while misses < PROBE_MISSES:
+        try:
+            got = db.execute(f"SELECT {cols} FROM {table} WHERE {key} = ?", (k,)).fetchall()
+        except sqlite3.DatabaseError as exc:
+            report.unreadable.append(f"{table} {key} {k}: {exc}")
+            got = []
+        if got:
+            out.extend(got)
+            misses = 0
+        else:
+            misses += 1
+        k += 1
+    return out
+
+
+def _read_all(path: Path) -> tuple[JournalReport, dict]:
+    if not path.is_file():
+        raise JournalError(f"journal {path} does not exist")
+    report = JournalReport(str(path))
+    if path.stat().st_size == 0:
+        report.problems.append("the file is empty (0 bytes)")
+        return report, {"meta": [], "jobs": [], "events": [], "background": []}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        try:
+            report.problems = [r[0] for r in db.execute("PRAGMA integrity_check(20)")]
+            if report.problems == ["ok"]:
+                report.problems = []
+        except sqlite3.DatabaseError as exc:
+            report.problems = [str(exc)]
+        data = {}
+        for table, cols, key in (("meta", "key, value", "rowid"),
+                                 ("jobs", "row, job_id, owner, job, submitted_s, state, ended_s, jct_s, error",
+                                  "row"),
+                                 ("events", "row, node, kind, t_s, measured_s", "rowid"),
+                                 ("background", "name, src, dst, bytes, left, owner, started_s, seen_s",
+                                  "rowid")):
+            try:
+                data[table] = _rows(db, table, cols, key, report)
+            except sqlite3.DatabaseError as exc:
+                report.unreadable.append(f"{table}: {exc}")
+                data[table] = []
+    finally:
+        db.close()
+    report.jobs, report.events, report.flows = len(data["jobs"]), len(data["events"]), len(data["background"])
+    for row, job_id, _owner, blob, _sub, state, *_ in data["jobs"]:
+        if state != "running":
+            continue
+        try:
+            ok = isinstance(msgpack.unpackb(blob, raw=False), dict)
+        except Exception:  # noqa: BLE001 - NULL, truncated or not msgpack
+            ok = False
+        if ok:
+            report.running += 1
+        else:
+            report.unreadable.append(f"job {job_id!r} (row {row}): its job map cannot be unpacked")
+    return report, data
+
+
+def check_journal(path: str | Path) -> JournalReport:
+    """Read every row of the journal at ``path`` (without locking or writing it) and report.
+
+    Raises
+    ------
+    JournalError
+        The file does not exist.
+    """
+    return _read_all(Path(path))[0]
+
+
+def recover_journal(path: str | Path, out: str | Path) -> JournalReport:
+    """Write every readable row of the journal at ``path`` into a new journal at ``out``.
+
+    Jobs whose map cannot be unpacked are written as ``failed`` with the reason,
+    so a daemon started on ``out`` resumes every other job and lists those.
+
+    Raises
+    ------
+    JournalError
+        ``path`` does not exist, or ``out`` does.
+    """
+    out = Path(out)
+    if out.exists():
+        raise JournalError(f"{out} exists: recover writes a new journal")
+    report, data = _read_all(Path(path))
+    j = Journal(out)
+    try:
+        db = j.db
+        db.execute("BEGIN")
+        db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", data["meta"])
+        for row, job_id, owner, blob, sub, state, ended_s, jct_s, error in data["jobs"]:
+            if state == "running":
+                try:
+                    ok = isinstance(msgpack.unpackb(blob, raw=False), dict)
+                except Exception:  # noqa: BLE001 - as in _read_all
+                    ok = False
+                if not ok:
+                    state, blob, error = "failed", None, "its job map could not be recovered"
+            db.execute("INSERT INTO jobs (row, job_id, owner, job, submitted_s, state, ended_s, jct_s, error) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (row, job_id, owner, blob, sub or 0.0, state or "failed", ended_s, jct_s, error))
+        db.executemany("INSERT INTO events (row, node, kind, t_s, measured_s) VALUES (?, ?, ?, ?, ?)",
+                       data["events"])
+        db.executemany("INSERT OR REPLACE INTO background (name, src, dst, bytes, left, owner, started_s, "
+                       "seen_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", data["background"])
+        db.execute("COMMIT")
+    finally:
+        j.close()
+    return report
+
+
+__all__ = ["DONE", "FILE_MODE", "STARTED", "Journal", "JournalError", "JournalFlow", "JournalJob",
+           "JournalReport", "check_journal", "recover_journal"]
