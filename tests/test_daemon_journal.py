@@ -464,3 +464,26 @@ def test_journal_check_and_recover_salvage_every_readable_job(tmp_path, capsys):
         d.stop()
     assert main(["journal", "recover", str(path), str(new)]) == 2  # never over a file
     assert "exists" in capsys.readouterr().err
+
+
+def test_submissions_and_ends_are_fsynced_progress_is_not(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    seen = []
+
+    class Recording:
+        def __init__(self, db):
+            self._db = db
+
+        def execute(self, sql, *args):
+            seen.append(sql.split("(")[0].strip())
+            return self._db.execute(sql, *args)
+
+    j.db = Recording(j.db)
+    row = j.submitted("a", {"id": "a"}, None, 0.0)
+    j.event(row, "x", DONE, 0.1)
+    j.ended(row, "finished", 0.2, 0.2)
+    assert seen[:3] == ["PRAGMA synchronous=FULL", "INSERT INTO jobs", "PRAGMA synchronous=NORMAL"]
+    assert seen[3] == "INSERT INTO events"  # no sync of its own
+    assert seen[4] == "PRAGMA synchronous=FULL" and seen[-1] == "PRAGMA synchronous=NORMAL"
+    j.db = j.db._db
+    j.close()
