@@ -3,6 +3,7 @@
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from bench.paper import __main__ as bp
@@ -226,3 +227,38 @@ def test_figure_seed_labels():
 
     assert _seeds((0, 1, 2, 3, 4, 5)) == "0-5"
     assert _seeds([0]) == "0" and _seeds([0, 1]) == "0,1" and _seeds([0, 2, 3]) == "0,2,3"
+
+
+# ---------------------------------------------------------------------- the regime sweep
+
+
+def test_regime_keys_and_confidence_intervals():
+    from bench.paper import regimes
+
+    assert [regimes.rate_key(b) for b in regimes.RATES_BPS] == ["1e9", "1e10", "4e10", "1e11"]
+    mean, half = regimes.ci95(np.array([1.0, 2.0, 3.0]))
+    assert mean == pytest.approx(2.0) and half == pytest.approx(4.302653 * 1.0 / 3 ** 0.5, rel=1e-5)
+
+
+def test_regime_summary_pairs_seeds_and_divides_by_the_bound():
+    from bench.paper import regimes
+
+    runs = [{"bps": 1e9, "seed": s, "bound": 1.0,
+             "jct": {"tensorflow": [4.0, 4.0], "jit": [2.0, 2.0 + s], "sincronia": [3.0, 3.0]}}
+            for s in range(3)]
+    row = regimes.summarize(runs, ("tensorflow", "jit", "sincronia"), "tensorflow", "jit")["1e9"]
+    assert row["jit"]["jct_mean_s"] == pytest.approx(np.mean([2.0, 2.5, 3.0]))
+    assert row["jit"]["over_bound"] == pytest.approx(2.5)
+    assert row["tensorflow"]["speedup_mean"] == pytest.approx(1.0)
+    # sincronia against jit per seed: 3/2, 3/2.5, 3/3 -> +50 %, +20 %, 0 %
+    assert row["sincronia"]["vs_jit"] == pytest.approx(np.mean([0.5, 0.2, 0.0]))
+    assert row["seeds"] == [0, 1, 2] and row["bound_mean_jct_s"] == 1.0
+
+
+def test_a_regime_run_is_never_under_its_bound(monkeypatch):
+    from bench.paper import regimes
+
+    monkeypatch.setattr(regimes, "N_JOBS", 6)
+    monkeypatch.setattr(regimes, "N_HOSTS", 4)
+    r = regimes.run_regime((1e10, 0, ("tensorflow", "jit")))
+    assert 0 < r["bound"] <= min(np.mean(v) for v in r["jct"].values()) * (1 + 1e-9)
