@@ -26,6 +26,7 @@ from jitsched.daemon.plans import (
 )
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
+from jitsched.daemon.templates import JOURNAL_EVERY, TemplateBook
 from jitsched.errors import JitschedError
 from jitsched.protocol import ErrorCode, report_bodies
 
@@ -88,6 +89,7 @@ class SchedulerState:
         self.background = BackgroundTable(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
+        self.templates = TemplateBook(config)  # recurring jobs (daemon/templates.py)
         self.plan_book.incarnation = self.agent_table.incarnation = self.incarnation
         self.restored: list[str] = []  # jobs resumed from the journal
         self.not_restored: list[tuple[str, str]] = []  # journalled jobs refused now, why
@@ -167,6 +169,12 @@ class SchedulerState:
                     self.job_registry.mark_done(js, nid, t, jj.measured_s.get(nid))
                     self.plan_book.policy_event("node_done", jid, nid)
             self.restored.append(jid)
+        rows = self._journal(self.journal.templates) or {}
+        for jid in self.restored:
+            js = self.job_registry.jobs[jid]
+            got = rows.get(js.journal_row)
+            if got is not None:
+                self.templates.restore(js, got[0], got[1], now)
         gone = []
         for jf in self._journal(self.journal.background) or []:
             body = {"flow": jf.name, "src": jf.src, "dst": jf.dst, "bytes": jf.bytes, "left": jf.left}
@@ -289,6 +297,53 @@ class SchedulerState:
             self._end(js, "cancelled", now)
         return {"state": js.state}
 
+    def register_template(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Register a recurring job's DAG once: a job (admitted and journalled as a submission
+        is) whose iterations :meth:`iteration` counts; returns ``{"job_id"}``."""
+        js = self.job_registry.submit(body, now, peer)
+        if isinstance(js, Reject):
+            return js
+        self.templates.register(js, now)
+        reply = self._submitted(js, body, now)
+        if self.journal is not None and js.journal_row:
+            self._journal(self.journal.template, js.journal_row, 0, None)
+        return reply
+
+    def iteration(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Iteration ``n`` of a recurring job ended, with what it measured (see the protocol).
+
+        O(1) when the plan depends on nothing that changed: the job's
+        transfers stay ranked as they are; its per-node progress, if it
+        reported any, is reset for the next iteration. Returns ``{"n",
+        "counted", "ranked", "seq"}``: ``ranked`` says the schedule in force
+        (``seq``) covers the job.
+        """
+        js = self.job_registry.job(body["job_id"], peer)
+        if isinstance(js, Reject):
+            return js
+        t = self.templates.get(js.job.id)
+        if t is None:
+            return Reject(ErrorCode.UNKNOWN_JOB, f"body.job_id: job {js.job.id!r} is no recurring job "
+                          "(register it with register_template)")
+        if not js.active:
+            return Reject(ErrorCode.JOB_ENDED, f"body.job_id: recurring job {js.job.id!r} {js.state}")
+        got = self.templates.iteration(js, t, body, now)
+        if isinstance(got, Reject):
+            return got
+        counted, replan = got
+        if counted:
+            if self.templates.reset_progress(js, t):
+                replan = True
+            if replan:
+                self.plan_book.trigger("iteration", now)
+            if self.journal is not None and js.journal_row:
+                learned = None
+                if t.iterations - t.journalled_at >= JOURNAL_EVERY or replan:
+                    learned, t.journalled_at = t.state(), t.iterations
+                self._journal(self.journal.template, js.journal_row, t.iterations, learned)
+        return {"n": t.iterations, "counted": counted, "ranked": js.job.id in self.plan_book.covered,
+                "seq": self.plan_book.schedule_seq}
+
     def _end(self, js: JobState, state: str, now: float, error: str = "") -> None:
         self.job_registry.end(js, state, now, error)
         if self.journal is not None and js.journal_row:
@@ -338,9 +393,14 @@ class SchedulerState:
         after, limit = body.get("after", 0), body.get("limit", self.config.status_page_jobs)
         if after < 0 or limit < 1:
             return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
-        return status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
-                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
-                           loop=self.loop)
+        out = status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
+                          self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
+                          loop=self.loop)
+        for jid, entry in out["jobs"].items():
+            t = self.templates.get(jid)
+            if t is not None:
+                entry["recurring"] = t.summary()
+        return out
 
     def prune(self, now: float) -> int:
         """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
@@ -351,6 +411,9 @@ class SchedulerState:
                 self._journal(self.journal.background_gone, expired)
             self.plan_book.trigger("background", now)
         gone = self.job_registry.prune(now)
+        for js in gone:
+            if self.job_registry.jobs.get(js.job.id) is None:
+                self.templates.forget(js.job.id)
         if gone and self.journal is not None:
             rows = [js.journal_row for js in gone if js.journal_row]
             if rows:

@@ -869,6 +869,11 @@ class JitPolicy(Policy):
         """With the priority leftover and a finite ``bg_weight`` (:meth:`_ranks`)."""
         return self.leftover == "priority" and not math.isinf(self.bg_weight)
 
+    def ranks_only(self) -> bool:
+        """With the priority leftover and no reservations (alpha 0): the daemon's ranks come
+        from bytes left (:meth:`priority_ranks`), not from durations or slots."""
+        return self.leftover == "priority" and self.alpha == 0.0
+
     def plans_increments(self) -> bool:
         """With the priority leftover only without reservations (alpha 0): its ranked
         increments place no LP; one with reservations re-solves in full."""
