@@ -149,6 +149,7 @@ def test_bad_iterations_are_refused_naming_the_field_and_change_nothing():
     _refused(st.iteration({"job_id": "nope", "n": 2}, 0.2), ErrorCode.UNKNOWN_JOB, "nope")
     _refused(st.iteration({"job_id": "plain", "n": 1}, 0.2), ErrorCode.UNKNOWN_JOB, "body.job_id")
     _refused(st.iteration({"job_id": "r", "n": 0}, 0.2), ErrorCode.INVALID_BODY, "body.n")
+    _refused(st.iteration({"job_id": "r", "n": 2 ** 64}, 0.2), ErrorCode.INVALID_BODY, "body.n")
     cases = [("compute_s", [0.01] * (nc - 1)), ("compute_s", [0.01] * (nc - 1) + [-1.0]),
              ("compute_s", [0.01] * (nc - 1) + [math.nan]), ("compute_s", [0.01] * (nc - 1) + [math.inf]),
              ("compute_s", [0.01] * (nc - 1) + [1e9]), ("compute_s", [0.01] * (nc - 1) + ["x"]),

@@ -21,6 +21,7 @@ KEEP_TIMES = 1000
 # estimates planned with change); the iteration count goes every iteration. A daemon
 # killed in between resumes with at most this many iterations' learning lost.
 JOURNAL_EVERY = 20
+MAX_ITERATION = 2 ** 62  # an iteration number the journal (sqlite's int64) can hold
 
 
 @dataclass
@@ -140,8 +141,8 @@ class TemplateBook:
         changed in a way the plan depends on, or the plan is timed).
         """
         n = body["n"]
-        if n < 1:
-            return Reject(ErrorCode.INVALID_BODY, f"body.n: iterations count from 1, got {n}")
+        if not 1 <= n <= MAX_ITERATION:
+            return Reject(ErrorCode.INVALID_BODY, f"body.n: iterations count from 1 to {MAX_ITERATION}, got {n}")
         if n <= t.iterations:
             return False, False
         cfg = self.config
