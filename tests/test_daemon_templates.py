@@ -108,11 +108,13 @@ def test_learned_estimates_plan_as_a_fresh_submission_of_them(policy):
     t = st.templates.get("r")
     mean, std = t.model.estimates()
     assert np.allclose(mean, truth, rtol=0.2)
-    planned = st.jobs["r"].job
-    assert [c.duration_s for c in planned.computes] == pytest.approx(mean.tolist())
+    assert "r" in st.templates.stale  # rebuilt when a plan takes it, not per iteration
     now = 5.0
     st.plan_book.trigger("tick", now)
     _plan(st, pol, now)
+    planned = st.jobs["r"].job
+    assert [c.duration_s for c in planned.computes] == pytest.approx(mean.tolist())
+    assert not st.templates.stale
     # the same DAG with the same estimates, submitted afresh to another daemon state
     fresh, fpol = _state(policy, planning=FULL)
     fresh.submit_job({"job": learned_job(job, mean, std).to_dict()}, now)
@@ -182,8 +184,10 @@ def test_step_times_alone_scale_the_declared_durations():
     mean, _ = t.model.estimates()
     assert mean == pytest.approx(3.0 * declared)
     assert t.summary()["learned_from"] == "steps"
-    assert [c.duration_s for c in st.jobs["r"].job.computes] == pytest.approx((3.0 * declared).tolist())
     assert "iteration" in st.plan_book.reasons  # a timed plan (jit-paper) starts anew
+    req = next(r for r in st.plan_requests(4.0) if r.mode == FULL)
+    assert [c.duration_s for c in req.jobs[0][0].computes] == pytest.approx((3.0 * declared).tolist())
+    assert [c.duration_s for c in st.jobs["r"].job.computes] == pytest.approx((3.0 * declared).tolist())
 
 
 def test_templates_and_their_counts_survive_a_daemon_restart(tmp_path):

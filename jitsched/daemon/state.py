@@ -8,6 +8,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
@@ -457,12 +458,28 @@ class SchedulerState:
         return self.plan_book.want_plan(now)
 
     def plan_requests(self, now: float) -> list[PlanRequest]:
-        """The plans to start now: at most one incremental and one full re-solve in flight."""
-        return self.plan_book.plan_requests(now)
+        """The plans to start now: at most one incremental and one full re-solve in flight
+        (recurring jobs with the estimates learned so far)."""
+        return self._learned(self.plan_book.plan_requests(now))
 
     def plan_request(self, now: float) -> PlanRequest:
         """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
-        return self.plan_book.plan_request(now)
+        return self._learned([self.plan_book.plan_request(now)])[0]
+
+    def _learned(self, reqs: list[PlanRequest]) -> list[PlanRequest]:
+        """``reqs`` with every recurring job whose estimates moved rebuilt with them."""
+        stale = self.templates.stale
+        if not reqs or not stale:
+            return reqs
+        for jid in list(stale):
+            js = self.job_registry.active.get(jid)
+            if js is None:
+                stale.discard(jid)
+            else:
+                self.templates.refresh(js)
+        fresh = self.job_registry.active
+        return [replace(r, jobs=tuple((fresh[j.id].job if j.id in fresh else j, d, rem) for j, d, rem in r.jobs))
+                for r in reqs]
 
     def install(self, res: PlanResult, now: float) -> bool:
         """Adopt a finished plan; returns False when it failed (the schedule in force stays).
