@@ -9,7 +9,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +188,47 @@ class Client:
     def cancel_job(self, job_id: str) -> dict:
         """Cancel a job."""
         return self.request(MsgType.CANCEL_JOB, {"job_id": job_id})
+
+    def register_template(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> str:
+        """Register a recurring job's DAG once (a native job map or a :class:`Job`); returns its job id.
+
+        Its iterations are then reported with :meth:`iteration`; it ends with
+        :meth:`job_finished` or :meth:`cancel_job`.
+        """
+        body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
+        if cluster is not None:
+            body["cluster"] = dict(cluster)
+        return self.request(MsgType.REGISTER_TEMPLATE, body)["job_id"]
+
+    def iteration(self, job_id: str, n: int, *, step_s: float | None = None,
+                  compute_s: Sequence[float] | None = None, transfer_s: Sequence[float] | None = None,
+                  nbytes: Sequence[float] | None = None) -> dict:
+        """Report that iteration ``n`` (from 1) of recurring job ``job_id`` ended, with what it measured.
+
+        Parameters
+        ----------
+        job_id : str
+        n : int
+        step_s : float, optional
+            The iteration's time, seconds (default: the daemon times the gap between reports).
+        compute_s : sequence of float, optional
+            Each compute's duration, seconds, in the template's compute order.
+        transfer_s, nbytes : sequence of float, optional
+            Each transfer's time (seconds) and size (bytes), in the template's transfer order.
+
+        Returns
+        -------
+        dict
+            ``{"n", "counted", "ranked", "seq"}``: the count, whether this report was new,
+            whether the schedule in force (``seq``) ranks the job.
+        """
+        body: dict[str, Any] = {"job_id": job_id, "n": int(n)}
+        for key, val in (("compute_s", compute_s), ("transfer_s", transfer_s), ("bytes", nbytes)):
+            if val is not None:
+                body[key] = [float(v) for v in val]
+        if step_s is not None:
+            body["step_s"] = float(step_s)
+        return self.request(MsgType.ITERATION, body)
 
     def background_started(self, flow: str, src: str, dst: str, nbytes: float, left: float | None = None) -> dict:
         """Announce a bulk transfer outside every DAG, ``nbytes`` bytes from host ``src`` to ``dst``.

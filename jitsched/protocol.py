@@ -85,6 +85,17 @@ MESSAGES: tuple[Message, ...] = (
     Message("job_finished", JOB, {"job_id": (str, True), "jct_s": (NUM, False),
                                   "t_ns": (int, False)}),
     Message("cancel_job", JOB, {"job_id": (str, True)}),
+    # a recurring job registers its DAG once (a template: a job that runs until job_finished
+    # or cancel_job), then reports each iteration's end with `iteration`; the plan keeps
+    # its transfers ranked across iterations
+    Message("register_template", JOB, {"job": (dict, True), "cluster": (dict, False)}),
+    # iteration n (from 1; a repeat is answered without being counted again) of template
+    # job_id ended; what it measured, each optional: step_s, the iteration's time; compute_s,
+    # each compute's duration in the template's order; transfer_s and bytes, each transfer's
+    # time and size in the template's order. The daemon learns its estimates from them.
+    Message("iteration", JOB, {"job_id": (str, True), "n": (int, True), "step_s": (NUM, False),
+                               "compute_s": (list, False), "transfer_s": (list, False),
+                               "bytes": (list, False)}),
     # a bulk transfer outside every DAG (a file copy, a checkpoint upload) announces its
     # size so that policies that rank background flows (jit) can; its agents know it as
     # background_flow_id(flow)
@@ -148,6 +159,7 @@ class ErrorCode:
     INVALID_JOB = "invalid_job"  # the job map fails model validation
     DUPLICATE_JOB = "duplicate_job"
     UNKNOWN_JOB = "unknown_job"
+    JOB_ENDED = "job_ended"  # an iteration of a recurring job that finished or was cancelled
     UNKNOWN_NODE = "unknown_node"
     UNKNOWN_HOST = "unknown_host"
     NOT_REGISTERED = "not_registered"

@@ -22,6 +22,8 @@ class JournalError(JitschedError):
 # an ended job keeps its row (state, end, JCT) without its map and events, so the file
 # holds what running jobs need and little else. An announced background flow is one
 # row while the daemon holds it (a progress report replaces it), deleted when it ends.
+# A recurring job's row has a templates row beside it: its iteration count and, packed,
+# what its iterations taught (daemon/templates.py).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -32,6 +34,8 @@ CREATE TABLE IF NOT EXISTS events (
     row INTEGER NOT NULL, node TEXT NOT NULL, kind TEXT NOT NULL, t_s REAL NOT NULL,
     measured_s REAL);
 CREATE INDEX IF NOT EXISTS events_by_job ON events (row);
+CREATE TABLE IF NOT EXISTS templates (
+    row INTEGER PRIMARY KEY, iterations INTEGER NOT NULL DEFAULT 0, learned BLOB);
 CREATE TABLE IF NOT EXISTS background (
     name TEXT PRIMARY KEY, src TEXT NOT NULL, dst TEXT NOT NULL, bytes REAL NOT NULL,
     left REAL NOT NULL, owner TEXT, started_s REAL NOT NULL, seen_s REAL NOT NULL);
@@ -269,7 +273,25 @@ class Journal:
         self.db.executemany("DELETE FROM background WHERE name = ?", [(n,) for n in names])
         self.writes += 1
 
+    def template(self, row: int, iterations: int, learned: bytes | None = None) -> None:
+        """Record recurring job ``row``'s iteration count and, if given, its learned state."""
+        if learned is None:
+            cur = self.db.execute("UPDATE templates SET iterations = ? WHERE row = ?", (iterations, row))
+            if cur.rowcount:
+                self.writes += 1
+                return
+        self.db.execute("INSERT OR REPLACE INTO templates (row, iterations, learned) VALUES (?, ?, "
+                        "COALESCE(?, (SELECT learned FROM templates WHERE row = ?)))",
+                        (row, iterations, learned, row))
+        self.writes += 1
+
     # ------------------------------------------------------------------ restart
+
+    def templates(self) -> dict[int, tuple[int, bytes | None]]:
+        """Every running recurring job's row -> (iteration count, learned state or None)."""
+        return {row: (n, blob) for row, n, blob in self.db.execute(
+            "SELECT t.row, t.iterations, t.learned FROM templates t JOIN jobs j ON j.row = t.row "
+            "WHERE j.state = 'running'")}
 
     def background(self) -> list[JournalFlow]:
         """Every announced background flow held when the journal was last written, oldest first."""
@@ -308,6 +330,7 @@ class Journal:
     def compact(self) -> int:
         """Forget ended jobs (a restarted daemon does not list them); returns how many."""
         cur = self.db.execute("DELETE FROM jobs WHERE state != 'running'")
+        self.db.execute("DELETE FROM templates WHERE row NOT IN (SELECT row FROM jobs)")
         self.writes += 1
         return cur.rowcount
 

@@ -219,6 +219,7 @@ class Daemon:
         # a policy that only plans jointly gets full re-solves from the start, not a
         # refused increment (and a warning) on the first arrival
         self.state.incremental_ok = self.policy.plans_increments()
+        self.state.templates.ranks_only = self.policy.ranks_only()
         self.metrics = Metrics()
         # plan failures and the jobs they fail may come every loop turn: bounded lines
         self.logs = LogLimiter(log)

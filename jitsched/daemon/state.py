@@ -8,6 +8,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
@@ -26,6 +27,7 @@ from jitsched.daemon.plans import (
 )
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
+from jitsched.daemon.templates import JOURNAL_EVERY, TemplateBook
 from jitsched.errors import JitschedError
 from jitsched.protocol import ErrorCode, report_bodies
 
@@ -89,6 +91,7 @@ class SchedulerState:
         self.background = BackgroundTable(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
+        self.templates = TemplateBook(config)  # recurring jobs (daemon/templates.py)
         self.plan_book.incarnation = self.agent_table.incarnation = self.incarnation
         self.restored: list[str] = []  # jobs resumed from the journal
         self.not_restored: list[tuple[str, str]] = []  # journalled jobs refused now, why
@@ -172,6 +175,12 @@ class SchedulerState:
                     self.job_registry.mark_done(js, nid, t, jj.measured_s.get(nid))
                     self.plan_book.policy_event("node_done", jid, nid)
             self.restored.append(jid)
+        rows = self._journal(self.journal.templates) or {}
+        for jid in self.restored:
+            js = self.job_registry.jobs[jid]
+            got = rows.get(js.journal_row)
+            if got is not None:
+                self.templates.restore(js, got[0], got[1], now)
         gone = []
         for jf in self._journal(self.journal.background) or []:
             body = {"flow": jf.name, "src": jf.src, "dst": jf.dst, "bytes": jf.bytes, "left": jf.left}
@@ -299,6 +308,53 @@ class SchedulerState:
             self._end(js, "cancelled", now)
         return {"state": js.state}
 
+    def register_template(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Register a recurring job's DAG once: a job (admitted and journalled as a submission
+        is) whose iterations :meth:`iteration` counts; returns ``{"job_id"}``."""
+        js = self.job_registry.submit(body, now, peer)
+        if isinstance(js, Reject):
+            return js
+        self.templates.register(js, now)
+        reply = self._submitted(js, body, now)
+        if self.journal is not None and js.journal_row:
+            self._journal(self.journal.template, js.journal_row, 0, None)
+        return reply
+
+    def iteration(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Iteration ``n`` of a recurring job ended, with what it measured (see the protocol).
+
+        O(1) when the plan depends on nothing that changed: the job's
+        transfers stay ranked as they are; its per-node progress, if it
+        reported any, is reset for the next iteration. Returns ``{"n",
+        "counted", "ranked", "seq"}``: ``ranked`` says the schedule in force
+        (``seq``) covers the job.
+        """
+        js = self.job_registry.job(body["job_id"], peer)
+        if isinstance(js, Reject):
+            return js
+        t = self.templates.get(js.job.id)
+        if t is None:
+            return Reject(ErrorCode.UNKNOWN_JOB, f"body.job_id: job {js.job.id!r} is no recurring job "
+                          "(register it with register_template)")
+        if not js.active:
+            return Reject(ErrorCode.JOB_ENDED, f"body.job_id: recurring job {js.job.id!r} {js.state}")
+        got = self.templates.iteration(js, t, body, now)
+        if isinstance(got, Reject):
+            return got
+        counted, replan = got
+        if counted:
+            if self.templates.reset_progress(js, t):
+                replan = True
+            if replan:
+                self.plan_book.trigger("iteration", now)
+            if self.journal is not None and js.journal_row:
+                learned = None
+                if t.iterations - t.journalled_at >= JOURNAL_EVERY or replan:
+                    learned, t.journalled_at = t.state(), t.iterations
+                self._journal(self.journal.template, js.journal_row, t.iterations, learned)
+        return {"n": t.iterations, "counted": counted, "ranked": js.job.id in self.plan_book.covered,
+                "seq": self.plan_book.schedule_seq}
+
     def _end(self, js: JobState, state: str, now: float, error: str = "") -> None:
         self.job_registry.end(js, state, now, error)
         if self.journal is not None and js.journal_row:
@@ -354,6 +410,10 @@ class SchedulerState:
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
         out["jobs_not_resumed"] = dict(self.not_restored[:50])
+        for jid, entry in out["jobs"].items():
+            t = self.templates.get(jid)
+            if t is not None:
+                entry["recurring"] = t.summary()
         return out
 
     def prune(self, now: float) -> int:
@@ -365,6 +425,9 @@ class SchedulerState:
                 self._journal(self.journal.background_gone, expired)
             self.plan_book.trigger("background", now)
         gone = self.job_registry.prune(now)
+        for js in gone:
+            if self.job_registry.jobs.get(js.job.id) is None:
+                self.templates.forget(js.job.id)
         if gone and self.journal is not None:
             rows = [js.journal_row for js in gone if js.journal_row]
             if rows:
@@ -408,12 +471,28 @@ class SchedulerState:
         return self.plan_book.want_plan(now)
 
     def plan_requests(self, now: float) -> list[PlanRequest]:
-        """The plans to start now: at most one incremental and one full re-solve in flight."""
-        return self.plan_book.plan_requests(now)
+        """The plans to start now: at most one incremental and one full re-solve in flight
+        (recurring jobs with the estimates learned so far)."""
+        return self._learned(self.plan_book.plan_requests(now))
 
     def plan_request(self, now: float) -> PlanRequest:
         """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
-        return self.plan_book.plan_request(now)
+        return self._learned([self.plan_book.plan_request(now)])[0]
+
+    def _learned(self, reqs: list[PlanRequest]) -> list[PlanRequest]:
+        """``reqs`` with every recurring job whose estimates moved rebuilt with them."""
+        stale = self.templates.stale
+        if not reqs or not stale:
+            return reqs
+        for jid in list(stale):
+            js = self.job_registry.active.get(jid)
+            if js is None:
+                stale.discard(jid)
+            else:
+                self.templates.refresh(js)
+        fresh = self.job_registry.active
+        return [replace(r, jobs=tuple((fresh[j.id].job if j.id in fresh else j, d, rem) for j, d, rem in r.jobs))
+                for r in reqs]
 
     def install(self, res: PlanResult, now: float) -> bool:
         """Adopt a finished plan; returns False when it failed (the schedule in force stays).

@@ -6,7 +6,14 @@ import numpy as np
 
 from jitsched.alloc import priority_greedy
 from jitsched.model import TRANSFER
-from jitsched.policies.base import DONE, Allocation, Policy, SchedulerView, SlotSchedule, register_policy
+from jitsched.policies.base import (
+    DONE,
+    Allocation,
+    Policy,
+    SchedulerView,
+    SlotSchedule,
+    register_policy,
+)
 from jitsched.policies.common import check_slot_s, ranked_schedule, unfinished_transfers
 
 
