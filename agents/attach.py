@@ -205,7 +205,7 @@ class Diag:
 
 
 def _refuse(code: str, message: str) -> ProtocolError:
-    return ProtocolError(code, f"attach: {message}")
+    return ProtocolError(code, message)
 
 
 def _peer_map(peers: dict) -> dict[str, str]:

@@ -293,7 +293,7 @@ def test_bad_attach_requests_are_refused_with_their_reason_and_the_agent_keeps_r
             # uid) but refuses it a process of root's; its own it may attach
             mine = os.getpid()
             assert as_user(nobody, lambda: attach(a.local_name, "j", pids=[mine])) == (
-                f"forbidden attach: pid {mine} belongs to uid 0, not to uid {nobody}")
+                f"forbidden pid {mine} belongs to uid 0, not to uid {nobody}")
             assert as_user(nobody, lambda: attach(a.local_name, "j", pids=[theirs.pid])) == str(
                 {"job": "j", "attachments": 1, "conns": 0})
             # a job this client does not own, or that does not exist: the daemon refuses
