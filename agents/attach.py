@@ -341,7 +341,7 @@ class AttachTable:
             if self._diag is None:
                 self._diag = Diag(self.netns)
             conns = self._diag.conns()
-        except (OSError, ImportError) as exc:
+        except Exception as exc:  # noqa: BLE001 - pyroute2 raises its own types too (NetlinkError)
             self.scan_errors += 1
             if self.scan_errors <= 3 or self.scan_errors % 1000 == 0:
                 log.warning("event=agent_attach_scan_failed errors=%d error=%r", self.scan_errors, str(exc))

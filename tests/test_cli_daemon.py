@@ -136,6 +136,13 @@ def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path,
         assert json.loads(capsys.readouterr().out) == {"job": "j", "attachments": 1, "conns": 0}
         assert wait_until(lambda: a.attached.attachments, 1.0)
         assert a.attached.attachments[0].peers == {"198.18.0.2": "h1"} and a.attached.attachments[0].uid == 0
+
+        def status_text() -> str:
+            assert main(["status", "--daemon", d.job_endpoint]) == 0
+            return capsys.readouterr().out
+
+        assert wait_until(lambda: "attached j " in status_text(), 5.0)
+        assert "0 connections (0 scheduled, 0 to unknown peers), rank None, 0.0 MB sent" in status_text()
         for argv, why in [
             ([*base, "--pid", "999999999"], "invalid_body: pid 999999999 does not exist"),
             ([*base, "--cgroup", "/etc"], "invalid_body: cgroup path '/etc' is outside /sys/fs/cgroup"),

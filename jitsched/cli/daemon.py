@@ -225,6 +225,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     for h, a in sorted(st["agents"].items()):
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
               f"acked {a['acked_seq']}")
+        att = a.get("attached") or {}
+        for j, x in sorted((att.get("jobs") or {}).items()):
+            print(f"    attached {escape(j):<20} {_count(x['conns'], 'connection')} ({x['scheduled']} scheduled, "
+                  f"{x['unmapped']} to unknown peers), rank {x['rank']}, {x['bytes_sent'] / 1e6:.1f} MB sent, "
+                  f"{x['bytes_classified'] / 1e6:.1f} MB classified")
+        if att.get("scan_errors"):
+            print(f"    attach scans failed: {att['scan_errors']} of {att['scans'] + att['scan_errors']}")
     for j, s in st["jobs"].items():
         jct = f"JCT {s['jct_s']:.2f} s" if s["jct_s"] is not None else ""
         print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
