@@ -251,6 +251,20 @@ class Client:
         """The announced flow ``flow`` ended; ``{"held": bool}`` (False: the daemon no longer had it)."""
         return self.request(MsgType.BACKGROUND_FINISHED, {"flow": flow})
 
+    def attach_job(self, job_id: str, host: str) -> dict:
+        """Ask whether this client may attach job ``job_id``'s connections on ``host``.
+
+        Returns ``{"job_id", "host", "peers": {address: host}}``, the addresses
+        of the job's hosts the daemon's cluster knows (for :func:`jitsched.localreg.attach`).
+
+        Raises
+        ------
+        RemoteError
+            ``unknown_job`` (no such job, or it ended), ``forbidden`` (another
+            client's key submitted it) or ``unknown_host``.
+        """
+        return self.request(MsgType.ATTACH_JOB, {"job_id": job_id, "host": host})
+
     def status(self, *, after: int | None = None, limit: int | None = None) -> dict:
         """Jobs, agents and the last plan summary.
 

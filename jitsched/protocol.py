@@ -103,6 +103,10 @@ MESSAGES: tuple[Message, ...] = (
     Message("background_started", JOB, {"flow": (str, True), "src": (str, True), "dst": (str, True),
                                         "bytes": (NUM, True), "left": (NUM, False)}),
     Message("background_finished", JOB, {"flow": (str, True)}),
+    # before a job's connections are attached on ``host`` (``attach`` below): the daemon
+    # checks the job is the sender's and answers with the addresses of the job's hosts
+    # that its cluster knows, {address: host}, for the agent to name each peer by
+    Message("attach_job", JOB, {"job_id": (str, True), "host": (str, True)}),
     # a page of jobs: those submitted after seq ``after`` (default 0), at most ``limit``
     # (default and most: the daemon's status_page_jobs); the reply's next_after goes on
     Message("status", JOB, {"verbose": (bool, False), "after": (int, False), "limit": (int, False)},
@@ -111,7 +115,9 @@ MESSAGES: tuple[Message, ...] = (
                                 "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
                                 "applied_seq": (int, False)}),
     Message("heartbeat", AGENT, {"host": (str, True), "applied_seq": (int, False),
-                                 "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False)}),
+                                 "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False),
+                                 # per attached job: {"bytes_sent", "bytes_classified", "rank", ...}
+                                 "attached": (dict, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
@@ -123,6 +129,12 @@ MESSAGES: tuple[Message, ...] = (
                                    "incarnation": (int, False)}),
     Message("register_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
     Message("unregister_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
+    # a job's own processes (pids and their descendants), cgroup v2 directory or TCP
+    # ports on the agent's host: exactly one of the three; ``peers`` maps a remote
+    # "address" or "address:port" to the host name its connections go to
+    Message("attach", LOCAL, {"job": (str, True), "pids": (list, False), "cgroup": (str, False),
+                              "ports": (list, False), "peers": (dict, False)}),
+    Message("detach", LOCAL, {"job": (str, True)}),
 )
 if len({m for m in MESSAGES}) != len(MESSAGES):
     raise RuntimeError("a message type is declared twice in MESSAGES")

@@ -373,6 +373,7 @@ def test_dispatch_table_derived_from_the_declarations():
     assert DISPATCH == {
         "submit_job": ("submit_job", False, True), "transfer_started": ("transfer_started", False, True),
         "background_started": ("background_started", False, True),
+        "attach_job": ("attach_job", False, True),
         "background_finished": ("background_finished", False, True),
         "transfer_finished": ("transfer_finished", False, True),
         "compute_finished": ("compute_finished", False, True),

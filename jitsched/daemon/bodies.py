@@ -224,7 +224,8 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
     agents = {h: {"up": a.up, "backend": a.backend, "acked_seq": a.acked_seq,
                   "sent_seq": a.sent_seq, "applied_seq": a.applied_seq,
                   "seq": table.host_seq.get(h, 0),
-                  "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps}
+                  "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps,
+                  "attached": a.attached}
               for h, a in table.agents.items()}
     return {"now_s": now, "jobs": jobs, "next_after": last if more else None,
             "jobs_total": len(registry.jobs), "jobs_running": len(registry.active),

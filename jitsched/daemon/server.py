@@ -430,6 +430,8 @@ class Daemon:
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(timeout=20))
+                if self.failure is not None:  # a worker died: nothing more is answered
+                    self._check_threads()
                 self._conn_seen_s = time.monotonic()
                 for m, c in monitors.items():
                     if m in events:

@@ -393,6 +393,22 @@ class SchedulerState:
             self.plan_book.trigger("background", now)
         return {"held": got}
 
+    def attach_job(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Whether client ``peer`` may attach job ``job_id``'s connections on ``host``: the job
+        is its own and running, the host is in the cluster. Returns the addresses the cluster
+        gives the job's hosts, ``{"peers": {address: host}}``, for the agent to name peers by."""
+        js = self.job_registry.job(body["job_id"], peer)
+        if isinstance(js, Reject):
+            return js
+        if not js.active:
+            return Reject(ErrorCode.UNKNOWN_JOB, f"job {js.job.id!r} is {js.state}: nothing to attach")
+        cluster = self.config.cluster
+        if body["host"] not in cluster:
+            return Reject(ErrorCode.UNKNOWN_HOST, f"host {body['host']!r} is not in the cluster")
+        names = {t.src for t in js.job.transfers} | {t.dst for t in js.job.transfers}
+        peers = {h.address: h.name for h in cluster.hosts if h.name in names and h.address}
+        return {"job_id": js.job.id, "host": body["host"], "peers": peers}
+
     def status(self, body: dict, now: float) -> dict | Reject:
         """Jobs, agents and a summary of the last plan; the jobs a page at a time.
 
