@@ -244,6 +244,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     refused = {k: v for k, v in loop.items() if v and ("refused" in k or "dropped" in k or "failed" in k)}
     if refused:
         print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+    for name, use in (st.get("clients") or {}).items():
+        # each client's use of its quota: setting used/quota
+        print(f"  client {escape(name)}: " + ", ".join(f"{k.removeprefix('max_')} {u}/{q}" for k, (u, q) in use.items()))
+    mem = st.get("memory")
+    if mem:
+        print(f"  memory: {mem['rss_bytes'] / 2**20:.0f} MiB resident of {mem['ceiling_bytes'] / 2**20:.0f} MiB "
+              f"(max_memory_bytes), ended jobs ~{mem['ended_job_bytes'] / 2**20:.1f} MiB"
+              + (f", {mem['refused']} submissions refused for memory" if mem.get("refused") else ""))
     return 0
 
 
