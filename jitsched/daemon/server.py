@@ -205,7 +205,8 @@ class Daemon:
     Raises
     ------
     ValidationError
-        A plaintext endpoint faces the network (no keys, not ``insecure``).
+        A plaintext endpoint faces the network (no keys, not ``insecure``), or a
+        ``[limits.clients.NAME]`` names no client key.
     KeyFileError
         The key directory cannot be read.
     """
@@ -213,6 +214,12 @@ class Daemon:
     def __init__(self, config: DaemonConfig, policy: Policy | None = None) -> None:
         check_exposure(config)  # configs built in code skip parse_config's checks
         self.keys: DaemonKeys | None = load_daemon_keys(config.keys_dir) if config.keys_dir else None
+        if self.keys is not None:
+            unknown = sorted(set(config.clients) - set(self.keys.clients.values()))
+            if unknown:
+                # a quota for a name no key has is a typo that would hold no one
+                raise ValidationError(f"[limits.clients.{unknown[0]}]: no client key {unknown[0]!r} in "
+                                      f"{config.keys_dir} (clients: {', '.join(sorted(self.keys.clients.values()))})")
         self.config = config
         self.policy = policy if policy is not None else create_policy(config)
         # with a journal, the jobs a killed daemon ran come back with their progress
