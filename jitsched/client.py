@@ -125,10 +125,16 @@ class Client:
 
     def submit_job(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> str:
         """Submit a native-format job map (or a :class:`Job`); returns the job id."""
+        return self.submit(job, cluster)["job_id"]
+
+    def submit(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> dict:
+        """:meth:`submit_job`, returning the whole reply: ``job_id``, and with keys
+        ``flow_job``, the job id its flows go by in the agents' schedules
+        (``"<client>:<job id>"``: each client's job ids are its own)."""
         body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
         if cluster is not None:
             body["cluster"] = dict(cluster)
-        return self.request(MsgType.SUBMIT_JOB, body)["job_id"]
+        return self.request(MsgType.SUBMIT_JOB, body)
 
     def submit_graph(self, graph_path: str | Path, *, ps_host: str, worker_host: str,
                      job_id: str | None = None) -> str:

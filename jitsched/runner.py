@@ -138,10 +138,9 @@ class _Session:
                 first = False
                 continue
             except RemoteError as exc:
-                if exc.code == ErrorCode.DUPLICATE_JOB and name == "submit_job" and not first:
-                    return self.runner.job.id  # the first try got there; its reply did not
-                if exc.code == ErrorCode.UNKNOWN_JOB and resubmit and name not in ("submit_job",
-                                                                                   "register_template"):
+                if exc.code == ErrorCode.DUPLICATE_JOB and name == "submit" and not first:
+                    return {"job_id": self.runner.job.id}  # the first try got there; its reply did not
+                if exc.code == ErrorCode.UNKNOWN_JOB and resubmit and name not in ("submit", "register_template"):
                     self._resubmit()
                     first = False
                     continue
@@ -260,6 +259,9 @@ class JobRunner:
         self.job = job
         self.request_timeout_s = request_timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
+        self.key_name = key_name
+        self.flow_job = job.id  # the job id its flows go by, as the daemon's reply says
+        self._flow_job_known = threading.Event()
         self.endpoint = endpoint
         self.sinks = sinks
         self.agents = agents or {}
@@ -305,6 +307,9 @@ class JobRunner:
         failure: list[str] = []
         deadline = time.monotonic() + timeout_s
         recurring = self._iteration > 0  # one iteration of a registered template: no per-node reports
+        if not recurring:  # a template's flow_job was set when run_iterations registered it
+            self.flow_job = job.id
+            self._flow_job_known.clear()
         client = self._session or _Session(self, deadline)
         client.deadline = deadline
         self.session = client  # what it went through (reconnects, resubmits): tests and benches
@@ -318,7 +323,7 @@ class JobRunner:
                 pass  # registered once, by run_iterations
             elif reports is None:
                 try:
-                    client.call("submit_job", job)
+                    self._submitted(client.call("submit", job))
                 except TimeoutError as exc:  # no daemon answered before the deadline
                     result.error = f"submit: {exc}"
                     log.warning("event=job_failed job=%s error=%r", job.id, result.error)
@@ -407,9 +412,9 @@ class JobRunner:
                             agent = self.agents.get(t.src) if t.bytes > self.register_min_bytes else None
                             if self.send is not None:
                                 secs = self.send(t.src, self.sinks[t.dst], int(t.bytes),
-                                                 flow_id(job.id, nid), agent=agent)
+                                                 self._flow_id(nid), agent=agent)
                             else:
-                                secs = send_bytes(self.sinks[t.dst], int(t.bytes), flow_id(job.id, nid),
+                                secs = send_bytes(self.sinks[t.dst], int(t.bytes), self._flow_id(nid),
                                                   agent=agent)
                             result.transfer_s[nid] = secs
                             ends[nid] = time.perf_counter() - t0
@@ -518,7 +523,7 @@ class JobRunner:
         self._session = _Session(self, time.monotonic() + timeout_s)
         out: list[JobResult] = []
         try:
-            self._session.call("register_template", tpl)
+            self._submitted(self._session.call("request", MsgType.REGISTER_TEMPLATE, {"job": tpl.to_dict()}))
             for i in range(1, n + 1):
                 z = rng.standard_normal(len(ids)) if compute_noise else np.zeros(len(ids))
                 self._factor = dict(zip(ids, np.maximum(1.0 + compute_noise * z, 0.0).tolist(), strict=True))
@@ -543,13 +548,32 @@ class JobRunner:
         # The asynchronous runner's reporter: the submission, then the reports. A refusal
         # or no reply ends the run (the DAG has started meanwhile: what it sent stays sent).
         try:
-            session.call("submit_job", job)
+            session.runner._submitted(session.call("submit", job))
         except (TimeoutError, RemoteError) as exc:
             unsubmitted.append(exc)
             failure.append(f"submit: {exc}")
             all_done.set()
             return
+        finally:
+            session.runner._flow_job_known.set()  # transfers waiting for it go on (or end)
         cls._report_loop(session, job.id, reports, failure, all_done)
+
+    def _submitted(self, reply: dict) -> None:
+        """The submission's reply: the id the job's flows go by (``flow_job`` with keys)."""
+        flow_job = reply.get("flow_job")
+        if flow_job is None and self.keys is not None:
+            # a retried submission whose first try got there: the daemon said only that
+            # the job runs. Its flows go by "<key name>:<job id>" (jobs.scoped_id)
+            flow_job = f"{self.key_name}:{self.job.id}"
+        self.flow_job = flow_job or self.job.id
+        self._flow_job_known.set()
+
+    def _flow_id(self, nid: str) -> str:
+        # With keys the daemon scopes the job's id by the client's key (its reply says
+        # how): an asynchronous run's transfers wait for that reply before they start.
+        if self.keys is not None:
+            self._flow_job_known.wait()
+        return flow_id(self.flow_job, nid)
 
     @staticmethod
     def _report_loop(session: _Session, job_id: str, reports: queue.SimpleQueue, failure: list[str],

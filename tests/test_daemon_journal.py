@@ -20,8 +20,10 @@ from jitsched.client import Client, TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow
+from jitsched.daemon.reject import Reject
 from jitsched.daemon.server import wait_until
 from jitsched.model import Cluster, Compute, Job, Transfer
+from jitsched.protocol import ErrorCode
 from jitsched.runner import JobRunner
 from jitsched.synth import layer_chain_job
 from tests.test_daemon import config
@@ -69,6 +71,31 @@ def test_journal_resumes_unfinished_jobs_with_their_progress(tmp_path):
     finally:
         d.stop()
     assert Journal(path).unfinished() == []
+
+
+def test_journal_resumes_each_clients_job_of_one_id(tmp_path):
+    # job ids are scoped by the submitting key: two clients' "a" are two jobs, in the
+    # journal and after a restart, each still named "a" by its own client only
+    from jitsched.daemon.state import SchedulerState
+
+    cfg = config(journal=str(tmp_path / "journal.db"))
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    for who in ("alice", "bob"):
+        assert st.submit_job({"job": layer_chain_job("a", "h0", "h1").to_dict()}, 0.0, peer=who)["flow_job"] \
+            == f"{who}:a"
+    t0 = st.jobs["alice:a"].job.transfers[0].id
+    st.transfer_finished({"job_id": "a", "transfer": t0}, 1.0, peer="alice")
+    st.cancel_job({"job_id": "a"}, 2.0, peer="bob")
+    st.journal.close()
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    assert st.restored == ["alice:a"] and set(st.jobs) == {"alice:a"}
+    js = st.jobs["alice:a"]
+    assert js.owner == "alice" and js.name == "a" and t0 in js.done
+    assert st.job_registry.usage["alice"].running == 1
+    got = st.cancel_job({"job_id": "a"}, 3.0, peer="bob")
+    assert isinstance(got, Reject) and got.code == ErrorCode.UNKNOWN_JOB and js.active
+    assert st.cancel_job({"job_id": "a"}, 3.0, peer="alice") == {"state": "cancelled"}
+    st.journal.close()
 
 
 def test_journal_survives_a_bad_job_and_config_path(tmp_path):

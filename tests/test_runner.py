@@ -108,13 +108,13 @@ def test_runner_reports_failure_and_cancels():
 def test_an_asynchronous_run_starts_before_the_daemon_answers_its_submission(async_reports, monkeypatch):
     import time
 
-    real = Client.submit_job
+    real = Client.submit
 
     def slow_submit(self, job):
         time.sleep(0.4)  # a daemon busy with a plan, or checking a 2000-transfer DAG
         return real(self, job)
 
-    monkeypatch.setattr(Client, "submit_job", slow_submit)
+    monkeypatch.setattr(Client, "submit", slow_submit)
     with system(hosts=("h0", "h1")) as (d, _):
         sinks = {h: TransferSink() for h in ("h0", "h1")}
         try:

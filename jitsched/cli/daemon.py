@@ -251,6 +251,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     refused = {k: v for k, v in loop.items() if v and ("refused" in k or "dropped" in k or "failed" in k)}
     if refused:
         print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+    for name, use in (st.get("clients") or {}).items():
+        # each client's use of its quota: setting used/quota
+        print(f"  client {escape(name)}: " + ", ".join(f"{k.removeprefix('max_')} {u}/{q}" for k, (u, q) in use.items()))
+    mem = st.get("memory")
+    if mem:
+        print(f"  memory: {mem['rss_bytes'] / 2**20:.0f} MiB resident of {mem['ceiling_bytes'] / 2**20:.0f} MiB "
+              f"(max_memory_bytes), ended jobs ~{mem['ended_job_bytes'] / 2**20:.1f} MiB"
+              + (f", {mem['refused']} submissions refused for memory" if mem.get("refused") else ""))
     return 0
 
 
@@ -299,10 +307,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
             print(f"jitsched attach: {exc}", file=sys.stderr)
             return 1
     where = local_address(args.host, "", args.local_dir)
+    flow_job = known["job_id"]  # the id the job's flows go by in the agents' schedules (client-scoped)
     if args.detach:
-        got = detach(where, args.job, timeout_s=args.timeout_s)
+        got = detach(where, flow_job, timeout_s=args.timeout_s)
     else:
-        got = attach(where, args.job, pids=args.pid or None, cgroup=args.cgroup, ports=args.port or None,
+        got = attach(where, flow_job, pids=args.pid or None, cgroup=args.cgroup, ports=args.port or None,
                      peers=known["peers"] | peers, timeout_s=args.timeout_s)
     if args.json:
         emit_json(got)

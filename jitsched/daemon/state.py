@@ -102,6 +102,9 @@ class SchedulerState:
         # what the socket loop refused, dropped or closed, as the server last said (status
         # and metrics show it): counts by name
         self.loop: dict[str, int] = {}
+        # each client's requests held and bytes in flight in the socket loop, as the server
+        # last said: client name -> {"pending_requests", "bytes_in_flight"}
+        self.client_inflight: dict[str, dict[str, int]] = {}
         if journal is not None:
             self._journal(journal.put, "t0_wall_s", repr(self.t0_wall_s))
             self._journal(journal.put, "incarnation", str(self.incarnation))
@@ -232,7 +235,9 @@ class SchedulerState:
         self.plan_book.arrived(js.job.id, now)
         for nid in js.done:
             self.plan_book.policy_event("node_done", js.job.id, nid)
-        return {"job_id": js.job.id}
+        # the client names the job by its own id; with keys, its flows' ids (agents,
+        # schedules) start with the scoped one (jobs.scoped_id), given as flow_job
+        return {"job_id": js.name} | ({"flow_job": js.job.id} if js.job.id != js.name else {})
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record that a transfer started sending."""
@@ -316,6 +321,9 @@ class SchedulerState:
             return js
         self.templates.register(js, now)
         reply = self._submitted(js, body, now)
+        if isinstance(reply, Reject):  # not journalled: not taken
+            self.templates.forget(js.job.id)
+            return reply
         if self.journal is not None and js.journal_row:
             self._journal(self.journal.template, js.journal_row, 0, None)
         return reply
@@ -422,7 +430,7 @@ class SchedulerState:
             return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
         out = status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
-                          loop=self.loop)
+                          loop=self.loop, inflight=self.client_inflight)
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
         out["jobs_not_resumed"] = dict(self.not_restored[:50])
