@@ -191,6 +191,11 @@ class Client:
             body["jct_s"] = float(jct_s)
         return self.request(MsgType.JOB_FINISHED, body)
 
+    def renew_lease(self, job_ids: Sequence[str]) -> dict:
+        """Renew the leases of running jobs (``[daemon] job_lease_s``); returns ``{"renewed",
+        "not_running"}``."""
+        return self.request(MsgType.RENEW_LEASE, {"job_ids": list(job_ids)})
+
     def cancel_job(self, job_id: str) -> dict:
         """Cancel a job."""
         return self.request(MsgType.CANCEL_JOB, {"job_id": job_id})

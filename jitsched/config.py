@@ -125,6 +125,10 @@ class DaemonConfig(SecurityOptions):
     heartbeat_s: float = _in("daemon", 0.5)
     heartbeat_timeout_s: float = _in("daemon", 2.0)
     resend_s: float = _in("daemon", 0.2)
+    # A running job none of whose client's requests named it for this long ends as
+    # "abandoned" and its flows leave the plan (inf: never). Any request naming the job
+    # renews it (reports, iterations, renew_lease); a restart renews every resumed job.
+    job_lease_s: float = _in("daemon", 300.0)
     planner_process: bool = _in("daemon", True)  # full re-solves in a child process (False: a thread)
     # sqlite file of submitted jobs and their progress (relative: to the TOML file's
     # directory); a daemon restarted with it resumes every unfinished job. None: no journal
@@ -328,7 +332,7 @@ def check_config(cfg: DaemonConfig) -> None:
     if cfg.max_increment_transfers < 1:
         raise ValidationError(
             f"max_increment_transfers: must be >= 1, got {cfg.max_increment_transfers!r}")
-    for name in ("drift_s", "early_s"):
+    for name in ("drift_s", "early_s", "job_lease_s"):
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"{name}: must be positive (inf: never), got {getattr(cfg, name)!r}")
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):

@@ -85,6 +85,9 @@ MESSAGES: tuple[Message, ...] = (
     Message("job_finished", JOB, {"job_id": (str, True), "jct_s": (NUM, False),
                                   "t_ns": (int, False)}),
     Message("cancel_job", JOB, {"job_id": (str, True)}),
+    # the client of these running jobs is alive: every request naming a job renews its
+    # lease, this one renews several while none is due ([daemon] job_lease_s)
+    Message("renew_lease", JOB, {"job_ids": (list, True)}),
     # a recurring job registers its DAG once (a template: a job that runs until job_finished
     # or cancel_job), then reports each iteration's end with `iteration`; the plan keeps
     # its transfers ranked across iterations

@@ -379,6 +379,7 @@ def test_dispatch_table_derived_from_the_declarations():
         "compute_finished": ("compute_finished", False, True),
         "report": ("report", False, True),
         "job_finished": ("job_finished", False, True), "cancel_job": ("cancel_job", False, True),
+        "renew_lease": ("renew_lease", False, True),
         "register_template": ("register_template", False, True), "iteration": ("iteration", False, True),
         "status": ("status", False, False), "register": ("register", True, True),
         "heartbeat": ("heartbeat", True, True), "ack": ("ack", True, True),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
-from jitsched.config import ClientQuota
+import pytest
+
+from jitsched.config import ClientQuota, check_config
 from jitsched.daemon.limits import job_bytes
 from jitsched.daemon.state import Reject, SchedulerState
 from jitsched.model import parse_job
@@ -125,3 +128,43 @@ def test_over_the_memory_ceiling_ended_jobs_go_then_submissions_are_refused():
     st_ = st.status({}, 0.0)
     assert st_["memory"]["refused"] == 1 and st_["limits"]["max_memory_bytes"] == 10_000_000
     assert reg.jobs["run"].active and reg.jobs["more"].active  # running jobs are never dropped
+
+
+# ---------------------------------------------------------------------- job leases
+
+
+def test_a_job_whose_client_went_silent_is_abandoned_and_leaves_the_plan(tmp_path):
+    from jitsched.client import Client
+    from jitsched.daemon import Daemon
+    from jitsched.daemon.server import wait_until
+    from jitsched.synth import layer_chain_job
+    d = Daemon(config(job_lease_s=0.6, journal=str(tmp_path / "j.db"), planner_process=False,
+                      policy="jit")).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("silent", "h0", "h1"))
+            c.submit_job(layer_chain_job("alive", "h2", "h3"))
+            t_end = time.monotonic() + 1.5
+            while time.monotonic() < t_end:  # the live client renews; the other says nothing
+                assert c.renew_lease(["alive", "nope"]) == {"renewed": 1, "not_running": ["nope"]}
+                time.sleep(0.2)
+            st = c.status()
+        assert st["jobs"]["silent"]["state"] == "abandoned"
+        assert st["jobs"]["alive"]["state"] == "running"
+        assert wait_until(lambda: "silent" not in {k for k, _ in d.state.schedule.prio}, 5.0)
+    finally:
+        d.stop()
+    # journalled: a restarted daemon resumes only the live one, with a full lease
+    d = Daemon(config(job_lease_s=0.6, journal=str(tmp_path / "j.db"), planner_process=False,
+                      policy="jit")).start()
+    try:
+        assert d.state.restored == ["alive"]
+    finally:
+        d.stop()
+
+
+def test_the_lease_is_a_positive_setting():
+    from jitsched.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="job_lease_s: must be positive"):
+        check_config(config(job_lease_s=0))

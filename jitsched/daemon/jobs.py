@@ -54,7 +54,7 @@ class JobState:
     started: dict[str, float] = field(default_factory=dict)
     measured_s: dict[str, float] = field(default_factory=dict)
     lat_s: dict[str, float] = field(default_factory=dict)  # LAT of each transfer at first plan
-    state: str = "running"  # running | finished | cancelled | failed (no plan could be made)
+    state: str = "running"  # running | finished | cancelled | failed (no plan could be made) | abandoned
     error: str = ""  # why it failed
     finished_s: float = math.nan
     jct_s: float = math.nan
@@ -65,6 +65,7 @@ class JobState:
     name: str = ""  # the id its client chose ("": job.id)
     bytes: int = 0  # estimated bytes held for it (limits.job_bytes)
     forgotten: bool = False  # ended and dropped from the registry
+    heard_s: float = math.nan  # when a request of its client last named it (NaN: at submission)
 
     @property
     def active(self) -> bool:
@@ -349,20 +350,28 @@ class JobRegistry:
             if measured_s is not None:
                 js.measured_s[nid] = float(measured_s)
 
-    def job(self, job_id: str, peer: str | None = None) -> JobState | Reject:
+    def job(self, job_id: str, peer: str | None = None, now: float | None = None) -> JobState | Reject:
         """Client ``peer``'s job ``job_id`` (the id it chose), running or ended; another
         client's job of that id is not its (``peer`` None: the daemon has no keys, and
-        every job is one anonymous client's)."""
+        every job is one anonymous client's). With ``now``, the request renews its lease."""
         js = self.jobs.get(scoped_id(peer, job_id))
         if js is None:
             return Reject(ErrorCode.UNKNOWN_JOB, f"no job {self._clip(job_id)!r}"
                           + (f" of client {peer!r}" if peer is not None else ""))
+        if now is not None:
+            js.heard_s = now
         return js
 
-    def node(self, body: dict, key: str, kind: str, peer: str | None = None) -> tuple[JobState, str] | Reject:
+    def lapsed(self, now: float, lease_s: float) -> list[JobState]:
+        """The running jobs whose client has not named them for more than ``lease_s`` at ``now``."""
+        return [js for js in self.active.values()
+                if now - (js.submitted_s if math.isnan(js.heard_s) else js.heard_s) > lease_s]
+
+    def node(self, body: dict, key: str, kind: str, peer: str | None = None,
+             now: float | None = None) -> tuple[JobState, str] | Reject:
         """The job of ``body["job_id"]`` (if ``peer`` may act on it) and its node
         ``body[key]``, which must be a ``kind`` (``"transfer"`` or ``"compute"``)."""
-        js = self.job(body["job_id"], peer)
+        js = self.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
         nid = body[key]

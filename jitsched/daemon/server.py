@@ -730,6 +730,8 @@ class Daemon:
 
     def _housekeeping(self, now: float) -> None:
         """Every 50 ms: prune ended jobs, close idle connections, count for status."""
+        for jid in self.state.expire_leases(now):
+            self.logs.log(logging.WARNING, "job_abandoned", job=jid, lease_s=self.config.job_lease_s)
         pruned = self.state.prune(now)
         if pruned:
             self.logs.log(logging.INFO, "jobs_pruned", count=pruned, total=self.state.job_registry.pruned)

@@ -177,6 +177,7 @@ class SchedulerState:
                 if nid in js.index:
                     self.job_registry.mark_done(js, nid, t, jj.measured_s.get(nid))
                     self.plan_book.policy_event("node_done", jid, nid)
+            js.heard_s = now  # its client had no daemon to talk to: a full lease from now
             self.restored.append(jid)
         rows = self._journal(self.journal.templates) or {}
         for jid in self.restored:
@@ -241,7 +242,7 @@ class SchedulerState:
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record that a transfer started sending."""
-        got = self.job_registry.node(body, "transfer", "transfer", peer)
+        got = self.job_registry.node(body, "transfer", "transfer", peer, now)
         if isinstance(got, Reject):
             return got
         js, nid = got
@@ -252,7 +253,7 @@ class SchedulerState:
 
     def transfer_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record a transfer's arrival; checks it against its LAT and the plan (drift)."""
-        got = self.job_registry.node(body, "transfer", "transfer", peer)
+        got = self.job_registry.node(body, "transfer", "transfer", peer, now)
         if isinstance(got, Reject):
             return got
         js, nid = got
@@ -265,7 +266,7 @@ class SchedulerState:
 
     def compute_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record a compute's completion and its measured duration (seconds)."""
-        got = self.job_registry.node(body, "compute", "compute", peer)
+        got = self.job_registry.node(body, "compute", "compute", peer, now)
         if isinstance(got, Reject):
             return got
         js, nid = got
@@ -296,7 +297,7 @@ class SchedulerState:
 
     def job_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Mark a job finished; its JCT is ``jct_s`` if given, else measured by the daemon."""
-        js = self.job_registry.job(body["job_id"], peer)
+        js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
         if js.active:
@@ -304,9 +305,35 @@ class SchedulerState:
             self._end(js, "finished", now)
         return {"jct_s": js.jct_s}
 
+    def renew_lease(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Renew the leases of the sender's running jobs ``body["job_ids"]``; returns
+        ``{"renewed": n, "not_running": [ids]}`` (unknown or ended: the client should stop)."""
+        ids = body["job_ids"]
+        if len(ids) > self.config.max_jobs or not all(isinstance(i, str) for i in ids):
+            return Reject(ErrorCode.INVALID_BODY, f"body.job_ids: at most {self.config.max_jobs} job ids (strings)")
+        renewed, gone = 0, []
+        for jid in ids:
+            js = self.job_registry.job(jid, peer, now)
+            if isinstance(js, Reject) or not js.active:
+                gone.append(jid)
+            else:
+                renewed += 1
+        return {"renewed": renewed, "not_running": gone}
+
+    def expire_leases(self, now: float) -> list[str]:
+        """End as ``abandoned`` the running jobs whose lease lapsed at ``now``; returns their ids."""
+        lease = self.config.job_lease_s
+        if not math.isfinite(lease):
+            return []
+        out = []
+        for js in self.job_registry.lapsed(now, lease):
+            self._end(js, "abandoned", now, f"no request from its client for {lease:g} s ([daemon] job_lease_s)")
+            out.append(js.job.id)
+        return out
+
     def cancel_job(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Cancel a running job: its transfers leave the plan."""
-        js = self.job_registry.job(body["job_id"], peer)
+        js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
         if js.active:
@@ -337,7 +364,7 @@ class SchedulerState:
         "counted", "ranked", "seq"}``: ``ranked`` says the schedule in force
         (``seq``) covers the job.
         """
-        js = self.job_registry.job(body["job_id"], peer)
+        js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
         t = self.templates.get(js.job.id)
@@ -405,7 +432,7 @@ class SchedulerState:
         """Whether client ``peer`` may attach job ``job_id``'s connections on ``host``: the job
         is its own and running, the host is in the cluster. Returns the addresses the cluster
         gives the job's hosts, ``{"peers": {address: host}}``, for the agent to name peers by."""
-        js = self.job_registry.job(body["job_id"], peer)
+        js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
         if not js.active:
