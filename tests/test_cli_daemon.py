@@ -161,3 +161,24 @@ def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path,
         proc.wait()
         a.stop()
         d.stop()
+
+
+def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
+    from jitsched.client import Client
+    from jitsched.daemon import Daemon
+    from jitsched.synth import layer_chain_job
+    from tests.test_daemon import config
+
+    d = Daemon(config(journal=str(tmp_path / "j.db"), planner_process=False, policy="jit")).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            jid = c.register_template(layer_chain_job("tpl", "h0", "h1"))
+            for n in (1, 2, 3):
+                c.iteration(jid, n, step_s=0.5 + 0.1 * n)
+        d.state.journal_errors, d.state.journal_last_error = 2, "database or disk is full"
+        assert main(["status", "--daemon", d.job_endpoint]) == 0
+    finally:
+        d.stop()
+    out = capsys.readouterr().out
+    assert "recurring tpl: 3 iterations, mean 0.700 s" in out
+    assert "JOURNAL: 2 writes failed (last: database or disk is full)" in out

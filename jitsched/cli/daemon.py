@@ -247,7 +247,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st.get("jobs_pruned"):
         print(f"  ({st['jobs_pruned']} ended jobs pruned after their retention, "
               f"{st.get('pages', 1)} status pages)")
+    if st.get("journal_errors"):
+        print(f"  JOURNAL: {st['journal_errors']} writes failed (last: {escape(st.get('journal_last_error', ''))}); "
+              "submissions are refused until it can be written")
+    for j, why in (st.get("jobs_not_resumed") or {}).items():
+        print(f"  job {escape(j)} not resumed after the restart: {escape(why)}")
+    for j, r in st["jobs"].items():
+        rec = r.get("recurring")
+        if rec:
+            print(f"  recurring {escape(j)}: {rec.get('iterations', 0)} iterations"
+                  + (f", mean {rec['iteration_s_mean']:.3f} s, p95 {rec['iteration_s_p95']:.3f} s"
+                     if rec.get("iteration_s_mean") is not None else "")
+                  + (f", estimates off by {100 * rec['estimate_error']:.1f} %"
+                     if rec.get("estimate_error") is not None else ""))
     loop = st.get("loop") or {}
+    if loop.get("loop_errors"):
+        print(f"  loop: {loop['loop_errors']} messages failed inside the daemon (contained; see its log)")
     refused = {k: v for k, v in loop.items() if v and ("refused" in k or "dropped" in k or "failed" in k)}
     if refused:
         print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
