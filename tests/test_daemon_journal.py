@@ -19,7 +19,7 @@ from jitsched.agents.agent import Agent
 from jitsched.client import Client, TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
-from jitsched.daemon.journal import DONE, Journal, JournalFlow
+from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow
 from jitsched.daemon.server import wait_until
 from jitsched.model import Compute, Job, Transfer
 from jitsched.runner import JobRunner
@@ -91,6 +91,19 @@ def test_journal_survives_a_bad_job_and_config_path(tmp_path):
                     '[daemon]\njournal = "state/j.db"\n')
     assert load_config(toml).journal == str(tmp_path / "state" / "j.db")
     assert load_config(toml, journal=None).journal is None
+
+
+def test_a_journal_that_cannot_be_used_is_one_error_naming_the_file(tmp_path):
+    not_db = tmp_path / "notes.txt"
+    not_db.write_text("not a database\n" * 100)
+    for path, why in ((tmp_path / "gone" / "j.db", f"no such directory {tmp_path / 'gone'}"),
+                      (tmp_path, "a directory, not a file"),
+                      (not_db, "cannot use (file is not a database)")):
+        with pytest.raises(JournalError) as ei:
+            Journal(path)
+        assert str(ei.value) == f"journal {path}: {why}"
+    assert not (tmp_path / "gone").exists()
+    assert not_db.read_text().startswith("not a database")  # left as it was
 
 
 def test_journal_resumes_announced_background_flows(tmp_path):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import msgpack
 
+from jitsched.errors import JitschedError
+
 # One row per submitted job (the job map as submitted, packed), one per progress event;
 # an ended job keeps its row (state, end, JCT) without its map and events, so the file
 # holds what running jobs need and little else. An announced background flow is one
@@ -28,6 +30,10 @@ CREATE TABLE IF NOT EXISTS background (
 """
 STARTED = "S"  # a transfer started sending
 DONE = "D"  # a transfer arrived or a compute ended
+
+
+class JournalError(JitschedError):
+    """A journal file that cannot be opened, written or read as a journal."""
 
 
 @dataclass
@@ -72,20 +78,34 @@ class Journal:
 
     Raises
     ------
-    sqlite3.DatabaseError
-        The file is not a database, or WAL mode cannot be set.
+    JournalError
+        The file's directory is missing, the file cannot be opened or written,
+        is not a database, or WAL mode cannot be set (the message names the file).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        # the daemon's loop thread writes, but the state (and this) is built on another
-        self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        if not self.path.parent.is_dir():
+            raise JournalError(f"journal {self.path}: no such directory {self.path.parent}")
+        if self.path.is_dir():
+            raise JournalError(f"journal {self.path}: a directory, not a file")
+        try:
+            # the daemon's loop thread writes, but the state (and this) is built on another
+            self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise JournalError(f"journal {self.path}: cannot open ({exc})") from None
+        try:
+            mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise JournalError(f"journal {self.path}: cannot use WAL mode (got {mode!r})")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
             self.db.close()
-            raise sqlite3.DatabaseError(f"{self.path}: cannot use WAL mode (got {mode!r})")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+            raise JournalError(f"journal {self.path}: cannot use ({exc})") from None
+        except JournalError:
+            self.db.close()
+            raise
         self.writes = 0  # transactions since open
 
     def close(self) -> None:
@@ -193,4 +213,4 @@ class Journal:
         return cur.rowcount
 
 
-__all__ = ["DONE", "STARTED", "Journal", "JournalFlow", "JournalJob"]
+__all__ = ["DONE", "STARTED", "Journal", "JournalError", "JournalFlow", "JournalJob"]

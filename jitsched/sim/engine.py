@@ -65,8 +65,8 @@ class Simulator:
     def __init__(self, workload: Workload, policy: Policy | str, *, seed: int = 0,
                  compute_noise: float = 0.0, tick_s: float | None = None, check: bool = True,
                  progress: bool = False, policy_options: dict | None = None) -> None:
-        if compute_noise < 0:
-            raise ValidationError(f"compute_noise: must be >= 0, got {compute_noise!r}")
+        if not 0 <= compute_noise < math.inf:
+            raise ValidationError(f"compute_noise: must be a finite number >= 0, got {compute_noise!r}")
         if tick_s is not None and not tick_s > 0:
             raise ValidationError(f"tick_s: must be positive, got {tick_s!r}")
         self.workload = workload
