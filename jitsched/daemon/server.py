@@ -398,6 +398,9 @@ class Daemon:
             if self.config.metrics_port:
                 self.metrics_port = self._serve_metrics(self.config.metrics_port)
         except BaseException as exc:  # noqa: BLE001 - surfaced by start()
+            # every socket of the context closed, the monitors first: stop() terms it
+            for c in self.conns.values():
+                c.close()
             for s in socks:
                 s.close(0)
             self._stop_auth()
