@@ -77,6 +77,9 @@ class DaemonConfig(SecurityOptions):
     failed plan is retried ``plan_retry_s`` later, the wait doubling with each
     further failure up to ``plan_retry_max_s``.
 
+    ``slot_s`` is at least 1 ms (:data:`jitsched.lp.MIN_SLOT_S`) and ``heartbeat_s``
+    at least 10 ms (:data:`MIN_HEARTBEAT_S`).
+
     ``[limits]`` bound what a submitted job may ask for, so that every job the
     daemon accepts has a plan of bounded size; a job beyond one is refused
     (``invalid_job``, the message names the field and the limit).

@@ -193,9 +193,13 @@ class Daemon:
     Raises
     ------
     ValidationError
-        A plaintext endpoint faces the network (no keys, not ``insecure``).
+        A plaintext endpoint faces the network (no keys, not ``insecure``), or the
+        policy does not take one of ``policy_options``; from :meth:`start`, an
+        endpoint or the metrics port cannot be bound (the setting named).
     KeyFileError
-        The key directory cannot be read.
+        The key directory cannot be read or another user could change it.
+    JournalError
+        The journal cannot be opened or used.
     """
 
     def __init__(self, config: DaemonConfig, policy: Policy | None = None) -> None:
