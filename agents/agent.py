@@ -22,6 +22,7 @@ from pathlib import Path
 
 import zmq
 
+from jitsched.agents.attach import AttachTable
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
 from jitsched.keys import HOSTS, CurveKeys, curve_keys, handshake_failure, handshake_monitor
 from jitsched.localreg import (
@@ -215,6 +216,8 @@ class Agent:
         self.flows: dict[str, LocalFlow] = {}
         self.in_flows: dict[str, LocalFlow] = {}  # inbound sockets, for the ingress backend
         self.registrations = {"out": 0, "in": 0}  # flows registered so far, per direction
+        # jobs attached by pid, cgroup or port: their connections, found in the backend's namespace
+        self.attached = AttachTable(netns=self.backend_options.get("netns"))
         self.current_slot: int | None = None
         self.applied_at_ns = 0
         self._ctx = zmq.Context()
@@ -346,6 +349,8 @@ class Agent:
                         del conns[fd]
                         c.close()
                 mono = time.monotonic()
+                if self.attached.due(mono) and self.attached.scan():
+                    self._tick(force=True)  # connections came or went: classify them now
                 if self.schedule is not None and mono - self._last_heard > self.heartbeat_timeout_s:
                     self._drop_schedule()
                 if mono - self._last_rx > self.reconnect_s:
@@ -379,6 +384,7 @@ class Agent:
                         be.close()
             for f in [*self.flows.values(), *self.in_flows.values()]:
                 f.sock.close()
+            self.attached.close()
 
     def _poll_timeout_ms(self, next_hb: float) -> int:
         wait = max(next_hb - time.monotonic(), 0.0)
@@ -514,6 +520,8 @@ class Agent:
             rates[f.flow_id] = f.rate_Bps
         body = {"host": self.host, "applied_seq": self.applied_seq, "flow_rates_Bps": rates,
                 "total_Bps": float(sum(rates.values()))}
+        if self.attached.jobs or self.attached.scans:
+            body["attached"] = self.attached.summary()
         try:
             dealer.send(encode_request(MsgType.HEARTBEAT, body), zmq.NOBLOCK)
         except zmq.Again:
@@ -547,7 +555,11 @@ class Agent:
         need_ep = backend.needs_endpoints if backend is not None else False
         index, ranked = self._flow_index(s, inbound)
         if not need_ep:
-            return int(k), self._walked_rates(s, inbound, int(k), ranked, local), 0.0 if ranked else leftover
+            walked = self._walked_rates(s, inbound, int(k), ranked, local)
+            if self.attached.jobs:
+                walked += self.attached.rates(s, int(k), inbound, self._walk_cache[inbound][3] if ranked else None,
+                                              _registered(local, inbound))
+            return int(k), walked, 0.0 if ranked else leftover
         out = []
         # A backend that needs endpoints only installs the flows registered here: look
         # those up rather than walk the schedule, which lists every transfer the host
@@ -561,6 +573,8 @@ class Agent:
             lf = local[f["flow"]]
             out.append(FlowRate(f["flow"], got[0], lf.src_addr, lf.src_port, lf.dst_addr, lf.dst_port,
                                 prio=got[1]))
+        if self.attached.jobs:
+            out += self.attached.rates(s, int(k), inbound, skip=_registered(local, inbound))
         if ranked:
             out = dense_levels(out)
             # strict priority: background is guaranteed nothing and borrows after every
@@ -586,10 +600,11 @@ class Agent:
                 got = _rate_in_slot(f, k)
                 if got is not None:
                     rows.append((f["flow"], *got))
+            level_of = {}
             if ranked:
                 level_of = _dense_level_map(p for _, _, p in rows)
                 rows = [(fid, rate, None if p is None else level_of[p]) for fid, rate, p in rows]
-            cached = (k, s, [FlowRate(fid, rate, prio=p) for fid, rate, p in rows])
+            cached = (k, s, [FlowRate(fid, rate, prio=p) for fid, rate, p in rows], level_of)
             self._walk_cache[inbound] = cached
             self.schedule_walks += 1
         flows = cached[2]
@@ -661,7 +676,13 @@ class Agent:
             return False
         try:
             req = decode_request(data, allowed=LOCAL_TYPES)
-            reply = self._local_request(req, fds)
+            if req.type in (MsgType.ATTACH, MsgType.DETACH):
+                for fd in fds:  # names processes, carries no socket
+                    os.close(fd)
+                fds = []
+                reply = self._attach_request(req, peer_uid(conn))
+            else:
+                reply = self._local_request(req, fds)
         except ProtocolError as exc:
             for fd in fds:
                 os.close(fd)
@@ -685,6 +706,15 @@ class Agent:
                             "late after their promotion)", self.host, str(exc))
         else:
             self.rto_capped += 1
+
+    def _attach_request(self, req: Request, uid: int) -> bytes:
+        """An ``attach`` or ``detach`` from local user ``uid`` (refusals raise ProtocolError)."""
+        if req.type == MsgType.DETACH:
+            reply = self.attached.detach(req.body["job"], uid)
+        else:
+            reply = self.attached.attach(req.body, uid)
+        self._tick(force=True, only="out" if self.in_backend is None else None)
+        return encode_ok(req.id, reply)
 
     def _local_request(self, req: Request, fds: list[int]) -> bytes:
         fid = req.body["flow"]
@@ -725,6 +755,13 @@ class Agent:
                 backend.detach(fid)
             f.sock.close()
         return encode_ok(req.id, {"flow": fid, "known": f is not None})
+
+
+def _registered(local: dict[str, LocalFlow], inbound: bool) -> set[tuple[str, int, str, int]]:
+    """The (local address, port, remote address, port) of the sockets handed over in ``local``."""
+    if inbound:
+        return {(f.dst_addr, f.dst_port, f.src_addr, f.src_port) for f in local.values()}
+    return {(f.src_addr, f.src_port, f.dst_addr, f.dst_port) for f in local.values()}
 
 
 def dense_levels(flows: list[FlowRate], levels: int = FLOW_LEVELS) -> list[FlowRate]:

@@ -4,7 +4,8 @@
 # submit, churn) drives the same harness -- a daemon in a child process with its
 # journal, agents and job runners in processes, RSS and descriptor probes -- and
 # prints into the one --json line operators' scripts read. Splitting the modes into a
-# bench/faults/ package is the next step if another mode is added.
+# bench/faults/ package is the next step; the modes of the daemon's bounds (ended jobs'
+# memory, connection churn) live in bench/faults_limits.py already.
 from __future__ import annotations
 
 import argparse
@@ -1416,6 +1417,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave max_job_nodes at its default (the big job is refused after parsing)")
     ap.add_argument("--churn", type=int, default=0, metavar="N",
                     help="submit and cancel N jobs, then measure the status reply (default 0: none)")
+    ap.add_argument("--ended-memory", type=int, default=0, metavar="LOOPS",
+                    help="submit and cancel a big job LOOPS times: ended_job_memory_growth_mb (default 0: none)")
+    ap.add_argument("--ended-memory-nodes", type=int, default=49_800,
+                    help="nodes of that job (default 49800)")
+    ap.add_argument("--ended-memory-budget", type=int, default=None, metavar="BYTES",
+                    help="[limits] max_ended_bytes for it (default: the daemon's)")
+    ap.add_argument("--conn-churn-s", type=float, default=0.0, metavar="SECONDS",
+                    help="keyed status while raw TCP connects arrive for SECONDS: churn_status_p99_s "
+                         "(default 0: none)")
+    ap.add_argument("--conn-churn-rate", type=float, default=400.0, help="raw connects a second (default 400)")
+    ap.add_argument("--conn-churn-max-connections", type=int, default=50,
+                    help="[limits] max_connections during it (default 50)")
     args = ap.parse_args(argv)
     out: dict = dict.fromkeys(KEYS)
     with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
@@ -1435,6 +1448,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.soak_s:
             (tmp / "soak").mkdir()
             out |= soak(args.soak_s, args.seed, tmp / "soak")
+        if args.ended_memory or args.conn_churn_s:
+            from bench.faults_limits import churn_status, ended_job_memory
+        if args.ended_memory:
+            (tmp / "ended").mkdir()
+            out |= ended_job_memory(tmp / "ended", args.ended_memory_nodes, args.ended_memory,
+                                    args.ended_memory_budget)
+        if args.conn_churn_s:
+            (tmp / "conn-churn").mkdir()
+            out |= churn_status(tmp / "conn-churn", args.conn_churn_rate, args.conn_churn_s,
+                                args.conn_churn_max_connections)
     if args.json:
         print(json.dumps(out))
     else:

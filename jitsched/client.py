@@ -10,7 +10,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +137,16 @@ class Client:
 
     def submit_job(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> str:
         """Submit a native-format job map (or a :class:`Job`); returns the job id."""
+        return self.submit(job, cluster)["job_id"]
+
+    def submit(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> dict:
+        """:meth:`submit_job`, returning the whole reply: ``job_id``, and with keys
+        ``flow_job``, the job id its flows go by in the agents' schedules
+        (``"<client>:<job id>"``: each client's job ids are its own)."""
         body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
         if cluster is not None:
             body["cluster"] = dict(cluster)
-        return self.request(MsgType.SUBMIT_JOB, body)["job_id"]
+        return self.request(MsgType.SUBMIT_JOB, body)
 
     def submit_graph(self, graph_path: str | Path, *, ps_host: str, worker_host: str,
                      job_id: str | None = None) -> str:
@@ -201,6 +207,47 @@ class Client:
         """Cancel a job."""
         return self.request(MsgType.CANCEL_JOB, {"job_id": job_id})
 
+    def register_template(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> str:
+        """Register a recurring job's DAG once (a native job map or a :class:`Job`); returns its job id.
+
+        Its iterations are then reported with :meth:`iteration`; it ends with
+        :meth:`job_finished` or :meth:`cancel_job`.
+        """
+        body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
+        if cluster is not None:
+            body["cluster"] = dict(cluster)
+        return self.request(MsgType.REGISTER_TEMPLATE, body)["job_id"]
+
+    def iteration(self, job_id: str, n: int, *, step_s: float | None = None,
+                  compute_s: Sequence[float] | None = None, transfer_s: Sequence[float] | None = None,
+                  nbytes: Sequence[float] | None = None) -> dict:
+        """Report that iteration ``n`` (from 1) of recurring job ``job_id`` ended, with what it measured.
+
+        Parameters
+        ----------
+        job_id : str
+        n : int
+        step_s : float, optional
+            The iteration's time, seconds (default: the daemon times the gap between reports).
+        compute_s : sequence of float, optional
+            Each compute's duration, seconds, in the template's compute order.
+        transfer_s, nbytes : sequence of float, optional
+            Each transfer's time (seconds) and size (bytes), in the template's transfer order.
+
+        Returns
+        -------
+        dict
+            ``{"n", "counted", "ranked", "seq"}``: the count, whether this report was new,
+            whether the schedule in force (``seq``) ranks the job.
+        """
+        body: dict[str, Any] = {"job_id": job_id, "n": int(n)}
+        for key, val in (("compute_s", compute_s), ("transfer_s", transfer_s), ("bytes", nbytes)):
+            if val is not None:
+                body[key] = [float(v) for v in val]
+        if step_s is not None:
+            body["step_s"] = float(step_s)
+        return self.request(MsgType.ITERATION, body)
+
     def background_started(self, flow: str, src: str, dst: str, nbytes: float, left: float | None = None) -> dict:
         """Announce a bulk transfer outside every DAG, ``nbytes`` bytes from host ``src`` to ``dst``.
 
@@ -221,6 +268,20 @@ class Client:
     def background_finished(self, flow: str) -> dict:
         """The announced flow ``flow`` ended; ``{"held": bool}`` (False: the daemon no longer had it)."""
         return self.request(MsgType.BACKGROUND_FINISHED, {"flow": flow})
+
+    def attach_job(self, job_id: str, host: str) -> dict:
+        """Ask whether this client may attach job ``job_id``'s connections on ``host``.
+
+        Returns ``{"job_id", "host", "peers": {address: host}}``, the addresses
+        of the job's hosts the daemon's cluster knows (for :func:`jitsched.localreg.attach`).
+
+        Raises
+        ------
+        RemoteError
+            ``unknown_job`` (no such job, or it ended), ``forbidden`` (another
+            client's key submitted it) or ``unknown_host``.
+        """
+        return self.request(MsgType.ATTACH_JOB, {"job_id": job_id, "host": host})
 
     def status(self, *, after: int | None = None, limit: int | None = None) -> dict:
         """Jobs, agents and the last plan summary.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import types
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -34,6 +34,39 @@ def _in(section: str, default: Any = None, **kw: Any) -> Any:
     if "default_factory" in kw:
         return field(metadata={"section": section}, **kw)
     return field(default=default, metadata={"section": section}, **kw)
+
+
+# Without keys every request is this one client's: plaintext is served on this machine
+# only, where any process may act on any job anyway, and a routing id (one per
+# connection, any number of them) would let one process take many quotas.
+ANONYMOUS = "anonymous"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientQuota:
+    """What one client may hold at once: ``[limits.per_client]`` (every client's), and
+    ``[limits.clients.NAME]`` (client NAME's, each setting it leaves out as per_client's).
+
+    A client is a client key's name; without keys, every request is one client's,
+    ``anonymous``. A request past a quota is refused ``overloaded`` naming it, and
+    another client's quota is not touched: the daemon-wide ``[limits]`` hold besides.
+    """
+
+    max_jobs: int = 1000  # running jobs (the daemon-wide max_jobs is 10x: ten clients at their quota)
+    max_background: int = 1000  # announced background flows held
+    # requests waiting in the daemon for one of its own, over all its connections: held
+    # behind a big request being decoded, or that big request itself
+    max_pending_requests: int = 256
+    # bytes of its requests being decoded or held, plus bytes of replies to it that
+    # libzmq has not yet written out (replies of TRACK_BYTES and more)
+    max_bytes_in_flight: int = 64 * 1024 * 1024
+    # estimated memory (bytes) of its jobs the daemon holds, running and ended; a submission
+    # past it first forgets the client's oldest ended jobs (1 GiB: ~40 jobs of max_job_nodes,
+    # ~25k VGG16 iterations)
+    max_job_bytes: int = 1024 ** 3
+
+
+QUOTA_KEYS = tuple(f.name for f in fields(ClientQuota))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,10 +209,26 @@ class DaemonConfig(SecurityOptions):
     # daemon does not know.
     max_background: int = _in("limits", 10_000)
     background_ttl_s: float = _in("limits", 3600.0)
+    # Estimated bytes of ended jobs kept for status, all clients together; the oldest go
+    # first (limits.job_bytes estimates a job; one of 50k nodes is ~30 MB, so max_ended_jobs
+    # of those would be 60 GB).
+    max_ended_bytes: int = _in("limits", 256 * 1024 * 1024)
+    # The daemon's resident memory above which new submissions, background flows and big
+    # requests are refused ``overloaded`` (ended jobs are forgotten first to make room).
+    # 0: half of the machine's memory or of its cgroup's memory.max, whichever is less
+    # (limits.memory_ceiling); status shows the value in force.
+    max_memory_bytes: int = _in("limits", 0)
+    # [limits.per_client] and [limits.clients.NAME]: each client's quota (ClientQuota)
+    per_client: ClientQuota = field(default_factory=ClientQuota)
+    clients: dict[str, ClientQuota] = field(default_factory=dict)
 
     def with_(self, **changes: Any) -> DaemonConfig:
         """A copy with ``changes`` applied."""
         return replace(self, **changes)
+
+    def quota(self, client: str | None) -> ClientQuota:
+        """The quota of ``client`` (a key's name; None: the daemon has no keys, ``anonymous``)."""
+        return self.clients.get(ANONYMOUS if client is None else client, self.per_client)
 
 
 SECTIONS = ("daemon", "scheduler", "limits", "security")
@@ -222,6 +271,34 @@ def _section(doc: dict, name: str, spec: dict) -> dict:
     return out
 
 
+def _quota(table: object, where: str, base: ClientQuota) -> ClientQuota:
+    """``base`` with the settings of the TOML table ``[where]`` applied."""
+    if not isinstance(table, dict):
+        raise ValidationError(f"[{where}]: expected a table")
+    out = {}
+    for key, val in table.items():
+        if key not in QUOTA_KEYS:
+            raise ValidationError(f"[{where}].{key}: unknown setting; expected one of {', '.join(QUOTA_KEYS)}")
+        if not isinstance(val, int) or isinstance(val, bool):
+            raise ValidationError(f"[{where}].{key}: expected int, got {type(val).__name__}")
+        out[key] = val
+    return replace(base, **out)
+
+
+def _quotas(doc: dict) -> tuple[dict, dict[str, Any]]:
+    """``doc`` without ``[limits.per_client]`` and ``[limits.clients.*]``, and those as fields."""
+    lim = doc.get("limits")
+    if not isinstance(lim, dict) or not ({"per_client", "clients"} & set(lim)):
+        return doc, {}
+    lim = dict(lim)
+    per = _quota(lim.pop("per_client", {}), "limits.per_client", ClientQuota())
+    named = lim.pop("clients", {})
+    if not isinstance(named, dict):
+        raise ValidationError("[limits.clients]: expected tables [limits.clients.NAME]")
+    clients = {name: _quota(t, f"limits.clients.{name}", per) for name, t in named.items()}
+    return doc | {"limits": lim}, {"per_client": per, "clients": clients}
+
+
 def parse_config(doc: dict, **overrides: Any) -> DaemonConfig:
     """Validate a parsed TOML document and return a :class:`DaemonConfig`; ``overrides``
     (fields, e.g. from the command line) replace the document's settings before the checks."""
@@ -229,7 +306,8 @@ def parse_config(doc: dict, **overrides: Any) -> DaemonConfig:
     if extra:
         raise ValidationError(f"unknown top-level key(s) {sorted(extra)}; expected hosts, {', '.join(SECTIONS)}")
     cluster = parse_cluster({"hosts": doc.get("hosts", [])}, "hosts")
-    opts: dict[str, Any] = {}
+    doc, quotas = _quotas(doc)
+    opts: dict[str, Any] = dict(quotas)
     where: dict[str, str] = {}
     for name in SECTIONS:
         spec = KEYS[name] | {k: KEYS["limits"][k] for k in _MOVED.get(name, ())}
@@ -277,8 +355,19 @@ def check_config(cfg: DaemonConfig) -> None:
         raise ValidationError("plan_retry_s: must be positive and at most plan_retry_max_s, "
                               f"got {cfg.plan_retry_s!r} and {cfg.plan_retry_max_s!r}")
     for name in KEYS["limits"]:
-        if not getattr(cfg, name) > 0:
+        if name != "max_memory_bytes" and not getattr(cfg, name) > 0:
             raise ValidationError(f"[limits].{name}: must be positive, got {getattr(cfg, name)!r}")
+    if cfg.max_memory_bytes < 0:
+        raise ValidationError(f"[limits].max_memory_bytes: must be >= 0 (0: derived from the machine), "
+                              f"got {cfg.max_memory_bytes!r}")
+    for where, q in (("limits.per_client", cfg.per_client),
+                     *((f"limits.clients.{n}", q) for n, q in cfg.clients.items())):
+        for key in QUOTA_KEYS:
+            if not getattr(q, key) > 0:
+                raise ValidationError(f"[{where}].{key}: must be positive, got {getattr(q, key)!r}")
+        if q.max_bytes_in_flight < cfg.max_message_bytes:
+            raise ValidationError(f"[{where}].max_bytes_in_flight: must be at least max_message_bytes "
+                                  f"({cfg.max_message_bytes}), got {q.max_bytes_in_flight!r}")
     if cfg.max_peer_queued_bytes < cfg.max_message_bytes:
         raise ValidationError("[limits].max_peer_queued_bytes: must be at least max_message_bytes "
                               f"({cfg.max_message_bytes}), got {cfg.max_peer_queued_bytes!r}")
@@ -332,11 +421,15 @@ def config_doc(cfg: DaemonConfig) -> dict:
     for name in SECTIONS:
         # TOML has no null: a setting left to the policy is left out
         doc[name] = {k: getattr(cfg, k) for k in KEYS[name] if getattr(cfg, k) is not None}
+    doc["limits"]["per_client"] = asdict(cfg.per_client)
+    if cfg.clients:
+        doc["limits"]["clients"] = {n: asdict(q) for n, q in cfg.clients.items()}
     doc["scheduler"]["policy_options"] = dict(cfg.policy_options)
     if not cfg.policy_options:
         del doc["scheduler"]["policy_options"]
     return doc
 
 
-__all__ = ["FULL", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S", "PLANNING_MODES", "SECTIONS", "DaemonConfig", "SecurityOptions",
+__all__ = ["ANONYMOUS", "FULL", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S", "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS",
+           "ClientQuota", "DaemonConfig", "SecurityOptions",
            "check_config", "check_exposure", "config_doc", "load_config", "parse_config"]

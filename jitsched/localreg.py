@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jitsched.errors import JitschedError
-from jitsched.protocol import MsgType, ProtocolError, Reply, decode_any, encode_request
+from jitsched.protocol import MsgType, ProtocolError, RemoteError, Reply, decode_any, encode_request
 
 LOCAL_PREFIX = "jitsched-agent"
 RUN_DIR_ENV = "JITSCHED_RUN_DIR"  # where agents put their sockets (default: see run_dir)
@@ -271,6 +271,78 @@ def unregister_flow(ctrl: socket.socket | None, flow_id: str, direction: str = "
         ctrl.close()
 
 
-__all__ = ["LOCAL_PREFIX", "RUN_DIR_ENV", "LocalListener", "LocalSocketError", "flow_body", "listen_local",
+def _local_call(local_name: str, type_: str, body: dict, timeout_s: float) -> dict:
+    """One request to the agent at ``local_name`` and its reply body (no descriptor passed)."""
+    why = _untrusted(local_name)
+    if why:
+        raise LocalSocketError(f"{local_name}: " + ("no agent listens there" if why == "-" else why))
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.settimeout(timeout_s)
+    try:
+        try:
+            c.connect(local_name)
+        except OSError as exc:
+            raise LocalSocketError(f"{local_name}: cannot reach the agent ({exc.strerror or exc})") from None
+        uid = peer_uid(c)
+        if uid not in trusted_uids():
+            raise LocalSocketError(f"{local_name}: served by uid {uid}, neither root nor this user")
+        c.send(encode_request(type_, body))
+        try:
+            data = c.recv(65536)
+        except TimeoutError:
+            raise TimeoutError(f"{local_name}: no reply from the agent within {timeout_s:g} s") from None
+        if not data:
+            raise LocalSocketError(f"{local_name}: the agent closed the connection (it does not serve this user)")
+        rep = decode_any(data)
+    finally:
+        c.close()
+    if not isinstance(rep, Reply):
+        raise ProtocolError("bad_message", "the agent sent a request, not a reply")
+    if not rep.ok:
+        raise RemoteError(rep.code, rep.message)
+    return rep.body
+
+
+def attach(local_name: str, job: str, *, pids: list[int] | None = None, cgroup: str | None = None,
+           ports: list[int] | None = None, peers: dict[str, str] | None = None,
+           timeout_s: float = 5.0) -> dict:
+    """Have the agent at ``local_name`` schedule job ``job``'s TCP connections on its host.
+
+    Name exactly one of ``pids`` (these processes and the children they fork),
+    ``cgroup`` (a cgroup v2 directory under /sys/fs/cgroup, and those below it)
+    and ``ports`` (connections with one of these local or remote ports). The
+    agent finds their connections within a second of their opening and gives
+    each the rank and rate of the job's group to its peer host, which
+    ``peers`` names: ``{"address": host}`` or ``{"address:port": host}``
+    (:meth:`jitsched.client.Client.attach_job` gives the cluster's). Only root,
+    or the owner of the processes or cgroup, may attach them.
+
+    Returns
+    -------
+    dict
+        ``{"job", "attachments", "conns"}``: the job's attachments on the host
+        and the connections found at once.
+
+    Raises
+    ------
+    RemoteError
+        The agent refused (``invalid_body``: no such pid, a cgroup path outside
+        /sys/fs/cgroup, ...; ``forbidden``: another user's processes).
+    LocalSocketError
+        No trusted agent listens at ``local_name``.
+    """
+    body: dict = {"job": job}
+    for key, val in (("pids", pids), ("cgroup", cgroup), ("ports", ports), ("peers", peers)):
+        if val is not None:
+            body[key] = list(val) if key in ("pids", "ports") else val
+    return _local_call(local_name, MsgType.ATTACH, body, timeout_s)
+
+
+def detach(local_name: str, job: str, timeout_s: float = 5.0) -> dict:
+    """Undo this user's :func:`attach` of job ``job`` (root's: everyone's); ``{"job", "detached": n}``."""
+    return _local_call(local_name, MsgType.DETACH, {"job": job}, timeout_s)
+
+
+__all__ = ["LOCAL_PREFIX", "RUN_DIR_ENV", "LocalListener", "LocalSocketError", "attach", "detach", "flow_body", "listen_local",
            "local_address", "peer_uid", "private_dir", "register_flow", "run_dir", "trusted_uids",
            "unregister_flow"]

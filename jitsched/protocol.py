@@ -85,6 +85,17 @@ MESSAGES: tuple[Message, ...] = (
     Message("job_finished", JOB, {"job_id": (str, True), "jct_s": (NUM, False),
                                   "t_ns": (int, False)}),
     Message("cancel_job", JOB, {"job_id": (str, True)}),
+    # a recurring job registers its DAG once (a template: a job that runs until job_finished
+    # or cancel_job), then reports each iteration's end with `iteration`; the plan keeps
+    # its transfers ranked across iterations
+    Message("register_template", JOB, {"job": (dict, True), "cluster": (dict, False)}),
+    # iteration n (from 1; a repeat is answered without being counted again) of template
+    # job_id ended; what it measured, each optional: step_s, the iteration's time; compute_s,
+    # each compute's duration in the template's order; transfer_s and bytes, each transfer's
+    # time and size in the template's order. The daemon learns its estimates from them.
+    Message("iteration", JOB, {"job_id": (str, True), "n": (int, True), "step_s": (NUM, False),
+                               "compute_s": (list, False), "transfer_s": (list, False),
+                               "bytes": (list, False)}),
     # a bulk transfer outside every DAG (a file copy, a checkpoint upload) announces its
     # size so that policies that rank background flows (jit) can; its agents know it as
     # background_flow_id(flow)
@@ -92,6 +103,10 @@ MESSAGES: tuple[Message, ...] = (
     Message("background_started", JOB, {"flow": (str, True), "src": (str, True), "dst": (str, True),
                                         "bytes": (NUM, True), "left": (NUM, False)}),
     Message("background_finished", JOB, {"flow": (str, True)}),
+    # before a job's connections are attached on ``host`` (``attach`` below): the daemon
+    # checks the job is the sender's and answers with the addresses of the job's hosts
+    # that its cluster knows, {address: host}, for the agent to name each peer by
+    Message("attach_job", JOB, {"job_id": (str, True), "host": (str, True)}),
     # a page of jobs: those submitted after seq ``after`` (default 0), at most ``limit``
     # (default and most: the daemon's status_page_jobs); the reply's next_after goes on
     Message("status", JOB, {"verbose": (bool, False), "after": (int, False), "limit": (int, False)},
@@ -100,7 +115,9 @@ MESSAGES: tuple[Message, ...] = (
                                 "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
                                 "applied_seq": (int, False)}),
     Message("heartbeat", AGENT, {"host": (str, True), "applied_seq": (int, False),
-                                 "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False)}),
+                                 "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False),
+                                 # per attached job: {"bytes_sent", "bytes_classified", "rank", ...}
+                                 "attached": (dict, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
@@ -112,6 +129,12 @@ MESSAGES: tuple[Message, ...] = (
                                    "incarnation": (int, False)}),
     Message("register_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
     Message("unregister_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
+    # a job's own processes (pids and their descendants), cgroup v2 directory or TCP
+    # ports on the agent's host: exactly one of the three; ``peers`` maps a remote
+    # "address" or "address:port" to the host name its connections go to
+    Message("attach", LOCAL, {"job": (str, True), "pids": (list, False), "cgroup": (str, False),
+                              "ports": (list, False), "peers": (dict, False)}),
+    Message("detach", LOCAL, {"job": (str, True)}),
 )
 if len({m for m in MESSAGES}) != len(MESSAGES):
     raise RuntimeError("a message type is declared twice in MESSAGES")
@@ -148,11 +171,13 @@ class ErrorCode:
     INVALID_JOB = "invalid_job"  # the job map fails model validation
     DUPLICATE_JOB = "duplicate_job"
     UNKNOWN_JOB = "unknown_job"
+    JOB_ENDED = "job_ended"  # an iteration of a recurring job that finished or was cancelled
     UNKNOWN_NODE = "unknown_node"
     UNKNOWN_HOST = "unknown_host"
     NOT_REGISTERED = "not_registered"
     FORBIDDEN = "forbidden"  # the sender's key may not do this (another host's, another client's job)
     OVERLOADED = "overloaded"
+    UNAVAILABLE = "unavailable"  # the daemon cannot record it now (its journal cannot be written)
     INTERNAL = "internal"
 
 

@@ -66,6 +66,7 @@ class JobResult:
     reconnects: int = 0
     resubmits: int = 0
     ideal_jct_s: float = float("nan")
+    compute_s: dict[str, float] = field(default_factory=dict)  # each compute's emulated duration
 
     @property
     def lat_hit_rate(self) -> float:
@@ -113,7 +114,7 @@ class _Session:
         with self.lock:
             self.started[nid] = None
 
-    def call(self, name: str, *args, resubmit: bool = True):
+    def call(self, name: str, *args, resubmit: bool = True, **kwargs):
         """``Client.<name>(*args)``, retried until the deadline through a restart.
 
         Raises
@@ -131,15 +132,15 @@ class _Session:
                                    "before the run's timeout")
             self.client.timeout_s = min(self.runner.request_timeout_s, left)
             try:
-                rep = getattr(self.client, name)(*args)
+                rep = getattr(self.client, name)(*args, **kwargs)
             except TimeoutError:
                 self._reconnect(name)
                 first = False
                 continue
             except RemoteError as exc:
-                if exc.code == ErrorCode.DUPLICATE_JOB and name == "submit_job" and not first:
-                    return self.runner.job.id  # the first try got there; its reply did not
-                if exc.code == ErrorCode.UNKNOWN_JOB and resubmit and name != "submit_job":
+                if exc.code == ErrorCode.DUPLICATE_JOB and name == "submit" and not first:
+                    return {"job_id": self.runner.job.id}  # the first try got there; its reply did not
+                if exc.code == ErrorCode.UNKNOWN_JOB and resubmit and name not in ("submit", "register_template"):
                     self._resubmit()
                     first = False
                     continue
@@ -163,9 +164,12 @@ class _Session:
         with self.lock:
             progress = {"done": list(self.done), "started": list(self.started)}
         log.warning("event=runner_resubmit job=%s done=%d", self.runner.job.id, len(progress["done"]))
-        body = {"job": self.runner.job.to_dict(), "progress": progress}
+        if self.runner.template is not None:  # a recurring job: its template again, counting anew
+            msg, body = MsgType.REGISTER_TEMPLATE, {"job": self.runner.template.to_dict()}
+        else:
+            msg, body = MsgType.SUBMIT_JOB, {"job": self.runner.job.to_dict(), "progress": progress}
         try:
-            self.call("request", MsgType.SUBMIT_JOB, body, resubmit=False)
+            self.call("request", msg, body, resubmit=False)
         except RemoteError as exc:
             if exc.code != ErrorCode.DUPLICATE_JOB:
                 raise
@@ -255,6 +259,9 @@ class JobRunner:
         self.job = job
         self.request_timeout_s = request_timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
+        self.key_name = key_name
+        self.flow_job = job.id  # the job id its flows go by, as the daemon's reply says
+        self._flow_job_known = threading.Event()
         self.endpoint = endpoint
         self.sinks = sinks
         self.agents = agents or {}
@@ -267,6 +274,12 @@ class JobRunner:
             raise ValidationError(f"register_min_bytes: must be >= 0, got {register_min_bytes!r}")
         self.register_min_bytes = int(register_min_bytes)
         self._lock = threading.Lock()
+        # a recurring run (run_iterations): the template registered, the iteration under way,
+        # the session kept across iterations, and each compute's factor in this iteration
+        self.template: Job | None = None
+        self._iteration = 0
+        self._session: _Session | None = None
+        self._factor: dict[str, float] = {}
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
         """Submit and execute the job; returns when every node finished (or on failure).
@@ -293,16 +306,24 @@ class JobRunner:
         left = [len(preds)]
         failure: list[str] = []
         deadline = time.monotonic() + timeout_s
-        client = _Session(self, deadline)
+        recurring = self._iteration > 0  # one iteration of a registered template: no per-node reports
+        if not recurring:  # a template's flow_job was set when run_iterations registered it
+            self.flow_job = job.id
+            self._flow_job_known.clear()
+        client = self._session or _Session(self, deadline)
+        client.deadline = deadline
         self.session = client  # what it went through (reconnects, resubmits): tests and benches
-        reports: queue.SimpleQueue | None = queue.SimpleQueue() if self.async_reports else None
+        reports: queue.SimpleQueue | None = (queue.SimpleQueue() if self.async_reports and not recurring
+                                             else None)
         reporter = None
         unsubmitted: list[Exception] = []  # why an asynchronous submission failed
         try:
             t0 = time.perf_counter()
-            if reports is None:
+            if recurring:
+                pass  # registered once, by run_iterations
+            elif reports is None:
                 try:
-                    client.call("submit_job", job)
+                    self._submitted(client.call("submit", job))
                 except TimeoutError as exc:  # no daemon answered before the deadline
                     result.error = f"submit: {exc}"
                     log.warning("event=job_failed job=%s error=%r", job.id, result.error)
@@ -345,6 +366,8 @@ class JobRunner:
                     return nxt
 
                 def report(fn, *args, then=None):
+                    if recurring:
+                        return  # the iteration's end reports them all at once
                     if reports is not None:
                         # (kind, node, value) of a report message; args are (job id, node[, value])
                         reports.put((_EVENT_OF[fn], args[1], args[2] if len(args) > 2 else None, then))
@@ -372,13 +395,15 @@ class JobRunner:
                             c = computes[nid]
                             s0 = time.perf_counter()
                             begin = max((ends[p] for p in inputs[nid]), default=0.0)
-                            ends[nid] = end = begin + c.duration_s * self.compute_scale
+                            took = c.duration_s * self.compute_scale * self._factor.get(nid, 1.0)
+                            ends[nid] = end = begin + took
                             wait = end - (s0 - t0)
                             if wait > 0:
                                 time.sleep(wait)
                             client.node_done(nid)
+                            result.compute_s[nid] = took
                             # the duration it emulated (the runner's lag is the job's, not the op's)
-                            report("compute_finished", job.id, nid, c.duration_s * self.compute_scale)
+                            report("compute_finished", job.id, nid, took)
                         else:
                             t = transfers[nid]
                             result.transfer_start_s[nid] = time.perf_counter() - t0
@@ -387,9 +412,9 @@ class JobRunner:
                             agent = self.agents.get(t.src) if t.bytes > self.register_min_bytes else None
                             if self.send is not None:
                                 secs = self.send(t.src, self.sinks[t.dst], int(t.bytes),
-                                                 flow_id(job.id, nid), agent=agent)
+                                                 self._flow_id(nid), agent=agent)
                             else:
-                                secs = send_bytes(self.sinks[t.dst], int(t.bytes), flow_id(job.id, nid),
+                                secs = send_bytes(self.sinks[t.dst], int(t.bytes), self._flow_id(nid),
                                                   agent=agent)
                             result.transfer_s[nid] = secs
                             ends[nid] = time.perf_counter() - t0
@@ -411,7 +436,7 @@ class JobRunner:
             result.jct_s = time.perf_counter() - t0
             if not failure:
                 # each transfer taking what it took, each compute its duration
-                took = {c.id: c.duration_s * self.compute_scale for c in job.computes} | result.transfer_s
+                took = dict(result.compute_s) | result.transfer_s
                 result.ideal_jct_s = critical_path_s(took, job.edges)
             if reporter is not None:
                 reports.put(None)
@@ -428,6 +453,13 @@ class JobRunner:
                     client.call("cancel_job", job.id, resubmit=False)
                 except (TimeoutError, RemoteError) as exc:
                     log.warning("event=cancel_failed job=%s error=%r", job.id, str(exc))
+            elif recurring:
+                try:
+                    client.call("iteration", job.id, self._iteration, step_s=result.jct_s,
+                                compute_s=[result.compute_s[c.id] for c in job.computes],
+                                transfer_s=[result.transfer_s[t.id] for t in job.transfers])
+                except TimeoutError as exc:
+                    result.error = str(exc)
             else:
                 try:
                     client.call("job_finished", job.id, result.jct_s)
@@ -437,11 +469,78 @@ class JobRunner:
             if reporter is not None and reporter.is_alive():
                 reports.put(None)
                 reporter.join(30.0)
-            client.close()
+            if client is not self._session:
+                client.close()
             result.reconnects, result.resubmits = client.reconnects, client.resubmits
         if result.error:
             log.warning("event=job_failed job=%s error=%r", job.id, result.error)
         return result
+
+    def run_iterations(self, n: int, timeout_s: float = 600.0, *, template: Job | None = None,
+                       compute_noise: float = 0.0, seed: int = 0) -> list[JobResult]:
+        """Run the job as a recurring one: register it once, run its DAG ``n`` times back to back.
+
+        Each iteration runs as :meth:`run` does, without per-node reports: its
+        end is one ``iteration`` message with its step time and every
+        compute's and transfer's duration, from which the daemon learns the
+        job's timings. The job then ends with ``job_finished``.
+
+        Parameters
+        ----------
+        n : int
+            Iterations (>= 1).
+        timeout_s : float
+            For each iteration, as :meth:`run`'s.
+        template : Job, optional
+            The DAG registered (its declared durations; same nodes as the job),
+            default the job itself: the computes run the job's durations.
+        compute_noise : float
+            Each compute runs its duration times ``1 + compute_noise * z``, ``z``
+            standard normal, drawn anew each iteration (at least 0).
+        seed : int
+
+        Returns
+        -------
+        list of JobResult
+            One per iteration run (the last one failed if its ``error`` is set).
+
+        Raises
+        ------
+        RemoteError
+            The daemon refused the template or a report.
+        """
+        import numpy as np
+
+        if n < 1:
+            raise ValidationError(f"n: must be >= 1, got {n!r}")
+        tpl = template or self.job
+        if [c.id for c in tpl.computes] != [c.id for c in self.job.computes] or \
+                [t.id for t in tpl.transfers] != [t.id for t in self.job.transfers] or tpl.id != self.job.id:
+            raise ValidationError("template: must have the job's id and nodes, in the job's order")
+        rng = np.random.default_rng(seed)
+        ids = [c.id for c in self.job.computes]
+        self.template = tpl
+        self._session = _Session(self, time.monotonic() + timeout_s)
+        out: list[JobResult] = []
+        try:
+            self._submitted(self._session.call("request", MsgType.REGISTER_TEMPLATE, {"job": tpl.to_dict()}))
+            for i in range(1, n + 1):
+                z = rng.standard_normal(len(ids)) if compute_noise else np.zeros(len(ids))
+                self._factor = dict(zip(ids, np.maximum(1.0 + compute_noise * z, 0.0).tolist(), strict=True))
+                self._iteration = i
+                res = self.run(timeout_s)
+                out.append(res)
+                if res.error:
+                    break
+            else:
+                self._session.deadline = time.monotonic() + timeout_s
+                self._session.call("job_finished", self.job.id, sum(r.jct_s for r in out))
+        finally:
+            self._iteration = 0
+            self._factor = {}
+            self._session.close()
+            self._session = None
+        return out
 
     @classmethod
     def _submit_then_report(cls, session: _Session, job: Job, reports: queue.SimpleQueue, failure: list[str],
@@ -449,13 +548,32 @@ class JobRunner:
         # The asynchronous runner's reporter: the submission, then the reports. A refusal
         # or no reply ends the run (the DAG has started meanwhile: what it sent stays sent).
         try:
-            session.call("submit_job", job)
+            session.runner._submitted(session.call("submit", job))
         except (TimeoutError, RemoteError) as exc:
             unsubmitted.append(exc)
             failure.append(f"submit: {exc}")
             all_done.set()
             return
+        finally:
+            session.runner._flow_job_known.set()  # transfers waiting for it go on (or end)
         cls._report_loop(session, job.id, reports, failure, all_done)
+
+    def _submitted(self, reply: dict) -> None:
+        """The submission's reply: the id the job's flows go by (``flow_job`` with keys)."""
+        flow_job = reply.get("flow_job")
+        if flow_job is None and self.keys is not None:
+            # a retried submission whose first try got there: the daemon said only that
+            # the job runs. Its flows go by "<key name>:<job id>" (jobs.scoped_id)
+            flow_job = f"{self.key_name}:{self.job.id}"
+        self.flow_job = flow_job or self.job.id
+        self._flow_job_known.set()
+
+    def _flow_id(self, nid: str) -> str:
+        # With keys the daemon scopes the job's id by the client's key (its reply says
+        # how): an asynchronous run's transfers wait for that reply before they start.
+        if self.keys is not None:
+            self._flow_job_known.wait()
+        return flow_id(self.flow_job, nid)
 
     @staticmethod
     def _report_loop(session: _Session, job_id: str, reports: queue.SimpleQueue, failure: list[str],

@@ -3,6 +3,7 @@
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from bench.paper import __main__ as bp
@@ -35,7 +36,7 @@ def test_tiny_json_line(tiny_run):
     assert d["scale"] == "tiny" and d["paper_load"] == 0.8
     assert set(d["points"]) == {"load0.5", "paper"}
     pols = bp.run_policies()
-    assert pols[:4] == spec.POLICIES
+    assert pols[:len(spec.POLICIES)] == spec.POLICIES
     for pt in ("load0.5", "paper"):
         assert set(d["points"][pt]) == set(pols)
         for pol in pols:
@@ -67,7 +68,7 @@ def metrics(**by_policy):
 
 
 def test_dominance_yes():
-    ms = metrics(tensorflow={}, tictac={"speedup_mean": 1.2}, sincronia={"jct_mean_s": 4.0},
+    ms = metrics(tensorflow={}, tictac={"speedup_mean": 1.2}, sincronia={"jct_mean_s": 4.0}, varys={},
                  jit={"speedup_mean": 1.2, "jct_mean_s": 4.0, "bg_slowdown_mean": 1.9,
                       "remaining_bw_p5": 0.2, "remaining_bw_median": 0.6})
     assert pm.dominance_failures(ms) == []
@@ -76,6 +77,7 @@ def test_dominance_yes():
 
 def test_dominance_no_names_metric_and_baseline():
     ms = metrics(tensorflow={}, tictac={"remaining_bw_median": 0.7}, sincronia={"speedup_mean": 1.5},
+                 varys={"bg_slowdown_mean": 2.5},
                  jit={"speedup_mean": 1.4, "jct_mean_s": 4.0, "bg_slowdown_mean": 2.0,
                       "remaining_bw_p5": 0.2, "remaining_bw_median": 0.6})
     fails = pm.dominance_failures(ms)
@@ -91,7 +93,7 @@ def test_dominance_no_names_metric_and_baseline():
 
 
 def test_dominance_missing_metric_fails():
-    ms = metrics(tensorflow={}, tictac={}, sincronia={},
+    ms = metrics(tensorflow={}, tictac={}, sincronia={}, varys={},
                  jit={"speedup_mean": 2.0, "jct_mean_s": 1.0, "bg_slowdown_mean": None,
                       "remaining_bw_p5": 0.9, "remaining_bw_median": 0.9})
     assert pm.dominance_failures(ms) == [f"bg_slowdown_mean missing vs {b}" for b in spec.BASELINES]
@@ -210,7 +212,7 @@ def test_quick_scale_policy_order_at_load_half():
     # DL: jit at least as fast as every baseline, the paper's formulation well behind it
     assert speed["jit"] >= max(speed[b] for b in spec.BASELINES)  # 1.395 vs sincronia 1.394
     assert jct["jit"] <= min(jct[b] for b in spec.BASELINES)  # 3.96 s vs 4.01 s
-    assert sorted(spec.BASELINES, key=jct.get) == ["sincronia", "tictac", "tensorflow"]
+    assert sorted(spec.BASELINES, key=jct.get) == ["sincronia", "varys", "tictac", "tensorflow"]
     assert speed["jit"] > speed["jit-paper"] > speed["tictac"] > speed["tensorflow"] == pytest.approx(1.0)
     # background: jit no worse than Sincronia (its 6 files never contend there), both well
     # ahead of the policies that let DL and files share or favour DL
@@ -226,3 +228,38 @@ def test_figure_seed_labels():
 
     assert _seeds((0, 1, 2, 3, 4, 5)) == "0-5"
     assert _seeds([0]) == "0" and _seeds([0, 1]) == "0,1" and _seeds([0, 2, 3]) == "0,2,3"
+
+
+# ---------------------------------------------------------------------- the regime sweep
+
+
+def test_regime_keys_and_confidence_intervals():
+    from bench.paper import regimes
+
+    assert [regimes.rate_key(b) for b in regimes.RATES_BPS] == ["1e9", "1e10", "4e10", "1e11"]
+    mean, half = regimes.ci95(np.array([1.0, 2.0, 3.0]))
+    assert mean == pytest.approx(2.0) and half == pytest.approx(4.302653 * 1.0 / 3 ** 0.5, rel=1e-5)
+
+
+def test_regime_summary_pairs_seeds_and_divides_by_the_bound():
+    from bench.paper import regimes
+
+    runs = [{"bps": 1e9, "seed": s, "bound": 1.0,
+             "jct": {"tensorflow": [4.0, 4.0], "jit": [2.0, 2.0 + s], "sincronia": [3.0, 3.0]}}
+            for s in range(3)]
+    row = regimes.summarize(runs, ("tensorflow", "jit", "sincronia"), "tensorflow", "jit")["1e9"]
+    assert row["jit"]["jct_mean_s"] == pytest.approx(np.mean([2.0, 2.5, 3.0]))
+    assert row["jit"]["over_bound"] == pytest.approx(2.5)
+    assert row["tensorflow"]["speedup_mean"] == pytest.approx(1.0)
+    # sincronia against jit per seed: 3/2, 3/2.5, 3/3 -> +50 %, +20 %, 0 %
+    assert row["sincronia"]["vs_jit"] == pytest.approx(np.mean([0.5, 0.2, 0.0]))
+    assert row["seeds"] == [0, 1, 2] and row["bound_mean_jct_s"] == 1.0
+
+
+def test_a_regime_run_is_never_under_its_bound(monkeypatch):
+    from bench.paper import regimes
+
+    monkeypatch.setattr(regimes, "N_JOBS", 6)
+    monkeypatch.setattr(regimes, "N_HOSTS", 4)
+    r = regimes.run_regime((1e10, 0, ("tensorflow", "jit")))
+    assert 0 < r["bound"] <= min(np.mean(v) for v in r["jct"].values()) * (1 + 1e-9)

@@ -130,7 +130,7 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         (["daemon", "--config", "{d}/c_good.toml", "--metrics-port", "70000"], "metrics_port: out of range: 70000"),
         (["daemon", "--config", "{d}/c_good.toml", "--metrics-port", "x"], "argument --metrics-port: invalid int"),
         (["daemon", "--config", "{d}/c_good.toml", "--journal", "{d}/missing/j.db"],
-         "journal {d}/missing/j.db: no such directory {d}/missing"),
+         "journal {d}/missing/j.db: directory {d}/missing does not exist"),
         (["daemon", "--config", "{d}/c_good.toml", "--journal", "{d}"], "journal {d}: a directory, not a file"),
         (["daemon", "--config", "{d}/c_good.toml", "--journal", "{d}/wl.json"], "file is not a database"),
         (["daemon", "--config", "{d}/c_good.toml", "--keys", "{d}/nocli"], "no client keys"),

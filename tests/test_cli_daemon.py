@@ -120,3 +120,54 @@ def test_counts_in_the_daemons_lines_agree_with_their_number():
     assert [_count(n, "announced flow") for n in (0, 1, 2)] == ["0 announced flows", "1 announced flow",
                                                                   "2 announced flows"]
     assert _count(1, "job") == "1 job"
+
+
+def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path, capsys):
+    import json
+    import subprocess
+
+    from jitsched.agents.agent import Agent
+    from jitsched.client import Client
+    from jitsched.config import DaemonConfig
+    from jitsched.daemon import Daemon
+    from jitsched.daemon.server import wait_until
+    from jitsched.model import Cluster
+    from jitsched.synth import layer_chain_job
+
+    d = Daemon(DaemonConfig(cluster=Cluster.uniform(2, bps=1e8), job_endpoint="tcp://127.0.0.1:*",
+                            agent_endpoint="tcp://127.0.0.1:*", policy="jit")).start()
+    a = Agent("h0", d.agent_endpoint, backend="record", local_dir=tmp_path).start()
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        with Client(d.job_endpoint) as c:
+            c.submit_job(layer_chain_job("j", "h0", "h1"))
+        base = ["attach", "j", "--host", "h0", "--daemon", d.job_endpoint, "--local-dir", str(tmp_path)]
+        assert main([*base, "--pid", str(proc.pid), "--peer", "198.18.0.2=h1", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == {"job": "j", "attachments": 1, "conns": 0}
+        assert wait_until(lambda: a.attached.attachments, 1.0)
+        assert a.attached.attachments[0].peers == {"198.18.0.2": "h1"} and a.attached.attachments[0].uid == 0
+
+        def status_text() -> str:
+            assert main(["status", "--daemon", d.job_endpoint]) == 0
+            return capsys.readouterr().out
+
+        assert wait_until(lambda: "attached j " in status_text(), 5.0)
+        assert "0 connections (0 scheduled, 0 to unknown peers), rank None, 0.0 MB sent" in status_text()
+        for argv, why in [
+            ([*base, "--pid", "999999999"], "invalid_body: pid 999999999 does not exist"),
+            ([*base, "--cgroup", "/etc"], "invalid_body: cgroup path '/etc' is outside /sys/fs/cgroup"),
+            ([*base, "--pid", "1", "--port", "80"], "name exactly one of --pid, --cgroup and --port"),
+            ([*base, "--pid", str(proc.pid), "--peer", "h1"], "--peer 'h1': expected ADDR[:PORT]=HOST"),
+            (["attach", "nope", *base[2:], "--pid", str(proc.pid)], "unknown_job: no job 'nope'"),
+        ]:
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and why in err, err
+        assert main([*base, "--detach"]) == 0
+        assert capsys.readouterr().out == "detached job j on h0: 1 attachment removed\n"
+        assert a.running and not a.attached.attachments
+    finally:
+        proc.kill()
+        proc.wait()
+        a.stop()
+        d.stop()

@@ -12,13 +12,13 @@ from jitsched.policies import POLICIES
 
 
 def test_flow_only_policies_are_those_registered_without_dags():
-    assert sorted(n for n, c in POLICIES.items() if not c.needs_dag) == ["fifo", "sincronia", "tensorflow"]
+    assert sorted(n for n, c in POLICIES.items() if not c.needs_dag) == ["fifo", "sincronia", "tensorflow", "varys"]
 
 
 @pytest.mark.parametrize("policy", ["jit", "tictac"])
 def test_coflow_mode_refuses_a_policy_that_needs_dags(policy, capsys):
     assert main(["sim", "--coflow-trace", str(synthetic_trace_path()), "--policy", policy]) == 2
-    assert f"coflow mode supports fifo, sincronia, tensorflow; got {policy!r}" in capsys.readouterr().err
+    assert f"coflow mode supports fifo, sincronia, tensorflow, varys; got {policy!r}" in capsys.readouterr().err
 
 
 def test_coflow_mode_runs_sincronia(capsys):

@@ -373,11 +373,13 @@ def test_dispatch_table_derived_from_the_declarations():
     assert DISPATCH == {
         "submit_job": ("submit_job", False, True), "transfer_started": ("transfer_started", False, True),
         "background_started": ("background_started", False, True),
+        "attach_job": ("attach_job", False, True),
         "background_finished": ("background_finished", False, True),
         "transfer_finished": ("transfer_finished", False, True),
         "compute_finished": ("compute_finished", False, True),
         "report": ("report", False, True),
         "job_finished": ("job_finished", False, True), "cancel_job": ("cancel_job", False, True),
+        "register_template": ("register_template", False, True), "iteration": ("iteration", False, True),
         "status": ("status", False, False), "register": ("register", True, True),
         "heartbeat": ("heartbeat", True, True), "ack": ("ack", True, True),
         "get_schedule": ("get_schedule", True, True),

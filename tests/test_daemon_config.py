@@ -105,3 +105,52 @@ def test_bad_planning_settings(tmp_path, doc, needle):
     with pytest.raises(ValidationError) as ei:
         load_config(p)
     assert needle in str(ei.value)
+
+
+@pytest.mark.parametrize("limits, needle", [
+    ({"per_client": {"max_jobs": 0}}, "[limits.per_client].max_jobs: must be positive, got 0"),
+    ({"per_client": {"max_job": 5}}, "[limits.per_client].max_job: unknown setting"),
+    ({"per_client": {"max_jobs": "many"}}, "[limits.per_client].max_jobs: expected int, got str"),
+    ({"per_client": 5}, "[limits.per_client]: expected a table"),
+    ({"clients": {"alice": {"max_background": -1}}}, "[limits.clients.alice].max_background: must be positive"),
+    ({"clients": {"alice": {"max_bytes_in_flight": 1024}}},
+     "[limits.clients.alice].max_bytes_in_flight: must be at least max_message_bytes"),
+    ({"clients": {"alice": 3}}, "[limits.clients.alice]: expected a table"),
+    ({"clients": 3}, "[limits.clients]: expected tables"),
+    ({"max_memory_bytes": -1}, "[limits].max_memory_bytes: must be >= 0"),
+    ({"max_ended_bytes": 0}, "[limits].max_ended_bytes: must be positive"),
+])
+def test_bad_quotas_are_one_line_errors(tmp_path, capsys, limits, needle):
+    from jitsched.cli import main
+
+    p = tmp_path / "bad.toml"
+    p.write_text(tomli_w.dumps({"hosts": HOSTS, "limits": limits}))
+    with pytest.raises(ValidationError) as ei:
+        load_config(p)
+    assert needle in str(ei.value)
+    assert main(["daemon", "--config", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_quotas_per_client_and_per_name(tmp_path, capsys):
+    from jitsched.cli import main
+    from jitsched.config import ClientQuota
+    from jitsched.daemon import Daemon
+    from jitsched.keys import init_keys
+
+    p = tmp_path / "q.toml"
+    p.write_text(tomli_w.dumps({"hosts": HOSTS, "limits": {
+        "per_client": {"max_jobs": 5}, "clients": {"alice": {"max_background": 7}}}}))
+    cfg = load_config(p)
+    assert cfg.per_client == ClientQuota(max_jobs=5)
+    # a named client's table changes only what it sets; the rest is per_client's
+    assert cfg.quota("alice") == ClientQuota(max_jobs=5, max_background=7)
+    assert cfg.quota("bob") == cfg.quota(None) == cfg.per_client
+    assert load_config_roundtrip(cfg, tmp_path) == cfg
+    # with keys, a quota for a name no client key has is refused at start
+    init_keys(tmp_path / "keys", ["h0", "h1"], ["bob"])
+    with pytest.raises(ValidationError, match=r"\[limits.clients.alice\]: no client key 'alice'"):
+        Daemon(cfg.with_(keys_dir=str(tmp_path / "keys")))
+    assert main(["daemon", "--config", str(p), "--keys", str(tmp_path / "keys")]) == 2
+    assert "no client key 'alice'" in capsys.readouterr().err

@@ -244,3 +244,54 @@ def test_idle_scans_run_at_most_every_twentieth_of_the_timeout():
             s.close()
         router.close(0)
         ctx.term()
+
+
+def test_connections_that_never_spoke_make_way_first():
+    # a flood of raw connections (nothing sent) against a cap: the oldest of them go
+    # first, and a client that has spoken keeps its connection and its answers
+    with daemon(max_connections=4) as d, Client(d.job_endpoint, timeout_s=5.0) as c:
+        c.status()
+        host, port = d.job_endpoint.rsplit("/", 1)[1].rsplit(":", 1)
+        socks = []
+        try:
+            for _ in range(12):
+                socks.append(socket.create_connection((host, int(port))))
+                time.sleep(0.02)  # accepted one by one, as a churn of connects arrives
+            assert wait_until(lambda: d.conns["jobs"].refused == 9, 5.0), d.conns["jobs"].refused
+            closed = [_closed(s, 0.3) for s in socks]
+            assert closed == [True] * 9 + [False] * 3, closed  # the oldest that never spoke went
+            before = d.conns["jobs"].evicted + d.conns["jobs"].refused
+            assert c.status()["loop"]["jobs_connections_refused"] == 9  # the client kept its connection
+            assert d.conns["jobs"].evicted + d.conns["jobs"].refused == before
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_a_clients_pending_requests_are_capped_by_its_quota():
+    from dataclasses import replace
+
+    from jitsched.config import ClientQuota
+
+    # every request over 1 kB is decoded off the loop; the rest of the client's wait
+    # behind it, at most max_pending_requests of them in all (the ids are over max_id_chars:
+    # each decoded one is refused invalid_job, the rest overloaded)
+    with daemon(offload_bytes=1024, per_client=replace(ClientQuota(), max_pending_requests=2)) as d:
+        ctx = zmq.Context.instance()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(d.job_endpoint)
+        try:
+            n = 40
+            for i in range(n):
+                s.send(encode_request(MsgType.SUBMIT_JOB, {"job": tiny_job(f"p{i}-" + "x" * 2000)}, 100 + i))
+            codes = []
+            while len(codes) < n and s.poll(10_000):
+                r = decode_reply(s.recv())
+                codes.append("ok" if r.ok else r.code)
+                if not r.ok:
+                    assert "max_pending_requests" in r.message or "max_id_chars" in r.message, r.message
+        finally:
+            s.close(0)
+        assert len(codes) == n and ErrorCode.OVERLOADED in codes, codes
+        assert d.counts["requests_refused_quota"] == codes.count(ErrorCode.OVERLOADED)

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -20,8 +21,10 @@ from jitsched.client import Client, TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow
+from jitsched.daemon.reject import Reject
 from jitsched.daemon.server import wait_until
-from jitsched.model import Compute, Job, Transfer
+from jitsched.model import Cluster, Compute, Job, Transfer
+from jitsched.protocol import ErrorCode
 from jitsched.runner import JobRunner
 from jitsched.synth import layer_chain_job
 from tests.test_daemon import config
@@ -71,6 +74,31 @@ def test_journal_resumes_unfinished_jobs_with_their_progress(tmp_path):
     assert Journal(path).unfinished() == []
 
 
+def test_journal_resumes_each_clients_job_of_one_id(tmp_path):
+    # job ids are scoped by the submitting key: two clients' "a" are two jobs, in the
+    # journal and after a restart, each still named "a" by its own client only
+    from jitsched.daemon.state import SchedulerState
+
+    cfg = config(journal=str(tmp_path / "journal.db"))
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    for who in ("alice", "bob"):
+        assert st.submit_job({"job": layer_chain_job("a", "h0", "h1").to_dict()}, 0.0, peer=who)["flow_job"] \
+            == f"{who}:a"
+    t0 = st.jobs["alice:a"].job.transfers[0].id
+    st.transfer_finished({"job_id": "a", "transfer": t0}, 1.0, peer="alice")
+    st.cancel_job({"job_id": "a"}, 2.0, peer="bob")
+    st.journal.close()
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    assert st.restored == ["alice:a"] and set(st.jobs) == {"alice:a"}
+    js = st.jobs["alice:a"]
+    assert js.owner == "alice" and js.name == "a" and t0 in js.done
+    assert st.job_registry.usage["alice"].running == 1
+    got = st.cancel_job({"job_id": "a"}, 3.0, peer="bob")
+    assert isinstance(got, Reject) and got.code == ErrorCode.UNKNOWN_JOB and js.active
+    assert st.cancel_job({"job_id": "a"}, 3.0, peer="alice") == {"state": "cancelled"}
+    st.journal.close()
+
+
 def test_journal_survives_a_bad_job_and_config_path(tmp_path):
     # a journalled job the daemon's cluster no longer holds is ended, said why, not fatal
     path = tmp_path / "j.db"
@@ -93,17 +121,14 @@ def test_journal_survives_a_bad_job_and_config_path(tmp_path):
     assert load_config(toml, journal=None).journal is None
 
 
-def test_a_journal_that_cannot_be_used_is_one_error_naming_the_file(tmp_path):
-    not_db = tmp_path / "notes.txt"
-    not_db.write_text("not a database\n" * 100)
-    for path, why in ((tmp_path / "gone" / "j.db", f"no such directory {tmp_path / 'gone'}"),
-                      (tmp_path, "a directory, not a file"),
-                      (not_db, "cannot use (file is not a database)")):
-        with pytest.raises(JournalError) as ei:
-            Journal(path)
-        assert str(ei.value) == f"journal {path}: {why}"
-    assert not (tmp_path / "gone").exists()
-    assert not_db.read_text().startswith("not a database")  # left as it was
+def test_a_directory_given_as_the_journal_is_refused_and_left_as_it_was(tmp_path):
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    with pytest.raises(JournalError) as ei:
+        Journal(folder)
+    assert str(ei.value) == f"journal {folder}: a directory, not a file"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755 and list(folder.iterdir()) == []
 
 
 def test_journal_resumes_announced_background_flows(tmp_path):
@@ -158,7 +183,149 @@ def test_resubmission_carries_progress(tmp_path):
             with pytest.raises(RemoteError, match="unknown_node"):
                 c.request("submit_job", {"job": layer_chain_job("q", "h1", "h2").to_dict(),
                                          "progress": {"done": ["nope"]}})
-        assert {n for n in Journal(tmp_path / "j.db").unfinished()[0].done} == set(done)
+        # read beside the daemon that holds it
+        assert {n for n in Journal(tmp_path / "j.db", read_only=True).unfinished()[0].done} == set(done)
+    finally:
+        d.stop()
+
+
+# ---------------------------------------------------------------------- a journal never lost or shared
+
+
+def _journal_with_jobs(path: Path, n: int) -> None:
+    j = Journal(path)
+    for i in range(n):
+        j.submitted(f"j{i}", layer_chain_job(f"j{i}", "h1", "h2").to_dict(), None, 0.0)
+    j.close()
+
+
+def test_a_second_daemon_on_one_journal_refuses_and_leaves_the_first_ones_jobs(tmp_path):
+    path = tmp_path / "j.db"
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("mine", "h2", "h3"))
+        # a daemon with a smaller cluster would have failed the h2/h3 job in the file
+        small = config(journal=str(path), planner_process=False, cluster=Cluster.uniform(2, bps=1e9))
+        with pytest.raises(JournalError, match=f"in use by another daemon \\(pid {os.getpid()}\\)"):
+            Daemon(small)
+        assert d.state.jobs["mine"].state == "running"
+    finally:
+        d.stop()
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        assert d.state.restored == ["mine"]
+    finally:
+        d.stop()
+
+
+def test_the_journal_and_its_lock_are_the_daemon_users_only(tmp_path):
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 1)
+    os.chmod(path, 0o644)  # as an older file may be
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("x", "h0", "h1"))
+        for f in tmp_path.iterdir():
+            assert f.stat().st_mode & 0o077 == 0, f"{f.name} is {oct(f.stat().st_mode)}"
+    finally:
+        d.stop()
+
+
+def test_a_damaged_or_truncated_journal_refuses_to_start(tmp_path):
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 110)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:  # 4 kB of garbage in the middle of the file
+        f.seek(size // 2 // 4096 * 4096)
+        f.write(os.urandom(4096))
+    with pytest.raises(JournalError, match="damaged|cannot be read"):
+        Daemon(config(journal=str(path), planner_process=False))
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    with pytest.raises(JournalError, match="empty"):
+        Daemon(config(journal=str(empty), planner_process=False))
+    with pytest.raises(JournalError, match="does not exist"):
+        Daemon(config(journal=str(tmp_path / "no" / "j.db"), planner_process=False))
+
+
+def test_the_daemon_command_names_an_unusable_journal_in_one_line(tmp_path):
+    path = tmp_path / "j.db"
+    path.write_bytes(b"")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[[hosts]]\nname = "h0"\negress_bps = 1e9\ningress_bps = 1e9\n[daemon]\n'
+                   'job_endpoint = "tcp://127.0.0.1:*"\nagent_endpoint = "tcp://127.0.0.1:*"\n')
+    res = subprocess.run([sys.executable, "-m", "jitsched", "daemon", "--config", str(cfg), "--journal",
+                          str(path), "--quiet"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"jitsched daemon: error: journal {path} exists but is empty (0 bytes): a truncated journal? "
+        "remove it to start with an empty one"]
+
+
+def test_unreadable_rows_end_their_own_jobs_and_the_rest_resume(tmp_path):
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 4)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE jobs SET job = ? WHERE job_id = 'j0'", (b"\xc1\xc1 not msgpack",))
+    db.execute("UPDATE jobs SET job = ? WHERE job_id = 'j1'", (b"\x93\x01\x02\x03",))  # a list
+    db.execute("UPDATE jobs SET job = NULL WHERE job_id = 'j2'")
+    db.commit()
+    db.close()
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        assert d.state.restored == ["j3"]
+        assert {jid for jid, _ in d.state.not_restored} == {"j0", "j1", "j2"}
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            st = c.status()
+        assert "not a map" in st["jobs_not_resumed"]["j1"]
+        assert "cannot be unpacked" in st["jobs_not_resumed"]["j0"]
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs, unmounted at the end (the suite runs as root)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_a_submission_the_full_disk_cannot_record_is_refused_not_acknowledged(small_disk):
+    path = small_disk / "j.db"
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("before", "h0", "h1"))
+            filler = small_disk / "filler"
+            with open(filler, "wb") as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            from jitsched.protocol import RemoteError
+            refused = 0
+            for i in range(20):
+                with contextlib.suppress(RemoteError):
+                    c.submit_job(layer_chain_job(f"full{i}", "h0", "h1"))
+                    continue
+                refused += 1
+            st = c.status()
+        acked = [j for j in st["jobs"] if j.startswith("full")]
+        assert refused + len(acked) == 20 and refused >= 15
+        assert st["journal_errors"] >= refused and "full" in st["journal_last_error"]
+    finally:
+        d.stop()
+    filler.unlink()
+    d = Daemon(config(journal=str(path), planner_process=False)).start()
+    try:
+        # every acknowledged job is back; none of the refused ones
+        assert set(d.state.restored) == {"before", *acked}
     finally:
         d.stop()
 
@@ -302,3 +469,59 @@ def test_kill_9_without_a_journal_resubmits_the_job(tmp_path):
         st = dp.status()
         js = st["jobs"]["rj"]
         assert js["state"] == "finished" and js["transfers_done"] == 3 and js["computes_done"] == 2
+
+
+# ---------------------------------------------------------------------- journal check and recover
+
+
+def test_journal_check_and_recover_salvage_every_readable_job(tmp_path, capsys):
+    from jitsched.cli import main
+    from jitsched.daemon.journal import check_journal
+
+    sound = tmp_path / "sound.db"
+    _journal_with_jobs(sound, 5)
+    assert main(["journal", "check", str(sound)]) == 0
+    assert "sound: 5 jobs (5 running, resumable)" in capsys.readouterr().out
+    path = tmp_path / "j.db"
+    _journal_with_jobs(path, 300)
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2 // 4096 * 4096)
+        f.write(os.urandom(4096))
+    rep = check_journal(path)
+    assert not rep.sound and 0 < rep.running < 300
+    assert main(["journal", "check", str(path)]) == 1
+    assert "DAMAGED" in capsys.readouterr().out
+    new = tmp_path / "new.db"
+    assert main(["journal", "recover", str(path), str(new)]) == 0
+    assert check_journal(new).running == rep.running
+    d = Daemon(config(journal=str(new), planner_process=False)).start()
+    try:
+        assert len(d.state.restored) == rep.running
+    finally:
+        d.stop()
+    assert main(["journal", "recover", str(path), str(new)]) == 2  # never over a file
+    assert "exists" in capsys.readouterr().err
+
+
+def test_submissions_and_ends_are_fsynced_progress_is_not(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    seen = []
+
+    class Recording:
+        def __init__(self, db):
+            self._db = db
+
+        def execute(self, sql, *args):
+            seen.append(sql.split("(")[0].strip())
+            return self._db.execute(sql, *args)
+
+    j.db = Recording(j.db)
+    row = j.submitted("a", {"id": "a"}, None, 0.0)
+    j.event(row, "x", DONE, 0.1)
+    j.ended(row, "finished", 0.2, 0.2)
+    assert seen[:3] == ["PRAGMA synchronous=FULL", "INSERT INTO jobs", "PRAGMA synchronous=NORMAL"]
+    assert seen[3] == "INSERT INTO events"  # no sync of its own
+    assert seen[4] == "PRAGMA synchronous=FULL" and seen[-1] == "PRAGMA synchronous=NORMAL"
+    j.db = j.db._db
+    j.close()

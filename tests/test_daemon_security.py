@@ -158,25 +158,37 @@ def test_a_job_answers_to_the_key_that_submitted_it(keys):
     with secured(keys) as (d, _):
         with Client(d.job_endpoint, timeout_s=5.0, keys=keys, key_name="alice") as alice, \
                 Client(d.job_endpoint, timeout_s=5.0, keys=keys, key_name="bob") as bob:
-            assert alice.submit_job(_job()) == "small"
+            # each client names its jobs by its own ids; the daemon holds them by key
+            assert alice.submit(_job()) == {"job_id": "small", "flow_job": "alice:small"}
             forged = [
                 lambda: bob.cancel_job("small"),
                 lambda: bob.job_finished("small", 1.0),
                 lambda: bob.transfer_finished("small", "t0", 200_000.0),
                 lambda: bob.transfer_started("small", "t1"),
                 lambda: bob.compute_finished("small", "c0", 0.01),
+                lambda: bob.cancel_job("alice:small"),  # nor by the scoped id
             ]
             for call in forged:
                 with pytest.raises(RemoteError) as err:
                     call()
-                assert err.value.code == ErrorCode.FORBIDDEN
-            js = d.state.jobs["small"]
+                assert err.value.code == ErrorCode.UNKNOWN_JOB and "of client 'bob'" in err.value.message
+            js = d.state.jobs["alice:small"]
             assert js.active and js.owner == "alice" and js.done == {} and js.started == {}
             # bob may look (status is read-only) and sees whose job it is
-            assert bob.status()["jobs"]["small"]["owner"] == "alice"
+            entry = bob.status()["jobs"]["alice:small"]
+            assert entry["owner"] == "alice" and entry["id"] == "small"
+            # bob's own job of the same id is another job: it squats nothing of alice's
+            assert bob.submit(_job()) == {"job_id": "small", "flow_job": "bob:small"}
+            assert bob.cancel_job("small") == {"state": "cancelled"}
+            assert d.state.jobs["alice:small"].active and d.state.jobs["bob:small"].state == "cancelled"
+            # nor can it take over alice's once it ended: a resubmission of bob's is bob's
             assert alice.transfer_finished("small", "t0")["lat_hit"] in (True, False, None)
             assert alice.cancel_job("small") == {"state": "cancelled"}
-        assert d.state.jobs["small"].state == "cancelled"
+            assert bob.submit_job(_job()) == "small"
+            assert d.state.jobs["alice:small"].state == "cancelled" and d.state.jobs["alice:small"].done
+            assert d.state.jobs["bob:small"].active
+            alice.transfer_started("small", "t1")  # alice's ended job, not bob's running one
+            assert "t1" in d.state.jobs["alice:small"].started and not d.state.jobs["bob:small"].started
         assert d.metrics is not None
 
 
@@ -184,15 +196,17 @@ def test_runner_and_agents_work_with_keys(keys):
     with secured(keys, backend="pacing") as (d, agents):
         sinks = {h: TransferSink() for h in HOSTS}
         try:
-            r = JobRunner(_job(), d.job_endpoint, {h: s.address for h, s in sinks.items()},
-                          agents={h: a.local_name for h, a in agents.items()},
-                          keys=keys, key_name="bob").run(timeout_s=30)
+            runner = JobRunner(_job(), d.job_endpoint, {h: s.address for h, s in sinks.items()},
+                               agents={h: a.local_name for h, a in agents.items()}, keys=keys, key_name="bob")
+            r = runner.run(timeout_s=30)
         finally:
             for s in sinks.values():
                 s.close()
         assert r.error == ""
-        js = d.state.jobs["small"]
+        js = d.state.jobs["bob:small"]
         assert js.state == "finished" and js.owner == "bob"
+        # its flows went by the id the daemon's schedules name them by
+        assert runner.flow_job == "bob:small"
         assert set(js.done) == {"t0", "t1", "push", "c0", "c1"}
         # the agents got their schedules over CURVE and acked them
         assert wait_until(lambda: all(a.acked_seq >= 1 for a in d.state.agents.values()), 5.0)
@@ -232,4 +246,4 @@ def test_cli_submit_and_status_with_keys(keys, tmp_path, capsys):
         assert "submitted small" in capsys.readouterr().out
         assert main(["status", "--daemon", ep, "--keys", str(keys), "--key-name", "bob"]) == 0
         assert "owner alice" in capsys.readouterr().out
-        assert d.state.jobs["small"].owner == "alice"
+        assert d.state.jobs["alice:small"].owner == "alice"

@@ -29,7 +29,7 @@ EXCEPTIONS: list[tuple[str, str, str]] = [
     (r"^jitsched demo\b", "parse", "about a minute of real daemon, agents and jobs; tests/test_demo.py runs it"),
     (r"^jitsched (daemon|agent)\b", "parse",
      "long-running services; tests/test_daemon*.py and tests/test_agent.py start them"),
-    (r"^jitsched (submit|status)\b", "parse",
+    (r"^jitsched (submit|status|attach)\b", "parse",
      "need a running daemon at the documented address; tests/test_cli_daemon.py runs them against one"),
     (r"^jitsched testbed (up|down|measure|run)\b", "parse",
      "needs root and builds network namespaces; tests/test_testbed*.py run it"),

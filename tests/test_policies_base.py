@@ -42,10 +42,10 @@ def test_at_most_one_paper_policy():
 
 def test_helpers_name_the_expected_policies_in_order():
     assert reference_policy() == "tensorflow"
-    assert baseline_policies() == ("tictac", "sincronia")
+    assert baseline_policies() == ("tictac", "sincronia", "varys")
     assert default_policy() == "jit"
     assert paper_policy() == "jit-paper"
-    assert policies_with_role(*ROLES) == ("tensorflow", "tictac", "sincronia", "jit", "jit-paper")
+    assert policies_with_role(*ROLES) == ("tensorflow", "tictac", "sincronia", "varys", "jit", "jit-paper")
     # roles in the order asked, not ROLES' order
     assert policies_with_role("default", "reference") == ("jit", "tensorflow")
     assert policies_with_role() == ()
@@ -66,7 +66,8 @@ def test_order_within_a_role_is_by_rank_then_name(monkeypatch):
     monkeypatch.setitem(POLICIES, "a-late", _stub("a-late", "baseline", role_rank=2))
     monkeypatch.setitem(POLICIES, "z-early", _stub("z-early", "baseline", role_rank=-1))
     monkeypatch.setitem(POLICIES, "b-tie", _stub("b-tie", "baseline"))
-    assert baseline_policies() == ("z-early", "b-tie", "tictac", "sincronia", "a-late")
+    # a-late ties with varys (rank 2): by name
+    assert baseline_policies() == ("z-early", "b-tie", "tictac", "sincronia", "a-late", "varys")
 
 
 @pytest.mark.parametrize("role, helper", [("reference", reference_policy), ("default", default_policy),

@@ -76,17 +76,18 @@ def test_type_sets_partition_the_types():
     assert JOB_TYPES.isdisjoint(AGENT_TYPES)
     assert JOB_TYPES | AGENT_TYPES <= MESSAGE_TYPES
     assert {"submit_job", "transfer_started", "transfer_finished", "compute_finished", "report",
-            "job_finished", "cancel_job", "background_started", "background_finished", "status"} == JOB_TYPES
+            "job_finished", "cancel_job", "background_started", "background_finished", "attach_job",
+            "status", "register_template", "iteration"} == JOB_TYPES
     assert "schedule" in MESSAGE_TYPES and "schedule" not in AGENT_TYPES  # daemon -> agent only
     assert {"register", "heartbeat", "ack", "get_schedule"} == AGENT_TYPES
-    assert {"register_flow", "unregister_flow"} == LOCAL_TYPES
+    assert {"register_flow", "unregister_flow", "attach", "detach"} == LOCAL_TYPES
 
 
 def test_one_declaration_per_message_gives_every_table():
     """MsgType, the schemas and the socket sets all come from MESSAGES, and a message is a str."""
     assert MsgType.SUBMIT_JOB == "submit_job" and MsgType.UNREGISTER_FLOW == "unregister_flow"
     assert {getattr(MsgType, n) for n in vars(MsgType) if n.isupper()} == MESSAGE_TYPES
-    assert len(MESSAGES) == len(MESSAGE_TYPES) == 17
+    assert len(MESSAGES) == len(MESSAGE_TYPES) == 22
     assert protocol._SCHEMAS["ack"] == {"host": (str, True), "seq": (int, True),
                                         "incarnation": (int, False)}
     # the declaration travels as the plain string: packed, pickled and decoded

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from jitsched.client import Client, TransferSink
 from jitsched.daemon.server import wait_until
+from jitsched.learn import learned_job
 from jitsched.model import Compute, Job, Transfer
 from jitsched.runner import JobRunner
+from jitsched.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon import system
 
 
@@ -105,13 +108,13 @@ def test_runner_reports_failure_and_cancels():
 def test_an_asynchronous_run_starts_before_the_daemon_answers_its_submission(async_reports, monkeypatch):
     import time
 
-    real = Client.submit_job
+    real = Client.submit
 
     def slow_submit(self, job):
         time.sleep(0.4)  # a daemon busy with a plan, or checking a 2000-transfer DAG
         return real(self, job)
 
-    monkeypatch.setattr(Client, "submit_job", slow_submit)
+    monkeypatch.setattr(Client, "submit", slow_submit)
     with system(hosts=("h0", "h1")) as (d, _):
         sinks = {h: TransferSink() for h in ("h0", "h1")}
         try:
@@ -182,3 +185,27 @@ def test_transfers_up_to_register_min_bytes_do_not_register_with_their_agent():
         assert agents["h0"].registrations == {"out": 1, "in": 0}
     with pytest.raises(ValueError, match="register_min_bytes"):
         JobRunner(job, "tcp://127.0.0.1:1", {}, register_min_bytes=-1)
+
+
+def test_a_runner_runs_a_template_as_iterations_and_the_daemon_learns_its_timings():
+    """run_iterations registers the template once, reports one iteration message each."""
+    job = layer_chain_job("rec", "h0", "h1", VGG16_LAYERS[:3], min_compute_s=0.01)
+    truth = np.array([c.duration_s for c in job.computes])
+    declared = learned_job(job, 2.0 * truth, np.zeros_like(truth))
+    with system(hosts=("h0", "h1"), policy="jit") as (d, _agents):
+        sinks = {h: TransferSink() for h in ("h0", "h1")}
+        try:
+            runner = JobRunner(job, d.job_endpoint, {h: s.address for h, s in sinks.items()})
+            got = runner.run_iterations(4, 30.0, template=declared, compute_noise=0.1, seed=3)
+        finally:
+            for s in sinks.values():
+                s.close()
+        assert len(got) == 4 and not any(r.error for r in got)
+        t = d.state.templates.get("rec")
+        assert t.iterations == 4 and d.state.jobs["rec"].state == "finished"
+        mean, _ = t.model.estimates()
+        # learned from the runs, not the declared 2x
+        assert np.allclose(mean, truth, rtol=0.35) and not np.allclose(mean, 2.0 * truth, rtol=0.35)
+        assert got[1].compute_s != got[2].compute_s  # noise drawn anew each iteration
+        # no per-node reports: the daemon saw no node done
+        assert not d.state.jobs["rec"].done

@@ -19,6 +19,7 @@ class RecordBackend(Backend):
         super().__init__(line_rate_Bps, **options)
         self.calls: list[tuple[float, dict[str, float], float]] = []
         self.attached: dict[str, object] = {}
+        self.last: list[FlowRate] = []  # the flows of the last apply, with their endpoints and levels
         self.closed = False
         self._lock = threading.Lock()
 
@@ -27,6 +28,7 @@ class RecordBackend(Backend):
         with self._lock:
             self.calls.append((time.monotonic(), {f.flow_id: f.rate_Bps for f in flows},
                                float(leftover_Bps)))
+            self.last = list(flows)
 
     def attach(self, flow_id: str, sock) -> None:
         """Remember the flow's socket."""

@@ -343,6 +343,31 @@ def make_tasks(sc: dict, points: dict, runs: list[tuple], real: bool) -> list[di
 
 # ---------------------------------------------------------------- main
 
+def regime_sweep(args: argparse.Namespace, out: Path) -> int:
+    """``--regimes``: the sweep, its table (stderr, or stdout without --json), figure and JSON line."""
+    from tqdm import tqdm
+
+    from bench.paper import regimes
+
+    pols = run_policies()
+    seeds = list(range(args.regime_seeds))
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as ex, \
+            tqdm(total=len(regimes.RATES_BPS) * len(seeds), desc="regime workloads", unit="run") as bar:
+        runs = regimes.sweep(ex, seeds, pols, progress=bar.update)
+    summary = regimes.summarize(runs, pols, REFERENCE, JIT)
+    (out / "regimes.json").write_text(json.dumps({"regimes": summary}, indent=1))
+    regimes.figure(summary, pols, out / "regimes.png")
+    text = regimes.table(summary, pols, JIT)
+    log(f"regime sweep: {time.perf_counter() - t0:.0f} s; wrote {out / 'regimes.json'} and {out / 'regimes.png'}")
+    if args.json:
+        log(text)
+        print(json.dumps({"regimes": summary}))
+    else:
+        print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paper", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -357,7 +382,14 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"file share of the jobs at the paper point with --paper-load (default {DEFAULT_SHARE})")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON line of the headline metrics per point and policy on stdout")
+    ap.add_argument("--regimes", action="store_true",
+                    help="only the regime sweep: every policy at 1, 10, 40 and 100 Gbit/s links (load 0.5, "
+                         "60 jobs, 20 hosts) against the lower bound, with 95 %% confidence intervals")
+    ap.add_argument("--regime-seeds", type=int, default=10, metavar="N",
+                    help="seeds per link rate in the regime sweep (default 10)")
     args = ap.parse_args(argv)
+    if args.regimes and args.regime_seeds < 2:
+        ap.error("--regime-seeds: at least 2 (confidence intervals)")
     try:
         require_matplotlib()  # the run ends with figures: say now, not after it, if it cannot draw them
     except ImportError as exc:
@@ -368,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError("extra_seeds must be among seeds (speedups need the reference on the same seed)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.regimes:
+        return regime_sweep(args, out)
     t_start = time.perf_counter()
     # decided once, so every run of a comparison sees the same DAGs
     real = real_models_available()

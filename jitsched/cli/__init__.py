@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "jitsched.cli.daemon",
     "jitsched.cli.workloads",
     "jitsched.cli.keys",
+    "jitsched.cli.journal",
 )
 
 

@@ -1,4 +1,4 @@
-"""Daemon-side commands: ``daemon``, ``agent``, ``submit``, ``status`` and ``demo``."""
+"""Daemon-side commands: ``daemon``, ``agent``, ``submit``, ``status``, ``attach`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -260,6 +260,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     for h, a in sorted(st["agents"].items()):
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
               f"acked {a['acked_seq']}")
+        att = a.get("attached") or {}
+        for j, x in sorted((att.get("jobs") or {}).items()):
+            print(f"    attached {escape(j):<20} {_count(x['conns'], 'connection')} ({x['scheduled']} scheduled, "
+                  f"{x['unmapped']} to unknown peers), rank {x['rank']}, {x['bytes_sent'] / 1e6:.1f} MB sent, "
+                  f"{x['bytes_classified'] / 1e6:.1f} MB classified")
+        if att.get("scan_errors"):
+            print(f"    attach scans failed: {att['scan_errors']} of {att['scans'] + att['scan_errors']}")
     for j, s in st["jobs"].items():
         jct = f"JCT {s['jct_s']:.2f} s" if s["jct_s"] is not None else ""
         print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
@@ -279,6 +286,75 @@ def cmd_status(args: argparse.Namespace) -> int:
     refused = {k: v for k, v in loop.items() if v and ("refused" in k or "dropped" in k or "failed" in k)}
     if refused:
         print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+    for name, use in (st.get("clients") or {}).items():
+        # each client's use of its quota: setting used/quota
+        print(f"  client {escape(name)}: " + ", ".join(f"{k.removeprefix('max_')} {u}/{q}" for k, (u, q) in use.items()))
+    mem = st.get("memory")
+    if mem:
+        print(f"  memory: {mem['rss_bytes'] / 2**20:.0f} MiB resident of {mem['ceiling_bytes'] / 2**20:.0f} MiB "
+              f"(max_memory_bytes), ended jobs ~{mem['ended_job_bytes'] / 2**20:.1f} MiB"
+              + (f", {mem['refused']} submissions refused for memory" if mem.get("refused") else ""))
+    return 0
+
+
+@register(
+    "attach", "Schedule a job's TCP connections on HOST without code in the application: name its "
+              "processes, cgroup or ports; HOST's agent finds their connections and ranks them.",
+    arg("job", metavar="JOB", help="the job's id in the daemon (submitted with this client's key)"),
+    arg("--host", required=True, help="the host whose agent classifies the connections; run this there"),
+    arg("--pid", type=int, action="append", default=[], metavar="PID",
+        help="a process of the job; the children it forks are the job's too (repeatable)"),
+    arg("--cgroup", default=None, metavar="PATH", help="a cgroup v2 directory under /sys/fs/cgroup: its "
+                                                       "processes and those of the cgroups below it"),
+    arg("--port", type=int, action="append", default=[], metavar="PORT",
+        help="connections with this local or remote TCP port (repeatable)"),
+    arg("--peer", action="append", default=[], metavar="ADDR[:PORT]=HOST",
+        help="the host a remote address (and port) belongs to, besides the addresses the daemon's "
+             "cluster gives the job's hosts (repeatable)"),
+    arg("--detach", action="store_true", help="undo this user's attachments of JOB on HOST"),
+    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT})"),
+    arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
+    _keys_arg("this client"),
+    KEY_NAME_ARG,
+    arg("--local-dir", default=None, metavar="DIR", help="directory of the agent's local socket "
+                                                         "(as `jitsched agent --local-dir`)"),
+    arg("--json", action="store_true", help="print the agent's reply as JSON"),
+)
+def cmd_attach(args: argparse.Namespace) -> int:
+    """The daemon checks the job is this client's; the agent, that the processes are this user's."""
+    from jitsched.client import Client
+    from jitsched.localreg import attach, detach, local_address
+
+    named = [n for n, v in (("--pid", args.pid), ("--cgroup", args.cgroup), ("--port", args.port)) if v]
+    if len(named) != (0 if args.detach else 1):
+        raise ValidationError("name exactly one of --pid, --cgroup and --port" if not args.detach
+                              else "--detach takes none of --pid, --cgroup and --port")
+    peers: dict[str, str] = {}
+    for p in args.peer:
+        addr, eq, host = p.partition("=")
+        if not (eq and addr and host):
+            raise ValidationError(f"--peer {p!r}: expected ADDR[:PORT]=HOST")
+        peers[addr] = host
+    with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
+        try:
+            known = c.attach_job(args.job, args.host)
+        except TimeoutError as exc:
+            print(f"jitsched attach: {exc}", file=sys.stderr)
+            return 1
+    where = local_address(args.host, "", args.local_dir)
+    flow_job = known["job_id"]  # the id the job's flows go by in the agents' schedules (client-scoped)
+    if args.detach:
+        got = detach(where, flow_job, timeout_s=args.timeout_s)
+    else:
+        got = attach(where, flow_job, pids=args.pid or None, cgroup=args.cgroup, ports=args.port or None,
+                     peers=known["peers"] | peers, timeout_s=args.timeout_s)
+    if args.json:
+        emit_json(got)
+    elif args.detach:
+        print(f"detached job {args.job} on {args.host}: {_count(got['detached'], 'attachment')} removed")
+    else:
+        print(f"attached job {args.job} on {args.host}: {_count(got['attachments'], 'attachment')}, "
+              f"{_count(got['conns'], 'connection')} found now")
     return 0
 
 

@@ -42,6 +42,7 @@ def _policy_options(pairs: list[str] | None) -> dict:
     arg("--json", action="store_true", help="print the result as JSON"),
 )
 def cmd_sim(args: argparse.Namespace) -> int:
+    from jitsched.bound import lower_bound_mean_jct
     from jitsched.coflow import coflow_workload
     from jitsched.sim import simulate
     from jitsched.sim.coflow import cct_summary
@@ -71,11 +72,13 @@ def cmd_sim(args: argparse.Namespace) -> int:
     res = simulate(wl, args.policy, seed=args.seed, compute_noise=args.compute_noise,
                    policy_options=options)
     out = res.to_json(per_job=True)
+    out["lower_bound_mean_jct_s"] = lower_bound_mean_jct(wl)
     if args.json:
         emit_json(out)
         return 0
     print(f"{out['jobs']} jobs, {out['background_flows']} background flows under {args.policy}: "
-          f"mean JCT {out['mean_jct_s']:.3f} s, makespan {out['makespan_s']:.3f} s")
+          f"mean JCT {out['mean_jct_s']:.3f} s (lower bound {out['lower_bound_mean_jct_s']:.3f} s), "
+          f"makespan {out['makespan_s']:.3f} s")
     for job, jct in out["job_jct_s"].items():
         print(f"  {job:<32} JCT {jct:10.4f} s")
     bw = out["remaining_bw"]

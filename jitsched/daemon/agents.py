@@ -29,6 +29,7 @@ class AgentState:
     applied_seq: int = 0
     flow_rates_Bps: dict = field(default_factory=dict)
     total_Bps: float = 0.0
+    attached: dict = field(default_factory=dict)  # per attached job: its bytes and rank (the agent's heartbeat)
 
 
 class AgentTable:
@@ -122,6 +123,7 @@ class AgentTable:
         a.applied_seq = int(body.get("applied_seq", a.applied_seq))
         a.flow_rates_Bps = dict(body.get("flow_rates_Bps", {}))
         a.total_Bps = float(body.get("total_Bps", 0.0))
+        a.attached = dict(body.get("attached", {}))
         return {"seq": self.host_seq.get(a.host, 0)}
 
     def ack(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from jitsched.config import DaemonConfig
+from jitsched.config import ANONYMOUS, DaemonConfig
 from jitsched.daemon.reject import Reject
 from jitsched.protocol import ErrorCode
 
@@ -36,12 +36,15 @@ class BackgroundTable:
     does (it died), ``background_ttl_s`` after it last heard of it (an
     announcement or a progress report, which renew it): a leaked
     announcement must not keep a rank in every plan for ever. A daemon with
-    a journal takes its flows back after a restart (:meth:`restore`).
+    a journal takes its flows back after a restart (:meth:`restore`). Each
+    client holds at most its quota's ``max_background`` (``by_owner`` counts
+    them), the daemon ``max_background``.
     """
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
         self.flows: dict[str, Announced] = {}
+        self.by_owner: dict[str | None, int] = {}  # flows held, by the client that announced them
         self.counts = {"announced": 0, "restored": 0, "finished": 0, "expired": 0}
 
     def start(self, body: dict, now: float, peer: str | None = None) -> Announced | Reject:
@@ -60,14 +63,29 @@ class BackgroundTable:
         old = self.flows.get(name)
         if old is not None and peer is not None and old.owner != peer:
             return Reject(ErrorCode.FORBIDDEN, f"background flow {name!r} was announced with another client's key")
-        full = self._full(name)
+        full = self._full(name, peer)
         if full is not None:
             return full
         flow = Announced(name, *got[:3], now if old is None else old.started_s, peer, got[3], now)
-        self.flows[name] = flow
+        self._hold(flow)
         if old is None:
             self.counts["announced"] += 1
         return flow
+
+    def _hold(self, flow: Announced) -> None:
+        old = self.flows.get(flow.name)
+        if old is not None:
+            self._drop(old.name)
+        self.flows[flow.name] = flow
+        self.by_owner[flow.owner] = self.by_owner.get(flow.owner, 0) + 1
+
+    def _drop(self, name: str) -> None:
+        flow = self.flows.pop(name)
+        left = self.by_owner[flow.owner] - 1
+        if left:
+            self.by_owner[flow.owner] = left
+        else:
+            del self.by_owner[flow.owner]
 
     def restore(self, body: dict, owner: str | None, started_s: float, seen_s: float) -> Announced | Reject:
         """Hold again a flow a journal kept (``body`` as for :meth:`start`, ``left`` included).
@@ -78,19 +96,26 @@ class BackgroundTable:
         got = self._checked(body)
         if isinstance(got, Reject):
             return got
-        full = self._full(body["flow"])
+        full = self._full(body["flow"], quota=False)  # journalled: it was accepted
         if full is not None:
             return full
         flow = Announced(body["flow"], *got[:3], started_s, owner, got[3], seen_s)
-        self.flows[flow.name] = flow
+        self._hold(flow)
         self.counts["restored"] += 1
         return flow
 
-    def _full(self, name: str) -> Reject | None:
-        # a new name past max_background is refused; a held one may always be replaced
-        if name not in self.flows and len(self.flows) >= self.config.max_background:
-            return Reject(ErrorCode.OVERLOADED,
-                          f"the daemon already holds {self.config.max_background} background flows")
+    def _full(self, name: str, owner: str | None = None, quota: bool = True) -> Reject | None:
+        # a new name past max_background (the daemon's, or the client's quota) is
+        # refused; a held one may always be replaced
+        if name in self.flows:
+            return None
+        most = self.config.quota(owner).max_background
+        if quota and self.by_owner.get(owner, 0) >= most:
+            return Reject(ErrorCode.OVERLOADED, f"client {owner or ANONYMOUS!r} already holds {most} background "
+                          "flows ([limits.per_client] max_background)")
+        if len(self.flows) >= self.config.max_background:
+            return Reject(ErrorCode.OVERLOADED, f"the daemon already holds {self.config.max_background} "
+                          "background flows ([limits] max_background)")
         return None
 
     def _checked(self, body: dict) -> tuple[int, int, float, float] | Reject:
@@ -122,7 +147,7 @@ class BackgroundTable:
         if peer is not None and flow.owner != peer:
             return Reject(ErrorCode.FORBIDDEN,
                           f"background flow {flow.name!r} was announced with another client's key")
-        del self.flows[flow.name]
+        self._drop(flow.name)
         self.counts["finished"] += 1
         return True
 
@@ -131,7 +156,7 @@ class BackgroundTable:
         ttl = self.config.background_ttl_s
         gone = [n for n, f in self.flows.items() if now - f.seen_s >= ttl]
         for n in gone:
-            del self.flows[n]
+            self._drop(n)
         self.counts["expired"] += len(gone)
         return gone
 

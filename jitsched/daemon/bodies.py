@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jitsched.config import KEYS, DaemonConfig
+from jitsched.config import ANONYMOUS, KEYS, DaemonConfig
 from jitsched.model import Cluster
 from jitsched.policies.base import SlotSchedule
 from jitsched.protocol import flow_id, pack_body
@@ -191,15 +192,41 @@ def job_summary(js: JobState) -> dict:
         "computes": len(js.job.computes),
         "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
         "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
-    } | ({"error": js.error} if js.error else {}) | ({"owner": js.owner} if js.owner is not None else {})
+    } | ({"error": js.error} if js.error else {}) | (
+        {"owner": js.owner, "id": js.name} if js.owner is not None else {})
+
+
+def client_usage(registry: JobRegistry, background: BackgroundTable, config: DaemonConfig,
+                 inflight: dict | None = None) -> dict:
+    """Each client's use of its quota (``[limits.per_client]``, ``[limits.clients.NAME]``):
+    for every client that holds something or has a quota of its own, ``{setting: [used,
+    quota]}``; ``inflight`` (client -> pending requests and bytes in flight) is the socket
+    loop's share. Without keys the one client is ``anonymous``."""
+    inflight = inflight or {}
+    names = ({o for o, u in registry.usage.items() if u.running or u.bytes} | set(background.by_owner)
+             | {None if n == ANONYMOUS else n for n in inflight} | set(config.clients))
+    out = {}
+    for owner in sorted(names, key=lambda n: n or ""):
+        name = owner or ANONYMOUS
+        q = config.quota(owner)
+        u = registry.usage.get(owner)
+        loop = inflight.get(name, {})
+        out[name] = {"max_jobs": [u.running if u else 0, q.max_jobs],
+                     "max_job_bytes": [u.bytes if u else 0, q.max_job_bytes],
+                     "max_background": [background.by_owner.get(owner, 0), q.max_background],
+                     "max_pending_requests": [loop.get("pending_requests", 0), q.max_pending_requests],
+                     "max_bytes_in_flight": [loop.get("bytes_in_flight", 0), q.max_bytes_in_flight]}
+    return out
 
 
 def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, background: BackgroundTable,
                 config: DaemonConfig, planner: str, now: float, *, after: int = 0, limit: int | None = None,
-                loop: dict | None = None) -> dict:
+                loop: dict | None = None, inflight: dict | None = None) -> dict:
     """The ``status`` reply: a page of jobs, agents, the last plan, plan failures, where full
     re-solves run (``planner``), the input limits, the socket loop's counts (``loop``) and
-    the announced background flows held and counted (``background``), times in seconds.
+    the announced background flows held and counted (``background``), each client's use
+    of its quota (``clients``, :func:`client_usage`) and the daemon's memory against its
+    ceiling (``memory``), times in seconds.
 
     Jobs are listed in submission order, those after seq ``after``, at most
     ``limit`` (default ``status_page_jobs``) and no more than fit in
@@ -224,7 +251,8 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
     agents = {h: {"up": a.up, "backend": a.backend, "acked_seq": a.acked_seq,
                   "sent_seq": a.sent_seq, "applied_seq": a.applied_seq,
                   "seq": table.host_seq.get(h, 0),
-                  "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps}
+                  "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps,
+                  "attached": a.attached}
               for h, a in table.agents.items()}
     return {"now_s": now, "jobs": jobs, "next_after": last if more else None,
             "jobs_total": len(registry.jobs), "jobs_running": len(registry.active),
@@ -233,11 +261,15 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
             "plan": dict(book.plan_summary), "planning": config.planning,
             "plans": dict(book.plans_by_mode), "plans_failed": sum(book.plans_failed.values()),
             "last_plan_error": book.last_error, "planner": planner, "curve": bool(config.keys_dir),
-            "limits": {k: getattr(config, k) for k in KEYS["limits"]},
+            "limits": {k: getattr(config, k) for k in KEYS["limits"]} | {
+                "max_memory_bytes": registry.memory_ceiling, "per_client": asdict(config.per_client)},
+            "clients": client_usage(registry, background, config, inflight),
+            "memory": {"rss_bytes": registry.rss(), "ceiling_bytes": registry.memory_ceiling,
+                       "ended_job_bytes": registry.ended_bytes, "refused": registry.refused_memory},
             "incarnation": table.incarnation, "journal": config.journal or "",
             "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:]),
             "background": {"held": len(background.flows), **background.counts}}
 
 
-__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "host_bodies", "is_idle", "job_summary",
-           "pack_frames", "status_body"]
+__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "client_usage", "host_bodies", "is_idle",
+           "job_summary", "pack_frames", "status_body"]

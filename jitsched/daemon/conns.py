@@ -37,10 +37,13 @@ from jitsched.daemon.logs import LogLimiter
 # (acks, errors: ~50 bytes) are bounded by the socket's SNDHWM in messages instead.
 TRACK_BYTES = 4096
 
-# Over the cap, a connection silent for at least this long makes way for a new one
-# (the longest silent first); when none is, the new one is refused. Refusing only the
-# newest let 1,000 idle raw connections lock every new client out (measured). The
-# agent socket uses the heartbeat timeout instead: live agents speak every heartbeat_s.
+# Over the cap, connections that never sent a message (no handshake finished, or not
+# yet a request: raw connects, bare greetings) make way first, oldest first, then one
+# silent for at least this long (the longest silent first); when none is, the new one is
+# refused. Refusing only the newest let 1,000 idle raw connections lock every new client
+# out, and with 400 raw connects/s against a cap of 50 refusing every newest connection
+# but those silent 1 s left 5 of 10 keyed status calls without an answer (measured).
+# The agent socket uses the heartbeat timeout instead: live agents speak every heartbeat_s.
 EVICT_AFTER_S = 1.0
 EXPIRE_MIN_S = 0.05  # the smallest gap between two scans for idle connections, seconds
 
@@ -54,6 +57,7 @@ class Conn:
     peer: tuple
     last_s: float
     closing: bool = False
+    spoke: bool = False  # a message came on it
 
 
 def _dup(fd: int) -> socket.socket | None:
@@ -125,6 +129,7 @@ class Connections:
         self.monitor.setsockopt(zmq.RCVHWM, 0)
         self.sock = sock
         self.open: dict[int, Conn] = {}
+        self.unspoken: dict[int, None] = {}  # open connections no message came on, in accept order
         self.refused = 0  # connections closed at accept, over the cap
         self.evicted = 0  # silent connections closed to make room for new ones
         self.idle_closed = 0  # connections closed for silence
@@ -153,52 +158,71 @@ class Connections:
                 peer = _peer_of(value)
                 if peer is not None:
                     self.open[value] = Conn(peer, now_s)
+                    self.unspoken.pop(value, None)  # a reused descriptor goes to the end
+                    self.unspoken[value] = None
                     new.append(value)
             elif event == zmq.EVENT_DISCONNECTED:
                 self.open.pop(value, None)
+                self.unspoken.pop(value, None)
             elif event == zmq.EVENT_ACCEPT_FAILED:
                 self.accept_failed += 1
                 self.logs.log(logging.WARNING, "accept_failed", socket=self.name,
                               error=errno.errorcode.get(value, str(value)), count=self.accept_failed)
-        over = len(self.open) - self.cap
+        # those being closed are on their way out (libzmq reports them disconnected soon)
+        over = sum(1 for c in self.open.values() if not c.closing) - self.cap
         if over <= 0:
             return
         fresh = set(new)
+        # 1. connections that never sent anything, but for the ones accepted just now
+        # (a client finishing its handshake is among those): oldest first, a dict walk
+        for fd in list(self.unspoken):
+            if over <= 0:
+                return
+            if fd not in fresh:
+                over -= self._close(fd, now_s)
+        # 2. connections silent for evict_after_s, the longest silent first
         silent = sorted((c.last_s, fd) for fd, c in self.open.items()
                         if fd not in fresh and not c.closing and c.last_s <= now_s - self.evict_after_s)
         for _, fd in silent[:over]:
-            conn = self.open[fd]
-            conn.closing = True
-            if _shutdown(fd, conn.peer):
-                over -= 1
-                self.evicted += 1
-                self.logs.log(logging.WARNING, "connection_evicted", socket=self.name,
-                              peer=f"{conn.peer[0]}:{conn.peer[1]}", silent_s=now_s - conn.last_s,
-                              open=len(self.open), cap=self.cap, total=self.evicted)
-            else:
-                self.open.pop(fd, None)
-                over -= 1
-        while over > 0 and new:
-            # nothing silent enough to make way: the newest go
-            fd = new.pop()
-            conn = self.open.get(fd)
-            if conn is None or conn.closing:
-                continue
-            over -= 1
-            conn.closing = True
-            if _shutdown(fd, conn.peer):
-                self.refused += 1
-                self.logs.log(logging.WARNING, "connection_refused", socket=self.name,
-                              peer=f"{conn.peer[0]}:{conn.peer[1]}", open=len(self.open), cap=self.cap,
-                              total=self.refused)
-            else:
-                self.open.pop(fd, None)
+            over -= self._close(fd, now_s)
+        # 3. nothing else makes way: the ones accepted just now, the newest last
+        for fd in new:
+            if over <= 0:
+                return
+            over -= self._close(fd, now_s)
+
+    def _close(self, fd: int, now_s: float) -> int:
+        """Close connection ``fd`` over the cap; 1 if it is gone (or was), 0 if already closing.
+
+        Counted as evicted if it had been silent ``evict_after_s``, else as refused."""
+        conn = self.open.get(fd)
+        self.unspoken.pop(fd, None)
+        if conn is None or conn.closing:
+            return 0
+        conn.closing = True
+        if not _shutdown(fd, conn.peer):
+            self.open.pop(fd, None)  # no longer that connection: gone already
+            return 1
+        peer = f"{conn.peer[0]}:{conn.peer[1]}"
+        if conn.last_s <= now_s - self.evict_after_s:
+            self.evicted += 1
+            self.logs.log(logging.WARNING, "connection_evicted", socket=self.name, peer=peer,
+                          silent_s=now_s - conn.last_s, spoke=conn.spoke, open=len(self.open), cap=self.cap,
+                          total=self.evicted)
+        else:
+            self.refused += 1
+            self.logs.log(logging.WARNING, "connection_refused", socket=self.name, peer=peer, spoke=conn.spoke,
+                          open=len(self.open), cap=self.cap, total=self.refused)
+        return 1
 
     def seen(self, fd: int, now_s: float) -> None:
         """A message came on descriptor ``fd``."""
         conn = self.open.get(fd)
         if conn is not None:
             conn.last_s = now_s
+            if not conn.spoke:
+                conn.spoke = True
+                self.unspoken.pop(fd, None)
 
     def expire(self, now_s: float) -> int:
         """Close the connections silent for ``idle_s``; returns how many.
@@ -216,6 +240,7 @@ class Connections:
         for fd, conn in list(self.open.items()):
             if conn.last_s <= limit and not conn.closing:
                 conn.closing = True
+                self.unspoken.pop(fd, None)
                 if _shutdown(fd, conn.peer):
                     n += 1
                 else:
@@ -232,8 +257,10 @@ class ReplyQueues:
 
     A reply of at least ``TRACK_BYTES`` is sent zero-copy with a tracker that
     says when libzmq has handed the bytes to the kernel; until then they
-    count against the peer (its routing identity). A reply that would take a
-    peer past ``cap`` bytes is not sent (the caller answers ``overloaded``).
+    count against the peer (its routing identity) and against the client it
+    is sent to (a key's name, over all its connections). A reply that would
+    take a peer past ``cap`` bytes, or its client past the cap given with it,
+    is not sent (the caller answers ``overloaded``).
 
     Parameters
     ----------
@@ -245,6 +272,8 @@ class ReplyQueues:
         self.cap = cap
         self.queued: dict[bytes, deque[tuple[zmq.MessageTracker, int]]] = {}
         self.refused = 0  # replies not sent for the cap
+        self.client_of: dict[bytes, str] = {}  # identities with queued replies -> their client
+        self.identities: dict[str, set[bytes]] = {}  # client -> its identities with queued replies
 
     def pending(self, identity: bytes) -> int:
         """Bytes of tracked replies to ``identity`` still inside libzmq."""
@@ -255,11 +284,23 @@ class ReplyQueues:
             q.popleft()
         if not q:
             del self.queued[identity]
+            client = self.client_of.pop(identity, None)
+            if client is not None:
+                ids = self.identities[client]
+                ids.discard(identity)
+                if not ids:
+                    del self.identities[client]
             return 0
         return sum(n for _, n in q)
 
-    def send(self, sock: zmq.Socket, identity: bytes, reply: bytes) -> bool:
-        """Send ``reply`` to ``identity`` unless that passes the cap; whether it was sent.
+    def client_pending(self, client: str) -> int:
+        """Bytes of tracked replies to every connection of ``client`` still inside libzmq."""
+        return sum(self.pending(i) for i in list(self.identities.get(client, ())))
+
+    def send(self, sock: zmq.Socket, identity: bytes, reply: bytes, client: str | None = None,
+             client_room: int | None = None) -> bool:
+        """Send ``reply`` to ``identity`` unless that passes the cap, or ``client``'s
+        tracked replies would pass ``client_room`` bytes; whether it was sent.
 
         Raises
         ------
@@ -269,11 +310,16 @@ class ReplyQueues:
         if len(reply) < TRACK_BYTES:
             sock.send_multipart([identity, reply], zmq.NOBLOCK)
             return True
-        if self.pending(identity) + len(reply) > self.cap:
+        if self.pending(identity) + len(reply) > self.cap or (
+                client is not None and client_room is not None
+                and self.client_pending(client) + len(reply) > client_room):
             self.refused += 1
             return False
         tracker = sock.send_multipart([identity, reply], zmq.NOBLOCK, copy=False, track=True)
         self.queued.setdefault(identity, deque()).append((tracker, len(reply)))
+        if client is not None and identity not in self.client_of:
+            self.client_of[identity] = client
+            self.identities.setdefault(client, set()).add(identity)
         return True
 
     def sweep(self) -> int:

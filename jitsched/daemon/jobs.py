@@ -6,16 +6,35 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from jitsched.config import DaemonConfig
-from jitsched.daemon.limits import check_job, check_job_map
+from jitsched.config import ANONYMOUS, DaemonConfig
+from jitsched.daemon.limits import check_job, check_job_map, job_bytes, memory_ceiling, rss_bytes
 from jitsched.daemon.reject import Reject
 from jitsched.model import Job, parse_cluster, parse_job
 from jitsched.protocol import ErrorCode
 
 
+def scoped_id(owner: str | None, job_id: str) -> str:
+    """The id the daemon holds client ``owner``'s job ``job_id`` by, in plans and in its
+    agents' flow ids: ``"<owner>:<job_id>"`` (key names have no ``:``), ``job_id``
+    itself without keys. A client names its jobs by its own ids; no two clients' meet."""
+    return job_id if owner is None else f"{owner}:{job_id}"
+
+
+@dataclass
+class Usage:
+    """What one client holds in the registry: running jobs, and the estimated bytes of its
+    jobs running and ended (:func:`jitsched.daemon.limits.job_bytes`)."""
+
+    running: int = 0
+    bytes: int = 0
+    ended: deque = field(default_factory=deque)  # its ended jobs, oldest first (some forgotten)
+
+
 @dataclass
 class JobState:
     """One submitted job and what the daemon knows of its progress (times on the daemon clock).
+
+    ``job.id`` is the scoped id (:func:`scoped_id`), ``name`` the id its client chose.
 
     ``ports`` maps each transfer to its (source, destination) host indices;
     ``out_left``/``in_left`` count the unfinished transfers leaving / entering
@@ -43,6 +62,9 @@ class JobState:
     lat_misses: int = 0
     journal_row: int = 0  # its row in the daemon's journal (0: no journal)
     seq: int = 0  # submission order in this daemon (status pages by it)
+    name: str = ""  # the id its client chose ("": job.id)
+    bytes: int = 0  # estimated bytes held for it (limits.job_bytes)
+    forgotten: bool = False  # ended and dropped from the registry
 
     @property
     def active(self) -> bool:
@@ -76,9 +98,16 @@ class JobRegistry:
     running ones apart.
 
     Knows nothing of plans: the caller tells the plan book what changed. An
-    ended job is kept ``ended_retention_s`` seconds and at most
-    ``max_ended_jobs`` of them (the oldest go first); :meth:`prune` drops the
-    others and counts them in :attr:`pruned`.
+    ended job is kept ``ended_retention_s`` seconds, at most ``max_ended_jobs``
+    of them and ``max_ended_bytes`` of their estimated size (the oldest go
+    first); :meth:`prune` drops the others and counts them in :attr:`pruned`.
+
+    Jobs are held by their scoped id (:func:`scoped_id`): a client names only
+    its own. Each client (``owner``; None without keys: ``anonymous``) runs at
+    most its quota's ``max_jobs`` and holds at most ``max_job_bytes`` of jobs
+    (its oldest ended ones are forgotten first to make room); and while the
+    daemon's RSS is over its ceiling (``max_memory_bytes``), ended jobs are
+    forgotten, oldest first, to make room for a submission, else it is refused.
 
     Parameters
     ----------
@@ -92,8 +121,14 @@ class JobRegistry:
         self.active: dict[str, JobState] = {}  # in submission order
         self.ended: deque[JobState] = deque()  # in the order they ended (prune's queue)
         self.lat_misses = 0
-        self.pruned = 0  # ended jobs dropped since start (retention or count)
+        self.pruned = 0  # ended jobs dropped since start (retention, count, bytes)
         self._seq = 0
+        self.usage: dict[str | None, Usage] = {}  # by owner
+        self.ended_bytes = 0  # estimated bytes of the ended jobs held
+        self.memory_ceiling = memory_ceiling(config)
+        self.rss = rss_bytes  # this process's RSS now (bytes); tests stand in for it
+        self.refused_memory = 0  # submissions refused for the memory ceiling
+        self._forgotten: list[JobState] = []  # dropped outside prune: the next prune returns them
 
     def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
         """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
@@ -106,15 +141,46 @@ class JobRegistry:
         ValidationError
             If the job map does not describe a valid job on the daemon's cluster.
         """
-        full = self._full()
+        full = self._full(owner)
         if full is not None:
             return full  # before parsing: a full daemon refuses cheaply
         prep = self.prepare(body)
         return prep if isinstance(prep, Reject) else self.admit(prep, now, owner)
 
-    def _full(self) -> Reject | None:
+    def _full(self, owner: str | None) -> Reject | None:
+        quota = self.config.quota(owner).max_jobs
+        u = self.usage.get(owner)
+        if u is not None and u.running >= quota:
+            return Reject(ErrorCode.OVERLOADED, f"client {owner or ANONYMOUS!r} already runs {quota} jobs "
+                          "([limits.per_client] max_jobs)")
         if len(self.active) >= self.config.max_jobs:
-            return Reject(ErrorCode.OVERLOADED, f"the daemon already runs {self.config.max_jobs} jobs")
+            return Reject(ErrorCode.OVERLOADED, f"the daemon already runs {self.config.max_jobs} jobs "
+                          "([limits] max_jobs)")
+        return None
+
+    def _room(self, owner: str | None, need: int) -> Reject | None:
+        """Make room for ``need`` more bytes of client ``owner``'s jobs: over its
+        ``max_job_bytes``, or with the daemon's RSS over its ceiling, its (then
+        anyone's) oldest ended jobs are forgotten; a Reject if that is not enough."""
+        quota = self.config.quota(owner).max_job_bytes
+        u = self.usage.setdefault(owner, Usage())
+        while u.bytes + need > quota and u.ended:
+            js = u.ended.popleft()
+            if not js.forgotten:
+                self._forget(js)
+        if u.bytes + need > quota:
+            return Reject(ErrorCode.OVERLOADED, f"client {owner or ANONYMOUS!r} holds jobs of ~{u.bytes} bytes; "
+                          f"this one of ~{need} would pass its {quota} ([limits.per_client] max_job_bytes)")
+        over = self.rss() + need - self.memory_ceiling
+        while over > 0 and self.ended:
+            js = self.ended.popleft()
+            if not js.forgotten:
+                self._forget(js)
+                over -= js.bytes  # its memory is free for the new job to use
+        if over > 0:
+            self.refused_memory += 1
+            return Reject(ErrorCode.OVERLOADED, f"the daemon's memory ({self.rss()} bytes resident) with this "
+                          f"job (~{need} bytes) would pass {self.memory_ceiling} bytes ([limits] max_memory_bytes)")
         return None
 
     def prepare(self, body: dict) -> Prepared | Reject:
@@ -159,15 +225,21 @@ class JobRegistry:
 
     def admit(self, prep: Prepared, now: float, owner: str | None = None) -> JobState | Reject:
         """Store a job from :meth:`prepare`, arriving ``now``, owned by ``owner``: refused if
-        the daemon runs ``max_jobs`` jobs or one of the same id."""
-        full = self._full()
+        the daemon or ``owner`` runs its ``max_jobs`` jobs, ``owner`` runs one of the same
+        id, or there is no room for it in ``owner``'s quota or the daemon's memory."""
+        full = self._full(owner)
         if full is not None:
             return full
-        if prep.job.id in self.active:
+        jid = scoped_id(owner, prep.job.id)
+        if jid in self.active:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {prep.job.id!r} is already running")
-        js = self._insert(JobState(replace(prep.job, arrival_s=now), prep.index, now, owner=owner,
+        size = job_bytes(prep.job)
+        no_room = self._room(owner, size)
+        if no_room is not None:
+            return no_room
+        js = self._insert(JobState(replace(prep.job, id=jid, arrival_s=now), prep.index, now, owner=owner,
                                    ports=prep.ports, out_left=dict(prep.out_left),
-                                   in_left=dict(prep.in_left)))
+                                   in_left=dict(prep.in_left), name=prep.job.id, bytes=size))
         js.started.update(dict.fromkeys(prep.started, now))
         for nid in prep.done:
             self.mark_done(js, nid, now)
@@ -189,13 +261,16 @@ class JobRegistry:
         bad = check_job(job, self.config)
         if bad is not None:
             return bad
-        if job.id in self.active:
+        if scoped_id(owner, job.id) in self.active:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {job.id!r} is journalled twice as running")
         return self._store(job, submitted_s, owner)
 
     def _store(self, job: Job, now: float, owner: str | None) -> JobState:
-        job = replace(job, arrival_s=now)
-        js = JobState(job, {n: i for i, n in enumerate(job.node_ids())}, now, owner=owner)
+        # a journalled job comes back whatever the quotas say now: it was accepted
+        name = job.id
+        job = replace(job, id=scoped_id(owner, name), arrival_s=now)
+        js = JobState(job, {n: i for i, n in enumerate(job.node_ids())}, now, owner=owner, name=name,
+                      bytes=job_bytes(job))
         index = self.cluster.index
         for t in job.transfers:
             s, d = index(t.src), index(t.dst)
@@ -206,14 +281,38 @@ class JobRegistry:
 
     def _insert(self, js: JobState) -> JobState:
         jid = js.job.id
-        # an ended job of the same id makes way: the new one is listed at the end, in
-        # submission order (prune skips the old one's entry in ``ended``)
-        self.jobs.pop(jid, None)
+        # an ended job of the same id (the same client's) makes way: the new one is listed
+        # at the end, in submission order (prune skips the old one's entry in ``ended``)
+        old = self.jobs.pop(jid, None)
+        if old is not None:
+            self._forget(old)
         self._seq += 1
         js.seq = self._seq
         self.jobs[jid] = js
         self.active[jid] = js
+        u = self.usage.setdefault(js.owner, Usage())
+        u.running += 1
+        u.bytes += js.bytes
         return js
+
+    def withdraw(self, js: JobState) -> None:
+        """Take back the job just admitted as ``js`` (its submission could not be recorded)."""
+        jid = js.job.id
+        self.active.pop(jid, None)
+        if self.jobs.get(jid) is js:
+            del self.jobs[jid]
+        u = self.usage[js.owner]
+        u.running -= 1
+        u.bytes -= js.bytes
+
+    def _forget(self, js: JobState) -> None:
+        """Drop the ended job ``js`` (its entries in the ended queues are skipped later)."""
+        js.forgotten = True
+        if self.jobs.get(js.job.id) is js:
+            del self.jobs[js.job.id]
+        self.ended_bytes -= js.bytes
+        self.usage[js.owner].bytes -= js.bytes
+        self._forgotten.append(js)
 
     def _progress(self, job: Job, progress: object) -> tuple[list[str], list[str]] | Reject:
         """The nodes a resubmission says are done and the transfers it says started (a job
@@ -251,13 +350,13 @@ class JobRegistry:
                 js.measured_s[nid] = float(measured_s)
 
     def job(self, job_id: str, peer: str | None = None) -> JobState | Reject:
-        """The job ``job_id``, running or ended, if client ``peer`` may act on it: the
-        client that submitted it (``peer`` None: the daemon has no keys, anyone may)."""
-        js = self.jobs.get(job_id)
+        """Client ``peer``'s job ``job_id`` (the id it chose), running or ended; another
+        client's job of that id is not its (``peer`` None: the daemon has no keys, and
+        every job is one anonymous client's)."""
+        js = self.jobs.get(scoped_id(peer, job_id))
         if js is None:
-            return Reject(ErrorCode.UNKNOWN_JOB, f"no job {self._clip(job_id)!r}")
-        if peer is not None and js.owner != peer:
-            return Reject(ErrorCode.FORBIDDEN, f"job {js.job.id!r} was submitted with another client's key")
+            return Reject(ErrorCode.UNKNOWN_JOB, f"no job {self._clip(job_id)!r}"
+                          + (f" of client {peer!r}" if peer is not None else ""))
         return js
 
     def node(self, body: dict, key: str, kind: str, peer: str | None = None) -> tuple[JobState, str] | Reject:
@@ -270,7 +369,7 @@ class JobRegistry:
         i = js.index.get(nid)
         n_comp = len(js.job.computes)
         if i is None or (kind == "transfer") != (i >= n_comp):
-            return Reject(ErrorCode.UNKNOWN_NODE, f"job {js.job.id!r} has no {kind} {self._clip(nid)!r}")
+            return Reject(ErrorCode.UNKNOWN_NODE, f"job {js.name!r} has no {kind} {self._clip(nid)!r}")
         return js, nid
 
     def _clip(self, text: str) -> str:
@@ -309,18 +408,26 @@ class JobRegistry:
         js.finished_s = now
         del self.active[js.job.id]
         self.ended.append(js)
+        self.ended_bytes += js.bytes
+        u = self.usage[js.owner]
+        u.running -= 1
+        u.ended.append(js)
 
     def prune(self, now: float) -> list[JobState]:
-        """Drop the ended jobs older than ``ended_retention_s`` at ``now`` and the oldest
-        beyond ``max_ended_jobs``; returns them (the caller forgets their journal rows)."""
-        keep_s, keep_n = self.config.ended_retention_s, self.config.max_ended_jobs
-        out = []
+        """Drop the ended jobs older than ``ended_retention_s`` at ``now``, the oldest
+        beyond ``max_ended_jobs`` and beyond ``max_ended_bytes``; returns them and those
+        dropped since the last call to make room (the caller forgets their journal rows)."""
+        keep_s, keep_n, keep_b = self.config.ended_retention_s, self.config.max_ended_jobs, self.config.max_ended_bytes
         ended = self.ended
-        while ended and (len(ended) > keep_n or ended[0].finished_s + keep_s <= now):
+        while ended and (ended[0].forgotten or len(ended) > keep_n or self.ended_bytes > keep_b
+                         or ended[0].finished_s + keep_s <= now):
             js = ended.popleft()
-            if self.jobs.get(js.job.id) is js:  # not since replaced by a job of the same id
-                del self.jobs[js.job.id]
-            out.append(js)
+            if not js.forgotten:
+                self._forget(js)
+        for u in self.usage.values():
+            while u.ended and u.ended[0].forgotten:
+                u.ended.popleft()
+        out, self._forgotten = self._forgotten, []
         self.pruned += len(out)
         return out
 
@@ -348,4 +455,4 @@ class JobRegistry:
                 js.lat_s.setdefault(tid, lat)
 
 
-__all__ = ["JobRegistry", "JobState", "Prepared"]
+__all__ = ["JobRegistry", "JobState", "Prepared", "Usage", "scoped_id"]

@@ -1,8 +1,11 @@
-"""The limits on submitted jobs ([limits] in the configuration): each accepted job has a bounded plan."""
+"""The limits on submitted jobs ([limits] in the configuration): each accepted job has a bounded plan
+and an estimated size in memory, and the daemon's memory a ceiling."""
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.reject import Reject
@@ -89,4 +92,73 @@ def plan_span_s(job: Job, cluster: Cluster) -> tuple[float, str]:
     return port_s, port
 
 
-__all__ = ["check_job", "check_job_map", "plan_span_s"]
+# What the daemon holds for one job, in bytes, from its shape: the job as decoded from
+# its message, parsed, indexed and with its progress. tracemalloc around the decoding,
+# submission and cancellation of jobs of 10k nodes (bench_faults.big_job chains,
+# decoded from msgpack inside the trace): 525 bytes a node with one edge each, 868 with
+# three edges, 764 with 80 more characters an id (340 a node, 171 an edge, 3 a
+# character fit all three within 1 %). The daemon's RSS grows by 1.2x that (allocator
+# overhead): 620 bytes a node over 20 submit+cancel of 5000 nodes with nothing pruned
+# (`python bench/bench_faults.py --fuzz 0 --kill-cycles 0 --ended-memory 20
+# --ended-memory-nodes 5000 --ended-memory-budget 1000000000000`), hence these.
+JOB_BYTES_PER_NODE = 400
+JOB_BYTES_PER_EDGE = 200
+JOB_BYTES_PER_ID_CHAR = 3
+JOB_BYTES_BASE = 2048  # the job's own objects and dicts, besides its nodes
+
+
+def job_bytes(job: Job) -> int:
+    """The estimated bytes the daemon holds for ``job`` (see ``JOB_BYTES_PER_NODE``)."""
+    nodes = len(job.computes) + len(job.transfers)
+    chars = sum(len(c.id) for c in job.computes) + sum(len(t.id) for t in job.transfers)
+    return (JOB_BYTES_BASE + JOB_BYTES_PER_NODE * nodes + JOB_BYTES_PER_EDGE * len(job.edges)
+            + JOB_BYTES_PER_ID_CHAR * chars)
+
+
+# The share of the machine's (or cgroup's) memory the daemon's RSS may reach by default:
+# the planner child, the agents and the jobs' own processes share the machine.
+MEMORY_SHARE = 0.5
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def machine_memory_bytes() -> int:
+    """The memory this process may use: physical RAM, or its cgroup's limit if lower
+    (cgroup v2 ``memory.max``, v1 ``memory.limit_in_bytes``); 0 if unknown."""
+    total = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(f).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:
+            total = min(total, int(text)) if total else int(text)
+    return total
+
+
+def memory_ceiling(config: DaemonConfig) -> int:
+    """The RSS (bytes) above which the daemon refuses growth: ``max_memory_bytes``, or
+    ``MEMORY_SHARE`` of :func:`machine_memory_bytes` when 0 (8 GiB if that is unknown)."""
+    if config.max_memory_bytes:
+        return config.max_memory_bytes
+    machine = machine_memory_bytes()
+    return int(machine * MEMORY_SHARE) if machine else 8 * 1024 ** 3
+
+
+def rss_bytes() -> int:
+    """This process's resident set size (Linux ``/proc/self/statm``; 0 where unknown)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+__all__ = ["JOB_BYTES_PER_EDGE", "JOB_BYTES_PER_ID_CHAR", "JOB_BYTES_PER_NODE", "MEMORY_SHARE", "check_job",
+           "check_job_map", "job_bytes", "machine_memory_bytes", "memory_ceiling", "plan_span_s", "rss_bytes"]

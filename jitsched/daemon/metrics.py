@@ -40,6 +40,8 @@ class Metrics:
                                  registry=r)
         # the socket loop's counts (status' loop): refused and closed connections, replies
         # refused for a peer's unread bytes, requests decoded off the loop, ...
+        self.journal_errors = Gauge("jitsched_journal_errors", "Journal writes that failed since start",
+                                    registry=r)
         self.loop = Gauge("jitsched_loop", "Socket loop counts, by name (status.loop)", ["count"], registry=r)
         # announced background flows: held now, and the totals announced, resumed from the journal
         # (restored), finished and expired (an expired flow's sender never said it finished: a
@@ -93,6 +95,7 @@ class Metrics:
         self.lat_misses.set(state.lat_misses)
         self.planner_fallback.set(1.0 if state.planner.startswith("thread (") else 0.0)
         self.jobs_pruned.set(state.job_registry.pruned)
+        self.journal_errors.set(state.journal_errors)
         for name, value in state.loop.items():
             self.loop.labels(name).set(value)
         self.background.labels("held").set(len(state.background.flows))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from jitsched.config import INCREMENTAL, DaemonConfig, check_exposure
+from jitsched.config import ANONYMOUS, INCREMENTAL, DaemonConfig, check_exposure
 from jitsched.daemon.conns import TRACK_BYTES, Connections, ReplyQueues, open_fds, raise_fd_limit
 from jitsched.daemon.jobs import Prepared
 from jitsched.daemon.journal import Journal
@@ -97,6 +97,10 @@ HEARTBEAT_IVL_MS = 10_000
 HEARTBEAT_TIMEOUT_MS = 30_000
 # descriptors the daemon needs besides connections: journal, planner pipes, metrics, logs
 FD_SPARE = 64
+# A big request decoded and parsed takes about this many times its bytes in memory: a
+# 49.8k-node job of 2.6 MB packed holds ~30 MB as a JobState (limits.JOB_BYTES_PER_NODE),
+# so one is refused while the RSS is within this of the ceiling (max_memory_bytes).
+DECODED_PER_BYTE = 10
 
 
 @dataclass
@@ -193,9 +197,10 @@ class Daemon:
     Raises
     ------
     ValidationError
-        A plaintext endpoint faces the network (no keys, not ``insecure``), or the
-        policy does not take one of ``policy_options``; from :meth:`start`, an
-        endpoint or the metrics port cannot be bound (the setting named).
+        A plaintext endpoint faces the network (no keys, not ``insecure``), a
+        ``[limits.clients.NAME]`` names no client key, or the policy does not take
+        one of ``policy_options``; from :meth:`start`, an endpoint or the metrics
+        port cannot be bound (the setting named).
     KeyFileError
         The key directory cannot be read or another user could change it.
     JournalError
@@ -205,6 +210,12 @@ class Daemon:
     def __init__(self, config: DaemonConfig, policy: Policy | None = None) -> None:
         check_exposure(config)  # configs built in code skip parse_config's checks
         self.keys: DaemonKeys | None = load_daemon_keys(config.keys_dir) if config.keys_dir else None
+        if self.keys is not None:
+            unknown = sorted(set(config.clients) - set(self.keys.clients.values()))
+            if unknown:
+                # a quota for a name no key has is a typo that would hold no one
+                raise ValidationError(f"[limits.clients.{unknown[0]}]: no client key {unknown[0]!r} in "
+                                      f"{config.keys_dir} (clients: {', '.join(sorted(self.keys.clients.values()))})")
         self.config = config
         self.policy = policy if policy is not None else create_policy(config)
         # with a journal, the jobs a killed daemon ran come back with their progress
@@ -215,6 +226,7 @@ class Daemon:
         # a policy that only plans jointly gets full re-solves from the start, not a
         # refused increment (and a warning) on the first arrival
         self.state.incremental_ok = self.policy.plans_increments()
+        self.state.templates.ranks_only = self.policy.ranks_only()
         self.metrics = Metrics()
         # plan failures and the jobs they fail may come every loop turn: bounded lines
         self.logs = LogLimiter(log)
@@ -226,12 +238,16 @@ class Daemon:
         self._deferred: dict[tuple[str, bytes], deque[tuple[list[bytes], str | None]]] = {}
         self._offload_q: queue.Queue[Decoded | None] = queue.Queue()
         self._offload_bytes = 0  # of the requests handed to the decoding worker, not yet back
+        # each job client's requests held in the loop (handed to the decoding worker or
+        # waiting behind one of its own): client -> [requests, bytes] ([limits.per_client])
+        self._held: dict[str, list[int]] = {}
         self._decoded_q: queue.Queue[Decoded] = queue.Queue()
         self.replies = ReplyQueues(config.max_peer_queued_bytes)
         self.conns: dict[str, Connections] = {}  # by socket name, once bound
         self.counts = {"replies_dropped": 0, "replies_refused_queued": 0, "requests_deferred": 0,
                        "requests_refused_deferred": 0, "requests_offloaded": 0,
-                       "requests_refused_offload": 0, "srcfd_unreadable": 0, "user_id_unreadable": 0,
+                       "requests_refused_offload": 0, "requests_refused_quota": 0,
+                       "requests_refused_memory": 0, "srcfd_unreadable": 0, "user_id_unreadable": 0,
                        "loop_errors": 0}
         self.fd_limit = (0, 0)
         self.ctx = zmq.Context()
@@ -442,6 +458,8 @@ class Daemon:
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(timeout=20))
+                if self.failure is not None:  # a worker died: nothing more is answered
+                    self._check_threads()
                 self._conn_seen_s = time.monotonic()
                 for m, c in monitors.items():
                     if m in events:
@@ -556,37 +574,84 @@ class Daemon:
                 and is_reply(data):
             return  # agents may answer pushed schedules; acks arrive as requests
         key = (name, identity)
+        client = self._client(name, peer)
         waiting = self._deferred.get(key)
         if waiting is not None:
             # an earlier request of this peer is being decoded: its reply goes first
-            if len(waiting) >= MAX_DEFERRED:
+            why = self._no_room(client, len(data))
+            if why is None and len(waiting) >= MAX_DEFERRED:
+                why = f"{MAX_DEFERRED} requests of yours already wait behind a big one; resend later"
+            if why is not None:
                 self.counts["requests_refused_deferred"] += 1
-                self._send_reply(sock, identity, encode_error(
-                    peek_id(data), ErrorCode.OVERLOADED,
-                    f"{MAX_DEFERRED} requests of yours already wait behind a big one; resend later"))
+                self._send_reply(sock, identity, encode_error(peek_id(data), ErrorCode.OVERLOADED, why), client)
             else:
                 self.counts["requests_deferred"] += 1
+                self._hold(client, len(data), 1)
                 waiting.append((frames, peer))
             return
         if len(data) > self.config.offload_bytes:
             self._offload(sock, key, data, allowed, peer)
             return
-        self._send_reply(sock, identity, self.handle(identity, data, allowed, peer))
+        self._send_reply(sock, identity, self.handle(identity, data, allowed, peer), client)
+
+    @staticmethod
+    def _client(name: str, peer: str | None) -> str | None:
+        """The quota unit of a request on socket ``name``: its key's client, or the one
+        ``anonymous`` client without keys; None on the agent socket (hosts have none)."""
+        if name != "jobs":
+            return None
+        return ANONYMOUS if peer is None else peer
+
+    def _hold(self, client: str | None, n_bytes: int, sign: int) -> None:
+        """Count (``sign`` 1) or release (-1) one request of ``client`` held in the loop."""
+        if client is None:
+            return
+        held = self._held.setdefault(client, [0, 0])
+        held[0] += sign
+        held[1] += sign * n_bytes
+        if held[0] <= 0:
+            del self._held[client]
+
+    def _no_room(self, client: str | None, n_bytes: int) -> str | None:
+        """Why ``client`` may not have one more request of ``n_bytes`` held: past its
+        max_pending_requests or max_bytes_in_flight; None if it may."""
+        if client is None:
+            return None
+        q = self.config.quota(client)
+        n, held = self._held.get(client, (0, 0))
+        if n >= q.max_pending_requests:
+            self.counts["requests_refused_quota"] += 1
+            return (f"{n} requests of client {client!r} are held; resend later "
+                    f"([limits.per_client] max_pending_requests {q.max_pending_requests})")
+        in_flight = held + self.replies.client_pending(client)
+        if in_flight + n_bytes > q.max_bytes_in_flight:
+            self.counts["requests_refused_quota"] += 1
+            return (f"{in_flight} bytes of client {client!r} are in flight; with these {n_bytes} that passes "
+                    f"[limits.per_client] max_bytes_in_flight ({q.max_bytes_in_flight}); resend later")
+        return None
 
     def _offload(self, sock: zmq.Socket, key: tuple[str, bytes], data: bytes, allowed: frozenset[str],
                  peer: str | None) -> None:
         """Hand a big request to the decoding worker; the peer's later ones wait for it."""
         cap = OFFLOAD_QUEUE_MESSAGES * self.config.max_message_bytes
-        if self._offload_bytes + len(data) > cap:
+        client = self._client(key[0], peer)
+        why = self._no_room(client, len(data))
+        if why is None and self._offload_bytes + len(data) > cap:
             self.counts["requests_refused_offload"] += 1
             self.logs.log(logging.WARNING, "request_refused", reason="decoding queue full",
                           bytes=len(data), queued=self._offload_bytes)
-            self._send_reply(sock, key[1], encode_error(
-                peek_id(data), ErrorCode.OVERLOADED,
-                f"{self._offload_bytes} bytes of big requests are being decoded; resend later"))
+            why = f"{self._offload_bytes} bytes of big requests are being decoded; resend later"
+        reg = self.state.job_registry
+        if why is None and reg.rss() + DECODED_PER_BYTE * len(data) > reg.memory_ceiling:
+            self.counts["requests_refused_memory"] += 1
+            why = (f"the daemon's memory ({reg.rss()} bytes resident) leaves no room to decode a request of "
+                   f"{len(data)} bytes under {reg.memory_ceiling} ([limits] max_memory_bytes)")
+        if why is not None:
+            self._send_reply(sock, key[1], encode_error(peek_id(data), ErrorCode.OVERLOADED, why), client)
             return
         self.counts["requests_offloaded"] += 1
         self._offload_bytes += len(data)
+        self._hold(client, len(data), 1)
         self._deferred[key] = deque()
         self._offload_q.put(Decoded(key, data, peer, allowed))
 
@@ -633,30 +698,46 @@ class Daemon:
             self._offload_bytes -= len(job.data)
             name, identity = job.key
             sock = socks[name]
+            client = self._client(name, job.peer)
+            self._hold(client, len(job.data), -1)
             if not job.silent:  # agents may answer pushed schedules; acks arrive as requests
-                self._send_reply(sock, identity, self.handle(identity, job.data, job.allowed, job.peer, job))
+                self._send_reply(sock, identity, self.handle(identity, job.data, job.allowed, job.peer, job),
+                                 client)
             waiting = self._deferred.pop(job.key, deque())
             while waiting:
                 frames, peer = waiting.popleft()
+                self._hold(self._client(name, peer), len(frames[-1]), -1)
                 self._serve_one(sock, frames, job.allowed, peer, name)
                 if job.key in self._deferred:  # another big one went to the worker: the rest wait
                     self._deferred[job.key].extend(waiting)
                     break
 
-    def _send_reply(self, sock: zmq.Socket, identity: bytes, reply: bytes) -> None:
+    def _send_reply(self, sock: zmq.Socket, identity: bytes, reply: bytes, client: str | None = None) -> None:
+        """Send ``reply`` to ``identity`` (of job client ``client``), or a short ``overloaded``
+        error if the bytes of replies that peer or client has not taken would pass its cap."""
         try:
             if sock is None or not hasattr(sock, "copy_threshold") or sock.copy_threshold != TRACK_BYTES:
                 sock.send_multipart([identity, reply], zmq.NOBLOCK)
-            elif not self.replies.send(sock, identity, reply):
+                return
+            room = None
+            if client is not None:
+                room = self.config.quota(client).max_bytes_in_flight
+                room -= self._held.get(client, (0, 0))[1]
+            if not self.replies.send(sock, identity, reply, client, room):
                 # this peer leaves big replies unread: a short error instead, counted
                 self.counts["replies_refused_queued"] = self.replies.refused
+                queued = self.replies.pending(identity)
                 self.logs.log(logging.WARNING, "reply_refused", reason="peer_queue_full",
-                              bytes=len(reply), queued=self.replies.pending(identity),
+                              bytes=len(reply), queued=queued, client=client,
                               cap=self.replies.cap, total=self.replies.refused)
-                sock.send_multipart([identity, encode_error(
-                    peek_id(reply), ErrorCode.OVERLOADED,
-                    f"{self.replies.pending(identity)} bytes of replies to you are unread, over the "
-                    f"limit of {self.replies.cap} ([limits] max_peer_queued_bytes)")], zmq.NOBLOCK)
+                if queued + len(reply) > self.replies.cap:
+                    why = (f"{queued} bytes of replies to you are unread, over the limit of "
+                           f"{self.replies.cap} ([limits] max_peer_queued_bytes)")
+                else:
+                    why = (f"{self.replies.client_pending(client or '')} bytes of replies to client {client!r} "
+                           "are unread; with this one that passes [limits.per_client] max_bytes_in_flight")
+                sock.send_multipart([identity, encode_error(peek_id(reply), ErrorCode.OVERLOADED, why)],
+                                    zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue full
             self._reply_dropped(exc.errno, exc.strerror)
 
@@ -680,6 +761,11 @@ class Daemon:
             loop[f"{name}_accept_failed"] = c.accept_failed
         loop["fd_limit"] = self.fd_limit[0]
         self.state.loop = loop
+        inflight = {c: {"pending_requests": n, "bytes_in_flight": b} for c, (n, b) in self._held.items()}
+        for c in self.replies.identities:
+            got = inflight.setdefault(c, {"pending_requests": 0, "bytes_in_flight": 0})
+            got["bytes_in_flight"] += self.replies.client_pending(c)
+        self.state.client_inflight = inflight
 
     def _reply_dropped(self, errno: int, error: str) -> None:
         # A client that submits and leaves without waiting drops every later

@@ -8,6 +8,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
@@ -26,6 +27,7 @@ from jitsched.daemon.plans import (
 )
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
+from jitsched.daemon.templates import JOURNAL_EVERY, TemplateBook
 from jitsched.errors import JitschedError
 from jitsched.protocol import ErrorCode, report_bodies
 
@@ -76,7 +78,8 @@ class SchedulerState:
         self.config = config
         self.cluster = config.cluster
         self.journal = journal
-        self.journal_errors = 0  # writes that failed (the daemon serves on without them)
+        self.journal_errors = 0  # writes that failed (a submission then fails; progress serves on)
+        self.journal_last_error = ""
         if journal is not None and t0_wall_s is None:
             # one daemon clock across restarts: journalled times stay valid as they are
             got = journal.get("t0_wall_s")
@@ -88,6 +91,7 @@ class SchedulerState:
         self.background = BackgroundTable(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
+        self.templates = TemplateBook(config)  # recurring jobs (daemon/templates.py)
         self.plan_book.incarnation = self.agent_table.incarnation = self.incarnation
         self.restored: list[str] = []  # jobs resumed from the journal
         self.not_restored: list[tuple[str, str]] = []  # journalled jobs refused now, why
@@ -98,6 +102,9 @@ class SchedulerState:
         # what the socket loop refused, dropped or closed, as the server last said (status
         # and metrics show it): counts by name
         self.loop: dict[str, int] = {}
+        # each client's requests held and bytes in flight in the socket loop, as the server
+        # last said: client name -> {"pending_requests", "bytes_in_flight"}
+        self.client_inflight: dict[str, dict[str, int]] = {}
         if journal is not None:
             self._journal(journal.put, "t0_wall_s", repr(self.t0_wall_s))
             self._journal(journal.put, "incarnation", str(self.incarnation))
@@ -132,12 +139,13 @@ class SchedulerState:
     # ------------------------------------------------------------------ journal
 
     def _journal(self, write: Callable, *args) -> object:
-        """One journal write; a failing disk is logged and counted, and the daemon serves on
-        (its jobs are then not all resumable after a restart)."""
+        """One journal write, or None when it failed: logged, counted and shown in
+        ``status`` and the metrics (``journal_errors``)."""
         try:
             return write(*args)
         except sqlite3.Error as exc:
             self.journal_errors += 1
+            self.journal_last_error = str(exc)
             if self.journal_errors <= 10 or self.journal_errors % 1000 == 0:
                 log.error(kv("journal_failed", error=str(exc), count=self.journal_errors))
             return None
@@ -147,10 +155,13 @@ class SchedulerState:
         assert self.journal is not None
         self._journal(self.journal.compact)
         for jj in self._journal(self.journal.unfinished) or []:
-            try:
-                js = self.job_registry.restore(jj.job_map, jj.owner, jj.submitted_s)
-            except JitschedError as exc:
-                js = Reject(ErrorCode.INVALID_JOB, str(exc))
+            if jj.error:
+                js = Reject(ErrorCode.INVALID_JOB, f"its journal row is unreadable: {jj.error}")
+            else:
+                try:
+                    js = self.job_registry.restore(jj.job_map, jj.owner, jj.submitted_s)
+                except JitschedError as exc:
+                    js = Reject(ErrorCode.INVALID_JOB, str(exc))
             if isinstance(js, Reject):
                 # the daemon's cluster or limits changed under it: it ends here, said why
                 jid = str(jj.job_map.get("id", "?")) if isinstance(jj.job_map, dict) else "?"
@@ -167,6 +178,12 @@ class SchedulerState:
                     self.job_registry.mark_done(js, nid, t, jj.measured_s.get(nid))
                     self.plan_book.policy_event("node_done", jid, nid)
             self.restored.append(jid)
+        rows = self._journal(self.journal.templates) or {}
+        for jid in self.restored:
+            js = self.job_registry.jobs[jid]
+            got = rows.get(js.journal_row)
+            if got is not None:
+                self.templates.restore(js, got[0], got[1], now)
         gone = []
         for jf in self._journal(self.journal.background) or []:
             body = {"flow": jf.name, "src": jf.src, "dst": jf.dst, "bytes": jf.bytes, "left": jf.left}
@@ -203,9 +220,14 @@ class SchedulerState:
         js = self.job_registry.admit(prep, now, peer)
         return js if isinstance(js, Reject) else self._submitted(js, body, now)
 
-    def _submitted(self, js: JobState, body: dict, now: float) -> dict:
+    def _submitted(self, js: JobState, body: dict, now: float) -> dict | Reject:
         if self.journal is not None:
             js.journal_row = self._journal(self.journal.submitted, js.job.id, body["job"], js.owner, now) or 0
+            if not js.journal_row:
+                # a job acknowledged is a job a restarted daemon resumes: not written, not taken
+                self.job_registry.withdraw(js)
+                return Reject(ErrorCode.UNAVAILABLE, f"the daemon's journal cannot be written "
+                                                     f"({self.journal_last_error}); the job was not taken")
             for nid in js.started:
                 self._record(js, nid, STARTED, now)
             for nid in js.done:
@@ -213,7 +235,9 @@ class SchedulerState:
         self.plan_book.arrived(js.job.id, now)
         for nid in js.done:
             self.plan_book.policy_event("node_done", js.job.id, nid)
-        return {"job_id": js.job.id}
+        # the client names the job by its own id; with keys, its flows' ids (agents,
+        # schedules) start with the scoped one (jobs.scoped_id), given as flow_job
+        return {"job_id": js.name} | ({"flow_job": js.job.id} if js.job.id != js.name else {})
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record that a transfer started sending."""
@@ -289,6 +313,56 @@ class SchedulerState:
             self._end(js, "cancelled", now)
         return {"state": js.state}
 
+    def register_template(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Register a recurring job's DAG once: a job (admitted and journalled as a submission
+        is) whose iterations :meth:`iteration` counts; returns ``{"job_id"}``."""
+        js = self.job_registry.submit(body, now, peer)
+        if isinstance(js, Reject):
+            return js
+        self.templates.register(js, now)
+        reply = self._submitted(js, body, now)
+        if isinstance(reply, Reject):  # not journalled: not taken
+            self.templates.forget(js.job.id)
+            return reply
+        if self.journal is not None and js.journal_row:
+            self._journal(self.journal.template, js.journal_row, 0, None)
+        return reply
+
+    def iteration(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Iteration ``n`` of a recurring job ended, with what it measured (see the protocol).
+
+        O(1) when the plan depends on nothing that changed: the job's
+        transfers stay ranked as they are; its per-node progress, if it
+        reported any, is reset for the next iteration. Returns ``{"n",
+        "counted", "ranked", "seq"}``: ``ranked`` says the schedule in force
+        (``seq``) covers the job.
+        """
+        js = self.job_registry.job(body["job_id"], peer)
+        if isinstance(js, Reject):
+            return js
+        t = self.templates.get(js.job.id)
+        if t is None:
+            return Reject(ErrorCode.UNKNOWN_JOB, f"body.job_id: job {js.job.id!r} is no recurring job "
+                          "(register it with register_template)")
+        if not js.active:
+            return Reject(ErrorCode.JOB_ENDED, f"body.job_id: recurring job {js.job.id!r} {js.state}")
+        got = self.templates.iteration(js, t, body, now)
+        if isinstance(got, Reject):
+            return got
+        counted, replan = got
+        if counted:
+            if self.templates.reset_progress(js, t):
+                replan = True
+            if replan:
+                self.plan_book.trigger("iteration", now)
+            if self.journal is not None and js.journal_row:
+                learned = None
+                if t.iterations - t.journalled_at >= JOURNAL_EVERY or replan:
+                    learned, t.journalled_at = t.state(), t.iterations
+                self._journal(self.journal.template, js.journal_row, t.iterations, learned)
+        return {"n": t.iterations, "counted": counted, "ranked": js.job.id in self.plan_book.covered,
+                "seq": self.plan_book.schedule_seq}
+
     def _end(self, js: JobState, state: str, now: float, error: str = "") -> None:
         self.job_registry.end(js, state, now, error)
         if self.journal is not None and js.journal_row:
@@ -327,6 +401,22 @@ class SchedulerState:
             self.plan_book.trigger("background", now)
         return {"held": got}
 
+    def attach_job(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """Whether client ``peer`` may attach job ``job_id``'s connections on ``host``: the job
+        is its own and running, the host is in the cluster. Returns the addresses the cluster
+        gives the job's hosts, ``{"peers": {address: host}}``, for the agent to name peers by."""
+        js = self.job_registry.job(body["job_id"], peer)
+        if isinstance(js, Reject):
+            return js
+        if not js.active:
+            return Reject(ErrorCode.UNKNOWN_JOB, f"job {js.job.id!r} is {js.state}: nothing to attach")
+        cluster = self.config.cluster
+        if body["host"] not in cluster:
+            return Reject(ErrorCode.UNKNOWN_HOST, f"host {body['host']!r} is not in the cluster")
+        names = {t.src for t in js.job.transfers} | {t.dst for t in js.job.transfers}
+        peers = {h.address: h.name for h in cluster.hosts if h.name in names and h.address}
+        return {"job_id": js.job.id, "host": body["host"], "peers": peers}
+
     def status(self, body: dict, now: float) -> dict | Reject:
         """Jobs, agents and a summary of the last plan; the jobs a page at a time.
 
@@ -338,9 +428,17 @@ class SchedulerState:
         after, limit = body.get("after", 0), body.get("limit", self.config.status_page_jobs)
         if after < 0 or limit < 1:
             return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
-        return status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
-                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
-                           loop=self.loop)
+        out = status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
+                          self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
+                          loop=self.loop, inflight=self.client_inflight)
+        out["journal_errors"] = self.journal_errors
+        out["journal_last_error"] = self.journal_last_error
+        out["jobs_not_resumed"] = dict(self.not_restored[:50])
+        for jid, entry in out["jobs"].items():
+            t = self.templates.get(jid)
+            if t is not None:
+                entry["recurring"] = t.summary()
+        return out
 
     def prune(self, now: float) -> int:
         """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
@@ -351,6 +449,9 @@ class SchedulerState:
                 self._journal(self.journal.background_gone, expired)
             self.plan_book.trigger("background", now)
         gone = self.job_registry.prune(now)
+        for js in gone:
+            if self.job_registry.jobs.get(js.job.id) is None:
+                self.templates.forget(js.job.id)
         if gone and self.journal is not None:
             rows = [js.journal_row for js in gone if js.journal_row]
             if rows:
@@ -394,12 +495,28 @@ class SchedulerState:
         return self.plan_book.want_plan(now)
 
     def plan_requests(self, now: float) -> list[PlanRequest]:
-        """The plans to start now: at most one incremental and one full re-solve in flight."""
-        return self.plan_book.plan_requests(now)
+        """The plans to start now: at most one incremental and one full re-solve in flight
+        (recurring jobs with the estimates learned so far)."""
+        return self._learned(self.plan_book.plan_requests(now))
 
     def plan_request(self, now: float) -> PlanRequest:
         """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
-        return self.plan_book.plan_request(now)
+        return self._learned([self.plan_book.plan_request(now)])[0]
+
+    def _learned(self, reqs: list[PlanRequest]) -> list[PlanRequest]:
+        """``reqs`` with every recurring job whose estimates moved rebuilt with them."""
+        stale = self.templates.stale
+        if not reqs or not stale:
+            return reqs
+        for jid in list(stale):
+            js = self.job_registry.active.get(jid)
+            if js is None:
+                stale.discard(jid)
+            else:
+                self.templates.refresh(js)
+        fresh = self.job_registry.active
+        return [replace(r, jobs=tuple((fresh[j.id].job if j.id in fresh else j, d, rem) for j, d, rem in r.jobs))
+                for r in reqs]
 
     def install(self, res: PlanResult, now: float) -> bool:
         """Adopt a finished plan; returns False when it failed (the schedule in force stays).

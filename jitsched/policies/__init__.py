@@ -1,7 +1,7 @@
 """Scheduling policies, registered by name (see jitsched.policies.base)."""
 
 # importing the policy modules registers them by name
-from jitsched.policies import jit, sincronia, tensorflow, tictac  # noqa: F401
+from jitsched.policies import jit, sincronia, tensorflow, tictac, varys  # noqa: F401
 from jitsched.policies.base import (
     DONE,
     POLICIES,

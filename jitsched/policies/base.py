@@ -267,6 +267,12 @@ class Policy(ABC):
         """
         return False
 
+    def ranks_only(self) -> bool:
+        """Whether :meth:`schedule` is ranks alone, which neither compute durations nor the
+        passing of time move (no per-slot rates): a recurring job's next iteration then
+        runs on the ranks in force (False, the default: it needs a new plan)."""
+        return False
+
     def plans_increments(self) -> bool:
         """Whether :meth:`schedule_increment` can return a schedule (False: the owner re-solves in full)."""
         return type(self).schedule_increment is not Policy.schedule_increment

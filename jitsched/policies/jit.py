@@ -96,7 +96,7 @@ DEFAULT_JOB_EXP = 1.0
 DEFAULT_ITERATION_LIMIT = 100_000
 
 
-def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray) -> np.ndarray:
+def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float = 0.0) -> np.ndarray:
     """Each transfer's LAT if its job ran alone, the order a job needs its transfers in.
 
     One ``ordered`` LAT pass per job (a job alone: the whole port is its
@@ -110,6 +110,8 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray) -> np.ndarray
         Jobs to compute.
     now : ndarray, shape (J,)
         Each job's planning instant, seconds (nothing starts before it).
+    k_std : float
+        Compute durations are ``duration + k_std * std`` (as in every LAT pass of the policy).
 
     Returns
     -------
@@ -126,7 +128,7 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray) -> np.ndarray
         if not act.any():
             continue
         lat = estimated_lats(sub, cluster, cluster, np.where(act, sub.size, 0.0), act, now=t,
-                             ordered=True)
+                             ordered=True, k_std=k_std)
         out_n.append(nodes[act])
         out_v.append(lat.lat[act])
     if not out_n:
@@ -530,7 +532,7 @@ class JitPolicy(Policy):
         if np.count_nonzero(view.job_arrived) != self._n_need_done:
             todo = np.flatnonzero(view.job_arrived & ~self._need_done)
             nodes, need = isolated_need(dag, view.cluster, todo,
-                                        np.maximum(dag.arrival[todo], float(view.now)))
+                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std)
             self._need[nodes] = need
             self._need_done[todo] = True
             self._n_need_done = int(np.count_nonzero(self._need_done))
@@ -878,6 +880,11 @@ class JitPolicy(Policy):
     def ranks_background(self) -> bool:
         """With the priority leftover and a finite ``bg_weight`` (:meth:`_ranks`)."""
         return self.leftover == "priority" and not math.isinf(self.bg_weight)
+
+    def ranks_only(self) -> bool:
+        """With the priority leftover and no reservations (alpha 0): the daemon's ranks come
+        from bytes left (:meth:`priority_ranks`), not from durations or slots."""
+        return self.leftover == "priority" and self.alpha == 0.0
 
     def plans_increments(self) -> bool:
         """With the priority leftover only without reservations (alpha 0): its ranked

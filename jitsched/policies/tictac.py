@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 
@@ -51,7 +52,8 @@ def _dependencies(dag: DagArrays, job: int) -> tuple[np.ndarray, np.ndarray, np.
     return transfers, anc[computes - lo], computes
 
 
-def tictac_order(dag: DagArrays, job: int, comm_s: np.ndarray, mode: str = "auto") -> np.ndarray:
+def tictac_order(dag: DagArrays, job: int, comm_s: np.ndarray, mode: str = "auto",
+                 k_std: float = 0.0) -> np.ndarray:
     """Priority rank of each transfer of ``job`` (0 = first), TAC or TIC.
 
     For the outstanding transfers, ``M(r)`` is r's communication time,
@@ -90,7 +92,7 @@ def tictac_order(dag: DagArrays, job: int, comm_s: np.ndarray, mode: str = "auto
     nt = len(transfers)
     if nt == 0:
         return np.zeros(0, dtype=np.int64)
-    dur = dag.duration[computes]
+    dur = dag.duration[computes] + k_std * dag.std[computes] if k_std else dag.duration[computes]
     if mode == "auto":
         mode = "tac" if np.any(dur > 0) else "tic"
     keep = dep.any(axis=1)
@@ -157,7 +159,7 @@ def _arrivals(view: SchedulerView, is_job: np.ndarray) -> np.ndarray:
 def _job_key(dag: DagArrays, job: int, comm_s: np.ndarray) -> bytes:
     lo, hi = int(dag.job_ptr[job]), int(dag.job_ptr[job + 1])
     h = hashlib.blake2b(digest_size=16)
-    for arr in (dag.kind[lo:hi], dag.duration[lo:hi], comm_s[lo:hi],
+    for arr in (dag.kind[lo:hi], dag.duration[lo:hi], dag.std[lo:hi], comm_s[lo:hi],
                 dag.pred_ptr[lo:hi + 1] - dag.pred_ptr[lo], dag.pred_idx[dag.pred_ptr[lo]:dag.pred_ptr[hi]] - lo):
         h.update(np.ascontiguousarray(arr).tobytes())
     return h.digest()
@@ -189,13 +191,20 @@ class TicTacPolicy(Policy):
     background : {"fair", "fifo", "last"}
     slot_s : float
         Slot length of :meth:`schedule`'s (rates-free) schedules, seconds.
+    k_std : float
+        Compute times are ``duration + k_std * std`` (>= 0), as in the LAT pass.
     """
 
     name = "tictac"
     role = "baseline"
 
-    def __init__(self, mode: str = "auto", background: str = "fair", slot_s: float = 0.1) -> None:
+    def __init__(self, mode: str = "auto", background: str = "fair", slot_s: float = 0.1,
+                 k_std: float = 0.0) -> None:
         self.slot_s = check_slot_s(slot_s)
+        if isinstance(k_std, bool) or not isinstance(k_std, (int, float)) or not k_std >= 0 \
+                or not math.isfinite(k_std):
+            raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
+        self.k_std = float(k_std)
         if mode not in MODES:
             raise ValidationError(f"mode: expected one of {MODES}, got {mode!r}")
         if background not in BACKGROUNDS:
@@ -219,7 +228,7 @@ class TicTacPolicy(Policy):
         key = _job_key(dag, job, comm)
         ranks = self._cache.get(key)
         if ranks is None:
-            ranks = tictac_order(dag, job, comm, self.mode)
+            ranks = tictac_order(dag, job, comm, self.mode, self.k_std)
             self._cache[key] = ranks
         return t, ranks
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -60,11 +61,24 @@ class Simulator:
         Show a tqdm bar over finished jobs and flows.
     policy_options : dict, optional
         Options for :func:`make_policy` when ``policy`` is a name.
+    follows : sequence of int, optional
+        Per job, the job whose end it arrives at (-1: at its ``arrival_s``): a
+        recurring job's iterations, back to back (:mod:`jitsched.sim.recurring`).
+    true_duration_s : ndarray, shape (n_nodes,), optional
+        What each compute really takes before noise (default: its ``duration_s``);
+        the DAG's durations are then only what policies are told.
+    on_job_done : callable, optional
+        ``on_job_done(job, now, took)`` when a job ends, ``took`` its nodes'
+        run times (computes' drawn durations, transfers' release-to-arrival
+        times), before the jobs that follow it arrive: the caller may rewrite
+        their estimates in ``self.dag`` (``duration``, ``std``) there.
     """
 
     def __init__(self, workload: Workload, policy: Policy | str, *, seed: int = 0,
                  compute_noise: float = 0.0, tick_s: float | None = None, check: bool = True,
-                 progress: bool = False, policy_options: dict | None = None) -> None:
+                 progress: bool = False, policy_options: dict | None = None,
+                 follows: Sequence[int] | None = None, true_duration_s: np.ndarray | None = None,
+                 on_job_done: Callable[[int, float, np.ndarray], None] | None = None) -> None:
         if not 0 <= compute_noise < math.inf:
             raise ValidationError(f"compute_noise: must be a finite number >= 0, got {compute_noise!r}")
         if tick_s is not None and not tick_s > 0:
@@ -81,13 +95,27 @@ class Simulator:
         if not np.all(np.isfinite(caps)):  # once here, not on every allocation (FlowSet.checked)
             raise ValidationError("cluster: host capacities must be finite")
         self.dag = compile_jobs(list(workload.jobs), self.cluster)
+        nj = self.dag.n_jobs
+        self.follows = [-1] * nj if follows is None else [int(k) for k in follows]
+        if len(self.follows) != nj or any(not -1 <= k < nj or k == j for j, k in enumerate(self.follows)):
+            raise ValidationError(f"follows: expected {nj} job indices (or -1), none a job's own")
+        self.true_duration_s = None
+        if true_duration_s is not None:
+            self.true_duration_s = np.asarray(true_duration_s, dtype=np.float64)
+            if self.true_duration_s.shape != (self.dag.n_nodes,) or not np.all(self.true_duration_s >= 0):
+                raise ValidationError(f"true_duration_s: expected {self.dag.n_nodes} durations >= 0")
+        self.on_job_done = on_job_done
 
     # ------------------------------------------------------------------ setup
 
     def _durations(self) -> np.ndarray:
         dag = self.dag
-        dur = dag.duration.copy()
-        sd = np.where(dag.std > 0, dag.std, self.compute_noise * dag.duration)
+        if self.true_duration_s is not None:
+            dur = self.true_duration_s.copy()
+            sd = self.compute_noise * dur
+        else:
+            dur = dag.duration.copy()
+            sd = np.where(dag.std > 0, dag.std, self.compute_noise * dag.duration)
         if np.any(sd > 0):
             rng = np.random.default_rng(self.seed)
             z = rng.standard_normal(dag.n_nodes)  # one draw per node: same seed, same run
@@ -159,8 +187,12 @@ class _Run:
         # events
         self.clock = VirtualClock(0.0)
         self.events = EventQueue()
+        self.followers: dict[int, list[int]] = {}
         for k in range(nj):
-            self.events.push(float(dag.arrival[k]), _JOB_ARRIVAL, k)
+            if sim.follows[k] >= 0:
+                self.followers.setdefault(sim.follows[k], []).append(k)
+            else:
+                self.events.push(float(dag.arrival[k]), _JOB_ARRIVAL, k)
         for b in range(nb):
             self.events.push(float(self.bg_arr[b]), _BG_ARRIVAL, b)
         if sim.tick_s is not None:
@@ -326,10 +358,21 @@ class _Run:
                 self.sample_slot(now)  # the remaining-bandwidth window ends here
             if self.bar is not None:
                 self.bar.update(1)
+            if k in self.followers:
+                self.job_followed(k, now)
         self.view.now = now
         tp = time.perf_counter()
         self.pol.on_node_done(self.view, v)
         self.policy_s += time.perf_counter() - tp
+
+    def job_followed(self, k: int, now: float) -> None:
+        """Job ``k`` ended: the caller's hook sees its run times, then its followers arrive now."""
+        if self.sim.on_job_done is not None:
+            lo, hi = int(self.dag.job_ptr[k]), int(self.dag.job_ptr[k + 1])
+            self.sim.on_job_done(k, now, self.finish[lo:hi] - self.start[lo:hi])
+        for j in self.followers.pop(k):
+            self.dag.arrival[j] = now
+            self.events.push(now, _JOB_ARRIVAL, j)
 
     def flows_done(self, now: float) -> None:
         """Take the flows finished by ``now`` out of the table; their nodes are done."""

@@ -1,0 +1,120 @@
+"""The regime sweep: every policy at 1, 10, 40 and 100 Gbit/s links, the same offered load, against the lower bound."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Executor
+
+import numpy as np
+from scipy import stats
+
+from jitsched.bound import lower_bound_mean_jct
+from jitsched.sim import simulate
+from jitsched.workloads import generate_workload
+
+RATES_BPS = (1e9, 1e10, 4e10, 1e11)
+LOAD = 0.5
+N_JOBS = 60
+N_HOSTS = 20
+
+
+def rate_key(bps: float) -> str:
+    """The JSON key of a link rate: ``1e9``, ``1e10``, ``4e10``, ``1e11``."""
+    mant, exp = f"{bps:e}".split("e")
+    return f"{float(mant):g}e{int(exp)}"
+
+
+def regime_workload(bps: float, seed: int):
+    """``jitsched gen-workload --load 0.5 --n-jobs 60 --hosts 20 --bps BPS --seed SEED``."""
+    return generate_workload(LOAD, n_jobs=N_JOBS, n_hosts=N_HOSTS, bps=bps, seed=seed)
+
+
+def run_regime(task: tuple[float, int, tuple[str, ...]]) -> dict:
+    """One workload (rate, seed) under every policy: per-job JCTs and the bound, seconds."""
+    bps, seed, policies = task
+    wl = regime_workload(bps, seed)
+    out = {"bps": bps, "seed": seed, "bound": lower_bound_mean_jct(wl), "jct": {}}
+    for pol in policies:
+        out["jct"][pol] = simulate(wl, pol, seed=seed).jct_s.tolist()
+    return out
+
+
+def ci95(x: np.ndarray) -> tuple[float, float]:
+    """Mean of ``x`` and the half-width of its 95 % confidence interval (Student's t)."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()) if len(x) else math.nan, math.nan
+    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def summarize(runs: list[dict], policies: tuple[str, ...], reference: str, candidate: str) -> dict:
+    """Per rate and policy: mean JCT, mean per-job speedup over ``reference``, mean JCT over the
+    bound, and the paired relative difference of its mean JCT from ``candidate``'s with its 95 %
+    confidence half-width (positive: slower than the candidate), all over the seeds."""
+    out: dict = {}
+    for bps in sorted({r["bps"] for r in runs}):
+        rs = sorted((r for r in runs if r["bps"] == bps), key=lambda r: r["seed"])
+        mean = {p: np.array([np.mean(r["jct"][p]) for r in rs]) for p in policies}
+        bound = np.array([r["bound"] for r in rs])
+        row = {}
+        for p in policies:
+            speed = [float(np.mean(np.array(r["jct"][reference]) / np.array(r["jct"][p]))) for r in rs]
+            diff, half = ci95(mean[p] / mean[candidate] - 1.0)
+            row[p] = {"jct_mean_s": float(mean[p].mean()), "speedup_mean": float(np.mean(speed)),
+                      "over_bound": float(np.mean(mean[p] / bound)),
+                      f"vs_{candidate}": diff, f"vs_{candidate}_ci95": half}
+        out[rate_key(bps)] = row | {"bound_mean_jct_s": float(bound.mean()), "seeds": [r["seed"] for r in rs]}
+    return out
+
+
+def sweep(ex: Executor, seeds: list[int], policies: tuple[str, ...], progress=None) -> list[dict]:
+    """Every (rate, seed) workload under every policy, in ``ex``'s processes."""
+    futs = [ex.submit(run_regime, (bps, s, policies)) for bps in RATES_BPS for s in seeds]
+    runs = []
+    for f in futs:
+        runs.append(f.result())
+        if progress is not None:
+            progress()
+    return runs
+
+
+def table(summary: dict, policies: tuple[str, ...], candidate: str) -> str:
+    """A markdown table: mean JCT over the bound and the difference from ``candidate`` per rate."""
+    head = "| link | bound s | " + " | ".join(policies) + " |"
+    lines = [head, "|" + "---|" * (len(policies) + 2)]
+    for rate, row in summary.items():
+        cells = []
+        for p in policies:
+            r = row[p]
+            d = "" if p == candidate else (f" ({100 * r[f'vs_{candidate}']:+.1f} "
+                                           f"± {100 * r[f'vs_{candidate}_ci95']:.1f} %)")
+            cells.append(f"{r['jct_mean_s']:.4g} s, {r['over_bound']:.3f}x{d}")
+        lines.append(f"| {float(rate) / 1e9:g} Gbit/s | {row['bound_mean_jct_s']:.4g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def figure(summary: dict, policies: tuple[str, ...], path) -> None:
+    """Mean JCT over the bound per link rate and policy (lower is better; 1 is the bound)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = list(summary)
+    x = np.arange(len(rates))
+    w = 0.8 / len(policies)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for k, p in enumerate(policies):
+        ax.bar(x + k * w, [summary[r][p]["over_bound"] for r in rates], w, label=p)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x + w * (len(policies) - 1) / 2, [f"{float(r) / 1e9:g} Gbit/s" for r in rates])
+    ax.set_ylabel("mean JCT / lower bound")
+    ax.set_title(f"load {LOAD}, {N_JOBS} jobs, {N_HOSTS} hosts, seeds {summary[rates[0]]['seeds']}")
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+__all__ = ["LOAD", "N_HOSTS", "N_JOBS", "RATES_BPS", "ci95", "figure", "rate_key", "regime_workload", "run_regime",
+           "summarize", "sweep", "table"]

@@ -1,0 +1,196 @@
+"""Varys (SIGCOMM 2014): smallest-effective-bottleneck-first coflow order, MADD rates, work-conserving."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jitsched.alloc import priority_greedy
+from jitsched.model import TRANSFER
+from jitsched.policies.base import (
+    DONE,
+    Allocation,
+    Policy,
+    SchedulerView,
+    SlotSchedule,
+    register_policy,
+)
+from jitsched.policies.common import check_slot_s, ranked_schedule, unfinished_transfers
+
+
+def effective_bottleneck(load: np.ndarray) -> np.ndarray:
+    """Each coflow's effective bottleneck: its largest load on any port (seconds of port time).
+
+    Parameters
+    ----------
+    load : ndarray, shape (C, P)
+
+    Returns
+    -------
+    ndarray, shape (C,)
+    """
+    return load.max(axis=1, initial=0.0)
+
+
+def madd_rates(src: np.ndarray, dst: np.ndarray, remaining: np.ndarray, group: np.ndarray, n_groups: int,
+               cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
+    """Minimum-allocation-for-desired-duration rates, coflow by coflow in order.
+
+    Coflow ``g`` (``group == g``; 0 first) gets, on what earlier ones left,
+    the rates that make all its flows end together at its effective
+    bottleneck on that capacity: ``remaining / gamma``. A coflow with a flow
+    whose port has nothing left gets nothing (it waits, as in Varys).
+
+    Parameters
+    ----------
+    src, dst, group : ndarray of int, shape (F,)
+    remaining : ndarray, shape (F,)
+        Bytes.
+    n_groups : int
+    cap_e, cap_i : ndarray, shape (H,)
+        Free capacity per host, bytes/s.
+
+    Returns
+    -------
+    ndarray, shape (F,)
+        Bytes/s.
+    """
+    free_e, free_i = cap_e.astype(float).copy(), cap_i.astype(float).copy()
+    rate = np.zeros(len(src))
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(n_groups + 1))
+    h = len(cap_e)
+    for g in range(n_groups):
+        idx = order[bounds[g]:bounds[g + 1]]
+        if not len(idx):
+            continue
+        s, d, r = src[idx], dst[idx], remaining[idx]
+        load_e = np.bincount(s, weights=r, minlength=h)
+        load_i = np.bincount(d, weights=r, minlength=h)
+        used_e, used_i = load_e > 0, load_i > 0
+        if (free_e[used_e] <= 0).any() or (free_i[used_i] <= 0).any():
+            continue
+        gamma = max(float((load_e[used_e] / free_e[used_e]).max(initial=0.0)),
+                    float((load_i[used_i] / free_i[used_i]).max(initial=0.0)))
+        if gamma <= 0:
+            continue
+        x = r / gamma
+        rate[idx] = x
+        free_e -= np.bincount(s, weights=x, minlength=h)
+        free_i -= np.bincount(d, weights=x, minlength=h)
+        np.maximum(free_e, 0.0, out=free_e)
+        np.maximum(free_i, 0.0, out=free_i)
+    return rate
+
+
+@register_policy
+class VarysPolicy(Policy):
+    """Coflows (all transfers of one DAG job; each background flow alone) in smallest-effective-
+    bottleneck-first order, MADD rates, then the spare capacity handed out in that order.
+
+    The order is computed from the coflows' unfinished bytes at arrivals and
+    completions; the rates at every allocation, MADD on the flows that may send
+    now, then a greedy pass in coflow order over what MADD left
+    (work conservation, Varys's backfilling).
+
+    Parameters
+    ----------
+    slot_s : float
+        Slot length of the schedules a daemon asks for (ranks only), seconds.
+    """
+
+    name = "varys"
+    needs_dag = False
+    role = "baseline"
+    role_rank = 2
+
+    def __init__(self, slot_s: float = 0.1) -> None:
+        self.slot_s = check_slot_s(slot_s)
+        self._stale = True
+        self._job_rank = np.zeros(0, dtype=np.int64)
+        self._bg_rank = np.zeros(0, dtype=np.int64)
+        self.orderings = 0
+
+    def reset(self, cluster) -> None:
+        self.cluster = cluster
+        self._stale = True
+        self.orderings = 0
+
+    def on_job_arrival(self, view: SchedulerView, job: int) -> None:
+        self._stale = True
+
+    def on_flow_arrival(self, view: SchedulerView, bg: int) -> None:
+        self._stale = True
+
+    def on_node_done(self, view: SchedulerView, node: int) -> None:
+        if view.dag.kind[node] == TRANSFER and view.job_done[view.dag.job_of[node]]:
+            self._stale = True
+
+    def on_flow_done(self, view: SchedulerView, bg: int) -> None:
+        self._stale = True
+
+    def _reorder(self, view: SchedulerView) -> None:
+        dag, cl = view.dag, view.cluster
+        h = len(cl)
+        jobs = np.flatnonzero(view.job_arrived & ~view.job_done)
+        tr = np.flatnonzero((dag.kind == TRANSFER) & view.job_arrived[dag.job_of]
+                            & ~view.job_done[dag.job_of] & (view.node_state != DONE))
+        pos = np.full(dag.n_jobs, -1, dtype=np.int64)
+        pos[jobs] = np.arange(len(jobs))
+        f = view.flows
+        bgs = np.unique(f.bg[f.bg >= 0])
+        nc = len(jobs) + len(bgs)
+        load = np.zeros((nc, 2 * h))
+        rem = view.remaining[tr]
+        np.add.at(load, (pos[dag.job_of[tr]], dag.src[tr]), rem / cl.egress_Bps[dag.src[tr]])
+        np.add.at(load, (pos[dag.job_of[tr]], h + dag.dst[tr]), rem / cl.ingress_Bps[dag.dst[tr]])
+        if len(bgs):
+            sel = f.bg >= 0
+            bpos = np.searchsorted(bgs, f.bg[sel]) + len(jobs)
+            np.add.at(load, (bpos, f.src[sel]), f.remaining[sel] / cl.egress_Bps[f.src[sel]])
+            np.add.at(load, (bpos, h + f.dst[sel]), f.remaining[sel] / cl.ingress_Bps[f.dst[sel]])
+        order = np.argsort(effective_bottleneck(load), kind="stable")
+        rank = np.empty(nc, dtype=np.int64)
+        rank[order] = np.arange(nc)
+        self._job_rank = np.full(dag.n_jobs, nc, dtype=np.int64)
+        self._job_rank[jobs] = rank[:len(jobs)]
+        self._bg_rank = np.full(len(view.bg_src), nc, dtype=np.int64)
+        self._bg_rank[bgs] = rank[len(jobs):]
+        self._stale = False
+        self.orderings += 1
+
+    def allocate(self, view: SchedulerView) -> Allocation:
+        """MADD rates in SEBF order, then spare capacity greedily in the same order (bytes/s)."""
+        f = view.flows
+        if self._stale or len(self._job_rank) != view.dag.n_jobs:
+            self._reorder(view)
+        if len(f) == 0:
+            return Allocation(np.zeros(0))
+        is_job = f.job >= 0
+        bg_rank = self._bg_rank[np.maximum(f.bg, 0)] if len(self._bg_rank) else np.zeros(len(f), dtype=np.int64)
+        job_rank = self._job_rank[np.maximum(f.job, 0)] if len(self._job_rank) else 0
+        rank = np.where(is_job, job_rank, bg_rank)
+        # dense groups in rank order (flows that arrived since the ordering share the last)
+        _, group = np.unique(rank, return_inverse=True)
+        cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
+        rates = madd_rates(f.src, f.dst, f.remaining, group, int(group.max()) + 1, cap_e, cap_i)
+        left_e = np.maximum(cap_e - np.bincount(f.src, weights=rates, minlength=len(cap_e)), 0.0)
+        left_i = np.maximum(cap_i - np.bincount(f.dst, weights=rates, minlength=len(cap_i)), 0.0)
+        order = np.lexsort((f.bg, f.node, rank))
+        rates = rates + priority_greedy(order, f.src, f.dst, left_e, left_i)
+        return Allocation(rates)
+
+    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
+        """Every unfinished transfer of the active jobs with its job's SEBF rank, for host agents
+        (the agents rank; MADD's equal finishing inside a coflow is not enforced there)."""
+        self._reorder(view)
+        nodes = unfinished_transfers(view)
+        if not len(nodes):
+            return None
+        _, rank = np.unique(self._job_rank[view.dag.job_of[nodes]], return_inverse=True)
+        return ranked_schedule(view, nodes, rank.ravel(), self.slot_s)
+
+    def stats(self) -> dict:
+        return {"orderings": self.orderings}
+
+
+__all__ = ["VarysPolicy", "effective_bottleneck", "madd_rates"]

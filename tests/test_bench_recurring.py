@@ -1,0 +1,28 @@
+"""bench_recurring at a small scale: a daemon process with agents takes recurring jobs' iterations."""
+
+from __future__ import annotations
+
+import json
+
+from bench import bench_recurring
+
+
+def test_recurring_jobs_against_a_daemon_at_one_message_per_iteration(capsys):
+    assert bench_recurring.main(["--jobs", "2", "--iterations", "21", "--rate", "20",
+                                 "--models", "lenet,alexnet", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["jobs"] == 2 and out["iterations"] == 42
+    assert out["messages_per_iteration"] == 1.0  # ranks in force: no schedule pushed per iteration
+    assert out["iterations_unranked"] == 0 and not out["iteration_errors"]
+    assert out["estimate_error_after_20"] is not None and out["estimate_error_after_20"] < 0.5
+    assert out["daemon_cpu_per_iteration_ms"] > 0 and out["ranks_latency_p99_ms"] > 0
+
+
+def test_convergence_table_and_bad_arguments(capsys):
+    assert bench_recurring.main(["--convergence", "--models", "lenet", "--iterations", "3",
+                                 "--sim-policies", "jit", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["convergence"]
+    assert [(r["model"], r["declared"]) for r in rows] == [("lenet", 0.5), ("lenet", 2.0)]
+    assert all(r["iteration_s_oracle"] > 0 for r in rows)
+    assert bench_recurring.main(["--models", "nope"]) == 2
+    assert "unknown model" in capsys.readouterr().err

@@ -1,0 +1,127 @@
+"""The job registry's bounds: job ids scoped by client, per-client quotas, ended jobs and memory by bytes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from jitsched.config import ClientQuota
+from jitsched.daemon.limits import job_bytes
+from jitsched.daemon.state import Reject, SchedulerState
+from jitsched.model import parse_job
+from jitsched.protocol import ErrorCode
+from tests.test_daemon import config
+from tests.test_daemon_limits import tiny_job
+
+
+def submit(st: SchedulerState, job_id: str, peer: str | None, now: float = 0.0):
+    return st.submit_job({"job": tiny_job(job_id)}, now, peer=peer)
+
+
+def quota(**kw) -> ClientQuota:
+    return replace(ClientQuota(), **kw)
+
+
+def test_one_client_filling_its_quota_leaves_anothers_untouched():
+    st = SchedulerState(config(per_client=quota(max_jobs=2, max_background=1)))
+    assert submit(st, "a0", "alice") == {"job_id": "a0", "flow_job": "alice:a0"}
+    assert "job_id" in submit(st, "a1", "alice")
+    full = submit(st, "a2", "alice")
+    assert isinstance(full, Reject) and full.code == ErrorCode.OVERLOADED
+    assert "client 'alice' already runs 2 jobs ([limits.per_client] max_jobs)" in full.message
+    # bob's quota is his own
+    assert "job_id" in submit(st, "b0", "bob") and "job_id" in submit(st, "b1", "bob")
+    flow = {"flow": "f", "src": "h0", "dst": "h1", "bytes": 1e6}
+    assert "flows" in st.background_started(flow, 0.0, peer="alice")
+    got = st.background_started(flow | {"flow": "g"}, 0.0, peer="alice")
+    assert isinstance(got, Reject) and got.code == ErrorCode.OVERLOADED and "max_background" in got.message
+    assert "flows" in st.background_started(flow | {"flow": "h"}, 0.0, peer="bob")
+    # an ended job frees its place in the quota
+    st.cancel_job({"job_id": "a0"}, 1.0, peer="alice")
+    assert "job_id" in submit(st, "a2", "alice", 1.0)
+    use = st.status({}, 1.0)["clients"]
+    assert use["alice"]["max_jobs"] == [2, 2] and use["bob"]["max_jobs"] == [2, 2]
+    assert use["alice"]["max_background"] == [1, 1] and use["bob"]["max_background"] == [1, 1]
+    assert use["alice"]["max_job_bytes"][0] == 3 * job_bytes(parse_job(tiny_job("a0"), st.cluster))
+
+
+def test_a_client_cannot_name_squat_or_take_over_another_clients_job():
+    st = SchedulerState(config())
+    assert "job_id" in submit(st, "j", "alice")
+    # bob's "j" is another job: no duplicate, nothing of alice's touched
+    assert submit(st, "j", "bob") == {"job_id": "j", "flow_job": "bob:j"}
+    assert st.cancel_job({"job_id": "j"}, 1.0, peer="bob") == {"state": "cancelled"}
+    assert st.jobs["alice:j"].active and st.jobs["bob:j"].state == "cancelled"
+    # alice's ended job cannot be replaced by bob's submission of the same id
+    st.cancel_job({"job_id": "j"}, 2.0, peer="alice")
+    assert "job_id" in submit(st, "j", "bob", 3.0)
+    assert st.jobs["alice:j"].state == "cancelled" and st.jobs["bob:j"].active
+    got = st.transfer_finished({"job_id": "alice:j", "transfer": "t"}, 3.0, peer="bob")
+    assert isinstance(got, Reject) and got.code == ErrorCode.UNKNOWN_JOB
+    # the plans hold both clients' jobs apart
+    assert set(st.active) == {"bob:j"}
+    # without keys, every job is the one anonymous client's, named as submitted
+    anon = SchedulerState(config())
+    assert submit(anon, "j", None) == {"job_id": "j"}
+    assert "anonymous" in anon.status({}, 0.0)["clients"]
+
+
+def test_a_named_clients_override_holds_and_the_others_keep_the_default():
+    st = SchedulerState(config(per_client=quota(max_jobs=1),
+                               clients={"alice": quota(max_jobs=3)}))
+    for k in range(3):
+        assert "job_id" in submit(st, f"a{k}", "alice")
+    assert isinstance(submit(st, "a3", "alice"), Reject)
+    assert "job_id" in submit(st, "b0", "bob")
+    got = submit(st, "b1", "bob")
+    assert isinstance(got, Reject) and "already runs 1 jobs" in got.message
+    assert st.status({}, 0.0)["clients"]["alice"]["max_jobs"] == [3, 3]
+
+
+def test_ended_jobs_are_bounded_by_their_bytes():
+    one = job_bytes(parse_job(tiny_job("x"), config().cluster))
+    st = SchedulerState(config(max_ended_bytes=3 * one + 10))
+    for k in range(10):
+        submit(st, f"j{k}", None, float(k))
+        st.cancel_job({"job_id": f"j{k}"}, float(k))
+    st.prune(10.0)
+    assert list(st.jobs) == ["j7", "j8", "j9"]  # the oldest went first
+    assert st.job_registry.ended_bytes == 3 * one and st.job_registry.pruned == 7
+    assert st.status({}, 10.0)["memory"]["ended_job_bytes"] == 3 * one
+
+
+def test_a_clients_job_bytes_make_room_from_its_own_ended_jobs_first():
+    one = job_bytes(parse_job(tiny_job("x"), config().cluster))
+    st = SchedulerState(config(per_client=quota(max_job_bytes=2 * one)))
+    submit(st, "b0", "bob")
+    st.cancel_job({"job_id": "b0"}, 0.0, peer="bob")
+    for k in range(4):
+        assert "job_id" in submit(st, f"a{k}", "alice", float(k))
+        st.cancel_job({"job_id": f"a{k}"}, float(k), peer="alice")
+    # alice's oldest ended jobs made way; bob's stayed
+    assert sorted(st.jobs) == ["alice:a2", "alice:a3", "bob:b0"]
+    assert submit(st, "a4", "alice") and submit(st, "a5", "alice")
+    got = submit(st, "a6", "alice")  # two running fill it: nothing ended left to forget
+    assert isinstance(got, Reject) and got.code == ErrorCode.OVERLOADED and "max_job_bytes" in got.message
+    assert [js.job.id for js in st.job_registry.prune(10.0)] == ["alice:a0", "alice:a1", "alice:a2", "alice:a3"]
+
+
+def test_over_the_memory_ceiling_ended_jobs_go_then_submissions_are_refused():
+    st = SchedulerState(config(max_memory_bytes=10_000_000))
+    reg = st.job_registry
+    rss = [1_000_000]
+    reg.rss = lambda: rss[0]
+    for k in range(3):
+        submit(st, f"j{k}", None)
+        st.cancel_job({"job_id": f"j{k}"}, 0.0)
+    assert "job_id" in submit(st, "run", None)
+    rss[0] = 10_000_000 + reg.jobs["j0"].bytes  # one job over, and the new one (of the same size)
+    assert "job_id" in submit(st, "more", None)  # ...made by forgetting the oldest ended
+    assert "j0" not in reg.jobs and "j1" not in reg.jobs and "j2" in reg.jobs
+    rss[0] = 20_000_000
+    got = submit(st, "over", None)
+    assert isinstance(got, Reject) and got.code == ErrorCode.OVERLOADED
+    assert "([limits] max_memory_bytes)" in got.message and "10000000 bytes" in got.message
+    assert "j2" not in reg.jobs and reg.refused_memory == 1
+    st_ = st.status({}, 0.0)
+    assert st_["memory"]["refused"] == 1 and st_["limits"]["max_memory_bytes"] == 10_000_000
+    assert reg.jobs["run"].active and reg.jobs["more"].active  # running jobs are never dropped
