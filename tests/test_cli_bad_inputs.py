@@ -44,6 +44,8 @@ CONFIGS = {
     "endpoint": '[daemon]\njob_endpoint = "tcp://127.0.0.1:notaport"\nagent_endpoint = "tcp://127.0.0.1:0"\n',
     "in_use": '[daemon]\njob_endpoint = "tcp://127.0.0.1:{port}"\nagent_endpoint = "tcp://127.0.0.1:0"\n',
     "metrics_in_use": LOOPBACK + "metrics_port = {port}\n",
+    "quota": "[limits.per_client]\nmax_jobs = -1\n",
+    "quota_unknown_client": LOOPBACK + "[limits.clients.nobody]\nmax_jobs = 5\n",
     "exposed": '[daemon]\njob_endpoint = "tcp://0.0.0.0:0"\nagent_endpoint = "tcp://127.0.0.1:0"\n',
 }
 NO_HOSTS = {"no_hosts_table": "hosts = 5\n"}  # whole files
@@ -51,6 +53,8 @@ NO_HOSTS = {"no_hosts_table": "hosts = 5\n"}  # whole files
 # clients and agents get the held port, never a default one another daemon may serve
 AGENT = ["agent", "--host", "h0", "--local-dir", "{d}/run", "--daemon", "tcp://127.0.0.1:{port}"]
 STATUS = ["status", "--daemon", "tcp://127.0.0.1:{port}"]
+ATTACH = ["attach", "j1", "--host", "h0", "--daemon", "tcp://127.0.0.1:{port}", "--timeout-s", "1",
+          "--local-dir", "{d}/run"]
 OUT = ["-o", "{d}/out.json"]
 GEN = ["gen-workload", "--load", "0.5", "--n-jobs", "2", "--hosts", "4"]
 SUBMIT = ["submit", "{d}/wl.json", "--daemon", "tcp://127.0.0.1:{port}", "--timeout-s", "1"]
@@ -122,6 +126,9 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         (["daemon", "--config", "{d}/c_policy_option.toml"], "policy 'jit': unknown option(s) nope"),
         (["daemon", "--config", "{d}/c_unknown.toml"], "[daemon].nope: unknown setting"),
         (["daemon", "--config", "{d}/c_no_hosts_table.toml"], "expected list, got int"),
+        (["daemon", "--config", "{d}/c_quota.toml"], "[limits.per_client].max_jobs: must be positive, got -1"),
+        (["daemon", "--config", "{d}/c_quota_unknown_client.toml", "--keys", "{d}/keys"],
+         "[limits.clients.nobody]: no client key 'nobody'"),
         (["daemon", "--config", "{d}/c_exposed.toml"], "'tcp://0.0.0.0:0' is not a loopback address"),
         (["daemon", "--config", "{d}/c_endpoint.toml"],
          "job_endpoint 'tcp://127.0.0.1:notaport': cannot bind (Invalid argument): not an endpoint"),
@@ -170,6 +177,30 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         ([*STATUS, "--timeout-s", "x"], "argument --timeout-s: invalid float value"),
         ([*STATUS, "--keys", "{d}/keys", "--key-name", "nobody"], "nobody.secret: no such key file"),
         ([*STATUS, "--keys", "{d}/open/keys", "--key-name", "c"], "{d}/open is writable by"),
+    ],
+    "attach": [
+        (ATTACH, "name exactly one of --pid, --cgroup and --port"),
+        ([*ATTACH, "--pid", "-5"], "--pid: a process id is > 0, got -5"),
+        ([*ATTACH, "--port", "70000"], "--port: a TCP port is within 1..65535, got 70000"),
+        ([*ATTACH, "--port", "x"], "argument --port: invalid int value: 'x'"),
+        ([*ATTACH, "--host", "a/b", "--port", "5"], "--host: 'a/b' cannot name a host"),
+        ([*ATTACH, "--port", "5", "--peer", "x"], "--peer 'x': expected ADDR[:PORT]=HOST"),
+        ([*ATTACH, "--port", "5", "--daemon", "garbage"], "'garbage': cannot connect (Invalid argument)"),
+        ([*ATTACH, "--port", "5", "--timeout-s", "nan"], "timeout_s: must be a positive finite number"),
+        ([*ATTACH, "--detach", "--port", "5"], "--detach takes none of --pid, --cgroup and --port"),
+        ([*ATTACH, "--port", "5", "--keys", "{d}/open/keys", "--key-name", "c"], "{d}/open is writable by"),
+        (["attach", "--host", "h0"], "the following arguments are required: JOB"),
+    ],
+    "journal": [
+        (["journal", "check", "{d}/missing.db"], "journal {d}/missing.db does not exist"),
+        (["journal", "check", "{d}/wl.json"], "journal {d}/wl.json is not an sqlite database"),
+        (["journal", "check", "{d}/bin.json"], "is not an sqlite database"),
+        (["journal", "check", "{d}"], "journal {d}: a directory, not a file"),
+        (["journal", "check", "{d}/wl.json", "{d}/new.db"], "journal check takes one FILE"),
+        (["journal", "recover", "{d}/wl.json"], "give the new journal's path"),
+        (["journal", "recover", "{d}/wl.json", "{d}/new.db"], "journal {d}/wl.json is not an sqlite database"),
+        (["journal", "recover", "{d}/missing.db", "{d}/new.db"], "journal {d}/missing.db does not exist"),
+        (["journal", "fix", "{d}/wl.json"], "argument action: invalid choice: 'fix'"),
     ],
     "demo": [
         (["demo", "--seed", "-1"], "argument --seed: a seed is an integer >= 0, got -1"),

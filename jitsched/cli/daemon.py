@@ -48,6 +48,12 @@ def check_endpoint(endpoint: str, flag: str) -> None:
         ctx.term()
 
 
+def _check_host(host: str) -> None:
+    # the name is part of the agent's local socket's file name
+    if not host or "/" in host or "\0" in host:
+        raise ValidationError(f"--host: {host!r} cannot name a host (empty, or a / in it)")
+
+
 def _count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1 ("1 job", "0 jobs", "2 announced flows")."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -139,9 +145,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from jitsched.agents.agent import Agent
 
     _logging(not args.quiet)
-    if not args.host or "/" in args.host or "\0" in args.host:
-        # the name is part of the local socket's file name
-        raise ValidationError(f"--host: {args.host!r} cannot name a host (empty, or a / in it)")
+    _check_host(args.host)
     bad_uids = [u for u in args.allow_uid if u < 0]
     if bad_uids:
         raise ValidationError(f"--allow-uid: a user id is >= 0, got {bad_uids[0]}")
@@ -329,6 +333,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if len(named) != (0 if args.detach else 1):
         raise ValidationError("name exactly one of --pid, --cgroup and --port" if not args.detach
                               else "--detach takes none of --pid, --cgroup and --port")
+    _check_host(args.host)
+    if any(p <= 0 for p in args.pid):
+        raise ValidationError(f"--pid: a process id is > 0, got {min(args.pid)}")
+    bad_ports = [p for p in args.port if not 0 < p < 65536]
+    if bad_ports:
+        raise ValidationError(f"--port: a TCP port is within 1..65535, got {bad_ports[0]}")
     peers: dict[str, str] = {}
     for p in args.peer:
         addr, eq, host = p.partition("=")
