@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import selectors
 import socket
@@ -16,6 +17,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from jitsched.errors import ValidationError
 from jitsched.keys import (
     CLIENTS,
     DEFAULT_CLIENT,
@@ -59,10 +61,15 @@ class Client:
     ------
     KeyFileError
         ``keys`` is a directory without this client's keys.
+    ValidationError
+        ``endpoint`` is no ZeroMQ endpoint, or ``timeout_s`` is not a positive finite number.
     """
 
     def __init__(self, endpoint: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None, *,
                  keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT) -> None:
+        if isinstance(timeout_s, bool) or not (isinstance(timeout_s, (int, float))
+                                               and 0 < timeout_s < math.inf):
+            raise ValidationError(f"timeout_s: must be a positive finite number of seconds, got {timeout_s!r}")
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)
@@ -75,7 +82,12 @@ class Client:
             self.keys.apply(self.sock)
         # a refused handshake looks like silence: the monitor says why a request timed out
         self._monitor = handshake_monitor(self.sock)
-        self.sock.connect(endpoint)
+        try:
+            self.sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise ValidationError(f"{endpoint!r}: cannot connect ({zmq.strerror(exc.errno)}): not an endpoint such as "
+                                  "tcp://127.0.0.1:5555 or ipc:///run/jitsched.sock") from None
 
     def close(self) -> None:
         """Close the socket (and the context if this client made it)."""

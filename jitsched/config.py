@@ -24,6 +24,9 @@ else:  # pragma: no cover
 FULL = "full"
 INCREMENTAL = "incremental"
 PLANNING_MODES = (INCREMENTAL, FULL)
+# The shortest heartbeat: each one is a message from every agent and a liveness check
+# on the daemon's loop; 1 ns heartbeats would be the whole of its work.
+MIN_HEARTBEAT_S = 0.01
 
 
 def _in(section: str, default: Any = None, **kw: Any) -> Any:
@@ -106,6 +109,9 @@ class DaemonConfig(SecurityOptions):
     and back-to-back ones take a core from the hosts' agents and jobs. A
     failed plan is retried ``plan_retry_s`` later, the wait doubling with each
     further failure up to ``plan_retry_max_s``.
+
+    ``slot_s`` is at least 1 ms (:data:`jitsched.lp.MIN_SLOT_S`) and ``heartbeat_s``
+    at least 10 ms (:data:`MIN_HEARTBEAT_S`).
 
     ``[limits]`` bound what a submitted job may ask for, so that every job the
     daemon accepts has a plan of bounded size; a job beyond one is refused
@@ -337,7 +343,14 @@ def check_config(cfg: DaemonConfig) -> None:
             raise ValidationError(f"{name}: must be positive (inf: never), got {getattr(cfg, name)!r}")
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):
         if not getattr(cfg, name) > 0:
-            raise ValidationError(f"{name}: must be positive")
+            raise ValidationError(f"{name}: must be positive, got {getattr(cfg, name)!r}")
+    if not MIN_HEARTBEAT_S <= cfg.heartbeat_s < math.inf:
+        raise ValidationError(f"heartbeat_s: must be a number of seconds of at least {MIN_HEARTBEAT_S:g} "
+                              f"(10 ms), got {cfg.heartbeat_s!r}")
+    for name in ("coalesce_s", "replan_period_s"):
+        if not 0 <= getattr(cfg, name) < math.inf:
+            raise ValidationError(f"{name}: must be a finite number of seconds >= 0 (0: off), "
+                                  f"got {getattr(cfg, name)!r}")
     if cfg.heartbeat_timeout_s <= cfg.heartbeat_s:
         raise ValidationError("heartbeat_timeout_s: must exceed heartbeat_s")
     if not 0 <= cfg.metrics_port < 65536:
@@ -392,6 +405,8 @@ def load_config(path: str | Path, **overrides: Any) -> DaemonConfig:
         doc = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValidationError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise ValidationError(f"{p}: cannot read ({exc.strerror})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ValidationError(f"{p}: not valid TOML ({exc})") from None
     dmn = doc.get("daemon")
@@ -419,6 +434,6 @@ def config_doc(cfg: DaemonConfig) -> dict:
     return doc
 
 
-__all__ = ["ANONYMOUS", "FULL", "INCREMENTAL", "KEYS", "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS", "ClientQuota",
-           "DaemonConfig", "SecurityOptions",
+__all__ = ["ANONYMOUS", "FULL", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S", "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS",
+           "ClientQuota", "DaemonConfig", "SecurityOptions",
            "check_config", "check_exposure", "config_doc", "load_config", "parse_config"]

@@ -42,7 +42,7 @@ CLIENT_DOMAIN = "jitsched-clients"
 
 
 class KeyFileError(JitschedError):
-    """A key file that is missing, malformed or readable by others."""
+    """A key file that is missing, malformed or readable by others, or a key directory others may change."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,79 @@ def public_path(keys_dir: str | Path, kind: str, name: str = "") -> Path:
     return d / f"{DAEMON}{PUBLIC_SUFFIX}" if kind == DAEMON else d / kind / f"{name}{PUBLIC_SUFFIX}"
 
 
+def _trusted_uids() -> frozenset[int]:
+    return frozenset({0, os.geteuid()})
+
+
+def _untrusted(path: Path, st: os.stat_result, *, sticky_ok: bool) -> str:
+    """Why another user could change what ``path`` holds ("" if none can): its owner, or
+    its group/other write bits (on a directory with the sticky bit, when ``sticky_ok``,
+    others may add entries but not replace ours)."""
+    if st.st_uid not in _trusted_uids():
+        me = "root" if os.geteuid() == 0 else f"root or uid {os.geteuid()}"
+        return f"{path} is owned by uid {st.st_uid}, not {me}: its owner could replace the keys"
+    writable = st.st_mode & 0o022
+    if writable and not stat.S_ISLNK(st.st_mode) and not (sticky_ok and st.st_mode & stat.S_ISVTX
+                                                          and stat.S_ISDIR(st.st_mode)):
+        who = "group and others" if writable == 0o022 else "group" if writable & 0o020 else "others"
+        return (f"{path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "they could replace the keys; chmod go-w it")
+    return ""
+
+
+def check_trusted(path: str | Path, *, inside: bool = True) -> None:
+    """Refuse ``path`` when a user other than root and this one could change it: it, or
+    any directory above it up to the root (symbolic links on the way followed, each
+    link's own directory checked too), owned by another user or writable by others.
+
+    Directories above ``path`` may be writable by others with the sticky bit (``/tmp``);
+    ``path`` itself, part of a key directory when ``inside``, may not.
+
+    Raises
+    ------
+    KeyFileError
+        Naming the first such path and why.
+    """
+    lexical = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(lexical))
+    # (path, whether others may add entries to it: above the key directory, with the sticky bit)
+    checks: list[tuple[Path, bool]] = [(real, not inside)] + [(d, True) for d in real.parents]
+    for q in (lexical, *lexical.parents):
+        if q.is_symlink():
+            # whoever may replace the link chooses where it points
+            above = Path(os.path.realpath(q.parent))
+            checks += [(q, True), (above, True)] + [(d, True) for d in above.parents]
+    seen: set[Path] = set()
+    for q, sticky_ok in checks:
+        if q in seen:
+            continue
+        seen.add(q)
+        try:
+            st = os.lstat(q)
+        except FileNotFoundError:
+            continue  # made by this user when the keys are written
+        except OSError as exc:
+            raise KeyFileError(f"{q}: cannot check who may change it ({exc.strerror})") from None
+        why = _untrusted(q, st, sticky_ok=sticky_ok)
+        if why:
+            raise KeyFileError(f"untrusted key directory: {why}")
+
+
+def _check_tree(d: Path, subdirs: tuple[Path, ...]) -> None:
+    """The key directory ``d`` and the directories above it, then ``subdirs`` inside it."""
+    check_trusted(d)
+    for sub in subdirs:
+        try:
+            st = os.lstat(sub)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise KeyFileError(f"{sub}: cannot check who may change it ({exc.strerror})") from None
+        why = _untrusted(sub, st, sticky_ok=False)
+        if why:
+            raise KeyFileError(f"untrusted key directory: {why}")
+
+
 def _private_dir(path: Path) -> None:
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     os.chmod(path, DIR_MODE)  # mkdir's mode passes through the umask, and the dir may exist
@@ -125,27 +198,39 @@ def init_keys(keys_dir: str | Path, hosts: list[str], clients: list[str], *,
     ValidationError
         A name cannot name a key file, or a key file exists and ``force`` is false
         (the message lists them).
+    KeyFileError
+        Another user could change the directory or one above it (:func:`check_trusted`),
+        or it cannot be written (the message names the path).
     """
     for h in hosts:
         check_name(h, "host")
     for c in clients:
         check_name(c, "client")
     d = Path(keys_dir)
+    _check_tree(d, _subdirs(d))
     pairs = [(DAEMON, "")] + [(HOSTS, h) for h in dict.fromkeys(hosts)] + [(CLIENTS, c) for c in dict.fromkeys(clients)]
     paths = [(secret_path(d, k, n), public_path(d, k, n)) for k, n in pairs]
     exists = [p for pair in paths for p in pair if os.path.lexists(p)]
     if exists and not force:
         shown = ", ".join(str(p) for p in exists[:5]) + (f" and {len(exists) - 5} more" if len(exists) > 5 else "")
         raise ValidationError(f"keys exist already ({shown}); pass --force to replace them")
-    for sub in (d, d / HOSTS, d / CLIENTS, d / PUBLIC, d / PUBLIC / HOSTS, d / PUBLIC / CLIENTS):
-        _private_dir(sub)
     written = []
-    for sec, pub in paths:
-        public, secret = zmq.curve_keypair()
-        _write_key(sec, secret)
-        _write_key(pub, public)
-        written += [sec, pub]
+    try:
+        for sub in (d, *_subdirs(d)):
+            _private_dir(sub)
+        for sec, pub in paths:
+            public, secret = zmq.curve_keypair()
+            _write_key(sec, secret)
+            _write_key(pub, public)
+            written += [sec, pub]
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else f"{d}: "
+        raise KeyFileError(f"{where}cannot write the key directory ({exc.strerror})") from None
     return written
+
+
+def _subdirs(d: Path) -> tuple[Path, ...]:
+    return (d / HOSTS, d / CLIENTS, d / PUBLIC, d / PUBLIC / HOSTS, d / PUBLIC / CLIENTS)
 
 
 def read_key(path: Path, *, secret: bool) -> bytes:
@@ -154,7 +239,8 @@ def read_key(path: Path, *, secret: bool) -> bytes:
     Raises
     ------
     KeyFileError
-        Missing, not one Z85 key, or (secret) group- or world-accessible.
+        Missing, not one Z85 key, (secret) group- or world-accessible, or owned by
+        another user than root and this one, or writable by others.
     """
     try:
         st = os.stat(path)
@@ -163,6 +249,9 @@ def read_key(path: Path, *, secret: bool) -> bytes:
         raise KeyFileError(f"{path}: no such key file") from None
     except OSError as exc:
         raise KeyFileError(f"{path}: cannot read ({exc.strerror})") from None
+    why = _untrusted(path, st, sticky_ok=False)
+    if why:
+        raise KeyFileError(f"untrusted key file: {why}")
     if secret and st.st_mode & 0o077:
         raise KeyFileError(f"{path}: secret key readable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
                         f"chmod 600 it")
@@ -201,16 +290,22 @@ def load_daemon_keys(keys_dir: str | Path) -> DaemonKeys:
     Raises
     ------
     KeyFileError
-        A key file is missing, malformed, readable by others (secret), or one
-        public key stands for two names.
+        A key file is missing, malformed, readable by others (secret), one
+        public key stands for two names, no client key is there (no client
+        could use the daemon), or another user could change the directory
+        (:func:`check_trusted`).
     """
     d = Path(keys_dir)
+    _check_tree(d, (d / PUBLIC, d / PUBLIC / HOSTS, d / PUBLIC / CLIENTS))
     public, secret = _pair(secret_path(d, DAEMON))
     hosts, clients = _public_keys(d, HOSTS), _public_keys(d, CLIENTS)
     both = set(hosts) & set(clients)
     if both:
         k = next(iter(both))
         raise KeyFileError(f"{d}: host {hosts[k]!r} and client {clients[k]!r} have the same key")
+    if not clients:
+        raise KeyFileError(f"{public_path(d, CLIENTS, '*')}: no client keys, so no client could submit "
+                           "or ask for status; write one with `jitsched keys init DIR --clients NAME --force`")
     return DaemonKeys(public, secret, hosts, clients)
 
 
@@ -218,7 +313,9 @@ def load_curve_keys(keys_dir: str | Path, kind: str, name: str) -> CurveKeys:
     """The key pair of host or client ``name`` (``kind``: ``hosts`` or ``clients``) and the
     daemon's public key, from a key directory as ``keys init`` writes it."""
     d = Path(keys_dir)
-    public, secret = _pair(secret_path(d, kind, check_name(name, kind[:-1])))
+    check_name(name, kind[:-1])
+    _check_tree(d, (d / kind, d / PUBLIC))
+    public, secret = _pair(secret_path(d, kind, name))
     return CurveKeys(public, secret, read_key(public_path(d, DAEMON), secret=False))
 
 
@@ -279,6 +376,6 @@ def is_local_endpoint(endpoint: str) -> bool:
 
 
 __all__ = ["AGENT_DOMAIN", "CLIENTS", "CLIENT_DOMAIN", "DAEMON", "DEFAULT_CLIENT", "DIR_MODE", "FILE_MODE",
-           "HANDSHAKE_FAILED", "HOSTS", "PUBLIC", "CurveKeys", "DaemonKeys", "KeyFileError", "check_name", "curve_keys", "init_keys",
+           "HANDSHAKE_FAILED", "HOSTS", "PUBLIC", "CurveKeys", "DaemonKeys", "KeyFileError", "check_name", "check_trusted", "curve_keys", "init_keys",
            "handshake_failure", "handshake_monitor", "is_local_endpoint", "load_curve_keys", "load_daemon_keys", "public_path", "read_key",
            "secret_path"]

@@ -92,10 +92,15 @@ def private_dir(path: str | Path, shared: bool = False) -> Path:
     Raises
     ------
     LocalSocketError
-        It exists and is not a directory of this user (a symlink, another user's).
+        It exists and is not a directory of this user (a symlink, another user's),
+        or it cannot be made.
     """
     p = Path(path)
-    p.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    try:
+        p.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalSocketError(f"{p}: cannot make the directory ({exc.strerror}); "
+                               f"give another or set {RUN_DIR_ENV}") from None
     st = os.lstat(p)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise LocalSocketError(f"{p}: not a directory of uid {os.geteuid()} (owner uid {st.st_uid}); "

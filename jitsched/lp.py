@@ -34,6 +34,11 @@ except ImportError:  # pragma: no cover - highspy is a hard dependency
     highspy = None
 
 OBJECTIVES = ("balanced", "minmax")
+# The shortest slot a plan may have: an agent applies each slot's rates with a tc
+# change or a pacing update, which take far longer than a microsecond slot, and a
+# plan's size grows as its horizon over the slot (1e-9 s slots never finished planning).
+MIN_SLOT_S = 1e-3
+SLOT_S_RULE = f"must be a number of seconds of at least {MIN_SLOT_S:g} (1 ms)"
 SOLVERS = ("auto", "simplex", "ipm")
 # Dual simplex wins on the small, sparse LPs of tens of jobs (docs/architecture.md §5)
 # and on large loaded ones: 300 paper-workload jobs arriving at once (157k
@@ -275,8 +280,8 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         raise ImportError("highspy is required for the bandwidth LP: pip install highspy")
     if objective not in OBJECTIVES:
         raise ValidationError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
-    if not (isinstance(slot_s, (int, float)) and slot_s > 0 and math.isfinite(slot_s)):
-        raise ValidationError(f"slot_s: must be a positive number of seconds, got {slot_s!r}")
+    if not (isinstance(slot_s, (int, float)) and slot_s >= MIN_SLOT_S and math.isfinite(slot_s)):
+        raise ValidationError(f"slot_s: {SLOT_S_RULE}, got {slot_s!r}")
     if solver not in SOLVERS:
         raise ValidationError(f"solver: expected one of {SOLVERS}, got {solver!r}")
     if time_limit_s is not None and not time_limit_s > 0:

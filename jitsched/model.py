@@ -387,11 +387,20 @@ def load_workload(source: str | Path | Mapping[str, Any]) -> Workload:
 
 
 def save_workload(workload: Workload, path: str | Path) -> None:
-    """Write ``workload`` in the native JSON format (gzipped when the name ends in .gz)."""
+    """Write ``workload`` in the native JSON format (gzipped when the name ends in .gz).
+
+    Raises
+    ------
+    ValidationError
+        ``path`` cannot be written (its directory is missing, it is a directory, ...).
+    """
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "wt", encoding="utf-8") as fh:
-        json.dump(workload.to_dict(), fh)
+    try:
+        with opener(p, "wt", encoding="utf-8") as fh:
+            json.dump(workload.to_dict(), fh)
+    except OSError as exc:
+        raise ValidationError(f"{p}: cannot write ({exc.strerror or exc})") from None
 
 
 def find_cycle_node(job: Job) -> str | None:

@@ -22,7 +22,7 @@ from jitsched.estimate import (
     ordered_trans,
 )
 from jitsched.lat import ESTIMATORS, LatResult, latest_arrival_times
-from jitsched.lp import OBJECTIVES, SOLVERS, LPSolution, solve_bandwidth_lp
+from jitsched.lp import MIN_SLOT_S, OBJECTIVES, SLOT_S_RULE, SOLVERS, LPSolution, solve_bandwidth_lp
 from jitsched.model import TRANSFER, Cluster, DagArrays, Job, compile_jobs
 
 DEFAULT_ALPHA = 0.4
@@ -204,7 +204,7 @@ class PlanOptions:
 
         checks = (
             ("alpha", lambda v: 0.0 <= v <= 1.0, "must be within [0, 1]"),
-            ("slot_s", lambda v: v > 0, "must be a positive number of seconds"),
+            ("slot_s", lambda v: v >= MIN_SLOT_S, SLOT_S_RULE),
             ("k_std", lambda v: v >= 0, "must be >= 0"),
         )
         for name, ok, why in checks:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -9,18 +10,26 @@ import pytest
 from jitsched.cli import main
 
 
+def _refused(capsys, argv: list[str]) -> str:
+    """``jitsched argv`` exits 2 with one line on stderr; returns it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
 @pytest.mark.parametrize("value", ["5", "999", "200000"])
-def test_agent_refuses_an_rto_cap_outside_the_kernels_range(value, tmp_path):
-    with pytest.raises(SystemExit, match=r"jitsched agent: rto_max_ms must be in 1000\.\.120000"):
-        main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
-              "--local-dir", str(tmp_path), "--rto-max-ms", value])
+def test_agent_refuses_an_rto_cap_outside_the_kernels_range(value, tmp_path, capsys):
+    err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
+                            "--local-dir", str(tmp_path), "--rto-max-ms", value])
+    assert re.match(r"jitsched agent: error: rto_max_ms must be in 1000\.\.120000", err)
 
 
 @pytest.mark.parametrize("value", ["0.5", "250"])
-def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path):
-    with pytest.raises(SystemExit, match=r"jitsched agent: rto_min_ms must be in 1\.\.200"):
-        main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
-              "--local-dir", str(tmp_path), "--rto-min-ms", value])
+def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path, capsys):
+    err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
+                            "--local-dir", str(tmp_path), "--rto-min-ms", value])
+    assert re.match(r"jitsched agent: error: rto_min_ms must be in 1\.\.200", err)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -28,9 +37,10 @@ def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path):
     (["--backend", "tc", "--ingress-share", "0"], "ingress_share: must be within"),
     (["--backend", "tc", "--ingress-share", "nan"], "ingress_share: must be within"),
 ])
-def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path):
-    with pytest.raises(SystemExit, match=f"jitsched agent: {message}"):
-        main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir", str(tmp_path), *extra])
+def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path, capsys):
+    err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir",
+                            str(tmp_path), *extra])
+    assert err.startswith(f"jitsched agent: error: {message}")
 
 
 @pytest.mark.parametrize("extra, ingress", [
@@ -38,7 +48,7 @@ def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path):
     (["--ingress-share", "0.9"], {"dev": "eth1", "borrow": True, "share": 0.9}),
     (["--no-ingress"], None),
 ])
-def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_path, extra, ingress):
+def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_path, extra, ingress, capsys):
     import jitsched.agents.agent as agent_mod
 
     made = {}
@@ -49,9 +59,9 @@ def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_pa
             raise ValueError("stop here")
 
     monkeypatch.setattr(agent_mod, "Agent", Stub)
-    with pytest.raises(SystemExit, match="stop here"):
-        main(["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir", str(tmp_path),
-              "--backend", "tc", "--dev", "eth1", *extra])
+    assert "stop here" in _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1",
+                                            "--local-dir", str(tmp_path), "--backend", "tc", "--dev", "eth1",
+                                            *extra])
     assert made["backend_options"] == {"dev": "eth1", "borrow": True}
     assert made.get("ingress") == ingress
 

@@ -42,7 +42,13 @@ def test_testbed_style_file_is_enough(tmp_path):
 @pytest.mark.parametrize("doc, needle", [
     ({"hosts": HOSTS, "scheduler": {"alpha": 1.5}}, "alpha"),
     ({"hosts": HOSTS, "scheduler": {"slot_s": "fast"}}, "[scheduler].slot_s"),
-    ({"hosts": HOSTS, "scheduler": {"slot_s": 0.0}}, "slot_s: must be a positive"),
+    ({"hosts": HOSTS, "scheduler": {"slot_s": 0.0}}, "slot_s: must be a number of seconds of at least 0.001"),
+    # a slot under 1 ms, a heartbeat under 10 ms: no agent keeps up, the loop does nothing else
+    ({"hosts": HOSTS, "scheduler": {"slot_s": 1e-9}}, "slot_s: must be a number of seconds of at least 0.001"),
+    ({"hosts": HOSTS, "daemon": {"heartbeat_s": 1e-9}}, "heartbeat_s: must be a number of seconds of at least 0.01"),
+    ({"hosts": HOSTS, "daemon": {"heartbeat_s": float("nan")}}, "heartbeat_s: must be positive, got nan"),
+    ({"hosts": HOSTS, "scheduler": {"coalesce_s": float("nan")}}, "coalesce_s: must be a finite number"),
+    ({"hosts": HOSTS, "scheduler": {"replan_period_s": -1.0}}, "replan_period_s: must be a finite number"),
     ({"hosts": HOSTS, "scheduler": {"objective": "fastest"}}, "objective: expected one of"),
     ({"hosts": HOSTS, "daemon": {"nope": 1}}, "[daemon].nope"),
     ({"hosts": HOSTS, "extra": {}}, "extra"),
@@ -61,6 +67,8 @@ def test_bad_configs_name_the_setting(tmp_path, doc, needle):
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(ValidationError, match="no such file"):
         load_config(tmp_path / "absent.toml")
+    with pytest.raises(ValidationError, match="cannot read .Is a directory"):
+        load_config(tmp_path)
     p = tmp_path / "x.toml"
     p.write_text("hosts = [")
     with pytest.raises(ValidationError, match="not valid TOML"):

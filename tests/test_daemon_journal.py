@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -118,6 +119,16 @@ def test_journal_survives_a_bad_job_and_config_path(tmp_path):
                     '[daemon]\njournal = "state/j.db"\n')
     assert load_config(toml).journal == str(tmp_path / "state" / "j.db")
     assert load_config(toml, journal=None).journal is None
+
+
+def test_a_directory_given_as_the_journal_is_refused_and_left_as_it_was(tmp_path):
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    with pytest.raises(JournalError) as ei:
+        Journal(folder)
+    assert str(ei.value) == f"journal {folder}: a directory, not a file"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755 and list(folder.iterdir()) == []
 
 
 def test_journal_resumes_announced_background_flows(tmp_path):

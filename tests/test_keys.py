@@ -98,3 +98,111 @@ def test_one_public_key_for_two_names_is_refused(tmp_path):
 ])
 def test_local_endpoints(endpoint, local):
     assert is_local_endpoint(endpoint) is local
+
+
+# Another user: the tests run as root, so any uid but 0 is one (65534: nobody).
+OTHER_UID = 65534
+
+
+def _refused(capsys, argv: list[str], path) -> str:
+    """Run ``jitsched argv``: exit 2 and one line on stderr naming ``path``; returns the line."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path} is " in err, err
+    return err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_keys_init_refuses_a_directory_another_user_owns_or_may_write(tmp_path, capsys):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, OTHER_UID, -1)
+    # the key directory itself, and a directory above it
+    assert "owned by uid 65534" in _refused(capsys, ["keys", "init", str(theirs)], theirs)
+    assert not (theirs / "daemon.secret").exists()
+    _refused(capsys, ["keys", "init", str(theirs / "sub" / "keys")], theirs)
+    assert not (theirs / "sub").exists()
+    for m in (0o777, 0o770, 0o1777):  # group- or world-writable; the sticky bit does not
+        d = tmp_path / f"open{m:o}"  # make the key directory itself safe: others add public keys
+        d.mkdir()
+        os.chmod(d, m)
+        assert "writable by" in _refused(capsys, ["keys", "init", str(d)], d)
+        assert list(d.iterdir()) == []
+    # above the key directory a sticky, world-writable directory (/tmp) is fine
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    assert main(["keys", "init", str(sticky / "k")]) == 0
+    capsys.readouterr()
+    # without the sticky bit anyone may rename the key directory away and put theirs in its place
+    os.chmod(sticky, 0o777)
+    _refused(capsys, ["keys", "init", str(sticky / "k"), "--force"], sticky)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_symlink_another_user_owns_on_the_way_is_refused(tmp_path, capsys):
+    real = tmp_path / "real"
+    init_keys(real, ["h0"], ["c"])
+    sticky = tmp_path / "shared"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    link = sticky / "keys"
+    link.symlink_to(real)
+    load_daemon_keys(link)  # a link this user owns: its target is checked, and is fine
+    os.lchown(link, OTHER_UID, -1)  # whoever owns the link may point it elsewhere
+    with pytest.raises(KeyFileError, match=f"{link} is owned by uid {OTHER_UID}"):
+        load_daemon_keys(link)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("victim", [".", "public", "public/clients", "public/hosts", "clients",
+                                    "public/daemon.public", "daemon.secret", "clients/c.secret"])
+def test_daemon_agents_and_clients_refuse_keys_another_user_could_swap(tmp_path, victim):
+    d = tmp_path / "keys"
+    init_keys(d, ["h0"], ["c"])
+    path = d / victim if victim != "." else d
+    os.chown(path, OTHER_UID, -1)
+    users = {"daemon": lambda: load_daemon_keys(d), "client": lambda: load_curve_keys(d, "clients", "c")}
+    # the daemon reads neither clients/ nor its own public key; a client reads none of
+    # public/hosts, public/clients and the daemon's secret
+    skip = {"daemon": ("clients", "clients/c.secret", "public/daemon.public"),
+            "client": ("public/hosts", "daemon.secret", "public/clients")}
+    for who, load in users.items():
+        if victim in skip[who]:
+            load()
+            continue
+        with pytest.raises(KeyFileError, match=f"{path} is owned by uid {OTHER_UID}"):
+            load()
+    os.chown(path, 0, -1)
+    if path.is_dir():
+        os.chmod(path, 0o777)
+        with pytest.raises(KeyFileError, match=f"{path} is writable by group and others"):
+            (load_curve_keys(d, "clients", "c") if victim == "clients" else load_daemon_keys(d))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_agent_and_daemon_commands_refuse_an_untrusted_key_directory(tmp_path, capsys):
+    d = tmp_path / "keys"
+    init_keys(d, ["h0"], ["c"])
+    os.chmod(tmp_path, 0o777)
+    try:
+        _refused(capsys, ["agent", "--host", "h0", "--keys", str(d), "--daemon", "tcp://127.0.0.1:1",
+                          "--local-dir", str(tmp_path / "run")], tmp_path)
+        _refused(capsys, ["status", "--keys", str(d), "--key-name", "c", "--daemon", "tcp://127.0.0.1:1"],
+                 tmp_path)
+        cfg = tmp_path / "c.toml"
+        cfg.write_text('[[hosts]]\nname = "h0"\negress_bps = 1e9\ningress_bps = 1e9\n'
+                       '[daemon]\njob_endpoint = "tcp://127.0.0.1:0"\nagent_endpoint = "tcp://127.0.0.1:0"\n')
+        _refused(capsys, ["daemon", "--quiet", "--config", str(cfg), "--keys", str(d)], tmp_path)
+    finally:
+        os.chmod(tmp_path, 0o700)
+
+
+def test_a_key_directory_without_client_keys_is_refused(tmp_path, capsys):
+    init_keys(tmp_path / "k", ["h0"], [])
+    with pytest.raises(KeyFileError, match="no client keys"):
+        load_daemon_keys(tmp_path / "k")
+    assert main(["keys", "init", str(tmp_path / "k2"), "--clients", " , "]) == 2
+    assert "--clients: no client names" in capsys.readouterr().err
+    assert not (tmp_path / "k2").exists()

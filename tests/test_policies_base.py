@@ -177,3 +177,14 @@ def test_slot_schedule_pickles_by_columns_and_back_unchanged():
     assert np.array_equal(back.leftover_ingress, sched.leftover_ingress)
     empty = pickle.loads(pickle.dumps(SlotSchedule(0.0, 0.1, [], np.zeros((2, 0)), np.zeros((2, 0)))))
     assert empty.flows == [] and empty.prio == {} and empty.leftover_egress.shape == (2, 0)
+
+
+def test_an_option_a_policy_does_not_take_is_refused_with_those_it_takes():
+    from jitsched.errors import ValidationError
+
+    with pytest.raises(ValidationError, match=r"policy 'tensorflow': unknown option\(s\) alpha; it takes: none"):
+        policies_base.make_policy("tensorflow", alpha=0.4)
+    # options reach a base class's constructor through **options (jit-paper: JitPolicy's slot_s)
+    with pytest.raises(ValidationError, match=r"policy 'jit-paper': unknown option\(s\) nope, zzz; it takes: .*slot_s"):
+        policies_base.make_policy("jit-paper", nope=1, zzz=2, slot_s=0.1)
+    assert policies_base.make_policy("jit-paper", slot_s=0.2).slot_s == 0.2

@@ -111,6 +111,20 @@ def test_dl_share_is_validated():
     assert JitPolicy(dl_share=1).dl_share == 1.0
 
 
+@pytest.mark.parametrize("option, bad", [
+    ("resolve_period_s", "x"), ("resolve_period_s", [1]), ("resolve_period_s", 0.0),
+    ("resolve_period_s", float("nan")), ("drift_min_interval_s", "x"), ("drift_min_interval_s", None),
+    ("drift_min_interval_s", -1.0), ("drift_min_interval_s", float("nan")), ("drift_min_interval_s", False),
+    ("backfill", "yes"), ("replan_on_drift", 1), ("replan_on_arrival", None),
+    ("slot_s", 1e-9), ("slot_s", 0.0009),
+])
+def test_each_option_of_the_wrong_type_or_range_is_named(option, bad):
+    from jitsched.policies.jit import JitPolicy
+
+    with pytest.raises(ValidationError, match=f"^{option}: "):
+        JitPolicy(**{option: bad})
+
+
 def big_job(arrival_s: float = 0.0) -> Job:
     # one 250 MB read (2 s on a whole 1 Gbit/s port), then a short compute
     return Job("dl", (Compute("c", "h1", 0.1),), (Transfer("t", "h0", "h1", 2.5e8),), (("t", "c"),), arrival_s)

@@ -142,7 +142,7 @@ def test_cli_flags_and_defaults_are_the_ones_before_the_options_classes():
     ({"ingress": 1}, "ingress: expected a bool or None"),
     ({"spare": "greedy"}, "spare: expected one of background, shared"),
     ({"timeout_s": 0.0}, "timeout_s: must be within (0, inf)"),
-    ({"slot_s": -0.1}, "slot_s: must be within (0, inf)"),
+    ({"slot_s": -0.1}, "slot_s: must be within [0.001, inf)"),
     ({"measure_slots": -1}, "measure_slots: must be within [0, inf)"),
     # the jit settings: the daemon's and the policy's own checks, under either testbed policy
     ({"alpha": 1.5}, "alpha"),
@@ -168,7 +168,8 @@ def test_unknown_daemon_options_are_named():
 
 @pytest.mark.parametrize("kw, message", [
     ({"slots": 0}, r"slots: must be within \[1, inf\)"),
-    ({"slot_s": 0}, r"slot_s: must be within \(0, inf\)"),
+    ({"slot_s": 0}, r"slot_s: must be within \[0.001, inf\)"),
+    ({"slot_s": 1e-9}, r"slot_s: must be within \[0.001, inf\)"),
     ({"slots": 2.0}, "slots: expected an int"),
 ])
 def test_bad_measure_options_name_the_field(kw, message):

@@ -22,10 +22,18 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (exit 2): the usage of a command
+    with many flags spans several lines, and ``--help`` shows it anyway."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     for mod in COMMAND_MODULES:
         importlib.import_module(mod)
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="jitsched", description="DAG-aware just-in-time network traffic scheduler")
     parser.add_argument("--version", action="version", version=f"jitsched {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from jitsched.agents.options import AgentOptions
 from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, register
+from jitsched.cli.registry import arg, register, seed
 from jitsched.errors import ValidationError
 from jitsched.optspec import argument_specs, options_from_args
 
@@ -29,6 +29,29 @@ def _keys_arg(who: str):
 KEY_NAME_ARG = arg("--key-name", default="client", metavar="NAME",
                    help="this client's name in the key directory (default client); "
                         "only the key that submitted a job may report on or cancel it")
+
+
+def check_endpoint(endpoint: str, flag: str) -> None:
+    """Refuse what ZeroMQ cannot connect to (no ``tcp://host:port``, ``ipc://`` or
+    ``inproc://`` address): ValidationError naming ``flag``. Nothing is sent."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as exc:
+        raise ValidationError(f"{flag} {endpoint!r}: not an endpoint such as tcp://127.0.0.1:5556 "
+                              f"({zmq.strerror(exc.errno)})") from None
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+def _check_host(host: str) -> None:
+    # the name is part of the agent's local socket's file name
+    if not host or "/" in host or "\0" in host:
+        raise ValidationError(f"--host: {host!r} cannot name a host (empty, or a / in it)")
 
 
 def _count(n: int, noun: str) -> str:
@@ -79,7 +102,12 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     if args.journal:
         over["journal"] = str(Path(args.journal).expanduser())
     cfg = load_config(args.config, **over)
-    d = Daemon(cfg).start()
+    d = Daemon(cfg)
+    try:
+        d.start()
+    except BaseException:
+        d.stop()  # the journal, the key handler's thread, the planner: nothing left behind
+        raise
     print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}, "
           + ("CURVE keys from " + cfg.keys_dir if cfg.keys_dir else "plaintext")
           + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else "")
@@ -117,12 +145,17 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from jitsched.agents.agent import Agent
 
     _logging(not args.quiet)
+    _check_host(args.host)
+    bad_uids = [u for u in args.allow_uid if u < 0]
+    if bad_uids:
+        raise ValidationError(f"--allow-uid: a user id is >= 0, got {bad_uids[0]}")
+    check_endpoint(args.daemon, "--daemon")
+    opts = options_from_args(args, AgentOptions)
     try:
-        opts = options_from_args(args, AgentOptions)
         a = Agent(args.host, args.daemon, keys=args.keys, local_dir=args.local_dir,
                   allowed_uids=args.allow_uid, **opts.agent_kwargs())
-    except (ValidationError, ValueError) as exc:
-        raise SystemExit(f"jitsched agent: {exc}") from None
+    except ValueError as exc:  # the agent's own range checks
+        raise ValidationError(str(exc)) from None
     a.start()
     ingress = f" + tc-ingress at {opts.ingress_share:g} of the ingress rate" if opts.enforce_ingress else ""
     print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {opts.backend}{ingress}, "
@@ -186,8 +219,14 @@ def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
             raise ValidationError(f"{p}: no such file") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValidationError(f"{p}: not valid JSON ({exc})") from None
+        except OSError as exc:
+            raise ValidationError(f"{p}: cannot read ({exc.strerror})") from None
         if isinstance(obj, dict) and "jobs" in obj and "computes" not in obj:
-            return list(obj["jobs"])  # a workload file: submit each job
+            # a workload file: submit each job
+            jobs = obj["jobs"]
+            if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+                raise ValidationError(f"{p}: jobs: expected a list of job objects")
+            return jobs
         if isinstance(obj, dict) and obj.get("node") is None:
             return [obj]
     if not (args.ps_host and args.worker_host):
@@ -309,6 +348,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if len(named) != (0 if args.detach else 1):
         raise ValidationError("name exactly one of --pid, --cgroup and --port" if not args.detach
                               else "--detach takes none of --pid, --cgroup and --port")
+    _check_host(args.host)
+    if any(p <= 0 for p in args.pid):
+        raise ValidationError(f"--pid: a process id is > 0, got {min(args.pid)}")
+    bad_ports = [p for p in args.port if not 0 < p < 65536]
+    if bad_ports:
+        raise ValidationError(f"--port: a TCP port is within 1..65535, got {bad_ports[0]}")
     peers: dict[str, str] = {}
     for p in args.peer:
         addr, eq, host = p.partition("=")
@@ -341,7 +386,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 @register(
     "demo", "End-to-end demo on loopback: daemon, pacing agents, a Poisson stream of model DAGs.",
     arg("--quick", action="store_true", help="about 20 s instead of about a minute"),
-    arg("--seed", type=int, default=0, help="workload seed"),
+    arg("--seed", type=seed, default=0, help="workload seed"),
     arg("--json", action="store_true",
         help="print {jobs, completed, plans_failed, planner, lat_hit_rate, mean_jct_s, solve_s_p50} "
              "(progress on stderr)"),

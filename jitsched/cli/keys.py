@@ -32,6 +32,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
         raise ValidationError(f"--hosts-count: must be >= 0, got {args.hosts_count}")
     hosts = _names(args.hosts) if args.hosts is not None else [f"h{i}" for i in range(args.hosts_count or 0)]
     clients = _names(args.clients)
+    if not clients:
+        raise ValidationError("--clients: no client names; a daemon with no client keys serves no one")
     written = init_keys(args.dir, hosts, clients, force=args.force)
     print(f"wrote {len(written) // 2} key pairs to {args.dir}: daemon, {len(hosts)} hosts, {len(clients)} clients")
     print(f"  the daemon needs {os.path.join(args.dir, 'daemon.secret')} and {os.path.join(args.dir, 'public')}/; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,30 @@ class Arg:
 
 def arg(*flags: str, **options) -> Arg:
     return Arg(tuple(flags), options)
+
+
+def seed(text: str) -> int:
+    """A random seed from the command line: an integer >= 0 (argparse ``type``)."""
+    value = int(text)  # argparse reports a ValueError as "invalid seed value"
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
+    return value
+
+
+def positive(text: str) -> float:
+    """A positive finite number from the command line (argparse ``type``)."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0 from the command line (argparse ``type``)."""
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, register
+from jitsched.cli.registry import arg, positive, register, seed
 from jitsched.errors import ValidationError
 from jitsched.model import load_workload
 from jitsched.policies import reference_policy
@@ -29,14 +29,14 @@ def _policy_options(pairs: list[str] | None) -> dict:
     "sim", "Simulate FILE (or a coflow trace) under one scheduling policy and report JCTs and metrics.",
     arg("file", metavar="FILE.json", nargs="?", help="native-format workload (.json or .json.gz)"),
     arg("--coflow-trace", metavar="TRACE", help="replay a coflow benchmark trace instead of FILE"),
-    arg("--port-bps", type=float, default=1e9,
+    arg("--port-bps", type=positive, default=1e9,
         help="coflow mode: capacity of every port, bits/s (default 1e9)"),
     arg("--policy", default=reference_policy(),
         help="a registered policy's name (default %(default)s, the reference policy; an unknown name "
              "is refused with the list)"),
     arg("--option", action="append", metavar="KEY=VALUE",
         help="policy option, e.g. alpha=0.4 or slot_s=0.05 (repeatable)"),
-    arg("--seed", type=int, default=0, help="seed of the compute-time noise"),
+    arg("--seed", type=seed, default=0, help="seed of the compute-time noise"),
     arg("--compute-noise", type=float, default=0.0,
         help="relative std of compute durations (default 0: exact)"),
     arg("--json", action="store_true", help="print the result as JSON"),

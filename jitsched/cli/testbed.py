@@ -41,6 +41,9 @@ def _args(cls: type, **kw) -> list:
 def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched import testbed
 
+    # every flag is checked whatever the action, before any namespace is touched
+    options = options_from_args(args, TestbedOptions)
+    m = options_from_args(args, MeasureOptions)
     if args.action == "down":
         removed = testbed.down(args.prefix)
         if args.json:
@@ -49,7 +52,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             print(f"removed {len(removed)} namespaces" + (f": {' '.join(removed)}" if removed else ""))
         return 0
     if args.action == "up":
-        tb = testbed.up(args.hosts, args.link_mbit or DEFAULT_LINK_MBIT, prefix=args.prefix,
+        tb = testbed.up(args.hosts, DEFAULT_LINK_MBIT if args.link_mbit is None else args.link_mbit,
+                        prefix=args.prefix,
                         cluster_file=args.cluster_file)
         if args.json:
             emit_json(tb.to_json())
@@ -62,8 +66,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     if args.action == "measure":
         from jitsched.testbed.measure import measure_enforcement, summarize
 
-        m = options_from_args(args, MeasureOptions)
-        tb = testbed.up(2, args.link_mbit or DEFAULT_LINK_MBIT, prefix=args.prefix)
+        tb = testbed.up(2, DEFAULT_LINK_MBIT if args.link_mbit is None else args.link_mbit,
+                        prefix=args.prefix)
         try:
             out = summarize(measure_enforcement(tb, slot_s=m.slot_s, n_slots=m.slots, seed=args.seed))
         finally:
@@ -78,7 +82,6 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import require_daemon_side
 
     require_daemon_side()
-    options = options_from_args(args, TestbedOptions)
     out = run_scenario(args.scenario, options)
     # what the fluid simulator expects of the same workload under the same settings
     from jitsched.testbed.scenario import predict

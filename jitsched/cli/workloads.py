@@ -6,7 +6,7 @@ import argparse
 from collections import Counter
 
 from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, register
+from jitsched.cli.registry import arg, non_negative, positive, register, seed
 from jitsched.coflow import coflow_workload, read_coflow_trace
 from jitsched.model import Cluster, Host, Workload, save_workload
 from jitsched.tfgraph import import_tf_graph, job_summary
@@ -20,10 +20,10 @@ from jitsched.workloads import MODELS, arrival_rate, generate_workload
     arg("--ps-host", default="ps", help="host of /job:ps/task:0 (default ps)"),
     arg("--worker-host", default="worker", help="host of /job:worker/task:0 (default worker)"),
     arg("--job-id", default=None, help="job id (default: the graph file's name)"),
-    arg("--time-scale", type=float, default=1.0,
+    arg("--time-scale", type=positive, default=1.0,
         help="factor on measured op times, e.g. CPU to GPU-like speed (default 1)"),
-    arg("--min-op-s", type=float, default=0.0, help="lower bound on every compute time, seconds"),
-    arg("--bps", type=float, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
+    arg("--min-op-s", type=non_negative, default=0.0, help="lower bound on every compute time, seconds"),
+    arg("--bps", type=positive, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
     arg("-o", "--output", metavar="JOB.json", required=True, help="output file (.json or .json.gz)"),
     arg("--json", action="store_true",
         help='print {"transfers", "transfer_bytes", "computes", "edges"}'),
@@ -54,12 +54,12 @@ def cmd_import_tf(args: argparse.Namespace) -> int:
     arg("--n-jobs", type=int, default=None, help="number of jobs (or give --duration-s)"),
     arg("--duration-s", type=float, default=None, help="arrival window, seconds"),
     arg("--hosts", type=int, default=100, help="number of hosts (default 100)"),
-    arg("--bps", type=float, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
+    arg("--bps", type=positive, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
     arg("--background-share", type=float, default=0.5,
         help="fraction of jobs that are file transfers (default 0.5)"),
     arg("--models", default=",".join(MODELS),
         help=f"comma-separated models in equal shares (default {','.join(MODELS)})"),
-    arg("--seed", type=int, default=0, help="random seed (default 0)"),
+    arg("--seed", type=seed, default=0, help="random seed (default 0)"),
     arg("-o", "--output", metavar="FILE.json", required=True, help="output file (.json or .json.gz)"),
     arg("--json", action="store_true", help="print a summary as JSON"),
 )
@@ -88,7 +88,7 @@ def cmd_gen_workload(args: argparse.Namespace) -> int:
 @register(
     "import-coflow", "Convert a coflow-benchmark trace into a native workload (one job per coflow).",
     arg("trace", metavar="TRACE", help="trace file: '<ports> <coflows>' then one coflow per line"),
-    arg("--bps", type=float, default=1e9, help="port capacity each way, bits/s (default 1e9)"),
+    arg("--bps", type=positive, default=1e9, help="port capacity each way, bits/s (default 1e9)"),
     arg("-o", "--output", metavar="FILE.json", required=True, help="output file (.json or .json.gz)"),
     arg("--json", action="store_true", help="print a summary as JSON"),
 )

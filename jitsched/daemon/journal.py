@@ -153,6 +153,8 @@ class Journal:
 
     def _open(self) -> sqlite3.Connection:
         path = self.path
+        if path.is_dir():
+            raise JournalError(f"journal {path}: a directory, not a file")
         try:
             if path.exists():
                 if path.stat().st_size == 0:
@@ -387,13 +389,27 @@ def _rows(db: sqlite3.Connection, table: str, cols: str, key: str, report: Journ
     return out
 
 
+# the first bytes of every sqlite 3 database file
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 def _read_all(path: Path) -> tuple[JournalReport, dict]:
+    if path.is_dir():
+        raise JournalError(f"journal {path}: a directory, not a file")
     if not path.is_file():
         raise JournalError(f"journal {path} does not exist")
     report = JournalReport(str(path))
     if path.stat().st_size == 0:
         report.problems.append("the file is empty (0 bytes)")
         return report, {"meta": [], "jobs": [], "events": [], "background": []}
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise JournalError(f"journal {path}: cannot read ({exc.strerror})") from None
+    if head != SQLITE_HEADER:
+        # not a damaged journal but no database at all: nothing to salvage
+        raise JournalError(f"journal {path} is not an sqlite database (no sqlite header)")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         try:

@@ -7,7 +7,7 @@
 # (state.py and its registries), connections (conns.py), planning (solver.py, plans.py).
 from __future__ import annotations
 
-import inspect
+import errno
 import logging
 import math
 import queue
@@ -32,7 +32,7 @@ from jitsched.daemon.solver import PlannerProcess, copies_of, describe, run_incr
 from jitsched.daemon.state import SchedulerState
 from jitsched.errors import JitschedError, ValidationError
 from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, DaemonKeys, load_daemon_keys
-from jitsched.policies.base import Policy, make_policy
+from jitsched.policies.base import Policy, make_policy, option_names
 from jitsched.protocol import (
     AGENT,
     AGENT_TYPES,
@@ -143,19 +143,11 @@ class KnownKeys:
         return False
 
 
-def _init_params(cls: type) -> set[str]:
-    # the constructor's named parameters, through **options passed on to a base class's
-    # (jit-paper's __init__ names only what it changes; slot_s reaches JitPolicy's)
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        ps = inspect.signature(init).parameters.values()
-        names |= {p.name for p in ps if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
-        if not any(p.kind == p.VAR_KEYWORD for p in ps):
-            break
-    return names
+def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ValidationError:
+    """The one-line error of a socket that cannot bind ``endpoint`` (the setting ``name``)."""
+    hint = (": not an endpoint such as tcp://127.0.0.1:5555, tcp://*:5555 or ipc:///run/jitsched.sock"
+            if exc.errno in (errno.EINVAL, errno.EPROTONOSUPPORT) else "")
+    return ValidationError(f"{name} {endpoint!r}: cannot bind ({zmq.strerror(exc.errno)}){hint}")
 
 
 def create_policy(cfg: DaemonConfig) -> Policy:
@@ -172,7 +164,7 @@ def create_policy(cfg: DaemonConfig) -> Policy:
     opts = dict(cfg.policy_options)
     cls = POLICIES.get(cfg.policy)
     if cls is not None:
-        params = _init_params(cls)
+        params = option_names(cls)
         for key in ("slot_s", "alpha", "objective"):
             if key in params and key not in opts and getattr(cfg, key) is not None:
                 opts[key] = getattr(cfg, key)
@@ -205,10 +197,14 @@ class Daemon:
     Raises
     ------
     ValidationError
-        A plaintext endpoint faces the network (no keys, not ``insecure``), or a
-        ``[limits.clients.NAME]`` names no client key.
+        A plaintext endpoint faces the network (no keys, not ``insecure``), a
+        ``[limits.clients.NAME]`` names no client key, or the policy does not take
+        one of ``policy_options``; from :meth:`start`, an endpoint or the metrics
+        port cannot be bound (the setting named).
     KeyFileError
-        The key directory cannot be read.
+        The key directory cannot be read or another user could change it.
+    JournalError
+        The journal cannot be opened or used.
     """
 
     def __init__(self, config: DaemonConfig, policy: Policy | None = None) -> None:
@@ -332,8 +328,13 @@ class Daemon:
             self._start_auth()
             self.keys.apply(jobs, CLIENT_DOMAIN)
             self.keys.apply(agents, AGENT_DOMAIN)
-        jobs.bind(cfg.job_endpoint)
-        agents.bind(cfg.agent_endpoint)
+        for sock, name in ((jobs, "job_endpoint"), (agents, "agent_endpoint")):
+            try:
+                sock.bind(getattr(cfg, name))
+            except zmq.ZMQError as exc:
+                jobs.close(0)
+                agents.close(0)
+                raise bind_error(name, getattr(cfg, name), exc) from None
         self.job_endpoint = jobs.getsockopt_string(zmq.LAST_ENDPOINT)
         self.agent_endpoint = agents.getsockopt_string(zmq.LAST_ENDPOINT)
         agent_cap = self.agent_connections()
@@ -356,6 +357,12 @@ class Daemon:
         wake.setsockopt(zmq.LINGER, 0)
         wake.bind(self._wake_addr)
         return jobs, agents, wake
+
+    def _serve_metrics(self, port: int) -> int:
+        try:
+            return self.metrics.serve(port)
+        except OSError as exc:
+            raise ValidationError(f"metrics_port {port}: cannot serve on 127.0.0.1 ({exc.strerror})") from None
 
     def agent_connections(self) -> int:
         """The agent socket's connection cap: one per host and a tenth more (at least 64)
@@ -405,11 +412,17 @@ class Daemon:
 
     def serve(self) -> None:
         """Run the loop in the calling thread until :meth:`stop`."""
+        socks: tuple[zmq.Socket, ...] = ()
         try:
-            jobs, agents, wake = self._bind()
+            socks = jobs, agents, wake = self._bind()
             if self.config.metrics_port:
-                self.metrics_port = self.metrics.serve(self.config.metrics_port)
+                self.metrics_port = self._serve_metrics(self.config.metrics_port)
         except BaseException as exc:  # noqa: BLE001 - surfaced by start()
+            # every socket of the context closed, the monitors first: stop() terms it
+            for c in self.conns.values():
+                c.close()
+            for s in socks:
+                s.close(0)
             self._stop_auth()
             self._error = exc
             self._ready.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -303,8 +304,30 @@ def register_policy(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
+def option_names(cls: type) -> set[str]:
+    """The options policy class ``cls`` takes: its constructor's named parameters, through
+    ``**options`` passed on to a base class's (jit-paper's ``__init__`` names only what it
+    changes; ``slot_s`` reaches JitPolicy's)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        ps = inspect.signature(init).parameters.values()
+        names |= {p.name for p in ps if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in ps):
+            break
+    return names
+
+
 def make_policy(name: str, **options) -> Policy:
-    """Instantiate the policy registered as ``name`` with ``options``."""
+    """Instantiate the policy registered as ``name`` with ``options``.
+
+    Raises
+    ------
+    ValidationError
+        An unknown policy, or an option it does not take (the message lists those it takes).
+    """
     from jitsched.errors import ValidationError
 
     try:
@@ -312,6 +335,10 @@ def make_policy(name: str, **options) -> Policy:
     except KeyError:
         raise ValidationError(
             f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+    unknown = sorted(set(options) - option_names(cls))
+    if unknown:
+        takes = ", ".join(sorted(option_names(cls))) or "none"
+        raise ValidationError(f"policy {name!r}: unknown option(s) {', '.join(unknown)}; it takes: {takes}")
     return cls(**options)
 
 

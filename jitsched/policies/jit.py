@@ -136,6 +136,11 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float 
     return np.concatenate(out_n), np.concatenate(out_v)
 
 
+def _positive(v) -> bool:
+    """Whether ``v`` is a number (not a bool) above 0; inf is one."""
+    return not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating)) and v > 0
+
+
 @register_policy
 class JitPolicy(Policy):
     """Just-in-time scheduling: LAT-ordered transfers, reservations, and a priority leftover.
@@ -280,8 +285,15 @@ class JitPolicy(Policy):
             trans_estimate=trans_estimate, job_order=job_order, k_std=k_std,
             time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver)
         self._virtual_options = replace(self.plan_options, time_limit_s=None)
-        if resolve_period_s is not None and not resolve_period_s > 0:
+        if resolve_period_s is not None and not _positive(resolve_period_s):
             raise ValidationError(f"resolve_period_s: must be positive, got {resolve_period_s!r}")
+        if isinstance(drift_min_interval_s, bool) or not (_positive(drift_min_interval_s) or drift_min_interval_s == 0):
+            raise ValidationError(f"drift_min_interval_s: must be a number of seconds >= 0, "
+                                  f"got {drift_min_interval_s!r}")
+        for name, flag in (("backfill", backfill), ("replan_on_drift", replan_on_drift),
+                           ("replan_on_arrival", replan_on_arrival)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ValidationError(f"{name}: expected true or false, got {flag!r}")
         if isinstance(dl_share, bool) or not (isinstance(dl_share, (int, float)) and 0.0 < dl_share <= 1.0):
             raise ValidationError(f"dl_share: must be within (0, 1], got {dl_share!r}")
         self.dl_share = float(dl_share)

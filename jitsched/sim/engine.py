@@ -79,8 +79,8 @@ class Simulator:
                  progress: bool = False, policy_options: dict | None = None,
                  follows: Sequence[int] | None = None, true_duration_s: np.ndarray | None = None,
                  on_job_done: Callable[[int, float, np.ndarray], None] | None = None) -> None:
-        if compute_noise < 0:
-            raise ValidationError(f"compute_noise: must be >= 0, got {compute_noise!r}")
+        if not 0 <= compute_noise < math.inf:
+            raise ValidationError(f"compute_noise: must be a finite number >= 0, got {compute_noise!r}")
         if tick_s is not None and not tick_s > 0:
             raise ValidationError(f"tick_s: must be positive, got {tick_s!r}")
         self.workload = workload

@@ -11,6 +11,7 @@ from jitsched.agents.backends.base import INGRESS_SHARE
 from jitsched.config import PLANNING_MODES
 from jitsched.errors import ValidationError
 from jitsched.estimate import JOB_ORDERS
+from jitsched.lp import MIN_SLOT_S
 from jitsched.optspec import (
     add_options,
     argument_specs,
@@ -219,7 +220,7 @@ class TestbedOptions:
             check_range(self, "link_mbit", lo=LINK_MBIT_RANGE[0], hi=LINK_MBIT_RANGE[1])
         check_choice(self, "spare")
         check_range(self, "timeout_s", lo=0.0, open_lo=True)
-        check_range(self, "slot_s", lo=0.0, open_lo=True)
+        check_range(self, "slot_s", lo=MIN_SLOT_S)
         check_range(self, "measure_slots", lo=0)
         check_range(self, "runner_procs", lo=1)
         if self.daemon_options is None:  # run_scenario's default before the options object
@@ -303,7 +304,7 @@ class MeasureOptions:
     def __post_init__(self) -> None:
         check_types(self)
         check_range(self, "slots", lo=1)
-        check_range(self, "slot_s", lo=0.0, open_lo=True)
+        check_range(self, "slot_s", lo=MIN_SLOT_S)
 
 
 def _check_daemon_settings(settings: dict) -> None:
