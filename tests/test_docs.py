@@ -31,6 +31,10 @@ EXCEPTIONS: list[tuple[str, str, str]] = [
      "long-running services; tests/test_daemon*.py and tests/test_agent.py start them"),
     (r"^jitsched (submit|status|attach)\b", "parse",
      "need a running daemon at the documented address; tests/test_cli_daemon.py runs them against one"),
+    (r"^jitsched journal\b", "parse",
+     "reads a daemon's journal file; tests/test_daemon_journal.py checks and recovers sound and damaged ones"),
+    (r"^jitsched sim --coflow-trace fb50-offline\.txt", "parse",
+     "the public FB2010 coflow trace is not shipped; tests/test_coflow.py replays it when it is beside the checkout"),
     (r"^jitsched testbed (up|down|measure|run)\b", "parse",
      "needs root and builds network namespaces; tests/test_testbed*.py run it"),
     (r"^python -m bench\.paper\b", "parse", "the paper's figures take many minutes even with --quick"),
@@ -170,8 +174,64 @@ def _reads(cmd: DocCommand) -> set[str]:
     return set(cmd.argv[1:])
 
 
+def test_every_documented_daemon_configuration_loads(tmp_path):
+    """Each ``toml`` block of the docs is a whole daemon configuration that loads as written."""
+    from jitsched.config import load_config
+
+    blocks = [(doc, m.group(1)) for doc in DOCS
+              for m in re.finditer(r"^```toml\n(.*?)^```", doc.read_text(encoding="utf-8"), re.S | re.M)]
+    assert blocks
+    for doc, text in blocks:
+        path = tmp_path / "cluster.toml"
+        path.write_text(text, encoding="utf-8")
+        cfg = load_config(path)
+        assert cfg.cluster.hosts, f"{doc.relative_to(ROOT)}: a configuration without hosts"
+
+
 def test_a_rotted_option_fails_the_parse_check():
     with pytest.raises(AssertionError, match="refused"):
         _parse_only(["jitsched", "gen-workload", "--no-such-option", "1"])
     with pytest.raises(AssertionError, match="refused"):
         _parse_only(["python", "-m", "bench.bench_lat", "--no-such-option"])
+
+
+# Development history belongs to git, not to the docs: the docs say what jitsched is and
+# does now. Each pattern names one kind of history; "round trip", "around" and a
+# command's --rounds option are not history.
+HISTORY_WORDS: list[tuple[str, str]] = [
+    (r"\bsessions?\b", "a development session"),
+    (r"(?<![-\w])rounds?\b(?![- ](?:trips?|robin)\b)", "a development round"),
+    (r"\bhelpers?\b", "a helper"),
+    (r"\bwe tried\b|\btried and not kept\b", "what was tried"),
+    (r"\bsince commit\b", "a change's history"),
+    (r"\bpreviously\b", "what the code did before"),
+    (r"\bissues? #?\d+\b", "an issue reference"),
+    (r"(?<![\w&/])#\d+\b", "an issue reference"),
+]
+
+
+def history_words(text: str) -> list[tuple[int, str, str]]:
+    """``(line, matched text, what it is)`` for every history word in ``text``."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        for pattern, what in HISTORY_WORDS:
+            for m in re.finditer(pattern, line, re.I):
+                out.append((n, m.group(0), what))
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
+def test_the_docs_carry_no_development_history(doc: Path):
+    found = history_words(doc.read_text(encoding="utf-8"))
+    assert not found, "\n".join(f"{doc.relative_to(ROOT)}:{n}: {word!r} ({what})" for n, word, what in found)
+
+
+def test_the_history_check_tells_history_from_ordinary_words():
+    for text in ("measured in session 19", "the second round of runs", "Rounds 3-4", "a helper wrote it",
+                 "we tried a cap", "tried and not kept: a pool", "faster since commit abc123",
+                 "previously a thread", "see issue 44", "fixed in #12", "Issue #7"):
+        assert history_words(text), text
+    for text in ("a round trip per transfer", "a round-trip time", "round-robin", "around 5 %",
+                 "rounded up to a slot", "bench_daemon.py --rounds 3", "docs/results.md#figures",
+                 "the LAT is rounded", "`_Session` resends", "&#35;"):
+        assert not history_words(text), text
