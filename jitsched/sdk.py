@@ -24,6 +24,8 @@ log = logging.getLogger("jitsched.sdk")
 # A refusal the daemon may not repeat once it is less busy or its journal writes again:
 # the report waits, as it would for a daemon that does not answer.
 _TRANSIENT = frozenset({ErrorCode.OVERLOADED, ErrorCode.UNAVAILABLE})
+# How often a process of a job that another process registers asks whether it is there yet.
+FOLLOW_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class TrainerStats:
     steps: int = 0  # steps marked
     sent: int = 0  # iteration messages the daemon took
     coalesced: int = 0  # steps merged into another step's message (the daemon was slow)
-    dropped: int = 0  # steps not reported (the daemon was unreachable or the job had ended)
+    dropped: int = 0  # steps not reported (the daemon was unreachable, or the job had ended)
     rejected: int = 0  # reports the daemon refused (e.g. durations of the wrong length)
     outages: int = 0  # times the daemon went unreachable
     registrations: int = 0  # template registrations (more than 1: the daemon lost the job)
@@ -181,6 +183,7 @@ class Trainer:
         self.flow_job: str | None = None  # the id the job's flows go by (with keys, client-scoped)
         self.stats = TrainerStats()
         self._pending: collections.deque[_Report] = collections.deque()
+        self._inflight: _Report | None = None
         self._cv = threading.Condition()
         self._closing = False
         self._n = 0
@@ -226,9 +229,9 @@ class Trainer:
                 return n
             if self.stats.state == "unreachable":
                 # no backlog for a daemon that is away: only the newest step waits for it
-                self.stats.dropped += len(self._pending)
+                self.stats.dropped += sum(r.count for r in self._pending)
                 self._pending.clear()
-            if len(self._pending) >= self.options.max_pending:
+            if len(self._pending) >= self.options.max_pending and self._pending[-1] is not self._inflight:
                 self._pending[-1].merge(rep)
                 self.stats.coalesced += 1
             else:
@@ -271,6 +274,7 @@ class Trainer:
                 with self._cv:
                     closing = self._closing
                     rep = self._pending[0] if self._pending and self._registered else None
+                    self._inflight = rep  # being sent: no step is merged into it any more
                 if closing and (not self._registered or rep is None or time.monotonic() > self._close_by
                                 or self.stats.state != "ok"):
                     break
@@ -278,9 +282,9 @@ class Trainer:
                     self._wait(None)
                     continue
                 if not self._registered:
-                    client, ok = self._register(client)
-                    if not ok:
-                        self._wait(opts.retry_s, retry=True)
+                    client, wait_s = self._register(client)
+                    if wait_s:
+                        self._wait(wait_s, retry=True)
                     continue
                 if rep is not None:
                     client, outcome = self._send(client, rep)
@@ -340,8 +344,7 @@ class Trainer:
             st.state = "unreachable"
             with self._cv:  # only the newest report waits for the daemon (see step_done)
                 while len(self._pending) > 1:
-                    self._pending.popleft()
-                    st.dropped += 1
+                    st.dropped += self._pending.popleft().count
             msg = ("event=sdk_unreachable job=%s endpoint=%s why=%r: training goes on unscheduled, "
                    "steps are not reported; retrying every %g s")
             args = (self.job_id, self.options.endpoint, why, self.options.retry_s)
@@ -359,44 +362,50 @@ class Trainer:
         if self.stats.state == "unreachable":
             log.info("event=sdk_resumed job=%s outages=%d", self.job_id, self.stats.outages)
         if self.stats.state in ("unreachable", "connecting"):
-            self.stats.state = "ok" if self._registered or self.template is None else "connecting"
+            self.stats.state = "ok" if self._registered else "connecting"
 
     def _end(self, why: str) -> None:
         st = self.stats
         st.state, st.last_error = "ended", why
         with self._cv:
-            st.dropped += len(self._pending)
+            st.dropped += sum(r.count for r in self._pending)
             self._pending.clear()
         log.warning("event=sdk_ended job=%s why=%r: training goes on, steps are no longer reported",
                     self.job_id, why)
 
     def _register(self, client):
-        """Register the template (or, for a job registered elsewhere, find it); then attach."""
+        """Register the template (or, for a job registered elsewhere, find it); then attach.
+        Returns (client, seconds to wait before trying again: 0 when done)."""
         if self.template is None:
             client, rep = self._call(client, "attach_job", self.job_id, self.options.host or "")
             if isinstance(rep, RemoteError) and rep.code == ErrorCode.UNKNOWN_HOST and not self.options.host:
-                self._registered = True  # no host to attach on: nothing else to do here
+                self._registered = True  # the job is there, and no host to attach on: done
                 self.stats.state = "ok"
-                return client, True
+                self.flow_job = self._scoped_id()
+                return client, 0.0
+            if isinstance(rep, RemoteError) and rep.code == ErrorCode.UNKNOWN_JOB:
+                # the daemon answers, the job's owner has not registered it yet: its first
+                # steps are the ones whose connections matter most, so look again soon
+                return client, min(FOLLOW_POLL_S, self.options.retry_s)
             if not isinstance(rep, dict):
-                return client, False  # not registered yet by its owner, or no daemon
+                if isinstance(rep, RemoteError):
+                    self._end(str(rep))
+                return client, self.options.retry_s
             self._registered = True
             self.stats.state = "ok"
             self.flow_job = rep["job_id"]
             self._attach(rep.get("peers", {}))
-            return client, True
+            return client, 0.0
         client, rep = self._call(client, "request", MsgType.REGISTER_TEMPLATE, {"job": self.template})
         if isinstance(rep, RemoteError):
             if rep.code != ErrorCode.DUPLICATE_JOB:
                 self._end(str(rep))
-                return client, False
+                return client, 0.0
             # an earlier try got there, its reply did not: the daemon holds the job by its
             # client-scoped id (jobs.scoped_id)
-            rep = {"job_id": self.job_id}
-            if self.options.keys is not None:
-                rep["flow_job"] = f"{self.options.key_name}:{self.job_id}"
+            rep = {"job_id": self.job_id, "flow_job": self._scoped_id()}
         if rep is None:
-            return client, False
+            return client, self.options.retry_s
         self.flow_job = rep.get("flow_job") or rep["job_id"]
         self._registered = True
         self._lease_lost = False
@@ -408,7 +417,11 @@ class Trainer:
                 self._attach(known.get("peers", {}))
             elif isinstance(known, RemoteError):
                 self.stats.attach_error = str(known)
-        return client, True
+        return client, 0.0
+
+    def _scoped_id(self) -> str:
+        # the id the daemon holds this client's job by (jobs.scoped_id): "<key name>:<id>" with keys
+        return f"{self.options.key_name}:{self.job_id}" if self.options.keys is not None else self.job_id
 
     def _attach(self, peers: Mapping[str, str]) -> None:
         from jitsched.localreg import LocalSocketError, attach, local_address
@@ -461,7 +474,7 @@ class Trainer:
         if self.template is not None and self._registered and self.stats.state == "ok":
             self._call(client, "job_finished", self.job_id, time.perf_counter() - self._t0)
         with self._cv:
-            self.stats.dropped += len(self._pending)
+            self.stats.dropped += sum(r.count for r in self._pending)
             self._pending.clear()
         if self.stats.attached:
             from jitsched.localreg import detach, local_address
