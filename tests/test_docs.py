@@ -33,6 +33,8 @@ EXCEPTIONS: list[tuple[str, str, str]] = [
      "need a running daemon at the documented address; tests/test_cli_daemon.py runs them against one"),
     (r"^jitsched testbed (up|down|measure|run)\b", "parse",
      "needs root and builds network namespaces; tests/test_testbed*.py run it"),
+    (r"^python -m jitsched\.examples\.torch_ps\b", "parse",
+     "two ranks that wait for each other and a daemon; tests/test_adapters_pytorch.py runs them"),
     (r"^python -m bench\.paper\b", "parse", "the paper's figures take many minutes even with --quick"),
     (r"^python (-m bench\.|bench/)", "parse",
      "benchmarks take minutes; tests/test_bench_*.py run each at a tiny scale"),
