@@ -304,7 +304,8 @@ class Trainer:
             self.stats.state = "ended"
             log.error("event=sdk_failed job=%s error=%r", self.job_id, self.stats.last_error)
         finally:
-            client.close()
+            with contextlib.suppress(Exception):  # noqa: BLE001 - see above
+                client.close()
             if self.stats.state != "ended":
                 self.stats.state = "closed"
 
