@@ -37,6 +37,8 @@ EXCEPTIONS: list[tuple[str, str, str]] = [
      "the public FB2010 coflow trace is not shipped; tests/test_coflow.py replays it when it is beside the checkout"),
     (r"^jitsched testbed (up|down|measure|run)\b", "parse",
      "needs root and builds network namespaces; tests/test_testbed*.py run it"),
+    (r"^python -m jitsched\.examples\.torch_ps\b", "parse",
+     "two ranks that wait for each other and a daemon; tests/test_adapters_pytorch.py runs them"),
     (r"^python -m bench\.paper\b", "parse", "the paper's figures take many minutes even with --quick"),
     (r"^python (-m bench\.|bench/)", "parse",
      "benchmarks take minutes; tests/test_bench_*.py run each at a tiny scale"),

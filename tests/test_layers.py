@@ -24,6 +24,8 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("jitsched/client.py", ("jitsched.agents",), "the client registers flows through jitsched.localreg"),
     ("jitsched/netns.py", ("jitsched.agents", "jitsched.testbed", "bench"), "a low layer imports neither side"),
     ("jitsched/localreg.py", ("jitsched.agents", "jitsched.testbed", "bench"), "a low layer imports neither side"),
+    ("jitsched/sdk.py", ("jitsched.daemon", "jitsched.agents", "jitsched.testbed", "bench"),
+     "a training process reaches the daemon and its agent through the client and jitsched.localreg"),
 ]
 
 

@@ -42,11 +42,12 @@ def test_matplotlib_is_an_extra_not_a_dependency():
 
 
 def test_jitsched_imports_without_matplotlib():
-    # every module of the installed package (CLI, demo, daemon, agents, testbed) loads with
-    # matplotlib made unimportable
+    # every module of the installed package (CLI, demo, daemon, agents, testbed, adapters)
+    # loads with matplotlib and torch made unimportable
     code = """
 import importlib, pkgutil, sys
 sys.modules["matplotlib"] = None
+sys.modules["torch"] = None
 import jitsched, jitsched.agents
 for pkg in (jitsched, jitsched.agents):
     for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
