@@ -761,10 +761,13 @@ class DaemonProc:
         ``[daemon]`` settings besides the endpoints.
     limits : dict
         ``[limits]`` settings.
+    hosts : tuple of str
+        The cluster's hosts (1 Gbit/s each way).
     """
 
     def __init__(self, workdir: Path, *, journal: bool = False, daemon_options: dict | None = None,
-                 ports: list[int] | None = None, limits: dict | None = None) -> None:
+                 ports: list[int] | None = None, limits: dict | None = None,
+                 hosts: tuple[str, ...] = HOSTS) -> None:
         self.workdir = Path(workdir)
         self.ports = ports or free_ports(2)
         self.job_endpoint = f"tcp://127.0.0.1:{self.ports[0]}"
@@ -774,7 +777,7 @@ class DaemonProc:
         self.incarnations = 0
         opts = {"heartbeat_s": 0.2, "heartbeat_timeout_s": 1.0, "resend_s": 0.2} | dict(daemon_options or {})
         lines = []
-        for h in HOSTS:
+        for h in hosts:
             lines += ["[[hosts]]", f'name = "{h}"', "egress_bps = 1e9", "ingress_bps = 1e9", ""]
         lines += ["[daemon]", f'job_endpoint = "{self.job_endpoint}"', f'agent_endpoint = "{self.agent_endpoint}"']
         lines += [f"{k} = {json.dumps(v)}" for k, v in opts.items()]
