@@ -114,7 +114,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
-    from jitsched.agents.agent import Agent
+    """Exit status 2 when the daemon refuses the registration for good (an unknown host,
+    another host's key), 1 when the agent failed otherwise."""
+    from jitsched.agents.agent import Agent, RegistrationRefused
 
     _logging(not args.quiet)
     try:
@@ -132,6 +134,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         _until_signal(stop, lambda: a.running)
     finally:
         a.stop()
+    if isinstance(a.failure, RegistrationRefused):
+        raise a.failure  # the operator's --host or key: one line, exit 2
     if a.failure is not None:
         # the ingress is ordered by default with tc: a host that cannot (no ifb module,
         # say) should learn that the egress alone is one flag away
@@ -224,7 +228,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f" (last: {escape(st['last_plan_error'])})" if st.get("last_plan_error") else ""))
     for h, a in sorted(st["agents"].items()):
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
-              f"acked {a['acked_seq']}")
+              f"acked {a['acked_seq']}"
+              + (f" CLOCK OFF by {a['clock_offset_s']:+.3f} s (corrected by the agent)" if a.get("clock_off") else "")
+              + (f" NOT ACKING seq {a['seq']} (re-sends stopped after {a['resends']})"
+                 if a.get("resends_stopped") else ""))
     for j, s in st["jobs"].items():
         jct = f"JCT {s['jct_s']:.2f} s" if s["jct_s"] is not None else ""
         print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
@@ -240,8 +247,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st.get("jobs_pruned"):
         print(f"  ({st['jobs_pruned']} ended jobs pruned after their retention, "
               f"{st.get('pages', 1)} status pages)")
-    loop = st.get("loop") or {}
-    refused = {k: v for k, v in loop.items() if v and ("refused" in k or "dropped" in k or "failed" in k)}
+    loop = (st.get("loop") or {}) | (st.get("agent_counts") or {})
+    refused = {k: v for k, v in loop.items()
+               if v and ("refused" in k or "dropped" in k or "failed" in k or "stopped" in k or "down" in k)}
     if refused:
         print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
     return 0
