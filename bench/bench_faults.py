@@ -1395,7 +1395,7 @@ def unread_replies(d: DaemonProc, n: int = 300) -> dict:
 
 
 KEYS = ("fuzz_messages", "fuzz_seeds", "crashes", "hangs", "wedged", "kill_cycles", "jobs_submitted", "jobs_completed", "jobs_lost",
-        "resume_s_p50", "resume_s_max", "stale_schedule_s_max")
+        "resume_s_p50", "resume_s_max", "stale_schedule_s_max", "flood_agents_down", "flood_status_p99_s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1419,6 +1419,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave max_job_nodes at its default (the big job is refused after parsing)")
     ap.add_argument("--churn", type=int, default=0, metavar="N",
                     help="submit and cancel N jobs, then measure the status reply (default 0: none)")
+    ap.add_argument("--flood-s", type=float, default=10.0, metavar="SECONDS",
+                    help="a client pipelines 4,096-event reports for SECONDS while --flood-agents agents "
+                         "heartbeat: agents marked down, status p99 (bench_flood.py; default 10, 0: none)")
+    ap.add_argument("--flood-agents", type=int, default=100, help="agents during the flood (default 100)")
     args = ap.parse_args(argv)
     out: dict = dict.fromkeys(KEYS)
     with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
@@ -1438,13 +1442,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.soak_s:
             (tmp / "soak").mkdir()
             out |= soak(args.soak_s, args.seed, tmp / "soak")
+        if args.flood_s:
+            from bench.bench_flood import flood  # imports this module's harness
+
+            (tmp / "flood").mkdir()
+            out |= flood(tmp / "flood", args.flood_s, args.flood_agents)
     if args.json:
         print(json.dumps(out))
     else:
         for k, v in out.items():
             if k != "fuzz_runs":
                 print(f"{k:<28} {v}")
-    failed = {k: out[k] for k in ("crashes", "hangs", "wedged", "jobs_lost") if out.get(k)}
+    failed = {k: out[k] for k in ("crashes", "hangs", "wedged", "jobs_lost", "flood_agents_down") if out.get(k)}
     if out.get("fuzz_answers_after") is False:
         failed["fuzz_answers_after"] = False
     if failed:
