@@ -237,3 +237,22 @@ def test_an_agent_whose_clock_is_off_says_so_and_follows_the_daemons_slots():
             assert skewed.daemon_ns() == pytest.approx(time.time_ns(), abs=0.05e9)
         finally:
             skewed.stop()
+
+
+def test_a_key_the_daemon_refuses_ends_the_agent(tmp_path):
+    # a key pair the daemon does not know: no reply ever comes, each connection's handshake
+    # is refused; after a few the agent ends and says why
+    keys, other = tmp_path / "keys", tmp_path / "other"
+    init_keys(keys, ["h0"], ["client"])
+    init_keys(other, ["h0"], ["client"])
+    d = Daemon(config(keys_dir=str(keys))).start()
+    stranger = load_curve_keys(other, "hosts", "h0")
+    a = Agent("h0", d.agent_endpoint, backend="record", local_namespace=f"zap{id(d)}", reconnect_s=0.3,
+              keys=stranger.__class__(stranger.public, stranger.secret, d.keys.public)).start()
+    try:
+        assert wait_until(lambda: not a.running, 10.0)
+        assert isinstance(a.failure, RegistrationRefused) and "refused this key" in str(a.failure)
+        assert "h0" not in d.state.agents
+    finally:
+        a.stop()
+        d.stop()
