@@ -247,11 +247,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st.get("jobs_pruned"):
         print(f"  ({st['jobs_pruned']} ended jobs pruned after their retention, "
               f"{st.get('pages', 1)} status pages)")
-    loop = (st.get("loop") or {}) | (st.get("agent_counts") or {})
-    refused = {k: v for k, v in loop.items()
-               if v and ("refused" in k or "dropped" in k or "failed" in k or "stopped" in k or "down" in k)}
-    if refused:
-        print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+    for title, counts in (("loop", st.get("loop") or {}), ("agents", st.get("agent_counts") or {})):
+        refused = {k: v for k, v in counts.items()
+                   if v and ("refused" in k or "dropped" in k or "failed" in k or "stopped" in k or "down" in k)}
+        if refused:
+            print(f"  {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
     return 0
 
 

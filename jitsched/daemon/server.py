@@ -268,7 +268,7 @@ class Daemon:
         # registration keeps it, and a second agent of its host is refused while it is open
         self._source: tuple[int, tuple] | None = None
         self.state.agent_table.source = lambda: self._source
-        self.state.agent_table.source_open = lambda src: "agents" not in self.conns or self.conns["agents"].is_open(src)
+        self.state.agent_table.source_open = self._agent_connection_open
         self._auth: ThreadAuthenticator | None = None
         self.key_checks: dict[str, KnownKeys] = {}  # by ZAP domain, with keys
 
@@ -353,6 +353,10 @@ class Daemon:
         wake.setsockopt(zmq.LINGER, 0)
         wake.bind(self._wake_addr)
         return jobs, agents, wake
+
+    def _agent_connection_open(self, source: tuple[int, tuple]) -> bool:
+        conns = self.conns.get("agents")
+        return conns is None or conns.is_open(source)
 
     def agent_connections(self) -> int:
         """The agent socket's connection cap: one per host and a tenth more (at least 64)
@@ -651,6 +655,7 @@ class Daemon:
             self._offload_bytes -= len(job.data)
             name, identity = job.key
             sock = socks[name]
+            self._source = None  # read a while ago: its connection is not known now
             if not job.silent:  # agents may answer pushed schedules; acks arrive as requests
                 self._send_reply(sock, identity, self.handle(identity, job.data, job.allowed, job.peer, job))
             waiting = self._deferred.pop(job.key, deque())
