@@ -177,9 +177,10 @@ def test_schedule_resends_to_an_agent_that_never_acks_back_off_and_stop():
         times = pushes[seq]
         assert len(times) == 1 + RESEND_TRIES, {k: len(v) for k, v in pushes.items()}
         gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-        for k, g in enumerate(gaps):
-            want = resend_s * min(2**k, RESEND_BACKOFF_MAX)
-            assert g >= want * 0.9, (k, gaps)
+        want = [resend_s * min(2**k, RESEND_BACKOFF_MAX) for k in range(RESEND_TRIES)]
+        # as received: each push may reach this socket up to a poll late
+        assert all(g >= w - 0.015 for g, w in zip(gaps, want, strict=True)), (gaps, want)
+        assert sum(gaps) >= sum(want) - 0.015 and gaps[-1] > 4 * gaps[0], (gaps, want)
         a = c.status()["agents"]["h1"]
         assert a["resends_stopped"] and a["resends"] == RESEND_TRIES and a["up"]
         assert d.state.agent_table.counts["schedule_resends_stopped"] >= 1

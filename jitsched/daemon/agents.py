@@ -22,6 +22,7 @@ log = logging.getLogger("jitsched.daemon")
 # missed its body sees the seq it lacks in its heartbeat replies and asks for it.
 RESEND_TRIES = 8
 RESEND_BACKOFF_MAX = 16
+AGENT_ID_CHARS = 64  # of an agent's id kept (agents send 32 hex digits)
 
 
 @dataclass
@@ -110,8 +111,9 @@ class AgentTable:
         old = self.agents.get(host)
         if old is not None:
             self.by_identity.pop(old.identity, None)
-        a = AgentState(host, identity, str(body.get("backend", "")), now, peer, str(body.get("agent_id", "")),
-                       self.source(), applied_seq=int(body.get("applied_seq", 0)))
+        a = AgentState(host, identity, str(body.get("backend", "")), now, peer,
+                       str(body.get("agent_id", ""))[:AGENT_ID_CHARS], self.source(),
+                       applied_seq=int(body.get("applied_seq", 0)))
         self.agents[host] = a
         self.by_identity[identity] = host
         if self.host_seq.get(host, 0):
@@ -141,7 +143,7 @@ class AgentTable:
         if old.peer != peer:
             return Reject(ErrorCode.FORBIDDEN, f"host {host!r} is up, registered with another key")
         age = now - old.last_seen_s
-        agent_id = str(body.get("agent_id", ""))
+        agent_id = str(body.get("agent_id", ""))[:AGENT_ID_CHARS]
         if identity != old.identity and not (agent_id and agent_id == old.agent_id) \
                 and age <= self.config.heartbeat_timeout_s \
                 and (old.source is None or self.source_open(old.source)):
