@@ -12,11 +12,14 @@ import importlib
 import logging
 import math
 import os
+import random
 import socket
 import struct
 import threading
 import time
 import uuid
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,6 +27,7 @@ import zmq
 
 from jitsched.agents.attach import AttachTable
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
+from jitsched.errors import JitschedError
 from jitsched.keys import HOSTS, CurveKeys, curve_keys, handshake_failure, handshake_monitor
 from jitsched.localreg import (
     listen_local,
@@ -35,6 +39,7 @@ from jitsched.localreg import (
 from jitsched.protocol import (
     LOCAL_TYPES,
     MAX_MESSAGE_BYTES,
+    ErrorCode,
     MsgType,
     ProtocolError,
     Reply,
@@ -70,6 +75,22 @@ RTO_MAX_MS = 1000
 TCP_RTO_MIN_US = getattr(socket, "TCP_RTO_MIN_US", 45)
 RTO_MIN_MS = 10.0
 
+# Registration: a refused one is tried again after a wait that doubles from
+# REGISTER_RETRY_S up to REGISTER_RETRY_MAX_S, each drawn from its upper half so that
+# agents refused together do not come back together. A refusal that no retry changes
+# (a host the daemon does not know, another host's key, a key or handshake the daemon
+# refuses) ends the agent after REGISTER_TRIES in a row; a host served by another live
+# agent is tried on (that agent may stop: a restarted agent gets its host back).
+REGISTER_TRIES = 4
+REGISTER_RETRY_S = 0.25
+REGISTER_RETRY_MAX_S = 10.0
+FINAL_REFUSALS = frozenset({ErrorCode.UNKNOWN_HOST, ErrorCode.FORBIDDEN})
+# The daemon's clock as this host sees it, NTP-style: each heartbeat carries the agent's
+# send time, the reply the daemon's time; the offset of the round trip with the least
+# delay among the last CLOCK_SAMPLES is the estimate, applied to slot times once it is
+# larger than half that delay (what one round trip cannot tell apart).
+CLOCK_SAMPLES = 8
+
 TCP_INFO_LEN = 232
 TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64) in struct tcp_info
 
@@ -97,6 +118,10 @@ def bytes_acked(sock: socket.socket) -> int:
     if len(info) < TCPI_BYTES_ACKED + 8:
         return 0
     return struct.unpack_from("Q", info, TCPI_BYTES_ACKED)[0]
+
+
+class RegistrationRefused(JitschedError):
+    """The daemon refused this agent's registration for a reason no retry changes."""
 
 
 @dataclass
@@ -159,6 +184,15 @@ class Agent:
     keys : CurveKeys or path, optional
         Connect to the daemon as a CURVE client: these keys, or host ``host``'s
         in a key directory (``jitsched keys init``). None: plaintext.
+    clock_ns : callable, optional
+        This host's wall clock, ns (default ``time.time_ns``; tests pass a skewed
+        one). Slot times are taken on the daemon's clock: this one corrected by
+        the offset measured on heartbeat round trips (:attr:`clock_offset_s`).
+
+    A registration the daemon refuses for good (an unknown host, another
+    host's key, a key it does not accept) ends the agent after
+    :data:`REGISTER_TRIES` backed-off tries: :attr:`failure` is then a
+    :class:`RegistrationRefused` saying why.
     """
 
     def __init__(self, host: str, daemon_endpoint: str, *, backend: str = "record",
@@ -166,7 +200,8 @@ class Agent:
                  local_namespace: str = "", reconnect_s: float = 3.0, ingress: dict | None = None,
                  keys: CurveKeys | str | Path | None = None, local_dir: str | Path | None = None,
                  allowed_uids: tuple[int, ...] | list[int] = (),
-                 rto_max_ms: int | None = RTO_MAX_MS, rto_min_ms: float | None = RTO_MIN_MS) -> None:
+                 rto_max_ms: int | None = RTO_MAX_MS, rto_min_ms: float | None = RTO_MIN_MS,
+                 clock_ns: Callable[[], int] | None = None) -> None:
         if rto_max_ms and not 1000 <= int(rto_max_ms) <= 120_000:
             raise ValueError(f"rto_max_ms must be in 1000..120000 (the kernel's range), got {rto_max_ms}")
         if rto_min_ms and not 1.0 <= float(rto_min_ms) <= 200.0:
@@ -211,7 +246,19 @@ class Agent:
         self.daemons = 0  # daemon incarnations seen, since start
         self._register_id = 0  # request id of the register in flight (0: none)
         self._register_at = -math.inf  # when it was sent (monotonic)
-        self._reregister = False  # the daemon said not_registered: register again now
+        self._next_register_at = 0.0  # no registration before this (monotonic): a backoff
+        self.register_refused = 0  # registrations refused in a row (any reason)
+        self._final_refusals = 0  # ... of which for a reason no retry changes
+        self.registered_count = 0  # registrations the daemon accepted, since start
+        # this agent object among others with its host's name or key: the daemon refuses
+        # a second one while the first is alive, and lets this one take its host back
+        self.agent_id = uuid.uuid4().hex
+        self._clock_ns = clock_ns or time.time_ns
+        self._clock: deque[tuple[int, int]] = deque(maxlen=CLOCK_SAMPLES)  # (delay, offset) ns
+        self.clock_offset_s: float | None = None  # this clock minus the daemon's, best estimate
+        self.clock_rtt_s: float | None = None  # the round trip that estimate came from
+        self._clock_correction_ns = 0  # subtracted from this clock for slot times
+        self._behind_seq = 0  # a heartbeat reply's seq newer than the one held (a lost push)
         self._refetch = False  # the schedule was dropped: ask for it when the daemon speaks
         self.flows: dict[str, LocalFlow] = {}
         self.in_flows: dict[str, LocalFlow] = {}  # inbound sockets, for the ingress backend
@@ -281,25 +328,68 @@ class Agent:
             self._monitor = None
         s.close(0)
 
-    def _check_handshake(self) -> None:
+    def _check_handshake(self) -> str:
+        """Why the connection's handshakes failed since the last look ("" if none did)."""
         # a refused handshake is silence to the loop: say why once, not every reconnect
         why = handshake_failure(self._monitor, self.keys is not None)
         if why and why != self._handshake_logged:
             self._handshake_logged = why
             log.warning("event=agent_handshake_failed host=%s endpoint=%s reason=%r", self.host, self.endpoint, why)
+        return why
 
     def _register(self, s: zmq.Socket) -> None:
         # the daemon's status shows it: whether this host's ingress is ordered too
         backend = self.backend_name + ("+tc-ingress" if self.ingress_options is not None else "")
-        body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq}
+        body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq,
+                "agent_id": self.agent_id}
         self._register_id = next_id()
         self._register_at = time.monotonic()
-        self._reregister = False
         try:
             s.send(encode_request(MsgType.REGISTER, body, self._register_id), zmq.NOBLOCK)
             s.send(encode_request(MsgType.GET_SCHEDULE, {"host": self.host}), zmq.NOBLOCK)
         except zmq.Again:
-            self._register_id = 0  # not connected yet: the next not_registered or reconnect retries
+            # not connected yet: the reply timeout (reconnect_s) tries again
+            pass
+
+    def _refused(self, reason: str, final: bool) -> None:
+        """A registration was refused (or never answered, its handshake refused): wait
+        before the next, longer each time; raise after REGISTER_TRIES final refusals.
+
+        Raises
+        ------
+        RegistrationRefused
+            The ``REGISTER_TRIES``-th final refusal in a row.
+        """
+        self.register_refused += 1
+        self._final_refusals = self._final_refusals + 1 if final else 0
+        if self._final_refusals >= REGISTER_TRIES:
+            raise RegistrationRefused(f"the daemon at {self.endpoint} refused host {self.host!r} "
+                                      f"{self._final_refusals} times: {reason}")
+        wait = min(REGISTER_RETRY_MAX_S, REGISTER_RETRY_S * 2 ** (self.register_refused - 1))
+        wait *= random.uniform(0.5, 1.0)
+        self._next_register_at = time.monotonic() + wait
+        # one warning for a host another agent serves (it may go on for long), details below
+        level = logging.WARNING if self.register_refused == 1 and not final else logging.INFO
+        log.log(level, "event=agent_register_refused host=%s reason=%r tries=%d retry_in_s=%.2f",
+                self.host, reason, self.register_refused, wait)
+
+    def _reconnect(self, poller: zmq.Poller, dealer: zmq.Socket, unanswered: bool) -> zmq.Socket:
+        """A fresh connection to the daemon (the old one silent); ``unanswered``: its
+        registration got no reply, a failed try (a final one if the handshake was refused)."""
+        why = self._check_handshake()
+        if unanswered:
+            self._register_id = 0
+            if why:
+                self._refused(why, final=True)
+            else:
+                self._next_register_at = time.monotonic() + random.uniform(0.0, REGISTER_RETRY_S)
+        log.warning("event=agent_reconnect host=%s", self.host)
+        poller.unregister(dealer)
+        self._close(dealer)
+        dealer = self._connect()
+        poller.register(dealer, zmq.POLLIN)
+        self.registered.clear()
+        return dealer
 
     def run(self) -> None:
         """The agent loop (blocks until :meth:`stop`)."""
@@ -319,19 +409,12 @@ class Agent:
         poller.register(dealer, zmq.POLLIN)
         poller.register(listener.sock, zmq.POLLIN)
         next_hb = 0.0
-        self._register(dealer)
         try:
             while not self._stop.is_set():
                 timeout_ms = self._poll_timeout_ms(next_hb)
                 events = dict(poller.poll(timeout=timeout_ms))
                 if dealer in events:
                     self._drain(dealer)
-                    if self._reregister:
-                        # a restarted daemon does not know this agent: register now, not
-                        # after a silence its error replies keep from coming
-                        log.warning("event=agent_reregister host=%s", self.host)
-                        self.registered.clear()
-                        self._register(dealer)
                 # zmq's poller reports plain sockets by file descriptor
                 if listener.sock.fileno() in events:
                     try:
@@ -353,20 +436,23 @@ class Agent:
                     self._tick(force=True)  # connections came or went: classify them now
                 if self.schedule is not None and mono - self._last_heard > self.heartbeat_timeout_s:
                     self._drop_schedule()
-                if mono - self._last_rx > self.reconnect_s:
+                if self._register_id and mono - self._register_at > self.reconnect_s:
+                    # no answer to the registration: the daemon is away or refused the handshake
+                    dealer = self._reconnect(poller, dealer, unanswered=True)
+                elif self.registered.is_set() and mono - self._last_rx > self.reconnect_s:
                     # the daemon went quiet (restart, network): start a fresh connection
-                    log.warning("event=agent_reconnect host=%s", self.host)
-                    self._check_handshake()
-                    poller.unregister(dealer)
-                    self._close(dealer)
-                    dealer = self._connect()
-                    poller.register(dealer, zmq.POLLIN)
-                    self.registered.clear()
+                    dealer = self._reconnect(poller, dealer, unanswered=False)
+                if not self.registered.is_set() and not self._register_id and mono >= self._next_register_at:
                     self._register(dealer)
-                if mono >= next_hb:
+                if self.registered.is_set() and mono >= next_hb:
                     next_hb = mono + self.heartbeat_s
                     self._heartbeat(dealer)
                 self._tick()
+        except RegistrationRefused as exc:
+            # a refusal no retry changes: kept for whoever runs the agent (the CLI says it in
+            # one line and exits 2); the tries were logged
+            self.failure = exc
+            log.info("event=agent_stopped host=%s reason=%r", self.host, str(exc))
         except BaseException as exc:
             # e.g. a backend that cannot be installed once the daemon gives the rates:
             # kept for whoever runs the agent (the CLI exits non-zero on it)
@@ -391,7 +477,7 @@ class Agent:
         s = self.schedule
         if s and s["slot_s"] > 0:
             slot_ns = int(s["slot_s"] * 1e9)
-            rel = time.time_ns() - s["epoch_ns"]
+            rel = self.daemon_ns() - s["epoch_ns"]
             to_boundary = (slot_ns - rel % slot_ns) / 1e9 if rel >= 0 else -rel / 1e9
             wait = min(wait, to_boundary)
         return max(1, min(int(math.ceil(wait * 1000)), 50))
@@ -418,12 +504,9 @@ class Agent:
             if isinstance(msg, Request) and msg.type == MsgType.SCHEDULE:
                 # acked only if held: an ack tells the daemon to stop re-sending it
                 if self._install(msg.body):
-                    ack = {"host": self.host, "seq": msg.body["seq"]}
-                    if self.incarnation is not None:
-                        ack["incarnation"] = self.incarnation
-                    self._send(dealer, MsgType.ACK, ack)
+                    self._ack(dealer, msg.body["seq"])
             elif isinstance(msg, Reply):
-                self._on_reply(msg)
+                self._on_reply(msg, dealer)
 
     def _send(self, dealer: zmq.Socket, type_: str, body: dict) -> None:
         try:
@@ -431,19 +514,30 @@ class Agent:
         except zmq.Again:
             pass  # not connected: the re-send timer or the next request makes up for it
 
-    def _on_reply(self, rep: Reply) -> None:
-        if rep.id == self._register_id:
+    def _on_reply(self, rep: Reply, dealer: zmq.Socket) -> None:
+        to_register = rep.id == self._register_id
+        if to_register:
             self._register_id = 0
         if not rep.ok:
-            log.warning("event=agent_error host=%s code=%s message=%r", self.host, rep.code, rep.message)
-            if rep.code == "not_registered":
+            if to_register:
                 self.registered.clear()
-                # once per register round trip: replies to requests sent before it come first
-                if not self._register_id or time.monotonic() - self._register_at > 1.0:
-                    self._reregister = True
+                self._refused(f"{rep.code}: {rep.message}", final=rep.code in FINAL_REFUSALS)
+            elif rep.code == ErrorCode.NOT_REGISTERED:
+                if self.registered.is_set():
+                    # a restarted daemon does not know this agent: the loop registers it
+                    # again at once (after a silence its error replies keep from coming)
+                    log.warning("event=agent_reregister host=%s", self.host)
+                self.registered.clear()
+            else:
+                log.warning("event=agent_error host=%s code=%s message=%r", self.host, rep.code, rep.message)
             return
         b = rep.body
-        if "t0_wall_ns" in b:  # the register reply
+        if "t_ns" in b:  # a heartbeat reply
+            self._clock_sample(b)
+            self._check_seq(int(b.get("seq", 0)), dealer)
+        elif "t0_wall_ns" in b:  # the register reply
+            self.register_refused = self._final_refusals = 0
+            self.registered_count += 1
             self.heartbeat_s = float(b.get("heartbeat_s", self.heartbeat_s))
             self.heartbeat_timeout_s = float(b.get("heartbeat_timeout_s", self.heartbeat_timeout_s))
             if "incarnation" in b:
@@ -460,8 +554,42 @@ class Agent:
                 for f in self.in_flows.values():
                     self.in_backend.attach(f.flow_id, f.sock)
             self.registered.set()
-        elif "flows" in b and "epoch_ns" in b:  # the get_schedule reply
-            self._install(b)
+        elif "flows" in b and "epoch_ns" in b and self._install(b):  # the get_schedule reply
+            self._ack(dealer, b["seq"])
+
+    def _ack(self, dealer: zmq.Socket, seq: int) -> None:
+        ack = {"host": self.host, "seq": seq}
+        if self.incarnation is not None:
+            ack["incarnation"] = self.incarnation
+        self._send(dealer, MsgType.ACK, ack)
+
+    def _check_seq(self, seq: int, dealer: zmq.Socket) -> None:
+        """A heartbeat reply names the seq the daemon holds for this host: newer than the
+        one held on two replies in a row, its push was lost (the daemon stops re-sending
+        to an agent that never acks): ask for it."""
+        if seq <= self.seq:
+            self._behind_seq = 0
+            return
+        if self._behind_seq == seq:
+            self._send(dealer, MsgType.GET_SCHEDULE, {"host": self.host})
+        self._behind_seq = seq
+
+    def _clock_sample(self, b: dict) -> None:
+        """One heartbeat round trip: ``b`` holds the daemon's time and the echoed send time (ns)."""
+        t4 = self._clock_ns()
+        t1 = b.get("sent_ns")
+        if not isinstance(t1, int) or t4 < t1:
+            return
+        # this clock minus the daemon's, were both ways equally long
+        self._clock.append((t4 - t1, (t1 + t4) // 2 - int(b["t_ns"])))
+        delay, offset = min(self._clock)
+        self.clock_offset_s, self.clock_rtt_s = offset / 1e9, delay / 1e9
+        self._clock_correction_ns = offset if abs(offset) > delay / 2 else 0
+
+    def daemon_ns(self) -> int:
+        """The daemon's wall clock as this host tells it, ns: its own corrected by the
+        measured offset (once that exceeds what a round trip cannot tell apart)."""
+        return self._clock_ns() - self._clock_correction_ns
 
     def _daemon_is(self, incarnation: int) -> None:
         """The daemon answering is process ``incarnation``: a new one counts seqs from 1 and
@@ -519,7 +647,10 @@ class Agent:
             f.last_bytes, f.last_t = b, now
             rates[f.flow_id] = f.rate_Bps
         body = {"host": self.host, "applied_seq": self.applied_seq, "flow_rates_Bps": rates,
-                "total_Bps": float(sum(rates.values()))}
+                "total_Bps": float(sum(rates.values())), "sent_ns": self._clock_ns()}
+        if self.clock_offset_s is not None:
+            body["clock_offset_s"] = self.clock_offset_s
+            body["clock_rtt_s"] = self.clock_rtt_s
         if self.attached.jobs or self.attached.scans:
             body["attached"] = self.attached.summary()
         try:
@@ -548,7 +679,7 @@ class Agent:
             backend, local = self.backend, self.flows
         if not s:
             return -1, [], line
-        now_ns = time.time_ns() if now_ns is None else now_ns
+        now_ns = self.daemon_ns() if now_ns is None else now_ns
         k = (now_ns - s["epoch_ns"]) // int(s["slot_s"] * 1e9)
         left = s.get("in_leftover_Bps", []) if inbound else s["leftover_Bps"]
         leftover = float(left[k]) if 0 <= k < len(left) else line
@@ -644,7 +775,7 @@ class Agent:
             _, in_flows, in_left = self.slot_rates(inbound=True)
             self.in_backend.apply(in_flows, in_left)
         self.applied_seq = self.seq
-        self.applied_at_ns = time.time_ns()
+        self.applied_at_ns = self.daemon_ns()
 
     # ------------------------------------------------------------------ local registrations
 

@@ -762,10 +762,13 @@ class DaemonProc:
         ``[daemon]`` settings besides the endpoints.
     limits : dict
         ``[limits]`` settings.
+    hosts : tuple of str
+        The cluster's hosts (1 Gbit/s each way).
     """
 
     def __init__(self, workdir: Path, *, journal: bool = False, daemon_options: dict | None = None,
-                 ports: list[int] | None = None, limits: dict | None = None) -> None:
+                 ports: list[int] | None = None, limits: dict | None = None,
+                 hosts: tuple[str, ...] = HOSTS) -> None:
         self.workdir = Path(workdir)
         self.ports = ports or free_ports(2)
         self.job_endpoint = f"tcp://127.0.0.1:{self.ports[0]}"
@@ -775,7 +778,7 @@ class DaemonProc:
         self.incarnations = 0
         opts = {"heartbeat_s": 0.2, "heartbeat_timeout_s": 1.0, "resend_s": 0.2} | dict(daemon_options or {})
         lines = []
-        for h in HOSTS:
+        for h in hosts:
             lines += ["[[hosts]]", f'name = "{h}"', "egress_bps = 1e9", "ingress_bps = 1e9", ""]
         lines += ["[daemon]", f'job_endpoint = "{self.job_endpoint}"', f'agent_endpoint = "{self.agent_endpoint}"']
         lines += [f"{k} = {json.dumps(v)}" for k, v in opts.items()]
@@ -1393,7 +1396,7 @@ def unread_replies(d: DaemonProc, n: int = 300) -> dict:
 
 
 KEYS = ("fuzz_messages", "fuzz_seeds", "crashes", "hangs", "wedged", "kill_cycles", "jobs_submitted", "jobs_completed", "jobs_lost",
-        "resume_s_p50", "resume_s_max", "stale_schedule_s_max")
+        "resume_s_p50", "resume_s_max", "stale_schedule_s_max", "flood_agents_down", "flood_status_p99_s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1429,6 +1432,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conn-churn-rate", type=float, default=400.0, help="raw connects a second (default 400)")
     ap.add_argument("--conn-churn-max-connections", type=int, default=50,
                     help="[limits] max_connections during it (default 50)")
+    ap.add_argument("--flood-s", type=float, default=10.0, metavar="SECONDS",
+                    help="a client pipelines 4,096-event reports for SECONDS while --flood-agents agents "
+                         "heartbeat: agents marked down, status p99 (bench_flood.py; default 10, 0: none)")
+    ap.add_argument("--flood-agents", type=int, default=100, help="agents during the flood (default 100)")
     args = ap.parse_args(argv)
     out: dict = dict.fromkeys(KEYS)
     with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
@@ -1458,13 +1465,18 @@ def main(argv: list[str] | None = None) -> int:
             (tmp / "conn-churn").mkdir()
             out |= churn_status(tmp / "conn-churn", args.conn_churn_rate, args.conn_churn_s,
                                 args.conn_churn_max_connections)
+        if args.flood_s:
+            from bench.bench_flood import flood  # imports this module's harness
+
+            (tmp / "flood").mkdir()
+            out |= flood(tmp / "flood", args.flood_s, args.flood_agents)
     if args.json:
         print(json.dumps(out))
     else:
         for k, v in out.items():
             if k != "fuzz_runs":
                 print(f"{k:<28} {v}")
-    failed = {k: out[k] for k in ("crashes", "hangs", "wedged", "jobs_lost") if out.get(k)}
+    failed = {k: out[k] for k in ("crashes", "hangs", "wedged", "jobs_lost", "flood_agents_down") if out.get(k)}
     if out.get("fuzz_answers_after") is False:
         failed["fuzz_answers_after"] = False
     if failed:

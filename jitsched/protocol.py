@@ -114,13 +114,20 @@ MESSAGES: tuple[Message, ...] = (
     # (default and most: the daemon's status_page_jobs); the reply's next_after goes on
     Message("status", JOB, {"verbose": (bool, False), "after": (int, False), "limit": (int, False)},
             keyed=False),
+    # agent_id: the agent process (random, its own): while one agent of a host is alive,
+    # another is refused (host_in_use); the same one may register again on a new connection
     Message("register", AGENT, {"host": (str, True), "backend": (str, False),
                                 "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
-                                "applied_seq": (int, False)}),
+                                "applied_seq": (int, False), "agent_id": (str, False)}),
+    # sent_ns: the agent's wall clock as it sent this (ns), echoed in the reply beside the
+    # daemon's (t_ns): the round trip gives the offset between the two clocks, which the
+    # agent reports with the next one (clock_offset_s: its clock minus the daemon's)
     Message("heartbeat", AGENT, {"host": (str, True), "applied_seq": (int, False),
                                  "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False),
                                  # per attached job: {"bytes_sent", "bytes_classified", "rank", ...}
-                                 "attached": (dict, False)}),
+                                 "attached": (dict, False),
+                                 "sent_ns": (int, False), "clock_offset_s": (NUM, False),
+                                 "clock_rtt_s": (NUM, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
@@ -179,6 +186,7 @@ class ErrorCode:
     UNKNOWN_HOST = "unknown_host"
     NOT_REGISTERED = "not_registered"
     FORBIDDEN = "forbidden"  # the sender's key may not do this (another host's, another client's job)
+    HOST_IN_USE = "host_in_use"  # another agent of this host is alive (a retry may succeed)
     OVERLOADED = "overloaded"
     UNAVAILABLE = "unavailable"  # the daemon cannot record it now (its journal cannot be written)
     INTERNAL = "internal"

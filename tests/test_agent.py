@@ -498,3 +498,52 @@ def test_agent_registers_its_backend_and_whether_it_orders_the_ingress():
         finally:
             a.stop()
             fake.close()
+
+
+def test_an_agent_asks_for_the_body_its_heartbeat_replies_say_it_lacks():
+    # the daemon stops re-sending a body its agent never acked; a heartbeat reply names the
+    # host's seq: newer than the one held on two replies in a row, the agent asks for it,
+    # installs it and acks it. The replies also carry the daemon's clock: the agent
+    # measures its offset (here none) and reports it with the next heartbeat.
+    fake = _FakeDaemon()
+    a = Agent("h0", fake.endpoint, backend="record", local_namespace=f"pull{id(fake)}").start()
+    try:
+        ident, req, _ = fake.recv("register")
+        assert req.body["agent_id"] == a.agent_id
+        fake.reply(ident, req, _register_reply(7))
+        _, get, _ = fake.recv("get_schedule")  # asked at registration: nothing yet
+        fake.reply(ident, get, _schedule(time.time_ns()) | {"seq": 0, "incarnation": 7})
+        for _ in range(2):
+            ident, hb, _ = fake.recv("heartbeat")
+            fake.reply(ident, hb, {"seq": 3, "t_ns": time.time_ns(), "sent_ns": hb.body["sent_ns"]})
+        ident, get, _ = fake.recv("get_schedule", timeout_s=1.0)
+        fake.reply(ident, get, _schedule(time.time_ns()) | {"incarnation": 7})
+        _, ack, _ = fake.recv("ack")
+        assert ack.body == {"host": "h0", "seq": 3, "incarnation": 7} and a.seq == 3
+        _, hb, _ = fake.recv("heartbeat")
+        assert abs(hb.body["clock_offset_s"]) < 0.05 and 0 <= hb.body["clock_rtt_s"] < 1.0
+        assert abs(a.daemon_ns() - time.time_ns()) < 0.05e9
+    finally:
+        a.stop()
+        fake.close()
+
+
+def test_registration_refusals_back_off_and_a_host_in_use_is_tried_on():
+    fake = _FakeDaemon()
+    a = Agent("h0", fake.endpoint, backend="record", local_namespace=f"busy{id(fake)}").start()
+    try:
+        arrivals = []
+        for _ in range(6):  # past REGISTER_TRIES: host_in_use may change, so no end
+            ident, req, t = fake.recv("register", timeout_s=10.0)
+            arrivals.append(t)
+            fake.reply(ident, req, error="host_in_use")
+        gaps = [b - a_ for a_, b in zip(arrivals, arrivals[1:], strict=False)]
+        for k, g in enumerate(gaps):
+            assert 0.25 * 2**k * 0.5 - 0.02 <= g <= 0.25 * 2**k + 0.2, gaps
+        assert wait_until(lambda: a.register_refused == 6, 2.0) and a.running and a.failure is None
+        ident, req, _ = fake.recv("register", timeout_s=10.0)
+        fake.reply(ident, req, _register_reply(9))
+        assert wait_until(a.registered.is_set, 5.0) and a.register_refused == 0
+    finally:
+        a.stop()
+        fake.close()

@@ -192,3 +192,29 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "recurring tpl: 3 iterations, mean 0.700 s" in out
     assert "JOURNAL: 2 writes failed (last: database or disk is full)" in out
+
+
+def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
+    # a real daemon: h0's agent runs 30 s behind and says so; h1's body goes unacked
+    import time
+
+    from jitsched.agents.agent import Agent
+    from jitsched.daemon.server import wait_until
+    from tests.test_daemon import system
+
+    with system(hosts=("h2",)) as (d, _):
+        a = Agent("h0", d.agent_endpoint, backend="record", local_namespace=f"cli{id(d)}",
+                  clock_ns=lambda: time.time_ns() - 30 * 10**9).start()
+        try:
+            assert wait_until(lambda: d.state.agents.get("h0") is not None and d.state.agents["h0"].clock_off, 5.0)
+            d.state.agents["h2"].resends_stopped = True  # as after RESEND_TRIES unacked re-sends
+            d.state.agent_table.counts["schedule_resends_stopped"] = 1
+            assert main(["status", "--daemon", d.job_endpoint]) == 0
+        finally:
+            a.stop()
+    out = capsys.readouterr().out
+    [h0] = [ln for ln in out.splitlines() if "agent h0" in ln]
+    assert "CLOCK OFF by -30.0" in h0
+    [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
+    assert "NOT ACKING" in h2
+    assert "  agents: schedule_resends_stopped 1" in out

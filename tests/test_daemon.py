@@ -475,3 +475,43 @@ def test_the_daemon_command_exits_non_zero_when_its_loop_dies(monkeypatch, tmp_p
     assert main(["daemon", "--config", str(cfg), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "jitsched daemon: stopped: RuntimeError: housekeeping bug" in err
+
+
+def test_agents_stay_up_while_a_client_pipelines_big_reports(caplog):
+    # 300 reports of 4,096 valid events about the client's own job, sent without waiting
+    # for replies (~10 ms of the loop each): agents heartbeat every 0.1 s, 0.6 s timeout.
+    # With the job socket read 256 messages at a time first, all four went down.
+    import logging
+    import time
+
+    from bench.bench_flood import FLOOD_JOB, report_message
+
+    caplog.set_level(logging.WARNING, logger="jitsched.daemon")
+    with system() as (d, agents), Client(d.job_endpoint, timeout_s=30.0) as c:
+        c.submit_job(layer_chain_job(FLOOD_JOB, "h0", "h1"))
+        data = report_message()
+        ctx = zmq.Context.instance()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.connect(d.job_endpoint)
+        n, lat = 300, []
+        try:
+            for _ in range(n):
+                s.send(data)
+            got = 0
+            while got < n:
+                t0 = time.perf_counter()
+                c.status(limit=1)  # another client is answered meanwhile
+                lat.append(time.perf_counter() - t0)
+                assert s.poll(30_000)
+                while s.poll(0):
+                    assert decode_reply(s.recv()).ok
+                    got += 1
+        finally:
+            s.close(0)
+        st = c.status()
+    assert st["agent_counts"]["agents_marked_down"] == 0
+    assert not [r for r in caplog.records if "agent_down" in r.getMessage()]
+    assert all(a["up"] for a in st["agents"].values()) and all(a.dropped == 0 for a in agents.values())
+    assert max(lat) < 1.0, lat

@@ -130,11 +130,15 @@ def test_a_host_key_registers_its_own_host_only(keys):
         st = d.state.agents["h0"]
         assert st is h0 and st.identity == identity and st.backend == "record" and st.up
         assert agents["h0"].registered.is_set()
-        # h0's own key may re-register (an agent restarting takes its host back)
+        # h0's own key on a second connection is a second agent: refused while the first
+        # is alive; once it stopped (its connection closed), the key takes its host back
         with raw_dealer(d.agent_endpoint, load_curve_keys(keys, "hosts", "h0")) as s:
             rep = ask(s, MsgType.REGISTER, {"host": "h0", "backend": "again"})
-            assert rep is not None and rep.ok
-        assert d.state.agents["h0"].backend == "again"
+            assert rep is not None and rep.code == ErrorCode.HOST_IN_USE
+            assert d.state.agents["h0"] is h0 and agents["h0"].registered.is_set()
+            agents["h0"].stop()
+            assert wait_until(lambda: (ask(s, MsgType.REGISTER, {"host": "h0", "backend": "again"}) or rep).ok, 2.0)
+        assert d.state.agents["h0"].backend == "again" and d.state.agents["h0"].up
 
 
 def test_a_live_host_keeps_its_key():

@@ -142,7 +142,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
-    from jitsched.agents.agent import Agent
+    """Exit status 2 when the daemon refuses the registration for good (an unknown host,
+    another host's key), 1 when the agent failed otherwise."""
+    from jitsched.agents.agent import Agent, RegistrationRefused
 
     _logging(not args.quiet)
     _check_host(args.host)
@@ -165,6 +167,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         _until_signal(stop, lambda: a.running)
     finally:
         a.stop()
+    if isinstance(a.failure, RegistrationRefused):
+        raise a.failure  # the operator's --host or key: one line, exit 2
     if a.failure is not None:
         # the ingress is ordered by default with tc: a host that cannot (no ifb module,
         # say) should learn that the egress alone is one flag away
@@ -263,7 +267,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f" (last: {escape(st['last_plan_error'])})" if st.get("last_plan_error") else ""))
     for h, a in sorted(st["agents"].items()):
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
-              f"acked {a['acked_seq']}")
+              f"acked {a['acked_seq']}"
+              + (f" CLOCK OFF by {a['clock_offset_s']:+.3f} s (corrected by the agent)" if a.get("clock_off") else "")
+              + (f" NOT ACKING seq {a['seq']} (re-sends stopped after {a['resends']})"
+                 if a.get("resends_stopped") else ""))
         att = a.get("attached") or {}
         for j, x in sorted((att.get("jobs") or {}).items()):
             print(f"    attached {escape(j):<20} {_count(x['conns'], 'connection')} ({x['scheduled']} scheduled, "
@@ -302,9 +309,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     loop = st.get("loop") or {}
     if loop.get("loop_errors"):
         print(f"  loop: {loop['loop_errors']} messages failed inside the daemon (contained; see its log)")
-    refused = {k: v for k, v in loop.items() if v and ("refused" in k or "dropped" in k or "failed" in k)}
-    if refused:
-        print("  loop: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+    for title, counts in (("loop", loop), ("agents", st.get("agent_counts") or {})):
+        refused = {k: v for k, v in counts.items()
+                   if v and ("refused" in k or "dropped" in k or "failed" in k or "stopped" in k or "down" in k)}
+        if refused:
+            print(f"  {title}: " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
     for name, use in (st.get("clients") or {}).items():
         # each client's use of its quota: setting used/quota
         print(f"  client {escape(name)}: " + ", ".join(f"{k.removeprefix('max_')} {u}/{q}" for k, (u, q) in use.items()))

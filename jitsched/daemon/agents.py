@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.bodies import IdleFrame, host_bodies
+from jitsched.daemon.logs import kv
 from jitsched.daemon.reject import Reject
 from jitsched.protocol import ErrorCode, unpack_body
+
+log = logging.getLogger("jitsched.daemon")
+
+# Re-sends of a schedule body its agent does not ack: the first resend_s after the send,
+# each next one twice as late, at most RESEND_BACKOFF_MAX x resend_s apart, and after
+# RESEND_TRIES of them none (counted, and the agent's resends_stopped in status) until
+# the host's body changes or the agent comes back or registers again. An agent that
+# missed its body sees the seq it lacks in its heartbeat replies and asks for it.
+RESEND_TRIES = 8
+RESEND_BACKOFF_MAX = 16
+AGENT_ID_CHARS = 64  # of an agent's id kept (agents send 32 hex digits)
 
 
 @dataclass
@@ -21,15 +34,22 @@ class AgentState:
     backend: str
     last_seen_s: float
     peer: str | None = None  # the host whose key registered it (None: the daemon has no keys)
+    agent_id: str = ""  # the registering agent's own (random) id; "" if it sent none
+    source: object = None  # the connection it registered on (AgentTable.source), None: unknown
     up: bool = True
     acked_seq: int = 0
     acked_at_s: float = -math.inf  # when acked_seq last advanced (daemon clock)
     sent_seq: int = 0
     sent_at_s: float = -math.inf
     applied_seq: int = 0
+    resends: int = 0  # re-sends of the body of sent_seq
+    resends_stopped: bool = False  # ... given up: the agent never acked it
     flow_rates_Bps: dict = field(default_factory=dict)
     total_Bps: float = 0.0
     attached: dict = field(default_factory=dict)  # per attached job: its bytes and rank (the agent's heartbeat)
+    clock_offset_s: float | None = None  # the agent's clock minus the daemon's, as it measured
+    clock_rtt_s: float | None = None  # the heartbeat round trip of that measurement
+    clock_off: bool = False  # the offset is over a slot
 
 
 class AgentTable:
@@ -65,24 +85,35 @@ class AgentTable:
         self._outbox_changed = False  # bodies or agents changed since the last outbox scan
         self._next_resend_s = math.inf
         self.incarnation = 0  # the daemon process's (SchedulerState sets it)
+        # The server's view of connections: the one the message being handled came on, and
+        # whether one is still open. An agent whose connection closed is gone, whatever
+        # its last heartbeat says, and another agent may take its host at once.
+        self.source: Callable[[], object] = lambda: None
+        self.source_open: Callable[[object], bool] = lambda source: True
+        # since start: agents marked down, registrations and acks refused, schedule bodies
+        # re-sent and hosts whose re-sends stopped unacked (status' agent_counts)
+        self.counts = {"agents_marked_down": 0, "registrations_refused": 0, "acks_refused": 0,
+                       "schedule_resends": 0, "schedule_resends_stopped": 0}
 
     def register(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule.
 
         ``peer``: the host whose key sent it (None: the daemon has no keys). A key
         registers its own host only, and a host that is up keeps the key it has.
+        While a host's agent is alive (heard within ``heartbeat_timeout_s``)
+        another agent is refused (``host_in_use``): the same agent (its
+        ``agent_id``, or its connection) may register again.
         """
+        got = self._admit(identity, body, now, peer)
+        if isinstance(got, Reject):
+            self.counts["registrations_refused"] += 1
+            return got
         host = body["host"]
-        if peer is not None and peer != host:
-            return Reject(ErrorCode.FORBIDDEN, f"the key of host {peer!r} cannot register as host {host!r}")
-        if host not in self.cluster:
-            return Reject(ErrorCode.UNKNOWN_HOST, f"host {host!r} is not in the cluster")
         old = self.agents.get(host)
-        if old is not None and old.up and old.peer != peer:
-            return Reject(ErrorCode.FORBIDDEN, f"host {host!r} is up, registered with another key")
         if old is not None:
             self.by_identity.pop(old.identity, None)
         a = AgentState(host, identity, str(body.get("backend", "")), now, peer,
+                       str(body.get("agent_id", ""))[:AGENT_ID_CHARS], self.source(),
                        applied_seq=int(body.get("applied_seq", 0)))
         self.agents[host] = a
         self.by_identity[identity] = host
@@ -100,6 +131,29 @@ class AgentTable:
                 "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
                 "t0_wall_ns": int(self.t0_wall_s * 1e9), "incarnation": self.incarnation}
 
+    def _admit(self, identity: bytes, body: dict, now: float, peer: str | None) -> None | Reject:
+        """Why this registration is refused, if it is."""
+        host = body["host"]
+        if peer is not None and peer != host:
+            return Reject(ErrorCode.FORBIDDEN, f"the key of host {peer!r} cannot register as host {host!r}")
+        if host not in self.cluster:
+            return Reject(ErrorCode.UNKNOWN_HOST, f"host {host!r} is not in the cluster")
+        old = self.agents.get(host)
+        if old is None or not old.up:
+            return None
+        if old.peer != peer:
+            return Reject(ErrorCode.FORBIDDEN, f"host {host!r} is up, registered with another key")
+        age = now - old.last_seen_s
+        agent_id = str(body.get("agent_id", ""))[:AGENT_ID_CHARS]
+        if identity != old.identity and not (agent_id and agent_id == old.agent_id) \
+                and age <= self.config.heartbeat_timeout_s \
+                and (old.source is None or self.source_open(old.source)):
+            return Reject(ErrorCode.HOST_IN_USE,
+                          f"host {host!r} is served by another agent, heard from {max(age, 0.0):.1f} s ago: "
+                          f"a second one is refused until the first is silent for heartbeat_timeout_s "
+                          f"({self.config.heartbeat_timeout_s:g} s)")
+        return None
+
     def _agent(self, identity: bytes, body: dict, now: float, peer: str | None) -> AgentState | Reject:
         host = self.by_identity.get(identity)
         a = self.agents.get(host) if host is not None else None
@@ -111,7 +165,9 @@ class AgentTable:
         a.last_seen_s = now
         if not a.up:
             a.up = True
-            self._outbox_changed = True  # it missed what was sent while it was down
+            # it missed what was sent while it was down: re-sent at once, backing off anew
+            a.sent_at_s, a.resends, a.resends_stopped = -math.inf, 0, False
+            self._outbox_changed = True
             self._on_change("agent_up", now)
         return a
 
@@ -124,7 +180,26 @@ class AgentTable:
         a.flow_rates_Bps = dict(body.get("flow_rates_Bps", {}))
         a.total_Bps = float(body.get("total_Bps", 0.0))
         a.attached = dict(body.get("attached", {}))
-        return {"seq": self.host_seq.get(a.host, 0)}
+        offset = body.get("clock_offset_s")
+        if offset is not None and math.isfinite(offset):
+            self._clock(a, float(offset), float(body.get("clock_rtt_s", 0.0)))
+        # the daemon's wall clock beside the agent's send time: one round trip's offset
+        reply = {"seq": self.host_seq.get(a.host, 0), "t_ns": int(round((self.t0_wall_s + now) * 1e9))}
+        if "sent_ns" in body:
+            reply["sent_ns"] = body["sent_ns"]
+        return reply
+
+    def _clock(self, a: AgentState, offset_s: float, rtt_s: float) -> None:
+        """The agent's measured clock offset; past a slot it is said (once each way)."""
+        a.clock_offset_s, a.clock_rtt_s = offset_s, rtt_s
+        off = abs(offset_s) > self.config.slot_s
+        if off != a.clock_off:
+            a.clock_off = off
+            if off:
+                log.warning(kv("agent_clock_off", host=a.host, offset_s=offset_s, rtt_s=rtt_s,
+                               slot_s=float(self.config.slot_s), corrected="by the agent"))
+            else:
+                log.info(kv("agent_clock_ok", host=a.host, offset_s=offset_s))
 
     def ack(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """An agent confirms it holds schedule ``seq`` (of this daemon's incarnation, if it says)."""
@@ -134,6 +209,12 @@ class AgentTable:
         if body.get("incarnation", self.incarnation) != self.incarnation:
             return {"stale": True}  # a previous daemon's seq: says nothing of this one's
         seq = int(body["seq"])
+        sent = self.host_seq.get(a.host, 0)
+        if seq > sent:
+            # taken, it would stand for every body still to come: the host never gets one
+            self.counts["acks_refused"] += 1
+            return Reject(ErrorCode.INVALID_BODY, f"body.seq: {seq} was never sent to host {a.host!r} "
+                                                  f"(its latest schedule is seq {sent})")
         if seq > a.acked_seq:
             a.acked_seq = seq
             a.acked_at_s = now
@@ -156,6 +237,7 @@ class AgentTable:
                 a.up = False
                 down.append(a.host)
         if down:
+            self.counts["agents_marked_down"] += len(down)
             self._on_change("agent_down", now)
         return down
 
@@ -214,7 +296,6 @@ class AgentTable:
             return []
         self._outbox_changed = False
         out = []
-        resend = self.config.resend_s
         next_resend = math.inf
         for h in list(self.unacked):
             a = self.agents.get(h)
@@ -224,13 +305,30 @@ class AgentTable:
             if a.acked_seq >= seq:
                 self.unacked.discard(h)
                 continue
-            if a.sent_seq < seq or now - a.sent_at_s >= resend:
-                a.sent_seq = seq
-                a.sent_at_s = now
-                out.append((a, self.host_frames[h]))
-            next_resend = min(next_resend, a.sent_at_s + resend)
+            if a.sent_seq < seq:  # a new body: sent now, re-sends counted anew
+                a.sent_seq, a.resends, a.resends_stopped = seq, 0, False
+            elif a.resends_stopped:
+                continue
+            elif now - a.sent_at_s >= self.resend_gap(a.resends):
+                if a.resends >= RESEND_TRIES:
+                    a.resends_stopped = True
+                    self.counts["schedule_resends_stopped"] += 1
+                    log.warning(kv("schedule_resends_stopped", host=h, seq=seq, resends=a.resends))
+                    continue
+                a.resends += 1
+                self.counts["schedule_resends"] += 1
+            else:
+                next_resend = min(next_resend, a.sent_at_s + self.resend_gap(a.resends))
+                continue
+            a.sent_at_s = now
+            out.append((a, self.host_frames[h]))
+            next_resend = min(next_resend, now + self.resend_gap(a.resends))
         self._next_resend_s = next_resend
         return out
+
+    def resend_gap(self, resends: int) -> float:
+        """Seconds from a send of a body to its next re-send, after ``resends`` re-sends."""
+        return self.config.resend_s * min(2 ** min(resends, 30), RESEND_BACKOFF_MAX)
 
     def host_body(self, host: str) -> dict:
         """The schedule message body for ``host`` (idempotent by ``seq``)."""
@@ -243,4 +341,4 @@ class AgentTable:
         return body
 
 
-__all__ = ["AgentState", "AgentTable"]
+__all__ = ["RESEND_BACKOFF_MAX", "RESEND_TRIES", "AgentState", "AgentTable"]

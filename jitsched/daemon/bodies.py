@@ -248,16 +248,19 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
             break
         jobs[js.job.id] = entry
         last = js.seq
+    # clock_offset_s: the agent's clock minus the daemon's as it measured it (None until it
+    # did); clock_off: over a slot (the agent takes slot times on the daemon's clock)
     agents = {h: {"up": a.up, "backend": a.backend, "acked_seq": a.acked_seq,
                   "sent_seq": a.sent_seq, "applied_seq": a.applied_seq,
-                  "seq": table.host_seq.get(h, 0),
+                  "seq": table.host_seq.get(h, 0), "resends": a.resends, "resends_stopped": a.resends_stopped,
                   "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps,
+                  "clock_offset_s": a.clock_offset_s, "clock_rtt_s": a.clock_rtt_s, "clock_off": a.clock_off,
                   "attached": a.attached}
               for h, a in table.agents.items()}
     return {"now_s": now, "jobs": jobs, "next_after": last if more else None,
             "jobs_total": len(registry.jobs), "jobs_running": len(registry.active),
             "jobs_omitted": len(registry.jobs) - len(jobs), "jobs_pruned": registry.pruned,
-            "agents": agents, "loop": dict(loop or {}),
+            "agents": agents, "agent_counts": dict(table.counts), "loop": dict(loop or {}),
             "plan": dict(book.plan_summary), "planning": config.planning,
             "plans": dict(book.plans_by_mode), "plans_failed": sum(book.plans_failed.values()),
             "last_plan_error": book.last_error, "planner": planner, "curve": bool(config.keys_dir),

@@ -215,14 +215,23 @@ class Connections:
                           open=len(self.open), cap=self.cap, total=self.refused)
         return 1
 
-    def seen(self, fd: int, now_s: float) -> None:
-        """A message came on descriptor ``fd``."""
+    def seen(self, fd: int, now_s: float) -> tuple[int, tuple] | None:
+        """A message came on descriptor ``fd``; returns its connection as (fd, peer address),
+        None if untracked."""
         conn = self.open.get(fd)
-        if conn is not None:
-            conn.last_s = now_s
-            if not conn.spoke:
-                conn.spoke = True
-                self.unspoken.pop(fd, None)
+        if conn is None:
+            return None
+        conn.last_s = now_s
+        if not conn.spoke:
+            conn.spoke = True
+            self.unspoken.pop(fd, None)
+        return fd, conn.peer
+
+    def is_open(self, source: tuple[int, tuple]) -> bool:
+        """Whether the connection :meth:`seen` returned is still open (its descriptor not
+        closed, nor reused for another peer)."""
+        conn = self.open.get(source[0])
+        return conn is not None and conn.peer == source[1]
 
     def expire(self, now_s: float) -> int:
         """Close the connections silent for ``idle_s``; returns how many.

@@ -48,6 +48,12 @@ class Metrics:
         # leak on the sender's side)
         self.background = Gauge("jitsched_background_flows", "Announced background flows (status.background)",
                                 ["count"], registry=r)
+        # the agent table's counts (status.agent_counts): agents marked down, registrations and
+        # acks refused, schedule re-sends and hosts whose re-sends stopped unacked
+        self.agent_counts = Gauge("jitsched_agent_counts", "Agent table counts since start, by name "
+                                  "(status.agent_counts)", ["count"], registry=r)
+        self.clock_off = Gauge("jitsched_agents_clock_off",
+                               "Agents whose clock is off the daemon's by more than a slot", registry=r)
         self._server = None
 
     def serve(self, port: int) -> int:
@@ -98,6 +104,9 @@ class Metrics:
         self.journal_errors.set(state.journal_errors)
         for name, value in state.loop.items():
             self.loop.labels(name).set(value)
+        for name, value in state.agent_table.counts.items():
+            self.agent_counts.labels(name).set(value)
+        self.clock_off.set(sum(a.clock_off for a in state.agents.values()))
         self.background.labels("held").set(len(state.background.flows))
         for name, value in state.background.counts.items():
             self.background.labels(name).set(value)
