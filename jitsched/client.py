@@ -113,8 +113,14 @@ class Client:
         TimeoutError
             No reply within ``timeout_s``.
         """
-        self.sock.send(data)
         deadline = time.monotonic() + self.timeout_s
+        # a DEALER with no connected peer (none yet, or a refused CURVE handshake) blocks
+        # a plain send forever: the send waits for room within the same deadline
+        if not self.sock.poll(max(1, int(self.timeout_s * 1000)), zmq.POLLOUT):
+            why = handshake_failure(self._monitor, self.keys is not None)
+            raise TimeoutError(f"no connection to {self.endpoint} within {self.timeout_s} s"
+                               + (f": {why}" if why else ""))
+        self.sock.send(data, zmq.NOBLOCK)
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):

@@ -340,3 +340,19 @@ def test_announced_flow_announces_registers_and_always_finishes():
         finally:
             s.close()
             srv.close()
+
+
+def test_a_request_to_an_endpoint_nobody_serves_times_out_instead_of_blocking():
+    import socket
+    import time as _time
+
+    from jitsched.client import Client
+
+    with socket.socket() as s:  # a free port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with Client(f"tcp://127.0.0.1:{port}", timeout_s=0.3) as c:
+        t0 = _time.monotonic()
+        with pytest.raises(TimeoutError, match="no (connection to|reply from)"):
+            c.status()
+        assert _time.monotonic() - t0 < 2.0
