@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 import urllib.request
 
 import msgpack
@@ -515,3 +516,22 @@ def test_agents_stay_up_while_a_client_pipelines_big_reports(caplog):
     assert not [r for r in caplog.records if "agent_down" in r.getMessage()]
     assert all(a["up"] for a in st["agents"].values()) and all(a.dropped == 0 for a in agents.values())
     assert max(lat) < 1.0, lat
+
+
+def test_a_step_of_the_wall_clock_neither_freezes_nor_expires_liveness_and_retention(monkeypatch):
+    real = time.time
+    with system(hosts=("h0", "h1"), policy="jit", ended_retention_s=5.0) as (d, agents):
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("x", "h0", "h1"))
+            c.cancel_job("x")
+            for step in (3600.0, -3600.0):  # the machine's clock jumps an hour, each way
+                monkeypatch.setattr(time, "time", lambda s=step: real() + s)
+                t0 = real()
+                while real() - t0 < 1.5:
+                    assert all(a.up for a in d.state.agents.values())
+                    time.sleep(0.05)
+                assert c.status()["jobs"]["x"]["state"] == "cancelled"  # not pruned at once
+            monkeypatch.setattr(time, "time", real)
+        # a killed agent still goes down on time (liveness does not freeze either)
+        agents["h1"].kill()
+        assert wait_until(lambda: not d.state.agents["h1"].up, 5.0)

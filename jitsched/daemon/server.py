@@ -229,6 +229,8 @@ class Daemon:
         # with a journal, the jobs a killed daemon ran come back with their progress
         self.journal = Journal(config.journal) if config.journal else None
         self.state = SchedulerState(config, journal=self.journal)
+        self._mono0_s = time.monotonic()
+        self._clock0_s = time.time() - self.state.t0_wall_s  # the daemon clock now (see now())
         # copies of the policy as it starts, to probe failed plans with (solver.isolate)
         self._fresh_policy = copies_of(self.policy)
         # a policy that only plans jointly gets full re-solves from the start, not a
@@ -595,8 +597,10 @@ class Daemon:
                       total=self.counts["loop_errors"])
 
     def now(self) -> float:
-        """The daemon clock: seconds since the state's wall-clock origin."""
-        return time.time() - self.state.t0_wall_s
+        """The daemon clock, seconds since the state's wall-clock origin: read off the wall
+        clock once at start, then advanced by the monotonic clock, so that a step of the
+        wall clock neither freezes nor expires agents' liveness, leases and retention."""
+        return self._clock0_s + (time.monotonic() - self._mono0_s)
 
     # ------------------------------------------------------------------ requests
 
