@@ -1,11 +1,12 @@
 """Host agent cost per registration: a many-transfer job's JCT with and without its agents, and one registration's re-apply."""
 
 # Why this bench: every transfer a job registers makes its agent re-apply the slot's
-# rates at once. Until session 19 a backend that takes the whole schedule (pacing, the
-# default; record) re-walked the schedule for each registration, one FlowRate per
-# transfer the host will carry and again for its level; an Inception-v3 job (851
-# transfers) alone on the demo's loopback took 10.7 s with its agents against 1.4 s
-# without, 79 % of the process's GIL in that walk. This bench keeps the figure:
+# rates at once. A backend that takes the whole schedule (pacing, the default; record)
+# re-walking the schedule for each registration, one FlowRate per transfer the host
+# will carry and again for its level, made an Inception-v3 job (851 transfers) alone on
+# the demo's loopback take 10.7 s with its agents against 1.4 s without, 79 % of the
+# process's GIL in that walk; the agents look up the registered flows instead. This
+# bench keeps the figure:
 # the same job alone, with and without agents (ratio in the same round), and the time
 # of one registration's re-apply against the number of flows the schedule lists: under
 # pacing, which now looks up only the flows registered with it (as the tc backends do),

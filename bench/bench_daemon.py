@@ -543,7 +543,7 @@ def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0) -> tup
 
 KEYS = ("submit_to_ack_p50_s", "submit_to_ack_p99_s", "submissions_per_s", "fanout_100_s",
         "fanout_1000_s", "fanout_1000_from_install_s", "fanout_1000_changed_s")
-# issue 17's daemon at scale (--scale): 1000 hosts, 1000 jobs, fan-out to 10,000 agents.
+# the daemon at scale (--scale): 1000 hosts, 1000 jobs, fan-out to 10,000 agents.
 # scale_fanout_* is the worst case, every agent sent a body of its own (every host has a
 # flow); scale_fanout_changed_* a plan where all but two hosts stay idle, whose agents the
 # daemon sends nothing (their bodies would only say "idle" again).
@@ -573,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("latency", "rate", "fanout", "scale"), default=None,
                     help="run one measurement only (the others print null)")
     ap.add_argument("--scale", action="store_true",
-                    help="also issue 17's daemon at scale: --scale-jobs jobs on --scale-hosts hosts "
+                    help="also the daemon at scale: --scale-jobs jobs on --scale-hosts hosts "
                          "(submit to ack, joint re-solve, peak RSS) and fan-out to --scale-agents agents")
     ap.add_argument("--scale-jobs", type=int, default=1000)
     ap.add_argument("--scale-hosts", type=int, default=1000)
@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _scale(args: argparse.Namespace, seed: int) -> dict:
-    """Issue 17's daemon-at-scale figures (null where not measured)."""
+    """The daemon-at-scale figures (null where not measured)."""
     import resource
 
     out: dict = dict.fromkeys(SCALE_KEYS)

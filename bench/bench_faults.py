@@ -724,7 +724,7 @@ def free_ports(k: int) -> list[int]:
 
 
 def daemon_supports_journal() -> bool:
-    """Whether ``jitsched daemon`` takes ``--journal`` (the restart journal of issue 16)."""
+    """Whether ``jitsched daemon`` takes ``--journal`` (the restart journal)."""
     out = subprocess.run([sys.executable, "-m", "jitsched", "daemon", "--help"], capture_output=True,
                          text=True, timeout=60)
     return "--journal" in out.stdout
@@ -1212,7 +1212,7 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
 
 def big_job(n_nodes: int = 144_000, job_id: str = "big") -> dict:
     """A chain of ``n_nodes`` nodes (computes and 1 kB transfers alternating over the
-    hosts): 144k nodes pack to 7.8 MB, issue 16's probe of a 7 MB job."""
+    hosts): 144k nodes pack to 7.8 MB, the size of a 7 MB job's probe."""
     k = n_nodes // 2
     hosts = HOSTS
     return {"id": job_id,

@@ -24,13 +24,13 @@ from jitsched.planner import PlanOptions, lp_deadlines, plan_jobs
 from jitsched.synth import random_vgg16_jobs
 
 PAPER = "paper (Gurobi): under 1 s up to 70 jobs"
-GOALS = {70: 0.05, 1000: 1.0}  # issue 17: LP seconds at 70 and 1000 jobs (100 hosts)
+GOALS = {70: 0.05, 1000: 1.0}  # the goal: LP seconds at 70 and 1000 jobs (100 hosts)
 ROOT = Path(__file__).resolve().parents[1]
-# The last commit before issue 17 changed the LP: the "old" variant runs its
+# A commit whose LP has none of the variants below: the "old" variant runs its
 # jitsched/lp.py on the same inputs.
 BASELINE_REV = "7936bc1"
 # Option sets, each a column of the output: "new" is the default pipeline, the
-# rest switch one direction of issue 17 off (or a solver on) to show its effect.
+# rest switch one of its parts off (or a solver on) to show its effect.
 VARIANTS = {
     "new": {},
     "lp": {"lowest_peak": False},

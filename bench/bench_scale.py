@@ -23,7 +23,7 @@ from jitsched.model import Cluster, compile_jobs
 from jitsched.planner import PlanOptions, plan_jobs
 from jitsched.synth import random_vgg16_jobs
 
-GOAL_EXPONENT = 1.2  # issue 17: planning time grows at most as jobs^1.2
+GOAL_EXPONENT = 1.2  # the goal: planning time grows at most as jobs^1.2
 WORKLOADS = ("vgg16", "burst")
 
 

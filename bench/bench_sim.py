@@ -20,7 +20,7 @@ from bench.paper.workload import paper_workload
 from jitsched.policies import POLICIES
 from jitsched.sim import simulate
 
-GOAL_S = 60.0  # issue 4: paper scale in <= 60 s per policy, planning excluded
+GOAL_S = 60.0  # the goal: paper scale in <= 60 s per policy, planning excluded
 # planning: the policy's whole re-plans (jit: gather the unfinished jobs' sub-DAG, LAT, LP, install the plan)
 
 
@@ -45,8 +45,8 @@ def run(workload, policy: str, repeat: int, seed: int) -> tuple[dict, np.ndarray
         "policy": policy,
         "wall_s": wall,
         # CPU seconds of the whole simulate() call (DAG compile included): on a
-        # shared machine the wall time grows with the load, this much less (issue
-        # 17: 291 s wall for a jit run of 1000 jobs at load average 50 on 2 cores)
+        # shared machine the wall time grows with the load, this much less (291 s
+        # wall for a jit run of 1000 jobs at load average 50 on 2 cores)
         "cpu_s": statistics.median(cpus),
         "planning_s": plan,
         "sim_s": sim,
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--jct-out", help="write every job's and file's JCT per policy to this JSON file")
     ap.add_argument("--compare", help="report the largest relative JCT difference against this --jct-out file")
     ap.add_argument("--old-lp", action="store_true",
-                    help="also run each policy with the LP code before issue 17 (rows POLICY@old-lp)")
+                    help="also run each policy with the LP code of bench_lp's BASELINE_REV (rows POLICY@old-lp)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 

@@ -147,7 +147,7 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
                 f"({sum(t.bytes for t in job.transfers) / 1e6:.1f} MB), {len(job.computes)} computes")
             # reports asynchronous, as a training runtime does not stall its ops on the
             # scheduler (and as the testbed runs jobs): mean JCT 1.86 s against 2.02 s with
-            # each node waiting for the daemon's reply (session 19, one run each)
+            # each node waiting for the daemon's reply (one demo run each)
             r = JobRunner(job, daemon.job_endpoint, addrs, agents=agent_names, max_threads=32,
                           async_reports=True, register_min_bytes=register_min).run(timeout_s=300.0)
             with lock:

@@ -26,8 +26,8 @@ log = logging.getLogger("jitsched.runner")
 # paper-mini (seed 0, 100 Mbit/s, jit, runs alternating with plain TCP): registering all
 # but what fits in an HTB class's first burst 10.19, 10.47, 12.41 s mean JCT; up to
 # 128 KiB (10 ms) 8.80, 9.36, 8.72 s; up to 1 MiB (84 ms) 9.68, 9.76 s; plain TCP 11.98,
-# 11.71 s; 10 ms keeps 89 % of the scenario's bytes ranked. On the demo (session 19,
-# alternating, two runs each): mean JCT 1.82, 1.83 s registering every transfer, 1.65,
+# 11.71 s; 10 ms keeps 89 % of the scenario's bytes ranked. On the demo (runs
+# alternating, two each): mean JCT 1.82, 1.83 s registering every transfer, 1.65,
 # 1.61 s with 10 ms; its Inception-v3 jobs 1.75-1.95 s against 0.81-0.94 s.
 UNREGISTERED_MAX_S = 0.01
 

@@ -12,7 +12,7 @@ def test_inception_alone_under_pacing_agents_never_walks_their_schedules(capsys)
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["job"].startswith("inception") and out["transfers"] == 851
     # every transfer registers with its sender's agent; pacing agents look up the flows
-    # registered with them and never walk the schedule (once per registration before session 19)
+    # registered with them and never walk the schedule (not once per registration)
     assert out["schedule_walks_per_run"] == 0
     assert out["jct_s_agents"] > 0 and out["jct_s_no_agents"] > 0
     assert {b: set(v) for b, v in out["reapply_ms"].items()} == \

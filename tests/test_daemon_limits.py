@@ -322,7 +322,7 @@ def test_joint_plan_that_never_works_costs_its_newest_job():
 
 
 def test_failed_plans_of_a_dirty_schedule_do_not_spin():
-    # issue 16's probe: two jobs planned one on top of the other (the schedule is no
+    # two jobs planned one on top of the other (the schedule is no
     # joint plan, so joint re-solves are due), then a poison one; it spun at ~400
     # failed re-solves a second
     with daemon_with("poison", policy="jit-paper") as (d, c):

@@ -237,3 +237,25 @@ def test_the_history_check_tells_history_from_ordinary_words():
                  "rounded up to a slot", "bench_daemon.py --rounds 3", "docs/results.md#figures",
                  "the LAT is rounded", "`_Session` resends", "&#35;"):
         assert not history_words(text), text
+
+
+# In code, comments and help text: the history words that have no ordinary use there
+# ("session", "round" and "helper" name code things: _Session, round trips, helper processes).
+CODE_HISTORY_WORDS: list[tuple[str, str]] = [
+    (r"\bsessions? \d+\b", "a development session"),
+    (r"\bwe tried\b|\btried and not kept\b", "what was tried"),
+    (r"\bsince commit\b", "a change's history"),
+    (r"\bissues? #?\d+\b", "an issue reference"),
+]
+CODE = sorted(p for d in ("jitsched", "agents", "bench", "src_cython", "scripts") for p in (ROOT / d).rglob("*")
+              if p.suffix in (".py", ".pyx", ".pxd", ".sh") and "__pycache__" not in p.parts)
+
+
+def test_the_code_carries_no_development_history():
+    found = []
+    for path in CODE:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for pattern, what in CODE_HISTORY_WORDS:
+                for m in re.finditer(pattern, line, re.I):
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {m.group(0)!r} ({what})")
+    assert len(CODE) > 50 and not found, "\n".join(found)

@@ -17,7 +17,7 @@ PAPER_POLICY = paper_policy()
 # checks that it is registered.
 JIT = "jit"
 # jit's main knob for the Pareto figure: (policy, option, values). Down to 0.01 so
-# that the curve shows what the files' slowdown target (<= 1.4, issue 15) costs
+# that the curve shows what a files' slowdown target of 1.4 costs
 # the DL jobs: at the paper point (seeds 0-5, job_exp 1; speed-up / mean JCT /
 # files' slowdown) 0.5 gives 1.833 / 4.30 s / 1.575, 0.1 1.683 / 5.83 s / 1.497,
 # 0.05 1.584 / 7.38 s / 1.469, 0.03 1.508 / 9.36 s / 1.447, 0.01 1.310 / 16.65 s /

@@ -1,4 +1,4 @@
-"""The JIT policy: LAT + time-slotted LP plan for the first alpha of each job's transfers, fair leftover for the rest."""
+"""The JIT policies: jit ranks jobs and their transfers by need (strict priority, work-conserving); jit-paper plans the first alpha of each job's transfers with the LAT + time-slotted LP."""
 
 # One module although long (~900 lines): most of it is one class, JitPolicy,
 # whose hooks, re-plans and two leftovers read and write the same per-node
@@ -6,7 +6,7 @@
 # invariants between them set in _clear/_replan/_sync_priority; split across
 # modules, that state's invariants would be spread too. The per-allocation
 # work is already apart, in kernels: jitsched.alloc.SlotPlan (fair leftover)
-# and jitsched.priority.GroupPriority (priority leftover, issue 17).
+# and jitsched.priority.GroupPriority (priority leftover).
 
 from __future__ import annotations
 

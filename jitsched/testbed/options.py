@@ -125,14 +125,14 @@ class TestbedOptions:
         The job runners send the transfers too small to register on
         connections kept per sending host (:class:`jitsched.client.Channels`),
         as a framework's RPC channels would, under every policy (default
-        on since session 17; ``--no-channels``: a connection per transfer). A
+        on; ``--no-channels``: a connection per transfer). A
         fresh connection per small transfer put a handshake through two
         switch FIFOs before its data, and a lost SYN costs a second: over a
         paper-mini jit run 11 SYN retransmissions without them, 0 with them,
-        and the runners' CPU 14.5 -> 10.9 CPU-s. Session 16 had left them off
-        for quick's files (45.65 against 47.3 Mbit/s over four runs each);
-        session 17's rounds without them gave 47.5 and 45.6, i.e. that was
-        the files' spread.
+        and the runners' CPU 14.5 -> 10.9 CPU-s. The files of ``quick`` get
+        the same with and without them: 45.65 against 47.3 Mbit/s over four
+        runs each, and 47.5 and 45.6 in two more runs without them, the
+        files' spread.
     announce_files : bool
         The files are announced to the daemon and their sockets registered
         with their hosts' agents, as an application that tells jitsched its

@@ -72,7 +72,7 @@ SCENARIOS: dict[str, Scenario] = {
     "paper-mini": Scenario(hosts=8, jobs=15, rate_per_s=0.5, models=PAPER_MODELS, files=10),
 }
 
-# Modules of the daemon side (issue 5) that `testbed run` drives; absent until they land.
+# Modules of the daemon side that `testbed run` drives.
 REQUIRED_MODULES = ("jitsched.daemon", "jitsched.runner", "jitsched.agents.agent")
 
 
