@@ -26,6 +26,12 @@ from jitsched.errors import ValidationError, load_kernel
 COMPUTE = 0
 TRANSFER = 1
 
+# A job's class, most significant in the default jit's order: critical jobs'
+# transfers before normal ones, normal before best-effort. Its index here is the
+# int DagArrays.job_class carries (CLASSES.index(name)).
+CLASSES = ("critical", "normal", "best-effort")
+CRITICAL, NORMAL, BEST_EFFORT = 0, 1, 2
+
 
 @dataclass(frozen=True)
 class Host:
@@ -135,6 +141,7 @@ class Job:
     arrival_s: float = 0.0
     priority: float = 0.0
     model: str | None = None
+    job_class: str = "normal"
 
     @property
     def n_nodes(self) -> int:
@@ -148,6 +155,8 @@ class Job:
         d: dict[str, Any] = {"id": self.id, "arrival_s": self.arrival_s, "priority": self.priority}
         if self.model is not None:
             d["model"] = self.model
+        if self.job_class != "normal":  # absent means normal: files without classes stay as they were
+            d["class"] = self.job_class
         d["computes"] = [
             {"id": c.id, "host": c.host, "duration_s": c.duration_s}
             | ({"std_s": c.std_s} if c.std_s else {})
@@ -201,7 +210,7 @@ class Workload:
 
 _HOST_FIELDS = {"name": str, "egress_bps": "num", "ingress_bps": "num", "address": str}
 _HOST_REQUIRED = ("name", "egress_bps", "ingress_bps")
-_JOB_FIELDS = {"id": str, "arrival_s": "num", "priority": "num", "model": str,
+_JOB_FIELDS = {"id": str, "arrival_s": "num", "priority": "num", "model": str, "class": str,
                "computes": list, "transfers": list, "edges": list}
 _COMPUTE_FIELDS = {"id": str, "host": str, "duration_s": "num", "std_s": "num"}
 _TRANSFER_FIELDS = {"id": str, "src": str, "dst": str, "bytes": "num"}
@@ -272,6 +281,9 @@ def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
     arrival = float(obj.get("arrival_s", 0.0))
     if arrival < 0:
         raise ValidationError(f"{path}.arrival_s: must be >= 0, got {arrival!r}")
+    job_class = obj.get("class", "normal")
+    if job_class not in CLASSES:
+        raise ValidationError(f"{path}.class: expected one of {', '.join(CLASSES)}, got {job_class!r}")
     ids: set[str] = set()
 
     def _new_id(node_id: str, where: str) -> None:
@@ -325,7 +337,7 @@ def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
     if not computes and not transfers:
         raise ValidationError(f"{path}: the job has no nodes")
     job = Job(str(obj["id"]), tuple(computes), tuple(transfers), tuple(edges), arrival,
-              float(obj.get("priority", 0.0)), obj.get("model"))
+              float(obj.get("priority", 0.0)), obj.get("model"), job_class)
     cyc = find_cycle_node(job)
     if cyc is not None:
         raise ValidationError(f"{path}: the DAG has a cycle through node {cyc!r}")
@@ -457,6 +469,8 @@ class DagArrays:
     std : float64, compute duration std in seconds.
     job_of : int32, job index of the node.
     arrival : float64, shape (n_jobs,), job arrival times in seconds.
+    priority : float64, shape (n_jobs,), each job's lateness weight in the LP.
+    job_class : int8, shape (n_jobs,), each job's class: CRITICAL, NORMAL or BEST_EFFORT.
     pred_ptr, pred_idx : int64 / int32 CSR of predecessors.
     succ_ptr, succ_idx : int64 / int32 CSR of successors.
     topo : int32, a topological order of all nodes (job by job).
@@ -475,6 +489,7 @@ class DagArrays:
     job_of: np.ndarray
     arrival: np.ndarray
     priority: np.ndarray
+    job_class: np.ndarray
     pred_ptr: np.ndarray
     pred_idx: np.ndarray
     succ_ptr: np.ndarray
@@ -571,6 +586,7 @@ def compile_jobs(jobs: Sequence[Job], cluster: Cluster) -> DagArrays:
         job_of=job_of_arr,
         arrival=np.asarray([j.arrival_s for j in jobs], dtype=np.float64),
         priority=np.asarray([j.priority for j in jobs], dtype=np.float64),
+        job_class=np.asarray([CLASSES.index(j.job_class) for j in jobs], dtype=np.int8),
         pred_ptr=pred_ptr,
         pred_idx=pred_idx,
         succ_ptr=succ_ptr,

@@ -70,8 +70,10 @@ class Message(str):
 MESSAGES: tuple[Message, ...] = (
     # progress: {"done": [node ids], "started": [transfer ids]}, from a job runner that
     # resubmits its job to a daemon that restarted without a journal
+    # if_unguaranteed: "refuse" (default) or "normal", what a critical job that cannot be
+    # guaranteed becomes (jitsched.daemon.jobs.JobRegistry.admit)
     Message("submit_job", JOB, {"job": (dict, True), "cluster": (dict, False),
-                                "progress": (dict, False)}),
+                                "progress": (dict, False), "if_unguaranteed": (str, False)}),
     Message("transfer_started", JOB, {"job_id": (str, True), "transfer": (str, True),
                                       "t_ns": (int, False)}),
     Message("transfer_finished", JOB, {"job_id": (str, True), "transfer": (str, True),

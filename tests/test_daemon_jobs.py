@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -168,3 +169,45 @@ def test_the_lease_is_a_positive_setting():
 
     with pytest.raises(ValidationError, match="job_lease_s: must be positive"):
         check_config(config(job_lease_s=0))
+
+
+def critical(job_id: str, src: str, dst: str, **kw) -> dict:
+    # 125 MB at 1 Gbit/s: 1 s on the wire, 0.1 s of compute either side; isolated JCT 1.2 s
+    return tiny_job(job_id, 1.25e8, src=src, dst=dst) | {"class": "critical"} | kw
+
+
+def test_a_critical_job_on_ports_other_critical_jobs_hold_is_refused_or_demoted_as_asked():
+    from jitsched.daemon.jobs import isolated_jct_s
+
+    st = SchedulerState(config(policy="jit"))
+    reg = st.job_registry
+    assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
+    assert reg.jobs["a"].guard_until_s == pytest.approx(1.2)
+    assert isolated_jct_s(reg.jobs["a"].job, st.cluster) == pytest.approx(1.2)
+    # h0's egress is a's until 1.2 s: b, also leaving h0, is refused with the port named
+    got = st.submit_job({"job": critical("b", "h0", "h2")}, 0.5)
+    assert isinstance(got, Reject) and got.code == ErrorCode.OVERLOADED
+    assert got.message == ("critical job 'b' cannot be guaranteed: h0 egress is held by critical jobs "
+                           "until 1.200 s; its ports are all free from 1.200 s (daemon clock)")
+    assert "b" not in reg.jobs and reg.critical_refused == 1
+    # its client asked for normal instead: admitted as normal, holding nothing
+    assert "job_id" in st.submit_job({"job": critical("b", "h0", "h2"), "if_unguaranteed": "normal"}, 0.5)
+    assert reg.jobs["b"].job.job_class == "normal" and reg.jobs["b"].guard_until_s == -math.inf
+    assert reg.critical_demoted == 1
+    # disjoint ports: guaranteed; a normal job on a's ports: never refused
+    assert "job_id" in st.submit_job({"job": critical("c", "h2", "h3")}, 0.5)
+    assert reg.jobs["c"].job.job_class == "critical"
+    assert "job_id" in submit(st, "n", None, 0.6)
+    # into h3 (c's until 1.7 s) and out of h0 (a's until 1.2 s): the port held longest is named
+    got = st.submit_job({"job": critical("d", "h0", "h3")}, 0.7)
+    assert isinstance(got, Reject) and "h3 ingress is held by critical jobs until 1.700 s" in got.message
+    # a's window is over at 1.2 s: a critical job may take h0's egress again
+    assert "job_id" in st.submit_job({"job": critical("e", "h0", "h1")}, 1.3)
+    assert reg.jobs["e"].job.job_class == "critical"
+
+
+def test_if_unguaranteed_is_checked_in_one_line():
+    st = SchedulerState(config(policy="jit"))
+    got = st.submit_job({"job": critical("a", "h0", "h1"), "if_unguaranteed": "maybe"}, 0.0)
+    assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_BODY
+    assert got.message == "body.if_unguaranteed: expected one of refuse, normal, got 'maybe'"

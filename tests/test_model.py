@@ -10,7 +10,10 @@ import pytest
 
 from jitsched.errors import ValidationError
 from jitsched.model import (
+    BEST_EFFORT,
     COMPUTE,
+    CRITICAL,
+    NORMAL,
     TRANSFER,
     compile_jobs,
     critical_path_s,
@@ -79,6 +82,9 @@ def test_good_workload_parses():
     (lambda o: o["background"][0].update(bytes=0), r"background\[0\].bytes: size must be positive"),
     (lambda o: o["background"][0].update(src="hx"), r"background\[0\].src: unknown host 'hx'"),
     (lambda o: o["jobs"][0].update(computes=[], transfers=[], edges=[]), r"the job has no nodes"),
+    (lambda o: o["jobs"][0].update({"class": "urgent"}),
+     r"^jobs\[0\].class: expected one of critical, normal, best-effort, got 'urgent'$"),
+    (lambda o: o["jobs"][0].update({"class": 0}), r"^jobs\[0\].class: expected str, got int$"),
 ])
 def test_validation_errors_name_the_problem(mutate, message):
     with pytest.raises(ValidationError, match=message):
@@ -99,6 +105,25 @@ def test_round_trip_json_and_gzip(tmp_path):
         p = tmp_path / name
         save_workload(w, p)
         assert load_workload(p) == w
+
+
+def test_class_absent_is_normal_and_written_back_only_when_not_normal():
+    w = parse_workload(GOOD)
+    assert w.jobs[0].job_class == "normal"
+    assert "class" not in w.to_dict()["jobs"][0]
+    assert w.to_dict()["jobs"] == GOOD["jobs"]
+    obj = mutated(lambda o: o["jobs"].extend([
+        copy.deepcopy(o["jobs"][0]) | {"id": "j1", "class": "critical"},
+        copy.deepcopy(o["jobs"][0]) | {"id": "j2", "class": "best-effort"},
+        copy.deepcopy(o["jobs"][0]) | {"id": "j3", "class": "normal"}]))
+    w = parse_workload(obj)
+    assert [j.job_class for j in w.jobs] == ["normal", "critical", "best-effort", "normal"]
+    out = w.to_dict()["jobs"]
+    assert [j.get("class") for j in out] == [None, "critical", "best-effort", None]
+    assert parse_workload(w.to_dict()) == w
+    dag = compile_jobs(w.jobs, w.cluster)
+    assert dag.job_class.dtype == np.int8
+    assert dag.job_class.tolist() == [NORMAL, CRITICAL, BEST_EFFORT, NORMAL]
 
 
 def test_load_reports_bad_json(tmp_path):

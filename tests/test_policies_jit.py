@@ -117,6 +117,7 @@ def test_dl_share_is_validated():
     ("drift_min_interval_s", -1.0), ("drift_min_interval_s", float("nan")), ("drift_min_interval_s", False),
     ("backfill", "yes"), ("replan_on_drift", 1), ("replan_on_arrival", None),
     ("slot_s", 1e-9), ("slot_s", 0.0009),
+    ("be_age", -1.0), ("be_age", float("nan")), ("be_age", "ten"), ("be_age", True),
 ])
 def test_each_option_of_the_wrong_type_or_range_is_named(option, bad):
     from jitsched.policies.jit import JitPolicy
@@ -506,3 +507,77 @@ def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_w
         want = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight, job_exp=job_exp)).run()
     np.testing.assert_array_equal(got.jct_s, want.jct_s)
     np.testing.assert_array_equal(got.bg_jct_s, want.bg_jct_s)
+
+
+# ---------------------------------------------------------------- classes
+
+
+def classed(job: Job, job_class: str) -> Job:
+    from dataclasses import replace
+
+    return replace(job, job_class=job_class)
+
+
+def test_a_critical_job_behind_a_long_normal_job_gets_its_isolated_jct():
+    # a normal job of 3 s on h0->h1 from 0; at 1 s a critical job of 4 s on the same
+    # port. Without classes the normal job's 2 s left go first (critical JCT 6 s);
+    # critical first, it runs alone: JCT 4 s, its isolated JCT, and the normal job waits
+    big = one_transfer_job("big", 3 * C)
+    crit = one_transfer_job("crit", 4 * C, arrival_s=1.0)
+    plain = Simulator(Workload(CLUSTER, (big, crit)), "jit").run()
+    assert plain.jct_s == pytest.approx([3.0, 6.0])
+    res = Simulator(Workload(CLUSTER, (big, classed(crit, "critical"))), "jit").run()
+    assert res.jct_s == pytest.approx([7.0, 4.0])
+    # sincronia ignores classes
+    sin = [Simulator(Workload(CLUSTER, (big, c)), "sincronia").run().jct_s for c in (crit, classed(crit, "critical"))]
+    assert sin[0] == pytest.approx(sin[1])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_class_for_every_job_gives_the_classless_jcts(seed):
+    # all critical (or all best-effort, never aging) and no background flows (they rank
+    # with the normal class): one class, the same order, the same rates
+    from jitsched.workloads import generate_workload
+
+    wl = generate_workload(n_jobs=12, n_hosts=4, load=0.7, seed=seed)
+    wl = Workload(wl.cluster, wl.jobs)
+    base = Simulator(wl, "jit").run().jct_s
+    for cls, opts in (("critical", {}), ("best-effort", {"be_age": float("inf")})):
+        w = Workload(wl.cluster, tuple(classed(j, cls) for j in wl.jobs))
+        assert np.array_equal(Simulator(w, "jit", policy_options=opts).run().jct_s, base)
+
+
+def test_best_effort_goes_last_and_ages_into_normal():
+    # a best-effort job of 1 s and a normal one of 2 s on one port at 0. Never aging,
+    # best-effort waits for the normal job: 2 s, then 3 s. Aging at 0.5 x its isolated
+    # JCT (1 s), at 0.5 s it ranks as normal with 0.5 s left... of 1 s against 1.5 s:
+    # it goes first and ends at 1.5 s, the normal job at 3 s.
+    be = classed(one_transfer_job("be", C), "best-effort")
+    wl = Workload(CLUSTER, (be, one_transfer_job("n", 2 * C)))
+    never = Simulator(wl, "jit", policy_options={"be_age": float("inf")}).run()
+    assert never.jct_s == pytest.approx([3.0, 2.0])
+    assert Simulator(wl, "jit").run().jct_s == pytest.approx([3.0, 2.0])  # default 10 x 1 s: never reached
+    aged = Simulator(wl, "jit", policy_options={"be_age": 0.5}).run()
+    assert aged.jct_s == pytest.approx([1.5, 3.0])
+
+
+def test_priority_ranks_put_the_class_first():
+    from jitsched.policies.jit import JitPolicy, group_ranks
+
+    cluster = Cluster.uniform(4)
+    # by bytes alone: b (30 MB) 0, c (500 MB) 1, d (900 MB) 2; d critical ranks 0,
+    # b best-effort last; the increment's ranks agree
+    jobs = [classed(one_transfer_job("b", 3e7, "h0", "h2"), "best-effort"),
+            one_transfer_job("c", 5e8, "h0", "h1"), classed(one_transfer_job("d", 9e8, "h3", "h1"), "critical")]
+    pol = JitPolicy(job_exp=0.0)
+    pol.reset(cluster)
+    view = _view(jobs, cluster)
+    nodes, ranks = pol.priority_ranks(view)
+    got = {view.dag.job_ids[view.dag.job_of[n]]: int(r) for n, r in zip(nodes, ranks, strict=True)}
+    assert got == {"d": 0, "c": 1, "b": 2}
+    dag = view.dag
+    inc = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes], 4,
+                      tier=dag.job_class[dag.job_of[nodes]])
+    assert inc.tolist() == ranks.tolist()
+    assert group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes], 4).tolist() \
+        == [0, 1, 2]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from jitsched.config import ANONYMOUS, DaemonConfig
 from jitsched.daemon.limits import check_job, check_job_map, job_bytes, memory_ceiling, rss_bytes
 from jitsched.daemon.reject import Reject
-from jitsched.model import Job, parse_cluster, parse_job
+from jitsched.model import Cluster, Job, critical_path_s, parse_cluster, parse_job
 from jitsched.protocol import ErrorCode
 
 
@@ -18,6 +18,26 @@ def scoped_id(owner: str | None, job_id: str) -> str:
     agents' flow ids: ``"<owner>:<job_id>"`` (key names have no ``:``), ``job_id``
     itself without keys. A client names its jobs by its own ids; no two clients' meet."""
     return job_id if owner is None else f"{owner}:{job_id}"
+
+
+# What a critical job that cannot be guaranteed becomes, as its client asks in the
+# submit_job body's "if_unguaranteed": refused (the default) or admitted as normal.
+UNGUARANTEED = ("refuse", "normal")
+
+
+def isolated_jct_s(job: Job, cluster: Cluster) -> float:
+    """A lower bound of ``job``'s JCT alone in ``cluster``, seconds: the longer of its DAG's
+    longest path (each transfer at its host pair's line rate) and its busiest port's bytes
+    over that port's line rate."""
+    took = {c.id: c.duration_s for c in job.computes}
+    out: dict[int, float] = {}
+    into: dict[int, float] = {}
+    for t in job.transfers:
+        s, d = cluster.index(t.src), cluster.index(t.dst)
+        took[t.id] = t.bytes / min(cluster.hosts[s].egress_Bps, cluster.hosts[d].ingress_Bps)
+        out[s] = out.get(s, 0.0) + t.bytes / cluster.hosts[s].egress_Bps
+        into[d] = into.get(d, 0.0) + t.bytes / cluster.hosts[d].ingress_Bps
+    return max(critical_path_s(took, job.edges), *out.values(), *into.values(), 0.0)
 
 
 @dataclass
@@ -66,6 +86,9 @@ class JobState:
     bytes: int = 0  # estimated bytes held for it (limits.job_bytes)
     forgotten: bool = False  # ended and dropped from the registry
     heard_s: float = math.nan  # when a request of its client last named it (NaN: at submission)
+    # a critical job holds its ports against other critical jobs until then (its isolated JCT
+    # after submission; -inf: not critical)
+    guard_until_s: float = -math.inf
 
     @property
     def active(self) -> bool:
@@ -92,6 +115,7 @@ class Prepared:
     in_left: dict[int, int]
     done: list[str]
     started: list[str]
+    if_unguaranteed: str = "refuse"  # a critical job that cannot be guaranteed: UNGUARANTEED
 
 
 class JobRegistry:
@@ -130,6 +154,8 @@ class JobRegistry:
         self.rss = rss_bytes  # this process's RSS now (bytes); tests stand in for it
         self.refused_memory = 0  # submissions refused for the memory ceiling
         self._forgotten: list[JobState] = []  # dropped outside prune: the next prune returns them
+        self.critical_refused = 0  # critical submissions refused: their ports were held
+        self.critical_demoted = 0  # critical submissions admitted as normal, as their clients asked
 
     def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
         """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
@@ -212,6 +238,10 @@ class JobRegistry:
         progress = self._progress(job, body.get("progress"))
         if isinstance(progress, Reject):
             return progress
+        fallback = body.get("if_unguaranteed", "refuse")
+        if fallback not in UNGUARANTEED:
+            return Reject(ErrorCode.INVALID_BODY, f"body.if_unguaranteed: expected one of "
+                          f"{', '.join(UNGUARANTEED)}, got {self._clip(str(fallback))!r}")
         index = {n: i for i, n in enumerate(job.node_ids())}
         ports: dict[str, tuple[int, int]] = {}
         out_left: dict[int, int] = {}
@@ -222,29 +252,72 @@ class JobRegistry:
             ports[t.id] = (s, d)
             out_left[s] = out_left.get(s, 0) + 1
             in_left[d] = in_left.get(d, 0) + 1
-        return Prepared(job, index, ports, out_left, in_left, progress[0], progress[1])
+        return Prepared(job, index, ports, out_left, in_left, progress[0], progress[1], fallback)
 
     def admit(self, prep: Prepared, now: float, owner: str | None = None) -> JobState | Reject:
         """Store a job from :meth:`prepare`, arriving ``now``, owned by ``owner``: refused if
         the daemon or ``owner`` runs its ``max_jobs`` jobs, ``owner`` runs one of the same
-        id, or there is no room for it in ``owner``'s quota or the daemon's memory."""
+        id, or there is no room for it in ``owner``'s quota or the daemon's memory.
+
+        A critical job holds its ports (its transfers' sources' egress and destinations'
+        ingress) for its isolated JCT (:func:`isolated_jct_s`) from ``now``. One that
+        needs a port another running critical job still holds cannot be guaranteed:
+        it is refused, naming the port held longest and the instant (daemon clock)
+        from which all of its ports are free, or with ``if_unguaranteed`` "normal"
+        admitted as a normal job.
+        """
         full = self._full(owner)
         if full is not None:
             return full
         jid = scoped_id(owner, prep.job.id)
         if jid in self.active:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {prep.job.id!r} is already running")
+        job, guard = prep.job, -math.inf
+        if job.job_class == "critical":
+            clash = self._held(prep.ports.values(), now)
+            if clash is None:
+                guard = now + isolated_jct_s(job, self.cluster)
+            elif prep.if_unguaranteed == "normal":
+                job = replace(job, job_class="normal")
+            else:
+                self.critical_refused += 1
+                return Reject(ErrorCode.OVERLOADED, f"critical job {job.id!r} cannot be guaranteed: "
+                              f"{clash[0]} is held by critical jobs until {clash[1]:.3f} s; its ports "
+                              f"are all free from {clash[1]:.3f} s (daemon clock)")
         size = job_bytes(prep.job)
         no_room = self._room(owner, size)
         if no_room is not None:
             return no_room
-        js = self._insert(JobState(replace(prep.job, id=jid, arrival_s=now), prep.index, now, owner=owner,
+        if job is not prep.job:
+            self.critical_demoted += 1
+        js = self._insert(JobState(replace(job, id=jid, arrival_s=now), prep.index, now, owner=owner,
                                    ports=prep.ports, out_left=dict(prep.out_left),
-                                   in_left=dict(prep.in_left), name=prep.job.id, bytes=size))
+                                   in_left=dict(prep.in_left), name=prep.job.id, bytes=size,
+                                   guard_until_s=guard))
         js.started.update(dict.fromkeys(prep.started, now))
         for nid in prep.done:
             self.mark_done(js, nid, now)
         return js
+
+    def _held(self, ports, now: float) -> tuple[str, float] | None:
+        """The port of ``ports`` ((src, dst) host pairs) that running critical jobs hold the
+        longest after ``now`` ("<host> egress" or "<host> ingress") and until when, or None."""
+        held: dict[tuple[int, int], float] = {}  # (host, 0 egress / 1 ingress) -> until
+        for js in self.active.values():
+            if js.guard_until_s > now:
+                for s, d in js.ports.values():
+                    for p in ((s, 0), (d, 1)):
+                        held[p] = max(held.get(p, -math.inf), js.guard_until_s)
+        worst: tuple[tuple[int, int], float] | None = None
+        for s, d in ports:
+            for p in ((s, 0), (d, 1)):
+                until = held.get(p)
+                if until is not None and (worst is None or until > worst[1]):
+                    worst = (p, until)
+        if worst is None:
+            return None
+        (host, way), until = worst
+        return f"{self.cluster.hosts[host].name} {('egress', 'ingress')[way]}", until
 
     def restore(self, job_map: dict, owner: str | None, submitted_s: float) -> JobState | Reject:
         """A journalled job back in the registry as submitted at ``submitted_s`` (daemon clock),
@@ -278,6 +351,8 @@ class JobRegistry:
             js.ports[t.id] = (s, d)
             js.out_left[s] = js.out_left.get(s, 0) + 1
             js.in_left[d] = js.in_left.get(d, 0) + 1
+        if job.job_class == "critical":  # admitted before: its guarantee holds from its submission
+            js.guard_until_s = now + isolated_jct_s(job, self.cluster)
         return self._insert(js)
 
     def _insert(self, js: JobState) -> JobState:

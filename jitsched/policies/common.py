@@ -79,6 +79,7 @@ def sub_dag(dag: DagArrays, jobs: np.ndarray) -> tuple[DagArrays, np.ndarray]:
         job_of=job_map[dag.job_of[nodes]],
         arrival=dag.arrival[jobs],
         priority=dag.priority[jobs],
+        job_class=dag.job_class[jobs],
         pred_ptr=pred_ptr,
         pred_idx=remap[pred_idx].astype(np.int32),
         succ_ptr=succ_ptr,

@@ -18,7 +18,7 @@ import numpy as np
 
 from jitsched.alloc import SlotPlan, fit_fixed, fixed_then_maxmin
 from jitsched.errors import ValidationError
-from jitsched.model import TRANSFER
+from jitsched.model import BEST_EFFORT, NORMAL, TRANSFER
 from jitsched.planner import (
     DEFAULT_ALPHA,
     DEFAULT_SLOT_S,
@@ -94,9 +94,17 @@ DEFAULT_JOB_EXP = 1.0
 # 300-job paper workload (100 hosts) takes 11.6k iterations (0.8 s here, about
 # 25k iterations/s); 100k is about the old 5 s budget on this 2-core machine.
 DEFAULT_ITERATION_LIMIT = 100_000
+# A best-effort job that has waited this many times its isolated JCT (its LAT
+# pass alone in the cluster) since it arrived ranks as normal: held back at most
+# about ten of its own run times, it never starves behind a stream of normal
+# jobs. A multiple of its own JCT rather than a fixed number of seconds, so a
+# LeNet job (0.2 s alone at 1 Gbit/s) and a VGG16 job (several seconds) are held
+# back in the same proportion, on any link rate.
+DEFAULT_BE_AGE = 10.0
 
 
-def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float = 0.0) -> np.ndarray:
+def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float = 0.0,
+                  jct_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each transfer's LAT if its job ran alone, the order a job needs its transfers in.
 
     One ``ordered`` LAT pass per job (a job alone: the whole port is its
@@ -112,6 +120,9 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float 
         Each job's planning instant, seconds (nothing starts before it).
     k_std : float
         Compute durations are ``duration + k_std * std`` (as in every LAT pass of the policy).
+    jct_out : ndarray, shape (n_jobs,), optional
+        Receives, at each job's index, its isolated JCT estimate: the LAT
+        pass's finish less ``now`` (seconds).
 
     Returns
     -------
@@ -126,9 +137,13 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float 
         sub, nodes = sub_dag(dag, np.array([j]))
         act = sub.kind == TRANSFER
         if not act.any():
+            if jct_out is not None:
+                jct_out[j] = float(np.sum(sub.duration + k_std * sub.std))  # computes only: an upper bound
             continue
         lat = estimated_lats(sub, cluster, cluster, np.where(act, sub.size, 0.0), act, now=t,
                              ordered=True, k_std=k_std)
+        if jct_out is not None:
+            jct_out[j] = float(lat.job_finish[0]) - t
         out_n.append(nodes[act])
         out_v.append(lat.lat[act])
     if not out_n:
@@ -253,6 +268,16 @@ class JitPolicy(Policy):
         source's line rate) to this power, Smith's rule for jobs with their
         bytes left as the size; 0: the group's bytes alone. Default
         :data:`DEFAULT_JOB_EXP` (1), measured in ``bench/bench_order.py``.
+    be_age : float
+        With ``leftover="priority"``: a best-effort job ranks as normal once
+        it has waited ``be_age`` times its isolated JCT since it arrived
+        (default :data:`DEFAULT_BE_AGE`; inf: never).
+
+    A job's class (``jitsched.model.CLASSES``) is the most significant key of
+    every order the priority leftover gives: critical jobs' transfers take
+    the capacity first, in the order above among themselves, then normal
+    jobs' and background flows, then best-effort jobs'. With every job normal
+    the order, the ranks and the rates are those of the classless order.
     """
 
     name = "jit"
@@ -266,7 +291,8 @@ class JitPolicy(Policy):
                  iteration_limit: int | None = DEFAULT_ITERATION_LIMIT, solver: str = "auto",
                  trans_estimate: str = "ordered", backfill: bool = True,
                  job_order: str = "fair", dl_share: float = 1.0, leftover: str = "priority",
-                 bg_weight: float = DEFAULT_BG_WEIGHT, job_exp: float = DEFAULT_JOB_EXP) -> None:
+                 bg_weight: float = DEFAULT_BG_WEIGHT, job_exp: float = DEFAULT_JOB_EXP,
+                 be_age: float = DEFAULT_BE_AGE) -> None:
         if leftover not in LEFTOVERS:
             raise ValidationError(f"leftover: expected one of {LEFTOVERS}, got {leftover!r}")
         if isinstance(bg_weight, bool) or not (isinstance(bg_weight, (int, float))
@@ -278,6 +304,10 @@ class JitPolicy(Policy):
                                              and job_exp >= 0):
             raise ValidationError(f"job_exp: must be a finite number >= 0, got {job_exp!r}")
         self.job_exp = float(job_exp)
+        if isinstance(be_age, bool) or not (isinstance(be_age, (int, float)) and not math.isnan(be_age)
+                                            and be_age >= 0):
+            raise ValidationError(f"be_age: must be a number >= 0 or inf, got {be_age!r}")
+        self.be_age = float(be_age)
         # every planning option is checked once, by PlanOptions; the simulator's
         # copy drops the wall-clock budget (see _options)
         self.plan_options = PlanOptions(
@@ -336,6 +366,7 @@ class JitPolicy(Policy):
         self._pair_left = np.zeros(0)  # per (job, src, dst) group: bytes of its transfers not yet done
         self._group = np.zeros(0, dtype=np.int64)  # per node: its (job, src, dst) group
         self._need_done = np.zeros(0, dtype=bool)  # per job: _need computed
+        self._iso_jct = np.zeros(0)  # per job: isolated JCT estimate (s), set with _need
         self._n_need_done = 0  # jobs with _need computed
         self._prio_key = None  # (dag, egress, bg_bytes) the kernel _prio was built for
         self._prio: GroupPriority | None = None
@@ -512,6 +543,7 @@ class JitPolicy(Policy):
             self._prio_dag = dag
             self._need = np.full(dag.n_nodes, np.inf)
             self._need_done = np.zeros(dag.n_jobs, dtype=bool)
+            self._iso_jct = np.full(dag.n_jobs, np.inf)
             self._n_need_done = 0
             # group: (job, src, dst) of each transfer, the bytes a job still has on one host pair
             tr = dag.kind == TRANSFER
@@ -532,10 +564,59 @@ class JitPolicy(Policy):
         if np.count_nonzero(view.job_arrived) != self._n_need_done:
             todo = np.flatnonzero(view.job_arrived & ~self._need_done)
             nodes, need = isolated_need(dag, view.cluster, todo,
-                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std)
+                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std,
+                                        jct_out=self._iso_jct)
             self._need[nodes] = need
             self._need_done[todo] = True
             self._n_need_done = int(np.count_nonzero(self._need_done))
+
+    def _job_tiers(self, view: SchedulerView) -> np.ndarray | None:
+        """Each job's class as it ranks now (aged best-effort jobs as normal), or None if all rank as normal.
+
+        Returns
+        -------
+        ndarray of int8, shape (n_jobs,), or None
+        """
+        cls = view.dag.job_class
+        if not np.any(cls != NORMAL):
+            return None
+        be = cls == BEST_EFFORT
+        if be.any():
+            aged = be & (view.now - view.dag.arrival >= self.be_age * self._iso_jct)
+            if aged.any():
+                cls = np.where(aged, NORMAL, cls).astype(np.int8)
+        return cls
+
+    def _next_aging(self, view: SchedulerView) -> float:
+        """The next instant a live best-effort job starts to rank as normal (inf: none)."""
+        dag = view.dag
+        be = (dag.job_class == BEST_EFFORT) & view.job_arrived & ~view.job_done
+        if not be.any():
+            return math.inf
+        with np.errstate(invalid="ignore"):  # be_age 0 times an unknown (inf) JCT
+            at = dag.arrival[be] + self.be_age * self._iso_jct[be]
+        at = at[np.isfinite(at) & (at > view.now)]
+        return float(at.min()) if len(at) else math.inf
+
+    def _tiered_rates(self, prio: GroupPriority, view: SchedulerView, tiers: np.ndarray | None,
+                      free_e: np.ndarray, free_i: np.ndarray) -> np.ndarray:
+        """Strict-priority rates of ``view.flows``, class by class: each class's flows take what the
+        classes before them left (background flows rank with the normal class)."""
+        f = view.flows
+        if tiers is None:
+            return prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, free_e, free_i, in_range=f.checked)
+        tier = np.where(f.job >= 0, tiers[np.maximum(f.job, 0)], NORMAL)
+        rates = np.zeros(len(f))
+        free_e, free_i = np.maximum(free_e, 0.0), np.maximum(free_i, 0.0)
+        h = len(free_e)
+        for t in np.unique(tier).tolist():
+            sel = np.flatnonzero(tier == t)
+            r = prio.rates(f.src[sel], f.dst[sel], f.node[sel], f.job[sel], f.bg[sel], f.remaining[sel],
+                           free_e, free_i, in_range=f.checked)
+            rates[sel] = r
+            free_e = np.maximum(free_e - np.bincount(f.src[sel], weights=r, minlength=h), 0.0)
+            free_i = np.maximum(free_i - np.bincount(f.dst[sel], weights=r, minlength=h), 0.0)
+        return rates
 
     def _group_left(self, grp: np.ndarray, sent: np.ndarray) -> np.ndarray:
         """Bytes each (job, src, dst) group has not sent, given live transfers' groups and bytes sent.
@@ -594,9 +675,10 @@ class JitPolicy(Policy):
         n = len(f)
         # f.checked: the simulator's buffers, whose background indices are its own too
         prio = self._priority(view)
+        tiers = self._job_tiers(view)
         if k is None:  # no plan (alpha 0, the default): no floors, the whole ports are free
-            return self._background_shares(prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining,
-                                                      cap_e, cap_i, in_range=f.checked), f, cap_e, cap_i), 0
+            return self._background_shares(self._tiered_rates(prio, view, tiers, cap_e, cap_i),
+                                           f, cap_e, cap_i), 0
         floors = np.zeros(n)
         is_job = f.node >= 0
         node = np.where(is_job, f.node, 0)
@@ -617,8 +699,7 @@ class JitPolicy(Policy):
         h = len(cap_e)
         free_e = np.maximum(cap_e - np.bincount(f.src, weights=floors, minlength=h), 0.0)
         free_i = np.maximum(cap_i - np.bincount(f.dst, weights=floors, minlength=h), 0.0)
-        rates = floors + prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, free_e, free_i,
-                                    in_range=f.checked)
+        rates = floors + self._tiered_rates(prio, view, tiers, free_e, free_i)
         return self._background_shares(rates, f, cap_e, cap_i), n_planned
 
     def _background_shares(self, rates: np.ndarray, f, cap_e, cap_i) -> np.ndarray:
@@ -654,6 +735,7 @@ class JitPolicy(Policy):
             rates, n_planned = self._priority_rates(view, k, cap_e, cap_i)
             if n_planned:
                 until = self._epoch + (k + 1) * self.slot_s
+            until = min(until, self._next_aging(view))
         elif n and len(self._plan_nodes):
             k = self._slot(view.now)
             # One kernel call (jitsched.alloc.SlotPlan.rates): planned transfers
@@ -738,8 +820,10 @@ class JitPolicy(Policy):
         cap_e = self._capacities(view.cluster)[0]
         if self.job_exp and len(nodes):
             left = _job_scaled(left, grp, job, src, view.remaining[nodes], cap_e, self.job_exp)
+        tiers = self._job_tiers(view)
+        tier = tiers[job] if tiers is not None else None
         if not nb:
-            return nodes, _rank_groups(grp, left, job, src, dst), np.zeros(0, dtype=np.int64)
+            return nodes, _rank_groups(grp, left, job, src, dst, tier), np.zeros(0, dtype=np.int64)
         # each background flow a group of its own after the DAG's, ident n_jobs + its index
         b = np.arange(nb)
         bsize, bsrc = view.bg_bytes, view.bg_src
@@ -750,7 +834,8 @@ class JitPolicy(Policy):
         bkey = background_key(left_b, bsize, cap_e[bsrc], BG_REF_S, self.bg_weight)
         g0 = len(left)
         ranks = _rank_groups(np.r_[grp, g0 + b], np.r_[left, bkey], np.r_[job, dag.n_jobs + b],
-                             np.r_[src, bsrc], np.r_[dst, view.bg_dst])
+                             np.r_[src, bsrc], np.r_[dst, view.bg_dst],
+                             None if tier is None else np.r_[tier, np.full(nb, NORMAL, dtype=np.int8)])
         return nodes, ranks[:len(nodes)], ranks[len(nodes):]
 
     def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
@@ -861,8 +946,13 @@ class JitPolicy(Policy):
         """
         dag = view.dag
         nodes = _unfinished_transfers(view)
-        ranks = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
-                            len(view.cluster), self._capacities(view.cluster)[0], self.job_exp)
+        if np.any(dag.job_class == BEST_EFFORT):
+            self._sync_priority(view)  # the isolated JCTs that age best-effort jobs
+        tiers = self._job_tiers(view)
+        job = dag.job_of[nodes]
+        ranks = group_ranks(job, dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
+                            len(view.cluster), self._capacities(view.cluster)[0], self.job_exp,
+                            None if tiers is None else tiers[job])
         first = max(base.prio.values(), default=-1) + 1 if base is not None else 0
         flows, prio = [], {}
         for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
@@ -911,8 +1001,9 @@ class JitPolicy(Policy):
 
 
 def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np.ndarray,
-                n_hosts: int, egress: np.ndarray | None = None, job_exp: float = 0.0) -> np.ndarray:
-    """Dense ranks of transfers by their (job, src, dst) group's bytes left, then job, src, dst.
+                n_hosts: int, egress: np.ndarray | None = None, job_exp: float = 0.0,
+                tier: np.ndarray | None = None) -> np.ndarray:
+    """Dense ranks of transfers by their job's class, their (job, src, dst) group's bytes left, then job, src, dst.
 
     :meth:`JitPolicy.priority_ranks`'s order computed from scratch (it keeps
     the groups' bytes between calls instead).
@@ -929,6 +1020,9 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     job_exp : float
         As :class:`JitPolicy`'s: a group's bytes left times (its job's bytes
         left over ``BG_REF_S`` of its source's line rate) to this power.
+    tier : ndarray of int, shape (T,), optional
+        Each transfer's job's class as it ranks (``jitsched.model.CRITICAL``
+        first); None: all one class.
 
     Returns
     -------
@@ -943,7 +1037,7 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     left = np.bincount(grp, weights=remaining)
     if job_exp:
         left = _job_scaled(left, grp, job, src, remaining, egress, job_exp)
-    return _rank_groups(grp, left, job, src, dst)
+    return _rank_groups(grp, left, job, src, dst, tier)
 
 
 def _job_scaled(left: np.ndarray, grp: np.ndarray, job: np.ndarray, src: np.ndarray, remaining: np.ndarray,
@@ -956,9 +1050,11 @@ def _job_scaled(left: np.ndarray, grp: np.ndarray, job: np.ndarray, src: np.ndar
 
 
 def _rank_groups(grp: np.ndarray, left: np.ndarray, job: np.ndarray, src: np.ndarray,
-                 dst: np.ndarray) -> np.ndarray:
-    """Dense ranks of transfers (group ``grp``, shape (T,)) by their group's bytes ``left[grp]``, then job, src, dst."""
-    o = np.lexsort((dst, src, job, left[grp]))
+                 dst: np.ndarray, tier: np.ndarray | None = None) -> np.ndarray:
+    """Dense ranks of transfers (group ``grp``, shape (T,)) by their class ``tier`` (None: one class),
+    their group's bytes ``left[grp]``, then job, src, dst."""
+    keys = (dst, src, job, left[grp]) if tier is None else (dst, src, job, left[grp], tier)
+    o = np.lexsort(keys)
     g = grp[o]
     ranks = np.empty(len(grp), dtype=np.int64)
     ranks[o] = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1

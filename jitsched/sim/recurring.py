@@ -112,7 +112,7 @@ def simulate_recurring(cluster: Cluster, jobs: Sequence[RecurringJob], policy: P
             owner.append(r)
             job = t if estimates != "oracle" else learned_job(t, truth, np.zeros_like(truth))
             unrolled.append(Job(f"{t.id}#{i}", job.computes, t.transfers, t.edges, rj.start_s,
-                                t.priority, t.model))
+                                t.priority, t.model, t.job_class))
             truth_parts.append(node_truth)
     models = [TimingModel(rj.template, learn) for rj in jobs]
 

@@ -1,0 +1,152 @@
+"""Priority classes in the simulator: critical jobs' JCT over their isolated JCT, normal and best-effort p99 slowdown, per load and policy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+if not __package__:  # run as ``python bench/bench_classes.py``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from jitsched.errors import ValidationError
+from jitsched.model import Workload
+from jitsched.sim import Simulator
+from jitsched.workloads import generate_workload
+
+POLICIES = ("jit", "sincronia")
+
+
+@dataclass(frozen=True)
+class ClassesOptions:
+    """One run of the bench: the workload's shape, the classes' shares and what to run.
+
+    Attributes
+    ----------
+    loads : tuple of float
+        Offered loads (``generate_workload``'s ``load``).
+    seeds : tuple of int
+        Workload seeds; the classes are drawn with the same seed.
+    n_jobs, n_hosts : int
+        Jobs, DL jobs and background files together (``generate_workload``'s
+        ``n_jobs``; about half are files), and hosts (1 Gbit/s each).
+    critical, best_effort : float
+        Shares of the DL jobs marked critical and best-effort (the rest normal).
+    policies : tuple of str
+    """
+
+    loads: tuple[float, ...] = (0.5, 0.7, 0.9)
+    seeds: tuple[int, ...] = (0,)
+    n_jobs: int = 60
+    n_hosts: int = 20
+    critical: float = 0.1
+    best_effort: float = 0.2
+    policies: tuple[str, ...] = POLICIES
+
+
+def classed_workload(wl: Workload, critical: float, best_effort: float, seed: int) -> Workload:
+    """``wl`` with ``round(critical * J)`` of its J DL jobs, drawn at random, critical and
+    ``round(best_effort * J)`` others best-effort."""
+    rng = np.random.default_rng(seed)
+    n = len(wl.jobs)
+    order = rng.permutation(n)
+    n_crit, n_be = round(critical * n), round(best_effort * n)
+    cls = ["normal"] * n
+    for i in order[:n_crit]:
+        cls[i] = "critical"
+    for i in order[n_crit:n_crit + n_be]:
+        cls[i] = "best-effort"
+    return replace(wl, jobs=tuple(replace(j, job_class=c) for j, c in zip(wl.jobs, cls, strict=True)))
+
+
+def isolated_jcts(wl: Workload) -> np.ndarray:
+    """Each DL job's JCT alone in the cluster (simulated under the default jit, no background), seconds."""
+    out = np.empty(len(wl.jobs))
+    for k, j in enumerate(wl.jobs):
+        out[k] = Simulator(Workload(wl.cluster, (replace(j, arrival_s=0.0),)), "jit").run().jct_s[0]
+    return out
+
+
+def measure(opts: ClassesOptions) -> list[dict]:
+    """One row per (load, seed, policy): critical JCT over isolated (mean, max), p99 slowdowns.
+
+    Returns
+    -------
+    list of dict
+        Keys ``load``, ``seed``, ``policy``, ``n_critical``, ``critical_over_isolated_mean``,
+        ``critical_over_isolated_max``, ``normal_p99_slowdown``, ``best_effort_p99_slowdown``,
+        ``best_effort_max_slowdown``, ``files_mean_slowdown``.
+    """
+    rows = []
+    for load in opts.loads:
+        for seed in opts.seeds:
+            wl = classed_workload(generate_workload(load, n_jobs=opts.n_jobs, n_hosts=opts.n_hosts, seed=seed),
+                                  opts.critical, opts.best_effort, seed)
+            iso = isolated_jcts(wl)
+            cls = np.array([j.job_class for j in wl.jobs])
+            for pol in opts.policies:
+                res = Simulator(wl, pol, seed=seed).run()
+                slow = res.jct_s / iso
+                crit, norm, be = (slow[cls == c] for c in ("critical", "normal", "best-effort"))
+                rows.append({
+                    "load": load, "seed": seed, "policy": pol, "n_critical": int(len(crit)),
+                    "critical_over_isolated_mean": float(crit.mean()) if len(crit) else float("nan"),
+                    "critical_over_isolated_max": float(crit.max()) if len(crit) else float("nan"),
+                    "normal_p99_slowdown": float(np.percentile(norm, 99)) if len(norm) else float("nan"),
+                    "best_effort_p99_slowdown": float(np.percentile(be, 99)) if len(be) else float("nan"),
+                    "best_effort_max_slowdown": float(be.max()) if len(be) else float("nan"),
+                    "files_mean_slowdown": float(np.mean(res.bg_slowdown)) if len(res.bg_slowdown) else float("nan"),
+                })
+    return rows
+
+
+def _floats(text: str, name: str, kind=float) -> tuple:
+    try:
+        return tuple(kind(x) for x in text.split(","))
+    except ValueError:
+        raise ValidationError(f"--{name}: expected comma-separated numbers, got {text!r}") from None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--loads", default="0.5,0.7,0.9")
+    ap.add_argument("--seeds", default="0", help="comma-separated workload seeds")
+    ap.add_argument("--jobs", type=int, default=60, help="jobs, DL jobs and files together")
+    ap.add_argument("--hosts", type=int, default=20)
+    ap.add_argument("--critical", type=float, default=0.1, help="share of DL jobs marked critical")
+    ap.add_argument("--best-effort", type=float, default=0.2, help="share of DL jobs marked best-effort")
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
+    args = ap.parse_args(argv)
+    try:
+        opts = ClassesOptions(loads=_floats(args.loads, "loads"), seeds=_floats(args.seeds, "seeds", int),
+                              n_jobs=args.jobs, n_hosts=args.hosts, critical=args.critical,
+                              best_effort=args.best_effort, policies=tuple(args.policies.split(",")))
+        if not (0 <= opts.critical and 0 <= opts.best_effort and opts.critical + opts.best_effort <= 1):
+            raise ValidationError("--critical, --best-effort: shares >= 0 that sum to at most 1")
+        rows = measure(opts)
+    except (ValidationError, KeyError) as exc:
+        print(f"bench_classes: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"rows": rows}))
+        return 0
+    print(f"{opts.n_jobs} jobs (DL and files) on {opts.n_hosts} hosts, DL jobs {opts.critical:.0%} critical, "
+          f"{opts.best_effort:.0%} best-effort; slowdown = JCT / isolated JCT")
+    print(f"{'load':>5} {'seed':>4} {'policy':>10} {'crit mean':>9} {'crit max':>9} {'normal p99':>10} "
+          f"{'be p99':>8} {'be max':>8} {'files':>7}")
+    for r in rows:
+        print(f"{r['load']:5.2f} {r['seed']:4d} {r['policy']:>10} {r['critical_over_isolated_mean']:9.3f} "
+              f"{r['critical_over_isolated_max']:9.3f} {r['normal_p99_slowdown']:10.3f} "
+              f"{r['best_effort_p99_slowdown']:8.3f} {r['best_effort_max_slowdown']:8.3f} "
+              f"{r['files_mean_slowdown']:7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
