@@ -191,11 +191,14 @@ def test_a_critical_job_on_ports_other_critical_jobs_hold_is_refused_or_demoted_
                            "until 1.200 s; its ports are all free from 1.200 s (daemon clock)")
     assert "b" not in reg.jobs and reg.critical_refused == 1
     # its client asked for normal instead: admitted as normal, holding nothing
-    assert "job_id" in st.submit_job({"job": critical("b", "h0", "h2"), "if_unguaranteed": "normal"}, 0.5)
+    # (the reply says the class it runs in, status counts it)
+    assert st.submit_job({"job": critical("b", "h0", "h2"), "if_unguaranteed": "normal"}, 0.5) == {
+        "job_id": "b", "class": "normal"}
     assert reg.jobs["b"].job.job_class == "normal" and reg.jobs["b"].guard_until_s == -math.inf
     assert reg.critical_demoted == 1
+    assert st.status({}, 0.5)["critical"] == {"refused": 1, "admitted_as_normal": 1}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
-    assert "job_id" in st.submit_job({"job": critical("c", "h2", "h3")}, 0.5)
+    assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
     assert reg.jobs["c"].job.job_class == "critical"
     assert "job_id" in submit(st, "n", None, 0.6)
     # into h3 (c's until 1.7 s) and out of h0 (a's until 1.2 s): the port held longest is named

@@ -238,7 +238,11 @@ class SchedulerState:
             self.plan_book.policy_event("node_done", js.job.id, nid)
         # the client names the job by its own id; with keys, its flows' ids (agents,
         # schedules) start with the scoped one (jobs.scoped_id), given as flow_job
-        return {"job_id": js.name} | ({"flow_job": js.job.id} if js.job.id != js.name else {})
+        reply = {"job_id": js.name} | ({"flow_job": js.job.id} if js.job.id != js.name else {})
+        if js.job.job_class != "normal" or body["job"].get("class", "normal") != "normal":
+            # the class it runs in; a critical job admitted as normal (if_unguaranteed) learns so
+            reply["class"] = js.job.job_class
+        return reply
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record that a transfer started sending."""
@@ -458,6 +462,8 @@ class SchedulerState:
         out = status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
                           loop=self.loop, inflight=self.client_inflight)
+        out["critical"] = {"refused": self.job_registry.critical_refused,
+                           "admitted_as_normal": self.job_registry.critical_demoted}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
         out["jobs_not_resumed"] = dict(self.not_restored[:50])
