@@ -172,3 +172,52 @@ def background_shares(rates: np.ndarray, flows, cap_e: np.ndarray, cap_i: np.nda
     if not len(rates) or not bg.any():
         return rates
     return fixed_then_maxmin(np.where(bg, np.nan, rates), flows.src, flows.dst, cap_e, cap_i)
+
+
+def coflow_loads(view: SchedulerView, background: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The coflows of ``view`` and their loads: each arrived, unfinished job's unfinished
+    transfers, and (with ``background``) each sending background flow alone.
+
+    Returns
+    -------
+    jobs : ndarray of int, shape (J,)
+        The jobs' indices, coflows ``0..J-1``.
+    bgs : ndarray of int, shape (B,)
+        The background flows' indices, coflows ``J..J+B-1``.
+    load : ndarray, shape (J + B, 2 * n_hosts)
+        Each coflow's bytes left on each port over its rate (egress ports, then ingress), seconds.
+    """
+    dag, cl = view.dag, view.cluster
+    h = len(cl)
+    jobs = np.flatnonzero(view.job_arrived & ~view.job_done)
+    tr = np.flatnonzero((dag.kind == TRANSFER) & view.job_arrived[dag.job_of]
+                        & ~view.job_done[dag.job_of] & (view.node_state != DONE))
+    pos = np.full(dag.n_jobs, -1, dtype=np.int64)
+    pos[jobs] = np.arange(len(jobs))
+    f = view.flows
+    bgs = np.unique(f.bg[f.bg >= 0]) if background else np.zeros(0, dtype=np.int64)
+    load = np.zeros((len(jobs) + len(bgs), 2 * h))
+    rem = view.remaining[tr]
+    np.add.at(load, (pos[dag.job_of[tr]], dag.src[tr]), rem / cl.egress_Bps[dag.src[tr]])
+    np.add.at(load, (pos[dag.job_of[tr]], h + dag.dst[tr]), rem / cl.ingress_Bps[dag.dst[tr]])
+    if len(bgs):
+        sel = f.bg >= 0
+        bpos = np.searchsorted(bgs, f.bg[sel]) + len(jobs)
+        np.add.at(load, (bpos, f.src[sel]), f.remaining[sel] / cl.egress_Bps[f.src[sel]])
+        np.add.at(load, (bpos, h + f.dst[sel]), f.remaining[sel] / cl.ingress_Bps[f.dst[sel]])
+    return jobs, bgs, load
+
+
+def coflow_ranks(order: np.ndarray, view: SchedulerView, jobs: np.ndarray,
+                 bgs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-job and per-background-flow ranks from a coflow ``order`` (first served first) of
+    :func:`coflow_loads`' coflows; jobs and flows outside it rank after all of them."""
+    nc = len(jobs) + len(bgs)
+    rank = np.empty(nc, dtype=np.int64)
+    rank[order] = np.arange(nc)
+    job_rank = np.full(view.dag.n_jobs, nc, dtype=np.int64)
+    job_rank[jobs] = rank[:len(jobs)]
+    bg_rank = np.full(len(view.bg_src), nc, dtype=np.int64)
+    bg_rank[bgs] = rank[len(jobs):]
+    return job_rank, bg_rank
+

@@ -8,7 +8,6 @@ from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
 from jitsched.model import TRANSFER
 from jitsched.policies.base import (
-    DONE,
     Allocation,
     Policy,
     SchedulerView,
@@ -18,6 +17,8 @@ from jitsched.policies.base import (
 from jitsched.policies.common import (
     background_shares,
     check_slot_s,
+    coflow_loads,
+    coflow_ranks,
     ranked_schedule,
     unfinished_transfers,
 )
@@ -135,33 +136,9 @@ class SincroniaPolicy(Policy):
             self._stale = True
 
     def _reorder(self, view: SchedulerView) -> None:
-        dag, cl = view.dag, view.cluster
-        h = len(cl)
-        jobs = np.flatnonzero(view.job_arrived & ~view.job_done)
-        tr = np.flatnonzero((dag.kind == TRANSFER) & view.job_arrived[dag.job_of]
-                            & ~view.job_done[dag.job_of] & (view.node_state != DONE))
-        pos = np.full(dag.n_jobs, -1, dtype=np.int64)
-        pos[jobs] = np.arange(len(jobs))
-        f = view.flows
         # "last": no background coflow in the order; every one ranks after the jobs
-        bgs = np.unique(f.bg[f.bg >= 0]) if self.background == "coflows" else np.zeros(0, dtype=np.int64)
-        nc = len(jobs) + len(bgs)
-        load = np.zeros((nc, 2 * h))
-        rem = view.remaining[tr]
-        np.add.at(load, (pos[dag.job_of[tr]], dag.src[tr]), rem / cl.egress_Bps[dag.src[tr]])
-        np.add.at(load, (pos[dag.job_of[tr]], h + dag.dst[tr]), rem / cl.ingress_Bps[dag.dst[tr]])
-        if len(bgs):
-            sel = f.bg >= 0
-            bpos = np.searchsorted(bgs, f.bg[sel]) + len(jobs)
-            np.add.at(load, (bpos, f.src[sel]), f.remaining[sel] / cl.egress_Bps[f.src[sel]])
-            np.add.at(load, (bpos, h + f.dst[sel]), f.remaining[sel] / cl.ingress_Bps[f.dst[sel]])
-        order = bssi_order(load)
-        rank = np.empty(nc, dtype=np.int64)
-        rank[order] = np.arange(nc)
-        self._job_rank = np.full(dag.n_jobs, nc, dtype=np.int64)
-        self._job_rank[jobs] = rank[:len(jobs)]
-        self._bg_rank = np.full(len(view.bg_src), nc, dtype=np.int64)
-        self._bg_rank[bgs] = rank[len(jobs):]
+        jobs, bgs, load = coflow_loads(view, background=self.background == "coflows")
+        self._job_rank, self._bg_rank = coflow_ranks(bssi_order(load), view, jobs, bgs)
         self._stale = False
         self.orderings += 1
 
