@@ -135,25 +135,33 @@ class SincroniaPolicy(Policy):
         if self.recompute != "arrivals":
             self._stale = True
 
+    def _order(self, load: np.ndarray) -> np.ndarray:
+        """The coflow order (first served first) for coflows of ``load`` (C, P): BSSI."""
+        return bssi_order(load)
+
     def _reorder(self, view: SchedulerView) -> None:
         # "last": no background coflow in the order; every one ranks after the jobs
         jobs, bgs, load = coflow_loads(view, background=self.background == "coflows")
-        self._job_rank, self._bg_rank = coflow_ranks(bssi_order(load), view, jobs, bgs)
+        self._job_rank, self._bg_rank = coflow_ranks(self._order(load), view, jobs, bgs)
         self._stale = False
         self.orderings += 1
+
+    def flow_ranks(self, view: SchedulerView) -> np.ndarray:
+        """Each flow of ``view.flows``' coflow rank (re-ordering first if due), shape (F,)."""
+        f = view.flows
+        if self._stale or len(self._job_rank) != view.dag.n_jobs:
+            self._reorder(view)
+        # a background flow that arrived since the last ordering waits behind ranked coflows
+        bg_rank = self._bg_rank[np.maximum(f.bg, 0)] if len(self._bg_rank) else np.zeros(len(f), dtype=np.int64)
+        job_rank = self._job_rank[np.maximum(f.job, 0)] if len(self._job_rank) else 0
+        return np.where(f.job >= 0, job_rank, bg_rank)
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Greedy rates in coflow order, flows in node order inside a coflow (bytes/s)."""
         f = view.flows
-        if self._stale or len(self._job_rank) != view.dag.n_jobs:
-            self._reorder(view)
+        rank = self.flow_ranks(view)
         if len(f) == 0:
             return Allocation(np.zeros(0))
-        is_job = f.job >= 0
-        # a background flow that arrived since the last ordering waits behind ranked coflows
-        bg_rank = self._bg_rank[np.maximum(f.bg, 0)] if len(self._bg_rank) else np.zeros(len(f), dtype=np.int64)
-        job_rank = self._job_rank[np.maximum(f.job, 0)] if len(self._job_rank) else 0
-        rank = np.where(is_job, job_rank, bg_rank)
         order = np.lexsort((f.bg, f.node, rank))
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         rates = priority_greedy(order, f.src, f.dst, cap_e, cap_i)

@@ -5,21 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from jitsched.alloc import priority_greedy
-from jitsched.model import TRANSFER
-from jitsched.policies.base import (
-    Allocation,
-    Policy,
-    SchedulerView,
-    SlotSchedule,
-    register_policy,
-)
-from jitsched.policies.common import (
-    check_slot_s,
-    coflow_loads,
-    coflow_ranks,
-    ranked_schedule,
-    unfinished_transfers,
-)
+from jitsched.policies.base import Allocation, SchedulerView, register_policy
+from jitsched.policies.sincronia import SincroniaPolicy
 
 
 def effective_bottleneck(load: np.ndarray) -> np.ndarray:
@@ -88,14 +75,16 @@ def madd_rates(src: np.ndarray, dst: np.ndarray, remaining: np.ndarray, group: n
 
 
 @register_policy
-class VarysPolicy(Policy):
+class VarysPolicy(SincroniaPolicy):
     """Coflows (all transfers of one DAG job; each background flow alone) in smallest-effective-
     bottleneck-first order, MADD rates, then the spare capacity handed out in that order.
 
     The order is computed from the coflows' unfinished bytes at arrivals and
-    completions; the rates at every allocation, MADD on the flows that may send
-    now, then a greedy pass in coflow order over what MADD left
-    (work conservation, Varys's backfilling).
+    completions (as Sincronia's ``recompute="events"``); the rates at every
+    allocation, MADD on the flows that may send now, then a greedy pass in
+    coflow order over what MADD left (work conservation, Varys's backfilling).
+    A daemon's agents get the order as ranks (MADD's equal finishing inside a
+    coflow is not enforced there).
 
     Parameters
     ----------
@@ -104,53 +93,21 @@ class VarysPolicy(Policy):
     """
 
     name = "varys"
-    needs_dag = False
     role = "baseline"
     role_rank = 2
 
     def __init__(self, slot_s: float = 0.1) -> None:
-        self.slot_s = check_slot_s(slot_s)
-        self._stale = True
-        self._job_rank = np.zeros(0, dtype=np.int64)
-        self._bg_rank = np.zeros(0, dtype=np.int64)
-        self.orderings = 0
+        super().__init__(recompute="events", slot_s=slot_s, background="coflows")
 
-    def reset(self, cluster) -> None:
-        self.cluster = cluster
-        self._stale = True
-        self.orderings = 0
-
-    def on_job_arrival(self, view: SchedulerView, job: int) -> None:
-        self._stale = True
-
-    def on_flow_arrival(self, view: SchedulerView, bg: int) -> None:
-        self._stale = True
-
-    def on_node_done(self, view: SchedulerView, node: int) -> None:
-        if view.dag.kind[node] == TRANSFER and view.job_done[view.dag.job_of[node]]:
-            self._stale = True
-
-    def on_flow_done(self, view: SchedulerView, bg: int) -> None:
-        self._stale = True
-
-    def _reorder(self, view: SchedulerView) -> None:
-        jobs, bgs, load = coflow_loads(view)
-        order = np.argsort(effective_bottleneck(load), kind="stable")
-        self._job_rank, self._bg_rank = coflow_ranks(order, view, jobs, bgs)
-        self._stale = False
-        self.orderings += 1
+    def _order(self, load: np.ndarray) -> np.ndarray:
+        return np.argsort(effective_bottleneck(load), kind="stable")
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """MADD rates in SEBF order, then spare capacity greedily in the same order (bytes/s)."""
         f = view.flows
-        if self._stale or len(self._job_rank) != view.dag.n_jobs:
-            self._reorder(view)
+        rank = self.flow_ranks(view)
         if len(f) == 0:
             return Allocation(np.zeros(0))
-        is_job = f.job >= 0
-        bg_rank = self._bg_rank[np.maximum(f.bg, 0)] if len(self._bg_rank) else np.zeros(len(f), dtype=np.int64)
-        job_rank = self._job_rank[np.maximum(f.job, 0)] if len(self._job_rank) else 0
-        rank = np.where(is_job, job_rank, bg_rank)
         # dense groups in rank order (flows that arrived since the ordering share the last)
         _, group = np.unique(rank, return_inverse=True)
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
@@ -158,21 +115,7 @@ class VarysPolicy(Policy):
         left_e = np.maximum(cap_e - np.bincount(f.src, weights=rates, minlength=len(cap_e)), 0.0)
         left_i = np.maximum(cap_i - np.bincount(f.dst, weights=rates, minlength=len(cap_i)), 0.0)
         order = np.lexsort((f.bg, f.node, rank))
-        rates = rates + priority_greedy(order, f.src, f.dst, left_e, left_i)
-        return Allocation(rates)
-
-    def schedule(self, view: SchedulerView) -> SlotSchedule | None:
-        """Every unfinished transfer of the active jobs with its job's SEBF rank, for host agents
-        (the agents rank; MADD's equal finishing inside a coflow is not enforced there)."""
-        self._reorder(view)
-        nodes = unfinished_transfers(view)
-        if not len(nodes):
-            return None
-        _, rank = np.unique(self._job_rank[view.dag.job_of[nodes]], return_inverse=True)
-        return ranked_schedule(view, nodes, rank.ravel(), self.slot_s)
-
-    def stats(self) -> dict:
-        return {"orderings": self.orderings}
+        return Allocation(rates + priority_greedy(order, f.src, f.dst, left_e, left_i))
 
 
 __all__ = ["VarysPolicy", "effective_bottleneck", "madd_rates"]
