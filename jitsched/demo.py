@@ -18,6 +18,7 @@ from jitsched.config import DaemonConfig
 from jitsched.daemon.server import Daemon, wait_until
 from jitsched.errors import JitschedError
 from jitsched.model import Cluster, Job, Transfer
+from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.runner import JobResult, JobRunner, unregistered_max_bytes
 
 PAPER_LINK_BPS = 1e9
@@ -46,9 +47,9 @@ class DemoScale:
 
 
 QUICK = DemoScale(hosts=4, jobs=5, rate_per_s=0.5, link_mbit=40.0, max_compute_s=1.5,
-                  slot_s=0.1, models=("vgg16", "alexnet", "lenet"), byte_scale=0.01)
+                  slot_s=DEFAULT_SLOT_S, models=("vgg16", "alexnet", "lenet"), byte_scale=0.01)
 FULL = DemoScale(hosts=4, jobs=10, rate_per_s=0.4, link_mbit=40.0, max_compute_s=1.5,
-                 slot_s=0.1, models=("vgg16", "alexnet", "lenet", "inception"), byte_scale=0.02)
+                 slot_s=DEFAULT_SLOT_S, models=("vgg16", "alexnet", "lenet", "inception"), byte_scale=0.02)
 
 
 def model_job(model: str, ps: str, worker: str, job_id: str) -> tuple[Job, str]:

@@ -16,6 +16,7 @@ from jitsched.config import FULL, INCREMENTAL, DaemonConfig
 from jitsched.daemon.background import Announced, BackgroundTable
 from jitsched.daemon.jobs import JobRegistry, JobState
 from jitsched.model import Cluster, Job
+from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import SlotSchedule
 from jitsched.protocol import BACKGROUND_JOB
 
@@ -59,7 +60,7 @@ class PlanRequest:
     busy_egress: np.ndarray | None = None
     busy_ingress: np.ndarray | None = None
     rebase: bool = False
-    slot_s: float = 0.1  # the configured slot length (for bodies when the policy plans none)
+    slot_s: float = DEFAULT_SLOT_S  # the configured slot length (for bodies when the policy plans none)
     incarnation: int = 0  # the daemon process's, for the bodies
     # the announced background flows (full re-solves; increments keep the base's ranks)
     background: tuple[Announced, ...] = ()

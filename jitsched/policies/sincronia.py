@@ -7,6 +7,7 @@ import numpy as np
 from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
 from jitsched.model import TRANSFER
+from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import (
     Allocation,
     Policy,
@@ -99,7 +100,7 @@ class SincroniaPolicy(Policy):
     role = "baseline"
     role_rank = 1  # after tictac, the order bench.paper's tables and figures have always used
 
-    def __init__(self, recompute: str = "events", slot_s: float = 0.1, background: str = "coflows") -> None:
+    def __init__(self, recompute: str = "events", slot_s: float = DEFAULT_SLOT_S, background: str = "coflows") -> None:
         if recompute not in RECOMPUTE:
             raise ValidationError(f"recompute: expected one of {RECOMPUTE}, got {recompute!r}")
         if background not in BACKGROUNDS:

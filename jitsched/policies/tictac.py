@@ -10,6 +10,7 @@ import numpy as np
 from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
 from jitsched.model import COMPUTE, TRANSFER, DagArrays
+from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, Policy, SchedulerView, SlotSchedule, register_policy
 from jitsched.policies.common import (
     background_shares,
@@ -198,7 +199,7 @@ class TicTacPolicy(Policy):
     name = "tictac"
     role = "baseline"
 
-    def __init__(self, mode: str = "auto", background: str = "fair", slot_s: float = 0.1,
+    def __init__(self, mode: str = "auto", background: str = "fair", slot_s: float = DEFAULT_SLOT_S,
                  k_std: float = 0.0) -> None:
         self.slot_s = check_slot_s(slot_s)
         if isinstance(k_std, bool) or not isinstance(k_std, (int, float)) or not k_std >= 0 \

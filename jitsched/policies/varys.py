@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from jitsched.alloc import priority_greedy
+from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, SchedulerView, register_policy
 from jitsched.policies.sincronia import SincroniaPolicy
 
@@ -96,7 +97,7 @@ class VarysPolicy(SincroniaPolicy):
     role = "baseline"
     role_rank = 2
 
-    def __init__(self, slot_s: float = 0.1) -> None:
+    def __init__(self, slot_s: float = DEFAULT_SLOT_S) -> None:
         super().__init__(recompute="events", slot_s=slot_s, background="coflows")
 
     def _order(self, load: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from jitsched.agents.backends.base import FlowRate
+from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.testbed import Testbed
 from jitsched.testbed.bgtraffic import Receiver, connect, send_bytes
 
@@ -25,7 +26,7 @@ def _sleep_until(t: float) -> None:
             time.sleep(left - 0.0015)
 
 
-def measure_enforcement(tb: Testbed, *, n_flows: int = 3, slot_s: float = 0.1, n_slots: int = 30,
+def measure_enforcement(tb: Testbed, *, n_flows: int = 3, slot_s: float = DEFAULT_SLOT_S, n_slots: int = 30,
                         seed: int = 0, rate_range: tuple[float, float] = (0.05, 0.4),
                         background: bool = True, warmup_s: float = 0.5, port: int = 5301) -> dict:
     """Drive the tc backend with a random per-slot schedule and measure what arrives.

@@ -10,6 +10,7 @@ import numpy as np
 
 from jitsched.errors import ValidationError
 from jitsched.model import Background, Cluster, Host, Job, Transfer, Workload
+from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.testbed import DEFAULT_LINK_MBIT, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
@@ -211,7 +212,7 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
     return out
 
 
-def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = 0.1,
+def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = DEFAULT_SLOT_S,
             alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None,
             ingress_share: float = 1.0, baselines: tuple[str, ...] = (), announce_files: bool = False) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
