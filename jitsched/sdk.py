@@ -16,7 +16,7 @@ from typing import Any
 
 from jitsched.errors import JitschedError, RemoteError, ValidationError
 from jitsched.keys import DEFAULT_CLIENT
-from jitsched.model import Job
+from jitsched.model import CLASSES, Job
 from jitsched.protocol import ErrorCode, MsgType
 
 log = logging.getLogger("jitsched.sdk")
@@ -59,6 +59,9 @@ class TrainerOptions:
     max_pending : int
         Step reports waiting to be sent; past it, a step's report is merged
         into the newest waiting one (one message for several steps).
+    job_class : str, optional
+        The job's priority class (``critical``, ``normal``, ``best-effort``) when the
+        DAG does not carry one; None: the DAG's own (normal if it has none).
     """
 
     endpoint: str = "tcp://127.0.0.1:5555"
@@ -72,8 +75,11 @@ class TrainerOptions:
     retry_s: float = 2.0
     lease_renew_s: float = 60.0
     max_pending: int = 64
+    job_class: str | None = None
 
     def __post_init__(self) -> None:
+        if self.job_class is not None and self.job_class not in CLASSES:
+            raise ValidationError(f"job_class: expected one of {', '.join(CLASSES)}, got {self.job_class!r}")
         for name in ("request_timeout_s", "retry_s", "lease_renew_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -178,6 +184,10 @@ class Trainer:
         else:
             self.template = job.to_dict() if isinstance(job, Job) else dict(job)
             self.job_id = str(self.template.get("id", ""))
+            if self.options.job_class is not None and self.options.job_class != "normal":
+                self.template["class"] = self.options.job_class
+            elif self.options.job_class == "normal":
+                self.template.pop("class", None)
         if not self.job_id:
             raise ValidationError("job: a job id is required")
         self.flow_job: str | None = None  # the id the job's flows go by (with keys, client-scoped)

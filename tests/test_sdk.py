@@ -58,7 +58,7 @@ def _opts(endpoint: str, **kw) -> TrainerOptions:
 def test_options_refuse_bad_values_naming_the_field():
     for kw, words in (({"request_timeout_s": 0}, "request_timeout_s"), ({"retry_s": float("nan")}, "retry_s"),
                       ({"lease_renew_s": True}, "lease_renew_s"), ({"max_pending": 0}, "max_pending"),
-                      ({"endpoint": "localhost"}, "endpoint")):
+                      ({"endpoint": "localhost"}, "endpoint"), ({"job_class": "urgent"}, "job_class")):
         with pytest.raises(ValidationError, match=words):
             TrainerOptions(**kw)
     with pytest.raises(ValidationError, match="job id"):
@@ -212,3 +212,12 @@ def test_a_process_of_a_job_registered_elsewhere_only_counts_its_steps():
         assert follower.flow_job == "train" and follower.stats.sent == 0
         follower.close()
         owner.close()
+
+
+def test_a_trainer_registers_its_job_in_the_class_it_is_given():
+    with daemon() as d:
+        tr = Trainer(JOB, _opts(d.job_endpoint, job_class="critical"))
+        tr.step_done(0.01)
+        assert wait_until(lambda: tr.stats.sent == 1, 5.0), tr.stats
+        assert d.state.job_registry.jobs["train"].job.job_class == "critical"
+        tr.close()
