@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import uuid
 
 import torch
 
+from bench.bench_faults import free_ports
 from jitsched.adapters.pytorch import LayerTimer, TorchTrainer, parameter_layers
 from jitsched.agents.agent import Agent
 from jitsched.client import Client
@@ -123,12 +123,6 @@ def test_a_torch_trainer_registers_the_captured_dag_after_its_first_step():
 # ---------------------------------------------------------------- real training processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def system(hosts=("h0", "h1")):
     """A daemon (jit) and a record agent per host, local sockets in a namespace of their own."""
@@ -187,7 +181,7 @@ def test_a_real_training_process_registers_once_and_the_daemon_learns_its_20_ite
 def test_two_gloo_processes_connections_are_attached_and_classified_on_both_hosts():
     iters = 150
     with system() as (d, agents, ns):
-        common = ["--master", f"127.0.0.1:{_free_port()}", "--iterations", str(iters), "--width", "512",
+        common = ["--master", f"127.0.0.1:{free_ports(1)[0]}", "--iterations", str(iters), "--width", "512",
                   "--agent-namespace", ns]
         procs = [_train(d.job_endpoint, "--rank", "0", "--host", "h0", "--peer", "127.0.0.1=h1", *common, hold=True),
                  _train(d.job_endpoint, "--rank", "1", "--host", "h1", "--peer", "127.0.0.1=h0", *common, hold=True)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import time
 
 import pytest
 
+from bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
@@ -20,12 +20,6 @@ from jitsched.synth import VGG16_LAYERS, layer_chain_job
 
 JOB = layer_chain_job("train", "h0", "h1", VGG16_LAYERS[:3])
 N_COMPUTES = len(JOB.computes)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _daemon(port: int | str = "*", **kw) -> Daemon:
@@ -86,7 +80,7 @@ def test_a_training_loop_registers_once_and_sends_one_message_per_step():
 
 def test_without_a_daemon_steps_cost_microseconds_it_says_so_once_and_resumes_when_one_comes(caplog):
     caplog.set_level(logging.INFO, logger="jitsched.sdk")
-    port = _free_port()
+    port = free_ports(1)[0]
     endpoint = f"tcp://127.0.0.1:{port}"
     tr = Trainer(JOB, _opts(endpoint))
     try:
@@ -132,7 +126,7 @@ def test_without_a_daemon_steps_cost_microseconds_it_says_so_once_and_resumes_wh
 
 
 def test_steps_queued_while_the_daemon_is_slow_are_merged_into_fewer_messages():
-    port = _free_port()
+    port = free_ports(1)[0]
     endpoint = f"tcp://127.0.0.1:{port}"
     # the first request waits for a daemon that is not there yet (5 s timeout): the
     # steps queue up, at most 3 messages' worth

@@ -77,24 +77,25 @@ class LayerTimer:
                     self._handles.append(p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad(i)))
         self._handles.append(model.register_forward_hook(self._fwd_end))
 
-    def _fwd_start(self, i: int) -> None:
-        if not self._on:
-            return
-        now = time.perf_counter()
-        if self._open is not None:
-            j, t = self._open
-            self.fwd_s[j] += now - t
-        self._open = (i, now)
-        self._calls.append(i)
-
-    def _fwd_end(self, _m, _a, out) -> None:
-        if not self._on:
-            return
+    def _close_forward(self) -> float:
+        """End the open forward segment (its layer gets the time since it began); returns now."""
         now = time.perf_counter()
         if self._open is not None:
             j, t = self._open
             self.fwd_s[j] += now - t
             self._open = None
+        return now
+
+    def _fwd_start(self, i: int) -> None:
+        if not self._on:
+            return
+        self._open = (i, self._close_forward())
+        self._calls.append(i)
+
+    def _fwd_end(self, _m, _a, out) -> None:
+        if not self._on:
+            return
+        now = self._close_forward()
         self._bwd_from = now
         self._left = [sum(1 for p in ps if p.requires_grad) for ps in self._params]
         torch = _torch()
