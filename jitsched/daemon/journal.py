@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,19 +208,21 @@ class Journal:
 
     # ------------------------------------------------------------------ events
 
-    def _synced(self, sql: str, args: tuple) -> sqlite3.Cursor:
-        """Execute one statement as a transaction fsynced before it returns."""
+    @contextlib.contextmanager
+    def _fsynced(self) -> Iterator[sqlite3.Connection]:
+        """The transactions run inside are fsynced before they return (``synchronous=FULL``)."""
         self.db.execute("PRAGMA synchronous=FULL")
         try:
-            return self.db.execute(sql, args)
+            yield self.db
         finally:
             self.db.execute("PRAGMA synchronous=NORMAL")
 
     def submitted(self, job_id: str, job_map: dict, owner: str | None, submitted_s: float) -> int:
         """Record a job as submitted (fsynced); returns its row, which names it in later events."""
         blob = msgpack.packb(job_map, use_bin_type=True)
-        cur = self._synced("INSERT INTO jobs (job_id, owner, job, submitted_s) VALUES (?, ?, ?, ?)",
-                           (job_id, owner, blob, submitted_s))
+        with self._fsynced() as db:
+            cur = db.execute("INSERT INTO jobs (job_id, owner, job, submitted_s) VALUES (?, ?, ?, ?)",
+                             (job_id, owner, blob, submitted_s))
         self.writes += 1
         return int(cur.lastrowid)
 
@@ -230,24 +234,16 @@ class Journal:
 
     def ended(self, row: int, state: str, t_s: float, jct_s: float | None = None, error: str = "") -> None:
         """Record that job ``row`` ended as ``state`` (fsynced); its map and events are dropped."""
-        db = self.db
-        db.execute("PRAGMA synchronous=FULL")
-        try:
-            self._end(row, state, t_s, jct_s, error)
-        finally:
-            db.execute("PRAGMA synchronous=NORMAL")
-
-    def _end(self, row: int, state: str, t_s: float, jct_s: float | None, error: str) -> None:
-        db = self.db
-        db.execute("BEGIN")
-        try:
-            db.execute("UPDATE jobs SET state = ?, ended_s = ?, jct_s = ?, error = ?, job = NULL "
-                       "WHERE row = ?", (state, t_s, jct_s, error, row))
-            db.execute("DELETE FROM events WHERE row = ?", (row,))
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+        with self._fsynced() as db:
+            db.execute("BEGIN")
+            try:
+                db.execute("UPDATE jobs SET state = ?, ended_s = ?, jct_s = ?, error = ?, job = NULL "
+                           "WHERE row = ?", (state, t_s, jct_s, error, row))
+                db.execute("DELETE FROM events WHERE row = ?", (row,))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
         self.writes += 1
 
     def forget(self, rows: list[int]) -> None:
@@ -307,11 +303,7 @@ class Journal:
         for row, job_id, owner, blob, sub in self.db.execute(
                 "SELECT row, job_id, owner, job, submitted_s FROM jobs WHERE state = 'running' ORDER BY row"):
             # one unreadable row is that job's problem (reported, ended), not every job's
-            try:
-                job_map = msgpack.unpackb(blob, raw=False)
-                error = "" if isinstance(job_map, dict) else f"its job is a {type(job_map).__name__}, not a map"
-            except Exception as exc:  # noqa: BLE001 - NULL, truncated or not msgpack at all
-                job_map, error = None, f"its job cannot be unpacked ({type(exc).__name__})"
+            job_map, error = _unpack_job(blob)
             if error:
                 out[row] = JournalJob(row, {"id": str(job_id)}, owner, float(sub or 0.0), error=error)
                 continue
@@ -335,6 +327,17 @@ class Journal:
         self.db.execute("DELETE FROM templates WHERE row NOT IN (SELECT row FROM jobs)")
         self.writes += 1
         return cur.rowcount
+
+
+def _unpack_job(blob: bytes | None) -> tuple[dict | None, str]:
+    """A journalled job map and "", or None and why it cannot be read back."""
+    try:
+        job_map = msgpack.unpackb(blob, raw=False)
+    except Exception as exc:  # noqa: BLE001 - NULL, truncated or not msgpack at all
+        return None, f"its job cannot be unpacked ({type(exc).__name__})"
+    if not isinstance(job_map, dict):
+        return None, f"its job is a {type(job_map).__name__}, not a map"
+    return job_map, ""
 
 
 # ---------------------------------------------------------------------- check and salvage
@@ -433,17 +436,16 @@ def _read_all(path: Path) -> tuple[JournalReport, dict]:
     finally:
         db.close()
     report.jobs, report.events, report.flows = len(data["jobs"]), len(data["events"]), len(data["background"])
+    data["bad_rows"] = set()  # running jobs whose map cannot be read back
     for row, job_id, _owner, blob, _sub, state, *_ in data["jobs"]:
         if state != "running":
             continue
-        try:
-            ok = isinstance(msgpack.unpackb(blob, raw=False), dict)
-        except Exception:  # noqa: BLE001 - NULL, truncated or not msgpack
-            ok = False
-        if ok:
-            report.running += 1
+        _, error = _unpack_job(blob)
+        if error:
+            data["bad_rows"].add(row)
+            report.unreadable.append(f"job {job_id!r} (row {row}): {error}")
         else:
-            report.unreadable.append(f"job {job_id!r} (row {row}): its job map cannot be unpacked")
+            report.running += 1
     return report, data
 
 
@@ -479,13 +481,8 @@ def recover_journal(path: str | Path, out: str | Path) -> JournalReport:
         db.execute("BEGIN")
         db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", data["meta"])
         for row, job_id, owner, blob, sub, state, ended_s, jct_s, error in data["jobs"]:
-            if state == "running":
-                try:
-                    ok = isinstance(msgpack.unpackb(blob, raw=False), dict)
-                except Exception:  # noqa: BLE001 - as in _read_all
-                    ok = False
-                if not ok:
-                    state, blob, error = "failed", None, "its job map could not be recovered"
+            if state == "running" and row in data["bad_rows"]:
+                state, blob, error = "failed", None, "its job map could not be recovered"
             db.execute("INSERT INTO jobs (row, job_id, owner, job, submitted_s, state, ended_s, jct_s, error) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (row, job_id, owner, blob, sub or 0.0, state or "failed", ended_s, jct_s, error))
