@@ -283,6 +283,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
               + (f" owner {escape(s['owner'])}" if s.get("owner") else "")
               + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
+        rec = s.get("recurring")
+        if rec:
+            print(f"    recurring {escape(j)}: {rec.get('iterations', 0)} iterations"
+                  + (f", mean {rec['iteration_s_mean']:.3f} s, p95 {rec['iteration_s_p95']:.3f} s"
+                     if rec.get("iteration_s_mean") is not None else "")
+                  + (f", estimates off by {100 * rec['estimate_error']:.1f} %"
+                     if rec.get("estimate_error") is not None else ""))
     bg = st.get("background") or {}
     if bg.get("announced") or bg.get("restored"):
         print(f"  background: {_count(bg['held'], 'announced flow')} held ({bg['announced']} announced, "
@@ -302,14 +309,6 @@ def cmd_status(args: argparse.Namespace) -> int:
               "submissions are refused until it can be written")
     for j, why in (st.get("jobs_not_resumed") or {}).items():
         print(f"  job {escape(j)} not resumed after the restart: {escape(why)}")
-    for j, r in st["jobs"].items():
-        rec = r.get("recurring")
-        if rec:
-            print(f"  recurring {escape(j)}: {rec.get('iterations', 0)} iterations"
-                  + (f", mean {rec['iteration_s_mean']:.3f} s, p95 {rec['iteration_s_p95']:.3f} s"
-                     if rec.get("iteration_s_mean") is not None else "")
-                  + (f", estimates off by {100 * rec['estimate_error']:.1f} %"
-                     if rec.get("estimate_error") is not None else ""))
     loop = st.get("loop") or {}
     if loop.get("loop_errors"):
         print(f"  loop: {loop['loop_errors']} messages failed inside the daemon (contained; see its log)")
