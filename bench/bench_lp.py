@@ -1,14 +1,11 @@
-"""Bandwidth-LP planning time and plan quality for 10..80, 1000 and 5000 concurrent VGG16 jobs, new code beside the old."""
+"""Bandwidth-LP planning time and plan quality for 10..80, 1000 and 5000 concurrent VGG16 jobs, the default options beside variants."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,15 +17,11 @@ import numpy as np
 
 from jitsched import lp as lp_module
 from jitsched.model import Cluster, compile_jobs
-from jitsched.planner import PlanOptions, lp_deadlines, plan_jobs
+from jitsched.planner import DEFAULT_SLOT_S, PlanOptions, lp_deadlines, plan_jobs
 from jitsched.synth import random_vgg16_jobs
 
 PAPER = "paper (Gurobi): under 1 s up to 70 jobs"
 GOALS = {70: 0.05, 1000: 1.0}  # the goal: LP seconds at 70 and 1000 jobs (100 hosts)
-ROOT = Path(__file__).resolve().parents[1]
-# A commit whose LP has none of the variants below: the "old" variant runs its
-# jitsched/lp.py on the same inputs.
-BASELINE_REV = "7936bc1"
 # Option sets, each a column of the output: "new" is the default pipeline, the
 # rest switch one of its parts off (or a solver on) to show its effect.
 VARIANTS = {
@@ -39,28 +32,11 @@ VARIANTS = {
     "lp-coarse32": {"lowest_peak": False, "fine_slots": 32},
     "lp-simplex": {"lowest_peak": False, "solver": "simplex"},
     "lp-ipm": {"lowest_peak": False, "solver": "ipm"},
-    "old": None,
 }
 
 
-def baseline_module(rev: str = BASELINE_REV):
-    """``jitsched/lp.py`` as of commit ``rev``, imported under its own name, or None without git."""
-    try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:jitsched/lp.py"], check=True,
-                             capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    path = Path(tempfile.mkdtemp()) / "lp_baseline.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("jitsched_lp_baseline", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def lp_inputs(plan, size: np.ndarray) -> tuple[tuple, dict]:
-    """The arguments :func:`plan_jobs` gave the LP (no residuals, no ``min_lat_s``); the old code takes no ``group``."""
+    """The arguments :func:`plan_jobs` gave the LP (no residuals, no ``min_lat_s``)."""
     dag, chosen, origin = plan.dag, plan.scheduled, plan.origin_s
     args = (dag.src[chosen], dag.dst[chosen], size[chosen],
             np.maximum(plan.lat.release[chosen] - origin, 0.0),
@@ -77,7 +53,7 @@ def quality(sol) -> dict:
 
 
 def run(n_jobs: int, n_hosts: int, repeat: int, variants: list[str], objective: str, slot_s: float,
-        alpha: float, seed: int, old=None, time_limit_s: float = 600.0) -> dict:
+        alpha: float, seed: int, time_limit_s: float = 600.0) -> dict:
     """Medians over ``repeat`` rounds; each round runs every variant once on the same inputs (interleaved)."""
     cluster = Cluster.uniform(n_hosts, 1e9)
     dag = compile_jobs(random_vgg16_jobs(n_jobs, cluster.names, seed=seed), cluster)
@@ -92,12 +68,8 @@ def run(n_jobs: int, n_hosts: int, repeat: int, variants: list[str], objective: 
         args, kw = lp_inputs(plan, dag.size)
         kw.update(slot_s=slot_s, objective=objective, time_limit_s=time_limit_s)
         for v in variants:
-            if v == "old":
-                solve, extra = old.solve_bandwidth_lp, {k: x for k, x in kw.items() if k != "group"}
-            else:
-                solve, extra = lp_module.solve_bandwidth_lp, {**kw, **VARIANTS[v]}
             t0 = time.perf_counter()
-            sols[v] = solve(*args, **extra)
+            sols[v] = lp_module.solve_bandwidth_lp(*args, **kw, **VARIANTS[v])
             walls[v].append(time.perf_counter() - t0)
             if walls[v][-1] > 1.0:
                 print(f"  {n_jobs} jobs, {v}: {walls[v][-1]:.1f} s", file=sys.stderr, flush=True)
@@ -127,28 +99,25 @@ def main(argv=None) -> int:
                     help="sizes, JOBS or JOBS:HOSTS (default hosts: --hosts)")
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=5, help="rounds per size (medians); 3 from 500 jobs on")
-    ap.add_argument("--variants", nargs="*", default=["new", "old"], choices=list(VARIANTS),
+    ap.add_argument("--variants", nargs="*", default=["new", "lp"], choices=list(VARIANTS),
                     help="new: default options; lp*: lowest_peak off (the LP always solved), with one "
-                         "more change; old: the LP code of " + BASELINE_REV)
-    ap.add_argument("--old-max-jobs", type=int, default=1000,
-                    help="run the old code (and the lp-each variant) only up to this many jobs")
+                         "more change")
+    ap.add_argument("--each-max-jobs", type=int, default=1000,
+                    help="run the lp-each variant (one LP per job) only up to this many jobs")
     ap.add_argument("--objective", default="balanced", choices=["balanced", "minmax"])
-    ap.add_argument("--slot-s", type=float, default=0.1)
+    ap.add_argument("--slot-s", type=float, default=DEFAULT_SLOT_S)
     ap.add_argument("--alpha", type=float, default=0.4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    old = baseline_module() if "old" in args.variants else None
-    if "old" in args.variants and old is None:
-        print(f"no git checkout with {BASELINE_REV}: the old variant is skipped", file=sys.stderr)
     runs = []
     for spec in args.jobs:
         n, hosts = parse_size(spec, args.hosts)
         variants = [v for v in args.variants
-                    if not (v in ("old", "lp-each") and (n > args.old_max_jobs or (v == "old" and old is None)))]
+                    if not (v == "lp-each" and n > args.each_max_jobs)]
         print(f"{n} jobs on {hosts} hosts: {', '.join(variants)} ...", file=sys.stderr, flush=True)
         r = run(n, hosts, args.repeat if n < 500 else min(args.repeat, 3), variants, args.objective,
-                args.slot_s, args.alpha, args.seed, old)
+                args.slot_s, args.alpha, args.seed)
         runs.append(r)
         if not args.json:
             print(f"{n:5d} jobs {hosts:5d} hosts {r['transfers']:6d} transfers  LAT {r['lat_s']:.4f} s  "
@@ -164,7 +133,7 @@ def main(argv=None) -> int:
                       f"{q['status']}{ratio}", flush=True)
     if args.json:
         print(json.dumps({"runs": runs, "objective": args.objective, "slot_s": args.slot_s,
-                          "alpha": args.alpha, "baseline": BASELINE_REV, "goals_s": GOALS}))
+                          "alpha": args.alpha, "goals_s": GOALS}))
     else:
         print("LP: wall time of solve_bandwidth_lp, medians; goals: "
               + ", ".join(f"<= {g} s at {n} jobs" for n, g in GOALS.items()) + f"; {PAPER}")
