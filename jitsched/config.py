@@ -12,7 +12,7 @@ from typing import Any, get_type_hints
 from jitsched.errors import ValidationError
 from jitsched.keys import is_local_endpoint
 from jitsched.model import Cluster, parse_cluster
-from jitsched.planner import PlanOptions
+from jitsched.planner import DEFAULT_SLOT_S, PlanOptions
 from jitsched.protocol import MAX_MESSAGE_BYTES
 
 if sys.version_info >= (3, 11):
@@ -140,7 +140,7 @@ class DaemonConfig(SecurityOptions):
     # directory); a daemon restarted with it resumes every unfinished job. None: no journal
     journal: str | None = _in("daemon", None)
     policy: str = _in("scheduler", "jit")
-    slot_s: float = _in("scheduler", 0.1)
+    slot_s: float = _in("scheduler", DEFAULT_SLOT_S)
     # None: the policy's own default (jit: 0, no LP reservations; jit-paper: 0.4)
     alpha: float | None = _in("scheduler", None)
     objective: str = _in("scheduler", "balanced")
@@ -179,7 +179,7 @@ class DaemonConfig(SecurityOptions):
     # path (transfers at their ports' line rate) and its busiest port's bytes at the
     # line rate. A plan's memory and solve time grow with it: one jit-paper transfer
     # over 10k slots took 1.5 s and 130 MB, over 20k 5 s and 220 MB, over 80k 1.2 GB.
-    # 10k slots of the default 0.1 s are 1000 s, far beyond the network time of one
+    # 10k slots of the default DEFAULT_SLOT_S (0.1 s) are 1000 s, far beyond the network time of one
     # training iteration (VGG16's 550 MB of parameters: 4.4 s at 1 Gbit/s).
     max_plan_slots: int = _in("limits", 10_000)
     # Memory and the socket loop (docs/architecture.md §2.2). Ended jobs are listed by

@@ -43,7 +43,7 @@ def cmd_lat(args: argparse.Namespace) -> int:
 @register(
     "plan", "Plan per-slot rates for the DAG transfers of FILE (LAT + bandwidth LP).",
     arg("file", metavar="FILE.json", help="native-format workload (.json or .json.gz)"),
-    arg("--slot-s", type=float, default=DEFAULT_SLOT_S, help="slot length in seconds (default 0.1)"),
+    arg("--slot-s", type=float, default=DEFAULT_SLOT_S, help="slot length in seconds (default %(default)s)"),
     arg("--alpha", type=float, default=DEFAULT_ALPHA,
         help="fraction of each job's transfers, in topological order, the LP plans (default 0.4)"),
     arg("--objective", choices=OBJECTIVES, default="balanced", help="LP objective (default balanced)"),
