@@ -25,7 +25,7 @@ if not __package__:  # run as ``python bench/bench_agent.py``: add the checkout 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jitsched.agents.agent import Agent, LocalFlow, load_backend
-from jitsched.client import TransferSink
+from jitsched.transfer import TransferSink
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until

@@ -954,7 +954,7 @@ class _Workload:
     """
 
     def __init__(self, endpoint: str, agents: dict, threads: int, seed: int) -> None:
-        from jitsched.client import TransferSink
+        from jitsched.transfer import TransferSink
 
         self.endpoint = endpoint
         self.agents = agents

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.agents.agent import Agent
-from jitsched.client import TransferSink
+from jitsched.transfer import TransferSink
 from jitsched.config import DaemonConfig
 from jitsched.daemon.server import Daemon, wait_until
 from jitsched.errors import JitschedError

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from jitsched.agents.agent import Agent
-from jitsched.client import Client, TransferSink
+from jitsched.client import Client
+from jitsched.transfer import TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow

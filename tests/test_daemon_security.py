@@ -10,7 +10,8 @@ import zmq
 
 from jitsched.agents.agent import Agent
 from jitsched.cli import main
-from jitsched.client import Client, TransferSink
+from jitsched.client import Client
+from jitsched.transfer import TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jitsched.client import Client, TransferSink
+from jitsched.client import Client
+from jitsched.transfer import TransferSink
 from jitsched.daemon.server import wait_until
 from jitsched.learn import learned_job
 from jitsched.model import Compute, Job, Transfer
@@ -164,7 +165,7 @@ def test_no_daemon_to_submit_to_is_the_runs_error(async_reports):
 def test_transfers_up_to_register_min_bytes_do_not_register_with_their_agent():
     # the demo leaves its small transfers out of its agents (a round trip per transfer
     # costs more than the transfer); the larger ones still register
-    from jitsched.client import TransferSink
+    from jitsched.transfer import TransferSink
     from jitsched.model import Compute, Job, Transfer
     from jitsched.runner import JobRunner
     from tests.test_daemon import system

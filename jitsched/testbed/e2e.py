@@ -399,7 +399,7 @@ def _daemon_main(cfg, conn) -> None:
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
                   tos: int | None, timeout_s: float, use_channels: bool, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
-    from jitsched.client import Channels, send_bytes
+    from jitsched.transfer import Channels, send_bytes
     from jitsched.netns import Namespaces
     from jitsched.runner import JobRunner
 
@@ -457,7 +457,7 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
 
 def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: int, conn) -> None:
     """Child process: a transfer sink per host, each in its host's namespace; sends their addresses."""
-    from jitsched.client import TransferSink
+    from jitsched.transfer import TransferSink
 
     sinks = []
     try:

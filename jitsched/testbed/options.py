@@ -123,7 +123,7 @@ class TestbedOptions:
         ports); under ``none`` it is the ablation.
     channels : bool
         The job runners send the transfers too small to register on
-        connections kept per sending host (:class:`jitsched.client.Channels`),
+        connections kept per sending host (:class:`jitsched.transfer.Channels`),
         as a framework's RPC channels would, under every policy (default
         on; ``--no-channels``: a connection per transfer). A
         fresh connection per small transfer put a handshake through two
