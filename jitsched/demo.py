@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.agents.agent import Agent
-from jitsched.transfer import TransferSink
 from jitsched.config import DaemonConfig
 from jitsched.daemon.server import Daemon, wait_until
 from jitsched.errors import JitschedError
 from jitsched.model import Cluster, Job, Transfer
 from jitsched.planner import DEFAULT_SLOT_S
 from jitsched.runner import JobResult, JobRunner, unregistered_max_bytes
+from jitsched.transfer import TransferSink
 
 PAPER_LINK_BPS = 1e9
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitsched.client import Client
-from jitsched.transfer import send_bytes
 from jitsched.errors import ValidationError
 from jitsched.keys import CLIENTS, DEFAULT_CLIENT, CurveKeys, curve_keys
 from jitsched.model import Job, critical_path_s
 from jitsched.protocol import MAX_REPORT_EVENTS, ErrorCode, MsgType, RemoteError, flow_id
+from jitsched.transfer import send_bytes
 
 log = logging.getLogger("jitsched.runner")
 

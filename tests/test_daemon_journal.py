@@ -18,7 +18,6 @@ import pytest
 
 from jitsched.agents.agent import Agent
 from jitsched.client import Client
-from jitsched.transfer import TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow
@@ -28,6 +27,7 @@ from jitsched.model import Cluster, Compute, Job, Transfer
 from jitsched.protocol import ErrorCode
 from jitsched.runner import JobRunner
 from jitsched.synth import layer_chain_job
+from jitsched.transfer import TransferSink
 from tests.test_daemon import config
 
 

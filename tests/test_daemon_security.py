@@ -11,7 +11,6 @@ import zmq
 from jitsched.agents.agent import Agent
 from jitsched.cli import main
 from jitsched.client import Client
-from jitsched.transfer import TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
@@ -26,6 +25,7 @@ from jitsched.protocol import (
     is_reply,
 )
 from jitsched.runner import JobRunner
+from jitsched.transfer import TransferSink
 from tests.test_daemon import config
 from tests.test_runner import _job
 

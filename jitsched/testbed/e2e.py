@@ -399,9 +399,9 @@ def _daemon_main(cfg, conn) -> None:
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
                   tos: int | None, timeout_s: float, use_channels: bool, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
-    from jitsched.transfer import Channels, send_bytes
     from jitsched.netns import Namespaces
     from jitsched.runner import JobRunner
+    from jitsched.transfer import Channels, send_bytes
 
     spaces = Namespaces()  # closed below: the namespaces must go with the testbed
     # TestbedOptions.channels: transfers too small to register ride connections kept per
