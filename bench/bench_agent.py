@@ -25,13 +25,13 @@ if not __package__:  # run as ``python bench/bench_agent.py``: add the checkout 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jitsched.agents.agent import Agent, LocalFlow, load_backend
+from jitsched.client.runner import JobRunner
+from jitsched.client.transfer import TransferSink
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
+from jitsched.dag.model import Cluster
 from jitsched.demo import FULL, demo_jobs
-from jitsched.model import Cluster
-from jitsched.runner import JobRunner
-from jitsched.transfer import TransferSink
 
 SCHEDULE_FLOWS = (100, 1000, 4000)  # flows a host's schedule lists (a ResNet152 job alone: 2020)
 

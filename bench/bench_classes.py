@@ -14,10 +14,10 @@ if not __package__:  # run as ``python bench/bench_classes.py``: sys.path starts
 
 import numpy as np
 
+from jitsched.dag.model import Workload
 from jitsched.errors import ValidationError
-from jitsched.model import Workload
 from jitsched.sim import Simulator
-from jitsched.workloads import generate_workload
+from jitsched.workloads.paper import generate_workload
 
 POLICIES = ("jit", "sincronia")
 

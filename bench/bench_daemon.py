@@ -25,9 +25,9 @@ from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
-from jitsched.model import Cluster, Compute, Job, Transfer
+from jitsched.dag.model import Cluster, Compute, Job, Transfer
 from jitsched.protocol import MsgType, decode_any, encode_request
-from jitsched.synth import layer_chain_job
+from jitsched.workloads.synth import layer_chain_job
 
 # 1000 agents in one process could not keep heartbeating (30 s timeout) while each full
 # re-solve pushed all of them a body on this 2-core machine: they went down by the

@@ -45,7 +45,7 @@ from jitsched.protocol import (
     decode_reply,
     is_reply,
 )
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 
 HOSTS = ("h0", "h1", "h2", "h3")
 JOB_IDS = tuple(f"fz{i}" for i in range(12))  # few ids: fuzzed reports often hit a real job
@@ -954,7 +954,7 @@ class _Workload:
     """
 
     def __init__(self, endpoint: str, agents: dict, threads: int, seed: int) -> None:
-        from jitsched.transfer import TransferSink
+        from jitsched.client.transfer import TransferSink
 
         self.endpoint = endpoint
         self.agents = agents
@@ -973,7 +973,7 @@ class _Workload:
         return self
 
     def _loop(self, k: int) -> None:
-        from jitsched.runner import JobRunner
+        from jitsched.client.runner import JobRunner
 
         rng = random.Random(self.seed * 1000 + k)
         n = 0

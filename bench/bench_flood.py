@@ -20,7 +20,7 @@ import zmq
 
 from bench.bench_faults import DaemonProc, _percentile, log
 from jitsched.protocol import MAX_REPORT_EVENTS, MsgType, decode_reply, encode_request
-from jitsched.synth import layer_chain_job
+from jitsched.workloads.synth import layer_chain_job
 
 FLOOD_JOB = "flood"
 

@@ -15,9 +15,9 @@ import numpy as np
 
 from bench.common import median_time, resnet152_jobs
 from jitsched import _lat
-from jitsched.estimate import trans_times
-from jitsched.lat import latest_arrival_times
-from jitsched.model import TRANSFER, Cluster, compile_jobs
+from jitsched.dag.lat import latest_arrival_times
+from jitsched.dag.model import TRANSFER, Cluster, compile_jobs
+from jitsched.plan.estimate import trans_times
 from jitsched.reference import lat_exact_reference
 
 

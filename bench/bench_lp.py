@@ -15,10 +15,10 @@ if not __package__:  # run as ``python bench/bench_lp.py``: sys.path starts at t
 
 import numpy as np
 
-from jitsched import lp as lp_module
-from jitsched.model import Cluster, compile_jobs
-from jitsched.planner import DEFAULT_SLOT_S, PlanOptions, lp_deadlines, plan_jobs
-from jitsched.synth import random_vgg16_jobs
+from jitsched.dag.model import Cluster, compile_jobs
+from jitsched.plan import lp as lp_module
+from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions, lp_deadlines, plan_jobs
+from jitsched.workloads.synth import random_vgg16_jobs
 
 PAPER = "paper (Gurobi): under 1 s up to 70 jobs"
 GOALS = {70: 0.05, 1000: 1.0}  # the goal: LP seconds at 70 and 1000 jobs (100 hosts)

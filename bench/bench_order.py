@@ -51,14 +51,14 @@ import numpy as np
 
 from bench.paper.spec import SCALES
 from bench.paper.workload import paper_workload
-from jitsched.alloc import priority_greedy_reference
-from jitsched.model import TRANSFER
+from jitsched.dag.model import TRANSFER
+from jitsched.plan.alloc import priority_greedy_reference
+from jitsched.plan.priority import background_key
 from jitsched.policies import reference_policy
 from jitsched.policies.base import DONE, Allocation
 from jitsched.policies.common import background_shares
 from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL, JitPolicy
 from jitsched.policies.sincronia import bssi_order
-from jitsched.priority import background_key
 
 # bench.paper's operating points: (offered load, files' share of the jobs); the paper
 # point's values are the calibration bench.paper caches in paper_load.json at the

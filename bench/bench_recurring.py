@@ -24,11 +24,11 @@ import zmq
 from bench.bench_daemon import _Agents
 from bench.bench_faults import free_ports
 from jitsched.client import Client
-from jitsched.learn import learned_job
-from jitsched.model import Background, parse_cluster
+from jitsched.dag.model import Background, parse_cluster
+from jitsched.plan.learn import learned_job
 from jitsched.protocol import MsgType, decode_reply, encode_request
 from jitsched.sim.recurring import ESTIMATES, RecurringJob, simulate_recurring
-from jitsched.workloads import MODELS, load_model_job
+from jitsched.workloads.paper import MODELS, load_model_job
 
 # The goal at full scale (500 jobs): each job at >= 5 iterations/s, the daemon
 # under one core, at most 2 messages per worker per iteration.

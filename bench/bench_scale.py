@@ -19,9 +19,9 @@ import numpy as np
 
 from bench.bench_lp import VARIANTS
 from bench.common import pyplot, require_matplotlib
-from jitsched.model import Cluster, compile_jobs
-from jitsched.planner import PlanOptions, plan_jobs
-from jitsched.synth import random_vgg16_jobs
+from jitsched.dag.model import Cluster, compile_jobs
+from jitsched.plan.planner import PlanOptions, plan_jobs
+from jitsched.workloads.synth import random_vgg16_jobs
 
 GOAL_EXPONENT = 1.2  # the goal: planning time grows at most as jobs^1.2
 WORKLOADS = ("vgg16", "burst")

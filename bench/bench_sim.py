@@ -62,13 +62,13 @@ def run(workload, policy: str, repeat: int, seed: int) -> tuple[dict, np.ndarray
 
 @contextmanager
 def old_lp():
-    """Within: :func:`jitsched.planner.plan_jobs` solves with the LP code of bench_lp's BASELINE_REV.
+    """Within: :func:`jitsched.plan.planner.plan_jobs` solves with the LP code of bench_lp's BASELINE_REV.
 
     The same LP inputs; the options that code lacks (aggregate, group,
     lowest_peak, fine_slots) are dropped. For jit-paper's plans old beside new
     in one run.
     """
-    import jitsched.planner as planner
+    import jitsched.plan.planner as planner
     from bench.bench_lp import BASELINE_REV, baseline_module
 
     old = baseline_module()

@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from jitsched.model import Compute, Job, Transfer
+from jitsched.dag.model import Compute, Job, Transfer
 
 
 def median_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
@@ -80,7 +80,7 @@ def resnet152_jobs(ps: str = "h0", worker: str = "h1") -> list[tuple[Job, str]]:
     DAG imported from TensorFlow has both directions' transfers (2020) and
     fewer compute nodes (bookkeeping ops contracted away).
     """
-    from jitsched.workloads import load_model_job
+    from jitsched.workloads.paper import load_model_job
 
     return [(_resnet_like(ps, worker), "table1-sized-resnet152"),
             (load_model_job("resnet152", ps, worker, "resnet152-0", 0.0), "tensorflow-resnet152")]

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from jitsched.dag.model import Cluster, parse_cluster
 from jitsched.errors import ValidationError
 from jitsched.keys import is_local_endpoint
-from jitsched.model import Cluster, parse_cluster
-from jitsched.planner import DEFAULT_SLOT_S, PlanOptions
+from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions
 from jitsched.protocol import MAX_MESSAGE_BYTES
 
 if sys.version_info >= (3, 11):
@@ -110,7 +110,7 @@ class DaemonConfig(SecurityOptions):
     failed plan is retried ``plan_retry_s`` later, the wait doubling with each
     further failure up to ``plan_retry_max_s``.
 
-    ``slot_s`` is at least 1 ms (:data:`jitsched.lp.MIN_SLOT_S`) and ``heartbeat_s``
+    ``slot_s`` is at least 1 ms (:data:`jitsched.plan.lp.MIN_SLOT_S`) and ``heartbeat_s``
     at least 10 ms (:data:`MIN_HEARTBEAT_S`).
 
     ``[limits]`` bound what a submitted job may ask for, so that every job the

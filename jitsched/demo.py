@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.agents.agent import Agent
+from jitsched.client.runner import JobResult, JobRunner, unregistered_max_bytes
+from jitsched.client.transfer import TransferSink
 from jitsched.config import DaemonConfig
 from jitsched.daemon.server import Daemon, wait_until
+from jitsched.dag.model import Cluster, Job, Transfer
 from jitsched.errors import JitschedError
-from jitsched.model import Cluster, Job, Transfer
-from jitsched.planner import DEFAULT_SLOT_S
-from jitsched.runner import JobResult, JobRunner, unregistered_max_bytes
-from jitsched.transfer import TransferSink
+from jitsched.plan.planner import DEFAULT_SLOT_S
 
 PAPER_LINK_BPS = 1e9
 
@@ -53,12 +53,12 @@ FULL = DemoScale(hosts=4, jobs=10, rate_per_s=0.4, link_mbit=40.0, max_compute_s
 
 
 def model_job(model: str, ps: str, worker: str, job_id: str) -> tuple[Job, str]:
-    """A model DAG from :mod:`jitsched.workloads` when installed, else the synthetic VGG16.
+    """A model DAG from :mod:`jitsched.workloads.paper` when installed, else the synthetic VGG16.
 
     Returns the job and where it came from.
     """
     try:
-        from jitsched.workloads import load_model_job
+        from jitsched.workloads.paper import load_model_job
     except ImportError:
         load_model_job = None
     if load_model_job is not None:
@@ -66,7 +66,7 @@ def model_job(model: str, ps: str, worker: str, job_id: str) -> tuple[Job, str]:
             return load_model_job(model, ps, worker, job_id, 0.0), f"workloads:{model}"
         except JitschedError:
             pass  # the model's exported DAG is not installed: the documented stand-in below
-    from jitsched.synth import layer_chain_job
+    from jitsched.workloads.synth import layer_chain_job
 
     return layer_chain_job(job_id, ps, worker), "synth:vgg16"
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from jitsched.model import TRANSFER, DagArrays
+from jitsched.dag.model import TRANSFER, DagArrays
 
 
 def topological_order_reference(n: int, pred_ptr, succ_ptr, succ_idx) -> list[int]:
@@ -30,7 +30,7 @@ def lat_exact_reference(dag: DagArrays, trans, floor_s, duration, known_done=Non
 
     Returns
     -------
-    release, done, lat, job_finish : lists of float (see ``jitsched.lat.LatResult``)
+    release, done, lat, job_finish : lists of float (see ``jitsched.dag.lat.LatResult``)
     """
     n = dag.n_nodes
     kind = dag.kind.tolist()

@@ -758,7 +758,7 @@ def plan_extent(const long long[::1] p_start,
                 const long long[::1] p_off):
     """Where the planned nodes' rates lie in ``plan_rates``, in one pass.
 
-    Lets :class:`jitsched.alloc.SlotPlan` check a plan once instead of every allocation.
+    Lets :class:`jitsched.plan.alloc.SlotPlan` check a plan once instead of every allocation.
 
     # IN  p_start, p_len, p_off (N,): first planned slot (-1: unplanned), slots and offset per node
     Returns ``(lo, hi)``: the smallest ``p_off`` and the largest ``p_off + p_len``
@@ -782,7 +782,7 @@ def plan_extent(const long long[::1] p_start,
 cdef class SlotPlan:
     """A time-slotted plan and the scratch of the JIT policy's allocations (private).
 
-    :class:`jitsched.alloc.SlotPlan` checks the plan arrays once and then
+    :class:`jitsched.plan.alloc.SlotPlan` checks the plan arrays once and then
     calls :meth:`rates` on every allocation: the arrays are held here (by
     reference, not copied) and the scratch grows with the flow count, so a
     call acquires only the flows' buffers.
@@ -1061,7 +1061,7 @@ cdef inline bint _prio_before(Py_ssize_t a, Py_ssize_t b, const double* key, con
 cdef class GroupPriority:
     """The default JIT policy's strict-priority allocation, by group heads (private).
 
-    :class:`jitsched.alloc.GroupPriority` checks the per-node and per-group
+    :class:`jitsched.plan.alloc.GroupPriority` checks the per-node and per-group
     arrays once and calls :meth:`rates` on every allocation; they are held here
     by reference (the policy updates ``need`` and ``pair_left`` in place) with
     the scratch, so a call acquires only the flows' buffers.
@@ -1071,7 +1071,7 @@ cdef class GroupPriority:
     # IN  pair_left (G,): bytes each group has in transfers not yet done
     # IN  bg_bytes (B,): bytes per background flow (B = 0: a flow's remaining bytes stand in)
     # IN  egress (H,): line rate per host, bytes/s (the background key's reference)
-    # IN  bg_ref_s, bg_weight, crumb_rtol, n_jobs: as jitsched.alloc.GroupPriority
+    # IN  bg_ref_s, bg_weight, crumb_rtol, n_jobs: as jitsched.plan.alloc.GroupPriority
     # IN  group_job (G,): each group's job (any value where job_exp is 0)
     # IN  job_left (J,): bytes each job has in transfers not yet done
     # IN  job_exp: a group's key is scaled by (its job's bytes left / bg_ref_s of

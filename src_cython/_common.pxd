@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Constants the kernels share with the Python side, defined once (private)."""
 
-# Node kinds of jitsched.model (DagArrays.kind, int8): computes first in every job.
+# Node kinds of jitsched.dag.model (DagArrays.kind, int8): computes first in every job.
 cdef enum:
     COMPUTE = 0
     TRANSFER = 1

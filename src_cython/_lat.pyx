@@ -6,7 +6,7 @@ from libc.math cimport INFINITY, NAN, isnan
 from _common cimport COMPUTE, DONE, RUNNING, TRANSFER, WAITING
 
 # The constants of _common.pxd as this module was compiled with them, for
-# tests/test_model.py to compare with jitsched.model and jitsched.policies.base.
+# tests/test_model.py to compare with jitsched.dag.model and jitsched.policies.base.
 COMMON_CONSTANTS = {"COMPUTE": COMPUTE, "TRANSFER": TRANSFER,
                     "WAITING": WAITING, "RUNNING": RUNNING, "DONE": DONE}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from jitsched.model import Cluster, Compute, Job, Transfer, parse_workload
+from jitsched.dag.model import Cluster, Compute, Job, Transfer, parse_workload
 
 GBIT = 1e9  # bits/s: 125e6 bytes/s
 

@@ -15,11 +15,11 @@ from bench.bench_faults import free_ports
 from jitsched.adapters.pytorch import LayerTimer, TorchTrainer, parameter_layers
 from jitsched.agents.agent import Agent
 from jitsched.client import Client
+from jitsched.client.sdk import TrainerOptions
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
-from jitsched.model import Cluster, Host, parse_job
-from jitsched.sdk import TrainerOptions
+from jitsched.dag.model import Cluster, Host, parse_job
 
 
 class Branchy(torch.nn.Module):

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jitsched import alloc
 from jitsched.errors import ValidationError
+from jitsched.plan import alloc
 
 
 @st.composite

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jitsched.alloc import priority_greedy
 from jitsched.errors import ValidationError
+from jitsched.plan.alloc import priority_greedy
 
 SRC, DST, CAP = np.array([0, 1, 2]), np.array([1, 2, 0]), np.ones(3)
 

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jitsched import alloc, priority
 from jitsched.errors import ValidationError
+from jitsched.plan import alloc, priority
 
 # few distinct values, so that keys, needs and bytes tie often (the order's tie-breaks)
 NEEDS = st.sampled_from([0.5, 1.0, 1.0, 2.0, np.inf, np.nan])

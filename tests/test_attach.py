@@ -19,11 +19,11 @@ from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
+from jitsched.dag.model import Cluster, Host
 from jitsched.localreg import attach, detach
-from jitsched.model import Cluster, Host
 from jitsched.protocol import RemoteError
-from jitsched.synth import layer_chain_job
 from jitsched.testbed.netns import PAIR_ADDRS, veth_pair
+from jitsched.workloads.synth import layer_chain_job
 
 # A job's process: connects, forks a child that connects, closes, on commands from stdin;
 # prints each new connection's "pid local_port".

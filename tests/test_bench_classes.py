@@ -6,7 +6,7 @@ import json
 import math
 
 from bench.bench_classes import ClassesOptions, classed_workload, main, measure
-from jitsched.workloads import generate_workload
+from jitsched.workloads.paper import generate_workload
 
 
 def test_classed_workload_marks_the_shares_and_changes_nothing_else():

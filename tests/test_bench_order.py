@@ -79,7 +79,7 @@ def test_summarise_speedup_by_hand():
 
 
 def test_a_dl_cap_holds_dl_under_it_and_gives_the_rest_to_the_files():
-    from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
+    from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload
     from jitsched.sim import simulate
 
     # one 1-s read h0 -> h1 and one 4-s file on the same ports, both at 0 (1 Gbit/s)

@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 
-from jitsched.alloc import priority_greedy
-from jitsched.bound import job_bounds, lower_bound_mean_jct, srpt_total
-from jitsched.model import Cluster, Compute, Job, Transfer, Workload
+from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload
+from jitsched.plan.alloc import priority_greedy
+from jitsched.plan.bound import job_bounds, lower_bound_mean_jct, srpt_total
 from jitsched.policies import POLICIES
 from jitsched.policies.base import Allocation, Policy, SchedulerView
 from jitsched.sim import simulate

@@ -131,8 +131,8 @@ def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path,
     from jitsched.config import DaemonConfig
     from jitsched.daemon import Daemon
     from jitsched.daemon.server import wait_until
-    from jitsched.model import Cluster
-    from jitsched.synth import layer_chain_job
+    from jitsched.dag.model import Cluster
+    from jitsched.workloads.synth import layer_chain_job
 
     d = Daemon(DaemonConfig(cluster=Cluster.uniform(2, bps=1e8), job_endpoint="tcp://127.0.0.1:*",
                             agent_endpoint="tcp://127.0.0.1:*", policy="jit")).start()
@@ -176,7 +176,7 @@ def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path,
 def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
     from jitsched.client import Client
     from jitsched.daemon import Daemon
-    from jitsched.synth import layer_chain_job
+    from jitsched.workloads.synth import layer_chain_job
     from tests.test_daemon import config
 
     d = Daemon(config(journal=str(tmp_path / "j.db"), planner_process=False, policy="jit")).start()

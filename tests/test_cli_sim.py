@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jitsched.cli import main
-from jitsched.coflow import synthetic_trace_path
+from jitsched.plan.coflow import synthetic_trace_path
 from jitsched.policies import POLICIES
 
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from jitsched.cli import main
-from jitsched.coflow import synthetic_trace_path
-from jitsched.model import load_workload
+from jitsched.dag.model import load_workload
+from jitsched.plan.coflow import synthetic_trace_path
 from tests.test_tfgraph import SMALL_PBTXT
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "bench" / "workloads"

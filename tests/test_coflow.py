@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from jitsched.coflow import (
+from jitsched.dag.model import Cluster, parse_workload
+from jitsched.errors import ValidationError
+from jitsched.plan.coflow import (
     MB_BYTES,
     Flow,
     coflow_workload,
     read_coflow_trace,
     synthetic_trace_path,
 )
-from jitsched.errors import ValidationError
-from jitsched.model import Cluster, parse_workload
 
 MB = MB_BYTES
 

@@ -16,9 +16,9 @@ from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
-from jitsched.model import Cluster
+from jitsched.dag.model import Cluster
 from jitsched.protocol import ErrorCode, MsgType, RemoteError, decode_reply, encode_request
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 
 HOSTS = ("h0", "h1", "h2", "h3")
 
@@ -294,7 +294,7 @@ def test_loop_answers_while_the_lp_solves():
     """A 60-job plan takes a while; status requests meanwhile are answered at once."""
     import time
 
-    from jitsched.synth import random_vgg16_jobs
+    from jitsched.workloads.synth import random_vgg16_jobs
 
     with system(hosts=("h0",), coalesce_s=0.2) as (d, _):
         with Client(d.job_endpoint) as c:

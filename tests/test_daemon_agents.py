@@ -18,7 +18,7 @@ from jitsched.daemon.bodies import host_bodies
 from jitsched.daemon.server import wait_until
 from jitsched.keys import init_keys, load_curve_keys
 from jitsched.protocol import ErrorCode, MsgType, decode_any, encode_request, is_reply
-from jitsched.synth import layer_chain_job
+from jitsched.workloads.synth import layer_chain_job
 from tests.test_daemon import config, system
 from tests.test_daemon_security import ask, raw_dealer
 

@@ -7,8 +7,8 @@ from jitsched.client import Client
 from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.server import wait_until
+from jitsched.dag.model import Cluster
 from jitsched.errors import RemoteError
-from jitsched.model import Cluster
 from jitsched.protocol import ErrorCode, background_flow_id
 from tests.test_daemon import config, system
 from tests.test_daemon_incremental import LINE, one_transfer, settled

@@ -6,7 +6,7 @@ import numpy as np
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentTable
 from jitsched.daemon.bodies import RankFrame, host_bodies, pack_frames
-from jitsched.model import Cluster, Host
+from jitsched.dag.model import Cluster, Host
 from jitsched.policies.base import SlotSchedule
 
 LINE = 12.5e6  # 100 Mbit/s in bytes/s (Host takes bits/s)

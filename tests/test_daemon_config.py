@@ -6,8 +6,8 @@ import pytest
 import tomli_w
 
 from jitsched.config import DaemonConfig, config_doc, load_config
+from jitsched.dag.model import Cluster
 from jitsched.errors import ValidationError
-from jitsched.model import Cluster
 
 HOSTS = [{"name": "h0", "egress_bps": 1e9, "ingress_bps": 1e9, "address": "198.18.0.1"},
          {"name": "h1", "egress_bps": 1e8, "ingress_bps": 1e9}]

@@ -10,8 +10,8 @@ from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentTable
 from jitsched.daemon.bodies import IdleFrame, host_bodies, pack_frames
 from jitsched.daemon.server import wait_until
-from jitsched.model import Cluster
-from jitsched.synth import layer_chain_job
+from jitsched.dag.model import Cluster
+from jitsched.workloads.synth import layer_chain_job
 from tests.test_daemon import system
 
 IDLE = ("h2", "h3")

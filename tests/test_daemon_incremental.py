@@ -13,10 +13,10 @@ import zmq
 
 from jitsched.client import Client
 from jitsched.daemon.server import wait_until
-from jitsched.model import Compute, Job, Transfer
+from jitsched.dag.model import Compute, Job, Transfer
 from jitsched.policies.jit import JitPolicy
 from jitsched.protocol import MsgType, decode_request, encode_request
-from jitsched.synth import layer_chain_job
+from jitsched.workloads.synth import layer_chain_job
 from tests.test_daemon import HOSTS, config, system
 
 LINE = 1e9 / 8
@@ -329,7 +329,7 @@ def test_planner_process_ends_with_the_daemon():
 def test_fanout_reaches_every_agent_once_in_one_pass():
     n = 300
     from jitsched.daemon import Daemon
-    from jitsched.model import Cluster
+    from jitsched.dag.model import Cluster
 
     cfg = config(cluster=Cluster.uniform(n), planning="full", resend_s=5.0, heartbeat_s=1.0,
                  heartbeat_timeout_s=30.0)

@@ -11,7 +11,7 @@ import pytest
 from jitsched.config import ClientQuota, check_config
 from jitsched.daemon.limits import job_bytes
 from jitsched.daemon.state import Reject, SchedulerState
-from jitsched.model import parse_job
+from jitsched.dag.model import parse_job
 from jitsched.protocol import ErrorCode
 from tests.test_daemon import config
 from tests.test_daemon_limits import tiny_job
@@ -138,7 +138,7 @@ def test_a_job_whose_client_went_silent_is_abandoned_and_leaves_the_plan(tmp_pat
     from jitsched.client import Client
     from jitsched.daemon import Daemon
     from jitsched.daemon.server import wait_until
-    from jitsched.synth import layer_chain_job
+    from jitsched.workloads.synth import layer_chain_job
     d = Daemon(config(job_lease_s=0.6, journal=str(tmp_path / "j.db"), planner_process=False,
                       policy="jit")).start()
     try:

@@ -18,16 +18,16 @@ import pytest
 
 from jitsched.agents.agent import Agent
 from jitsched.client import Client
+from jitsched.client.runner import JobRunner
+from jitsched.client.transfer import TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.server import wait_until
-from jitsched.model import Cluster, Compute, Job, Transfer
+from jitsched.dag.model import Cluster, Compute, Job, Transfer
 from jitsched.protocol import ErrorCode
-from jitsched.runner import JobRunner
-from jitsched.synth import layer_chain_job
-from jitsched.transfer import TransferSink
+from jitsched.workloads.synth import layer_chain_job
 from tests.test_daemon import config
 
 

@@ -22,7 +22,7 @@ from jitsched.daemon.state import SchedulerState
 from jitsched.errors import ValidationError
 from jitsched.policies.jit import JitPaperPolicy, JitPolicy
 from jitsched.protocol import ErrorCode, MsgType, RemoteError, decode_reply, encode_request
-from jitsched.synth import layer_chain_job
+from jitsched.workloads.synth import layer_chain_job
 from tests.test_daemon import config
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from jitsched.daemon.plans import merge_schedules, prune_schedule
-from jitsched.model import Cluster
+from jitsched.dag.model import Cluster
 from jitsched.policies.base import SlotSchedule
 
 C = 1e9 / 8  # Cluster.uniform's line rate, bytes/s

@@ -11,6 +11,8 @@ import zmq
 from jitsched.agents.agent import Agent
 from jitsched.cli import main
 from jitsched.client import Client
+from jitsched.client.runner import JobRunner
+from jitsched.client.transfer import TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
@@ -24,8 +26,6 @@ from jitsched.protocol import (
     encode_request,
     is_reply,
 )
-from jitsched.runner import JobRunner
-from jitsched.transfer import TransferSink
 from tests.test_daemon import config
 from tests.test_runner import _job
 

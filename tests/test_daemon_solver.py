@@ -14,9 +14,9 @@ from jitsched.client import Client
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.daemon.solver import PlannerProcess, PlannerStartError
-from jitsched.model import Cluster
+from jitsched.dag.model import Cluster
 from jitsched.policies import POLICIES, make_policy
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon import _free_port, config
 from tests.test_daemon_limits import failing_policy
 

@@ -14,11 +14,11 @@ from jitsched.daemon import Daemon
 from jitsched.daemon.server import create_policy
 from jitsched.daemon.state import SchedulerState, run_increment, run_plan
 from jitsched.daemon.templates import JOURNAL_EVERY
+from jitsched.dag.model import Cluster
 from jitsched.errors import RemoteError
-from jitsched.learn import learned_job
-from jitsched.model import Cluster
+from jitsched.plan.learn import learned_job
 from jitsched.protocol import ErrorCode
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon import config
 
 CLUSTER = Cluster.uniform(3, bps=1e9)

@@ -4,8 +4,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jitsched.estimate import fair_share_trans, job_ranks, ordered_trans, segmented_cummax
-from jitsched.model import TRANSFER, Cluster, Job, Transfer, compile_jobs
+from jitsched.dag.model import TRANSFER, Cluster, Job, Transfer, compile_jobs
+from jitsched.plan.estimate import fair_share_trans, job_ranks, ordered_trans, segmented_cummax
 from tests.dags import reversed_chain_job
 
 

@@ -24,9 +24,9 @@ from bench.bench_faults import (
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
-from jitsched.model import Cluster
+from jitsched.dag.model import Cluster
 from jitsched.protocol import AGENT_TYPES, ERROR_CODES, JOB_TYPES, MsgType, decode_reply, is_reply
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 
 MESSAGES_PER_SOCKET = 2000
 

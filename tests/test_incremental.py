@@ -10,10 +10,10 @@ import pytest
 from jitsched.config import DaemonConfig
 from jitsched.daemon.server import create_policy
 from jitsched.daemon.state import PlanRequest, build_view, merge_schedules
-from jitsched.model import Cluster, Compute, Job, Transfer
-from jitsched.planner import increment_window, place_increment, shared_cluster
+from jitsched.dag.model import Cluster, Compute, Job, Transfer
+from jitsched.plan.planner import increment_window, place_increment, shared_cluster
 from jitsched.policies.base import SlotSchedule
-from jitsched.synth import random_vgg16_jobs
+from jitsched.workloads.synth import random_vgg16_jobs
 
 GBYTE = 1e9  # bytes/s of an 8 Gbit/s port: 1 GB takes 1 s
 

@@ -1,4 +1,4 @@
-"""Tests of jitsched.lat: hand-computed DAGs, and kernels against pure-Python and networkx references."""
+"""Tests of jitsched.dag.lat: hand-computed DAGs, and kernels against pure-Python and networkx references."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from jitsched.dag.lat import latest_arrival_times
+from jitsched.dag.model import compile_jobs, topological_order
 from jitsched.errors import ValidationError
-from jitsched.estimate import trans_times
-from jitsched.lat import latest_arrival_times
-from jitsched.model import compile_jobs, topological_order
+from jitsched.plan.estimate import trans_times
 from jitsched.reference import (
     lat_bruteforce,
     lat_exact_reference,

@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("agents/*.py", ("jitsched.testbed", "bench"), "a host agent must not load the testbed or the benches"),
     ("jitsched/daemon/*.py", ("jitsched.testbed", "bench"), "the daemon must not load the testbed or the benches"),
-    ("jitsched/model.py", ("jitsched.lat",), "the job model sits below the LAT pass"),
-    ("jitsched/client.py", ("jitsched.agents",), "the client registers flows through jitsched.localreg"),
+    ("jitsched/dag/model.py", ("jitsched.dag.lat",), "the job model sits below the LAT pass"),
+    ("jitsched/client/api.py", ("jitsched.agents",), "the client registers flows through jitsched.localreg"),
     ("jitsched/netns.py", ("jitsched.agents", "jitsched.testbed", "bench"), "a low layer imports neither side"),
     ("jitsched/localreg.py", ("jitsched.agents", "jitsched.testbed", "bench"), "a low layer imports neither side"),
-    ("jitsched/sdk.py", ("jitsched.daemon", "jitsched.agents", "jitsched.testbed", "bench"),
+    ("jitsched/client/sdk.py", ("jitsched.daemon", "jitsched.agents", "jitsched.testbed", "bench"),
      "a training process reaches the daemon and its agent through the client and jitsched.localreg"),
 ]
 
@@ -111,12 +111,12 @@ def f():
     from ...testbed import scenario
     from . import base
     import bench.common as c
-    importlib.import_module("jitsched.lat")
+    importlib.import_module("jitsched.dag.lat")
     return __import__("json")
 """
     names = imported_modules(src, "jitsched.agents.backends.fake")
     assert {"os", "jitsched", "jitsched.testbed", "jitsched.testbed.netns", "jitsched.testbed.netns.run",
-            "jitsched.testbed.scenario", "jitsched.agents.backends.base", "bench.common", "jitsched.lat",
+            "jitsched.testbed.scenario", "jitsched.agents.backends.base", "bench.common", "jitsched.dag.lat",
             "json"} <= names
     # a package's relative imports start at the package itself
     assert "jitsched.agents.backends.tc" in imported_modules("from .tc import TcBackend",
@@ -128,9 +128,9 @@ def f():
     ("agents/fake.py", "from jitsched import testbed\n"),
     ("agents/fake.py", "import bench.common\n"),
     ("jitsched/daemon/fake.py", "def f():\n    import jitsched.testbed.e2e\n"),
-    ("jitsched/model.py", "def topo():\n    from jitsched.lat import topological_order\n"),
-    ("jitsched/model.py", "from jitsched import lat\n"),
-    ("jitsched/client.py", "def f():\n    from jitsched.agents.agent import register_flow\n"),
+    ("jitsched/dag/model.py", "def topo():\n    from jitsched.dag.lat import topological_order\n"),
+    ("jitsched/dag/model.py", "from jitsched.dag import lat\n"),
+    ("jitsched/client/api.py", "def f():\n    from jitsched.agents.agent import register_flow\n"),
 ])
 def test_a_violation_is_caught(rel, src):
     assert len(violations({rel: src})) == 1
@@ -140,5 +140,5 @@ def test_allowed_imports_pass():
     assert violations({
         "agents/backends/fake.py": "from jitsched.netns import ifindex_in\nfrom jitsched.testbedx import y\n",
         "jitsched/testbed/fake.py": "from jitsched.agents.backends.htb import install_shaper\n",
-        "jitsched/lat.py": "from jitsched.model import DagArrays\n",
+        "jitsched/dag/lat.py": "from jitsched.dag.model import DagArrays\n",
     }) == []

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from jitsched.errors import ValidationError
-from jitsched.learn import Ewma, LearnOptions, TimingModel, learned_job, weighted_error
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
+from jitsched.plan.learn import Ewma, LearnOptions, TimingModel, learned_job, weighted_error
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 
 
 def test_ewma_is_the_running_mean_then_follows_drift():

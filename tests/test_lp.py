@@ -1,4 +1,4 @@
-"""Tests of jitsched.lp: hand-computed plans, feasibility, minimal lateness, components, fallback."""
+"""Tests of jitsched.plan.lp: hand-computed plans, feasibility, minimal lateness, components, fallback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import linprog
 
 from jitsched.errors import ValidationError
-from jitsched.lp import SEGMENT_WIDTHS, _phi, solve_bandwidth_lp
+from jitsched.plan.lp import SEGMENT_WIDTHS, _phi, solve_bandwidth_lp
 
 ONE = np.ones(4)  # 4 hosts at 1 byte/s each way: demands are in capacity-seconds
 

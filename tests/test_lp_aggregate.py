@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from jitsched.errors import ValidationError
-from jitsched.lp import SEGMENT_WIDTHS, _cell_edges, solve_bandwidth_lp
-from jitsched.lpflows import Flows
+from jitsched.plan.lp import SEGMENT_WIDTHS, _cell_edges, solve_bandwidth_lp
+from jitsched.plan.lpflows import Flows
 
 ONE = np.ones(4)  # 4 hosts at 1 byte/s each way, 1 s slots: demands are capacity-slots
 
@@ -214,7 +214,7 @@ def test_auto_solver_weighs_load_per_slot_not_per_cell(monkeypatch, fine, size, 
     2 units over 40 slots on each of 8 ports: 0.05 per slot, light; per cell (7 with
     fine_slots=2) it would look 0.29, heavy. 10 units: 0.25 per slot, heavy.
     """
-    import jitsched.lp as lp
+    import jitsched.plan.lp as lp
 
     chosen = []
     make = lp._new_highs

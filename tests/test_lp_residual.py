@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jitsched.errors import ValidationError
-from jitsched.lp import solve_bandwidth_lp
+from jitsched.plan.lp import solve_bandwidth_lp
 
 ONE = np.ones(2)  # 2 hosts at 1 byte/s each way, 1 s slots: demands are capacity-slots
 

@@ -1,4 +1,4 @@
-"""Tests of jitsched.model: validation errors one by one, round trips, CSR arrays."""
+"""Tests of jitsched.dag.model: validation errors one by one, round trips, CSR arrays."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from jitsched.errors import ValidationError
-from jitsched.model import (
+from jitsched.dag.model import (
     BEST_EFFORT,
     COMPUTE,
     CRITICAL,
@@ -21,6 +20,7 @@ from jitsched.model import (
     parse_workload,
     save_workload,
 )
+from jitsched.errors import ValidationError
 from tests.dags import job, workload
 
 GOOD = {

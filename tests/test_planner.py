@@ -1,14 +1,14 @@
-"""Tests of jitsched.planner: alpha selection and plans keyed by job and transfer."""
+"""Tests of jitsched.plan.planner: alpha selection and plans keyed by job and transfer."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from jitsched.dag.model import Cluster, compile_jobs
 from jitsched.errors import ValidationError
-from jitsched.model import Cluster, compile_jobs
-from jitsched.planner import PlanOptions, plan_jobs, select_alpha
-from jitsched.synth import random_vgg16_jobs
+from jitsched.plan.planner import PlanOptions, plan_jobs, select_alpha
+from jitsched.workloads.synth import random_vgg16_jobs
 from tests.dags import job, workload
 
 GB = 1e9

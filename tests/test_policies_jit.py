@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload
 from jitsched.errors import ValidationError
-from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
 from jitsched.sim import Simulator
 
 CLUSTER = Cluster.uniform(2)
@@ -481,9 +481,9 @@ def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():
        st.sampled_from([0.0, 1.0]))
 def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_weight, job_exp):
     # The default policy's order went from a numpy lexsort over every flow to a
-    # kernel over the groups' first flows (jitsched.priority.GroupPriority): whole
+    # kernel over the groups' first flows (jitsched.plan.priority.GroupPriority): whole
     # simulations with the numpy reference in its place give the same JCTs bit for bit.
-    from jitsched import priority
+    from jitsched.plan import priority
     from jitsched.policies import make_policy
     from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL
 
@@ -537,7 +537,7 @@ def test_a_critical_job_behind_a_long_normal_job_gets_its_isolated_jct():
 def test_one_class_for_every_job_gives_the_classless_jcts(seed):
     # all critical (or all best-effort, never aging) and no background flows (they rank
     # with the normal class): one class, the same order, the same rates
-    from jitsched.workloads import generate_workload
+    from jitsched.workloads.paper import generate_workload
 
     wl = generate_workload(n_jobs=12, n_hosts=4, load=0.7, seed=seed)
     wl = Workload(wl.cluster, wl.jobs)

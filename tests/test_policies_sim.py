@@ -5,14 +5,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from jitsched.dag.model import TRANSFER, Cluster, Compute, Job, Transfer, compile_jobs
 from jitsched.errors import ValidationError
-from jitsched.estimate import fair_share_trans
-from jitsched.model import TRANSFER, Cluster, Compute, Job, Transfer, compile_jobs
+from jitsched.plan.estimate import fair_share_trans
 from jitsched.policies import make_policy
 from jitsched.policies.common import sub_dag
 from jitsched.policies.sincronia import bssi_order
 from jitsched.policies.tictac import tictac_order
-from jitsched.synth import random_vgg16_jobs
+from jitsched.workloads.synth import random_vgg16_jobs
 from tests.dags import reversed_chain_job
 
 
@@ -68,7 +68,7 @@ def test_sub_dag_equals_compiling_the_subset():
 
 
 def test_jit_schedule_and_options():
-    from jitsched.model import Workload
+    from jitsched.dag.model import Workload
     from jitsched.sim import Simulator
 
     cl = Cluster.uniform(4)
@@ -89,7 +89,7 @@ def test_jit_schedule_and_options():
 def test_jit_job_order_smallest_first_in_simulation():
     # a 6-second job arrives just before a 1-second one on the same ports:
     # smallest-first finishes the small job first without delaying the mean
-    from jitsched.model import Workload
+    from jitsched.dag.model import Workload
     from jitsched.sim import simulate
 
     cl = Cluster.uniform(3)
@@ -107,8 +107,8 @@ def test_jit_job_order_smallest_first_in_simulation():
 
 
 def test_ordered_lat_earlier_than_fair_and_jit_beats_fair_sharing():
-    from jitsched.lat import latest_arrival_times
-    from jitsched.model import Workload
+    from jitsched.dag.lat import latest_arrival_times
+    from jitsched.dag.model import Workload
     from jitsched.sim import simulate
 
     cl = Cluster.uniform(2)
@@ -128,7 +128,7 @@ def test_ordered_lat_earlier_than_fair_and_jit_beats_fair_sharing():
 
 
 def test_jit_backfill_uses_idle_capacity():
-    from jitsched.model import Workload
+    from jitsched.dag.model import Workload
     from jitsched.sim import simulate
 
     # one 1-second read whose consumer is held up 3 s by compute: without backfill
@@ -192,7 +192,7 @@ def test_tictac_schedule_ranks_jobs_first_come_first_served_then_in_tictac_order
 
 @pytest.mark.parametrize("name, files_end", [("sincronia", [0.1, 0.2]), ("tictac", [0.3, 0.3])])
 def test_baselines_put_background_last_when_asked_as_the_testbed_agents_do(name, files_end):
-    from jitsched.model import Background, Workload
+    from jitsched.dag.model import Background, Workload
     from jitsched.sim import simulate
 
     # one 1-s read h0 -> h1 (1 Gbit/s ports) and two 0.1-s files on the same ports, all at 0

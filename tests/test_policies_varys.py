@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jitsched.model import Cluster, Job, Transfer, Workload
+from jitsched.dag.model import Cluster, Job, Transfer, Workload
 from jitsched.policies.varys import effective_bottleneck, madd_rates
 from jitsched.sim import simulate
 

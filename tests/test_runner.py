@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from jitsched.client import Client
+from jitsched.client.runner import JobRunner
+from jitsched.client.transfer import TransferSink
 from jitsched.daemon.server import wait_until
-from jitsched.learn import learned_job
-from jitsched.model import Compute, Job, Transfer
-from jitsched.runner import JobRunner
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
-from jitsched.transfer import TransferSink
+from jitsched.dag.model import Compute, Job, Transfer
+from jitsched.plan.learn import learned_job
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon import system
 
 
@@ -165,9 +165,9 @@ def test_no_daemon_to_submit_to_is_the_runs_error(async_reports):
 def test_transfers_up_to_register_min_bytes_do_not_register_with_their_agent():
     # the demo leaves its small transfers out of its agents (a round trip per transfer
     # costs more than the transfer); the larger ones still register
-    from jitsched.model import Compute, Job, Transfer
-    from jitsched.runner import JobRunner
-    from jitsched.transfer import TransferSink
+    from jitsched.client.runner import JobRunner
+    from jitsched.client.transfer import TransferSink
+    from jitsched.dag.model import Compute, Job, Transfer
     from tests.test_daemon import system
 
     job = Job("mix", (Compute("c", "h1", 0.0),),

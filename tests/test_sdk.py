@@ -10,13 +10,13 @@ import pytest
 
 from bench.bench_faults import free_ports
 from jitsched.client import Client
+from jitsched.client.sdk import Trainer, TrainerOptions, _Report
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
+from jitsched.dag.model import Cluster
 from jitsched.errors import ValidationError
-from jitsched.model import Cluster
-from jitsched.sdk import Trainer, TrainerOptions, _Report
-from jitsched.synth import VGG16_LAYERS, layer_chain_job
+from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 
 JOB = layer_chain_job("train", "h0", "h1", VGG16_LAYERS[:3])
 N_COMPUTES = len(JOB.computes)
@@ -79,7 +79,7 @@ def test_a_training_loop_registers_once_and_sends_one_message_per_step():
 
 
 def test_without_a_daemon_steps_cost_microseconds_it_says_so_once_and_resumes_when_one_comes(caplog):
-    caplog.set_level(logging.INFO, logger="jitsched.sdk")
+    caplog.set_level(logging.INFO, logger="jitsched.client.sdk")
     port = free_ports(1)[0]
     endpoint = f"tcp://127.0.0.1:{port}"
     tr = Trainer(JOB, _opts(endpoint))

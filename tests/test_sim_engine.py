@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from jitsched.coflow import coflow_workload
-from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
+from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload
+from jitsched.plan.coflow import coflow_workload
 from jitsched.policies import POLICIES
 from jitsched.sim import simulate
 from jitsched.sim.coflow import cct_summary
@@ -31,7 +31,7 @@ def random_workload(seed: int, n_hosts: int = 5, n_jobs: int = 5, n_bg: int = 2)
                 edges.append((f"c{int(rng.integers(nc))}", f"t{t}"))
         job = Job(f"j{j}", tuple(computes), tuple(transfers), tuple(edges),
                   float(rng.uniform(0, 0.5)), 0.0, "m")
-        from jitsched.model import find_cycle_node
+        from jitsched.dag.model import find_cycle_node
         if find_cycle_node(job) is None:
             jobs.append(job)
     bgs = []
@@ -51,7 +51,7 @@ def test_conservation_capacity_precedence(policy, seed):
     np.testing.assert_allclose(res.transfer_sent, res.transfer_size, rtol=1e-9, atol=1e-2)
     np.testing.assert_allclose(res.bg_sent, res.bg_size, rtol=1e-9, atol=1e-2)
     assert np.all(np.isfinite(res.jct_s)) and np.all(res.jct_s > 0)
-    from jitsched.model import compile_jobs
+    from jitsched.dag.model import compile_jobs
     dag = compile_jobs(list(wl.jobs), wl.cluster)
     for v in range(dag.n_nodes):
         preds = dag.pred_idx[dag.pred_ptr[v]:dag.pred_ptr[v + 1]]
@@ -167,8 +167,8 @@ def test_checked_flows_skip_checks_only():
 
 
 def test_infinite_capacity_rejected():
+    from jitsched.dag.model import Host
     from jitsched.errors import ValidationError
-    from jitsched.model import Host
 
     cl = Cluster((Host("h0", 1e9, 1e9), Host("h1", float("inf"), 1e9)))
     with pytest.raises(ValidationError, match="finite"):

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jitsched import _sim
-from jitsched.alloc import CAPACITY_RTOL
+from jitsched.plan.alloc import CAPACITY_RTOL
 
 
 def advance_reference(dt, n, rate, rem, node, bg, sent, remaining, bg_sent):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
+from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload
 from jitsched.policies import POLICIES
 from jitsched.sim import simulate
 from jitsched.sim.metrics import REMAINING_SLOT_S, quantile_summary

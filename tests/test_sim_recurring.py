@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jitsched.dag.model import Cluster
 from jitsched.errors import ValidationError
-from jitsched.learn import learned_job
-from jitsched.model import Cluster
+from jitsched.plan.learn import learned_job
 from jitsched.sim.recurring import RecurringJob, simulate_recurring
-from jitsched.workloads import load_model_job
+from jitsched.workloads.paper import load_model_job
 
 CLUSTER = Cluster.uniform(4, bps=10e9)
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from jitsched import testbed
-from jitsched.model import parse_cluster
+from jitsched.dag.model import parse_cluster
 from jitsched.testbed import netns as netns_mod
 from jitsched.testbed.bgtraffic import BackgroundFlow, Generator, Receiver, connect, send_bytes
 from jitsched.testbed.measure import measure_enforcement, summarize
@@ -227,7 +227,7 @@ def test_tc_borrow_makes_the_plan_a_floor(bed, spare):
 
 def test_scenarios_are_the_papers_jobs_and_files_scaled_to_the_link_and_seeded():
     from jitsched.testbed.scenario import PAPER_FILE_GBIT, SCENARIOS, build_workload
-    from jitsched.workloads import model_template
+    from jitsched.workloads.paper import model_template
 
     sc = SCENARIOS["quick"]
     w1, bg1 = build_workload(sc.hosts, 100.0, "quick", seed=7)
@@ -355,7 +355,7 @@ def test_tc_ingress_keeps_an_inbound_flows_plan_against_another_sender(bed):
 
 
 def test_background_contention_counts_dl_bytes_on_a_files_ports_during_its_life():
-    from jitsched.model import Cluster, Compute, Job, Transfer, Workload
+    from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload
     from jitsched.testbed.scenario import background_contention
 
     job = Job("j", (Compute("c", "h1", 0.1),),

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jitsched.dag.model import Cluster, Host, compile_jobs, parse_job
 from jitsched.errors import ValidationError
-from jitsched.model import Cluster, Host, compile_jobs, parse_job
-from jitsched.tfgraph import (
+from jitsched.workloads.paper import MODELS, import_exported_model, model_template
+from jitsched.workloads.tfgraph import (
     COST_FLOPS,
     COST_LAUNCH_S,
     COST_MEM_BPS,
@@ -23,7 +24,6 @@ from jitsched.tfgraph import (
     read_graphdef,
     read_step_stats,
 )
-from jitsched.workloads import MODELS, import_exported_model, model_template
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ROOT / "bench" / "workloads"
@@ -416,8 +416,8 @@ def test_committed_parameter_reads_match_the_models():
 
 
 def test_split_modules_are_reexported():
-    """Parser and cost model live in their own modules; jitsched.tfgraph still offers their names."""
-    from jitsched import _tfparse, tfcost, tfgraph
+    """Parser and cost model live in their own modules; jitsched.workloads.tfgraph still offers their names."""
+    from jitsched.workloads import _tfparse, tfcost, tfgraph
 
     assert tfgraph.read_graphdef is _tfparse.read_graphdef
     assert tfgraph.read_step_stats is _tfparse.read_step_stats

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import msgpack
 
 from jitsched.agents.agent import Agent
+from jitsched.client.transfer import Channels, TransferSink, send_bytes
 from jitsched.daemon.server import wait_until
-from jitsched.transfer import Channels, TransferSink, send_bytes
 from tests.test_daemon import system
 
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jitsched.dag.model import compile_jobs, parse_workload
 from jitsched.errors import ValidationError
-from jitsched.model import compile_jobs, parse_workload
-from jitsched.workloads import (
+from jitsched.workloads.paper import (
     FILE_SIZES_BITS,
     MODELS,
     arrival_rate,

@@ -113,9 +113,9 @@ def run_one(task: dict) -> dict:
 
 def lp_time(n_jobs: int, seed: int = 0) -> float:
     """Wall time of one JIT plan (LAT + LP) of ``n_jobs`` VGG16 jobs arriving together, seconds."""
-    from jitsched.model import Cluster
-    from jitsched.planner import plan_jobs
-    from jitsched.synth import random_vgg16_jobs
+    from jitsched.dag.model import Cluster
+    from jitsched.plan.planner import plan_jobs
+    from jitsched.workloads.synth import random_vgg16_jobs
 
     cl = Cluster.uniform(100)
     jobs = random_vgg16_jobs(n_jobs, cl.names, seed=seed)
@@ -268,7 +268,7 @@ def isolated_jcts(n_hosts: int, real: bool) -> tuple[dict[str, float], float]:
     check : float
         Largest relative difference between the two jobs of a model.
     """
-    from jitsched.model import Cluster, Workload
+    from jitsched.dag.model import Cluster, Workload
     from jitsched.sim import simulate
 
     cl = Cluster.uniform(n_hosts)

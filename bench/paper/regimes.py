@@ -8,9 +8,9 @@ from concurrent.futures import Executor
 import numpy as np
 from scipy import stats
 
-from jitsched.bound import lower_bound_mean_jct
+from jitsched.plan.bound import lower_bound_mean_jct
 from jitsched.sim import simulate
-from jitsched.workloads import generate_workload
+from jitsched.workloads.paper import generate_workload
 
 RATES_BPS = (1e9, 1e10, 4e10, 1e11)
 LOAD = 0.5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload
+from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload
 
 # Paper Table 1: transfers, total transfer MB, compute ops; plus an assumed
 # total compute time of one iteration (s), GPU-like (not published by the paper).
@@ -57,9 +57,9 @@ def standin_job(model: str, ps: str, worker: str, job_id: str, arrival_s: float)
 
 
 def real_models_available() -> bool:
-    """True when jitsched.workloads can load all five packaged model DAGs."""
+    """True when jitsched.workloads.paper can load all five packaged model DAGs."""
     try:
-        from jitsched.workloads import model_template
+        from jitsched.workloads.paper import model_template
         for m in MODELS:
             model_template(m)
     except Exception:  # noqa: BLE001 - any failure means: use the stand-ins
@@ -93,7 +93,7 @@ def paper_workload(n_dl_jobs: int, *, n_hosts: int = 100, load: float = 0.5,
         real = real_models_available()
     make = _job_maker(real)
     if real:
-        from jitsched.workloads import model_bytes
+        from jitsched.workloads.paper import model_bytes
         dl_bytes = float(np.mean([model_bytes(m) for m in MODELS]))
     else:
         dl_bytes = float(np.mean([TABLE1[m][1] * 1e6 for m in MODELS]))
@@ -144,7 +144,7 @@ def model_job(model: str, ps: str, worker: str, job_id: str, arrival_s: float = 
 def _job_maker(real: bool):
     """The function that builds one model job: the real DAG's loader, or :func:`standin_job`."""
     if real:
-        from jitsched.workloads import load_model_job
+        from jitsched.workloads.paper import load_model_job
 
         return load_model_job
     return standin_job

@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from jitsched.model import Cluster, Host, Workload
-from jitsched.workloads import MODELS, TEMPLATE_PS, TEMPLATE_WORKER, import_exported_model
+from jitsched.dag.model import Cluster, Host, Workload
+from jitsched.workloads.paper import MODELS, TEMPLATE_PS, TEMPLATE_WORKER, import_exported_model
 
 ROOT = Path(__file__).resolve().parents[2]
 # The paper's Table 1: transfers, total transfer MB, compute ops.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jitsched.coflow import MB_BYTES, Flow, read_coflow_trace
+from jitsched.plan.coflow import MB_BYTES, Flow, read_coflow_trace
 
 
 def check(path: str) -> list[str]:

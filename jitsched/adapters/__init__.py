@@ -1,1 +1,1 @@
-"""Framework adapters: a live training job's DAG and per-step timings for :mod:`jitsched.sdk` (each imports its framework lazily)."""
+"""Framework adapters: a live training job's DAG and per-step timings for :mod:`jitsched.client.sdk` (each imports its framework lazily)."""

@@ -10,9 +10,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from jitsched.client.sdk import Trainer, TrainerOptions, TrainerStats
+from jitsched.dag.model import Compute, Job, Transfer
 from jitsched.errors import JitschedError
-from jitsched.model import Compute, Job, Transfer
-from jitsched.sdk import Trainer, TrainerOptions, TrainerStats
 
 
 def _torch():
@@ -178,7 +178,7 @@ class LayerTimer:
 
 
 class TorchTrainer:
-    """A :class:`jitsched.sdk.Trainer` for a PyTorch module: its DAG captured from the first step.
+    """A :class:`jitsched.client.sdk.Trainer` for a PyTorch module: its DAG captured from the first step.
 
     ``with tt.step(): ...`` around each training step (forward, backward and
     optimizer step). The first step measured gives the layer order and the
@@ -218,7 +218,7 @@ class TorchTrainer:
 
     @property
     def stats(self) -> TrainerStats:
-        """The trainer's counters (:class:`jitsched.sdk.TrainerStats`)."""
+        """The trainer's counters (:class:`jitsched.client.sdk.TrainerStats`)."""
         return self.trainer.stats if self.trainer is not None else TrainerStats()
 
     def close(self, timeout_s: float = 10.0) -> None:

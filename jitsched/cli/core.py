@@ -7,10 +7,10 @@ import json
 import sys
 
 from jitsched.cli.registry import arg, register
-from jitsched.lat import ESTIMATORS, latest_arrival_times
-from jitsched.lp import OBJECTIVES
-from jitsched.model import compile_jobs, load_workload
-from jitsched.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, PlanOptions, plan_jobs
+from jitsched.dag.lat import ESTIMATORS, latest_arrival_times
+from jitsched.dag.model import compile_jobs, load_workload
+from jitsched.plan.lp import OBJECTIVES
+from jitsched.plan.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, PlanOptions, plan_jobs
 
 
 def emit_json(obj) -> None:

@@ -7,8 +7,8 @@ import json
 
 from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, positive, register, seed
+from jitsched.dag.model import load_workload
 from jitsched.errors import ValidationError
-from jitsched.model import load_workload
 from jitsched.policies import reference_policy
 
 
@@ -42,8 +42,8 @@ def _policy_options(pairs: list[str] | None) -> dict:
     arg("--json", action="store_true", help="print the result as JSON"),
 )
 def cmd_sim(args: argparse.Namespace) -> int:
-    from jitsched.bound import lower_bound_mean_jct
-    from jitsched.coflow import coflow_workload
+    from jitsched.plan.bound import lower_bound_mean_jct
+    from jitsched.plan.coflow import coflow_workload
     from jitsched.sim import simulate
     from jitsched.sim.coflow import cct_summary
 

@@ -7,10 +7,10 @@ from collections import Counter
 
 from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, non_negative, positive, register, seed
-from jitsched.coflow import coflow_workload, read_coflow_trace
-from jitsched.model import Cluster, Host, Workload, save_workload
-from jitsched.tfgraph import import_tf_graph, job_summary
-from jitsched.workloads import MODELS, arrival_rate, generate_workload
+from jitsched.dag.model import Cluster, Host, Workload, save_workload
+from jitsched.plan.coflow import coflow_workload, read_coflow_trace
+from jitsched.workloads.paper import MODELS, arrival_rate, generate_workload
+from jitsched.workloads.tfgraph import import_tf_graph, job_summary
 
 
 @register(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from jitsched.config import ANONYMOUS, KEYS, DaemonConfig
-from jitsched.model import Cluster
+from jitsched.dag.model import Cluster
 from jitsched.policies.base import SlotSchedule
 from jitsched.protocol import flow_id, pack_body
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from jitsched.config import ANONYMOUS, DaemonConfig
 from jitsched.daemon.limits import check_job, check_job_map, job_bytes, memory_ceiling, rss_bytes
 from jitsched.daemon.reject import Reject
-from jitsched.model import Cluster, Job, critical_path_s, parse_cluster, parse_job
+from jitsched.dag.model import Cluster, Job, critical_path_s, parse_cluster, parse_job
 from jitsched.protocol import ErrorCode
 
 

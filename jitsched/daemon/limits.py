@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.reject import Reject
-from jitsched.model import Cluster, Job, critical_path_s
+from jitsched.dag.model import Cluster, Job, critical_path_s
 from jitsched.protocol import ErrorCode
 
 

@@ -15,8 +15,8 @@ import numpy as np
 from jitsched.config import FULL, INCREMENTAL, DaemonConfig
 from jitsched.daemon.background import Announced, BackgroundTable
 from jitsched.daemon.jobs import JobRegistry, JobState
-from jitsched.model import Cluster, Job
-from jitsched.planner import DEFAULT_SLOT_S
+from jitsched.dag.model import Cluster, Job
+from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import SlotSchedule
 from jitsched.protocol import BACKGROUND_JOB
 

@@ -26,9 +26,9 @@ import jitsched
 from jitsched.config import FULL, INCREMENTAL
 from jitsched.daemon.bodies import host_bodies, pack_frames
 from jitsched.daemon.plans import PlanRequest, PlanResult, merge_schedules, prune_schedule
-from jitsched.lat import latest_arrival_times
-from jitsched.model import TRANSFER, Cluster, Compute, DagArrays, Job, Transfer, compile_jobs
-from jitsched.planner import shared_cluster
+from jitsched.dag.lat import latest_arrival_times
+from jitsched.dag.model import TRANSFER, Cluster, Compute, DagArrays, Job, Transfer, compile_jobs
+from jitsched.plan.planner import shared_cluster
 from jitsched.policies.base import DONE, RUNNING, WAITING, FlowSet, Policy, SchedulerView
 
 # A failed full re-solve plans at most this many of its jobs (the newest) alone to find

@@ -12,7 +12,7 @@ import numpy as np
 from jitsched.config import DaemonConfig
 from jitsched.daemon.jobs import JobState
 from jitsched.daemon.reject import Reject
-from jitsched.learn import LearnOptions, TimingModel
+from jitsched.plan.learn import LearnOptions, TimingModel
 from jitsched.protocol import ErrorCode
 
 # Iteration times kept per template for status (mean and p95 over the newest).

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from jitsched.adapters.pytorch import TorchTrainer
-    from jitsched.sdk import Trainer, TrainerOptions
+    from jitsched.client.sdk import Trainer, TrainerOptions
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

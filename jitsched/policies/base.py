@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from jitsched.model import Cluster, DagArrays
+from jitsched.dag.model import Cluster, DagArrays
 
 # Node states in SchedulerView.node_state.
 WAITING = 0  # some predecessor unfinished

@@ -5,8 +5,8 @@
 # state (plan arrays, LATs, need order, bytes left per host pair) with the
 # invariants between them set in _clear/_replan/_sync_priority; split across
 # modules, that state's invariants would be spread too. The per-allocation
-# work is already apart, in kernels: jitsched.alloc.SlotPlan (fair leftover)
-# and jitsched.priority.GroupPriority (priority leftover).
+# work is already apart, in kernels: jitsched.plan.alloc.SlotPlan (fair leftover)
+# and jitsched.plan.priority.GroupPriority (priority leftover).
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from jitsched.alloc import SlotPlan, fit_fixed, fixed_then_maxmin
+from jitsched.dag.model import BEST_EFFORT, NORMAL, TRANSFER
 from jitsched.errors import ValidationError
-from jitsched.model import BEST_EFFORT, NORMAL, TRANSFER
-from jitsched.planner import (
+from jitsched.plan.alloc import SlotPlan, fit_fixed, fixed_then_maxmin
+from jitsched.plan.planner import (
     DEFAULT_ALPHA,
     DEFAULT_SLOT_S,
     Plan,
@@ -31,6 +31,7 @@ from jitsched.planner import (
     scale_cluster,
     shared_cluster,
 )
+from jitsched.plan.priority import GroupPriority, background_key
 from jitsched.policies.base import (
     DONE,
     Allocation,
@@ -40,7 +41,6 @@ from jitsched.policies.base import (
     register_policy,
 )
 from jitsched.policies.common import background_entries, background_shares, sub_dag
-from jitsched.priority import GroupPriority, background_key
 
 # A planned transfer whose plan is over with more than this fraction of its
 # bytes left has drifted (float crumbs of an exactly-met plan do not count).
@@ -273,7 +273,7 @@ class JitPolicy(Policy):
         it has waited ``be_age`` times its isolated JCT since it arrived
         (default :data:`DEFAULT_BE_AGE`; inf: never).
 
-    A job's class (``jitsched.model.CLASSES``) is the most significant key of
+    A job's class (``jitsched.dag.model.CLASSES``) is the most significant key of
     every order the priority leftover gives: critical jobs' transfers take
     the capacity first, in the order above among themselves, then normal
     jobs' and background flows, then best-effort jobs'. With every job normal
@@ -628,8 +628,8 @@ class JitPolicy(Policy):
     def _priority(self, view: SchedulerView) -> GroupPriority:
         """The kernel of the priority order (see :data:`LEFTOVERS`) on this DAG, cluster and background.
 
-        The order (:class:`jitsched.priority.GroupPriority`, numpy in
-        :func:`jitsched.priority.group_priority_reference`): a job's transfers
+        The order (:class:`jitsched.plan.priority.GroupPriority`, numpy in
+        :func:`jitsched.plan.priority.group_priority_reference`): a job's transfers
         rank by the bytes the job has not yet sent on the flow's host pair,
         then job, need and node. Smith's rule for slowdown: a background
         flow's key grows with its size as well as with what it has left, so
@@ -738,7 +738,7 @@ class JitPolicy(Policy):
             until = min(until, self._next_aging(view))
         elif n and len(self._plan_nodes):
             k = self._slot(view.now)
-            # One kernel call (jitsched.alloc.SlotPlan.rates): planned transfers
+            # One kernel call (jitsched.plan.alloc.SlotPlan.rates): planned transfers
             # send at their rate for slot k (0 before their first slot); every
             # other flow shares the leftover max-min fair. A planned transfer
             # past its slots with only crumbs left gets line rate: the LP meets
@@ -1021,7 +1021,7 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
         As :class:`JitPolicy`'s: a group's bytes left times (its job's bytes
         left over ``BG_REF_S`` of its source's line rate) to this power.
     tier : ndarray of int, shape (T,), optional
-        Each transfer's job's class as it ranks (``jitsched.model.CRITICAL``
+        Each transfer's job's class as it ranks (``jitsched.dag.model.CRITICAL``
         first); None: all one class.
 
     Returns

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitsched.alloc import priority_greedy
+from jitsched.dag.model import TRANSFER
 from jitsched.errors import ValidationError
-from jitsched.model import TRANSFER
-from jitsched.planner import DEFAULT_SLOT_S
+from jitsched.plan.alloc import priority_greedy
+from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import (
     Allocation,
     Policy,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jitsched.alloc import pair_maxmin
+from jitsched.plan.alloc import pair_maxmin
 from jitsched.policies.base import Allocation, Policy, SchedulerView, register_policy
 
 

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from jitsched.alloc import priority_greedy
+from jitsched.dag.model import COMPUTE, TRANSFER, DagArrays
 from jitsched.errors import ValidationError
-from jitsched.model import COMPUTE, TRANSFER, DagArrays
-from jitsched.planner import DEFAULT_SLOT_S
+from jitsched.plan.alloc import priority_greedy
+from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, Policy, SchedulerView, SlotSchedule, register_policy
 from jitsched.policies.common import (
     background_shares,

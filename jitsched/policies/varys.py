@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitsched.alloc import priority_greedy
-from jitsched.planner import DEFAULT_SLOT_S
+from jitsched.plan.alloc import priority_greedy
+from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, SchedulerView, register_policy
 from jitsched.policies.sincronia import SincroniaPolicy
 

@@ -1,4 +1,4 @@
-"""Coflow-trace replay summary (traces are read by jitsched.coflow)."""
+"""Coflow-trace replay summary (traces are read by jitsched.plan.coflow)."""
 
 from __future__ import annotations
 

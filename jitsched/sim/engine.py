@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from jitsched.alloc import CAPACITY_RTOL, check_capacity
+from jitsched.dag.model import COMPUTE, TRANSFER, Workload, compile_jobs
 from jitsched.errors import ValidationError, load_kernel
-from jitsched.model import COMPUTE, TRANSFER, Workload, compile_jobs
+from jitsched.plan.alloc import CAPACITY_RTOL, check_capacity
 from jitsched.policies.base import (
     DONE,
     RUNNING,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jitsched.model import COMPUTE, TRANSFER
+from jitsched.dag.model import COMPUTE, TRANSFER
 
 # Width of the remaining-bandwidth sampling slots, seconds.
 REMAINING_SLOT_S = 0.1

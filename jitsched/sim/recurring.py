@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jitsched.dag.model import COMPUTE, Background, Cluster, Job, Workload
 from jitsched.errors import ValidationError
-from jitsched.learn import LearnOptions, TimingModel, learned_job, weighted_error
-from jitsched.model import COMPUTE, Background, Cluster, Job, Workload
+from jitsched.plan.learn import LearnOptions, TimingModel, learned_job, weighted_error
 from jitsched.policies.base import Policy
 from jitsched.sim.engine import Simulator
 
 # What the policy is told an iteration's computes take: the template's declared
-# durations throughout, what earlier iterations taught (jitsched.learn), or the truth.
+# durations throughout, what earlier iterations taught (jitsched.plan.learn), or the truth.
 ESTIMATES = ("declared", "learned", "oracle")
 
 
@@ -76,7 +76,7 @@ def simulate_recurring(cluster: Cluster, jobs: Sequence[RecurringJob], policy: P
         What the policy is told each iteration's computes take (:data:`ESTIMATES`):
         ``learned`` starts from the declared durations and, after each iteration,
         plans the next with what the iterations so far measured (mean and std,
-        :class:`jitsched.learn.TimingModel`), as a daemon does.
+        :class:`jitsched.plan.learn.TimingModel`), as a daemon does.
     learn : LearnOptions, optional
     compute_noise : float
         Relative standard deviation of every compute's run time around its truth.

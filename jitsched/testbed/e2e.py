@@ -39,8 +39,8 @@ import numpy as np
 
 from jitsched import testbed
 from jitsched.agents.backends.htb import MIN_BURST_B
-from jitsched.runner import UNREGISTERED_MAX_S
-from jitsched.runner import unregistered_max_bytes as runner_unregistered_max_bytes
+from jitsched.client.runner import UNREGISTERED_MAX_S
+from jitsched.client.runner import unregistered_max_bytes as runner_unregistered_max_bytes
 from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.netns import in_netns
 from jitsched.testbed.options import (
@@ -50,7 +50,7 @@ from jitsched.testbed.options import (
     TestbedOptions,
 )
 
-# A transfer that takes at most jitsched.runner.UNREGISTERED_MAX_S (10 ms, measured there)
+# A transfer that takes at most jitsched.client.runner.UNREGISTERED_MAX_S (10 ms, measured there)
 # at the link rate is not registered with the agents: it rides the DL class
 # (TcBackend's dl_tos: priority 0, ahead of the background) rather than a ranked class
 # of its own. Registering costs two round trips to the agent at each end and a tc class
@@ -121,8 +121,8 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 
 def _run(sc, scenario: str, options: TestbedOptions) -> dict:
+    from jitsched.client.runner import JobResult
     from jitsched.config import DaemonConfig
-    from jitsched.runner import JobResult
     from jitsched.testbed.scenario import background_contention, build_workload
 
     policy, seed, prefix, timeout_s = options.policy, options.seed, options.prefix, options.timeout_s
@@ -399,9 +399,9 @@ def _daemon_main(cfg, conn) -> None:
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
                   tos: int | None, timeout_s: float, use_channels: bool, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
+    from jitsched.client.runner import JobRunner
+    from jitsched.client.transfer import Channels, send_bytes
     from jitsched.netns import Namespaces
-    from jitsched.runner import JobRunner
-    from jitsched.transfer import Channels, send_bytes
 
     spaces = Namespaces()  # closed below: the namespaces must go with the testbed
     # TestbedOptions.channels: transfers too small to register ride connections kept per
@@ -457,7 +457,7 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
 
 def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: int, conn) -> None:
     """Child process: a transfer sink per host, each in its host's namespace; sends their addresses."""
-    from jitsched.transfer import TransferSink
+    from jitsched.client.transfer import TransferSink
 
     sinks = []
     try:

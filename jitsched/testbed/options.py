@@ -10,8 +10,6 @@ from typing import Any
 from jitsched.agents.backends.base import INGRESS_SHARE
 from jitsched.config import PLANNING_MODES
 from jitsched.errors import ValidationError
-from jitsched.estimate import JOB_ORDERS
-from jitsched.lp import MIN_SLOT_S
 from jitsched.optspec import (
     add_options,
     argument_specs,
@@ -22,6 +20,8 @@ from jitsched.optspec import (
     option,
     options_from_args,
 )
+from jitsched.plan.estimate import JOB_ORDERS
+from jitsched.plan.lp import MIN_SLOT_S
 from jitsched.policies import reference_policy
 from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 
@@ -102,7 +102,7 @@ class TestbedOptions:
     alpha : float or None
         jit: fraction of each job's transfers the LP plans, in [0, 1].
     job_order : str or None
-        jit: how jobs share a port in the LAT estimate (:data:`jitsched.estimate.JOB_ORDERS`).
+        jit: how jobs share a port in the LAT estimate (:data:`jitsched.plan.estimate.JOB_ORDERS`).
     dl_share : float or None
         jit: fraction of each port plans may give DL transfers, in (0, 1].
     spare : {"background", "shared"}
@@ -123,7 +123,7 @@ class TestbedOptions:
         ports); under ``none`` it is the ablation.
     channels : bool
         The job runners send the transfers too small to register on
-        connections kept per sending host (:class:`jitsched.transfer.Channels`),
+        connections kept per sending host (:class:`jitsched.client.transfer.Channels`),
         as a framework's RPC channels would, under every policy (default
         on; ``--no-channels``: a connection per transfer). A
         fresh connection per small transfer put a handshake through two
@@ -311,7 +311,7 @@ def _check_daemon_settings(settings: dict) -> None:
     # a daemon for a 2-host cluster: the settings' checks do not depend on the hosts
     from jitsched.config import DaemonConfig, check_config
     from jitsched.daemon.server import create_policy
-    from jitsched.model import Cluster
+    from jitsched.dag.model import Cluster
 
     try:
         cfg = DaemonConfig(cluster=Cluster.uniform(2), **settings)

@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from jitsched.dag.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.errors import ValidationError
-from jitsched.model import Background, Cluster, Host, Job, Transfer, Workload
-from jitsched.planner import DEFAULT_SLOT_S
+from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.testbed import DEFAULT_LINK_MBIT, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
@@ -74,7 +74,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 # Modules of the daemon side that `testbed run` drives.
-REQUIRED_MODULES = ("jitsched.daemon", "jitsched.runner", "jitsched.agents.agent")
+REQUIRED_MODULES = ("jitsched.daemon", "jitsched.client.runner", "jitsched.agents.agent")
 
 
 def get_scenario(name: str) -> Scenario:
@@ -118,7 +118,7 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     (Workload, list of BackgroundFlow)
         Jobs ``<model>-<k>`` and files ``file-<k>``; arrival times in seconds from the run's start.
     """
-    from jitsched.workloads import load_model_job
+    from jitsched.workloads.paper import load_model_job
 
     sc = get_scenario(scenario)
     if isinstance(tb_or_hosts, Testbed):

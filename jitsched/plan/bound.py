@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jitsched.model import Job, Workload
+from jitsched.dag.model import Job, Workload
 
 
 @dataclass(frozen=True)

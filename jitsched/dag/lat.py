@@ -1,4 +1,4 @@
-"""Latest arrival times (LAT) over compiled DAG arrays (transfer-time estimates: :mod:`jitsched.estimate`)."""
+"""Latest arrival times (LAT) over compiled DAG arrays (transfer-time estimates: :mod:`jitsched.plan.estimate`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jitsched.dag.model import COMPUTE, TRANSFER, Cluster, DagArrays
 from jitsched.errors import ValidationError, load_kernel
-from jitsched.estimate import trans_times
-from jitsched.model import COMPUTE, TRANSFER, Cluster, DagArrays
+from jitsched.plan.estimate import trans_times
 
 ESTIMATORS = ("exact", "paper")
 
@@ -60,7 +60,7 @@ def latest_arrival_times(dag: DagArrays, cluster: Cluster, *, estimator: str = "
         Seconds; nothing unfinished starts before it (default: each job's arrival).
     known_done : ndarray, shape (n_nodes,), optional
         Finish times already known (NaN where unknown), for re-planning mid-run.
-    remaining, active : see :func:`jitsched.estimate.trans_times`.
+    remaining, active : see :func:`jitsched.plan.estimate.trans_times`.
     k_std : float
         Compute durations used are ``duration + k_std * std``.
     trans_s : ndarray, shape (n_nodes,), optional

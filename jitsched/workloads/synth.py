@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitsched.model import Compute, Job, Transfer
+from jitsched.dag.model import Compute, Job, Transfer
 
 # VGG16's 16 parameterised layers (13 conv, 3 fully connected): (weights, biases)
 # element counts; float32 parameters, 4 bytes each.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from jitsched._tfparse import DTYPE_BYTES
+from jitsched.workloads._tfparse import DTYPE_BYTES
 
 if TYPE_CHECKING:  # the importer's graph view; it imports this module, not the other way round
-    from jitsched.tfgraph import _Graph, _Node
+    from jitsched.workloads.tfgraph import _Graph, _Node
 
 # Cost model for compute ops without a measurement, a GPU-like device:
 # a fixed launch cost plus FLOPs at sustained fp32 throughput plus bytes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jitsched.model import TRANSFER, Cluster, DagArrays
+from jitsched.dag.model import TRANSFER, Cluster, DagArrays
 
 # eq1: the paper's Eq. 1 (trans_times); fair: processor sharing of every
 # transfer (fair_share_trans); ordered: each job's transfers queue in need

@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from jitsched.dag.model import Compute, Job, Transfer
+from jitsched.dag.model import critical_path_s as longest_path_s
 from jitsched.errors import ValidationError
-from jitsched.model import Compute, Job, Transfer
-from jitsched.model import critical_path_s as longest_path_s
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from jitsched.dag.model import Cluster, Job, Transfer, Workload
 from jitsched.errors import ValidationError
-from jitsched.model import Cluster, Job, Transfer, Workload
 
 # The trace's "MB" is a mebibyte, as the public simulators of this line of
 # work read it.

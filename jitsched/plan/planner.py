@@ -13,17 +13,24 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from jitsched.dag.lat import ESTIMATORS, LatResult, latest_arrival_times
+from jitsched.dag.model import TRANSFER, Cluster, DagArrays, Job, compile_jobs
 from jitsched.errors import ValidationError
-from jitsched.estimate import (
+from jitsched.plan.estimate import (
     JOB_ORDERS,
     TRANS_ESTIMATES,
     fair_share_trans,
     job_ranks,
     ordered_trans,
 )
-from jitsched.lat import ESTIMATORS, LatResult, latest_arrival_times
-from jitsched.lp import MIN_SLOT_S, OBJECTIVES, SLOT_S_RULE, SOLVERS, LPSolution, solve_bandwidth_lp
-from jitsched.model import TRANSFER, Cluster, DagArrays, Job, compile_jobs
+from jitsched.plan.lp import (
+    MIN_SLOT_S,
+    OBJECTIVES,
+    SLOT_S_RULE,
+    SOLVERS,
+    LPSolution,
+    solve_bandwidth_lp,
+)
 
 DEFAULT_ALPHA = 0.4
 DEFAULT_SLOT_S = 0.1
@@ -155,11 +162,11 @@ class PlanOptions:
         Slot length, seconds (> 0).
     objective : {"balanced", "minmax"}
     estimator : {"exact", "paper"}
-        LAT estimator (:func:`jitsched.lat.latest_arrival_times`).
+        LAT estimator (:func:`jitsched.dag.lat.latest_arrival_times`).
     trans_estimate : {"eq1", "fair", "ordered"}
-        Transfer-time estimate of the LAT pass (:mod:`jitsched.estimate`).
+        Transfer-time estimate of the LAT pass (:mod:`jitsched.plan.estimate`).
     job_order : {"fair", "fifo", "smallest"}
-        How jobs share a port in the ``ordered`` estimate (:func:`jitsched.estimate.job_ranks`).
+        How jobs share a port in the ``ordered`` estimate (:func:`jitsched.plan.estimate.job_ranks`).
     k_std : float
         LAT uses ``duration + k_std * std`` (>= 0).
     time_limit_s : float or None
@@ -170,7 +177,7 @@ class PlanOptions:
     aggregate : bool
         Plan a job's transfers between two hosts released in the same slot as
         one flow, split earliest deadline first: the same optimum with fewer
-        columns (:func:`jitsched.lp.solve_bandwidth_lp`).
+        columns (:func:`jitsched.plan.lp.solve_bandwidth_lp`).
     lowest_peak : bool
         Take every flow's lowest-peak on-time profile, without a solve, where
         that provably is an optimal plan (light load).
@@ -252,9 +259,9 @@ def estimated_lats(sub, cluster, share, remaining: np.ndarray, unfinished: np.nd
     now : float
         Seconds; nothing unfinished starts before it.
     ordered : bool
-        Follow the seed pass with :func:`jitsched.estimate.ordered_trans` passes.
+        Follow the seed pass with :func:`jitsched.plan.estimate.ordered_trans` passes.
     job_rank, estimator, known_done, k_std
-        As for :func:`jitsched.estimate.ordered_trans` and :func:`jitsched.lat.latest_arrival_times`.
+        As for :func:`jitsched.plan.estimate.ordered_trans` and :func:`jitsched.dag.lat.latest_arrival_times`.
 
     Returns
     -------
@@ -301,7 +308,7 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
         elsewhere, share the ports.
     residual_egress_Bps, residual_ingress_Bps : ndarray, shape (n_hosts, n_res), optional
         Capacity left per port and slot by frozen allocations, slot 0 starting
-        at the planning instant (see :func:`jitsched.lp.solve_bandwidth_lp`).
+        at the planning instant (see :func:`jitsched.plan.lp.solve_bandwidth_lp`).
     min_lat_s : float, optional
         The LP's deadlines are at least this (seconds, absolute); see :class:`Window`.
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jitsched.dag.model import CLASSES, Job
 from jitsched.errors import JitschedError, RemoteError, ValidationError
 from jitsched.keys import DEFAULT_CLIENT
-from jitsched.model import CLASSES, Job
 from jitsched.protocol import ErrorCode, MsgType
 
-log = logging.getLogger("jitsched.sdk")
+log = logging.getLogger("jitsched.client.sdk")
 
 # A refusal the daemon may not repeat once it is less busy or its journal writes again:
 # the report waits, as it would for a daemon that does not answer.

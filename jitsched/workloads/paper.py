@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload, load_workload
 from jitsched.errors import ValidationError
-from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload, load_workload
-from jitsched.tfgraph import COST_FLOPS, COST_LAUNCH_S, import_tf_graph
+from jitsched.workloads.tfgraph import COST_FLOPS, COST_LAUNCH_S, import_tf_graph
 
 MODELS = ("lenet", "alexnet", "vgg16", "inception_v3", "resnet152")
 # Other names the models go by.
@@ -45,7 +45,7 @@ def time_scale_for(cpu_matmul_flops: float) -> float:
     Returns
     -------
     float
-        Dimensionless factor for :func:`jitsched.tfgraph.import_tf_graph`'s ``time_scale``.
+        Dimensionless factor for :func:`jitsched.workloads.tfgraph.import_tf_graph`'s ``time_scale``.
     """
     if not cpu_matmul_flops > 0:
         raise ValidationError(f"cpu_matmul_flops must be positive, got {cpu_matmul_flops!r}")
@@ -58,7 +58,7 @@ def import_exported_model(name: str, directory: str | Path) -> Job:
     Reads ``<name>.graph.json.gz``, ``<name>.stepstats.json.gz`` and
     ``<name>.meta.json`` from ``directory``; measured CPU op times are scaled
     by :func:`time_scale_for` and floored at the launch cost
-    :data:`jitsched.tfgraph.COST_LAUNCH_S` (5 µs). Hosts are ``ps`` and ``worker``.
+    :data:`jitsched.workloads.tfgraph.COST_LAUNCH_S` (5 µs). Hosts are ``ps`` and ``worker``.
 
     Returns
     -------

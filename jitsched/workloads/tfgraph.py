@@ -1,7 +1,7 @@
 """Import TensorFlow GraphDefs (JSON or text form) and step stats as jitsched DAG jobs, without TensorFlow."""
 
-# Reading the files is jitsched._tfparse, the durations of unmeasured ops
-# jitsched.tfcost; their public names are re-exported here, where callers
+# Reading the files is jitsched.workloads._tfparse, the durations of unmeasured ops
+# jitsched.workloads.tfcost; their public names are re-exported here, where callers
 # have always found them.
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jitsched._tfparse import DTYPE_BYTES, read_graphdef, read_step_stats
+from jitsched.dag.model import Compute, Job, Transfer
 from jitsched.errors import ValidationError
-from jitsched.model import Compute, Job, Transfer
-from jitsched.tfcost import COST_FLOPS, COST_LAUNCH_S, COST_MEM_BPS, estimate_duration
+from jitsched.workloads._tfparse import DTYPE_BYTES, read_graphdef, read_step_stats
+from jitsched.workloads.tfcost import COST_FLOPS, COST_LAUNCH_S, COST_MEM_BPS, estimate_duration
 
 __all__ = [
     "BOOKKEEPING_OPS", "COST_FLOPS", "COST_LAUNCH_S", "COST_MEM_BPS", "DTYPE_BYTES", "Task",

@@ -6,7 +6,7 @@
 # and tests import any mix of them from here. Split out, the parsers and the
 # packer would import the dataclasses, and this module would have to import
 # them back to keep those imports working: a cycle. It sits below the LAT pass
-# (tests/test_layers.py): topological_order is here, not in jitsched.lat.
+# (tests/test_layers.py): topological_order is here, not in jitsched.dag.lat.
 
 from __future__ import annotations
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitsched.client import Client
+from jitsched.client.transfer import send_bytes
+from jitsched.dag.model import Job, critical_path_s
 from jitsched.errors import ValidationError
 from jitsched.keys import CLIENTS, DEFAULT_CLIENT, CurveKeys, curve_keys
-from jitsched.model import Job, critical_path_s
 from jitsched.protocol import MAX_REPORT_EVENTS, ErrorCode, MsgType, RemoteError, flow_id
-from jitsched.transfer import send_bytes
 
-log = logging.getLogger("jitsched.runner")
+log = logging.getLogger("jitsched.client.runner")
 
 
 # A transfer that takes at most this long at its line rate is not worth registering with
@@ -193,7 +193,7 @@ class JobRunner:
     endpoint : str
         The daemon's job endpoint.
     sinks : dict
-        ``host -> (address, port)`` of a :class:`jitsched.transfer.TransferSink` per host.
+        ``host -> (address, port)`` of a :class:`jitsched.client.transfer.TransferSink` per host.
     agents : dict, optional
         ``host -> local agent socket name``; transfers from a host register with its agent.
     compute_scale : float
@@ -214,7 +214,7 @@ class JobRunner:
         ``on_event(kind, job_id, node_id)`` after each node (progress display).
     send : callable, optional
         ``send(src_host, addr, nbytes, flow, agent=...)`` replacing
-        :func:`jitsched.transfer.send_bytes` (the testbed opens each transfer's
+        :func:`jitsched.client.transfer.send_bytes` (the testbed opens each transfer's
         socket inside its source host's network namespace).
     async_reports : bool
         False (default): each node waits for the daemon's reply to its

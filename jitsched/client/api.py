@@ -12,6 +12,7 @@ from typing import Any
 
 import zmq
 
+from jitsched.dag.model import Job
 from jitsched.errors import ValidationError
 from jitsched.keys import (
     CLIENTS,
@@ -22,7 +23,6 @@ from jitsched.keys import (
     handshake_monitor,
 )
 from jitsched.localreg import register_flow, unregister_flow
-from jitsched.model import Job
 from jitsched.protocol import (
     MAX_MESSAGE_BYTES,
     MsgType,
@@ -353,11 +353,11 @@ def announced_flow(client: Client, flow: str, src: str, dst: str, nbytes: float,
 
 def load_graph_job(graph_path: str | Path, *, ps_host: str, worker_host: str,
                    job_id: str | None = None) -> Job:
-    """A native job from a TensorFlow GraphDef file (JSON or text) via :mod:`jitsched.tfgraph`.
+    """A native job from a TensorFlow GraphDef file (JSON or text) via :mod:`jitsched.workloads.tfgraph`.
 
     The graph's ``ps`` task maps to ``ps_host`` and its ``worker`` task to ``worker_host``.
     """
-    from jitsched.tfgraph import import_tf_graph
+    from jitsched.workloads.tfgraph import import_tf_graph
 
     name = Path(graph_path).name.split(".")[0]
     return import_tf_graph(graph_path, hosts={"ps": ps_host, "worker": worker_host},

@@ -1,7 +1,7 @@
 """The time-slotted bandwidth LP (docs/architecture.md §5), built as CSC arrays and solved by HiGHS."""
 
 # One module although near 800 lines: what remains after the flows moved to
-# jitsched.lpflows is one LP -- validating its arrays, the phi cost and
+# jitsched.plan.lpflows is one LP -- validating its arrays, the phi cost and
 # tardiness columns, the rows built per component, HiGHS's options and
 # statuses, and reading the rates back -- whose parts share the cost constants
 # and the column layout; split, each half would import the other's privates.
@@ -17,7 +17,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from jitsched.errors import ValidationError
-from jitsched.lpflows import (
+from jitsched.plan.lpflows import (
     Flows,
     base_utilisation,
     edf_fill,
@@ -253,7 +253,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         transfers). ``False``: one flow per transfer, the model as it was
         before aggregation.
     group : array of int, shape (m,), optional
-        Transfers of different groups (:func:`jitsched.planner.plan_jobs`
+        Transfers of different groups (:func:`jitsched.plan.planner.plan_jobs`
         passes the job) never share a flow: the LP, not the split's tie-break,
         then decides between them. Default: one group.
     fine_slots : int or None

@@ -1,9 +1,9 @@
 """The default JIT policy's strict-priority allocation in one kernel call per allocation, and its numpy reference.
 
-Apart from :mod:`jitsched.alloc` (the kernels every policy shares): this
+Apart from :mod:`jitsched.plan.alloc` (the kernels every policy shares): this
 order is the JIT policy's alone, and its reference spells out the numpy code
 the policy ran before (a five-key lexsort over every flow, then
-:func:`jitsched.alloc.priority_greedy`), which the kernel must match bit for bit.
+:func:`jitsched.plan.alloc.priority_greedy`), which the kernel must match bit for bit.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from jitsched.alloc import _check_flows, _kernels, priority_greedy_reference
 from jitsched.errors import ValidationError
+from jitsched.plan.alloc import _check_flows, _kernels, priority_greedy_reference
 
 
 class GroupPriority:
