@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from jitsched.testbed import netns as netns_mod
+from jitsched import netns as netns_mod
 
 
 @pytest.fixture
@@ -16,5 +16,5 @@ def netns_available() -> None:
         pytest.skip("JITSCHED_NO_NETNS=1: network-namespace tests disabled by the user")
     try:
         netns_mod.require_netns()
-    except netns_mod.TestbedError as exc:
+    except netns_mod.NetnsUnavailable as exc:
         pytest.fail(f"network namespaces unavailable: {exc} (set JITSCHED_NO_NETNS=1 to skip)")

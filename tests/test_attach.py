@@ -21,8 +21,8 @@ from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster, Host
 from jitsched.localreg import attach, detach
+from jitsched.netns import PAIR_ADDRS, veth_pair
 from jitsched.protocol import RemoteError
-from jitsched.testbed.netns import PAIR_ADDRS, veth_pair
 from jitsched.workloads.synth import layer_chain_job
 
 # A job's process: connects, forks a child that connects, closes, on commands from stdin;

@@ -107,7 +107,7 @@ def test_walker_finds_lazy_relative_and_dynamic_imports():
 import os
 from jitsched import testbed
 def f():
-    from jitsched.testbed.netns import run
+    from jitsched.testbed.bgtraffic import run
     from ...testbed import scenario
     from . import base
     import bench.common as c
@@ -115,7 +115,7 @@ def f():
     return __import__("json")
 """
     names = imported_modules(src, "jitsched.agents.backends.fake")
-    assert {"os", "jitsched", "jitsched.testbed", "jitsched.testbed.netns", "jitsched.testbed.netns.run",
+    assert {"os", "jitsched", "jitsched.testbed", "jitsched.testbed.bgtraffic", "jitsched.testbed.bgtraffic.run",
             "jitsched.testbed.scenario", "jitsched.agents.backends.base", "bench.common", "jitsched.dag.lat",
             "json"} <= names
     # a package's relative imports start at the package itself
@@ -124,7 +124,7 @@ def f():
 
 
 @pytest.mark.parametrize("rel, src", [
-    ("agents/backends/fake.py", "def f():\n    from jitsched.testbed.netns import run\n"),
+    ("agents/backends/fake.py", "def f():\n    from jitsched.testbed.bgtraffic import run\n"),
     ("agents/fake.py", "from jitsched import testbed\n"),
     ("agents/fake.py", "import bench.common\n"),
     ("jitsched/daemon/fake.py", "def f():\n    import jitsched.testbed.e2e\n"),

@@ -27,7 +27,7 @@ from jitsched.agents.backends.htb import (
 )
 from jitsched.agents.backends.netlink import u32_keys
 from jitsched.agents.backends.tc import TcBackend, TcIngressBackend, ifb_name
-from jitsched.testbed.netns import BULK_SINK, BULK_SOURCE
+from jitsched.netns import BULK_SINK, BULK_SOURCE
 
 LINE = 12.5e6  # 100 Mbit/s in bytes/s
 
@@ -391,7 +391,7 @@ def test_arp_goes_through_the_ack_class_not_the_background(ns):
 @pytest.fixture
 def ns_pair(netns_available):
     """Namespaces src (a0, 198.18.200.1) and dst (a1, 198.18.200.2) joined by a veth pair."""
-    from jitsched.testbed.netns import veth_pair
+    from jitsched.netns import veth_pair
 
     with veth_pair() as pair:
         yield pair

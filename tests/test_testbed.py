@@ -19,9 +19,9 @@ import uuid
 import numpy as np
 import pytest
 
+from jitsched import netns as netns_mod
 from jitsched import testbed
 from jitsched.dag.model import parse_cluster
-from jitsched.testbed import netns as netns_mod
 from jitsched.testbed.bgtraffic import BackgroundFlow, Generator, Receiver, connect, send_bytes
 from jitsched.testbed.measure import measure_enforcement, summarize
 

@@ -17,10 +17,10 @@ import uuid
 
 import pytest
 
+from jitsched import netns as netns_mod
 from jitsched import testbed
 from jitsched.errors import ValidationError
 from jitsched.testbed import e2e
-from jitsched.testbed import netns as netns_mod
 from jitsched.testbed.e2e import run_scenario
 from jitsched.testbed.scenario import SCENARIOS, Scenario, build_workload
 

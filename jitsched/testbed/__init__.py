@@ -34,7 +34,29 @@ from pathlib import Path
 
 import tomli_w
 
-from jitsched.testbed.netns import TestbedError, list_netns, require_netns, run
+from jitsched import netns
+from jitsched.errors import JitschedError
+from jitsched.netns import list_netns
+
+
+class TestbedError(JitschedError):
+    """The emulated cluster cannot be built or driven on this machine."""
+
+
+def run(argv, *, check: bool = True):
+    """Run a set-up command; raise :class:`TestbedError` with its stderr when it fails."""
+    try:
+        return netns.run(argv, check=check)
+    except netns.CommandError as exc:
+        raise TestbedError(str(exc)) from None
+
+
+def require_netns() -> None:
+    """Raise :class:`TestbedError` unless this process can create network namespaces."""
+    try:
+        netns.require_netns()
+    except netns.NetnsUnavailable as exc:
+        raise TestbedError(str(exc)) from None
 
 __all__ = ["Testbed", "TestbedError", "TestbedHost", "down", "up", "ADDRESS_NET", "DEFAULT_LINK_MBIT",
            "LINK_MBIT_RANGE"]

@@ -41,8 +41,8 @@ from jitsched import testbed
 from jitsched.agents.backends.htb import MIN_BURST_B
 from jitsched.client.runner import UNREGISTERED_MAX_S
 from jitsched.client.runner import unregistered_max_bytes as runner_unregistered_max_bytes
+from jitsched.netns import in_netns
 from jitsched.testbed.measure import GOODPUT
-from jitsched.testbed.netns import in_netns
 from jitsched.testbed.options import (
     DAEMON_DEFAULTS,
     DAEMON_POLICY,
