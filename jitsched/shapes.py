@@ -184,6 +184,8 @@ def expand_job(job: Job, shape: str, servers: Sequence[str], workers: Sequence[s
     pulls = [t for t in job.transfers if t.src == server]
     pushes = [t for t in job.transfers if t.src == worker]
     if shape == "allreduce":
+        if not pushes:
+            raise ValidationError(f"job {job.id!r}: no gradient pushes (worker -> server) to all-reduce")
         computes, transfers, edges = _ring(job, pulls, pushes, list(workers), opts.bucket_bytes)
     else:
         place = _shards(pulls, len(servers), opts.min_slice_bytes) | _shards(pushes, len(servers),

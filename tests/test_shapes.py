@@ -181,6 +181,8 @@ def test_bad_options_and_jobs_are_refused_with_their_reason():
     two = Job("two", (Compute("a", "h1", 1.0), Compute("b", "h2", 1.0)), (Transfer("t", "h0", "h1", 1.0),), ())
     with pytest.raises(ValidationError, match="every compute on one worker host"):
         expand_job(two, "ps", ["h3"], ["h4", "h5"])
+    with pytest.raises(ValidationError, match="no gradient pushes"):
+        expand_job(layer_chain_job("j", "h0", "h1"), "allreduce", [], ["h2", "h3"])
     odd = Job("odd", (Compute("a", "h1", 1.0),), (Transfer("t", "h0", "h1", 1.0), Transfer("u", "h2", "h1", 1.0)), ())
     with pytest.raises(ValidationError, match="transfer 'u'"):
         expand_job(odd, "ps", ["h3"], ["h4", "h5"])
