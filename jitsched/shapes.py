@@ -6,6 +6,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from jitsched.errors import ValidationError
 from jitsched.model import Compute, Job, Transfer
 
@@ -293,6 +295,22 @@ def _ring(job: Job, pulls: Sequence[Transfer], pushes: Sequence[Transfer], worke
     return computes, transfers, edges
 
 
+def draw_shape(rng: np.random.Generator, options: ShapeOptions,
+               host_names: Sequence[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """A random job's shape (uniform over ``options.shapes()``), then its servers and workers, all distinct.
+
+    Returns
+    -------
+    shape, servers, workers
+    """
+    shapes = options.shapes()
+    shape = shapes[int(rng.integers(len(shapes)))]
+    hosts = tuple(host_names[int(i)] for i in rng.choice(len(host_names), size=options.n_hosts(shape),
+                                                         replace=False))
+    k = options.n_servers(shape)
+    return shape, hosts[:k], hosts[k:]
+
+
 def shape_of(job_id: str) -> str:
     """A generated job's shape, read off its id ``<model>-<shape>-<k>`` (``ps`` without one)."""
     return next((sh for sh in sorted(SHAPES, key=len, reverse=True) if f"-{sh}-" in job_id), "ps")
@@ -312,4 +330,4 @@ def shape_hosts(shape: str, options: ShapeOptions, server: str = "ps",
 
 
 __all__ = ["DEFAULT_BUCKET_BYTES", "DEFAULT_MIN_SLICE_BYTES", "MIXED", "SHAPES", "ShapeOptions",
-           "expand_job", "ps_roles", "shape_hosts", "shape_of", "shaped_bytes"]
+           "draw_shape", "expand_job", "ps_roles", "shape_hosts", "shape_of", "shaped_bytes"]

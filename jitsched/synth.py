@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from jitsched.model import Compute, Job, Transfer
-from jitsched.shapes import ShapeOptions, expand_job
+from jitsched.shapes import ShapeOptions, draw_shape, expand_job
 
 # VGG16's 16 parameterised layers (13 conv, 3 fully connected): (weights, biases)
 # element counts; float32 parameters, 4 bytes each.
@@ -75,15 +75,10 @@ def random_vgg16_jobs(n_jobs: int, host_names: list[str], *, seed: int = 0,
     rng = np.random.default_rng(seed)
     jobs = []
     if shapes is not None and not shapes.trivial:
-        options = shapes.shapes()
+        one = layer_chain_job("one", "ps", "worker", arrival_s=arrival_s, pushes=True)
         for j in range(n_jobs):
-            shape = options[int(rng.integers(len(options)))]
-            hosts = [host_names[int(i)] for i in rng.choice(len(host_names), size=shapes.n_hosts(shape),
-                                                            replace=False)]
-            k = shapes.n_servers(shape)
-            one = layer_chain_job("one", "ps", "worker", arrival_s=arrival_s, pushes=True)
-            jobs.append(expand_job(one, shape, hosts[:k], hosts[k:], options=shapes,
-                                   job_id=f"vgg16-{shape}-{j}"))
+            shape, servers, workers = draw_shape(rng, shapes, host_names)
+            jobs.append(expand_job(one, shape, servers, workers, options=shapes, job_id=f"vgg16-{shape}-{j}"))
         return jobs
     for j in range(n_jobs):
         ps, worker = rng.choice(len(host_names), size=2, replace=False)

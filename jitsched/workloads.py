@@ -14,7 +14,7 @@ import numpy as np
 
 from jitsched.errors import ValidationError
 from jitsched.model import Background, Cluster, Compute, Job, Transfer, Workload, load_workload
-from jitsched.shapes import ShapeOptions, expand_job, shaped_bytes
+from jitsched.shapes import ShapeOptions, draw_shape, expand_job, shaped_bytes
 from jitsched.tfgraph import COST_FLOPS, COST_LAUNCH_S, import_tf_graph
 
 MODELS = ("lenet", "alexnet", "vgg16", "inception_v3", "resnet152")
@@ -297,12 +297,10 @@ def _shaped_arrival(rng: np.random.Generator, index: int, t: float, n_hosts: int
         a, b = (f"h{int(x)}" for x in rng.choice(n_hosts, size=2, replace=False))
         return Arrival(index, t, "file", a, b, float(file_sizes_bits[int(rng.integers(len(file_sizes_bits)))]) / 8.0)
     kind = models[int(rng.integers(len(models)))]
-    options = shapes.shapes()
-    shape = options[int(rng.integers(len(options)))]
-    hosts = tuple(f"h{int(x)}" for x in rng.choice(n_hosts, size=shapes.n_hosts(shape), replace=False))
-    k = shapes.n_servers(shape)
+    shape, servers, workers = draw_shape(rng, shapes, [f"h{i}" for i in range(n_hosts)])
+    hosts = servers + workers
     return Arrival(index, t, kind, hosts[0], hosts[1], model_shaped_bytes(kind, shape, shapes.workers),
-                   shape, hosts[:k], hosts[k:])
+                   shape, servers, workers)
 
 
 def generate_workload(load: float, *, n_jobs: int | None = None, duration_s: float | None = None,
