@@ -263,3 +263,31 @@ def test_a_regime_run_is_never_under_its_bound(monkeypatch):
     monkeypatch.setattr(regimes, "N_HOSTS", 4)
     r = regimes.run_regime((1e10, 0, ("tensorflow", "jit")))
     assert 0 < r["bound"] <= min(np.mean(v) for v in r["jct"].values()) * (1 + 1e-9)
+
+
+def test_mixed_point_json_line_reports_every_policy_against_the_bound(tmp_path, capsys):
+    assert bp.main(["--mixed", "--mixed-seeds", "1", "--mixed-jobs", "12", "--mixed-models", "lenet,alexnet",
+                    "--json", "--out", str(tmp_path), "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    d = json.loads(lines[0])["mixed"]
+    assert json.loads((tmp_path / "mixed.json").read_text())["mixed"] == d
+    assert "--shape mixed --workers 4 --servers 2" in d["workload"]
+    assert sum(d["jobs_by_shape"].values()) > 0 and d["bound_mean_jct_s"] > 0
+    for pol in bp.run_policies():
+        m = d[pol]
+        assert m["over_bound"] >= 1 - 1e-9 and m["jct_mean_s"] > 0 and m["speedup_mean"] > 0
+        assert m["jct_mean_s"] == pytest.approx(m["over_bound"] * d["bound_mean_jct_s"])
+    assert d["tensorflow"]["speedup_mean"] == pytest.approx(1.0)
+
+
+def test_mixed_summary_splits_the_jcts_by_shape():
+    from bench.paper import mixed
+
+    runs = [{"seed": s, "bound": 1.0, "shape": ["ps", "allreduce", "allreduce"],
+             "jct": {"tensorflow": [4.0, 2.0, 2.0], "jit": [2.0, 1.0, 1.0 + s]}} for s in range(2)]
+    d = mixed.summarize(runs, ("tensorflow", "jit"), "tensorflow")
+    assert d["jit"]["jct_mean_s_by_shape"] == {"ps": 2.0, "ps-sharded": None, "allreduce": pytest.approx(1.25)}
+    assert d["jit"]["over_bound"] == pytest.approx(np.mean([4 / 3, 5 / 3]))
+    assert d["jit"]["speedup_mean"] == pytest.approx(np.mean([2.0, np.mean([2, 2, 1])]))
+    assert d["jobs_by_shape"] == {"ps": 2, "ps-sharded": 0, "allreduce": 4}

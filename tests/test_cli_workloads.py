@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from jitsched.cli import main
 from jitsched.dag.model import load_workload
 from jitsched.plan.coflow import synthetic_trace_path
@@ -72,3 +74,52 @@ def test_import_coflow(tmp_path, capsys):
     assert s == {"ports": 8, "coflows": 6, "jobs": 5, "flows": 24,
                  "bytes": 37.0 * 2**20, "local_flows_dropped": 2}
     assert len(load_workload(out).jobs) == 5
+
+
+def test_gen_workload_mixed_shapes(tmp_path, capsys):
+    out = tmp_path / "w.json"
+    assert main(["gen-workload", "--load", "0.5", "--n-jobs", "20", "--hosts", "10",
+                 "--models", "lenet,alexnet", "--shape", "mixed", "--workers", "3", "--seed", "1",
+                 "-o", str(out), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    w = load_workload(out)
+    assert set(s["shapes"]) == {"ps", "ps-sharded", "allreduce"} and sum(s["shapes"].values()) == len(w.jobs)
+    sharded = next(j for j in w.jobs if "-ps-sharded-" in j.id)
+    # two servers by default, three workers
+    assert len({t.src for t in sharded.transfers} - {c.host for c in sharded.computes}) == 2
+    assert all(len({c.host for c in j.computes}) == 3 for j in w.jobs)
+
+
+def test_import_tf_expands_the_one_worker_step(tmp_path, capsys):
+    src = WORKLOADS / "lenet.graph.json.gz"
+    one, ring, shards = (tmp_path / f"{n}.json" for n in ("one", "ring", "shards"))
+    assert main(["import-tf", str(src), "-o", str(one)]) == 0
+    assert main(["import-tf", str(src), "--shape", "allreduce", "--workers", "3", "-o", str(ring),
+                 "--json"]) == 0
+    capsys.readouterr()
+    assert main(["import-tf", str(src), "--shape", "ps-sharded", "--workers", "2", "--servers", "3",
+                 "--ps-host", "s", "-o", str(shards)]) == 0
+    (job,) = load_workload(one).jobs
+    push = sum(t.bytes for t in job.transfers if t.src == "worker")
+    w = load_workload(ring)
+    assert w.cluster.names == ["worker", "worker1", "worker2"]
+    (r,) = w.jobs
+    assert len(r.computes) == 3 * len(job.computes)
+    assert sum(t.bytes for t in r.transfers if t.src == "worker1") == pytest.approx(2 * 2 / 3 * push)
+    w = load_workload(shards)
+    assert w.cluster.names == ["s", "s1", "s2", "worker", "worker1"]
+    (s,) = w.jobs
+    assert sum(t.bytes for t in s.transfers) == pytest.approx(2 * sum(t.bytes for t in job.transfers))
+
+
+def test_shape_options_that_cannot_be_built_exit_2_in_one_line(tmp_path, capsys):
+    for argv, msg in [(["gen-workload", "--load", "0.5", "--n-jobs", "3", "--shape", "allreduce"],
+                       "a ring needs at least 2 workers"),
+                      (["gen-workload", "--load", "0.5", "--n-jobs", "3", "--hosts", "4", "--shape",
+                        "ps-sharded", "--workers", "3"], "need at least 5 hosts"),
+                      (["import-tf", str(WORKLOADS / "lenet.graph.json.gz"), "--servers", "2"],
+                       "only ps-sharded jobs have more than one server")]:
+        assert main([*argv, "-o", str(tmp_path / "x.json")]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.json").exists()

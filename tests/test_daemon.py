@@ -17,6 +17,7 @@ from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster
+from jitsched.policies import POLICIES
 from jitsched.protocol import ErrorCode, MsgType, RemoteError, decode_reply, encode_request
 from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 
@@ -535,3 +536,34 @@ def test_a_step_of_the_wall_clock_neither_freezes_nor_expires_liveness_and_reten
         # a killed agent still goes down on time (liveness does not freeze either)
         agents["h1"].kill()
         assert wait_until(lambda: not d.state.agents["h1"].up, 5.0)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_jobs_of_many_workers_are_accepted_and_planned_on_every_senders_host(policy):
+    from jitsched.workloads.shapes import ShapeOptions, expand_job
+    from tests.test_daemon_incremental import settled
+
+    one = layer_chain_job("one", "ps", "wk", layers=VGG16_LAYERS[:3], pushes=True)
+    # a ring h1 -> h2 -> h3 -> h1, and two workers (h1, h2) of parameters sharded on h0 and h3
+    ring = expand_job(one, "allreduce", [], ["h1", "h2", "h3"], options=ShapeOptions("allreduce", 3),
+                      job_id="ring")
+    shard = expand_job(one, "ps-sharded", ["h0", "h3"], ["h1", "h2"], job_id="shard",
+                       options=ShapeOptions("ps-sharded", 2, 2, min_slice_bytes=1e3))
+    with system(policy=policy) as (d, agents), Client(d.job_endpoint, timeout_s=5.0) as c:
+        assert c.submit_job(ring) == "ring" and c.submit_job(shard) == "shard"
+        assert wait_until(lambda: d.state.plan_summary.get("jobs") == 2 and settled(d), 10.0)
+        st = c.status()
+        assert st["jobs"]["ring"]["state"] == st["jobs"]["shard"]["state"] == "running"
+        assert not any(d.state.plan_book.plans_failed.values())
+        flows = {h: (a.schedule or {"flows": []})["flows"] for h, a in agents.items()}
+        if d.state.plan_summary["flows"] == 0:  # fair sharing: nothing to rank or rate
+            assert policy in ("tensorflow", "fifo")
+            return
+        ring_on = {h for h, fl in flows.items() if any(f["flow"].startswith("ring/") for f in fl)}
+        shard_on = {h for h, fl in flows.items() if any(f["flow"].startswith("shard/") for f in fl)}
+        nxt = {"h1": "h2", "h2": "h3", "h3": "h1"}
+        assert all(f["dst"] == nxt[h] for h, fl in flows.items() for f in fl if f["flow"].startswith("ring/"))
+        if policy == "jit-paper":  # the LP's first alpha of the transfers, wherever they are
+            assert ring_on | shard_on
+        else:  # every worker of the ring sends, and both servers and both workers of the shards
+            assert ring_on == {"h1", "h2", "h3"} and shard_on == {"h0", "h1", "h2", "h3"}

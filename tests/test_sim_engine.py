@@ -173,3 +173,32 @@ def test_infinite_capacity_rejected():
     cl = Cluster((Host("h0", 1e9, 1e9), Host("h1", float("inf"), 1e9)))
     with pytest.raises(ValidationError, match="finite"):
         simulate(Workload(cl, (), (Background("b", "h0", "h1", 1e6, 0.0),)), "jit")
+
+
+@pytest.fixture(scope="module")
+def mixed_workload():
+    from jitsched.workloads.paper import generate_workload
+    from jitsched.workloads.shapes import MIXED, ShapeOptions
+
+    wl = generate_workload(0.5, n_jobs=14, n_hosts=10, bps=1e10, models=("lenet", "alexnet"), seed=3,
+                           shapes=ShapeOptions(MIXED, 3, 2))
+    assert {j.id.split("-", 1)[1].rsplit("-", 1)[0] for j in wl.jobs} == {"ps", "ps-sharded", "allreduce"}
+    return wl
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_finishes_a_workload_of_mixed_shapes(policy, mixed_workload):
+    from jitsched.dag.model import compile_jobs
+    from jitsched.plan.bound import lower_bound_mean_jct
+
+    wl = mixed_workload
+    res = simulate(wl, policy, check=True)
+    assert np.all(np.isfinite(res.jct_s)) and len(res.jct_s) == len(wl.jobs)
+    np.testing.assert_allclose(res.transfer_sent, res.transfer_size, rtol=1e-9, atol=1e-2)
+    np.testing.assert_allclose(res.bg_sent, res.bg_size, rtol=1e-9, atol=1e-2)
+    dag = compile_jobs(list(wl.jobs), wl.cluster)
+    for v in range(dag.n_nodes):  # a ring step starts after the chunk it forwards has arrived
+        preds = dag.pred_idx[dag.pred_ptr[v]:dag.pred_ptr[v + 1]]
+        earliest = max([dag.arrival[dag.job_of[v]]] + [res.node_finish_s[p] for p in preds])
+        assert res.node_start_s[v] >= earliest - 1e-9
+    assert res.jct_s.mean() >= lower_bound_mean_jct(wl) * (1 - 1e-9)

@@ -417,7 +417,7 @@ def test_committed_parameter_reads_match_the_models():
 
 def test_split_modules_are_reexported():
     """Parser and cost model live in their own modules; jitsched.workloads.tfgraph still offers their names."""
-    from jitsched.workloads import _tfparse, tfcost, tfgraph
+    from jitsched.workloads.paper import _tfparse, tfcost, tfgraph
 
     assert tfgraph.read_graphdef is _tfparse.read_graphdef
     assert tfgraph.read_step_stats is _tfparse.read_step_stats
@@ -426,3 +426,23 @@ def test_split_modules_are_reexported():
     assert (tfgraph.COST_LAUNCH_S, tfgraph.COST_FLOPS, tfgraph.COST_MEM_BPS) == \
         (tfcost.COST_LAUNCH_S, tfcost.COST_FLOPS, tfcost.COST_MEM_BPS)
     assert all(hasattr(tfgraph, name) for name in tfgraph.__all__)
+
+
+def test_an_imported_step_expands_to_many_workers():
+    from jitsched.workloads.shapes import ShapeOptions, expand_job, shape_hosts
+
+    job = import_tf_graph(small_graph(), job_id="j")
+    opts = ShapeOptions("allreduce", 2)
+    servers, workers = shape_hosts("allreduce", opts)
+    ring = expand_job(job, "allreduce", servers, workers, options=opts)
+    assert workers == ["worker", "worker1"] and not servers
+    # the read is gone (each worker holds W); one bucket of the 128-byte gradient, 2 steps of 64 bytes per worker
+    assert sorted((t.id, t.src, t.dst, t.bytes) for t in ring.transfers) == [
+        ("ar0/s0/w0", "worker", "worker1", 64.0), ("ar0/s0/w1", "worker1", "worker", 64.0),
+        ("ar0/s1/w0", "worker", "worker1", 64.0), ("ar0/s1/w1", "worker1", "worker", 64.0)]
+    assert ("w1/grad", "ar0/s0/w1") in ring.edges and ("w0/fwd", "w0/post") in ring.edges
+    assert not any(b == "w0/fwd" for _, b in ring.edges)  # fwd starts at once: W is local
+    ps = expand_job(job, "ps", ["ps"], workers)
+    assert {(t.id, t.src, t.dst) for t in ps.transfers} == {
+        (f"w0/{READ}", "ps", "worker"), (f"w1/{READ}", "ps", "worker1"),
+        (f"w0/{PUSH}", "worker", "ps"), (f"w1/{PUSH}", "worker1", "ps")}

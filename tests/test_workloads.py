@@ -20,9 +20,11 @@ from jitsched.workloads.paper import (
     generate_workload,
     load_model_job,
     model_bytes,
+    model_shaped_bytes,
     model_template,
     time_scale_for,
 )
+from jitsched.workloads.shapes import MIXED, SHAPES, ShapeOptions
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -159,3 +161,54 @@ def test_generator_errors(kwargs, pattern):
     load = kwargs.pop("load")
     with pytest.raises(ValidationError, match=pattern):
         generate_arrivals(load, **kwargs)
+
+
+def test_the_default_shape_leaves_the_one_worker_stream_as_it_was():
+    plain = generate_arrivals(0.5, n_jobs=60, n_hosts=12, seed=7)
+    assert generate_arrivals(0.5, n_jobs=60, n_hosts=12, seed=7, shapes=ShapeOptions()) == plain
+    assert generate_workload(0.5, n_jobs=20, n_hosts=12, seed=7, shapes=ShapeOptions()) == generate_workload(
+        0.5, n_jobs=20, n_hosts=12, seed=7)
+
+
+def test_shaped_streams_offer_the_load_asked_for():
+    # the rate counts each shape's bytes: N workers' pulls and pushes, or a ring's 2(N-1)/N per worker
+    load, n = 0.6, 6000
+    shapes = ShapeOptions(MIXED, 4, 3)
+    arr = generate_arrivals(load, n_jobs=n, background_share=0.3, seed=2, shapes=shapes)
+    times = np.array([a.arrival_s for a in arr])
+    offered = sum(a.bytes for a in arr) / times[-1]
+    assert offered / (100 * 1e9 / 8) == pytest.approx(load, rel=0.06)
+    dl = [a for a in arr if a.kind != "file"]
+    counts = Counter(a.shape for a in dl)
+    assert set(counts) == set(SHAPES) and all(c / len(dl) == pytest.approx(1 / 3, abs=0.03)
+                                              for c in counts.values())
+    for a in dl:
+        assert len(a.workers) == 4 and len(a.servers) == shapes.n_servers(a.shape)
+        assert len(set(a.servers + a.workers)) == len(a.servers) + 4
+        assert a.bytes == pytest.approx(model_shaped_bytes(a.kind, a.shape, 4))
+    ring = next(a for a in dl if a.shape == "allreduce" and a.kind == "vgg16")
+    push = sum(t.bytes for t in model_template("vgg16").transfers if t.src == "worker")
+    assert ring.bytes == pytest.approx(4 * 2 * 3 / 4 * push)
+
+
+@pytest.mark.parametrize("shape", SHAPES + (MIXED,))
+def test_shaped_workloads_are_valid_and_place_the_jobs_on_the_drawn_hosts(shape):
+    shapes = ShapeOptions(shape, 3, 2 if shape in ("ps-sharded", MIXED) else 1)
+    w = generate_workload(0.5, n_jobs=16, n_hosts=8, models=("lenet", "alexnet"), seed=3, shapes=shapes)
+    arr = generate_arrivals(0.5, n_jobs=16, n_hosts=8, models=("lenet", "alexnet"), seed=3, shapes=shapes)
+    dl = [a for a in arr if a.kind != "file"]
+    assert [j.id for j in w.jobs] == [f"{a.kind}-{a.shape}-{a.index}" for a in dl]
+    for j, a in zip(w.jobs, dl, strict=True):
+        assert {c.host for c in j.computes} == set(a.workers)
+        assert {h for t in j.transfers for h in (t.src, t.dst)} == set(a.servers + a.workers)
+        assert sum(t.bytes for t in j.transfers) == pytest.approx(a.bytes)
+    assert parse_workload(w.to_dict()) == w
+    compile_jobs(w.jobs, w.cluster)
+
+
+def test_shaped_streams_need_hosts_for_every_server_and_worker():
+    with pytest.raises(ValidationError, match="need at least 6 hosts"):
+        generate_arrivals(0.5, n_jobs=5, n_hosts=5, shapes=ShapeOptions("ps-sharded", 4, 2))
+    # files alone need two hosts whatever the shape
+    assert generate_arrivals(0.5, n_jobs=5, n_hosts=2, background_share=1.0,
+                             shapes=ShapeOptions("allreduce", 4))

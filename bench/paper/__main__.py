@@ -4,6 +4,9 @@ Operating points: ``load0.5`` (offered load 0.5, files 20 % of the jobs) and
 ``paper``, the load at which tensorflow's mean background slowdown is the
 paper's 2.23 (calibrated, cached in ``paper_load.json``), plus a load sweep.
 Figures 5-7 and 9-10 are drawn at the paper point, Figure 8 at both.
+``--regimes`` runs only the link-rate sweep, ``--mixed`` only the
+mixed-shape point (parameter-server, sharded and all-reduce jobs of many
+workers).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from bench.paper.spec import (
     SCALES,
 )
 from bench.paper.workload import MODELS, model_job, paper_workload, real_models_available
+from jitsched.workloads.paper import MODELS as MIXED_MODELS
 
 
 def log(msg: str) -> None:
@@ -368,6 +372,32 @@ def regime_sweep(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+def mixed_point(args: argparse.Namespace, out: Path) -> int:
+    """``--mixed``: the mixed-shape point, its table (stderr, or stdout without --json) and JSON line."""
+    from tqdm import tqdm
+
+    from bench.paper import mixed
+
+    pols = run_policies()
+    point = mixed.MixedPoint(n_jobs=args.mixed_jobs,
+                             models=tuple(m for m in args.mixed_models.split(",") if m))
+    seeds = list(range(args.mixed_seeds))
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as ex, \
+            tqdm(total=len(seeds), desc="mixed-shape workloads", unit="run") as bar:
+        runs = mixed.sweep(ex, point, seeds, pols, progress=bar.update)
+    summary = mixed.summarize(runs, pols, REFERENCE) | {"workload": point.command(seeds[0])}
+    (out / "mixed.json").write_text(json.dumps({"mixed": summary}, indent=1))
+    text = mixed.table(summary, pols)
+    log(f"mixed-shape point: {time.perf_counter() - t0:.0f} s; wrote {out / 'mixed.json'}")
+    if args.json:
+        log(text)
+        print(json.dumps({"mixed": summary}))
+    else:
+        print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paper", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -387,7 +417,19 @@ def main(argv: list[str] | None = None) -> int:
                          "60 jobs, 20 hosts) against the lower bound, with 95 %% confidence intervals")
     ap.add_argument("--regime-seeds", type=int, default=10, metavar="N",
                     help="seeds per link rate in the regime sweep (default 10)")
+    ap.add_argument("--mixed", action="store_true",
+                    help="only the mixed-shape point: parameter-server (4 workers), sharded (2 servers) and "
+                         "ring all-reduce jobs in one stream (load 0.5, 20 hosts, 10 Gbit/s), every policy, "
+                         "against the lower bound")
+    ap.add_argument("--mixed-seeds", type=int, default=3, metavar="N",
+                    help="seeds of the mixed-shape point (default 3)")
+    ap.add_argument("--mixed-jobs", type=int, default=40, metavar="N",
+                    help="jobs per seed of the mixed-shape point, files included (default 40)")
+    ap.add_argument("--mixed-models", default=",".join(MIXED_MODELS), metavar="M,M",
+                    help="models of the mixed-shape point's jobs (default all five)")
     args = ap.parse_args(argv)
+    if args.mixed and (args.mixed_seeds < 1 or args.mixed_jobs < 1):
+        ap.error("--mixed-seeds and --mixed-jobs: at least 1")
     if args.regimes and args.regime_seeds < 2:
         ap.error("--regime-seeds: at least 2 (confidence intervals)")
     try:
@@ -402,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.regimes:
         return regime_sweep(args, out)
+    if args.mixed:
+        return mixed_point(args, out)
     t_start = time.perf_counter()
     # decided once, so every run of a comparison sees the same DAGs
     real = real_models_available()

@@ -10,7 +10,28 @@ from jitsched.cli.registry import arg, non_negative, positive, register, seed
 from jitsched.dag.model import Cluster, Host, Workload, save_workload
 from jitsched.plan.coflow import coflow_workload, read_coflow_trace
 from jitsched.workloads.paper import MODELS, arrival_rate, generate_workload
+from jitsched.workloads.shapes import MIXED, SHAPES, ShapeOptions, expand_job, shape_hosts, shape_of
 from jitsched.workloads.tfgraph import import_tf_graph, job_summary
+
+
+def shape_args(shapes: tuple[str, ...]) -> tuple:
+    """The ``--shape``, ``--workers`` and ``--servers`` arguments of a command making jobs of ``shapes``."""
+    return (
+        arg("--shape", choices=shapes, default="ps",
+            help="job shape: ps (one parameter server, N workers), ps-sharded (M servers), allreduce "
+                 "(a ring of N workers)" + (", mixed (each job one of them)" if MIXED in shapes else "")
+                 + " (default ps)"),
+        arg("--workers", type=int, default=1, help="workers per job (default 1; at least 2 for a ring)"),
+        arg("--servers", type=int, default=None,
+            help="parameter servers of a sharded job (default 2 for ps-sharded and mixed, else 1)"),
+    )
+
+
+def shape_options(args: argparse.Namespace) -> ShapeOptions:
+    """The :class:`ShapeOptions` of ``--shape``, ``--workers`` and ``--servers``."""
+    servers = args.servers if args.servers is not None else (
+        2 if args.shape in ("ps-sharded", MIXED) else 1)
+    return ShapeOptions(args.shape, args.workers, servers)
 
 
 @register(
@@ -24,15 +45,20 @@ from jitsched.workloads.tfgraph import import_tf_graph, job_summary
         help="factor on measured op times, e.g. CPU to GPU-like speed (default 1)"),
     arg("--min-op-s", type=non_negative, default=0.0, help="lower bound on every compute time, seconds"),
     arg("--bps", type=positive, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
+    *shape_args(SHAPES),
     arg("-o", "--output", metavar="JOB.json", required=True, help="output file (.json or .json.gz)"),
     arg("--json", action="store_true",
         help='print {"transfers", "transfer_bytes", "computes", "edges"}'),
 )
 def cmd_import_tf(args: argparse.Namespace) -> int:
     job_id = args.job_id or args.graph.rsplit("/", 1)[-1].split(".")[0] or "tf"
+    shapes = shape_options(args)
     job = import_tf_graph(args.graph, args.step_stats,
                           hosts={"ps": args.ps_host, "worker": args.worker_host},
                           job_id=job_id, time_scale=args.time_scale, min_op_s=args.min_op_s)
+    if not shapes.trivial:  # the one-worker step, expanded; hosts named ps, ps1, ... worker, worker1, ...
+        servers, workers = shape_hosts(shapes.shape, shapes, args.ps_host, args.worker_host)
+        job = expand_job(job, shapes.shape, servers, workers, options=shapes)
     names = sorted({c.host for c in job.computes} | {t.src for t in job.transfers}
                    | {t.dst for t in job.transfers})
     cluster = Cluster(tuple(Host(n, args.bps, args.bps) for n in names))
@@ -60,26 +86,30 @@ def cmd_import_tf(args: argparse.Namespace) -> int:
     arg("--models", default=",".join(MODELS),
         help=f"comma-separated models in equal shares (default {','.join(MODELS)})"),
     arg("--seed", type=seed, default=0, help="random seed (default 0)"),
+    *shape_args(SHAPES + (MIXED,)),
     arg("-o", "--output", metavar="FILE.json", required=True, help="output file (.json or .json.gz)"),
     arg("--json", action="store_true", help="print a summary as JSON"),
 )
 def cmd_gen_workload(args: argparse.Namespace) -> int:
     models = tuple(m for m in args.models.split(",") if m)
+    shapes = shape_options(args)
     w = generate_workload(args.load, n_jobs=args.n_jobs, duration_s=args.duration_s,
                           n_hosts=args.hosts, bps=args.bps,
-                          background_share=args.background_share, models=models, seed=args.seed)
+                          background_share=args.background_share, models=models, seed=args.seed,
+                          shapes=shapes)
     save_workload(w, args.output)
     rate = arrival_rate(args.load, n_hosts=args.hosts, bps=args.bps,
-                        background_share=args.background_share, models=models)
+                        background_share=args.background_share, models=models, shapes=shapes)
     summary = {"jobs": len(w.jobs), "background": len(w.background),
                "arrival_rate_per_s": rate,
                "models": dict(Counter(j.model for j in w.jobs)),
+               "shapes": dict(Counter(shape_of(j.id) for j in w.jobs)),
                "last_arrival_s": max([j.arrival_s for j in w.jobs]
                                      + [b.arrival_s for b in w.background], default=0.0)}
     if args.json:
         emit_json(summary)
     else:
-        print(f"{args.output}: {summary['jobs']} DL jobs {summary['models']}, "
+        print(f"{args.output}: {summary['jobs']} DL jobs {summary['models']} {summary['shapes']}, "
               f"{summary['background']} file transfers; {rate:.3f} jobs/s, "
               f"last arrival {summary['last_arrival_s']:.1f} s")
     return 0

@@ -14,6 +14,7 @@ import numpy as np
 
 from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload, load_workload
 from jitsched.errors import ValidationError
+from jitsched.workloads.shapes import ShapeOptions, draw_shape, expand_job, shaped_bytes
 from jitsched.workloads.tfgraph import COST_FLOPS, COST_LAUNCH_S, import_tf_graph
 
 MODELS = ("lenet", "alexnet", "vgg16", "inception_v3", "resnet152")
@@ -133,12 +134,48 @@ def model_bytes(name: str) -> float:
     return float(sum(t.bytes for t in model_template(name).transfers))
 
 
+def model_shaped_bytes(name: str, shape: str, workers: int) -> float:
+    """Total bytes one iteration of ``name`` moves as a job of ``shape`` with ``workers`` workers."""
+    t = model_template(MODEL_ALIASES.get(name, name))
+    pull = float(sum(x.bytes for x in t.transfers if x.src == TEMPLATE_PS))
+    push = float(sum(x.bytes for x in t.transfers if x.src == TEMPLATE_WORKER))
+    return shaped_bytes(pull, push, shape, workers)
+
+
+def load_shaped_job(name: str, shape: str, servers: Sequence[str], workers: Sequence[str],
+                    job_id: str | None = None, arrival_s: float = 0.0,
+                    options: ShapeOptions | None = None) -> Job:
+    """One training iteration of a real model as a job of ``shape`` (:func:`jitsched.workloads.shapes.expand_job`).
+
+    Parameters
+    ----------
+    name
+        One of :data:`MODELS` (or an alias).
+    shape
+        One of :data:`jitsched.workloads.shapes.SHAPES`.
+    servers, workers
+        Distinct cluster hosts: the parameter servers (none for ``allreduce``) and the workers.
+    job_id, arrival_s
+        Id (default ``name``) and arrival time, seconds.
+    options
+        Bucket and slice sizes.
+    """
+    name = MODEL_ALIASES.get(name, name)
+    t = model_template(name)
+    job = Job(job_id or name, t.computes, t.transfers, t.edges, float(arrival_s), t.priority, name)
+    return expand_job(job, shape, servers, workers, options=options)
+
+
 # --------------------------------------------------------------------------- generator
 
 
 @dataclass(frozen=True)
 class Arrival:
-    """One job of a generated stream: ``kind`` is a model name or ``"file"``."""
+    """One job of a generated stream: ``kind`` is a model name or ``"file"``.
+
+    A job of many workers also has its ``shape`` and its ``servers`` and
+    ``workers`` hosts; ``src`` and ``dst`` are then its first two hosts.
+    """
 
     index: int
     arrival_s: float
@@ -146,18 +183,25 @@ class Arrival:
     src: str
     dst: str
     bytes: float
+    shape: str = "ps"
+    servers: tuple[str, ...] = ()
+    workers: tuple[str, ...] = ()
 
 
 def arrival_rate(load: float, *, n_hosts: int = 100, bps: float = 1e9,
                  background_share: float = 0.5, models: Sequence[str] = MODELS,
-                 file_sizes_bits: Sequence[float] = FILE_SIZES_BITS) -> float:
+                 file_sizes_bits: Sequence[float] = FILE_SIZES_BITS,
+                 shapes: ShapeOptions | None = None) -> float:
     """Poisson arrival rate, jobs/s, that offers ``load``.
 
     Offered load = (arrival rate × mean bytes per job) / total egress capacity
     (``n_hosts × bps / 8`` bytes/s). A job is a file transfer with probability
     ``background_share`` (uniform over ``file_sizes_bits``) and else one
     training iteration of a model drawn uniformly from ``models`` (its bytes:
-    all transfers, both directions).
+    all transfers, both directions), of a shape drawn uniformly from
+    ``shapes.shapes()`` with ``shapes.workers`` workers
+    (:func:`jitsched.workloads.shapes.shaped_bytes`; default one parameter server and
+    one worker).
 
     Returns
     -------
@@ -170,7 +214,13 @@ def arrival_rate(load: float, *, n_hosts: int = 100, bps: float = 1e9,
         raise ValidationError(f"background_share must be in [0, 1], got {background_share!r}")
     if background_share < 1 and not models:
         raise ValidationError("no models to draw DL jobs from")
-    mean_dl = float(np.mean([model_bytes(m) for m in models])) if background_share < 1 else 0.0
+    if background_share == 1:
+        mean_dl = 0.0
+    elif shapes is None or shapes.trivial:
+        mean_dl = float(np.mean([model_bytes(m) for m in models]))
+    else:
+        mean_dl = float(np.mean([model_shaped_bytes(m, sh, shapes.workers)
+                                 for m in models for sh in shapes.shapes()]))
     mean_file = float(np.mean(file_sizes_bits)) / 8.0 if background_share > 0 else 0.0
     mean_bytes = (1 - background_share) * mean_dl + background_share * mean_file
     return load * n_hosts * bps / 8.0 / mean_bytes
@@ -180,7 +230,7 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
                       n_hosts: int = 100, bps: float = 1e9, background_share: float = 0.5,
                       models: Sequence[str] = MODELS,
                       file_sizes_bits: Sequence[float] = FILE_SIZES_BITS,
-                      seed: int = 0) -> list[Arrival]:
+                      seed: int = 0, shapes: ShapeOptions | None = None) -> list[Arrival]:
     """The job stream of the paper's §4.1, without building the DAGs.
 
     Poisson arrivals at :func:`arrival_rate` (the first after one exponential
@@ -188,9 +238,12 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
     ``background_share`` (size uniform over ``file_sizes_bits``, bits) or a
     model drawn uniformly from ``models``; its two hosts (file: source and
     destination; model: parameter server and worker) are distinct and
-    uniformly random among ``h0..h{n_hosts-1}``. Exactly one of ``n_jobs``
-    and ``duration_s`` (seconds; arrivals before it) bounds the stream. The
-    same arguments and ``seed`` always give the same stream.
+    uniformly random among ``h0..h{n_hosts-1}``. With ``shapes`` (not one
+    server and one worker), a model job also draws its shape uniformly from
+    ``shapes.shapes()`` and then its servers and workers, all distinct.
+    Exactly one of ``n_jobs`` and ``duration_s`` (seconds; arrivals before
+    it) bounds the stream. The same arguments and ``seed`` always give the
+    same stream; without ``shapes`` it is the stream of one-worker jobs.
 
     Returns
     -------
@@ -207,8 +260,14 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
         raise ValidationError(f"need at least 2 hosts, got {n_hosts!r}")
     for m in models:
         model_template_path(m)
+    shaped = shapes is not None and not shapes.trivial
+    if shaped and background_share < 1:
+        need = max(shapes.n_hosts(sh) for sh in shapes.shapes())
+        if n_hosts < need:
+            raise ValidationError(f"need at least {need} hosts for {shapes.shape} jobs of "
+                                  f"{shapes.workers} workers and {shapes.servers} servers, got {n_hosts}")
     rate = arrival_rate(load, n_hosts=n_hosts, bps=bps, background_share=background_share,
-                        models=models, file_sizes_bits=file_sizes_bits)
+                        models=models, file_sizes_bits=file_sizes_bits, shapes=shapes)
     rng = np.random.default_rng(seed)
     out: list[Arrival] = []
     t = 0.0
@@ -216,6 +275,10 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
         t += float(rng.exponential(1.0 / rate))
         if duration_s is not None and t >= duration_s:
             break
+        if shaped:
+            out.append(_shaped_arrival(rng, len(out), t, n_hosts, background_share, models,
+                                       file_sizes_bits, shapes))
+            continue
         a, b = (int(x) for x in rng.choice(n_hosts, size=2, replace=False))
         if rng.random() < background_share:
             kind, size = "file", float(file_sizes_bits[int(rng.integers(len(file_sizes_bits)))]) / 8.0
@@ -226,11 +289,25 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
     return out
 
 
+def _shaped_arrival(rng: np.random.Generator, index: int, t: float, n_hosts: int,
+                    background_share: float, models: Sequence[str], file_sizes_bits: Sequence[float],
+                    shapes: ShapeOptions) -> Arrival:
+    """One arrival of a stream of many-worker jobs: file or model, then shape, then hosts."""
+    if rng.random() < background_share:
+        a, b = (f"h{int(x)}" for x in rng.choice(n_hosts, size=2, replace=False))
+        return Arrival(index, t, "file", a, b, float(file_sizes_bits[int(rng.integers(len(file_sizes_bits)))]) / 8.0)
+    kind = models[int(rng.integers(len(models)))]
+    shape, servers, workers = draw_shape(rng, shapes, [f"h{i}" for i in range(n_hosts)])
+    hosts = servers + workers
+    return Arrival(index, t, kind, hosts[0], hosts[1], model_shaped_bytes(kind, shape, shapes.workers),
+                   shape, servers, workers)
+
+
 def generate_workload(load: float, *, n_jobs: int | None = None, duration_s: float | None = None,
                       n_hosts: int = 100, bps: float = 1e9, background_share: float = 0.5,
                       models: Sequence[str] = MODELS,
                       file_sizes_bits: Sequence[float] = FILE_SIZES_BITS,
-                      seed: int = 0) -> Workload:
+                      seed: int = 0, shapes: ShapeOptions | None = None) -> Workload:
     """The paper's §4.1 workload: 100 hosts at 1 Gbit/s, DL jobs and file transfers.
 
     Parameters
@@ -250,20 +327,27 @@ def generate_workload(load: float, *, n_jobs: int | None = None, duration_s: flo
         File-transfer sizes, bits (default 5, 10, 20, 30, 40 Gbit).
     seed
         Seed of the random stream; same seed, same workload.
+    shapes
+        Jobs of many workers (:class:`jitsched.workloads.shapes.ShapeOptions`; default
+        one parameter server and one worker).
 
     Returns
     -------
     Workload
         Jobs ``<model>-<k>`` (parameter server = ``src``, worker = ``dst`` of
-        the arrival) and background flows ``file-<k>``, ``k`` the arrival index.
+        the arrival) and background flows ``file-<k>``, ``k`` the arrival
+        index; with ``shapes``, jobs ``<model>-<shape>-<k>``.
     """
     arrivals = generate_arrivals(load, n_jobs=n_jobs, duration_s=duration_s, n_hosts=n_hosts,
                                  bps=bps, background_share=background_share, models=models,
-                                 file_sizes_bits=file_sizes_bits, seed=seed)
+                                 file_sizes_bits=file_sizes_bits, seed=seed, shapes=shapes)
     jobs, bgs = [], []
     for a in arrivals:
         if a.kind == "file":
             bgs.append(Background(f"file-{a.index}", a.src, a.dst, a.bytes, a.arrival_s))
+        elif a.workers:
+            jobs.append(load_shaped_job(a.kind, a.shape, a.servers, a.workers,
+                                        f"{a.kind}-{a.shape}-{a.index}", a.arrival_s, shapes))
         else:
             jobs.append(load_model_job(a.kind, a.src, a.dst, f"{a.kind}-{a.index}", a.arrival_s))
     return Workload(Cluster.uniform(n_hosts, bps), tuple(jobs), tuple(bgs))
