@@ -1,0 +1,221 @@
+"""Hosts join and leave a running daemon: real daemons and agents over ZeroMQ on loopback,
+with and without CURVE keys, the journal keeping the hosts that joined."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from jitsched.agents.agent import Agent, RegistrationRefused
+from jitsched.client import Client, RemoteError
+from jitsched.config import parse_config
+from jitsched.daemon import Daemon
+from jitsched.daemon.server import wait_until
+from jitsched.errors import ValidationError
+from jitsched.keys import init_keys, load_curve_keys
+from jitsched.model import Cluster
+from jitsched.protocol import ErrorCode
+from tests.test_daemon import config
+
+GBIT = 1e9
+
+
+def _job(jid: str, src: str, dst: str, nbytes: float = 2e8) -> dict:
+    return {"id": jid, "computes": [{"id": "c0", "host": src, "duration_s": 0.01},
+                                    {"id": "c1", "host": dst, "duration_s": 0.01}],
+            "transfers": [{"id": "t", "src": src, "dst": dst, "bytes": nbytes}],
+            "edges": [["c0", "t"], ["t", "c1"]]}
+
+
+def _agent(host: str, d: Daemon, *, join: bool = False, **kw) -> Agent:
+    caps = {"egress_bps": 2 * GBIT, "ingress_bps": GBIT, "address": "198.18.7.9"} if join else None
+    return Agent(host, d.agent_endpoint, backend="record", local_namespace=f"hosts{id(d)}",
+                 join=caps, **kw)
+
+
+@contextlib.contextmanager
+def _fabric(d: Daemon):
+    """``d`` started, and a function starting agents of it; all stopped on exit."""
+    started: list[Agent] = []
+
+    def agent(host: str, **kw) -> Agent:
+        a = kw.pop("agent", None) or _agent(host, d, **kw)
+        started.append(a)
+        return a.start()
+
+    try:
+        d.start()
+        yield agent
+    finally:
+        for a in started:
+            a.stop()
+        d.stop()
+
+
+def _flows(a: Agent) -> list[str]:
+    return [f["flow"] for f in (a.schedule or {}).get("flows", [])]
+
+
+def test_an_agent_with_its_capacities_joins_a_running_daemon_and_gets_its_jobs_flows():
+    d = Daemon(config(cluster=Cluster.uniform(2, bps=GBIT), policy="jit-paper"))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h0 = agent("h0")
+        assert wait_until(h0.registered.is_set, 5.0)
+        # not a host yet: a job on it is refused
+        with pytest.raises(RemoteError) as err:
+            c.submit_job(_job("early", "h0", "h9"))
+        assert err.value.code == ErrorCode.INVALID_JOB and "h9" in str(err.value)
+        h9 = agent("h9", join=True)
+        assert wait_until(h9.registered.is_set, 5.0)
+        st = c.status()["hosts"]
+        assert st["in_cluster"] == 3 and st["configured"] == 2 and st["hosts_joined"] == 1
+        assert st["joined"]["h9"]["egress_bps"] == 2 * GBIT and st["joined"]["h9"]["ingress_bps"] == GBIT
+        assert st["joined"]["h9"]["address"] == "198.18.7.9"
+        assert c.submit_job(_job("a", "h0", "h9")) == "a"
+        assert c.submit_job(_job("b", "h9", "h1")) == "b"
+        # both senders hold their flows: h0's and the joined host's own
+        assert wait_until(lambda: "a/t" in _flows(h0) and "b/t" in _flows(h9), 5.0)
+        # h9's line is the 2 Gbit/s it registered, more than a configured host's 1 Gbit/s
+        assert h9.schedule["line_Bps"] == 2 * GBIT / 8
+        assert d.state.agents["h9"].up and "h9" in d.config.cluster
+
+
+def test_an_allow_list_refuses_hosts_the_configuration_lacks():
+    d = Daemon(config(cluster=Cluster.uniform(2, bps=GBIT), host_join="allow-list"))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h9 = agent("h9", join=True)
+        assert wait_until(lambda: not h9.running, 15.0)
+        assert isinstance(h9.failure, RegistrationRefused) and "allow-list" in str(h9.failure)
+        st = c.status()["hosts"]
+        assert st["joined"] == {} and st["in_cluster"] == 2 and st["joins_refused"] >= 1
+        assert "h9" not in d.config.cluster
+
+
+def test_an_unknown_host_without_capacities_is_refused_naming_the_flag():
+    d = Daemon(config(cluster=Cluster.uniform(1, bps=GBIT)))
+    with _fabric(d) as agent:
+        mars = agent("mars")
+        assert wait_until(lambda: not mars.running, 15.0)
+        assert isinstance(mars.failure, RegistrationRefused) and "--egress-bps" in str(mars.failure)
+
+
+def test_a_host_that_leaves_fails_its_jobs_and_the_rest_are_replanned():
+    d = Daemon(config(cluster=Cluster.uniform(2, bps=GBIT)))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h0, h1, h9 = agent("h0"), agent("h1"), agent("h9", join=True, leave_on_exit=True)
+        assert wait_until(lambda: all(a.registered.is_set() for a in (h0, h1, h9)), 5.0)
+        c.submit_job(_job("on-h9", "h0", "h9", 1e9))
+        c.submit_job(_job("stays", "h0", "h1", 1e9))
+        assert wait_until(lambda: {"on-h9/t", "stays/t"} <= set(_flows(h0)), 5.0)
+        seq = d.state.schedule_seq
+        h9.stop()  # says it leaves
+        assert h9.left
+        st = c.status()
+        assert st["jobs"]["on-h9"]["state"] == "failed" and "left the cluster" in st["jobs"]["on-h9"]["error"]
+        assert st["jobs"]["stays"]["state"] == "running"
+        assert st["hosts"]["left"]["h9"]["why"] == "its agent said it leaves" and "h9" not in st["agents"]
+        assert st["hosts"]["in_cluster"] == 2 and st["hosts"]["hosts_left"] == 1
+        # re-planned without it: h0 keeps the job that stays, and the failed one's flow is gone
+        assert wait_until(lambda: d.state.schedule_seq > seq and "on-h9/t" not in _flows(h0)
+                          and "stays/t" in _flows(h0), 5.0)
+        with pytest.raises(RemoteError) as err:
+            c.submit_job(_job("late", "h0", "h9"))
+        assert err.value.code == ErrorCode.UNKNOWN_HOST and "left the cluster" in err.value.message
+        # it registers again: back in the cluster, and jobs on it are taken
+        back = agent("h9", join=True)
+        assert wait_until(back.registered.is_set, 5.0)
+        st = c.status()["hosts"]
+        assert "h9" in st["joined"] and st["left"] == {} and st["in_cluster"] == 3
+        assert c.submit_job(_job("again", "h0", "h9")) == "again"
+
+
+def test_a_configured_host_may_leave_and_come_back_with_its_configured_capacities():
+    d = Daemon(config(cluster=Cluster.uniform(2, bps=GBIT)))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h1 = agent("h1", leave_on_exit=True)
+        assert wait_until(h1.registered.is_set, 5.0)
+        h1.stop()
+        assert h1.left and "h1" in c.status()["hosts"]["left"]
+        again = agent("h1")  # no capacities: a configured host needs none
+        assert wait_until(again.registered.is_set, 5.0)
+        st = c.status()["hosts"]
+        assert st["left"] == {} and st["joined"] == {} and st["in_cluster"] == 2
+        assert again.schedule is None or again.schedule["line_Bps"] == GBIT / 8
+
+
+def test_a_joined_host_whose_agent_is_silent_past_host_leave_s_leaves():
+    d = Daemon(config(cluster=Cluster.uniform(1, bps=GBIT), host_leave_s=1.0))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h0, h9 = agent("h0"), agent("h9", join=True)
+        assert wait_until(lambda: h0.registered.is_set() and h9.registered.is_set(), 5.0)
+        c.submit_job(_job("x", "h0", "h9", 1e10))
+        h9.kill()  # no goodbye
+        assert wait_until(lambda: "h9" in c.status()["hosts"]["left"], 6.0)
+        st = c.status()
+        assert "host_leave_s" in st["hosts"]["left"]["h9"]["why"]
+        assert st["jobs"]["x"]["state"] == "failed"
+        # a configured host's agent silent as long stays in the cluster (down)
+        h0.kill()
+        assert wait_until(lambda: not c.status()["agents"]["h0"]["up"], 5.0)
+        assert not wait_until(lambda: "h0" in c.status()["hosts"]["left"], 2.0)
+
+
+def test_with_keys_a_host_key_added_while_the_daemon_runs_lets_its_host_join(tmp_path):
+    keys = tmp_path / "keys"
+    init_keys(keys, ["h0"], ["client"])
+    d = Daemon(config(cluster=Cluster.uniform(1, bps=GBIT), keys_dir=str(keys)))
+    with _fabric(d) as agent:
+        init_keys(keys, ["h9"], [], add=True)  # `jitsched keys add DIR --hosts h9`
+        h9 = agent("h9", join=True, keys=keys)
+        assert wait_until(h9.registered.is_set, 10.0)
+        assert "h9" in d.state.hosts.summary(d.state.cluster)["joined"]
+        assert d.state.agents["h9"].peer == "h9"
+
+
+def test_a_key_of_one_host_cannot_join_as_another(tmp_path):
+    keys = tmp_path / "keys"
+    init_keys(keys, ["h0", "h9"], ["client"])
+    d = Daemon(config(cluster=Cluster.uniform(1, bps=GBIT), keys_dir=str(keys)))
+    with _fabric(d) as agent:
+        h8 = agent("h8", join=True, keys=load_curve_keys(keys, "hosts", "h9"))
+        assert wait_until(lambda: not h8.running, 15.0)
+        assert isinstance(h8.failure, RegistrationRefused) and ErrorCode.FORBIDDEN in str(h8.failure)
+        assert "h8" not in d.config.cluster
+
+
+def test_hosts_that_joined_come_back_with_their_jobs_after_a_restart(tmp_path):
+    cfg = config(cluster=Cluster.uniform(1, bps=GBIT), journal=str(tmp_path / "journal.db"))
+    d = Daemon(cfg)
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h9 = agent("h9", join=True)
+        assert wait_until(h9.registered.is_set, 5.0)
+        c.submit_job(_job("kept", "h0", "h9", 1e10))
+    again = Daemon(cfg)
+    with _fabric(again), Client(again.job_endpoint, timeout_s=5.0) as c:
+        st = c.status()
+        assert st["jobs"]["kept"]["state"] == "running" and st["jobs_not_resumed"] == {}
+        assert st["hosts"]["joined"]["h9"]["egress_bps"] == 2 * GBIT
+
+
+def test_a_daemon_configured_with_no_hosts_plans_for_those_that_join():
+    d = Daemon(parse_config({"daemon": {"job_endpoint": "tcp://127.0.0.1:*", "agent_endpoint": "tcp://127.0.0.1:*",
+                                        "heartbeat_s": 0.1, "heartbeat_timeout_s": 0.6}}))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        a, b = agent("n1", join=True), agent("n2", join=True)
+        assert wait_until(lambda: a.registered.is_set() and b.registered.is_set(), 5.0)
+        c.submit_job(_job("j", "n1", "n2"))
+        assert wait_until(lambda: "j/t" in _flows(a), 10.0)
+        st = c.status()
+        assert st["hosts"]["configured"] == 0 and set(st["hosts"]["joined"]) == {"n1", "n2"}
+        assert "child failed" not in st["planner"]
+
+
+def test_host_join_settings_are_checked():
+    with pytest.raises(ValidationError, match="host_join"):
+        parse_config({"hosts": [{"name": "h0", "egress_bps": 1e9, "ingress_bps": 1e9}],
+                      "daemon": {"host_join": "anyone"}})
+    with pytest.raises(ValidationError, match="no hosts"):
+        parse_config({"daemon": {"host_join": "allow-list"}})
+    with pytest.raises(ValidationError, match="host_leave_s"):
+        parse_config({"daemon": {"host_leave_s": 1.0, "heartbeat_timeout_s": 2.0}})
