@@ -23,7 +23,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
+# what `kubectl apply -f deploy/kubernetes/` applies, and the shape of the Secrets it mounts
+# (beside it, so that applying the directory never overwrites real keys with placeholders)
+MANIFESTS = [*sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml")), ROOT / "deploy" / "secrets.example.yaml"]
 CONTAINERFILE = ROOT / "deploy" / "Containerfile"
 # the newest Kubernetes release whose schemas the pinned kubernetes-validate ships
 K8S_VERSION = kubernetes_validate.latest_version()
