@@ -219,3 +219,29 @@ def test_host_join_settings_are_checked():
         parse_config({"daemon": {"host_join": "allow-list"}})
     with pytest.raises(ValidationError, match="host_leave_s"):
         parse_config({"daemon": {"host_leave_s": 1.0, "heartbeat_timeout_s": 2.0}})
+
+
+@pytest.mark.parametrize("policy", ["jit", "sincronia"])
+def test_status_cli_and_metrics_show_the_hosts_that_joined_and_left(policy, capsys):
+    from bench.bench_faults import free_ports
+    from jitsched.cli import main
+    from tests.test_daemon import _get
+
+    port = free_ports(1)[0]
+    d = Daemon(config(cluster=Cluster.uniform(2, bps=GBIT), policy=policy, metrics_port=port))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h0, h9 = agent("h0"), agent("h9", join=True)
+        h8 = agent("h8", join=True, leave_on_exit=True)
+        assert wait_until(lambda: all(a.registered.is_set() for a in (h0, h9, h8)), 5.0)
+        c.submit_job(_job("j", "h9", "h0"))
+        assert wait_until(lambda: "j/t" in _flows(h9), 5.0)
+        h8.stop()
+        assert h8.left
+        want = ('jitsched_hosts{count="in_cluster"} 3.0', 'jitsched_hosts{count="hosts_joined"} 2.0',
+                'jitsched_hosts{count="hosts_left"} 1.0')
+        assert wait_until(lambda: all(w in _get(port) for w in want), 3.0), _get(port)
+        assert main(["status", "--daemon", d.job_endpoint]) == 0
+        assert not any(d.state.plan_book.plans_failed.values())
+    out = capsys.readouterr().out
+    assert "hosts: 3 in the cluster (2 configured, join open), 1 joined, 1 left" in out
+    assert "joined h9 2/1 Gbit/s" in out and "left   h8: its agent said it leaves" in out
