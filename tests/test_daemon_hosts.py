@@ -245,3 +245,28 @@ def test_status_cli_and_metrics_show_the_hosts_that_joined_and_left(policy, caps
     out = capsys.readouterr().out
     assert "hosts: 3 in the cluster (2 configured, join open), 1 joined, 1 left" in out
     assert "joined h9 2/1 Gbit/s" in out and "left   h8: its agent said it leaves" in out
+
+
+@pytest.mark.parametrize("policy", ["jit", "jit-paper"])
+def test_hosts_joining_while_jobs_arrive_and_plans_run_break_no_plan(policy):
+    # each join grows the cluster under plans in flight (incremental and joint): a plan
+    # made before the join is installed with rows for the new hosts, and every later one
+    # plans on the grown cluster
+    d = Daemon(config(cluster=Cluster.uniform(2, bps=GBIT), policy=policy))
+    with _fabric(d) as agent, Client(d.job_endpoint, timeout_s=5.0) as c:
+        h0 = agent("h0")
+        joined = []
+        for i in range(6):
+            joined.append(agent(f"n{i}", join=True))
+            c.submit_job(_job(f"old{i}", "h0", "h1", 5e8))
+            assert wait_until(joined[-1].registered.is_set, 5.0)
+            c.submit_job(_job(f"new{i}", f"n{i}", "h0" if i % 2 else "h1", 5e8))
+        want = {f"new{i}/t" for i in range(6)}
+        assert wait_until(lambda: all(f"new{i}/t" in _flows(a) for i, a in enumerate(joined)), 10.0), \
+            [_flows(a) for a in joined]
+        assert wait_until(lambda: {f"old{i}/t" for i in range(6)} <= set(_flows(h0)), 10.0)
+        st = c.status()
+        assert not any(d.state.plan_book.plans_failed.values()), st.get("last_plan_error")
+        assert all(st["jobs"][j.split("/")[0]]["state"] == "running" for j in want)
+        sched = d.state.plan_book.schedule
+        assert sched is not None and sched.leftover_egress.shape[0] == len(d.state.cluster) == 8
