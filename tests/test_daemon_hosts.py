@@ -270,3 +270,20 @@ def test_hosts_joining_while_jobs_arrive_and_plans_run_break_no_plan(policy):
         assert all(st["jobs"][j.split("/")[0]]["state"] == "running" for j in want)
         sched = d.state.plan_book.schedule
         assert sched is not None and sched.leftover_egress.shape[0] == len(d.state.cluster) == 8
+
+
+def test_a_join_with_a_bad_name_or_capacity_is_refused_naming_the_field():
+    from tests.test_daemon_security import ask, raw_dealer
+
+    d = Daemon(config(cluster=Cluster.uniform(1, bps=GBIT)))
+    with _fabric(d), raw_dealer(d.agent_endpoint, None) as s:
+        for body, needle in (({"host": "a/b", "egress_bps": GBIT, "ingress_bps": GBIT}, "body.host"),
+                             ({"host": "x" * 200, "egress_bps": GBIT, "ingress_bps": GBIT}, "body.host"),
+                             ({"host": "n1", "egress_bps": 1e300, "ingress_bps": GBIT}, "body.egress_bps"),
+                             ({"host": "n1", "egress_bps": GBIT, "ingress_bps": 0}, "body.ingress_bps"),
+                             ({"host": "n1", "egress_bps": GBIT}, "body.ingress_bps")):
+            rep = ask(s, "register", body)
+            assert rep.code == ErrorCode.INVALID_BODY and needle in rep.message, (body, rep)
+        assert len(d.state.cluster) == 1 and d.state.hosts.counts["joins_refused"] == 5
+        assert ask(s, "register", {"host": "n1", "egress_bps": GBIT, "ingress_bps": GBIT}).ok
+        assert len(d.state.cluster) == 2

@@ -7,11 +7,16 @@ from dataclasses import dataclass
 
 from jitsched.config import ALLOW_LIST, DaemonConfig
 from jitsched.daemon.reject import Reject
+from jitsched.errors import ValidationError
+from jitsched.keys import check_name
 from jitsched.model import Cluster, Host
 from jitsched.protocol import ErrorCode
 
 # hosts that left, listed by status (the oldest are forgotten first)
 MAX_LEFT_LISTED = 1000
+# The most a joining host may register, bits/s each way: 1 Pbit/s, far above any NIC; a
+# registration of 1e300 would reach the LP as a capacity with no meaning.
+MAX_HOST_BPS = 1e15
 
 
 @dataclass
@@ -64,16 +69,22 @@ class HostTable:
             self.counts["joins_refused"] += 1
             return Reject(ErrorCode.UNKNOWN_HOST, f"host {host!r} is not in the cluster; it joins when its "
                           "agent registers its capacities (`jitsched agent --egress-bps`)")
+        try:
+            check_name(host, "host")  # a joined host is named in status, logs and key files
+        except ValidationError as exc:
+            self.counts["joins_refused"] += 1
+            return Reject(ErrorCode.INVALID_BODY, f"body.host: {exc}")
         caps = []
         for key in ("egress_bps", "ingress_bps"):
             v = body.get(key)
             if v is None and host in cluster:  # one that left, back as it was
                 x = cluster.hosts[cluster.index(host)]
                 v = getattr(x, key)
-            if v is None or not 0 < float(v) < math.inf:
+            if v is None or not 0 < float(v) <= MAX_HOST_BPS:
                 self.counts["joins_refused"] += 1
                 return Reject(ErrorCode.INVALID_BODY, f"body.{key}: host {host!r} is not in the daemon's "
-                              f"configuration and joins with its capacities (positive bits/s), got {v!r}")
+                              f"configuration and joins with its capacities (bits/s, positive and at most "
+                              f"{MAX_HOST_BPS:g}), got {v!r}")
             caps.append(float(v))
         address = body.get("address") or None
         want = Host(host, caps[0], caps[1], address)
@@ -127,4 +138,4 @@ class HostTable:
                 "in_cluster": len(cluster) - len(self.absent), "joined": joined, "left": left, **self.counts}
 
 
-__all__ = ["MAX_LEFT_LISTED", "HostTable", "Membership"]
+__all__ = ["MAX_HOST_BPS", "MAX_LEFT_LISTED", "HostTable", "Membership"]
