@@ -225,6 +225,9 @@ class DaemonConfig(SecurityOptions):
     # it never says it finished (a sender that died); past it the flow is background the
     # daemon does not know.
     max_background: int = _in("limits", 10_000)
+    # Hosts in the cluster, configured and joined (a host that left keeps its place): each
+    # is a row of every plan's per-slot arrays; twice the 10,000 agents the scale bench runs.
+    max_hosts: int = _in("limits", 20_000)
     background_ttl_s: float = _in("limits", 3600.0)
     # Estimated bytes of ended jobs kept for status, all clients together; the oldest go
     # first (limits.job_bytes estimates a job; one of 50k nodes is ~30 MB, so max_ended_jobs
@@ -381,6 +384,9 @@ def check_config(cfg: DaemonConfig) -> None:
     for name in KEYS["limits"]:
         if name != "max_memory_bytes" and not getattr(cfg, name) > 0:
             raise ValidationError(f"[limits].{name}: must be positive, got {getattr(cfg, name)!r}")
+    if len(cfg.cluster) > cfg.max_hosts:
+        raise ValidationError(f"[limits].max_hosts: the configuration has {len(cfg.cluster)} hosts, "
+                              f"more than max_hosts ({cfg.max_hosts})")
     if cfg.max_memory_bytes < 0:
         raise ValidationError(f"[limits].max_memory_bytes: must be >= 0 (0: derived from the machine), "
                               f"got {cfg.max_memory_bytes!r}")

@@ -272,10 +272,10 @@ def test_hosts_joining_while_jobs_arrive_and_plans_run_break_no_plan(policy):
         assert sched is not None and sched.leftover_egress.shape[0] == len(d.state.cluster) == 8
 
 
-def test_a_join_with_a_bad_name_or_capacity_is_refused_naming_the_field():
+def test_a_join_with_a_bad_name_or_capacity_or_past_max_hosts_is_refused_naming_why():
     from tests.test_daemon_security import ask, raw_dealer
 
-    d = Daemon(config(cluster=Cluster.uniform(1, bps=GBIT)))
+    d = Daemon(config(cluster=Cluster.uniform(1, bps=GBIT), max_hosts=2))
     with _fabric(d), raw_dealer(d.agent_endpoint, None) as s:
         for body, needle in (({"host": "a/b", "egress_bps": GBIT, "ingress_bps": GBIT}, "body.host"),
                              ({"host": "x" * 200, "egress_bps": GBIT, "ingress_bps": GBIT}, "body.host"),
@@ -287,3 +287,6 @@ def test_a_join_with_a_bad_name_or_capacity_is_refused_naming_the_field():
         assert len(d.state.cluster) == 1 and d.state.hosts.counts["joins_refused"] == 5
         assert ask(s, "register", {"host": "n1", "egress_bps": GBIT, "ingress_bps": GBIT}).ok
         assert len(d.state.cluster) == 2
+        # [limits] max_hosts: 2 here, so a third host is refused
+        rep = ask(s, "register", {"host": "n2", "egress_bps": GBIT, "ingress_bps": GBIT})
+        assert rep.code == ErrorCode.OVERLOADED and "max_hosts" in rep.message and len(d.state.cluster) == 2

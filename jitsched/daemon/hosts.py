@@ -86,6 +86,10 @@ class HostTable:
                               f"configuration and joins with its capacities (bits/s, positive and at most "
                               f"{MAX_HOST_BPS:g}), got {v!r}")
             caps.append(float(v))
+        if host not in cluster and len(cluster) >= self.config.max_hosts:
+            self.counts["joins_refused"] += 1
+            return Reject(ErrorCode.OVERLOADED, f"host {host!r} cannot join: the cluster has {len(cluster)} hosts "
+                          f"([limits] max_hosts)")
         address = body.get("address") or None
         want = Host(host, caps[0], caps[1], address)
         m = self.members.get(host)
