@@ -188,6 +188,14 @@ class Agent:
         This host's wall clock, ns (default ``time.time_ns``; tests pass a skewed
         one). Slot times are taken on the daemon's clock: this one corrected by
         the offset measured on heartbeat round trips (:attr:`clock_offset_s`).
+    join : dict, optional
+        ``{"egress_bps", "ingress_bps"[, "address"]}``: this host's capacities (bits/s)
+        and address, registered so that a daemon whose configuration lacks the host
+        adds it (``[daemon] host_join``). A host of the configuration keeps its own.
+    leave_on_exit : bool
+        On :meth:`stop`, tell the daemon this host leaves the cluster (its jobs with
+        work left here end failed and the rest are re-planned), waiting up to a second
+        for the answer (:attr:`left`).
 
     A registration the daemon refuses for good (an unknown host, another
     host's key, a key it does not accept) ends the agent after
@@ -201,7 +209,8 @@ class Agent:
                  keys: CurveKeys | str | Path | None = None, local_dir: str | Path | None = None,
                  allowed_uids: tuple[int, ...] | list[int] = (),
                  rto_max_ms: int | None = RTO_MAX_MS, rto_min_ms: float | None = RTO_MIN_MS,
-                 clock_ns: Callable[[], int] | None = None) -> None:
+                 clock_ns: Callable[[], int] | None = None, join: dict | None = None,
+                 leave_on_exit: bool = False) -> None:
         if rto_max_ms and not 1000 <= int(rto_max_ms) <= 120_000:
             raise ValueError(f"rto_max_ms must be in 1000..120000 (the kernel's range), got {rto_max_ms}")
         if rto_min_ms and not 1.0 <= float(rto_min_ms) <= 200.0:
@@ -211,6 +220,9 @@ class Agent:
         self.rto_capped = 0  # outbound sockets whose retransmission timeouts were set (cap, floor)
         self.rto_cap_failed = 0  # ... and those the kernel refused them for
         self.host = host
+        self.join = {k: v for k, v in (join or {}).items() if v is not None}
+        self.leave_on_exit = leave_on_exit
+        self.left = False  # the daemon took this host's leave (leave_on_exit)
         self.keys = curve_keys(keys, HOSTS, host)
         self._monitor: zmq.Socket | None = None
         self._handshake_logged = ""
@@ -341,7 +353,7 @@ class Agent:
         # the daemon's status shows it: whether this host's ingress is ordered too
         backend = self.backend_name + ("+tc-ingress" if self.ingress_options is not None else "")
         body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq,
-                "agent_id": self.agent_id}
+                "agent_id": self.agent_id} | self.join
         self._register_id = next_id()
         self._register_at = time.monotonic()
         try:
@@ -463,6 +475,8 @@ class Agent:
             for c in conns.values():
                 c.close()
             listener.close()
+            if self.leave_on_exit and not self._kill and self.registered.is_set():
+                self._leave(dealer)
             self._close(dealer)
             if not self._kill:
                 for be in (self.backend, self.in_backend):
@@ -471,6 +485,26 @@ class Agent:
             for f in [*self.flows.values(), *self.in_flows.values()]:
                 f.sock.close()
             self.attached.close()
+
+    def _leave(self, dealer: zmq.Socket, timeout_s: float = 1.0) -> None:
+        """Tell the daemon this host leaves; :attr:`left` says whether it answered so."""
+        rid = next_id()
+        try:
+            dealer.send(encode_request(MsgType.LEAVE, {"host": self.host}, rid), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            return
+        end = time.monotonic() + timeout_s
+        while (wait := end - time.monotonic()) > 0 and dealer.poll(int(wait * 1000) + 1):
+            try:
+                msg = decode_any(dealer.recv(zmq.NOBLOCK))
+            except (zmq.Again, ProtocolError):
+                continue
+            if isinstance(msg, Reply) and msg.id == rid:
+                self.left = msg.ok
+                log.log(logging.INFO if msg.ok else logging.WARNING, "event=agent_left host=%s ok=%s reason=%r",
+                        self.host, msg.ok, msg.message)
+                return
+        log.warning("event=agent_leave_unanswered host=%s", self.host)
 
     def _poll_timeout_ms(self, next_hb: float) -> int:
         wait = max(next_hb - time.monotonic(), 0.0)

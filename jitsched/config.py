@@ -23,6 +23,12 @@ else:  # pragma: no cover
 
 FULL = "full"
 INCREMENTAL = "incremental"
+# [daemon] host_join: who becomes a host. "open": the TOML's hosts are the initial set and
+# an agent of any other host (with its host key, when the daemon has keys) joins with the
+# capacities it registers; "allow-list": the TOML's hosts are the only ones.
+OPEN = "open"
+ALLOW_LIST = "allow-list"
+HOST_JOIN_MODES = (OPEN, ALLOW_LIST)
 PLANNING_MODES = (INCREMENTAL, FULL)
 # The shortest heartbeat: each one is a message from every agent and a liveness check
 # on the daemon's loop; 1 ns heartbeats would be the whole of its work.
@@ -135,6 +141,13 @@ class DaemonConfig(SecurityOptions):
     # "abandoned" and its flows leave the plan (inf: never). Any request naming the job
     # renews it (reports, iterations, renew_lease); a restart renews every resumed job.
     job_lease_s: float = _in("daemon", 300.0)
+    # who becomes a host: "open" (the TOML's hosts are the initial set, others join as their
+    # agents register) or "allow-list" (the TOML's hosts only)
+    host_join: str = _in("daemon", OPEN)
+    # a joined host whose agent has been silent this long leaves the cluster: its running
+    # jobs with work left on it end failed and the rest are re-planned (inf: only an
+    # explicit leave). A host of the TOML leaves only explicitly (`jitsched agent --leave`).
+    host_leave_s: float = _in("daemon", 30.0)
     planner_process: bool = _in("daemon", True)  # full re-solves in a child process (False: a thread)
     # sqlite file of submitted jobs and their progress (relative: to the TOML file's
     # directory); a daemon restarted with it resumes every unfinished job. None: no journal
@@ -212,6 +225,9 @@ class DaemonConfig(SecurityOptions):
     # it never says it finished (a sender that died); past it the flow is background the
     # daemon does not know.
     max_background: int = _in("limits", 10_000)
+    # Hosts in the cluster, configured and joined (a host that left keeps its place): each
+    # is a row of every plan's per-slot arrays; twice the 10,000 agents the scale bench runs.
+    max_hosts: int = _in("limits", 20_000)
     background_ttl_s: float = _in("limits", 3600.0)
     # Estimated bytes of ended jobs kept for status, all clients together; the oldest go
     # first (limits.job_bytes estimates a job; one of 50k nodes is ~30 MB, so max_ended_jobs
@@ -309,7 +325,9 @@ def parse_config(doc: dict, **overrides: Any) -> DaemonConfig:
     extra = set(doc) - {"hosts", *SECTIONS}
     if extra:
         raise ValidationError(f"unknown top-level key(s) {sorted(extra)}; expected hosts, {', '.join(SECTIONS)}")
-    cluster = parse_cluster({"hosts": doc.get("hosts", [])}, "hosts")
+    dmn = doc.get("daemon")
+    join = overrides.get("host_join", dmn.get("host_join", OPEN) if isinstance(dmn, dict) else OPEN)
+    cluster = parse_cluster({"hosts": doc.get("hosts", [])}, "hosts", empty_ok=join == OPEN)
     doc, quotas = _quotas(doc)
     opts: dict[str, Any] = dict(quotas)
     where: dict[str, str] = {}
@@ -329,6 +347,11 @@ def check_config(cfg: DaemonConfig) -> None:
     # the planning settings are checked where every planner checks them
     PlanOptions(slot_s=cfg.slot_s, objective=cfg.objective,
                 **({} if cfg.alpha is None else {"alpha": cfg.alpha}))
+    if cfg.host_join not in HOST_JOIN_MODES:
+        raise ValidationError(f"[daemon].host_join: expected open or allow-list, got {cfg.host_join!r}")
+    if not cfg.host_leave_s > cfg.heartbeat_timeout_s:
+        raise ValidationError(f"[daemon].host_leave_s: must exceed heartbeat_timeout_s "
+                              f"({cfg.heartbeat_timeout_s:g}; inf: never), got {cfg.host_leave_s!r}")
     if cfg.planning not in PLANNING_MODES:
         raise ValidationError(f"planning: expected incremental or full, got {cfg.planning!r}")
     if not cfg.joint_replan_s >= 0:
@@ -361,6 +384,9 @@ def check_config(cfg: DaemonConfig) -> None:
     for name in KEYS["limits"]:
         if name != "max_memory_bytes" and not getattr(cfg, name) > 0:
             raise ValidationError(f"[limits].{name}: must be positive, got {getattr(cfg, name)!r}")
+    if len(cfg.cluster) > cfg.max_hosts:
+        raise ValidationError(f"[limits].max_hosts: the configuration has {len(cfg.cluster)} hosts, "
+                              f"more than max_hosts ({cfg.max_hosts})")
     if cfg.max_memory_bytes < 0:
         raise ValidationError(f"[limits].max_memory_bytes: must be >= 0 (0: derived from the machine), "
                               f"got {cfg.max_memory_bytes!r}")
@@ -434,6 +460,6 @@ def config_doc(cfg: DaemonConfig) -> dict:
     return doc
 
 
-__all__ = ["ANONYMOUS", "FULL", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S", "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS",
+__all__ = ["ALLOW_LIST", "ANONYMOUS", "FULL", "HOST_JOIN_MODES", "OPEN", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S", "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS",
            "ClientQuota", "DaemonConfig", "SecurityOptions",
            "check_config", "check_exposure", "config_doc", "load_config", "parse_config"]

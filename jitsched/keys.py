@@ -190,14 +190,18 @@ def _write_key(path: Path, z85: bytes) -> None:
 
 
 def init_keys(keys_dir: str | Path, hosts: list[str], clients: list[str], *,
-              force: bool = False) -> list[Path]:
+              force: bool = False, add: bool = False) -> list[Path]:
     """Write the daemon's key pair and one per host and per client; returns the files written.
 
     Raises
     ------
     ValidationError
         A name cannot name a key file, or a key file exists and ``force`` is false
-        (the message lists them).
+        (the message lists them), or (``add``) the directory has no daemon key.
+
+    With ``add`` only the hosts' and clients' pairs are written, beside the daemon's
+    key pair already there: a running daemon lets in a new host's key on its first
+    handshake (it reads ``public/hosts/`` again), and the host joins.
     KeyFileError
         Another user could change the directory or one above it (:func:`check_trusted`),
         or it cannot be written (the message names the path).
@@ -208,7 +212,10 @@ def init_keys(keys_dir: str | Path, hosts: list[str], clients: list[str], *,
         check_name(c, "client")
     d = Path(keys_dir)
     _check_tree(d, _subdirs(d))
-    pairs = [(DAEMON, "")] + [(HOSTS, h) for h in dict.fromkeys(hosts)] + [(CLIENTS, c) for c in dict.fromkeys(clients)]
+    if add and not os.path.exists(secret_path(d, DAEMON)):
+        raise ValidationError(f"{secret_path(d, DAEMON)}: no daemon key to add keys beside; "
+                              "write the directory with `jitsched keys init DIR`")
+    pairs = ([] if add else [(DAEMON, "")]) + [(HOSTS, h) for h in dict.fromkeys(hosts)] + [(CLIENTS, c) for c in dict.fromkeys(clients)]
     paths = [(secret_path(d, k, n), public_path(d, k, n)) for k, n in pairs]
     exists = [p for pair in paths for p in pair if os.path.lexists(p)]
     if exists and not force:
@@ -309,6 +316,19 @@ def load_daemon_keys(keys_dir: str | Path) -> DaemonKeys:
     return DaemonKeys(public, secret, hosts, clients)
 
 
+def host_public_keys(keys_dir: str | Path) -> dict[str, str]:
+    """The hosts' public keys in a key directory (Z85 text -> host name), read again.
+
+    Raises
+    ------
+    KeyFileError
+        As :func:`load_daemon_keys`.
+    """
+    d = Path(keys_dir)
+    _check_tree(d, (d / PUBLIC, d / PUBLIC / HOSTS))
+    return _public_keys(d, HOSTS)
+
+
 def load_curve_keys(keys_dir: str | Path, kind: str, name: str) -> CurveKeys:
     """The key pair of host or client ``name`` (``kind``: ``hosts`` or ``clients``) and the
     daemon's public key, from a key directory as ``keys init`` writes it."""
@@ -376,6 +396,6 @@ def is_local_endpoint(endpoint: str) -> bool:
 
 
 __all__ = ["AGENT_DOMAIN", "CLIENTS", "CLIENT_DOMAIN", "DAEMON", "DEFAULT_CLIENT", "DIR_MODE", "FILE_MODE",
-           "HANDSHAKE_FAILED", "HOSTS", "PUBLIC", "CurveKeys", "DaemonKeys", "KeyFileError", "check_name", "check_trusted", "curve_keys", "init_keys",
+           "HANDSHAKE_FAILED", "HOSTS", "PUBLIC", "CurveKeys", "DaemonKeys", "KeyFileError", "check_name", "check_trusted", "curve_keys", "host_public_keys", "init_keys",
            "handshake_failure", "handshake_monitor", "is_local_endpoint", "load_curve_keys", "load_daemon_keys", "public_path", "read_key",
            "secret_path"]

@@ -118,9 +118,15 @@ MESSAGES: tuple[Message, ...] = (
             keyed=False),
     # agent_id: the agent process (random, its own): while one agent of a host is alive,
     # another is refused (host_in_use); the same one may register again on a new connection
+    # egress_bps, ingress_bps (bits/s) and address: a host not in the daemon's configuration
+    # joins the cluster with them ([daemon] host_join)
     Message("register", AGENT, {"host": (str, True), "backend": (str, False),
                                 "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
+                                "address": (str, False),
                                 "applied_seq": (int, False), "agent_id": (str, False)}),
+    # the registered agent's host leaves the cluster: its jobs with work left on it end
+    # failed, the rest are re-planned; registering again brings it back
+    Message("leave", AGENT, {"host": (str, True)}),
     # sent_ns: the agent's wall clock as it sent this (ns), echoed in the reply beside the
     # daemon's (t_ns): the round trip gives the offset between the two clocks, which the
     # agent reports with the next one (clock_offset_s: its clock minus the daemon's)

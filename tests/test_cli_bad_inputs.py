@@ -157,6 +157,8 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         ([*AGENT, "--keys", "{d}/missing"], "h0.secret: no such key file"),
         ([*AGENT, "--keys", "{d}/open/keys"], "{d}/open is writable by"),
         ([*AGENT, "--local-dir", "{d}/wl.json"], "cannot make the directory (File exists)"),
+        ([*AGENT, "--egress-bps", "-1"], "--egress-bps: must be a positive number of bits/s, got -1.0"),
+        ([*AGENT, "--egress-bps", "1e9", "--ingress-bps", "inf"], "--ingress-bps: must be a positive number"),
     ],
     "submit": [
         (["submit", "{d}/missing.json"], "missing.json: no such file"),
@@ -245,6 +247,9 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         (["keys", "init", "{d}/wl.json/new"], "Not a directory"),
         (["keys", "init", "{d}/keys"], "keys exist already"),
         (["keys", "rotate", "{d}/new"], "argument action: invalid choice: 'rotate'"),
+        (["keys", "add", "{d}/keys"], "keys add: name --hosts or --clients to add"),
+        (["keys", "add", "{d}/new", "--hosts", "h9"], "no daemon key to add keys beside"),
+        (["keys", "add", "{d}/keys", "--hosts", "h0"], "keys exist already"),
     ],
 }
 

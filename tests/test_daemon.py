@@ -385,7 +385,7 @@ def test_dispatch_table_derived_from_the_declarations():
         "register_template": ("register_template", False, True), "iteration": ("iteration", False, True),
         "status": ("status", False, False), "register": ("register", True, True),
         "heartbeat": ("heartbeat", True, True), "ack": ("ack", True, True),
-        "get_schedule": ("get_schedule", True, True),
+        "get_schedule": ("get_schedule", True, True), "leave": ("leave", True, True),
     }
 
 

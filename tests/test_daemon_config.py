@@ -52,7 +52,7 @@ def test_testbed_style_file_is_enough(tmp_path):
     ({"hosts": HOSTS, "scheduler": {"objective": "fastest"}}, "objective: expected one of"),
     ({"hosts": HOSTS, "daemon": {"nope": 1}}, "[daemon].nope"),
     ({"hosts": HOSTS, "extra": {}}, "extra"),
-    ({"hosts": []}, "no hosts"),
+    ({"hosts": [], "daemon": {"host_join": "allow-list"}}, "no hosts"),
     ({"hosts": HOSTS + [HOSTS[0]]}, "duplicate"),
     ({"hosts": HOSTS, "daemon": {"heartbeat_s": 2.0, "heartbeat_timeout_s": 1.0}}, "heartbeat_timeout_s"),
 ])

@@ -12,6 +12,7 @@ from jitsched.cli import main
 from jitsched.errors import ValidationError
 from jitsched.keys import (
     KeyFileError,
+    host_public_keys,
     init_keys,
     is_local_endpoint,
     load_curve_keys,
@@ -206,3 +207,15 @@ def test_a_key_directory_without_client_keys_is_refused(tmp_path, capsys):
     assert main(["keys", "init", str(tmp_path / "k2"), "--clients", " , "]) == 2
     assert "--clients: no client names" in capsys.readouterr().err
     assert not (tmp_path / "k2").exists()
+
+
+def test_keys_add_writes_the_new_names_pairs_beside_the_daemons_key(tmp_path, capsys):
+    d = tmp_path / "keys"
+    assert main(["keys", "init", str(d), "--hosts", "h0"]) == 0
+    daemon_key = (d / "daemon.secret").read_bytes()
+    assert main(["keys", "add", str(d), "--hosts", "h9", "--clients", "carol"]) == 0
+    assert "added 2 key pairs" in capsys.readouterr().out
+    assert (d / "daemon.secret").read_bytes() == daemon_key  # the daemon's key stays
+    for p in ("hosts/h9.secret", "public/hosts/h9.public", "clients/carol.secret", "public/clients/carol.public"):
+        assert stat.S_IMODE((d / p).stat().st_mode) == 0o600, p
+    assert set(host_public_keys(d).values()) == {"h0", "h9"}

@@ -79,7 +79,7 @@ def test_type_sets_partition_the_types():
             "job_finished", "cancel_job", "background_started", "background_finished", "attach_job",
             "status", "register_template", "iteration", "renew_lease"} == JOB_TYPES
     assert "schedule" in MESSAGE_TYPES and "schedule" not in AGENT_TYPES  # daemon -> agent only
-    assert {"register", "heartbeat", "ack", "get_schedule"} == AGENT_TYPES
+    assert {"register", "heartbeat", "ack", "get_schedule", "leave"} == AGENT_TYPES
     assert {"register_flow", "unregister_flow", "attach", "detach"} == LOCAL_TYPES
 
 
@@ -87,7 +87,7 @@ def test_one_declaration_per_message_gives_every_table():
     """MsgType, the schemas and the socket sets all come from MESSAGES, and a message is a str."""
     assert MsgType.SUBMIT_JOB == "submit_job" and MsgType.UNREGISTER_FLOW == "unregister_flow"
     assert {getattr(MsgType, n) for n in vars(MsgType) if n.isupper()} == MESSAGE_TYPES
-    assert len(MESSAGES) == len(MESSAGE_TYPES) == 23
+    assert len(MESSAGES) == len(MESSAGE_TYPES) == 24
     assert protocol._SCHEMAS["ack"] == {"host": (str, True), "seq": (int, True),
                                         "incarnation": (int, False)}
     # the declaration travels as the plain string: packed, pickled and decoded

@@ -139,6 +139,13 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     arg("--allow-uid", type=int, action="append", default=[], metavar="UID",
         help="a user besides root and the agent's own whose jobs may register flows (repeatable)"),
     *[arg(*flags, **kw) for flags, kw in argument_specs(AgentOptions)],
+    arg("--egress-bps", type=float, default=None, metavar="BPS",
+        help="this host's egress capacity, bits/s: a host the daemon's configuration lacks joins with it"),
+    arg("--ingress-bps", type=float, default=None, metavar="BPS",
+        help="this host's ingress capacity, bits/s (default: --egress-bps)"),
+    arg("--address", default=None, help="this host's address, for a host that joins (peers of attached jobs)"),
+    arg("--leave-on-exit", action="store_true",
+        help="on exit, tell the daemon this host leaves the cluster (its jobs with work left here end failed)"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -153,9 +160,16 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise ValidationError(f"--allow-uid: a user id is >= 0, got {bad_uids[0]}")
     check_endpoint(args.daemon, "--daemon")
     opts = options_from_args(args, AgentOptions)
+    for name in ("egress_bps", "ingress_bps"):
+        v = getattr(args, name)
+        if v is not None and not 0 < v < float("inf"):
+            raise ValidationError(f"--{name.replace('_', '-')}: must be a positive number of bits/s, got {v!r}")
+    join = {"egress_bps": args.egress_bps, "address": args.address,
+            "ingress_bps": args.ingress_bps if args.ingress_bps is not None else args.egress_bps}
     try:
         a = Agent(args.host, args.daemon, keys=args.keys, local_dir=args.local_dir,
-                  allowed_uids=args.allow_uid, **opts.agent_kwargs())
+                  allowed_uids=args.allow_uid, join=join, leave_on_exit=args.leave_on_exit,
+                  **opts.agent_kwargs())
     except ValueError as exc:  # the agent's own range checks
         raise ValidationError(str(exc)) from None
     a.start()
@@ -265,6 +279,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     if "planner" in st:
         print(f"planner: {escape(st['planner'])}, {st.get('plans_failed', 0)} plans failed"
               + (f" (last: {escape(st['last_plan_error'])})" if st.get("last_plan_error") else ""))
+    hs = st.get("hosts")
+    if hs:
+        print(f"hosts: {hs['in_cluster']} in the cluster ({hs['configured']} configured, join "
+              f"{hs['host_join']}), {len(hs['joined'])} joined, {len(hs['left'])} left"
+              + "".join(f"\n  joined {escape(h)} {j['egress_bps'] / 1e9:g}/{j['ingress_bps'] / 1e9:g} Gbit/s"
+                        for h, j in sorted(hs["joined"].items()))
+              + "".join(f"\n  left   {escape(h)}: {escape(x['why'])}" for h, x in sorted(hs["left"].items())))
     for h, a in sorted(st["agents"].items()):
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
               f"acked {a['acked_seq']}"

@@ -15,7 +15,9 @@ def _names(text: str) -> list[str]:
 
 @register(
     "keys", "Manage CURVE keys: `keys init DIR` writes the daemon's key pair and one per host and client.",
-    arg("action", choices=("init",), help="init: write a key directory"),
+    arg("action", choices=("init", "add"),
+        help="init: write a key directory; add: write the named hosts' and clients' keys beside "
+             "the daemon's (a running daemon lets a new host's key in: the host joins)"),
     arg("dir", metavar="DIR", help="the key directory (made 0700; secret keys 0600, public keys in DIR/public/)"),
     arg("--hosts", default=None, metavar="H0,H1,...", help="host names, comma-separated"),
     arg("--hosts-count", type=int, default=None, metavar="N", help="hosts h0..h<N-1> (the testbed's names)"),
@@ -32,6 +34,13 @@ def cmd_keys(args: argparse.Namespace) -> int:
         raise ValidationError(f"--hosts-count: must be >= 0, got {args.hosts_count}")
     hosts = _names(args.hosts) if args.hosts is not None else [f"h{i}" for i in range(args.hosts_count or 0)]
     clients = _names(args.clients)
+    if args.action == "add":
+        clients = [] if args.clients == "client" else clients
+        if not hosts and not clients:
+            raise ValidationError("keys add: name --hosts or --clients to add")
+        written = init_keys(args.dir, hosts, clients, force=args.force, add=True)
+        print(f"added {len(written) // 2} key pairs to {args.dir}: {len(hosts)} hosts, {len(clients)} clients")
+        return 0
     if not clients:
         raise ValidationError("--clients: no client names; a daemon with no client keys serves no one")
     written = init_keys(args.dir, hosts, clients, force=args.force)

@@ -131,12 +131,36 @@ class AgentTable:
                 "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
                 "t0_wall_ns": int(self.t0_wall_s * 1e9), "incarnation": self.incarnation}
 
-    def _admit(self, identity: bytes, body: dict, now: float, peer: str | None) -> None | Reject:
+    def admissible(self, identity: bytes, body: dict, now: float, peer: str | None,
+                   joining: bool = False) -> None | Reject:
+        """Why this registration would be refused, if it would (``joining``: its host is to
+        join the cluster first)."""
+        return self._admit(identity, body, now, peer, joining)
+
+    def forget(self, host: str) -> None:
+        """``host`` left the cluster: its agent is no longer registered (its seqs stay)."""
+        a = self.agents.pop(host, None)
+        if a is not None:
+            self.by_identity.pop(a.identity, None)
+        self.unacked.discard(host)
+
+    def registered(self, identity: bytes, body: dict, peer: str | None) -> AgentState | Reject:
+        """The agent registered on ``identity`` for ``body["host"]`` with ``peer``'s key."""
+        host = self.by_identity.get(identity)
+        a = self.agents.get(host) if host is not None else None
+        if a is None or a.host != body["host"]:
+            return Reject(ErrorCode.NOT_REGISTERED, f"agent for host {body['host']!r} must register first")
+        if a.peer != peer:
+            return Reject(ErrorCode.FORBIDDEN, f"host {a.host!r} is registered with another key")
+        return a
+
+    def _admit(self, identity: bytes, body: dict, now: float, peer: str | None,
+               joining: bool = False) -> None | Reject:
         """Why this registration is refused, if it is."""
         host = body["host"]
         if peer is not None and peer != host:
             return Reject(ErrorCode.FORBIDDEN, f"the key of host {peer!r} cannot register as host {host!r}")
-        if host not in self.cluster:
+        if host not in self.cluster and not joining:
             return Reject(ErrorCode.UNKNOWN_HOST, f"host {host!r} is not in the cluster")
         old = self.agents.get(host)
         if old is None or not old.up:

@@ -142,6 +142,7 @@ class JobRegistry:
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
         self.cluster = config.cluster
+        self.absent: frozenset[str] = frozenset()  # hosts that left the cluster: no new jobs on them
         self.jobs: dict[str, JobState] = {}
         self.active: dict[str, JobState] = {}  # in submission order
         self.ended: deque[JobState] = deque()  # in the order they ended (prune's queue)
@@ -232,6 +233,12 @@ class JobRegistry:
         if bad is not None:
             return bad
         job = parse_job(body["job"], self.cluster, "body.job")
+        absent = self.absent
+        if absent:
+            gone = sorted(({c.host for c in job.computes} | {t.src for t in job.transfers}
+                           | {t.dst for t in job.transfers}) & absent)
+            if gone:
+                return Reject(ErrorCode.UNKNOWN_HOST, f"body.job: host {gone[0]!r} left the cluster")
         bad = check_job(job, self.config)
         if bad is not None:
             return bad

@@ -54,6 +54,9 @@ class Metrics:
                                   "(status.agent_counts)", ["count"], registry=r)
         self.clock_off = Gauge("jitsched_agents_clock_off",
                                "Agents whose clock is off the daemon's by more than a slot", registry=r)
+        # hosts in the cluster, and those that joined, left or were refused since start (status.hosts)
+        self.hosts = Gauge("jitsched_hosts", "Hosts in the cluster and membership counts since start, by name "
+                           "(status.hosts)", ["count"], registry=r)
         self._server = None
 
     def serve(self, port: int) -> int:
@@ -107,6 +110,9 @@ class Metrics:
         for name, value in state.agent_table.counts.items():
             self.agent_counts.labels(name).set(value)
         self.clock_off.set(sum(a.clock_off for a in state.agents.values()))
+        self.hosts.labels("in_cluster").set(len(state.cluster) - len(state.hosts.absent))
+        for name, value in state.hosts.counts.items():
+            self.hosts.labels(name).set(value)
         self.background.labels("held").set(len(state.background.flows))
         for name, value in state.background.counts.items():
             self.background.labels(name).set(value)

@@ -64,6 +64,8 @@ class PlanRequest:
     incarnation: int = 0  # the daemon process's, for the bodies
     # the announced background flows (full re-solves; increments keep the base's ranks)
     background: tuple[Announced, ...] = ()
+    # the cluster to plan on once hosts joined since the planner started (None: its own)
+    cluster: Cluster | None = None
 
 
 @dataclass
@@ -100,6 +102,18 @@ class PlanResult:
     bodies_s: float = 0.0
     poisoned: dict[str, str] = field(default_factory=dict)
     planner_broken: bool = False
+
+
+def fit_schedule(sched: SlotSchedule | None, cluster: Cluster) -> SlotSchedule | None:
+    """``sched`` with a row for every host of ``cluster``: hosts that joined after it was
+    planned have nothing planned and their whole line left."""
+    if sched is None or sched.leftover_egress.shape[0] >= len(cluster):
+        return sched
+    n, slots = sched.leftover_egress.shape
+    more_e = np.repeat(cluster.egress_Bps[n:, None], slots, axis=1)
+    more_i = np.repeat(cluster.ingress_Bps[n:, None], slots, axis=1)
+    return replace(sched, leftover_egress=np.vstack([sched.leftover_egress, more_e]),
+                   leftover_ingress=np.vstack([sched.leftover_ingress, more_i]))
 
 
 def prune_schedule(sched: SlotSchedule | None, live: np.ndarray | None,
@@ -198,6 +212,7 @@ class PlanBook:
         # first, and how many of those are known done (early_s checks, amortised O(1))
         self._paced: dict[str, tuple[list[tuple[int, str]], list[int]]] = {}
         self.plan_summary: dict[str, Any] = {}
+        self._joined_cluster: Cluster | None = None  # set once hosts joined: requests carry it
         self.solve_times: list[float] = []
         self.n_plans = 0
         self.plans_by_mode = {FULL: 0, INCREMENTAL: 0}
@@ -367,7 +382,7 @@ class PlanBook:
         self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
                           slot_s=self.config.slot_s, incarnation=self.incarnation,
-                          background=self.background.snapshot())
+                          background=self.background.snapshot(), cluster=self._joined_cluster)
         self.events.clear()
         self.reasons.clear()
         self.first_reason_s = math.inf
@@ -414,7 +429,8 @@ class PlanBook:
                            removed=removed,
                            busy_egress=np.bincount(np.asarray(out_hosts, dtype=np.int64), minlength=nh),
                            busy_ingress=np.bincount(np.asarray(in_hosts, dtype=np.int64), minlength=nh),
-                           rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation)
+                           rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation,
+                           cluster=self._joined_cluster)
 
     # ------------------------------------------------------------------ results
 
@@ -428,6 +444,7 @@ class PlanBook:
         """
         self.n_plans += 1
         self.plans_by_mode[res.mode] = self.plans_by_mode.get(res.mode, 0) + 1
+        res.schedule = fit_schedule(res.schedule, self.cluster)  # planned before hosts joined
         if res.error:
             self._failed(res, now)
         elif not res.unsupported:
@@ -519,6 +536,14 @@ class PlanBook:
                                    f"attempts: {res.error}")
         return out
 
+    def fit_cluster(self) -> None:
+        """Hosts joined (``self.cluster`` has them): the schedules held get their rows, and
+        plan requests carry the cluster from now on."""
+        self._joined_cluster = self.cluster
+        self.schedule = fit_schedule(self.schedule, self.cluster)
+        if self.held is not None:
+            self.held.schedule = fit_schedule(self.held.schedule, self.cluster)
+
     def adopt(self, res: PlanResult, now: float, down: set[str]) -> None:
         """Make ``res`` the schedule in force (``down``: hosts whose agent is down, for the
         summary's count of unenforced flows)."""
@@ -551,4 +576,5 @@ class PlanBook:
         }
 
 
-__all__ = ["BLAME_AFTER", "MAX_EVENTS", "PlanBook", "PlanRequest", "PlanResult", "merge_schedules", "prune_schedule"]
+__all__ = ["BLAME_AFTER", "MAX_EVENTS", "PlanBook", "PlanRequest", "PlanResult", "fit_schedule", "merge_schedules",
+           "prune_schedule"]

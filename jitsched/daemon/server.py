@@ -31,7 +31,13 @@ from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import PlannerProcess, copies_of, describe, run_increment, run_plan
 from jitsched.daemon.state import SchedulerState
 from jitsched.errors import JitschedError, ValidationError
-from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, DaemonKeys, load_daemon_keys
+from jitsched.keys import (
+    AGENT_DOMAIN,
+    CLIENT_DOMAIN,
+    DaemonKeys,
+    host_public_keys,
+    load_daemon_keys,
+)
 from jitsched.policies.base import Policy, make_policy, option_names
 from jitsched.protocol import (
     AGENT,
@@ -134,16 +140,34 @@ class KnownKeys:
     unknown key is logged once (a refused peer retries its handshake).
     """
 
-    def __init__(self, keys: dict[str, str], domain: str) -> None:
+    def __init__(self, keys: dict[str, str], domain: str,
+                 reload: Callable[[], dict[str, str]] | None = None) -> None:
         self.keys = keys
         self.domain = domain
         self.refused = 0  # handshakes refused since start
         self._logged: set[str] = set()
+        # read the keys again on an unknown one (at most once a second): a host whose key was
+        # added (`jitsched keys add`) joins without a restart; keys are only ever added here
+        self._reload = reload
+        self._reloaded_s = -math.inf
 
     def callback(self, domain: str, key: bytes) -> bool:
         text = key.decode("ascii", "replace")
         if domain == self.domain and text in self.keys:
             return True
+        if domain == self.domain and self._reload is not None and time.monotonic() - self._reloaded_s >= 1.0:
+            self._reloaded_s = time.monotonic()
+            try:
+                fresh = self._reload()
+            except JitschedError as exc:
+                log.error(kv("keys_reload_failed", domain=domain, error=str(exc)))
+                fresh = {}
+            for k, name in fresh.items():
+                if k not in self.keys and name not in self.keys.values():
+                    self.keys[k] = name  # the dict the loop names peers by
+                    log.info(kv("key_added", domain=domain, name=name))
+            if text in self.keys:
+                return True
         self.refused += 1
         if text not in self._logged and len(self._logged) < REFUSED_KEYS_LOGGED:
             self._logged.add(text)
@@ -229,6 +253,8 @@ class Daemon:
         # with a journal, the jobs a killed daemon ran come back with their progress
         self.journal = Journal(config.journal) if config.journal else None
         self.state = SchedulerState(config, journal=self.journal)
+        self.config = self.state.config  # with the hosts that had joined, from the journal
+        self.state.on_cluster = self._cluster_changed
         self._mono0_s = time.monotonic()
         self._clock0_s = time.time() - self.state.t0_wall_s  # the daemon clock now (see now())
         # copies of the policy as it starts, to probe failed plans with (solver.isolate)
@@ -383,6 +409,13 @@ class Daemon:
         conns = self.conns.get("agents")
         return conns is None or conns.is_open(source)
 
+    def _cluster_changed(self, config: DaemonConfig) -> None:
+        """Hosts joined: the daemon's config has them, and the agent socket room for their agents."""
+        self.config = config
+        conns = self.conns.get("agents")
+        if conns is not None:
+            conns.cap = max(conns.cap, self.agent_connections())
+
     def agent_connections(self) -> int:
         """The agent socket's connection cap: one per host and a tenth more (at least 64)
         for reconnecting agents whose old connection lingers a moment."""
@@ -392,7 +425,9 @@ class Daemon:
     def _start_auth(self) -> None:
         """The ZAP handler of this context: each socket's domain lets in its own keys only."""
         assert self.keys is not None
-        self.key_checks = {AGENT_DOMAIN: KnownKeys(self.keys.hosts, AGENT_DOMAIN),
+        keys_dir = self.config.keys_dir
+        self.key_checks = {AGENT_DOMAIN: KnownKeys(self.keys.hosts, AGENT_DOMAIN,
+                                                   reload=lambda: host_public_keys(keys_dir)),
                            CLIENT_DOMAIN: KnownKeys(self.keys.clients, CLIENT_DOMAIN)}
         self._auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("jitsched.daemon.zap"))
         self._auth.start()
@@ -930,9 +965,10 @@ class Daemon:
                 if res is None:
                     # HiGHS releases the GIL while it solves, so the loop keeps serving.
                     if full:
-                        res = run_plan(self.policy, req, cluster, t0_wall_s=t0, fresh=self._fresh_policy)
+                        res = run_plan(self.policy, req, req.cluster or cluster, t0_wall_s=t0,
+                                       fresh=self._fresh_policy)
                     else:
-                        res = run_increment(self.policy, req, cluster, t0_wall_s=t0)
+                        res = run_increment(self.policy, req, req.cluster or cluster, t0_wall_s=t0)
                 self._result_q.put(res)
                 try:
                     wake.send(b"", zmq.NOBLOCK)

@@ -27,7 +27,16 @@ from jitsched.config import FULL, INCREMENTAL
 from jitsched.daemon.bodies import host_bodies, pack_frames
 from jitsched.daemon.plans import PlanRequest, PlanResult, merge_schedules, prune_schedule
 from jitsched.dag.lat import latest_arrival_times
-from jitsched.dag.model import TRANSFER, Cluster, Compute, DagArrays, Job, Transfer, compile_jobs
+from jitsched.dag.model import (
+    TRANSFER,
+    Cluster,
+    Compute,
+    DagArrays,
+    Host,
+    Job,
+    Transfer,
+    compile_jobs,
+)
 from jitsched.plan.planner import shared_cluster
 from jitsched.policies.base import DONE, RUNNING, WAITING, FlowSet, Policy, SchedulerView
 
@@ -199,6 +208,8 @@ def self_test(fresh: Callable[[], Policy], cluster: Cluster) -> str:
     Returns "" when that works, else the error: the planner itself is broken
     (a kernel that is not built, a policy that cannot plan at all).
     """
+    if not len(cluster):  # every host joins later: the kernels are tested on one of a probe's own
+        cluster = Cluster((Host("self-test", 1e9, 1e9),))
     names = cluster.names
     src, dst = names[0], names[-1]
     computes = (Compute("c0", src, 0.01), Compute("c1", dst, 0.01))
@@ -519,7 +530,8 @@ def main(conn: Connection) -> int:
                 return 0
             full = tuple((jobs[j] if isinstance(j, str) else j, done, left) for j, done, left in req.jobs)
             jobs = {job.id: job for job, _, _ in full}
-            conn.send(run_plan(policy, replace(req, jobs=full), cluster, t0_wall_s=t0_wall_s, fresh=fresh))
+            conn.send(run_plan(policy, replace(req, jobs=full), req.cluster or cluster, t0_wall_s=t0_wall_s,
+                               fresh=fresh))
     except (EOFError, OSError):  # the daemon went away
         return 0
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import secrets
@@ -10,10 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from jitsched.config import DaemonConfig
+from jitsched.config import ALLOW_LIST, DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.bodies import host_bodies, status_body
+from jitsched.daemon.hosts import HostTable
 from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
 from jitsched.daemon.journal import DONE, STARTED, Journal, JournalFlow
 from jitsched.daemon.logs import kv
@@ -28,6 +30,7 @@ from jitsched.daemon.plans import (
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
 from jitsched.daemon.templates import JOURNAL_EVERY, TemplateBook
+from jitsched.dag.model import Cluster, Host
 from jitsched.errors import JitschedError
 from jitsched.protocol import ErrorCode, report_bodies
 
@@ -93,6 +96,10 @@ class SchedulerState:
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
         self.templates = TemplateBook(config)  # recurring jobs (daemon/templates.py)
+        self.hosts = HostTable(config)  # hosts of the configuration, joined and left
+        self._next_leave_check_s = -math.inf
+        # called with the new config when hosts join (the server's own copy follows it)
+        self.on_cluster: Callable[[DaemonConfig], None] = lambda cfg: None
         self.plan_book.incarnation = self.agent_table.incarnation = self.incarnation
         self.restored: list[str] = []  # jobs resumed from the journal
         self.not_restored: list[tuple[str, str]] = []  # journalled jobs refused now, why
@@ -155,6 +162,7 @@ class SchedulerState:
         """Take back every job the journal holds as running; a full re-solve is due at once."""
         assert self.journal is not None
         self._journal(self.journal.compact)
+        self._restore_hosts(now)
         for jj in self._journal(self.journal.unfinished) or []:
             if jj.error:
                 js = Reject(ErrorCode.INVALID_JOB, f"its journal row is unreadable: {jj.error}")
@@ -197,6 +205,62 @@ class SchedulerState:
             self._journal(self.journal.background_gone, gone)
         if self.restored or self.background.counts["restored"]:
             self.plan_book.trigger("restart", now)
+
+    def _restore_hosts(self, now: float) -> None:
+        """Take back the hosts that had joined: their jobs resume, and each leaves again if
+        its agent does not register within ``host_leave_s``."""
+        got = self._journal(self.journal.get, "joined_hosts") if self.journal is not None else None
+        try:
+            rows = json.loads(got) if got else []
+            hosts = [Host(str(r["name"]), float(r["egress_bps"]), float(r["ingress_bps"]), r.get("address"))
+                     for r in rows]
+        except (ValueError, TypeError, KeyError) as exc:
+            log.error(kv("joined_hosts_unreadable", error=str(exc)))
+            return
+        cluster = self.cluster
+        for h in hosts:
+            if h.name not in self.hosts.initial and self.config.host_join != ALLOW_LIST:
+                cluster = cluster.with_host(h)
+                self.hosts.joined(h.name, now)
+        if cluster is not self.cluster:
+            self._set_cluster(cluster)
+
+    def _set_cluster(self, cluster: Cluster) -> None:
+        """Plan on ``cluster`` from now on: hosts joined or registered new capacities
+        (appended, or in place; no host's index changes)."""
+        cfg = self.config = self.config.with_(cluster=cluster)
+        self.cluster = cluster
+        for part in (self.job_registry, self.background, self.plan_book, self.agent_table, self.templates):
+            part.config = cfg
+            if hasattr(part, "cluster"):
+                part.cluster = cluster
+        self.hosts.config = cfg
+        self.plan_book.fit_cluster()
+        if self.journal is not None:
+            joined = [h for h in cluster.to_dict()["hosts"] if h["name"] not in self.hosts.initial]
+            self._journal(self.journal.put, "joined_hosts", json.dumps(joined))
+        self.on_cluster(cfg)
+
+    def _host_left(self, host: str, now: float, why: str) -> None:
+        """``host`` leaves the cluster: its agent is forgotten, the running jobs with work left
+        on it end failed, announced flows to or from it are dropped, the rest re-planned."""
+        if not self.hosts.left(host, now, why):
+            return
+        log.warning(kv("host_left", host=host, why=why))
+        self.job_registry.absent = self.hosts.absent
+        self.agent_table.forget(host)
+        for js in list(self.job_registry.active.values()):
+            job, done = js.job, js.done
+            if any(c.host == host and c.id not in done for c in job.computes) or \
+                    any(host in (t.src, t.dst) and t.id not in done for t in job.transfers):
+                self._end(js, "failed", now, f"host {host!r} left the cluster ({why})")
+        idx = self.cluster.index(host)
+        gone = [f.name for f in self.background.flows.values() if idx in (f.src, f.dst)]
+        for name in gone:
+            self.background.finish({"flow": name})
+        if gone and self.journal is not None:
+            self._journal(self.journal.background_gone, gone)
+        self.plan_book.trigger("host_left", now)
 
     def _record(self, js: JobState, nid: str, kind: str, now: float, measured_s: float | None = None) -> None:
         if self.journal is not None and js.journal_row:
@@ -471,6 +535,7 @@ class SchedulerState:
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
         out["jobs_not_resumed"] = dict(self.not_restored[:50])
+        out["hosts"] = self.hosts.summary(self.cluster)
         for jid, entry in out["jobs"].items():
             t = self.templates.get(jid)
             if t is not None:
@@ -498,8 +563,37 @@ class SchedulerState:
     # ------------------------------------------------------------------ agents
 
     def register(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
-        """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule."""
-        return self.agent_table.register(identity, body, now, peer)
+        """Register (or re-register) the agent of ``body["host"]``; it gets the current schedule.
+
+        A host not in the cluster joins with the capacities it registers (unless
+        ``host_join`` is ``allow-list``), and one that left comes back: a full re-solve
+        is due (``host_joined``).
+        """
+        host = body["host"]
+        got = self.hosts.admit(self.cluster, body, now, peer)
+        if not isinstance(got, Reject):
+            got = self.agent_table.admissible(identity, body, now, peer, joining=got is not None) or got
+        if isinstance(got, Reject):
+            self.agent_table.counts["registrations_refused"] += 1
+            return got
+        if got is not None:
+            self._set_cluster(got)
+        back = host in self.hosts.absent or host not in self.hosts.members
+        reply = self.agent_table.register(identity, body, now, peer)
+        if got is not None or back:
+            self.hosts.joined(host, now)
+            self.job_registry.absent = self.hosts.absent
+            log.info(kv("host_joined", host=host, hosts=len(self.cluster) - len(self.hosts.absent)))
+            self.plan_book.trigger("host_joined", now)
+        return reply
+
+    def leave(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
+        """The registered agent of ``body["host"]`` says its host leaves the cluster."""
+        a = self.agent_table.registered(identity, body, peer)
+        if isinstance(a, Reject):
+            return a
+        self._host_left(a.host, now, "its agent said it leaves")
+        return {"left": True}
 
     def heartbeat(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Liveness plus measured rates (bytes/s) from an agent."""
@@ -514,8 +608,21 @@ class SchedulerState:
         return self.agent_table.get_schedule(identity, body, now, peer)
 
     def check_agents(self, now: float) -> list[str]:
-        """Mark agents silent for longer than the heartbeat timeout as down; return them."""
-        return self.agent_table.check(now)
+        """Mark agents silent for longer than the heartbeat timeout as down; return them.
+
+        Joined hosts whose agent has been silent ``host_leave_s`` leave the cluster
+        (looked at once a second).
+        """
+        down = self.agent_table.check(now)
+        if len(self.hosts.members) > len(self.hosts.initial) and now >= self._next_leave_check_s:
+            self._next_leave_check_s = now + 1.0
+            agents = self.agent_table.agents
+            since = {h: a.last_seen_s for h, a in agents.items() if not a.up}
+            since |= {h: m.joined_s for h, m in self.hosts.members.items() if h not in agents}
+            for h in self.hosts.overdue(since, now):
+                self._host_left(h, now, f"its agent was silent for {self.config.host_leave_s:g} s "
+                                        "([daemon] host_leave_s)")
+        return down
 
     def outbox(self, now: float) -> list[tuple[AgentState, bytes]]:
         """Packed schedule bodies to (re-)send: to every up agent whose ack of its body is overdue."""

@@ -100,6 +100,16 @@ class Cluster:
         """Return ``n_hosts`` hosts named ``h0..`` with ``bps`` bits/s each way."""
         return cls(tuple(Host(f"{prefix}{i}", float(bps), float(bps)) for i in range(n_hosts)))
 
+    def with_host(self, host: Host) -> Cluster:
+        """A cluster with ``host`` in place of the one of its name, or appended: every other
+        host keeps its index (plans, jobs and flows name hosts by index)."""
+        hosts = list(self.hosts)
+        if host.name in self._index:
+            hosts[self._index[host.name]] = host
+        else:
+            hosts.append(host)
+        return Cluster(tuple(hosts))
+
     def to_dict(self) -> dict[str, Any]:
         hosts = []
         for h in self.hosts:
@@ -246,10 +256,11 @@ def _check_map(obj: Any, path: str, spec: Mapping[str, Any], required: Iterable[
             raise ValidationError(f"{where}: must not be empty")
 
 
-def parse_cluster(obj: Any, path: str = "cluster") -> Cluster:
-    """Validate a native cluster map and return a :class:`Cluster`."""
+def parse_cluster(obj: Any, path: str = "cluster", *, empty_ok: bool = False) -> Cluster:
+    """Validate a native cluster map and return a :class:`Cluster` (of no hosts only if
+    ``empty_ok``: a daemon whose hosts all join as their agents register)."""
     _check_map(obj, path, {"hosts": list}, ("hosts",))
-    if not obj["hosts"]:
+    if not obj["hosts"] and not empty_ok:
         raise ValidationError(f"{path}.hosts: the cluster has no hosts")
     hosts = []
     seen: set[str] = set()
