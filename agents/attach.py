@@ -288,8 +288,10 @@ class AttachTable:
         self._groups = None
         log.info("event=agent_attached job=%r kind=%s uid=%d", job, a.kind, uid)
         self.scan()
+        # the scan ends an attachment whose processes already exited, and forgets a job left with none
+        acct = self.jobs.get(job)
         return {"job": job, "attachments": sum(x.job == job for x in self.attachments),
-                "conns": len(self.jobs[job].conns)}
+                "conns": len(acct.conns) if acct else 0}
 
     def detach(self, job: str, uid: int) -> dict:
         """Forget job ``job``'s attachments made by ``uid`` (root: anyone's); returns how many went."""

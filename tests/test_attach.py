@@ -356,3 +356,20 @@ def test_tc_backend_installs_and_removes_the_u32_filter_of_an_attached_connectio
             sink.kill()
             sink.wait()
             sink.stdout.close()
+
+
+def test_attaching_a_process_that_exits_during_the_first_scan_answers_with_no_connections(monkeypatch):
+    from jitsched.agents import attach as attach_mod
+
+    table = attach_mod.AttachTable()
+    real = attach_mod.proc_start
+    calls = []
+
+    def exits_after_the_check(pid):  # the ownership check sees the process, the scan finds it gone
+        calls.append(pid)
+        return real(pid) if len(calls) == 1 else None
+
+    monkeypatch.setattr(attach_mod, "proc_start", exits_after_the_check)
+    reply = table.attach({"job": "j", "pids": [os.getpid()]}, os.getuid())
+    assert reply == {"job": "j", "attachments": 0, "conns": 0}
+    assert "j" not in table.jobs and table.ended == 1
