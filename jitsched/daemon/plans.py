@@ -64,6 +64,9 @@ class PlanRequest:
     incarnation: int = 0  # the daemon process's, for the bodies
     # the announced background flows (full re-solves; increments keep the base's ranks)
     background: tuple[Announced, ...] = ()
+    # (egress, ingress) bytes/s per host to plan on instead of the line rates: each port's
+    # line rate less the traffic its agent measures outside every schedule (None: line rates)
+    capacity: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
