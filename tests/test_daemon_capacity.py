@@ -21,7 +21,7 @@ LINE = 1e9 / 8  # Cluster.uniform's 1 Gbit/s, bytes/s
 
 
 def test_first_sample_is_taken_whole_then_the_mean_moves_by_its_time_constant():
-    live = LiveCapacity(Cluster.uniform(2), CapacitySmoothing(tau_s=2.0, dead_band=0.05))
+    live = LiveCapacity(Cluster.uniform(2), CapacitySmoothing(tau_s=2.0, dead_band=0.05, hold_s=0.0))
     assert live.observe("h0", {"out": 0.5 * LINE}, 0.0)
     assert live.capacity("out")[0] == pytest.approx(0.5 * LINE)
     assert live.capacity("out")[1] == LINE and live.capacity("in")[0] == LINE
@@ -31,7 +31,7 @@ def test_first_sample_is_taken_whole_then_the_mean_moves_by_its_time_constant():
 
 
 def test_noise_inside_the_dead_band_does_not_move_the_plan():
-    live = LiveCapacity(Cluster.uniform(1), CapacitySmoothing(tau_s=1.0, dead_band=0.05))
+    live = LiveCapacity(Cluster.uniform(1), CapacitySmoothing(tau_s=1.0, dead_band=0.05, hold_s=0.0))
     live.observe("h0", {"out": 0.3 * LINE}, 0.0)
     rng = np.random.default_rng(0)
     moved = [live.observe("h0", {"out": (0.3 + rng.uniform(-0.04, 0.04)) * LINE}, 0.5 * k) for k in range(1, 41)]
@@ -41,6 +41,21 @@ def test_noise_inside_the_dead_band_does_not_move_the_plan():
     moved = [live.observe("h0", {"out": 0.6 * LINE}, 20.0 + 0.5 * k) for k in range(1, 5)]
     assert any(moved)
     assert live.capacity("out")[0] < 0.62 * LINE
+
+
+def test_a_hosts_planned_rates_move_at_most_once_per_hold():
+    live = LiveCapacity(Cluster.uniform(1), CapacitySmoothing(tau_s=0.1, dead_band=0.05, hold_s=2.0))
+    assert live.observe("h0", {"out": 0.5 * LINE}, 0.0)
+    # the traffic goes and comes back within the hold: the plan stays where it was
+    assert not live.observe("h0", {"out": 0.0}, 1.0)
+    assert live.capacity("out")[0] == pytest.approx(0.5 * LINE)
+    assert not live.observe("h0", {"out": 0.5 * LINE}, 1.9)
+    # gone for good: it follows once the hold is over
+    assert live.observe("h0", {"out": 0.0}, 2.5)
+    assert live.capacity("out")[0] == pytest.approx(LINE, rel=0.01)
+    assert live.changes == 2
+    with pytest.raises(ValueError, match="hold_s"):
+        CapacitySmoothing(hold_s=-1.0)
 
 
 def test_capacity_never_goes_under_the_floor_and_agent_loss_restores_the_line():

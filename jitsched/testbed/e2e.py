@@ -275,7 +275,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         "mean_jct_s": statistics.fmean(r.jct_s for r in ok) if ok else None,
         "lat_hit_rate": sum(r.lat_hits for r in ok) / known if known else None,
         # transfers that arrived after the LAT their job's plan gave them
-        "lat_misses": known - sum(r.lat_hits for r in ok),
+        "lat_misses": known - sum(r.lat_hits for r in ok), "lat_known": known,
         "rate_accuracy_p50": enforcement.get("rate_accuracy_p50"),
         "rate_accuracy_p5": enforcement.get("rate_accuracy_p5"),
         "rate_change_latency_ms_p50": enforcement.get("rate_change_latency_ms_p50"),
@@ -413,6 +413,7 @@ def _daemon_main(cfg, conn) -> None:
                            "lat_misses": st.lat_misses,
                            # times a port's planned unscheduled rate moved (live capacity)
                            "capacity_changes": st.agent_table.capacity.changes,
+                           "capacity": {h: st.agent_table.capacity.host_view(h) for h in st.cluster.names},
                            # announced files: how many the daemon got, and how they left
                            "background": dict(st.background.counts)}))
 

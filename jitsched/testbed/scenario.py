@@ -76,10 +76,10 @@ SCENARIOS: dict[str, Scenario] = {
                       files=3, file_gbit=(5.0, 10.0, 20.0)),
     # the paper's five models in equal shares and its five file sizes
     "paper-mini": Scenario(hosts=8, jobs=15, rate_per_s=0.5, models=PAPER_MODELS, files=10),
-    # quick's jobs, no files, and half the busiest host's ingress taken by traffic no agent
+    # quick's jobs, no files, and most of the busiest host's ingress taken by traffic no agent
     # schedules: planned on the line rate, transfers into it arrive after their LATs
     "live-capacity": Scenario(hosts=4, jobs=6, rate_per_s=0.5, models=("lenet", "alexnet", "vgg16"),
-                              files=0, bulk_share=0.5),
+                              files=0, bulk_share=0.85),
 }
 
 # Modules of the daemon side that `testbed run` drives.
