@@ -670,7 +670,12 @@ class Agent:
         if self.attached.jobs or self.attached.scans:
             body["attached"] = self.attached.summary()
         if self.meter is not None:
+            errors = self.meter.errors
             self.unscheduled_Bps = self.meter.sample(self.scheduled_bytes(body.get("attached")))
+            if self.meter.errors > errors and (errors == 0 or self.meter.errors % 1000 == 0):
+                # no sample goes: the daemon's status shows the agent's unscheduled_Bps empty
+                log.warning("event=agent_port_unmeasured dev=%s errors=%d error=%r", self.port_dev,
+                            self.meter.errors, self.meter.last_error)
             if self.unscheduled_Bps:
                 body["unscheduled_Bps"] = self.unscheduled_Bps
         try:

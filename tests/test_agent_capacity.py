@@ -159,3 +159,23 @@ def test_an_agent_reports_unscheduled_traffic_to_the_daemon_and_status_shows_it(
             if a is not None:
                 a.stop()
             d.stop()
+
+
+def test_a_port_that_cannot_be_read_sends_no_sample_and_status_shows_none():
+    cfg = DaemonConfig(cluster=Cluster.uniform(2, bps=1e8), job_endpoint="tcp://127.0.0.1:*",
+                       agent_endpoint="tcp://127.0.0.1:*", heartbeat_s=0.1, heartbeat_timeout_s=3.0, resend_s=0.1)
+    d = Daemon(cfg).start()
+    a = None
+    try:
+        a = Agent("h0", d.agent_endpoint, backend="record", port_dev="nosuchdev0",
+                  local_namespace=f"c{uuid.uuid4().hex[:8]}").start()
+        assert wait_until(lambda: a.meter is not None and a.meter.errors >= 3, 5.0)
+        assert "nosuchdev0" in a.meter.last_error
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            h0 = c.status()["agents"]["h0"]
+        assert h0["up"] and h0["unscheduled_Bps"] == {}
+        assert h0["planned_capacity_Bps"] == {"out": 1e8 / 8, "in": 1e8 / 8}
+    finally:
+        if a is not None:
+            a.stop()
+        d.stop()
