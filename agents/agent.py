@@ -27,6 +27,7 @@ import zmq
 
 from jitsched.agents.attach import AttachTable
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
+from jitsched.agents.capacity import UnscheduledMeter, bytes_received
 from jitsched.errors import JitschedError
 from jitsched.keys import HOSTS, CurveKeys, curve_keys, handshake_failure, handshake_monitor
 from jitsched.localreg import (
@@ -137,6 +138,7 @@ class LocalFlow:
     last_bytes: int = 0
     last_t: float = 0.0
     rate_Bps: float = 0.0
+    base_bytes: int = 0  # bytes acked (outbound) or received (inbound) when it was registered
 
 
 class Agent:
@@ -196,6 +198,10 @@ class Agent:
         On :meth:`stop`, tell the daemon this host leaves the cluster (its jobs with
         work left here end failed and the rest are re-planned), waiting up to a second
         for the answer (:attr:`left`).
+    port_dev : str, optional
+        The host's port, whose traffic no schedule covers is measured and sent
+        with every heartbeat (``unscheduled_Bps``, :mod:`jitsched.agents.capacity`),
+        in the backend's ``netns``; default: the backend's ``dev`` (None: not measured).
 
     A registration the daemon refuses for good (an unknown host, another
     host's key, a key it does not accept) ends the agent after
@@ -210,7 +216,7 @@ class Agent:
                  allowed_uids: tuple[int, ...] | list[int] = (),
                  rto_max_ms: int | None = RTO_MAX_MS, rto_min_ms: float | None = RTO_MIN_MS,
                  clock_ns: Callable[[], int] | None = None, join: dict | None = None,
-                 leave_on_exit: bool = False) -> None:
+                 leave_on_exit: bool = False, port_dev: str | None = None) -> None:
         if rto_max_ms and not 1000 <= int(rto_max_ms) <= 120_000:
             raise ValueError(f"rto_max_ms must be in 1000..120000 (the kernel's range), got {rto_max_ms}")
         if rto_min_ms and not 1.0 <= float(rto_min_ms) <= 200.0:
@@ -279,6 +285,12 @@ class Agent:
         self.attached = AttachTable(netns=self.backend_options.get("netns"))
         self.current_slot: int | None = None
         self.applied_at_ns = 0
+        self.port_dev = port_dev or self.backend_options.get("dev")
+        self.meter: UnscheduledMeter | None = None  # made with the backends (their class counters)
+        self.unscheduled_Bps: dict[str, float] = {}  # as last measured
+        # payload of the flows registered here that have ended, per direction (their bytes
+        # are the port's scheduled traffic, as their live sockets' are)
+        self._ended_bytes = {"out": 0, "in": 0}
         self._ctx = zmq.Context()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -587,6 +599,10 @@ class Agent:
                 self.in_backend = load_backend("tc-ingress", self.in_line_Bps, **self.ingress_options)
                 for f in self.in_flows.values():
                     self.in_backend.attach(f.flow_id, f.sock)
+            if self.meter is None and self.port_dev:
+                self.meter = UnscheduledMeter(self.port_dev, self.backend_options.get("netns"), {
+                    "out": self.backend.scheduled_bytes,
+                    "in": self.in_backend.scheduled_bytes if self.in_backend is not None else lambda: None})
             self.registered.set()
         elif "flows" in b and "epoch_ns" in b and self._install(b):  # the get_schedule reply
             self._ack(dealer, b["seq"])
@@ -687,10 +703,34 @@ class Agent:
             body["clock_rtt_s"] = self.clock_rtt_s
         if self.attached.jobs or self.attached.scans:
             body["attached"] = self.attached.summary()
+        if self.meter is not None:
+            errors = self.meter.errors
+            self.unscheduled_Bps = self.meter.sample(self.scheduled_bytes(body.get("attached")))
+            if self.meter.errors > errors and (errors == 0 or self.meter.errors % 1000 == 0):
+                # no sample goes: the daemon's status shows the agent's unscheduled_Bps empty
+                log.warning("event=agent_port_unmeasured dev=%s errors=%d error=%r", self.port_dev,
+                            self.meter.errors, self.meter.last_error)
+            if self.unscheduled_Bps:
+                body["unscheduled_Bps"] = self.unscheduled_Bps
         try:
             dealer.send(encode_request(MsgType.HEARTBEAT, body), zmq.NOBLOCK)
         except zmq.Again:
             pass
+
+    def scheduled_bytes(self, attached: dict | None = None) -> dict[str, int]:
+        """Payload bytes so far of the flows this agent schedules, per direction: registered
+        sockets (live and ended) and attached jobs' connections (``attached``: their summary)."""
+        out = dict(self._ended_bytes)
+        for d, flows in (("out", self.flows), ("in", self.in_flows)):
+            out[d] += sum(max(_flow_bytes(f, d == "in") - f.base_bytes, 0) for f in flows.values())
+        for acct in (attached or {}).get("jobs", {}).values():
+            out["out"] += int(acct.get("bytes_sent", 0))
+            out["in"] += int(acct.get("bytes_received", 0))
+        return out
+
+    def _ended(self, f: LocalFlow, direction: str) -> None:
+        """Flow ``f`` leaves: its bytes stay counted as scheduled."""
+        self._ended_bytes[direction] += max(_flow_bytes(f, direction == "in") - f.base_bytes, 0)
 
     # ------------------------------------------------------------------ enforcement
 
@@ -902,9 +942,11 @@ class Agent:
             src, dst = (peer, local) if inbound else (local, peer)
             old = flows.pop(fid, None)
             if old is not None:
+                self._ended(old, direction)
                 old.sock.close()
+            start = _flow_bytes(sock, inbound)
             flows[fid] = LocalFlow(fid, sock, src[0], src[1], dst[0], dst[1],
-                                   0 if inbound else bytes_acked(sock), time.monotonic())
+                                   0 if inbound else start, time.monotonic(), base_bytes=start)
             self.registrations[direction] += 1
             if not inbound and (self.rto_max_ms or self.rto_min_us):
                 self._cap_rto(sock)
@@ -918,8 +960,15 @@ class Agent:
         if f is not None:
             if backend is not None:
                 backend.detach(fid)
+            self._ended(f, direction)
             f.sock.close()
         return encode_ok(req.id, {"flow": fid, "known": f is not None})
+
+
+def _flow_bytes(f: LocalFlow | socket.socket, inbound: bool) -> int:
+    """Bytes a registered socket received (inbound) or had acknowledged (outbound) so far."""
+    sock = f.sock if isinstance(f, LocalFlow) else f
+    return bytes_received(sock) if inbound else bytes_acked(sock)
 
 
 def _registered(local: dict[str, LocalFlow], inbound: bool) -> set[tuple[str, int, str, int]]:

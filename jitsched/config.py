@@ -149,6 +149,9 @@ class DaemonConfig(SecurityOptions):
     # explicit leave). A host of the TOML leaves only explicitly (`jitsched agent --leave`).
     host_leave_s: float = _in("daemon", 30.0)
     planner_process: bool = _in("daemon", True)  # full re-solves in a child process (False: a thread)
+    # plan each port on its line rate less the smoothed unscheduled rate its agent measures
+    # (jitsched.daemon.capacity); False: on the line rate
+    live_capacity: bool = _in("daemon", True)
     # sqlite file of submitted jobs and their progress (relative: to the TOML file's
     # directory); a daemon restarted with it resumes every unfinished job. None: no journal
     journal: str | None = _in("daemon", None)

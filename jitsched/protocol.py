@@ -134,6 +134,9 @@ MESSAGES: tuple[Message, ...] = (
                                  "flow_rates_Bps": (dict, False), "total_Bps": (NUM, False),
                                  # per attached job: {"bytes_sent", "bytes_classified", "rank", ...}
                                  "attached": (dict, False),
+                                 # the port's traffic no schedule covers, bytes/s per direction:
+                                 # {"out": Bps, "in": Bps} (the daemon plans on what it leaves)
+                                 "unscheduled_Bps": (dict, False),
                                  "sent_ns": (int, False), "clock_offset_s": (NUM, False),
                                  "clock_rtt_s": (NUM, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),

@@ -71,6 +71,14 @@ class Backend(ABC):
     def detach(self, flow_id: str) -> None:
         """Flow ``flow_id``'s socket is gone; forget it."""
 
+    def scheduled_bytes(self) -> int | None:
+        """Bytes so far through this backend's classes of scheduled traffic; None: it has none.
+
+        The agent then counts the payload of the flows it schedules instead
+        (:class:`jitsched.agents.capacity.UnscheduledMeter`).
+        """
+        return None
+
 
 BACKENDS: dict[str, type[Backend]] = {}
 

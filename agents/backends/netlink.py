@@ -207,6 +207,12 @@ class TcSocket:
             out[handle] = struct.unpack_from("=I", stats, 28)[0] if len(stats) >= 32 else 0
         return out
 
+    def class_bytes(self, ifindex: int) -> dict[int, int]:
+        """``{handle: bytes sent}`` of the classes on ``ifindex`` (their ``tc_stats.bytes``)."""
+        return {handle: struct.unpack_from("=Q", attrs[TCA_STATS], 0)[0]
+                for _mt, handle, _parent, attrs in self._dump(RTM_GETTCLASS, ifindex)
+                if len(attrs.get(TCA_STATS, b"")) >= 8}
+
     def _dump(self, mtype: int, ifindex: int) -> list[tuple[int, int, int, dict[int, bytes]]]:
         # (msg type, handle, parent, {attribute type: payload}) of each object on ifindex
         seq = self.next_seq()

@@ -55,6 +55,7 @@ from jitsched.agents.backends.netlink import (
     RTM_NEWTCLASS,
     RTM_NEWTFILTER,
     TC_H_ROOT,
+    NetlinkError,
     TcSocket,
     htb_class_attrs,
     tcmsg,
@@ -176,6 +177,19 @@ class TcBackend(Backend):
         # Flow floors leave the ACK class its reserve (when the qdisc has one).
         has_ack = any(h == ROOT_HANDLE | ACK_MINOR for _, h, _, _ in self.nl.dump(RTM_GETTCLASS, self.ifindex))
         self.ack_reserve_Bps = reserve_Bps(ACK_RESERVE, self.line_rate_Bps) if has_ack else 0.0
+
+    def scheduled_bytes(self) -> int | None:
+        """Bytes so far through the link class less the background class (the HTB default,
+        every packet no flow class, the DL class or the ACK class takes); None once closed."""
+        if self.closed:
+            return None
+        try:
+            got = self.nl.class_bytes(self.ifindex)
+        except NetlinkError:
+            return None
+        if LINK_CLASS not in got:
+            return None
+        return got[LINK_CLASS] - got.get(ROOT_HANDLE | BG_MINOR, 0)
 
     def _create(self) -> None:
         # with the ACK class: this host's planned egress must not starve the ACKs of what it receives

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.bodies import IdleFrame, host_bodies
+from jitsched.daemon.capacity import LiveCapacity, check_sample
 from jitsched.daemon.logs import kv
 from jitsched.daemon.reject import Reject
 from jitsched.protocol import ErrorCode, unpack_body
@@ -47,6 +48,7 @@ class AgentState:
     flow_rates_Bps: dict = field(default_factory=dict)
     total_Bps: float = 0.0
     attached: dict = field(default_factory=dict)  # per attached job: its bytes and rank (the agent's heartbeat)
+    unscheduled_Bps: dict = field(default_factory=dict)  # the port's unscheduled traffic as last measured
     clock_offset_s: float | None = None  # the agent's clock minus the daemon's, as it measured
     clock_rtt_s: float | None = None  # the heartbeat round trip of that measurement
     clock_off: bool = False  # the offset is over a slot
@@ -71,6 +73,8 @@ class AgentTable:
         self.cluster = config.cluster
         self.t0_wall_s = t0_wall_s
         self._on_change = on_change
+        # each port's unscheduled traffic, smoothed: what plans take off the line rate
+        self.capacity = LiveCapacity(self.cluster, enabled=config.live_capacity)
         self.agents: dict[str, AgentState] = {}
         self.by_identity: dict[bytes, str] = {}
         self.host_frames: dict[str, bytes] = {}  # packed body per host
@@ -200,6 +204,14 @@ class AgentTable:
         a = self._agent(identity, body, now, peer)
         if isinstance(a, Reject):
             return a
+        sample = body.get("unscheduled_Bps")
+        if sample is not None:
+            bad = check_sample(sample)
+            if bad is not None:
+                return Reject(ErrorCode.INVALID_BODY, bad)
+            a.unscheduled_Bps = {d: float(v) for d, v in sample.items()}
+            if self.capacity.observe(a.host, sample, now):
+                self._on_change("capacity", now)
         a.applied_seq = int(body.get("applied_seq", a.applied_seq))
         a.flow_rates_Bps = dict(body.get("flow_rates_Bps", {}))
         a.total_Bps = float(body.get("total_Bps", 0.0))
@@ -260,6 +272,9 @@ class AgentTable:
             if a.up and now - a.last_seen_s > self.config.heartbeat_timeout_s:
                 a.up = False
                 down.append(a.host)
+                # nothing measures its ports now: planned on their line rate
+                self.capacity.forget(a.host)
+                a.unscheduled_Bps = {}
         if down:
             self.counts["agents_marked_down"] += len(down)
             self._on_change("agent_down", now)

@@ -255,7 +255,10 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
                   "seq": table.host_seq.get(h, 0), "resends": a.resends, "resends_stopped": a.resends_stopped,
                   "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps,
                   "clock_offset_s": a.clock_offset_s, "clock_rtt_s": a.clock_rtt_s, "clock_off": a.clock_off,
-                  "attached": a.attached}
+                  "attached": a.attached,
+                  # the port's unscheduled traffic as the agent measured it, bytes/s per direction,
+                  # its smoothed mean and the capacity plans use (jitsched.daemon.capacity)
+                  "unscheduled_Bps": a.unscheduled_Bps, **table.capacity.host_view(h)}
               for h, a in table.agents.items()}
     return {"now_s": now, "jobs": jobs, "next_after": last if more else None,
             "jobs_total": len(registry.jobs), "jobs_running": len(registry.active),

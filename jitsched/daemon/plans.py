@@ -66,6 +66,9 @@ class PlanRequest:
     background: tuple[Announced, ...] = ()
     # the cluster to plan on once hosts joined since the planner started (None: its own)
     cluster: Cluster | None = None
+    # (egress, ingress) bytes/s per host to plan on instead of the line rates: each port's
+    # line rate less the traffic its agent measures outside every schedule (None: line rates)
+    capacity: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass

@@ -25,6 +25,7 @@ import numpy as np
 import jitsched
 from jitsched.config import FULL, INCREMENTAL
 from jitsched.daemon.bodies import host_bodies, pack_frames
+from jitsched.daemon.capacity import live_cluster
 from jitsched.daemon.plans import PlanRequest, PlanResult, merge_schedules, prune_schedule
 from jitsched.dag.lat import latest_arrival_times
 from jitsched.dag.model import (
@@ -130,7 +131,9 @@ def run_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: floa
 def _full_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: float,
                t0: float) -> PlanResult:
     """:func:`run_plan`'s plan, raising whatever the policy or the bodies raise."""
-    view, kidx = build_view(req, cluster)
+    # the policy and the LAT estimates plan on the live capacity; the agents' bodies keep
+    # the line rates (their link shapers must not hold the unscheduled traffic back)
+    view, kidx = build_view(req, live_cluster(cluster, req.capacity))
     for kind, job_id, node_id in req.events:
         k = kidx.get(job_id)
         if k is None:
@@ -144,7 +147,7 @@ def _full_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: fl
     # announced flows alone still take ranks among themselves (jit, Sincronia)
     sched = policy.schedule(view) if view.dag.n_jobs or view.bg_ids else None
     new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
-    lats = _lats(view, new, cluster)
+    lats = _lats(view, new, view.cluster)
     solve_s = time.perf_counter() - t0
     ready = time.time()
     res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, mode=FULL,
@@ -242,7 +245,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
         base, gone_hosts = prune_schedule(req.base, req.live, cluster)
         sched, changed, lats, late = base, set(gone_hosts), {}, 0
         if req.jobs:
-            view, _ = build_view(req, cluster)
+            view, _ = build_view(req, live_cluster(cluster, req.capacity))
             inc = policy.schedule_increment(view, base, req.busy_egress, req.busy_ingress)
             if inc is None:
                 return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
@@ -250,7 +253,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
             sched = merge_schedules(base, inc)
             changed.update(h for f in inc.flows for h in (f[2], f[3]))
             late = len(inc.late)
-            lats = _lats(view, set(added), shared_cluster(cluster, req.busy_egress, req.busy_ingress))
+            lats = _lats(view, set(added), shared_cluster(view.cluster, req.busy_egress, req.busy_ingress))
         solve_s = time.perf_counter() - t0
         ready = time.time()
         jobs = (req.covered - req.removed) | frozenset(added)
@@ -292,14 +295,23 @@ def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluste
     sched = res.schedule
     slot_s = sched.slot_s if sched is not None else req.slot_s
     with gc_paused():
-        res.frames = pack_frames(host_bodies(sched, hosts, res.seq, t0_wall_s, cluster, slot_s,
-                                             req.incarnation))
+        res.frames = pack_frames(host_bodies(_unscheduled_kept(sched, cluster, req.capacity), hosts, res.seq,
+                                             t0_wall_s, cluster, slot_s, req.incarnation))
     if sched is not None:
         # planned flows only: a ranked one (no rates) has no finish to drift from or
         # to hold back to, and the default jit's 32k ranked flows at 1000 jobs took
         # 19 ms of an increment's 27 to index
         res.flow_index = {(f[0], f[1]): (int(f[4]), len(f[5])) for f in sched.flows if len(f[5])}
     res.bodies_s = time.perf_counter() - t0
+
+
+def _unscheduled_kept(sched, cluster: Cluster, capacity: tuple[np.ndarray, np.ndarray] | None):
+    """``sched`` as its agents get it: a plan on live capacity leaves the unscheduled traffic
+    the share it was measured to take (line less live capacity) beside its own leftover."""
+    if sched is None or capacity is None:
+        return sched
+    return replace(sched, leftover_egress=sched.leftover_egress + (cluster.egress_Bps - capacity[0])[:, None],
+                   leftover_ingress=sched.leftover_ingress + (cluster.ingress_Bps - capacity[1])[:, None])
 
 
 def _node_index(dag: DagArrays, k: int, node_id: str) -> int:

@@ -235,6 +235,7 @@ class SchedulerState:
             if hasattr(part, "cluster"):
                 part.cluster = cluster
         self.hosts.config = cfg
+        self.agent_table.capacity.fit(cluster)
         self.plan_book.fit_cluster()
         if self.journal is not None:
             joined = [h for h in cluster.to_dict()["hosts"] if h["name"] not in self.hosts.initial]
@@ -641,11 +642,16 @@ class SchedulerState:
     def plan_requests(self, now: float) -> list[PlanRequest]:
         """The plans to start now: at most one incremental and one full re-solve in flight
         (recurring jobs with the estimates learned so far)."""
-        return self._learned(self.plan_book.plan_requests(now))
+        return self._live(self._learned(self.plan_book.plan_requests(now)))
 
     def plan_request(self, now: float) -> PlanRequest:
         """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
-        return self._learned([self.plan_book.plan_request(now)])[0]
+        return self._live(self._learned([self.plan_book.plan_request(now)]))[0]
+
+    def _live(self, reqs: list[PlanRequest]) -> list[PlanRequest]:
+        """``reqs`` planning on the ports' live capacity where it is below their line rate."""
+        capacity = self.agent_table.capacity.arrays()
+        return reqs if capacity is None else [replace(r, capacity=capacity) for r in reqs]
 
     def _learned(self, reqs: list[PlanRequest]) -> list[PlanRequest]:
         """``reqs`` with every recurring job whose estimates moved rebuilt with them."""

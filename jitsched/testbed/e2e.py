@@ -65,6 +65,9 @@ def unregistered_max_bytes(link_mbit: float) -> int:
     return max(_BURST_PAYLOAD_B, runner_unregistered_max_bytes(link_mbit * 1e6 / 8))
 
 
+# seconds a scenario's bulk stream runs before the jobs start: four heartbeats of the run's
+# daemon (0.5 s), the agents' first two samples among them
+BULK_LEAD_S = 2.0
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy, zmq and the planner first
 # DSCP AF41 in the TOS byte: DL transfers' class when switch ports have a priority band
 SCHEDULED_TOS = 0x88
@@ -137,6 +140,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
                     priority_tos=SCHEDULED_TOS if options.switch_priority else None)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
+    bulk, bulk_stats = None, {}
     children: list[_Child] = []
     results: dict[str, JobResult] = {}
     enforcement: dict = {}
@@ -199,6 +203,15 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         runners = children[-k:]
         for c in runners:
             c.ready()
+        if sc.bulk_share > 0:
+            from jitsched.testbed.bulk import UdpStream
+            from jitsched.testbed.scenario import bulk_path
+
+            src, dst = bulk_path(wl)
+            bulk_stats = {"src": src, "dst": dst}
+            bulk = UdpStream(netns_of[src], netns_of[dst], addr_of[dst], sc.bulk_share * link_mbit * 1e6 / 8).start()
+            # a few heartbeats: the agents measure the stream before the first job arrives
+            time.sleep(BULK_LEAD_S)
         t0 = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of this machine
         busy0 = machine_cpu_ticks()
         pids = {c.name: c.proc.pid for c in children} | {"main": os.getpid()}
@@ -235,6 +248,8 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         bg_mbit = statistics.fmean(r["mbit"] for r in done) if done else None
         bg_slowdown = statistics.fmean(r["slowdown"] for r in done) if done else None
     finally:
+        if bulk is not None:
+            bulk_stats |= bulk.close()
         if gen is not None:
             gen.close()
         # all told at once: stopped one after another, the agents stopped first went
@@ -259,6 +274,8 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         "policy": policy, "jobs": len(wl.jobs), "completed": len(ok),
         "mean_jct_s": statistics.fmean(r.jct_s for r in ok) if ok else None,
         "lat_hit_rate": sum(r.lat_hits for r in ok) / known if known else None,
+        # transfers that arrived after the LAT their job's plan gave them
+        "lat_misses": known - sum(r.lat_hits for r in ok), "lat_known": known,
         "rate_accuracy_p50": enforcement.get("rate_accuracy_p50"),
         "rate_accuracy_p5": enforcement.get("rate_accuracy_p5"),
         "rate_change_latency_ms_p50": enforcement.get("rate_change_latency_ms_p50"),
@@ -286,7 +303,9 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
                     # per file: DL MB through its ports during its life (what the file gave up)
                     "background_contention": background_contention(wl, bg, spans, bg_res),
                     "errors": {**{j: r.error for j, r in results.items() if r.error}, **bg_errors},
-                    "background": bg_res, "daemon": daemon_stats, "agents": agent_reports},
+                    "background": bg_res, "daemon": daemon_stats, "agents": agent_reports,
+                    # the scenario's unannounced constant-rate stream (Scenario.bulk_share)
+                    "bulk": bulk_stats},
     }
 
 
@@ -392,6 +411,9 @@ def _daemon_main(cfg, conn) -> None:
                            "solve_s_median": float(statistics.median(solves)) if solves else None,
                            "solve_s_max": float(max(solves)) if solves else None,
                            "lat_misses": st.lat_misses,
+                           # times a port's planned unscheduled rate moved (live capacity)
+                           "capacity_changes": st.agent_table.capacity.changes,
+                           "capacity": {h: st.agent_table.capacity.host_view(h) for h in st.cluster.names},
                            # announced files: how many the daemon got, and how they left
                            "background": dict(st.background.counts)}))
 

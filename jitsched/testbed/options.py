@@ -36,11 +36,11 @@ from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 # served across jobs, TicTac's order inside one: TicTacPolicy.schedule): the
 # orders on real TCP, side by side. Under all three the agents put background
 # traffic after every ranked flow.
-DAEMON_POLICY = {"jit": "jit", "sincronia": "sincronia", "tictac": "tictac", "none": reference_policy()}
+DAEMON_POLICY = {"jit": "jit", "jit-paper": "jit-paper", "sincronia": "sincronia", "tictac": "tictac", "none": reference_policy()}
 POLICIES = tuple(DAEMON_POLICY)
 # the enforced baselines' orders: what runs beside jit and plain TCP, and what
 # scenario.predict simulates with the files last, as their agents enforce them
-BASELINES = tuple(p for p in POLICIES if p not in ("jit", "none"))
+BASELINES = tuple(p for p in POLICIES if p not in ("jit", "jit-paper", "none"))
 # The daemon plans as the simulator's jit policy does, so that
 # :func:`jitsched.testbed.scenario.predict` describes the same policy: every
 # arrival re-solves all jobs jointly, and a transfer late against its plan
@@ -56,7 +56,7 @@ DAEMON_DEFAULTS = {"planning": "full", "drift_s": math.inf}
 SPARE_MODES = ("background", "shared")
 # TestbedOptions fields that become DaemonConfig fields under jit (policy_options: the policy's own)
 _JIT_POLICY_OPTIONS = ("job_order", "dl_share")
-_JIT_DAEMON_OPTIONS = ("planning", "max_planner_duty", "drift_s", "early_s")
+_JIT_DAEMON_OPTIONS = ("planning", "max_planner_duty", "drift_s", "early_s", "live_capacity")
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,8 @@ class TestbedOptions:
         None, "link rate in Mbit/s each way (default 100; run: the scenario's, which scales its byte sizes)")
     prefix: str = option("js", "names of namespaces/interfaces (default %(default)s: %(default)s-h0.., "
                                "%(default)s-br0)")
-    policy: str = option("jit", "run: jit scheduling, sincronia or tictac (their orders through the same "
+    policy: str = option("jit", "run: jit scheduling (jit-paper: the paper's LP formulation), sincronia or tictac "
+                                "(their orders through the same "
                                 "agents), or none (plain TCP sharing, the TensorFlow baseline)",
                          choices=POLICIES)
     seed: int = option(0, "workload seed for run")
@@ -192,6 +193,9 @@ class TestbedOptions:
     early_s: float | None = option(
         None, "run, jit: re-solve when a transfer arrives while its job has another paced to finish more "
               "than this many seconds later (default: never)")
+    live_capacity: bool | None = option(
+        None, "run, jit: plan each port on its line rate less the traffic its agent measures outside every "
+              "schedule (default on), or on the line rate (--no-live-capacity)")
     switch_priority: bool = option(
         False, "run: DL transfers in a strict-priority band at the switch ports (both policies)")
     channels: bool = option(
@@ -267,7 +271,7 @@ class TestbedOptions:
         """
         policy = self.policy if policy is None else policy
         out = {"policy": DAEMON_POLICY[policy], "slot_s": self.slot_s, "alpha": self.alpha, **DAEMON_DEFAULTS}
-        if policy == "jit":
+        if policy in ("jit", "jit-paper"):
             out |= self.jit_settings()
         if extra:
             more = dict(self.daemon_options)

@@ -51,6 +51,10 @@ class Scenario:
         files arrive uniformly over ``[0, last job arrival]``.
     link_mbit : float
         Link rate each way, Mbit/s.
+    bulk_share : float
+        An unannounced constant-rate stream (UDP, which does not yield as TCP
+        does) of this share of the link, for the whole run, from the host DL
+        transfers use least into the one they use most (0: none).
     """
 
     hosts: int
@@ -61,6 +65,7 @@ class Scenario:
     file_gbit: tuple[float, ...] = PAPER_FILE_GBIT
     file_lead_s: float = 2.0
     link_mbit: float = DEFAULT_LINK_MBIT
+    bulk_share: float = 0.0
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -71,6 +76,10 @@ SCENARIOS: dict[str, Scenario] = {
                       files=3, file_gbit=(5.0, 10.0, 20.0)),
     # the paper's five models in equal shares and its five file sizes
     "paper-mini": Scenario(hosts=8, jobs=15, rate_per_s=0.5, models=PAPER_MODELS, files=10),
+    # quick's jobs, no files, and most of the busiest host's ingress taken by traffic no agent
+    # schedules: planned on the line rate, transfers into it arrive after their LATs
+    "live-capacity": Scenario(hosts=4, jobs=6, rate_per_s=0.5, models=("lenet", "alexnet", "vgg16"),
+                              files=0, bulk_share=0.85),
 }
 
 # Modules of the daemon side that `testbed run` drives.
@@ -147,6 +156,22 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     jobs = [scale_job(load_model_job(m, names[ps], names[w], f"{m}-{k}", float(a)), scale)
             for k, (m, (ps, w), a) in enumerate(zip(models, hosts, arrivals, strict=True))]
     return Workload(cluster, tuple(jobs)), bg
+
+
+def bulk_path(wl: Workload) -> tuple[str, str]:
+    """(source, destination) of a scenario's bulk stream: from the host the jobs' transfers
+    touch least into the one whose ingress they use most."""
+    names = wl.cluster.names
+    into = dict.fromkeys(names, 0.0)
+    touch = dict.fromkeys(names, 0.0)
+    for job in wl.jobs:
+        for t in job.transfers:
+            into[t.dst] += t.bytes
+            touch[t.src] += t.bytes
+            touch[t.dst] += t.bytes
+    dst = max(names, key=lambda h: (into[h], h))
+    src = min((h for h in names if h != dst), key=lambda h: (touch[h], h))
+    return src, dst
 
 
 def sim_workload(wl: Workload, bg: list[BackgroundFlow]) -> Workload:
