@@ -416,6 +416,10 @@ def check_ha(cfg: DaemonConfig) -> None:
         raise ValidationError(f"[ha].lease_ttl_s: must be within 1..600 seconds, got {cfg.lease_ttl_s!r}")
     if not 0.01 <= cfg.campaign_s <= cfg.lease_ttl_s:
         raise ValidationError(f"[ha].campaign_s: must be within 0.01 s..lease_ttl_s, got {cfg.campaign_s!r}")
+    for name in ("job_endpoint", "agent_endpoint"):
+        if cfg.etcd_endpoints and getattr(cfg, name).endswith(":*"):
+            raise ValidationError(f"[daemon].{name}: replicas name the leader's endpoints to agents and clients: "
+                                  f"give a port, not {getattr(cfg, name)!r}")
     if cfg.etcd_endpoints and cfg.journal:
         raise ValidationError("[ha].etcd_endpoints and [daemon].journal: replicas keep their state in etcd; "
                               "set one of them")

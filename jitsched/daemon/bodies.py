@@ -272,7 +272,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
             "clients": client_usage(registry, background, config, inflight),
             "memory": {"rss_bytes": registry.rss(), "ceiling_bytes": registry.memory_ceiling,
                        "ended_job_bytes": registry.ended_bytes, "refused": registry.refused_memory},
-            "incarnation": table.incarnation, "journal": config.journal or "",
+            "incarnation": table.incarnation, "epoch": table.epoch, "journal": config.journal or "",
             "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:]),
             "background": {"held": len(background.flows), **background.counts}}
 
