@@ -139,7 +139,7 @@ class Client:
         RemoteError
             The daemon answered with an error (``code``, ``message``).
         TimeoutError
-            No reply within ``timeout_s``.
+            No reply within ``timeout_s`` (with replicas: none of them led in that time).
         """
         if len(self.endpoints) == 1:
             return self._request_once(data, req_id, self.timeout_s)
@@ -149,8 +149,12 @@ class Client:
             try:
                 return self._request_once(data, req_id, min(left, REPLICA_WAIT_S))
             except RemoteError as exc:
-                if exc.code != ErrorCode.NOT_LEADER or time.monotonic() + NOT_LEADER_RETRY_S >= deadline:
+                if exc.code != ErrorCode.NOT_LEADER:
                     raise
+                if time.monotonic() + NOT_LEADER_RETRY_S >= deadline:
+                    # no replica led within the timeout: as silence is, a reason to try again
+                    raise TimeoutError(f"no leader among {', '.join(self.endpoints)} answered within "
+                                       f"{self.timeout_s} s ({exc.message})") from None
                 named = leader_named(exc.message)
                 if named is not None and named[0] != self.endpoint:
                     self._move(named[0])

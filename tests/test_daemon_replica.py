@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.agent import Agent
 from bench.bench_faults import free_ports
+from jitsched.agents.agent import Agent
 from jitsched.client import Client
 from jitsched.daemon.ha import Etcd, EtcdStore, LocalEtcd
 from jitsched.daemon.replica import Election
