@@ -87,6 +87,8 @@ REGISTER_TRIES = 4
 REGISTER_RETRY_S = 0.25
 # A replica answered not_leader without naming another leader: ask it again after this long
 NOT_LEADER_RETRY_S = 0.1
+# With replicas: a registration unanswered this long is sent once more on the same connection
+REGISTER_RESEND_S = 0.5
 REGISTER_RETRY_MAX_S = 10.0
 FINAL_REFUSALS = frozenset({ErrorCode.UNKNOWN_HOST, ErrorCode.FORBIDDEN})
 # The daemon's clock as this host sees it, NTP-style: each heartbeat carries the agent's
@@ -229,6 +231,7 @@ class Agent:
         self.leader_moves = 0  # switches to another replica's endpoint, since start
         self._move_to: str | None = None  # the endpoint to move to at the next loop turn
         self._left_silent: str | None = None  # the endpoint last left for its silence
+        self._resent = False  # the registration in flight was sent again (replicas)
         self.backend_name = backend
         self.backend_options = dict(backend_options or {})
         self.line_rate_Bps = line_rate_Bps
@@ -351,13 +354,15 @@ class Agent:
             log.warning("event=agent_handshake_failed host=%s endpoint=%s reason=%r", self.host, self.endpoint, why)
         return why
 
-    def _register(self, s: zmq.Socket) -> None:
+    def _register(self, s: zmq.Socket, again: bool = False) -> None:
         # the daemon's status shows it: whether this host's ingress is ordered too
         backend = self.backend_name + ("+tc-ingress" if self.ingress_options is not None else "")
         body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq,
                 "agent_id": self.agent_id}
         self._register_id = next_id()
-        self._register_at = time.monotonic()
+        if not again:
+            self._register_at = time.monotonic()
+            self._resent = False
         try:
             s.send(encode_request(MsgType.REGISTER, body, self._register_id), zmq.NOBLOCK)
             s.send(encode_request(MsgType.GET_SCHEDULE, {"host": self.host}), zmq.NOBLOCK)
@@ -470,6 +475,12 @@ class Agent:
                     # a replica that does not lead answered: to the leader it named, or the next
                     dealer = self._reconnect(poller, dealer, unanswered=False, to=self._move_to)
                     self._register_id, self._move_to = 0, None
+                elif (self._register_id and len(self.endpoints) > 1 and mono - self._register_at > REGISTER_RESEND_S
+                      and mono - self._register_at < self._silence_s() and not self._resent):
+                    # a replica taking the lead re-binds its sockets: a request sent in that
+                    # moment is lost, the connection itself comes back
+                    self._resent = True
+                    self._register(dealer, again=True)
                 elif self._register_id and mono - self._register_at > self._silence_s():
                     # no answer to the registration: the daemon is away or refused the handshake
                     dealer = self._reconnect(poller, dealer, unanswered=True)
@@ -666,11 +677,13 @@ class Agent:
         """The replica answering does not lead: move to the leader its ``message`` names,
         or (none named) to the next endpoint after a moment."""
         named = leader_named(message)
-        if named is not None and named[1] not in (self.endpoint, self._left_silent):
+        if named is not None and named[1] != self.endpoint and (named[1] != self._left_silent
+                                                                or named[2] > self.epoch):
             self._move_to = named[1]
         else:
-            # no leader yet, or the one named is the one that went silent (its lease has
-            # not lapsed yet): ask this replica again shortly, it knows the next leader first
+            # no leader yet, or the one named is the one that went silent, of the epoch this
+            # agent knew (its lease has not lapsed yet): ask this replica again shortly, it
+            # knows the next leader first
             self._next_register_at = time.monotonic() + NOT_LEADER_RETRY_S
         self.registered.clear()
 

@@ -211,13 +211,13 @@ def not_leader_message(job_endpoint: str = "", agent_endpoint: str = "", epoch: 
     return f"not the leader; leader (epoch {epoch}): jobs={job_endpoint} agents={agent_endpoint}"
 
 
-_LEADER_RE = re.compile(r"jobs=(\S+) agents=(\S+)")
+_LEADER_RE = re.compile(r"epoch (\d+)\): jobs=(\S+) agents=(\S+)")
 
 
-def leader_named(message: str) -> tuple[str, str] | None:
-    """The leader's (job endpoint, agent endpoint) a ``not_leader`` message names, or None."""
+def leader_named(message: str) -> tuple[str, str, int] | None:
+    """The leader's (job endpoint, agent endpoint, epoch) a ``not_leader`` message names, or None."""
     m = _LEADER_RE.search(message)
-    return (m.group(1), m.group(2)) if m else None
+    return (m.group(2), m.group(3), int(m.group(1))) if m else None
 
 
 def split_endpoints(endpoints: str) -> list[str]:
