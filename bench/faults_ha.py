@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 import subprocess
@@ -171,9 +170,3 @@ def leader_kills(n: int, seed: int, workdir: Path, *, runners: int = 3, ttl_s: f
             "failover_s_max": max(failovers) if failovers else None, "failover_censored": censored,
             "fenced_schedules_installed": _fenced_installed(agents)}
 
-
-if __name__ == "__main__":  # pragma: no cover - bench_faults.py --ha is the entry point
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="bench-faults-ha-") as tmp:
-        print(json.dumps(leader_kills(int(sys.argv[1]) if len(sys.argv) > 1 else 3, 0, Path(tmp))))
