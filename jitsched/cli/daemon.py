@@ -289,6 +289,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         emit_json(st)
         return 0
     p = st.get("plan") or {}
+    if st.get("epoch"):
+        print(f"leader of daemon replicas, epoch {st['epoch']}")
     print(f"plan seq {p.get('seq', 0)}: {p.get('jobs', 0)} jobs, {p.get('flows', 0)} flows, "
           f"{p.get('late', 0)} planned late, solve {p.get('solve_s', 0) * 1e3:.1f} ms")
     if "planner" in st:
