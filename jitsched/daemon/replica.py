@@ -114,6 +114,7 @@ class Replica:
         self.daemon: Daemon | None = None
         self.leaderships = 0
         self.failure: BaseException | None = None
+        self.etcd_error = ""  # why etcd did not answer the follower's last look ("" if it did)
         self._stop = threading.Event()
         self._changed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -163,10 +164,13 @@ class Replica:
             while not self._stop.is_set():
                 try:
                     leader = self.election.leader()
+                    self.etcd_error = ""
                     if leader is None and self.election.campaign(cfg.job_endpoint, cfg.agent_endpoint):
                         return True
                 except StoreError as exc:
-                    log.warning("event=replica_etcd_unavailable error=%r", str(exc))
+                    if not self.etcd_error:  # once per outage, not every campaign_s
+                        log.warning("event=replica_etcd_unavailable error=%r", str(exc))
+                    self.etcd_error = str(exc)
                     leader = None
                 follower.serve(cfg.campaign_s, leader)
             return False
