@@ -229,7 +229,7 @@ class Agent:
         self.epoch = 0  # the highest leader epoch seen (replicas; 0: one daemon)
         self.fenced = 0  # schedules dropped because their epoch was below it, since start
         self.leader_moves = 0  # switches to another replica's endpoint, since start
-        self._move_to: str | None = None  # the endpoint to move to at the next loop turn
+        self._move_to: str | None = None  # the endpoint to move to at the next loop turn ("": the next)
         self._left_silent: str | None = None  # the endpoint last left for its silence
         self._resent = False  # the registration in flight was sent again (replicas)
         self.backend_name = backend
@@ -589,10 +589,12 @@ class Agent:
             self.heartbeat_s = float(b.get("heartbeat_s", self.heartbeat_s))
             self.heartbeat_timeout_s = float(b.get("heartbeat_timeout_s", self.heartbeat_timeout_s))
             if int(b.get("epoch", 0)) < self.epoch:
-                # a deposed leader answered (stopped, then went on): leave it
+                # a deposed leader answered (stopped, then went on): leave it for the next
                 self.fenced += 1
                 self.registered.clear()
-                self._not_leader("")
+                self._move_to = ""
+                log.warning("event=agent_daemon_fenced host=%s epoch=%d seen_epoch=%d", self.host,
+                            int(b.get("epoch", 0)), self.epoch)
                 return
             self.epoch = max(self.epoch, int(b.get("epoch", 0)))
             self._left_silent = None

@@ -199,3 +199,39 @@ def test_agent_drops_a_schedule_of_a_lower_epoch():
     assert a.fenced == 1 and a.seq == 1 and a.schedule["epoch"] == 3
     assert a._install({**body, "seq": 1, "incarnation": 9, "epoch": 4}) and a.schedule["epoch"] == 4
     a.stop()
+
+
+def test_agent_leaves_a_daemon_of_a_lower_epoch():
+    from bench.faults_ha import WatchedAgent
+    from jitsched.config import DaemonConfig
+    from jitsched.daemon.server import Daemon
+    from jitsched.model import parse_cluster
+
+    cluster = parse_cluster({"hosts": [{"name": h, "egress_bps": 1e9, "ingress_bps": 1e9} for h in ("h1", "h2")]})
+    ports = free_ports(4)
+    # the same fabric under two leaders: the successor (epoch 2) and a deposed one (epoch 1)
+    # that still runs and has a plan for h1
+    new, old = (Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[i]}",
+                                    agent_endpoint=f"tcp://127.0.0.1:{ports[i + 1]}", planner_process=False),
+                       epoch=epoch).start() for i, epoch in ((0, 2), (2, 1)))
+    a = WatchedAgent("h1", f"{new.agent_endpoint},{old.agent_endpoint}", local_namespace=f"lower{os.getpid()}")
+    try:
+        for d in (new, old):
+            with Client(d.job_endpoint, timeout_s=5) as c:
+                c.submit_job(_job("j"))
+        a.start()
+        deadline = time.monotonic() + 10
+        while not (a.schedule and a.schedule["epoch"] == 2 and a.schedule["flows"]):
+            assert time.monotonic() < deadline, "no schedule from the epoch-2 daemon"
+            time.sleep(0.02)
+        new.stop()  # the agent goes on to the next endpoint: the deposed daemon
+        while a.fenced < 2:
+            assert time.monotonic() < deadline + 10, "the agent did not meet the deposed daemon"
+            time.sleep(0.02)
+        assert a.epoch == 2 and all(e == 2 for _, e, installed in a.received if installed)
+        with Client(old.job_endpoint, timeout_s=5) as c:
+            assert c.status()["agents"].get("h1", {}).get("acked_seq", 0) == 0
+    finally:
+        a.stop()
+        new.stop()
+        old.stop()
