@@ -50,7 +50,9 @@ from jitsched.protocol import (
     encode_error,
     encode_ok,
     encode_request,
+    leader_named,
     next_id,
+    split_endpoints,
 )
 
 log = logging.getLogger("jitsched.agent")
@@ -84,6 +86,10 @@ RTO_MIN_MS = 10.0
 # agent is tried on (that agent may stop: a restarted agent gets its host back).
 REGISTER_TRIES = 4
 REGISTER_RETRY_S = 0.25
+# A replica answered not_leader without naming another leader: ask it again after this long
+NOT_LEADER_RETRY_S = 0.1
+# With replicas: a registration unanswered this long is sent once more on the same connection
+REGISTER_RESEND_S = 0.5
 REGISTER_RETRY_MAX_S = 10.0
 FINAL_REFUSALS = frozenset({ErrorCode.UNKNOWN_HOST, ErrorCode.FORBIDDEN})
 # The daemon's clock as this host sees it, NTP-style: each heartbeat carries the agent's
@@ -149,7 +155,10 @@ class Agent:
     host : str
         Host name in the daemon's cluster.
     daemon_endpoint : str
-        The daemon's agent ROUTER endpoint, e.g. ``tcp://127.0.0.1:5556``.
+        The daemon's agent ROUTER endpoint, e.g. ``tcp://127.0.0.1:5556``; or the
+        endpoints of daemon replicas separated by commas: the agent follows the
+        leader (a replica that does not lead answers ``not_leader`` naming it), and
+        drops any schedule of an epoch lower than one it has seen (a deposed leader's).
     backend : str
         Enforcement backend name (``record``, ``pacing``, ``tc``).
     backend_options : dict, optional
@@ -166,7 +175,8 @@ class Agent:
         flows (their uid is checked with ``SO_PEERCRED``); with any, the
         directory becomes 0711 and the socket 0666 so that they can reach it.
     reconnect_s : float
-        Silence from the daemon after which the agent reconnects and re-registers.
+        Silence from the daemon after which the agent reconnects and re-registers
+        (with several endpoints, at most three heartbeats: then it tries the next).
     rto_max_ms : int or None
         Cap, ms, on the retransmission timeout of every outbound socket
         registered with the agent (``TCP_RTO_MAX_MS``; :data:`RTO_MAX_MS` by
@@ -232,7 +242,14 @@ class Agent:
         self.keys = curve_keys(keys, HOSTS, host)
         self._monitor: zmq.Socket | None = None
         self._handshake_logged = ""
-        self.endpoint = daemon_endpoint
+        self.endpoints = split_endpoints(daemon_endpoint) or [daemon_endpoint]
+        self.endpoint = self.endpoints[0]
+        self.epoch = 0  # the highest leader epoch seen (replicas; 0: one daemon)
+        self.fenced = 0  # schedules dropped because their epoch was below it, since start
+        self.leader_moves = 0  # switches to another replica's endpoint, since start
+        self._move_to: str | None = None  # the endpoint to move to at the next loop turn ("": the next)
+        self._left_silent: str | None = None  # the endpoint last left for its silence
+        self._resent = False  # the registration in flight was sent again (replicas)
         self.backend_name = backend
         self.backend_options = dict(backend_options or {})
         self.line_rate_Bps = line_rate_Bps
@@ -361,13 +378,15 @@ class Agent:
             log.warning("event=agent_handshake_failed host=%s endpoint=%s reason=%r", self.host, self.endpoint, why)
         return why
 
-    def _register(self, s: zmq.Socket) -> None:
+    def _register(self, s: zmq.Socket, again: bool = False) -> None:
         # the daemon's status shows it: whether this host's ingress is ordered too
         backend = self.backend_name + ("+tc-ingress" if self.ingress_options is not None else "")
         body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq,
                 "agent_id": self.agent_id} | self.join
         self._register_id = next_id()
-        self._register_at = time.monotonic()
+        if not again:
+            self._register_at = time.monotonic()
+            self._resent = False
         try:
             s.send(encode_request(MsgType.REGISTER, body, self._register_id), zmq.NOBLOCK)
             s.send(encode_request(MsgType.GET_SCHEDULE, {"host": self.host}), zmq.NOBLOCK)
@@ -397,9 +416,25 @@ class Agent:
         log.log(level, "event=agent_register_refused host=%s reason=%r tries=%d retry_in_s=%.2f",
                 self.host, reason, self.register_refused, wait)
 
-    def _reconnect(self, poller: zmq.Poller, dealer: zmq.Socket, unanswered: bool) -> zmq.Socket:
+    def _silence_s(self) -> float:
+        """Silence after which the agent reconnects: with replicas, three heartbeats at most
+        (a dead leader is left as soon as its lease can lapse)."""
+        if len(self.endpoints) > 1:
+            return min(self.reconnect_s, 3 * self.heartbeat_s)
+        return self.reconnect_s
+
+    def _reconnect(self, poller: zmq.Poller, dealer: zmq.Socket, unanswered: bool,
+                   to: str | None = None) -> zmq.Socket:
         """A fresh connection to the daemon (the old one silent); ``unanswered``: its
-        registration got no reply, a failed try (a final one if the handshake was refused)."""
+        registration got no reply, a failed try (a final one if the handshake was refused).
+        With replicas, to ``to`` (the leader a follower named) or else the next endpoint."""
+        if to is not None or len(self.endpoints) > 1:
+            i = self.endpoints.index(self.endpoint) if self.endpoint in self.endpoints else -1
+            if to is None:
+                self._left_silent = self.endpoint
+            self.endpoint = to or self.endpoints[(i + 1) % len(self.endpoints)]
+            self.leader_moves += 1
+            unanswered = unanswered and to is None
         why = self._check_handshake()
         if unanswered:
             self._register_id = 0
@@ -460,10 +495,20 @@ class Agent:
                     self._tick(force=True)  # connections came or went: classify them now
                 if self.schedule is not None and mono - self._last_heard > self.heartbeat_timeout_s:
                     self._drop_schedule()
-                if self._register_id and mono - self._register_at > self.reconnect_s:
+                if self._move_to is not None:
+                    # a replica that does not lead answered: to the leader it named, or the next
+                    dealer = self._reconnect(poller, dealer, unanswered=False, to=self._move_to)
+                    self._register_id, self._move_to = 0, None
+                elif (self._register_id and len(self.endpoints) > 1 and mono - self._register_at > REGISTER_RESEND_S
+                      and mono - self._register_at < self._silence_s() and not self._resent):
+                    # a replica taking the lead re-binds its sockets: a request sent in that
+                    # moment is lost, the connection itself comes back
+                    self._resent = True
+                    self._register(dealer, again=True)
+                elif self._register_id and mono - self._register_at > self._silence_s():
                     # no answer to the registration: the daemon is away or refused the handshake
                     dealer = self._reconnect(poller, dealer, unanswered=True)
-                elif self.registered.is_set() and mono - self._last_rx > self.reconnect_s:
+                elif self.registered.is_set() and mono - self._last_rx > self._silence_s():
                     # the daemon went quiet (restart, network): start a fresh connection
                     dealer = self._reconnect(poller, dealer, unanswered=False)
                 if not self.registered.is_set() and not self._register_id and mono >= self._next_register_at:
@@ -565,6 +610,9 @@ class Agent:
         if to_register:
             self._register_id = 0
         if not rep.ok:
+            if rep.code == ErrorCode.NOT_LEADER:
+                self._not_leader(rep.message)
+                return
             if to_register:
                 self.registered.clear()
                 self._refused(f"{rep.code}: {rep.message}", final=rep.code in FINAL_REFUSALS)
@@ -586,6 +634,16 @@ class Agent:
             self.registered_count += 1
             self.heartbeat_s = float(b.get("heartbeat_s", self.heartbeat_s))
             self.heartbeat_timeout_s = float(b.get("heartbeat_timeout_s", self.heartbeat_timeout_s))
+            if int(b.get("epoch", 0)) < self.epoch:
+                # a deposed leader answered (stopped, then went on): leave it for the next
+                self.fenced += 1
+                self.registered.clear()
+                self._move_to = ""
+                log.warning("event=agent_daemon_fenced host=%s epoch=%d seen_epoch=%d", self.host,
+                            int(b.get("epoch", 0)), self.epoch)
+                return
+            self.epoch = max(self.epoch, int(b.get("epoch", 0)))
+            self._left_silent = None
             if "incarnation" in b:
                 self._daemon_is(int(b["incarnation"]))
             if self.backend is None:
@@ -667,9 +725,30 @@ class Agent:
         self.current_slot = None
         self._refetch = True
 
+    def _not_leader(self, message: str) -> None:
+        """The replica answering does not lead: move to the leader its ``message`` names,
+        or (none named) to the next endpoint after a moment."""
+        named = leader_named(message)
+        if named is not None and named[1] != self.endpoint and (named[1] != self._left_silent
+                                                                or named[2] > self.epoch):
+            self._move_to = named[1]
+        else:
+            # no leader yet, or the one named is the one that went silent, of the epoch this
+            # agent knew (its lease has not lapsed yet): ask this replica again shortly, it
+            # knows the next leader first
+            self._next_register_at = time.monotonic() + NOT_LEADER_RETRY_S
+        self.registered.clear()
+
     def _install(self, body: dict) -> bool:
         """Hold ``body`` if it is newer than the schedule held; returns whether the agent
-        holds it now (installed now or before), i.e. whether to ack it."""
+        holds it now (installed now or before), i.e. whether to ack it. A body of a lower
+        leader epoch than one seen (a deposed replica's) is dropped, counted in ``fenced``."""
+        epoch = int(body.get("epoch", 0))
+        if epoch < self.epoch:
+            self.fenced += 1
+            log.warning("event=agent_schedule_fenced host=%s epoch=%d seen_epoch=%d", self.host, epoch, self.epoch)
+            return False
+        self.epoch = epoch
         inc = body.get("incarnation")
         if inc is not None:
             self._daemon_is(int(inc))

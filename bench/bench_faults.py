@@ -1396,7 +1396,8 @@ def unread_replies(d: DaemonProc, n: int = 300) -> dict:
 
 
 KEYS = ("fuzz_messages", "fuzz_seeds", "crashes", "hangs", "wedged", "kill_cycles", "jobs_submitted", "jobs_completed", "jobs_lost",
-        "resume_s_p50", "resume_s_max", "stale_schedule_s_max", "flood_agents_down", "flood_status_p99_s")
+        "resume_s_p50", "resume_s_max", "stale_schedule_s_max", "flood_agents_down", "flood_status_p99_s",
+        "leader_kills", "failover_s_p50", "failover_s_max", "fenced_schedules_installed")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1408,6 +1409,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="fuzz K seeds (--seed, --seed+1, ...), each on a fresh daemon (default 3)")
     ap.add_argument("--kill-cycles", type=int, default=20, help="kill -9 / restart cycles (default 20)")
     ap.add_argument("--runners", type=int, default=3, help="job runner threads during kill cycles (default 3)")
+    ap.add_argument("--ha", action="store_true",
+                    help="also run daemon replicas on an etcd of their own (Debian's etcd) and kill -9 the "
+                         "leader under a workload: failover and fencing (bench/faults_ha.py)")
+    ap.add_argument("--leader-kills", type=int, default=None, metavar="N",
+                    help="leader kill -9 cycles with --ha (default 20)")
+    ap.add_argument("--lease-ttl-s", type=float, default=2.0, help="the replicas' [ha] lease_ttl_s (default 2)")
     ap.add_argument("--soak-s", type=float, default=0.0, help="soak for this many seconds (default 0: none)")
     ap.add_argument("--seed", type=int, default=0, help="seeds the fuzzer, the gaps and the workload")
     ap.add_argument("--big-submit", type=int, default=0, metavar="NODES",
@@ -1446,6 +1453,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.kill_cycles:
             (tmp / "kill").mkdir()
             out |= kill_cycles(args.kill_cycles, args.seed, tmp / "kill", runners=args.runners)
+        if args.ha and (args.leader_kills is None or args.leader_kills > 0):
+            from bench.faults_ha import leader_kills
+
+            (tmp / "ha").mkdir()
+            out |= leader_kills(20 if args.leader_kills is None else args.leader_kills, args.seed, tmp / "ha",
+                                runners=args.runners, ttl_s=args.lease_ttl_s)
         if args.big_submit:
             out |= big_submit(tmp, args.big_submit, args.big_repeats, accept=not args.big_refused,
                               heartbeat_timeout_s=args.big_heartbeat_timeout_s)
@@ -1476,7 +1489,8 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in out.items():
             if k != "fuzz_runs":
                 print(f"{k:<28} {v}")
-    failed = {k: out[k] for k in ("crashes", "hangs", "wedged", "jobs_lost", "flood_agents_down") if out.get(k)}
+    failed = {k: out[k] for k in ("crashes", "hangs", "wedged", "jobs_lost", "flood_agents_down", "ha_jobs_lost",
+                                  "fenced_schedules_installed", "failover_censored") if out.get(k)}
     if out.get("fuzz_answers_after") is False:
         failed["fuzz_answers_after"] = False
     if failed:

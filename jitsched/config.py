@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 import types
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -91,8 +92,31 @@ class SecurityOptions:
     insecure: bool = _in("security", False)  # serve network-facing endpoints without keys
 
 
+@dataclass(frozen=True, kw_only=True)
+class HaOptions:
+    """Daemon replicas on etcd: the ``[ha]`` table, merged into :class:`DaemonConfig`.
+
+    With ``etcd_endpoints`` (``http://HOST:PORT`` of etcd's client URLs) the
+    daemon is one of several replicas: the one holding the etcd lease of
+    ``etcd_prefix`` leads, keeps jobs, templates, progress and announced flows
+    in etcd instead of a sqlite journal, and every write it makes is a
+    transaction that holds only while its lease (its epoch) does; the others
+    answer ``not_leader`` naming the leader until its lease lapses
+    (``lease_ttl_s`` after it last renewed it) and one of them takes over.
+    Empty: one daemon, with the sqlite ``journal`` if set.
+    """
+
+    etcd_endpoints: list = _in("ha", default_factory=list)  # [] : no replicas (the single-node default)
+    etcd_prefix: str = _in("ha", "/jitsched")  # one key space per fabric on a shared etcd
+    # A dead leader's lease lapses this long after its last renewal (renewed every
+    # lease_ttl_s / 4); then a replica takes over. etcd rounds it up to whole seconds.
+    lease_ttl_s: float = _in("ha", 2.0)
+    # seconds a follower waits between looks at the leader key
+    campaign_s: float = _in("ha", 0.1)
+
+
 @dataclass(frozen=True)
-class DaemonConfig(SecurityOptions):
+class DaemonConfig(HaOptions, SecurityOptions):
     """Everything the daemon needs; times in seconds, sizes in bytes.
 
     The TOML file holds the native cluster map at top level (``[[hosts]]``
@@ -123,7 +147,8 @@ class DaemonConfig(SecurityOptions):
     daemon accepts has a plan of bounded size; a job beyond one is refused
     (``invalid_job``, the message names the field and the limit).
 
-    ``[security]`` holds :class:`SecurityOptions`' fields (keyword-only here).
+    ``[security]`` holds :class:`SecurityOptions`' fields (keyword-only here), ``[ha]``
+    :class:`HaOptions`'.
 
     ``journal`` names a sqlite file where the daemon records every submitted
     job, its progress and its end; a daemon started with the same file resumes
@@ -254,7 +279,7 @@ class DaemonConfig(SecurityOptions):
         return self.clients.get(ANONYMOUS if client is None else client, self.per_client)
 
 
-SECTIONS = ("daemon", "scheduler", "limits", "security")
+SECTIONS = ("daemon", "scheduler", "limits", "security", "ha")
 # settings that moved to [limits] and are still read from their old table
 _MOVED = {"daemon": ("max_message_bytes", "max_jobs")}
 
@@ -404,7 +429,29 @@ def check_config(cfg: DaemonConfig) -> None:
     if cfg.max_peer_queued_bytes < cfg.max_message_bytes:
         raise ValidationError("[limits].max_peer_queued_bytes: must be at least max_message_bytes "
                               f"({cfg.max_message_bytes}), got {cfg.max_peer_queued_bytes!r}")
+    check_ha(cfg)
     check_exposure(cfg)
+
+
+def check_ha(cfg: DaemonConfig) -> None:
+    """Refuse ``[ha]`` settings that cannot work: ValidationError naming the setting."""
+    for i, ep in enumerate(cfg.etcd_endpoints):
+        if not isinstance(ep, str) or not re.fullmatch(r"https?://[^/\s:]+:\d{1,5}/?", ep):
+            raise ValidationError(f"[ha].etcd_endpoints[{i}]: expected http://HOST:PORT (an etcd client URL), "
+                                  f"got {ep!r}")
+    if not cfg.etcd_prefix.startswith("/") or len(cfg.etcd_prefix) < 2:
+        raise ValidationError(f"[ha].etcd_prefix: expected a key prefix such as /jitsched, got {cfg.etcd_prefix!r}")
+    if not 1.0 <= cfg.lease_ttl_s <= 600.0:
+        raise ValidationError(f"[ha].lease_ttl_s: must be within 1..600 seconds, got {cfg.lease_ttl_s!r}")
+    if not 0.01 <= cfg.campaign_s <= cfg.lease_ttl_s:
+        raise ValidationError(f"[ha].campaign_s: must be within 0.01 s..lease_ttl_s, got {cfg.campaign_s!r}")
+    for name in ("job_endpoint", "agent_endpoint"):
+        if cfg.etcd_endpoints and getattr(cfg, name).endswith(":*"):
+            raise ValidationError(f"[daemon].{name}: replicas name the leader's endpoints to agents and clients: "
+                                  f"give a port, not {getattr(cfg, name)!r}")
+    if cfg.etcd_endpoints and cfg.journal:
+        raise ValidationError("[ha].etcd_endpoints and [daemon].journal: replicas keep their state in etcd; "
+                              "set one of them")
 
 
 def check_exposure(cfg: DaemonConfig) -> None:
@@ -463,6 +510,6 @@ def config_doc(cfg: DaemonConfig) -> dict:
     return doc
 
 
-__all__ = ["ALLOW_LIST", "ANONYMOUS", "FULL", "HOST_JOIN_MODES", "OPEN", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S", "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS",
-           "ClientQuota", "DaemonConfig", "SecurityOptions",
-           "check_config", "check_exposure", "config_doc", "load_config", "parse_config"]
+__all__ = ["ALLOW_LIST", "ANONYMOUS", "FULL", "HOST_JOIN_MODES", "OPEN", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S",
+           "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS", "ClientQuota", "DaemonConfig", "HaOptions", "SecurityOptions",
+           "check_config", "check_exposure", "check_ha", "config_doc", "load_config", "parse_config"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,7 +148,10 @@ MESSAGES: tuple[Message, ...] = (
                                    "in_flows": (list, False), "in_leftover_Bps": (list, False),
                                    "in_line_Bps": (NUM, False),
                                    # the daemon process that planned it: seqs count anew in each
-                                   "incarnation": (int, False)}),
+                                   "incarnation": (int, False),
+                                   # the leader's epoch among daemon replicas (0: one daemon):
+                                   # an agent drops a schedule of an epoch below one it has seen
+                                   "epoch": (int, False)}),
     Message("register_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
     Message("unregister_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
     # a job's own processes (pids and their descendants), cgroup v2 directory or TCP
@@ -200,10 +204,34 @@ class ErrorCode:
     HOST_IN_USE = "host_in_use"  # another agent of this host is alive (a retry may succeed)
     OVERLOADED = "overloaded"
     UNAVAILABLE = "unavailable"  # the daemon cannot record it now (its journal cannot be written)
+    # a replica that is not the leader (or a leader deposed): the message names the leader's
+    # endpoints (:func:`leader_named`), or says no leader is elected yet
+    NOT_LEADER = "not_leader"
     INTERNAL = "internal"
 
 
 ERROR_CODES = frozenset(v for k, v in vars(ErrorCode).items() if k.isupper())
+
+
+def not_leader_message(job_endpoint: str = "", agent_endpoint: str = "", epoch: int = 0) -> str:
+    """The message of a ``not_leader`` error: the leader's endpoints, or that none is elected."""
+    if not job_endpoint:
+        return "not the leader, and no leader is elected yet: try again or another endpoint"
+    return f"not the leader; leader (epoch {epoch}): jobs={job_endpoint} agents={agent_endpoint}"
+
+
+_LEADER_RE = re.compile(r"epoch (\d+)\): jobs=(\S+) agents=(\S+)")
+
+
+def leader_named(message: str) -> tuple[str, str, int] | None:
+    """The leader's (job endpoint, agent endpoint, epoch) a ``not_leader`` message names, or None."""
+    m = _LEADER_RE.search(message)
+    return (m.group(2), m.group(3), int(m.group(1))) if m else None
+
+
+def split_endpoints(endpoints: str) -> list[str]:
+    """A ``--daemon`` value's endpoints: one, or several separated by commas (daemon replicas)."""
+    return [e.strip() for e in endpoints.split(",") if e.strip()]
 
 
 @dataclass(frozen=True)

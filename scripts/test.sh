@@ -14,6 +14,15 @@ if ! command -v tc >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2
 fi
+# The daemon replicas' tests start their own etcd on loopback: Debian's etcd-server.
+if ! command -v etcd >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "scripts/test.sh: etcd (Debian's etcd-server) is missing and installing it needs root" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server
+fi
 echo "scripts/test.sh: installing the pinned toolchain (requirements/test.txt)" >&2
 "$PY" -m pip install -q --disable-pip-version-check -r requirements/test.txt
 # Editable install with the pinned Cython (no isolated build environment): the kernels are

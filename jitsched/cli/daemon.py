@@ -33,18 +33,24 @@ KEY_NAME_ARG = arg("--key-name", default="client", metavar="NAME",
 
 def check_endpoint(endpoint: str, flag: str) -> None:
     """Refuse what ZeroMQ cannot connect to (no ``tcp://host:port``, ``ipc://`` or
-    ``inproc://`` address): ValidationError naming ``flag``. Nothing is sent."""
+    ``inproc://`` address): ValidationError naming ``flag``. Nothing is sent. Several
+    endpoints separated by commas (daemon replicas) are each checked."""
     import zmq
 
+    from jitsched.protocol import split_endpoints
+
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
     try:
-        sock.connect(endpoint)
-    except zmq.ZMQError as exc:
-        raise ValidationError(f"{flag} {endpoint!r}: not an endpoint such as tcp://127.0.0.1:5556 "
-                              f"({zmq.strerror(exc.errno)})") from None
+        for ep in split_endpoints(endpoint) or [endpoint]:
+            sock = ctx.socket(zmq.DEALER)
+            try:
+                sock.connect(ep)
+            except zmq.ZMQError as exc:
+                raise ValidationError(f"{flag} {ep!r}: not an endpoint such as tcp://127.0.0.1:5556 "
+                                      f"({zmq.strerror(exc.errno)})") from None
+            finally:
+                sock.close(0)
     finally:
-        sock.close(0)
         ctx.term()
 
 
@@ -102,6 +108,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     if args.journal:
         over["journal"] = str(Path(args.journal).expanduser())
     cfg = load_config(args.config, **over)
+    if cfg.etcd_endpoints:
+        return _replica(cfg)
     d = Daemon(cfg)
     try:
         d.start()
@@ -127,10 +135,29 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replica(cfg) -> int:
+    """``jitsched daemon`` with ``[ha] etcd_endpoints``: one replica, following or leading."""
+    from jitsched.daemon.replica import Replica
+
+    r = Replica(cfg).start()
+    print(f"jitsched daemon: replica on etcd {', '.join(cfg.etcd_endpoints)} (prefix {cfg.etcd_prefix}), "
+          f"jobs {cfg.job_endpoint}, agents {cfg.agent_endpoint}; follows until elected", flush=True)
+    stop = threading.Event()
+    try:
+        _until_signal(stop, lambda: r.running)
+    finally:
+        r.stop()
+    if r.failure is not None:
+        print(f"jitsched daemon: stopped: {type(r.failure).__name__}: {r.failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
 @register(
     "agent", "Run the host agent of HOST: receive per-slot schedules and enforce them.",
     arg("--host", required=True, help="this host's name in the daemon's cluster"),
-    arg("--daemon", default=DEFAULT_AGENT_ENDPOINT, help=f"agent endpoint (default {DEFAULT_AGENT_ENDPOINT})"),
+    arg("--daemon", default=DEFAULT_AGENT_ENDPOINT, help=f"agent endpoint (default {DEFAULT_AGENT_ENDPOINT}); daemon replicas: their "
+                                                            "agent endpoints separated by commas"),
     _keys_arg("this host"),
     arg("--local-dir", default=None, metavar="DIR",
         help="directory of the local flow-registration socket (default $JITSCHED_RUN_DIR, "
@@ -197,7 +224,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
 @register(
     "submit", "Submit a job (native JSON job or workload, or a TensorFlow GraphDef) to the daemon.",
     arg("file", metavar="JOB.json|GRAPH", help="native job map, native workload (all its jobs), or GraphDef"),
-    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT})"),
+    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
+                                                          "endpoints separated by commas"),
     arg("--ps-host", default=None, help="GraphDef: host of the parameter server task"),
     arg("--worker-host", default=None, help="GraphDef: host of the worker task"),
     arg("--timeout-s", type=float, default=10.0, help="reply timeout in seconds"),
@@ -254,7 +282,8 @@ def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
 
 @register(
     "status", "Jobs, agents and the last plan, as the daemon sees them.",
-    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT})"),
+    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
+                                                          "endpoints separated by commas"),
     arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
     _keys_arg("this client"),
     KEY_NAME_ARG,
@@ -274,6 +303,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         emit_json(st)
         return 0
     p = st.get("plan") or {}
+    if st.get("epoch"):
+        print(f"leader of daemon replicas, epoch {st['epoch']}")
     print(f"plan seq {p.get('seq', 0)}: {p.get('jobs', 0)} jobs, {p.get('flows', 0)} flows, "
           f"{p.get('late', 0)} planned late, solve {p.get('solve_s', 0) * 1e3:.1f} ms")
     if "planner" in st:
@@ -364,7 +395,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         help="the host a remote address (and port) belongs to, besides the addresses the daemon's "
              "cluster gives the job's hosts (repeatable)"),
     arg("--detach", action="store_true", help="undo this user's attachments of JOB on HOST"),
-    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT})"),
+    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
+                                                          "endpoints separated by commas"),
     arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
     _keys_arg("this client"),
     KEY_NAME_ARG,

@@ -25,13 +25,21 @@ from jitsched.keys import (
 from jitsched.localreg import register_flow, unregister_flow
 from jitsched.protocol import (
     MAX_MESSAGE_BYTES,
+    ErrorCode,
     MsgType,
     RemoteError,
     background_flow_id,
     decode_reply,
     encode_request,
+    leader_named,
     next_id,
+    split_endpoints,
 )
+
+# With replicas: a replica silent this long is left for the next, and one that knows no
+# leader yet is asked again after NOT_LEADER_RETRY_S (a dead leader's lease lapses first)
+REPLICA_WAIT_S = 1.0
+NOT_LEADER_RETRY_S = 0.1
 
 
 class Client:
@@ -40,9 +48,12 @@ class Client:
     Parameters
     ----------
     endpoint : str
-        The daemon's job endpoint, e.g. ``tcp://127.0.0.1:5555``.
+        The daemon's job endpoint, e.g. ``tcp://127.0.0.1:5555``; or the job
+        endpoints of daemon replicas separated by commas: a request goes to the
+        leader (a replica that does not lead answers ``not_leader`` naming it; one
+        that does not answer within :data:`REPLICA_WAIT_S` is left for the next).
     timeout_s : float
-        How long to wait for a reply, seconds.
+        How long to wait for a reply, seconds (with replicas: over all of them).
     keys : CurveKeys or path, optional
         Connect as a CURVE client: these keys, or those of client ``key_name`` in
         a key directory (``jitsched keys init``). The daemon then lets this
@@ -63,11 +74,17 @@ class Client:
         if isinstance(timeout_s, bool) or not (isinstance(timeout_s, (int, float))
                                                and 0 < timeout_s < math.inf):
             raise ValidationError(f"timeout_s: must be a positive finite number of seconds, got {timeout_s!r}")
-        self.endpoint = endpoint
+        self.endpoints = split_endpoints(endpoint) or [endpoint]
+        self.endpoint = self.endpoints[0]
         self.timeout_s = timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
+        self.leader_moves = 0  # switches to another replica, since start
+        self._open(self.endpoint)
+
+    def _open(self, endpoint: str) -> None:
+        self.endpoint = endpoint
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, 4 * MAX_MESSAGE_BYTES)
@@ -96,29 +113,67 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _move(self, endpoint: str) -> None:
+        """Talk to ``endpoint`` from now on (another replica)."""
+        self.sock.disable_monitor()
+        self._monitor.close(0)
+        self.sock.close(0)
+        self._open(endpoint)
+        self.leader_moves += 1
+
     def request_raw(self, data: bytes, req_id: int) -> dict:
         """Send one already-encoded request and wait for the reply with ``req_id``.
+
+        With replicas, the request goes again to the leader a ``not_leader``
+        reply names, or to the next replica when one does not answer, until
+        ``timeout_s`` has passed.
 
         Raises
         ------
         RemoteError
             The daemon answered with an error (``code``, ``message``).
         TimeoutError
-            No reply within ``timeout_s``.
+            No reply within ``timeout_s`` (with replicas: none of them led in that time).
         """
+        if len(self.endpoints) == 1:
+            return self._request_once(data, req_id, self.timeout_s)
         deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._request_once(data, req_id, min(left, REPLICA_WAIT_S))
+            except RemoteError as exc:
+                if exc.code != ErrorCode.NOT_LEADER:
+                    raise
+                if time.monotonic() + NOT_LEADER_RETRY_S >= deadline:
+                    # no replica led within the timeout: as silence is, a reason to try again
+                    raise TimeoutError(f"no leader among {', '.join(self.endpoints)} answered within "
+                                       f"{self.timeout_s} s ({exc.message})") from None
+                named = leader_named(exc.message)
+                if named is not None and named[0] != self.endpoint:
+                    self._move(named[0])
+                else:  # no leader yet: this replica learns of the next one first
+                    time.sleep(NOT_LEADER_RETRY_S)
+            except TimeoutError:
+                if time.monotonic() >= deadline - 0.01:
+                    raise
+                i = self.endpoints.index(self.endpoint) if self.endpoint in self.endpoints else -1
+                self._move(self.endpoints[(i + 1) % len(self.endpoints)])
+
+    def _request_once(self, data: bytes, req_id: int, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
         # a DEALER with no connected peer (none yet, or a refused CURVE handshake) blocks
         # a plain send forever: the send waits for room within the same deadline
-        if not self.sock.poll(max(1, int(self.timeout_s * 1000)), zmq.POLLOUT):
+        if not self.sock.poll(max(1, int(timeout_s * 1000)), zmq.POLLOUT):
             why = handshake_failure(self._monitor, self.keys is not None)
-            raise TimeoutError(f"no connection to {self.endpoint} within {self.timeout_s} s"
+            raise TimeoutError(f"no connection to {self.endpoint} within {timeout_s:.3g} s"
                                + (f": {why}" if why else ""))
         self.sock.send(data, zmq.NOBLOCK)
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
                 why = handshake_failure(self._monitor, self.keys is not None)
-                raise TimeoutError(f"no reply from {self.endpoint} within {self.timeout_s} s"
+                raise TimeoutError(f"no reply from {self.endpoint} within {timeout_s:.3g} s"
                                    + (f": {why}" if why else ""))
             rep = decode_reply(self.sock.recv())
             if rep.id != req_id and rep.id != 0:

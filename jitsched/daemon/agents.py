@@ -89,6 +89,7 @@ class AgentTable:
         self._outbox_changed = False  # bodies or agents changed since the last outbox scan
         self._next_resend_s = math.inf
         self.incarnation = 0  # the daemon process's (SchedulerState sets it)
+        self.epoch = 0  # the leader's among daemon replicas (SchedulerState sets it)
         # The server's view of connections: the one the message being handled came on, and
         # whether one is still open. An agent whose connection closed is gone, whatever
         # its last heartbeat says, and another agent may take its host at once.
@@ -133,7 +134,8 @@ class AgentTable:
         return {"host": host, "seq": self.host_seq.get(host, 0), "heartbeat_s": self.config.heartbeat_s,
                 "heartbeat_timeout_s": self.config.heartbeat_timeout_s,
                 "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
-                "t0_wall_ns": int(self.t0_wall_s * 1e9), "incarnation": self.incarnation}
+                "t0_wall_ns": int(self.t0_wall_s * 1e9), "incarnation": self.incarnation,
+                "epoch": self.epoch}
 
     def admissible(self, identity: bytes, body: dict, now: float, peer: str | None,
                    joining: bool = False) -> None | Reject:
@@ -376,7 +378,7 @@ class AgentTable:
             body = self._bodies[host] = unpack_body(self.host_frames[host])
         if body is None:  # nothing planned for it yet: the empty body of seq 0
             body = host_bodies(None, [self.cluster.index(host)], 0, self.t0_wall_s, self.cluster,
-                               self.config.slot_s, self.incarnation)[host]
+                               self.config.slot_s, self.incarnation, self.epoch)[host]
         return body
 
 

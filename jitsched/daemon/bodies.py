@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: int,
                 t0_wall_s: float, cluster: Cluster, slot_s: float,
-                incarnation: int = 0) -> dict[str, dict]:
+                incarnation: int = 0, epoch: int = 0) -> dict[str, dict]:
     """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
 
     A host's body holds the flows it sends and its egress leftover, bytes/s,
@@ -39,6 +39,8 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     host's body gets short (and shared). A flow with a strict-priority level
     (``sched.prio``) carries it as ``prio``. ``incarnation`` names the daemon
     process (seqs restart with each): agents reset their seq when it changes.
+    ``epoch`` is the leader's among daemon replicas (0: one daemon): agents drop a body
+    of an epoch lower than one they have seen.
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
@@ -47,7 +49,7 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
         return {names[h]: {"seq": seq, "slot_s": slot_s, "epoch_ns": epoch_ns, "flows": [],
                            "leftover_Bps": [], "line_Bps": cluster.hosts[h].egress_Bps,
                            "in_flows": [], "in_leftover_Bps": [], "in_line_Bps": cluster.hosts[h].ingress_Bps,
-                           "incarnation": incarnation}
+                           "incarnation": incarnation, "epoch": epoch}
                 for h in idx}
     out_of: dict[int, list] = {h: [] for h in idx}
     into: dict[int, list] = {h: [] for h in idx}
@@ -82,7 +84,8 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
                        "flows": out_of[h], "leftover_Bps": left_e[h, :keep_e[h]].tolist(),
                        "line_Bps": cluster.hosts[h].egress_Bps,
                        "in_flows": into[h], "in_leftover_Bps": left_i[h, :keep_i[h]].tolist(),
-                       "in_line_Bps": cluster.hosts[h].ingress_Bps, "incarnation": incarnation}
+                       "in_line_Bps": cluster.hosts[h].ingress_Bps, "incarnation": incarnation,
+                       "epoch": epoch}
             for h in idx}
 
 
@@ -272,7 +275,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
             "clients": client_usage(registry, background, config, inflight),
             "memory": {"rss_bytes": registry.rss(), "ceiling_bytes": registry.memory_ceiling,
                        "ended_job_bytes": registry.ended_bytes, "refused": registry.refused_memory},
-            "incarnation": table.incarnation, "journal": config.journal or "",
+            "incarnation": table.incarnation, "epoch": table.epoch, "journal": config.journal or "",
             "solve_s": list(book.solve_times[-STATUS_SOLVE_TIMES:]),
             "background": {"held": len(background.flows), **background.counts}}
 

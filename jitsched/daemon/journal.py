@@ -303,7 +303,7 @@ class Journal:
         for row, job_id, owner, blob, sub in self.db.execute(
                 "SELECT row, job_id, owner, job, submitted_s FROM jobs WHERE state = 'running' ORDER BY row"):
             # one unreadable row is that job's problem (reported, ended), not every job's
-            job_map, error = _unpack_job(blob)
+            job_map, error = unpack_job(blob)
             if error:
                 out[row] = JournalJob(row, {"id": str(job_id)}, owner, float(sub or 0.0), error=error)
                 continue
@@ -329,7 +329,7 @@ class Journal:
         return cur.rowcount
 
 
-def _unpack_job(blob: bytes | None) -> tuple[dict | None, str]:
+def unpack_job(blob: bytes | None) -> tuple[dict | None, str]:
     """A journalled job map and "", or None and why it cannot be read back."""
     try:
         job_map = msgpack.unpackb(blob, raw=False)
@@ -440,7 +440,7 @@ def _read_all(path: Path) -> tuple[JournalReport, dict]:
     for row, job_id, _owner, blob, _sub, state, *_ in data["jobs"]:
         if state != "running":
             continue
-        _, error = _unpack_job(blob)
+        _, error = unpack_job(blob)
         if error:
             data["bad_rows"].add(row)
             report.unreadable.append(f"job {job_id!r} (row {row}): {error}")
@@ -497,4 +497,4 @@ def recover_journal(path: str | Path, out: str | Path) -> JournalReport:
 
 
 __all__ = ["DONE", "FILE_MODE", "STARTED", "Journal", "JournalError", "JournalFlow", "JournalJob",
-           "JournalReport", "check_journal", "recover_journal"]
+           "JournalReport", "check_journal", "recover_journal", "unpack_job"]

@@ -62,6 +62,7 @@ class PlanRequest:
     rebase: bool = False
     slot_s: float = DEFAULT_SLOT_S  # the configured slot length (for bodies when the policy plans none)
     incarnation: int = 0  # the daemon process's, for the bodies
+    epoch: int = 0  # the leader's among daemon replicas, for the bodies
     # the announced background flows (full re-solves; increments keep the base's ranks)
     background: tuple[Announced, ...] = ()
     # the cluster to plan on once hosts joined since the planner started (None: its own)
@@ -229,6 +230,7 @@ class PlanBook:
         self.last_error = ""
         self._full_jobs: tuple[str, ...] = ()  # the jobs of the full re-solve in flight
         self.incarnation = 0  # the daemon process's (SchedulerState sets it), for the bodies
+        self.epoch = 0  # the leader's among replicas (SchedulerState sets it), for the bodies
 
     @property
     def active(self) -> dict[str, JobState]:
@@ -385,7 +387,8 @@ class PlanBook:
         self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
                           slot_s=self.config.slot_s, incarnation=self.incarnation,
-                          background=self.background.snapshot(), cluster=self._joined_cluster)
+                          epoch=self.epoch, background=self.background.snapshot(),
+                          cluster=self._joined_cluster)
         self.events.clear()
         self.reasons.clear()
         self.first_reason_s = math.inf
@@ -433,7 +436,7 @@ class PlanBook:
                            busy_egress=np.bincount(np.asarray(out_hosts, dtype=np.int64), minlength=nh),
                            busy_ingress=np.bincount(np.asarray(in_hosts, dtype=np.int64), minlength=nh),
                            rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation,
-                           cluster=self._joined_cluster)
+                           cluster=self._joined_cluster, epoch=self.epoch)
 
     # ------------------------------------------------------------------ results
 

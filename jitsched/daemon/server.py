@@ -30,6 +30,7 @@ from jitsched.daemon.plans import PlanRequest, PlanResult
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import PlannerProcess, copies_of, describe, run_increment, run_plan
 from jitsched.daemon.state import SchedulerState
+from jitsched.daemon.store import Store
 from jitsched.errors import JitschedError, ValidationError
 from jitsched.keys import (
     AGENT_DOMAIN,
@@ -219,6 +220,13 @@ class Daemon:
         :attr:`agent_endpoint` then hold the bound addresses after :meth:`start`.
     policy : Policy, optional
         Default: ``make_policy(config.policy)``.
+    store : Store, optional
+        Where the state keeps its jobs instead of ``config.journal``: a leading
+        replica's etcd store (jitsched/daemon/replica.py).
+    epoch : int
+        The leader's epoch among replicas (0: one daemon), carried by every schedule.
+    leading : callable, optional
+        Whether this daemon still leads; while it says False no schedule is sent.
 
     With ``config.keys_dir`` both sockets are CURVE servers: a ZAP handler lets
     in the hosts' keys on the agent socket and the clients' keys on the job
@@ -239,7 +247,8 @@ class Daemon:
         The journal cannot be opened or used.
     """
 
-    def __init__(self, config: DaemonConfig, policy: Policy | None = None) -> None:
+    def __init__(self, config: DaemonConfig, policy: Policy | None = None, *, store: Store | None = None,
+                 epoch: int = 0, leading: Callable[[], bool] | None = None) -> None:
         check_exposure(config)  # configs built in code skip parse_config's checks
         self.keys: DaemonKeys | None = load_daemon_keys(config.keys_dir) if config.keys_dir else None
         if self.keys is not None:
@@ -251,8 +260,9 @@ class Daemon:
         self.config = config
         self.policy = policy if policy is not None else create_policy(config)
         # with a journal, the jobs a killed daemon ran come back with their progress
-        self.journal = Journal(config.journal) if config.journal else None
-        self.state = SchedulerState(config, journal=self.journal)
+        self.journal = store if store is not None else Journal(config.journal) if config.journal else None
+        self.state = SchedulerState(config, journal=self.journal, epoch=epoch)
+        self.leading = leading
         self.config = self.state.config  # with the hosts that had joined, from the journal
         self.state.on_cluster = self._cluster_changed
         self._mono0_s = time.monotonic()
@@ -1040,6 +1050,8 @@ class Daemon:
         # Bodies were packed by the planning worker; only the envelope is written here,
         # and every due agent gets its message in this one non-blocking pass.
         # Two sends per agent: measured about half the cost of send_multipart at 1000 agents.
+        if self.leading is not None and not self.leading():
+            return  # deposed: another replica schedules now
         send = agents.send
         more = zmq.SNDMORE | zmq.NOBLOCK
         for a, frame in self.state.outbox(now):

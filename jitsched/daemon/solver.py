@@ -296,7 +296,7 @@ def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluste
     slot_s = sched.slot_s if sched is not None else req.slot_s
     with gc_paused():
         res.frames = pack_frames(host_bodies(_unscheduled_kept(sched, cluster, req.capacity), hosts, res.seq,
-                                             t0_wall_s, cluster, slot_s, req.incarnation))
+                                             t0_wall_s, cluster, slot_s, req.incarnation, req.epoch))
     if sched is not None:
         # planned flows only: a ranked one (no rates) has no finish to drift from or
         # to hold back to, and the default jit's 32k ranked flows at 1000 jobs took

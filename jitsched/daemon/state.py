@@ -17,7 +17,7 @@ from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.bodies import host_bodies, status_body
 from jitsched.daemon.hosts import HostTable
 from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
-from jitsched.daemon.journal import DONE, STARTED, Journal, JournalFlow
+from jitsched.daemon.journal import DONE, STARTED, JournalFlow
 from jitsched.daemon.logs import kv
 from jitsched.daemon.plans import (
     MAX_EVENTS,
@@ -29,6 +29,7 @@ from jitsched.daemon.plans import (
 )
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
+from jitsched.daemon.store import Store, StoreError
 from jitsched.daemon.templates import JOURNAL_EVERY, TemplateBook
 from jitsched.dag.model import Cluster, Host
 from jitsched.errors import JitschedError
@@ -77,7 +78,7 @@ class SchedulerState:
     """
 
     def __init__(self, config: DaemonConfig, t0_wall_s: float | None = None,
-                 journal: Journal | None = None) -> None:
+                 journal: Store | None = None, epoch: int = 0) -> None:
         self.config = config
         self.cluster = config.cluster
         self.journal = journal
@@ -101,6 +102,8 @@ class SchedulerState:
         # called with the new config when hosts join (the server's own copy follows it)
         self.on_cluster: Callable[[DaemonConfig], None] = lambda cfg: None
         self.plan_book.incarnation = self.agent_table.incarnation = self.incarnation
+        # the leader's epoch among daemon replicas (0: one daemon); every schedule carries it
+        self.epoch = self.plan_book.epoch = self.agent_table.epoch = epoch
         self.restored: list[str] = []  # jobs resumed from the journal
         self.not_restored: list[tuple[str, str]] = []  # journalled jobs refused now, why
         # where full re-solves run, as the server last said: "process", "thread", or
@@ -151,7 +154,7 @@ class SchedulerState:
         ``status`` and the metrics (``journal_errors``)."""
         try:
             return write(*args)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StoreError) as exc:
             self.journal_errors += 1
             self.journal_last_error = str(exc)
             if self.journal_errors <= 10 or self.journal_errors % 1000 == 0:

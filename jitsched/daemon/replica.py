@@ -1,0 +1,218 @@
+"""One daemon replica among several on etcd: a follower answering ``not_leader`` until it is elected, then the daemon."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import zmq
+from zmq.auth.thread import ThreadAuthenticator
+
+from jitsched.config import DaemonConfig
+from jitsched.daemon.ha import Election, Etcd, EtcdStore, Leader
+from jitsched.daemon.server import Daemon, KnownKeys, bind_error
+from jitsched.daemon.store import StoreError
+from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, load_daemon_keys
+from jitsched.policies.base import Policy
+from jitsched.protocol import ErrorCode, encode_error, not_leader_message, peek_id
+
+log = logging.getLogger("jitsched.daemon.replica")
+
+FOLLOWER = "follower"
+LEADER = "leader"
+
+
+class Follower:
+    """The sockets of a replica that does not lead: every request on the job and agent
+    endpoints gets ``not_leader`` naming the leader (or saying none is elected yet).
+
+    With keys the sockets are CURVE servers letting in the same keys as the daemon's.
+    """
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.ctx = zmq.Context()
+        self._auth: ThreadAuthenticator | None = None
+        self.socks: list[zmq.Socket] = []
+        keys = load_daemon_keys(config.keys_dir) if config.keys_dir else None
+        if keys is not None:
+            self._auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("jitsched.daemon.zap"))
+            self._auth.start()
+            self._auth.configure_curve_callback(AGENT_DOMAIN, credentials_provider=KnownKeys(keys.hosts, AGENT_DOMAIN))
+            self._auth.configure_curve_callback(CLIENT_DOMAIN,
+                                                credentials_provider=KnownKeys(keys.clients, CLIENT_DOMAIN))
+        try:
+            for name, domain in (("job_endpoint", CLIENT_DOMAIN), ("agent_endpoint", AGENT_DOMAIN)):
+                s = self.ctx.socket(zmq.ROUTER)
+                s.setsockopt(zmq.LINGER, 0)
+                self.socks.append(s)
+                if keys is not None:
+                    keys.apply(s, domain)
+                try:
+                    s.bind(getattr(config, name))
+                except zmq.ZMQError as exc:
+                    raise bind_error(name, getattr(config, name), exc) from None
+        except BaseException:
+            self.close()
+            raise
+        self.answered = 0  # requests answered not_leader
+
+    def serve(self, timeout_s: float, leader: Leader | None) -> None:
+        """Answer what arrives within ``timeout_s``: ``not_leader`` naming ``leader``."""
+        poller = zmq.Poller()
+        for s in self.socks:
+            poller.register(s, zmq.POLLIN)
+        msg = not_leader_message(*((leader.job_endpoint, leader.agent_endpoint, leader.epoch) if leader else ()))
+        for s, _ in poller.poll(int(timeout_s * 1000)):
+            for _ in range(1000):
+                try:
+                    frames = s.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if len(frames) < 2:
+                    continue
+                try:
+                    s.send_multipart([frames[0], encode_error(peek_id(frames[-1]), ErrorCode.NOT_LEADER, msg)],
+                                     zmq.NOBLOCK)
+                    self.answered += 1
+                except zmq.ZMQError:
+                    pass  # the peer went: it asks again elsewhere
+
+    def close(self) -> None:
+        """Close the sockets (their ports are free again) and the key handler."""
+        for s in self.socks:
+            s.close(0)
+        if self._auth is not None:
+            self._auth.stop()
+        self.ctx.term()
+
+
+class Replica:
+    """A daemon replica: follows until elected, then runs :class:`Daemon` on the etcd store
+    (jobs resumed from it) with its epoch, until stopped or deposed, then follows again.
+
+    Parameters
+    ----------
+    config : DaemonConfig
+        With ``etcd_endpoints``; the job and agent endpoints are served in both roles.
+    policy : callable, optional
+        Makes the policy of each leadership (default: the config's).
+
+    ``role`` is ``follower`` or ``leader``; ``daemon`` the running daemon while
+    leading; ``leaderships`` how many times this replica was elected.
+    """
+
+    def __init__(self, config: DaemonConfig, policy: Callable[[], Policy] | None = None) -> None:
+        if not config.etcd_endpoints:
+            raise ValueError("a replica needs [ha] etcd_endpoints")
+        self.config = config
+        self.policy = policy
+        self.etcd = Etcd(list(config.etcd_endpoints))
+        self.election = Election(self.etcd, config.etcd_prefix, config.lease_ttl_s)
+        self.role = FOLLOWER
+        self.daemon: Daemon | None = None
+        self.leaderships = 0
+        self.failure: BaseException | None = None
+        self.etcd_error = ""  # why etcd did not answer the follower's last look ("" if it did)
+        self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Replica:
+        """Run in a background thread (its sockets bound as a follower first)."""
+        follower = Follower(self.config)  # a bind error is the caller's, at once
+        self._thread = threading.Thread(target=self.run, args=(follower,), name="jitsched-replica", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop (a leader resigns: a follower takes over at once, not a lease later)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        """Whether the replica's thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait_role(self, role: str, timeout_s: float) -> bool:
+        """Wait until the replica is in ``role``; whether it is."""
+        deadline = time.monotonic() + timeout_s
+        while self.role != role and time.monotonic() < deadline:
+            self._changed.wait(0.05)
+            self._changed.clear()
+        return self.role == role
+
+    def run(self, follower: Follower | None = None) -> None:
+        """Follow and lead in turn until :meth:`stop` (blocks)."""
+        try:
+            while not self._stop.is_set():
+                if self._follow(follower or Follower(self.config)):
+                    self._lead()
+                follower = None
+        except BaseException as exc:
+            self.failure = exc
+            log.critical("event=replica_died error=%r", f"{type(exc).__name__}: {exc}", exc_info=exc)
+
+    def _follow(self, follower: Follower) -> bool:
+        """Answer ``not_leader`` until elected (True) or stopped (False)."""
+        cfg = self.config
+        leader: Leader | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    leader = self.election.leader()
+                    self.etcd_error = ""
+                    if leader is None and self.election.campaign(cfg.job_endpoint, cfg.agent_endpoint):
+                        return True
+                except StoreError as exc:
+                    if not self.etcd_error:  # once per outage, not every campaign_s
+                        log.warning("event=replica_etcd_unavailable error=%r", str(exc))
+                    self.etcd_error = str(exc)
+                    leader = None
+                follower.serve(cfg.campaign_s, leader)
+            return False
+        finally:
+            follower.close()
+
+    def _lead(self) -> None:
+        """Serve as the daemon until deposed or stopped."""
+        me = self.election.me
+        assert me is not None
+        self.leaderships += 1
+        t0 = time.monotonic()
+        try:
+            store = EtcdStore(self.etcd, self.election)
+            d = Daemon(self.config, self.policy() if self.policy else None, store=store, epoch=me.epoch,
+                       leading=self.election.leading)
+        except StoreError as exc:
+            log.error("event=replica_lead_failed epoch=%d error=%r", me.epoch, str(exc))
+            self.election.resign()
+            return
+        try:
+            d.start()
+        except BaseException:
+            d.stop()
+            self.election.resign()
+            raise
+        self.daemon, self.role = d, LEADER
+        self._changed.set()
+        log.warning("event=replica_leading epoch=%d resumed=%d load_s=%.3f", me.epoch, len(d.state.restored),
+                    time.monotonic() - t0)
+        try:
+            while not self._stop.wait(self.election.ttl_s / 4):
+                if not self.election.renew() or not d.running:
+                    break
+        finally:
+            if self._stop.is_set():
+                self.election.resign()
+            else:
+                self.election.depose("lost the lease" if d.running else "the daemon stopped")
+            d.stop()
+            self.daemon, self.role = None, FOLLOWER
+            self._changed.set()
+
+
+__all__ = ["FOLLOWER", "LEADER", "Follower", "Replica"]

@@ -1,0 +1,144 @@
+"""The etcd store and the lease election, against a real etcd on loopback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bench.bench_faults import free_ports
+from jitsched.config import DaemonConfig, parse_config
+from jitsched.daemon.ha import Election, Etcd, EtcdStore, EtcdUnavailable, LocalEtcd
+from jitsched.daemon.journal import DONE, STARTED, JournalFlow
+from jitsched.daemon.state import SchedulerState
+from jitsched.daemon.store import FencedError
+from jitsched.dag.model import parse_cluster
+from jitsched.errors import ValidationError
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    e = LocalEtcd(*free_ports(2))
+    try:
+        yield e
+    finally:
+        e.stop()
+
+
+def _elected(etcd: LocalEtcd, prefix: str, ttl_s: float = 2.0) -> tuple[Etcd, Election]:
+    client = Etcd([etcd.endpoint])
+    el = Election(client, prefix, ttl_s)
+    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    return client, el
+
+
+def test_one_replica_wins_and_epochs_rise(etcd):
+    a = Election(Etcd([etcd.endpoint]), "/t-elect", 2)
+    b = Election(Etcd([etcd.endpoint]), "/t-elect", 2)
+    assert a.campaign("tcp://127.0.0.1:11", "tcp://127.0.0.1:12")
+    assert not b.campaign("tcp://127.0.0.1:21", "tcp://127.0.0.1:22")
+    assert b.leader() == a.me and a.me.epoch == 1 and a.leading()
+    a.resign()
+    assert not a.leading() and b.leader() is None
+    assert b.campaign("tcp://127.0.0.1:21", "tcp://127.0.0.1:22")
+    assert b.me.epoch == 2 and b.leader().job_endpoint == "tcp://127.0.0.1:21"
+    b.resign()
+
+
+def test_store_round_trip(etcd):
+    client, el = _elected(etcd, "/t-store")
+    s = EtcdStore(client, el)
+    s.put("t0_wall_s", "12.5")
+    row = s.submitted("j1", {"id": "j1", "nodes": [1, 2]}, "alice", 3.0)
+    s.event(row, "n1", STARTED, 4.0)
+    s.event(row, "n1", DONE, 5.0, 0.75)
+    s.template(row, 3, b"learned")
+    s.template(row, 4)
+    s.background_held(JournalFlow("f", "h1", "h2", 10.0, 5.0, "alice", 1.0, 2.0))
+    gone = s.submitted("j2", {"id": "j2"}, None, 3.5)
+    s.ended(gone, "done", 6.0, 2.5)
+    # a fresh store (another replica's, once elected) reads back what this one wrote
+    s2 = EtcdStore(client, el)
+    assert s2.get("t0_wall_s") == "12.5"
+    [jj] = s2.unfinished()
+    assert (jj.row, jj.job_map, jj.owner, jj.submitted_s) == (row, {"id": "j1", "nodes": [1, 2]}, "alice", 3.0)
+    assert jj.started == {"n1": 4.0} and jj.done == {"n1": 5.0} and jj.measured_s == {"n1": 0.75}
+    assert s2.templates() == {row: (4, b"learned")}
+    assert [f.name for f in s2.background()] == ["f"]
+    assert s2.compact() == 1  # j2 ended
+    s2.background_gone(["f"])
+    assert s2.background() == []
+    el.resign()
+
+
+def test_deposed_writer_is_refused(etcd):
+    client, a = _elected(etcd, "/t-fence")
+    store = EtcdStore(client, a)
+    store.put("k", "1")
+    time.sleep(a.ttl_s + 1.2)  # no renewal: the lease lapses
+    assert not a.leading()
+    with pytest.raises(FencedError):
+        store.put("k", "2")  # refused before it reaches etcd
+    b = Election(Etcd([etcd.endpoint]), "/t-fence", 2)
+    assert b.campaign("tcp://127.0.0.1:21", "tcp://127.0.0.1:22") and b.me.epoch == a.me.epoch + 1
+    # even a writer that believes it still leads is refused by etcd: the leader key is b's
+    a.lost.clear()
+    a._deadline = time.monotonic() + 60
+    with pytest.raises(FencedError):
+        store.put("k", "3")
+    assert a.lost.is_set() and store.fenced == 2
+    assert EtcdStore(client, b).get("k") == "1"
+    b.resign()
+
+
+def test_rows_of_two_leaders_never_collide(etcd):
+    client, a = _elected(etcd, "/t-rows")
+    r1 = EtcdStore(client, a).submitted("j", {"id": "j"}, None, 0.0)
+    a.resign()
+    b = Election(client, "/t-rows", 2)
+    assert b.campaign("x", "y")
+    r2 = EtcdStore(client, b).submitted("j", {"id": "j"}, None, 0.0)
+    assert r1 != r2 and r2 >> 32 == b.me.epoch
+    b.resign()
+
+
+def test_state_fails_submissions_a_deposed_store_refuses(etcd):
+    client, el = _elected(etcd, "/t-state")
+    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
+                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
+    cfg = DaemonConfig(cluster=cluster)
+    state = SchedulerState(cfg, journal=EtcdStore(client, el), epoch=el.me.epoch)
+    job = {"id": "a", "computes": [], "transfers": [{"id": "t", "src": "h1", "dst": "h2", "bytes": 1e6}]}
+    assert "job_id" in state.submit_job({"job": job}, 1.0)
+    assert state.agent_table.epoch == el.me.epoch and state.host_body("h1")["epoch"] == el.me.epoch
+    el.resign()
+    got = state.submit_job({"job": {**job, "id": "b"}}, 2.0)
+    assert got.code == "unavailable" and state.journal_errors == 1
+    assert "b" not in state.job_registry.jobs
+
+
+def test_unreachable_etcd_is_an_error():
+    with pytest.raises(EtcdUnavailable):
+        Etcd([f"http://127.0.0.1:{free_ports(1)[0]}"], timeout_s=0.3).range("/x")
+
+
+@pytest.mark.parametrize("ha, message", [
+    ({"etcd_endpoints": ["127.0.0.1:2379"]}, "etcd_endpoints[0]"),
+    ({"etcd_endpoints": ["http://127.0.0.1:2379"], "lease_ttl_s": 0.2}, "lease_ttl_s"),
+    ({"etcd_prefix": "jitsched"}, "etcd_prefix"),
+    ({"etcd_endpoints": ["http://127.0.0.1:2379"], "campaign_s": 100.0}, "campaign_s"),
+])
+def test_bad_ha_settings_are_named(ha, message):
+    doc = {"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9}], "ha": ha}
+    with pytest.raises(ValidationError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_config(doc)
+
+
+def test_replicas_keep_no_journal_and_take_no_wildcard_port():
+    base = {"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9}],
+            "ha": {"etcd_endpoints": ["http://127.0.0.1:2379"]}}
+    assert parse_config(base).etcd_endpoints == ["http://127.0.0.1:2379"]
+    with pytest.raises(ValidationError, match="set one of them"):
+        parse_config(base | {"daemon": {"journal": "/tmp/j.sqlite"}})
+    with pytest.raises(ValidationError, match="give a port"):
+        parse_config(base | {"daemon": {"job_endpoint": "tcp://127.0.0.1:*"}})
