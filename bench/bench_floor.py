@@ -1,0 +1,269 @@
+"""The agents' background floor swept on the testbed and in the simulator: DL JCT, files' goodput and stalls per floor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if not __package__:  # run as ``python bench/bench_floor.py``: sys.path starts at the script's folder,
+    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import pyplot, require_matplotlib
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, check_background_floor
+from jitsched.errors import ValidationError
+from jitsched.testbed.options import DAEMON_POLICY, TestbedOptions
+
+FLOORS = (0.0, 0.05, 0.1, 0.2, 0.3)
+SCENARIOS = ("quick", "paper-mini")
+OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "floor"
+# What a floor must give the unannounced files on every scenario to be chosen
+# (medians over the runs): no file without progress for this long, and at least
+# this share of the files' goodput under plain TCP on the same workload.
+MAX_STALL_S = 1.0
+MIN_GOODPUT_SHARE = 0.9
+# jit's mean JCT must stay at least this much below plain TCP's (the testbed's goal)
+MIN_JCT_RATIO = 1.5
+RUN_KEYS = ("mean_jct_s", "background_mbit_mean", "background_max_stall_s", "completed", "jobs",
+            "background_completed", "agents_failed")
+SIM_JIT, SIM_NONE = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
+
+
+def _median(values) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def testbed_runs(scenario: str, options: TestbedOptions, runs: int, say) -> list[dict]:
+    """``runs`` testbed runs of ``scenario`` under ``options``: each run's figures (:data:`RUN_KEYS`) and CPU load."""
+    from jitsched.testbed.e2e import run_scenario
+
+    out = []
+    for r in range(runs):
+        t = time.perf_counter()
+        res = run_scenario(scenario, options)
+        row = {k: res[k] for k in RUN_KEYS} | {"cpu_busy_during_jobs": res["details"]["cpu_busy_during_jobs"],
+                                                "errors": res["details"]["errors"]}
+        say(f"{scenario} {options.policy} floor {options.background_floor:g} run {r}: JCT {row['mean_jct_s']}, "
+            f"files {row['background_mbit_mean']} Mbit/s, max stall {row['background_max_stall_s']} s, "
+            f"{row['completed']}/{row['jobs']} jobs, files {row['background_completed']} "
+            f"({time.perf_counter() - t:.0f} s)")
+        out.append(row)
+    return out
+
+
+def summarize_point(jit_runs: list[dict], none_runs: list[dict]) -> dict:
+    """Medians of jit's runs at one floor against plain TCP's runs of the same scenario."""
+    jct = _median(r["mean_jct_s"] for r in jit_runs)
+    mbit = _median(r["background_mbit_mean"] for r in jit_runs)
+    none_jct = _median(r["mean_jct_s"] for r in none_runs)
+    none_mbit = _median(r["background_mbit_mean"] for r in none_runs)
+    return {"mean_jct_s": jct, "background_mbit_mean": mbit,
+            "background_max_stall_s": _median(r["background_max_stall_s"] for r in jit_runs),
+            "jct_ratio_none_over_jit": _ratio(none_jct, jct), "goodput_share_of_none": _ratio(mbit, none_mbit),
+            "cpu_busy_during_jobs": _median(r["cpu_busy_during_jobs"] for r in jit_runs),
+            "failed_runs": sum(1 for r in jit_runs if r["agents_failed"] or r["completed"] != r["jobs"])}
+
+
+def goals(point: dict) -> dict:
+    """Which of the testbed's goals a floor's point meets: jit's JCT ratio, the files' goodput share, the stalls."""
+    ratio = point.get("jct_ratio_none_over_jit")
+    return {"jct_ratio": ratio is not None and ratio >= MIN_JCT_RATIO,
+            "goodput_share": (point.get("goodput_share_of_none") or 0.0) >= MIN_GOODPUT_SHARE,
+            "max_stall": (point.get("background_max_stall_s") if point.get("background_max_stall_s") is not None
+                          else float("inf")) < MAX_STALL_S}
+
+
+def meets(point: dict) -> bool:
+    """Whether a floor's testbed point meets the files' goals (stall under :data:`MAX_STALL_S`, goodput share)."""
+    met = goals(point)
+    return met["goodput_share"] and met["max_stall"]
+
+
+def choose_floor(result: dict) -> float | None:
+    """The smallest floor meeting the files' goals on every scenario swept (None: none does).
+
+    The DL JCT grows with the floor (the files take that share of the
+    ports the jobs share with them), so the smallest floor that meets the
+    goals is also the one that costs the jobs least.
+    """
+    ok = [f for f in result["floors"]
+          if all(meets(s["testbed"][f"{f:g}"]) for s in result["scenarios"].values())]
+    return min(ok) if ok else None
+
+
+def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: bool = False) -> dict:
+    """Testbed and simulator at each floor on each scenario; plain TCP (``none``) once per scenario.
+
+    Returns
+    -------
+    dict
+        ``floors``, ``runs``, ``seed`` and per scenario ``none`` (its runs and
+        medians), ``testbed`` and ``simulator`` per floor (``f"{floor:g}"``),
+        the testbed's with ``runs`` (every run's figures).
+    """
+    from jitsched.testbed.scenario import predict
+
+    out: dict = {"floors": list(floors), "runs": runs, "seed": seed, "scenarios": {}}
+    for sc in scenarios:
+        entry: dict = {"testbed": {}, "simulator": {}}
+        none_runs = [] if sim_only else testbed_runs(sc, TestbedOptions(policy="none", seed=seed, prefix=prefix),
+                                                     runs, say)
+        entry["none"] = {"runs": none_runs, "mean_jct_s": _median(r["mean_jct_s"] for r in none_runs),
+                         "background_mbit_mean": _median(r["background_mbit_mean"] for r in none_runs),
+                         "background_max_stall_s": _median(r["background_max_stall_s"] for r in none_runs)}
+        for f in floors:
+            opts = TestbedOptions(seed=seed, prefix=prefix, background_floor=f)
+            t = time.perf_counter()
+            pred = predict(sc, seed, **opts.prediction_options())
+            jit, tf = pred[SIM_JIT], pred[SIM_NONE]
+            entry["simulator"][f"{f:g}"] = {
+                "mean_jct_s": jit["mean_jct_s"], "background_mbit_mean": jit["background_mbit_mean"],
+                "jct_ratio_none_over_jit": pred["jct_ratio_tf_over_jit"],
+                "goodput_share_of_none": _ratio(jit["background_mbit_mean"], tf["background_mbit_mean"]),
+                "none_mean_jct_s": tf["mean_jct_s"], "none_background_mbit_mean": tf["background_mbit_mean"]}
+            say(f"{sc} simulator floor {f:g}: JCT {jit['mean_jct_s']:.2f} s (tensorflow {tf['mean_jct_s']:.2f}), "
+                f"files {jit['background_mbit_mean']:.1f} Mbit/s (tensorflow {tf['background_mbit_mean']:.1f}) "
+                f"({time.perf_counter() - t:.0f} s)")
+            if sim_only:
+                continue
+            jit_runs = testbed_runs(sc, opts, runs, say)
+            point = summarize_point(jit_runs, none_runs)
+            entry["testbed"][f"{f:g}"] = point | {"goals_met": goals(point), "runs": jit_runs}
+        out["scenarios"][sc] = entry
+    if not sim_only:
+        out["chosen_floor"] = choose_floor(out)
+        out["default_floor"] = BACKGROUND_FLOOR
+    return out
+
+
+def draw(result: dict, path: Path) -> None:
+    """Two panels per scenario row: DL mean JCT and the files' goodput share of plain TCP's, against the floor."""
+    plt = pyplot()
+    scs = list(result["scenarios"])
+    fig, axes = plt.subplots(len(scs), 2, figsize=(10, 3.4 * len(scs)), squeeze=False)
+    floors = result["floors"]
+    for row, sc in zip(axes, scs, strict=True):
+        s = result["scenarios"][sc]
+        for src, style in (("testbed", "o-"), ("simulator", "s--")):
+            pts = [s[src].get(f"{f:g}") for f in floors]
+            xs = [f for f, p in zip(floors, pts, strict=True) if p]
+            if not xs:
+                continue
+            row[0].plot(xs, [p["mean_jct_s"] for p in pts if p], style, label=f"jit, {src}")
+            row[1].plot(xs, [100 * (p["goodput_share_of_none"] or 0) for p in pts if p], style, label=src)
+        if s["none"]["mean_jct_s"]:
+            row[0].axhline(s["none"]["mean_jct_s"], color="grey", ls=":", label="plain TCP, testbed")
+        row[1].axhline(100 * MIN_GOODPUT_SHARE, color="grey", ls=":", label=f"{MIN_GOODPUT_SHARE:.0%} goal")
+        row[0].set(title=f"{sc}: DL mean JCT", xlabel="background floor (share of each port)", ylabel="s")
+        row[1].set(title=f"{sc}: files' goodput, % of plain TCP's", xlabel="background floor (share of each port)",
+                   ylabel="%")
+        for ax in row:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def table(result: dict) -> list[str]:
+    """One line per scenario and floor: testbed and simulator side by side."""
+    lines = [f"{'scenario':<11} {'floor':>5} {'JCT s':>7} {'none/jit':>8} {'files %':>7} {'stall s':>7}   "
+             f"{'sim JCT':>7} {'sim none/jit':>12} {'sim files %':>11}"]
+
+    def f(v, fmt):
+        return format(v, fmt) if v is not None else "-"
+
+    for sc, s in result["scenarios"].items():
+        for fl in result["floors"]:
+            tb, sim = s["testbed"].get(f"{fl:g}", {}), s["simulator"][f"{fl:g}"]
+            share = tb.get("goodput_share_of_none")
+            lines.append(f"{sc:<11} {fl:>5g} {f(tb.get('mean_jct_s'), '7.2f')} "
+                         f"{f(tb.get('jct_ratio_none_over_jit'), '8.3f')} "
+                         f"{f(share * 100 if share is not None else None, '7.1f')} "
+                         f"{f(tb.get('background_max_stall_s'), '7.2f')}   {sim['mean_jct_s']:7.2f} "
+                         f"{sim['jct_ratio_none_over_jit']:12.3f} {100 * sim['goodput_share_of_none']:11.1f}")
+        n = s["none"]
+        if n["mean_jct_s"] is not None:
+            lines.append(f"{sc:<11} {'none':>5} {n['mean_jct_s']:7.2f} {'':>8} {'':>7} "
+                         f"{f(n['background_max_stall_s'], '7.2f')}   (plain TCP, "
+                         f"files {f(n['background_mbit_mean'], '.1f')} Mbit/s)")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_floor", description=__doc__,
+        epilog="Needs root and network namespaces (the testbed) unless --sim-only. A floor is chosen when, "
+               f"on every scenario, no file stalls {MAX_STALL_S:g} s or more and the files get at least "
+               f"{MIN_GOODPUT_SHARE:.0%} of their goodput under plain TCP (medians over the runs).")
+    p.add_argument("--floors", type=float, nargs="+", default=list(FLOORS), metavar="SHARE",
+                   help="background floors to sweep (default %(default)s)")
+    p.add_argument("--scenario", nargs="+", default=list(SCENARIOS), help="testbed scenarios (default %(default)s)")
+    p.add_argument("--runs", type=int, default=1, help="testbed runs per point, medians (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="workload seed (default %(default)s)")
+    p.add_argument("--prefix", default="floor", help="testbed namespace prefix (default %(default)s)")
+    p.add_argument("--sim-only", action="store_true", help="the simulator's side only (no testbed, no root)")
+    p.add_argument("--out", type=Path, default=OUT,
+                   help="writes OUT.json and OUT.png (default docs/figures/floor); '-': neither")
+    p.add_argument("--note", default="", help="a note stored with the results (the machine's load, say)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    a = p.parse_args(argv)
+    try:
+        for f in a.floors:
+            check_background_floor(f)
+        if a.runs < 1:
+            raise ValidationError(f"--runs: at least 1, got {a.runs}")
+        TestbedOptions(seed=a.seed, prefix=a.prefix)
+        from jitsched.testbed.scenario import get_scenario
+
+        for sc in a.scenario:
+            get_scenario(sc)
+    except Exception as exc:  # noqa: BLE001 - every bad flag: one line, exit 2
+        p.error(str(exc))
+    write = str(a.out) != "-"
+    if write:
+        try:
+            require_matplotlib()  # drawn after the runs: say now, not after them, if it cannot be
+        except ImportError as exc:
+            p.error(str(exc))
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr if a.json else sys.stdout, flush=True)
+
+    floors = sorted(set(a.floors))
+    result = sweep(a.scenario, floors, a.runs, a.seed, a.prefix, say, a.sim_only)
+    result |= {"note": a.note, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "goals": {"max_stall_s": MAX_STALL_S, "min_goodput_share": MIN_GOODPUT_SHARE,
+                         "min_jct_ratio": MIN_JCT_RATIO}}
+    if write:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+        draw(result, a.out.with_suffix(".png"))
+        say(f"wrote {a.out.with_suffix('.json')} and {a.out.with_suffix('.png')}")
+    if a.json:
+        json.dump(result, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    for line in table(result):
+        print(line)
+    if "chosen_floor" in result:
+        print(f"chosen floor: {result['chosen_floor']} (the agents' default: {result['default_floor']:g})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
