@@ -52,7 +52,8 @@ def testbed_runs(scenario: str, options: TestbedOptions, runs: int, say) -> list
         res = run_scenario(scenario, options)
         row = {k: res[k] for k in RUN_KEYS} | {"cpu_busy_during_jobs": res["details"]["cpu_busy_during_jobs"],
                                                 "errors": res["details"]["errors"]}
-        say(f"{scenario} {options.policy} floor {options.background_floor:g} run {r}: JCT {row['mean_jct_s']}, "
+        what = f"floor {options.background_floor:g}" if options.enforced else "(plain TCP)"
+        say(f"{scenario} {options.policy} {what} run {r}: JCT {row['mean_jct_s']}, "
             f"files {row['background_mbit_mean']} Mbit/s, max stall {row['background_max_stall_s']} s, "
             f"{row['completed']}/{row['jobs']} jobs, files {row['background_completed']} "
             f"({time.perf_counter() - t:.0f} s)")
