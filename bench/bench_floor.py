@@ -51,7 +51,11 @@ def testbed_runs(scenario: str, options: TestbedOptions, runs: int, say) -> list
         t = time.perf_counter()
         res = run_scenario(scenario, options)
         row = {k: res[k] for k in RUN_KEYS} | {"cpu_busy_during_jobs": res["details"]["cpu_busy_during_jobs"],
-                                                "errors": res["details"]["errors"]}
+                                                "errors": res["details"]["errors"],
+                                                # per file: goodput, longest stall, life (s from the start)
+                                                "files": {f: {k: r.get(k) for k in ("mbit", "max_stall_s", "start_s",
+                                                                                     "end_s", "complete")}
+                                                          for f, r in res["details"]["background"].items()}}
         what = f"floor {options.background_floor:g}" if options.enforced else "(plain TCP)"
         say(f"{scenario} {options.policy} {what} run {r}: JCT {row['mean_jct_s']}, "
             f"files {row['background_mbit_mean']} Mbit/s, max stall {row['background_max_stall_s']} s, "
@@ -89,20 +93,31 @@ def meets(point: dict) -> bool:
     return met["goodput_share"] and met["max_stall"]
 
 
-def choose_floor(result: dict) -> float | None:
+def choose_floor(result: dict, goals_of=meets) -> float | None:
     """The smallest floor meeting the files' goals on every scenario swept (None: none does).
 
     The DL JCT grows with the floor (the files take that share of the
     ports the jobs share with them), so the smallest floor that meets the
-    goals is also the one that costs the jobs least.
+    goals is also the one that costs the jobs least. ``goals_of(point)``:
+    whether a testbed point meets them (default :func:`meets`).
     """
     ok = [f for f in result["floors"]
-          if all(meets(s["testbed"][f"{f:g}"]) for s in result["scenarios"].values())]
+          if all(f"{f:g}" in s["testbed"] and goals_of(s["testbed"][f"{f:g}"]) for s in result["scenarios"].values())]
     return min(ok) if ok else None
 
 
-def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: bool = False) -> dict:
+def no_stall(point: dict) -> bool:
+    """Whether no file of a floor's testbed point went :data:`MAX_STALL_S` without progress."""
+    return goals(point)["max_stall"]
+
+
+def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: bool = False,
+          extend: dict | None = None) -> dict:
     """Testbed and simulator at each floor on each scenario; plain TCP (``none``) once per scenario.
+
+    ``extend``: a saved result of the same seed to add these floors to; its
+    scenarios' plain-TCP runs are reused (their points' reference) and its
+    points kept.
 
     Returns
     -------
@@ -113,14 +128,17 @@ def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: b
     """
     from jitsched.testbed.scenario import predict
 
-    out: dict = {"floors": list(floors), "runs": runs, "seed": seed, "scenarios": {}}
+    out: dict = extend or {"floors": [], "runs": runs, "seed": seed, "scenarios": {}}
+    out["floors"] = sorted(set(out["floors"]) | set(floors))
     for sc in scenarios:
-        entry: dict = {"testbed": {}, "simulator": {}}
-        none_runs = [] if sim_only else testbed_runs(sc, TestbedOptions(policy="none", seed=seed, prefix=prefix),
-                                                     runs, say)
-        entry["none"] = {"runs": none_runs, "mean_jct_s": _median(r["mean_jct_s"] for r in none_runs),
-                         "background_mbit_mean": _median(r["background_mbit_mean"] for r in none_runs),
-                         "background_max_stall_s": _median(r["background_max_stall_s"] for r in none_runs)}
+        entry: dict = out["scenarios"].setdefault(sc, {"testbed": {}, "simulator": {}})
+        if "none" not in entry or (not entry["none"]["runs"] and not sim_only):
+            none_runs = [] if sim_only else testbed_runs(
+                sc, TestbedOptions(policy="none", seed=seed, prefix=prefix), runs, say)
+            entry["none"] = {"runs": none_runs, "mean_jct_s": _median(r["mean_jct_s"] for r in none_runs),
+                             "background_mbit_mean": _median(r["background_mbit_mean"] for r in none_runs),
+                             "background_max_stall_s": _median(r["background_max_stall_s"] for r in none_runs)}
+        none_runs = entry["none"]["runs"]
         for f in floors:
             opts = TestbedOptions(seed=seed, prefix=prefix, background_floor=f)
             t = time.perf_counter()
@@ -142,6 +160,8 @@ def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: b
         out["scenarios"][sc] = entry
     if not sim_only:
         out["chosen_floor"] = choose_floor(out)
+        # the stalls alone: the files' goodput share may not reach its goal at any floor swept
+        out["no_stall_floor"] = choose_floor(out, no_stall)
         out["default_floor"] = BACKGROUND_FLOOR
     return out
 
@@ -185,7 +205,9 @@ def table(result: dict) -> list[str]:
 
     for sc, s in result["scenarios"].items():
         for fl in result["floors"]:
-            tb, sim = s["testbed"].get(f"{fl:g}", {}), s["simulator"][f"{fl:g}"]
+            tb, sim = s["testbed"].get(f"{fl:g}", {}), s["simulator"].get(f"{fl:g}")
+            if sim is None:
+                continue
             share = tb.get("goodput_share_of_none")
             lines.append(f"{sc:<11} {fl:>5g} {f(tb.get('mean_jct_s'), '7.2f')} "
                          f"{f(tb.get('jct_ratio_none_over_jit'), '8.3f')} "
@@ -215,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-only", action="store_true", help="the simulator's side only (no testbed, no root)")
     p.add_argument("--out", type=Path, default=OUT,
                    help="writes OUT.json and OUT.png (default docs/figures/floor); '-': neither")
+    p.add_argument("--extend", type=Path, metavar="FILE",
+                   help="add the floors to a saved result (its plain-TCP runs reused) and write it as --out")
     p.add_argument("--note", default="", help="a note stored with the results (the machine's load, say)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     return p
@@ -245,9 +269,18 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr if a.json else sys.stdout, flush=True)
 
+    extend = None
+    if a.extend:
+        try:
+            extend = json.loads(a.extend.read_text())
+            if extend["seed"] != a.seed or not isinstance(extend["scenarios"], dict):
+                raise ValueError(f"seed {extend['seed']}, not {a.seed}")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            p.error(f"--extend {a.extend}: not a bench_floor result to extend ({exc})")
     floors = sorted(set(a.floors))
-    result = sweep(a.scenario, floors, a.runs, a.seed, a.prefix, say, a.sim_only)
-    result |= {"note": a.note, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    result = sweep(a.scenario, floors, a.runs, a.seed, a.prefix, say, a.sim_only, extend)
+    note = " ".join(x for x in ((extend or {}).get("note", ""), a.note) if x)
+    result |= {"note": note, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "goals": {"max_stall_s": MAX_STALL_S, "min_goodput_share": MIN_GOODPUT_SHARE,
                          "min_jct_ratio": MIN_JCT_RATIO}}
     if write:
@@ -262,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in table(result):
         print(line)
     if "chosen_floor" in result:
-        print(f"chosen floor: {result['chosen_floor']} (the agents' default: {result['default_floor']:g})")
+        print(f"chosen floor: {result['chosen_floor']}; the smallest without a stall of {MAX_STALL_S:g} s: "
+              f"{result['no_stall_floor']} (the agents' default: {result['default_floor']:g})")
     return 0
 
 

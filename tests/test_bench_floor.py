@@ -24,6 +24,7 @@ def test_the_smallest_floor_meeting_the_goals_on_every_scenario_is_chosen():
     assert bench_floor.goals(point(0.99, 0.9, 1.5)) == {"jct_ratio": True, "goodput_share": True, "max_stall": True}
     assert bench_floor.goals(point(1.0, 0.89, 1.49)) == {"jct_ratio": False, "goodput_share": False,
                                                          "max_stall": False}
+    assert bench_floor.choose_floor(result, bench_floor.no_stall) == 0.05  # the stalls alone
     result["scenarios"]["b"]["testbed"]["0.1"] = point(1.2, 0.95)
     assert bench_floor.choose_floor(result) is None
 
@@ -39,6 +40,13 @@ def test_the_simulators_sweep_writes_its_json_and_figure(tmp_path, capsys):
     assert sim["0.2"]["mean_jct_s"] > sim["0"]["mean_jct_s"]
     assert 0.5 < sim["0"]["goodput_share_of_none"] <= 1.05
     assert "quick" in capsys.readouterr().out
+    # more floors added to the saved result, its points kept
+    assert bench_floor.main(["--sim-only", "--scenario", "quick", "--floors", "0.1", "--extend",
+                             str(out.with_suffix(".json")), "--out", str(out)]) == 0
+    more = json.loads(out.with_suffix(".json").read_text())
+    assert more["floors"] == [0.0, 0.1, 0.2]
+    assert set(more["scenarios"]["quick"]["simulator"]) == {"0", "0.1", "0.2"}
+    assert more["scenarios"]["quick"]["simulator"]["0.2"] == sim["0.2"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -47,6 +55,7 @@ def test_the_simulators_sweep_writes_its_json_and_figure(tmp_path, capsys):
     (["--runs", "0"], "--runs: at least 1, got 0"),
     (["--scenario", "nope"], "unknown scenario 'nope'"),
     (["--prefix", "Bad"], "prefix: bad prefix"),
+    (["--extend", "/nonexistent/floor.json"], "--extend /nonexistent/floor.json: not a bench_floor result"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
