@@ -167,10 +167,10 @@ def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: b
 
 
 def draw(result: dict, path: Path) -> None:
-    """Two panels per scenario row: DL mean JCT and the files' goodput share of plain TCP's, against the floor."""
+    """Per scenario, against the floor: DL mean JCT, the files' goodput share of plain TCP's, the longest stall."""
     plt = pyplot()
     scs = list(result["scenarios"])
-    fig, axes = plt.subplots(len(scs), 2, figsize=(10, 3.4 * len(scs)), squeeze=False)
+    fig, axes = plt.subplots(len(scs), 3, figsize=(15, 3.4 * len(scs)), squeeze=False)
     floors = result["floors"]
     for row, sc in zip(axes, scs, strict=True):
         s = result["scenarios"][sc]
@@ -181,9 +181,16 @@ def draw(result: dict, path: Path) -> None:
                 continue
             row[0].plot(xs, [p["mean_jct_s"] for p in pts if p], style, label=f"jit, {src}")
             row[1].plot(xs, [100 * (p["goodput_share_of_none"] or 0) for p in pts if p], style, label=src)
+            if src == "testbed":  # the fluid simulator has no stalls
+                row[2].plot(xs, [p["background_max_stall_s"] for p in pts if p], style, label="jit, testbed")
         if s["none"]["mean_jct_s"]:
             row[0].axhline(s["none"]["mean_jct_s"], color="grey", ls=":", label="plain TCP, testbed")
         row[1].axhline(100 * MIN_GOODPUT_SHARE, color="grey", ls=":", label=f"{MIN_GOODPUT_SHARE:.0%} goal")
+        if s["none"]["background_max_stall_s"] is not None:
+            row[2].axhline(s["none"]["background_max_stall_s"], color="grey", ls=":", label="plain TCP, testbed")
+        row[2].axhline(MAX_STALL_S, color="red", ls=":", label=f"{MAX_STALL_S:g} s goal")
+        row[2].set(title=f"{sc}: longest time a file made no progress", xlabel="background floor (share of each port)",
+                   ylabel="s")
         row[0].set(title=f"{sc}: DL mean JCT", xlabel="background floor (share of each port)", ylabel="s")
         row[1].set(title=f"{sc}: files' goodput, % of plain TCP's", xlabel="background floor (share of each port)",
                    ylabel="%")
