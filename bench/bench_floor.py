@@ -132,9 +132,20 @@ def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: b
     out["floors"] = sorted(set(out["floors"]) | set(floors))
     for sc in scenarios:
         entry: dict = out["scenarios"].setdefault(sc, {"testbed": {}, "simulator": {}})
-        if "none" not in entry or (not entry["none"]["runs"] and not sim_only):
-            none_runs = [] if sim_only else testbed_runs(
-                sc, TestbedOptions(policy="none", seed=seed, prefix=prefix), runs, say)
+        need_none = "none" not in entry or (not entry["none"]["runs"] and not sim_only)
+        none_opts = TestbedOptions(policy="none", seed=seed, prefix=prefix)
+        paired: dict[float, list[dict]] = {}
+        if need_none and not sim_only and len(floors) == 1:
+            # one floor (the goal table): jit and plain TCP alternate run by run, so that a
+            # change of the machine's load during the runs falls on both
+            jit_opts = TestbedOptions(seed=seed, prefix=prefix, background_floor=floors[0])
+            none_runs, paired[floors[0]] = [], []
+            for r in range(runs):
+                for o in ((none_opts, jit_opts) if r % 2 == 0 else (jit_opts, none_opts)):
+                    (none_runs if o is none_opts else paired[floors[0]]).extend(testbed_runs(sc, o, 1, say))
+        elif need_none:
+            none_runs = [] if sim_only else testbed_runs(sc, none_opts, runs, say)
+        if need_none:
             entry["none"] = {"runs": none_runs, "mean_jct_s": _median(r["mean_jct_s"] for r in none_runs),
                              "background_mbit_mean": _median(r["background_mbit_mean"] for r in none_runs),
                              "background_max_stall_s": _median(r["background_max_stall_s"] for r in none_runs)}
@@ -154,7 +165,7 @@ def sweep(scenarios, floors, runs: int, seed: int, prefix: str, say, sim_only: b
                 f"({time.perf_counter() - t:.0f} s)")
             if sim_only:
                 continue
-            jit_runs = testbed_runs(sc, opts, runs, say)
+            jit_runs = paired.get(f) or testbed_runs(sc, opts, runs, say)
             point = summarize_point(jit_runs, none_runs)
             entry["testbed"][f"{f:g}"] = point | {"goals_met": goals(point), "runs": jit_runs}
         out["scenarios"][sc] = entry

@@ -62,3 +62,24 @@ def test_bad_flags_are_one_line_and_exit_2(argv, message, capsys):
         bench_floor.main(["--sim-only", "--out", "-", *argv])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_one_floor_alternates_jit_and_plain_tcp_and_sums_up_their_medians(monkeypatch):
+    order = []
+
+    def fake_runs(scenario, options, runs, say):
+        assert runs == 1
+        order.append(options.policy)
+        jit = options.policy == "jit"
+        return [{"mean_jct_s": 6.0 if jit else 10.0, "background_mbit_mean": 47.0 if jit else 50.0,
+                 "background_max_stall_s": 0.4 if jit else 0.3, "cpu_busy_during_jobs": 0.5,
+                 "agents_failed": {}, "completed": 6, "jobs": 6}]
+
+    monkeypatch.setattr(bench_floor, "testbed_runs", fake_runs)
+    out = bench_floor.sweep(["quick"], [0.05], 3, 0, "floor", lambda msg: None)
+    assert order == ["none", "jit", "jit", "none", "none", "jit"]
+    point = out["scenarios"]["quick"]["testbed"]["0.05"]
+    assert point["jct_ratio_none_over_jit"] == pytest.approx(10 / 6)
+    assert point["goodput_share_of_none"] == pytest.approx(0.94)
+    assert point["goals_met"] == {"jct_ratio": True, "goodput_share": True, "max_stall": True}
+    assert out["chosen_floor"] == out["no_stall_floor"] == 0.05
