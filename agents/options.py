@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jitsched.agents.backends.base import INGRESS_SHARE
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, INGRESS_SHARE, check_background_floor
 from jitsched.errors import ValidationError
 from jitsched.optspec import check_choice, check_range, check_types, option
 
@@ -43,6 +43,10 @@ class AgentOptions:
         INGRESS_SHARE, "with ingress: while inbound flows are scheduled the IFB is shaped to this share of "
                        "the ingress rate the daemon's cluster gives this host, so the queue forms in the host "
                        "(the link's own rate otherwise; default %(default)s)", metavar="SHARE")
+    background_floor: float = option(
+        BACKGROUND_FLOOR, "tc backend: share of each port, in [0, 1), guaranteed to traffic jitsched does not "
+                          "rank while ranked flows are backlogged (they borrow it back when that traffic "
+                          "leaves it idle; default %(default)s)", metavar="SHARE")
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -50,6 +54,7 @@ class AgentOptions:
         if self.ingress and self.backend != "tc":
             raise ValidationError(f"ingress: needs backend tc (the ingress is ordered with tc), got {self.backend!r}")
         check_range(self, "ingress_share", 0.0, 1.0, open_lo=True)
+        check_background_floor(self.background_floor)
 
     @property
     def enforce_ingress(self) -> bool:
@@ -64,6 +69,7 @@ class AgentOptions:
             # has it (the testbed's agents, since the first tc runs); ranked flows borrow
             # by their level whatever this says
             tc["borrow"] = True
+            tc["background_floor"] = self.background_floor
         out: dict = {"backend": self.backend, "backend_options": dict(tc)}
         if self.enforce_ingress:
             out["ingress"] = tc | {"share": self.ingress_share}

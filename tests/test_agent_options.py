@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from jitsched.agents.backends.base import BACKGROUND_FLOOR
 from jitsched.agents.options import AgentOptions
 from jitsched.errors import ValidationError
 from jitsched.optspec import add_options, options_from_args
@@ -24,18 +25,19 @@ def test_defaults_leave_the_agents_own_defaults_in_place():
 def test_the_tc_backend_orders_the_ingress_too_by_default():
     # the configuration the testbed measures jit with: plans as floors, ingress
     # ordered on an IFB at 98 % of the host's ingress rate
+    tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR}
     assert parse("--backend", "tc", "--dev", "eth1").agent_kwargs() == {
-        "backend": "tc", "backend_options": {"dev": "eth1", "borrow": True},
-        "ingress": {"dev": "eth1", "borrow": True, "share": 0.98}}
+        "backend": "tc", "backend_options": tc, "ingress": tc | {"share": 0.98}}
     o = parse("--backend", "tc", "--dev", "eth1", "--ingress-share", "0.95", "--rto-max-ms", "2000",
               "--rto-min-ms", "0")
-    assert o.agent_kwargs() == {"backend": "tc", "backend_options": {"dev": "eth1", "borrow": True},
-                                "ingress": {"dev": "eth1", "borrow": True, "share": 0.95},
+    assert o.agent_kwargs() == {"backend": "tc", "backend_options": tc,
+                                "ingress": tc | {"share": 0.95},
                                 "rto_max_ms": 2000, "rto_min_ms": 0.0}
     off = parse("--backend", "tc", "--dev", "eth1", "--no-ingress")
     assert not off.enforce_ingress and "ingress" not in off.agent_kwargs()
     # the tc backend's own device default (eth0) serves both directions
-    assert AgentOptions(backend="tc").agent_kwargs()["ingress"] == {"borrow": True, "share": 0.98}
+    assert AgentOptions(backend="tc").agent_kwargs()["ingress"] == {
+        "borrow": True, "background_floor": BACKGROUND_FLOOR, "share": 0.98}
     assert not AgentOptions(backend="record").enforce_ingress
 
 
@@ -48,7 +50,20 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     ({"backend": "tc", "ingress_share": math.nan}, "ingress_share: must be within"),
     ({"rto_max_ms": 1.5}, "rto_max_ms: expected an int or None"),
     ({"ingress": 1}, "ingress: expected a bool"),
+    ({"backend": "tc", "background_floor": 1.0}, r"background_floor: must be within \[0, 1\), got 1.0"),
+    ({"backend": "tc", "background_floor": -0.1}, r"background_floor: must be within \[0, 1\)"),
+    ({"backend": "tc", "background_floor": math.nan}, "background_floor: must be within"),
 ])
 def test_bad_options_are_refused_naming_the_field(kw, message):
     with pytest.raises(ValidationError, match=message):
         AgentOptions(**kw)
+
+
+def test_the_background_floor_reaches_both_tc_backends():
+    o = parse("--backend", "tc", "--background-floor", "0.25")
+    kw = o.agent_kwargs()
+    assert kw["backend_options"]["background_floor"] == kw["ingress"]["background_floor"] == 0.25
+    assert parse("--backend", "tc", "--background-floor", "0").agent_kwargs()["backend_options"][
+        "background_floor"] == 0.0
+    # the other backends have no background class to guarantee
+    assert "background_floor" not in parse("--background-floor", "0.3").agent_kwargs()["backend_options"]

@@ -201,6 +201,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise ValidationError(str(exc)) from None
     a.start()
     ingress = f" + tc-ingress at {opts.ingress_share:g} of the ingress rate" if opts.enforce_ingress else ""
+    if opts.backend == "tc":
+        ingress += f", background floor {opts.background_floor:g} of each port"
     print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {opts.backend}{ingress}, "
           f"{'CURVE' if a.keys is not None else 'plaintext'}, local socket {a.local_name}", flush=True)
     stop = threading.Event()

@@ -16,10 +16,11 @@ from jitsched.policies.base import (
     register_policy,
 )
 from jitsched.policies.common import (
-    background_shares,
+    check_bg_floor,
     check_slot_s,
     coflow_loads,
     coflow_ranks,
+    floored_background_shares,
     ranked_schedule,
     unfinished_transfers,
 )
@@ -93,6 +94,10 @@ class SincroniaPolicy(Policy):
         ``coflows`` (default): each background flow is a coflow in the order;
         ``last``: background flows after every job, max-min fair among
         themselves (the testbed's agents; ``jitsched.testbed.scenario.predict``).
+    bg_floor : float
+        With ``last``: share of each port, in [0, 1), the background flows are
+        guaranteed while jobs' flows are backlogged on it (the agents'
+        background floor, :func:`jitsched.policies.common.floored_background_shares`; default 0).
     """
 
     name = "sincronia"
@@ -100,12 +105,14 @@ class SincroniaPolicy(Policy):
     role = "baseline"
     role_rank = 1  # after tictac, the order bench.paper's tables and figures have always used
 
-    def __init__(self, recompute: str = "events", slot_s: float = DEFAULT_SLOT_S, background: str = "coflows") -> None:
+    def __init__(self, recompute: str = "events", slot_s: float = DEFAULT_SLOT_S, background: str = "coflows",
+                 bg_floor: float = 0.0) -> None:
         if recompute not in RECOMPUTE:
             raise ValidationError(f"recompute: expected one of {RECOMPUTE}, got {recompute!r}")
         if background not in BACKGROUNDS:
             raise ValidationError(f"background: expected one of {BACKGROUNDS}, got {background!r}")
         self.background = background
+        self.bg_floor = check_bg_floor(bg_floor)
         self.slot_s = check_slot_s(slot_s)
         self.recompute = recompute
         self._stale = True
@@ -165,8 +172,10 @@ class SincroniaPolicy(Policy):
             return Allocation(np.zeros(0))
         order = np.lexsort((f.bg, f.node, rank))
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
-        rates = priority_greedy(order, f.src, f.dst, cap_e, cap_i)
-        return Allocation(background_shares(rates, f, cap_e, cap_i) if self.background == "last" else rates)
+        if self.background != "last":
+            return Allocation(priority_greedy(order, f.src, f.dst, cap_e, cap_i))
+        return Allocation(floored_background_shares(lambda e, i: priority_greedy(order, f.src, f.dst, e, i),
+                                                    f, cap_e, cap_i, self.bg_floor))
 
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
         """Every unfinished transfer of the active jobs with its job's rank in BSSI order, for host agents.

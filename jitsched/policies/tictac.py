@@ -13,8 +13,9 @@ from jitsched.plan.alloc import priority_greedy
 from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, Policy, SchedulerView, SlotSchedule, register_policy
 from jitsched.policies.common import (
-    background_shares,
+    check_bg_floor,
     check_slot_s,
+    floored_background_shares,
     ranked_schedule,
     unfinished_transfers,
 )
@@ -194,14 +195,19 @@ class TicTacPolicy(Policy):
         Slot length of :meth:`schedule`'s (rates-free) schedules, seconds.
     k_std : float
         Compute times are ``duration + k_std * std`` (>= 0), as in the LAT pass.
+    bg_floor : float
+        With ``last``: share of each port, in [0, 1), the background flows are
+        guaranteed while jobs' flows are backlogged on it (the agents'
+        background floor, :func:`jitsched.policies.common.floored_background_shares`; default 0).
     """
 
     name = "tictac"
     role = "baseline"
 
     def __init__(self, mode: str = "auto", background: str = "fair", slot_s: float = DEFAULT_SLOT_S,
-                 k_std: float = 0.0) -> None:
+                 k_std: float = 0.0, bg_floor: float = 0.0) -> None:
         self.slot_s = check_slot_s(slot_s)
+        self.bg_floor = check_bg_floor(bg_floor)
         if isinstance(k_std, bool) or not isinstance(k_std, (int, float)) or not k_std >= 0 \
                 or not math.isfinite(k_std):
             raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
@@ -279,7 +285,8 @@ class TicTacPolicy(Policy):
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         if self.background == "last":
             order = np.lexsort((f.node, rank, ident, arrival, ~is_job))
-            return Allocation(background_shares(priority_greedy(order, f.src, f.dst, cap_e, cap_i), f, cap_e, cap_i))
+            return Allocation(floored_background_shares(lambda e, i: priority_greedy(order, f.src, f.dst, e, i),
+                                                        f, cap_e, cap_i, self.bg_floor))
         order = np.lexsort((f.node, rank, ident, ~is_job, arrival))
         if self.background == "fifo" or is_job.all():
             return Allocation(priority_greedy(order, f.src, f.dst, cap_e, cap_i))
