@@ -1,4 +1,4 @@
-"""Priority classes in the simulator: critical jobs' JCT over their isolated JCT, normal and best-effort p99 slowdown, per load and policy."""
+"""Priority classes in the simulator: critical jobs' JCT over their isolated JCT, normal and best-effort p99 slowdown, per load and policy; with ``--shared``, critical jobs that share ports admitted by LP reservations against port exclusivity."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ if not __package__:  # run as ``python bench/bench_classes.py``: sys.path starts
 
 import numpy as np
 
+from jitsched.daemon.jobs import isolated_jct_s
 from jitsched.errors import ValidationError
 from jitsched.model import Workload
+from jitsched.policies.base import make_policy
+from jitsched.policies.reserved import Reserved
+from jitsched.reserve import ReservationBook, ReserveOptions, job_windows
 from jitsched.sim import Simulator
 from jitsched.workloads import generate_workload
 
@@ -34,10 +38,14 @@ class ClassesOptions:
         Workload seeds; the classes are drawn with the same seed.
     n_jobs, n_hosts : int
         Jobs, DL jobs and background files together (``generate_workload``'s
-        ``n_jobs``; about half are files), and hosts (1 Gbit/s each).
+        ``n_jobs``; about half are files), and hosts (``bps`` each).
     critical, best_effort : float
         Shares of the DL jobs marked critical and best-effort (the rest normal).
     policies : tuple of str
+    eps, slot_s : float
+        The reservations' JCT target over isolated and slot (``--shared``).
+    bps : float
+        Hosts' line rate, bits/s.
     """
 
     loads: tuple[float, ...] = (0.5, 0.7, 0.9)
@@ -47,6 +55,9 @@ class ClassesOptions:
     critical: float = 0.1
     best_effort: float = 0.2
     policies: tuple[str, ...] = POLICIES
+    eps: float = 0.05
+    slot_s: float = 0.01
+    bps: float = 1e9
 
 
 def classed_workload(wl: Workload, critical: float, best_effort: float, seed: int) -> Workload:
@@ -85,7 +96,8 @@ def measure(opts: ClassesOptions) -> list[dict]:
     rows = []
     for load in opts.loads:
         for seed in opts.seeds:
-            wl = classed_workload(generate_workload(load, n_jobs=opts.n_jobs, n_hosts=opts.n_hosts, seed=seed),
+            wl = classed_workload(generate_workload(load, n_jobs=opts.n_jobs, n_hosts=opts.n_hosts, bps=opts.bps,
+                                                    seed=seed),
                                   opts.critical, opts.best_effort, seed)
             iso = isolated_jcts(wl)
             cls = np.array([j.job_class for j in wl.jobs])
@@ -102,6 +114,80 @@ def measure(opts: ClassesOptions) -> list[dict]:
                     "best_effort_max_slowdown": float(be.max()) if len(be) else float("nan"),
                     "files_mean_slowdown": float(np.mean(res.bg_slowdown)) if len(res.bg_slowdown) else float("nan"),
                 })
+    return rows
+
+
+def exclusive_admits(wl: Workload) -> np.ndarray:
+    """Which critical jobs port exclusivity admits, in arrival order: a job none of whose
+    ports an admitted critical job holds (for its isolated JCT lower bound after its arrival)."""
+    cl = wl.cluster
+    held: dict[tuple[int, int], float] = {}
+    ok = np.zeros(len(wl.jobs), dtype=bool)
+    for k in np.argsort([j.arrival_s for j in wl.jobs], kind="stable"):
+        j = wl.jobs[k]
+        if j.job_class != "critical":
+            continue
+        ports = {p for t in j.transfers for p in ((cl.index(t.src), 0), (cl.index(t.dst), 1))}
+        if all(held.get(p, -np.inf) <= j.arrival_s for p in ports):
+            ok[k] = True
+            until = j.arrival_s + isolated_jct_s(j, cl)
+            held.update(dict.fromkeys(ports, until))
+    return ok
+
+
+def measure_shared(opts: ClassesOptions) -> list[dict]:
+    """One row per (load, seed): critical jobs admitted by port exclusivity and by LP
+    reservations (the others run as normal), and the slowdowns with the reservations enforced.
+
+    Returns
+    -------
+    list of dict
+        Keys ``load``, ``seed``, ``n_critical``, ``admitted_exclusive``, ``admitted_lp``,
+        ``critical_over_isolated_mean``, ``critical_over_isolated_max`` (admitted by the LP,
+        simulated with their reserved rates and the default jit on what is left),
+        ``normal_p99_slowdown``, ``best_effort_p99_slowdown``, ``exclusive_critical_over_isolated_max``
+        (admitted by exclusivity, the default jit alone), ``refused_bottlenecks``.
+    """
+    rows = []
+    ropts = ReserveOptions(eps=opts.eps, slot_s=opts.slot_s)
+    for load in opts.loads:
+        for seed in opts.seeds:
+            wl = classed_workload(generate_workload(load, n_jobs=opts.n_jobs, n_hosts=opts.n_hosts, bps=opts.bps,
+                                                    seed=seed),
+                                  opts.critical, opts.best_effort, seed)
+            iso = isolated_jcts(wl)
+            cls = np.array([j.job_class for j in wl.jobs])
+            excl = exclusive_admits(wl)
+            book = ReservationBook(wl.cluster, ropts)
+            admitted: dict[int, str] = {}
+            refused = []
+            for k in np.argsort([j.arrival_s for j in wl.jobs], kind="stable"):
+                j = wl.jobs[k]
+                if j.job_class == "critical":
+                    d = book.admit(j.id, j, j.arrival_s, job_windows(j, wl.cluster, ropts))
+                    if d.admitted:
+                        admitted[int(k)] = j.id
+                    else:
+                        refused.append(d.bottleneck)
+            lp_cls = np.where((cls == "critical") & ~np.isin(np.arange(len(cls)), list(admitted)), "normal", cls)
+            lp_wl = replace(wl, jobs=tuple(replace(j, job_class=str(c)) for j, c in zip(wl.jobs, lp_cls, strict=True)))
+            res = Simulator(lp_wl, Reserved(make_policy("jit"), book, admitted), seed=seed).run()
+            slow = res.jct_s / iso
+            crit = slow[list(admitted)]
+            ex_cls = np.where((cls == "critical") & ~excl, "normal", cls)
+            ex_wl = replace(wl, jobs=tuple(replace(j, job_class=str(c)) for j, c in zip(wl.jobs, ex_cls, strict=True)))
+            ex_slow = Simulator(ex_wl, "jit", seed=seed).run().jct_s / iso
+            norm, be = slow[lp_cls == "normal"], slow[lp_cls == "best-effort"]
+            rows.append({
+                "load": load, "seed": seed, "n_critical": int((cls == "critical").sum()),
+                "admitted_exclusive": int(excl.sum()), "admitted_lp": len(admitted),
+                "critical_over_isolated_mean": float(crit.mean()) if len(crit) else float("nan"),
+                "critical_over_isolated_max": float(crit.max()) if len(crit) else float("nan"),
+                "normal_p99_slowdown": float(np.percentile(norm, 99)) if len(norm) else float("nan"),
+                "best_effort_p99_slowdown": float(np.percentile(be, 99)) if len(be) else float("nan"),
+                "exclusive_critical_over_isolated_max": float(ex_slow[excl].max()) if excl.any() else float("nan"),
+                "refused_bottlenecks": refused,
+            })
     return rows
 
 

@@ -131,7 +131,7 @@ class Client:
             if rep.id != req_id and rep.id != 0:
                 continue  # a late reply to an earlier, timed-out request
             if not rep.ok:
-                raise RemoteError(rep.code, rep.message)
+                raise RemoteError(rep.code, rep.message, rep.detail)
             return rep.body
 
     def request(self, type_: str, body: dict | None = None) -> dict:
