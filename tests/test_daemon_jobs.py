@@ -6,6 +6,7 @@ import math
 import time
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from jitsched.config import ClientQuota, check_config
@@ -242,3 +243,28 @@ def test_if_unguaranteed_is_checked_in_one_line():
     got = st.submit_job({"job": critical("a", "h0", "h1"), "if_unguaranteed": "maybe"}, 0.0)
     assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_BODY
     assert got.message == "body.if_unguaranteed: expected one of refuse, normal, got 'maybe'"
+
+
+def test_agents_get_a_critical_jobs_reserved_rates_and_a_leftover_without_them():
+    from jitsched.client import Client
+    from jitsched.daemon.server import wait_until
+    from tests.test_daemon import system
+
+    with system(policy="jit") as (d, agents), Client(d.job_endpoint) as c:
+        c.submit(critical("a", "h0", "h1"))
+
+        def flow():
+            body = agents["h0"].schedule
+            got = [f for f in body["flows"] if f["flow"] == "a/t"] if body else []
+            return got[0] if got and got[0]["rates_Bps"] else None
+
+        assert wait_until(lambda: flow() is not None, 5.0)
+        f, body = flow(), agents["h0"].schedule
+        slot = body["slot_s"]
+        # the reservation: 125 MB at up to the line rate, as the flow's floor
+        assert max(f["rates_Bps"]) == pytest.approx(1.25e8)
+        assert sum(f["rates_Bps"]) * slot == pytest.approx(1.25e8, rel=0.02)
+        # what background traffic may take leaves the reserved slots alone
+        left = body["leftover_Bps"]
+        k = f["start_slot"] + int(np.argmax(f["rates_Bps"]))
+        assert k < len(left) and left[k] == pytest.approx(0.0, abs=1.0)

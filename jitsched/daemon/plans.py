@@ -64,6 +64,9 @@ class PlanRequest:
     incarnation: int = 0  # the daemon process's, for the bodies
     # the announced background flows (full re-solves; increments keep the base's ranks)
     background: tuple[Announced, ...] = ()
+    # the planned critical jobs' reserved rates (reserve.ReservationBook.flows): the
+    # schedule's floor for their flows (reserve.with_reservations)
+    reserved: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -367,7 +370,8 @@ class PlanBook:
         self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
                           slot_s=self.config.slot_s, incarnation=self.incarnation,
-                          background=self.background.snapshot())
+                          background=self.background.snapshot(),
+                          reserved=self.registry.reservations.flows(self.active))
         self.events.clear()
         self.reasons.clear()
         self.first_reason_s = math.inf
@@ -414,7 +418,8 @@ class PlanBook:
                            removed=removed,
                            busy_egress=np.bincount(np.asarray(out_hosts, dtype=np.int64), minlength=nh),
                            busy_ingress=np.bincount(np.asarray(in_hosts, dtype=np.int64), minlength=nh),
-                           rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation)
+                           rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation,
+                           reserved=self.registry.reservations.flows(new_ids))
 
     # ------------------------------------------------------------------ results
 

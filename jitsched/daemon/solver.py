@@ -30,6 +30,7 @@ from jitsched.lat import latest_arrival_times
 from jitsched.model import TRANSFER, Cluster, Compute, DagArrays, Job, Transfer, compile_jobs
 from jitsched.planner import shared_cluster
 from jitsched.policies.base import DONE, RUNNING, WAITING, FlowSet, Policy, SchedulerView
+from jitsched.reserve import with_reservations
 
 # A failed full re-solve plans at most this many of its jobs (the newest) alone to find
 # the ones to blame: each is a plan of its own, and a failure may be the sum of many jobs.
@@ -134,6 +135,7 @@ def _full_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: fl
         policy.on_tick(view)
     # announced flows alone still take ranks among themselves (jit, Sincronia)
     sched = policy.schedule(view) if view.dag.n_jobs or view.bg_ids else None
+    sched = with_reservations(sched, req.reserved, cluster)
     new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
     lats = _lats(view, new, cluster)
     solve_s = time.perf_counter() - t0
@@ -236,6 +238,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
             if inc is None:
                 return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
                                   unsupported=True, **kw)
+            inc = with_reservations(inc, req.reserved, cluster)
             sched = merge_schedules(base, inc)
             changed.update(h for f in inc.flows for h in (f[2], f[3]))
             late = len(inc.late)
