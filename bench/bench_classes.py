@@ -46,6 +46,9 @@ class ClassesOptions:
         The reservations' JCT target over isolated and slot (``--shared``).
     bps : float
         Hosts' line rate, bits/s.
+    critical_gap_s : float or None
+        ``--shared``: the critical jobs arrive this far apart from the first one's
+        arrival, so that they overlap in time on the ports they share (None: as drawn).
     """
 
     loads: tuple[float, ...] = (0.5, 0.7, 0.9)
@@ -58,6 +61,7 @@ class ClassesOptions:
     eps: float = 0.05
     slot_s: float = 0.01
     bps: float = 1e9
+    critical_gap_s: float | None = None
 
 
 def classed_workload(wl: Workload, critical: float, best_effort: float, seed: int) -> Workload:
@@ -117,6 +121,15 @@ def measure(opts: ClassesOptions) -> list[dict]:
     return rows
 
 
+def bunched(wl: Workload, gap_s: float) -> Workload:
+    """``wl`` with its critical jobs arriving ``gap_s`` apart, in their order, from the first one's arrival."""
+    crit = sorted((j.arrival_s, k) for k, j in enumerate(wl.jobs) if j.job_class == "critical")
+    if not crit:
+        return wl
+    at = {k: crit[0][0] + i * gap_s for i, (_, k) in enumerate(crit)}
+    return replace(wl, jobs=tuple(replace(j, arrival_s=at[k]) if k in at else j for k, j in enumerate(wl.jobs)))
+
+
 def exclusive_admits(wl: Workload) -> np.ndarray:
     """Which critical jobs port exclusivity admits, in arrival order: a job none of whose
     ports an admitted critical job holds (for its isolated JCT lower bound after its arrival)."""
@@ -155,6 +168,8 @@ def measure_shared(opts: ClassesOptions) -> list[dict]:
             wl = classed_workload(generate_workload(load, n_jobs=opts.n_jobs, n_hosts=opts.n_hosts, bps=opts.bps,
                                                     seed=seed),
                                   opts.critical, opts.best_effort, seed)
+            if opts.critical_gap_s is not None:
+                wl = bunched(wl, opts.critical_gap_s)
             iso = isolated_jcts(wl)
             cls = np.array([j.job_class for j in wl.jobs])
             excl = exclusive_admits(wl)
@@ -207,20 +222,42 @@ def main(argv=None) -> int:
     ap.add_argument("--critical", type=float, default=0.1, help="share of DL jobs marked critical")
     ap.add_argument("--best-effort", type=float, default=0.2, help="share of DL jobs marked best-effort")
     ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--bps", type=float, default=1e9, help="hosts' line rate, bits/s")
+    ap.add_argument("--shared", action="store_true",
+                    help="critical jobs sharing ports: admitted by LP reservations against port exclusivity, "
+                         "then simulated with the reservations enforced (--policies unused)")
+    ap.add_argument("--critical-gap", type=float, default=None,
+                    help="--shared: critical jobs arrive this many seconds apart (default: as drawn)")
+    ap.add_argument("--eps", type=float, default=0.05, help="reservations' JCT target over isolated, minus 1")
+    ap.add_argument("--slot", type=float, default=0.01, help="reservations' slot, seconds")
     ap.add_argument("--json", action="store_true", help="one JSON line: {\"rows\": [...]}")
     args = ap.parse_args(argv)
     try:
         opts = ClassesOptions(loads=_floats(args.loads, "loads"), seeds=_floats(args.seeds, "seeds", int),
                               n_jobs=args.jobs, n_hosts=args.hosts, critical=args.critical,
-                              best_effort=args.best_effort, policies=tuple(args.policies.split(",")))
+                              best_effort=args.best_effort, policies=tuple(args.policies.split(",")),
+                              eps=args.eps, slot_s=args.slot, bps=args.bps, critical_gap_s=args.critical_gap)
         if not (0 <= opts.critical and 0 <= opts.best_effort and opts.critical + opts.best_effort <= 1):
             raise ValidationError("--critical, --best-effort: shares >= 0 that sum to at most 1")
-        rows = measure(opts)
+        if not (opts.bps > 0 and opts.slot_s > 0 and opts.eps >= 0):
+            raise ValidationError("--bps, --slot: must be positive; --eps: must be >= 0")
+        rows = measure_shared(opts) if args.shared else measure(opts)
     except (ValidationError, KeyError) as exc:
         print(f"bench_classes: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({"rows": rows}))
+        return 0
+    if args.shared:
+        print(f"{opts.n_jobs} jobs (DL and files) on {opts.n_hosts} hosts at {opts.bps:g} bit/s, DL jobs "
+              f"{opts.critical:.0%} critical; reservations eps {opts.eps:g}, slot {opts.slot_s:g} s")
+        print(f"{'load':>5} {'seed':>4} {'critical':>8} {'excl':>5} {'lp':>4} {'crit mean':>9} {'crit max':>9} "
+              f"{'normal p99':>10} {'be p99':>8}  refused at")
+        for r in rows:
+            print(f"{r['load']:5.2f} {r['seed']:4d} {r['n_critical']:8d} {r['admitted_exclusive']:5d} "
+                  f"{r['admitted_lp']:4d} {r['critical_over_isolated_mean']:9.3f} "
+                  f"{r['critical_over_isolated_max']:9.3f} {r['normal_p99_slowdown']:10.3f} "
+                  f"{r['best_effort_p99_slowdown']:8.3f}  {', '.join(r['refused_bottlenecks'])}")
         return 0
     print(f"{opts.n_jobs} jobs (DL and files) on {opts.n_hosts} hosts, DL jobs {opts.critical:.0%} critical, "
           f"{opts.best_effort:.0%} best-effort; slowdown = JCT / isolated JCT")

@@ -36,11 +36,15 @@ class ReserveOptions:
     max_starts : int
         Start offsets tried when a job cannot start now (evenly spaced up to the
         end of the reservations held, which is always feasible).
+    max_delays : int
+        Delays of a job's windows tried before refusing it, evenly spaced up to
+        ``eps`` times its isolated JCT (:func:`delayed`: less stretch, the same target).
     """
 
     eps: float = 0.05
     slot_s: float = DEFAULT_SLOT_S
     max_starts: int = 32
+    max_delays: int = 8
 
     def __post_init__(self) -> None:
         if not (isinstance(self.eps, (int, float)) and 0 <= self.eps < math.inf):
@@ -49,6 +53,8 @@ class ReserveOptions:
             raise ValidationError(f"slot_s: must be a positive number of seconds, got {self.slot_s!r}")
         if isinstance(self.max_starts, bool) or not isinstance(self.max_starts, int) or self.max_starts < 1:
             raise ValidationError(f"max_starts: must be a positive integer, got {self.max_starts!r}")
+        if isinstance(self.max_delays, bool) or not isinstance(self.max_delays, int) or self.max_delays < 0:
+            raise ValidationError(f"max_delays: must be an integer >= 0, got {self.max_delays!r}")
 
 
 @dataclass(frozen=True)
@@ -69,8 +75,11 @@ class Windows:
         The job's JCT alone in the cluster, seconds.
     target_s : float
         ``(1 + eps) * isolated_s`` rounded up to the slot: the JCT the windows hold.
-    finish_s : ndarray of float64
-        Each transfer's finish in the isolated schedule (orders transfers of one window).
+    finish_s, start_s : ndarray of float64
+        Each transfer's finish and start in the isolated schedule (the finish orders
+        transfers of one window).
+    delay_s : float
+        The windows start this long after the job (:func:`delayed`).
     """
 
     ids: tuple[str, ...]
@@ -82,6 +91,8 @@ class Windows:
     isolated_s: float
     target_s: float
     finish_s: np.ndarray
+    start_s: np.ndarray
+    delay_s: float = 0.0
 
     @property
     def n_slots(self) -> int:
@@ -120,15 +131,29 @@ def job_windows(job: Job, cluster: Cluster, options: ReserveOptions) -> Windows:
     start = np.asarray(res.node_start_s[n_comp:], dtype=np.float64)
     finish = np.asarray(res.node_finish_s[n_comp:], dtype=np.float64)
     iso = float(res.jct_s[0])
-    k, slot = 1.0 + options.eps, options.slot_s
-    first = np.floor(start * k / slot + 1e-9).astype(np.int64)
-    last = np.maximum(np.ceil(finish * k / slot - 1e-9).astype(np.int64) - 1, first)
     index = cluster.index
-    return Windows(tuple(t.id for t in job.transfers),
-                   np.array([index(t.src) for t in job.transfers], dtype=np.int64),
-                   np.array([index(t.dst) for t in job.transfers], dtype=np.int64),
-                   np.array([t.bytes for t in job.transfers], dtype=np.float64),
-                   first, last, iso, math.ceil(iso * k / slot - 1e-9) * slot, finish)
+    win = Windows(tuple(t.id for t in job.transfers),
+                  np.array([index(t.src) for t in job.transfers], dtype=np.int64),
+                  np.array([index(t.dst) for t in job.transfers], dtype=np.int64),
+                  np.array([t.bytes for t in job.transfers], dtype=np.float64),
+                  np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), iso, 0.0, finish, start)
+    return delayed(win, 0.0, options)
+
+
+def delayed(win: Windows, delay_s: float, options: ReserveOptions) -> Windows:
+    """``win`` for the isolated schedule delayed by ``delay_s`` and stretched by what is left
+    of the target: ``(1 + eps) * isolated - delay_s`` over the isolated JCT (at least 1).
+
+    A job whose transfers' bursts meet another critical job's can start them a little
+    later, still within its target, instead of being refused.
+    """
+    slot = options.slot_s
+    iso = win.isolated_s
+    k = max(1.0, 1.0 + options.eps - delay_s / iso) if iso > 0 else 1.0 + options.eps
+    first = np.floor((delay_s + win.start_s * k) / slot + 1e-9).astype(np.int64)
+    last = np.maximum(np.ceil((delay_s + win.finish_s * k) / slot - 1e-9).astype(np.int64) - 1, first)
+    target = math.ceil((1.0 + options.eps) * iso / slot - 1e-9) * slot
+    return replace(win, first=first, last=last, target_s=target, delay_s=delay_s)
 
 
 @dataclass
@@ -345,12 +370,21 @@ class ReservationBook:
         slot = self.options.slot_s
         win = windows if windows is not None else job_windows(job, self.cluster, self.options)
         s0 = math.ceil(now / slot - 1e-9)
-        res = self._try(win, s0)
+        first = res = self._try(win, s0)
+        # what is left of the target after the slot rounding may delay the windows instead
+        budget = (1.0 + self.options.eps) * win.isolated_s - win.isolated_s - (s0 * slot - now)
+        n = min(self.options.max_delays, max(0, math.floor(budget / slot)))
+        for j in range(1, n + 1):
+            if res.feasible:
+                break
+            win = delayed(win, budget * j / n, self.options)
+            res = self._try(win, s0)
         if res.feasible:
             if hold:
                 self.held[job_id] = Held(win, s0, res.rates)
             return Decision(True, s0 * slot, isolated_s=win.isolated_s, target_s=win.target_s)
-        return Decision(False, s0 * slot, res.bottleneck, self._earliest(win, s0) * slot,
+        win = delayed(win, 0.0, self.options)
+        return Decision(False, s0 * slot, first.bottleneck, self._earliest(win, s0) * slot,
                         win.isolated_s, win.target_s)
 
     def _try(self, win: Windows, s0: int) -> Reservation:
@@ -466,5 +500,5 @@ def _widened(left: np.ndarray, n: int, line: np.ndarray) -> np.ndarray:
     return out
 
 
-__all__ = ["Decision", "Held", "ReservationBook", "ReserveOptions", "Reservation", "Windows",
+__all__ = ["Decision", "Held", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
            "job_windows", "solve_reservation", "with_reservations"]
