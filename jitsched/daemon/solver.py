@@ -26,11 +26,11 @@ import jitsched
 from jitsched.config import FULL, INCREMENTAL
 from jitsched.daemon.bodies import host_bodies, pack_frames
 from jitsched.daemon.plans import PlanRequest, PlanResult, merge_schedules, prune_schedule
+from jitsched.daemon.reservations import with_reservations
 from jitsched.lat import latest_arrival_times
 from jitsched.model import TRANSFER, Cluster, Compute, DagArrays, Job, Transfer, compile_jobs
 from jitsched.planner import shared_cluster
 from jitsched.policies.base import DONE, RUNNING, WAITING, FlowSet, Policy, SchedulerView
-from jitsched.reserve import with_reservations
 
 # A failed full re-solve plans at most this many of its jobs (the newest) alone to find
 # the ones to blame: each is a plan of its own, and a failure may be the sum of many jobs.
