@@ -216,6 +216,16 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     assert st.submit_job({"job": critical("b2", "h0", "h2")}, 0.6) == {"job_id": "b2", "class": "critical"}
 
 
+def test_a_journalled_critical_job_is_reserved_for_again():
+    st = SchedulerState(config(policy="jit"))
+    reg = st.job_registry
+    js = reg.restore(critical("a", "h0", "h1"), None, 0.0)
+    assert js.job.job_class == "critical" and js.guard_until_s == pytest.approx(1.3)
+    assert "a" in reg.reservations.held
+    got = st.submit_job({"job": critical("b", "h0", "h2")}, 0.2)
+    assert isinstance(got, Reject) and got.detail["bottleneck"] == "h0 egress"
+
+
 def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start_in_the_reply():
     from jitsched.client import Client
     from jitsched.daemon import Daemon
