@@ -16,6 +16,9 @@ from jitsched.planner import DEFAULT_SLOT_S
 # A reservation is feasible when the LP leaves at most this fraction of any
 # transfer's bytes unmet (HiGHS's feasibility tolerance is 1e-7 on rows of unit scale).
 UNMET_TOL = 1e-6
+# Each transfer is reserved this fraction more than its bytes: the LP's tolerances and
+# the enforcement's rounding never leave a few bytes to send after its window.
+MARGIN = 1e-7
 # Each reserved byte costs this much per slot of delay, against 1 per unit of unmet
 # demand: a reservation fills its windows early, never at the price of a byte.
 EARLY_COST = 1e-6
@@ -184,7 +187,7 @@ def solve_reservation(win: Windows, free_egress: np.ndarray, free_ingress: np.nd
 
     Columns: the rate of each transfer in each slot of its window (bytes/s), and
     each transfer's unmet fraction. Rows: each transfer's bytes over its window
-    plus its unmet fraction equal to one; each port's reserved rates in each
+    plus its unmet fraction equal to one (and :data:`MARGIN`); each port's reserved rates in each
     slot at most what is free there. The objective is the unmet fractions
     (each byte left out costs 1), plus :data:`EARLY_COST` per byte and slot of
     delay; a job is feasible when nothing is left out.
@@ -229,8 +232,8 @@ def solve_reservation(win: Windows, free_egress: np.ndarray, free_ingress: np.nd
     free = np.concatenate([np.asarray(free_egress, dtype=np.float64)[:, :ns].ravel(),
                            np.asarray(free_ingress, dtype=np.float64)[:, :ns].ravel()])
     free = np.maximum(free, 0.0) / unit
-    row_lo = np.concatenate([np.ones(m), np.full(2 * nh * ns, -np.inf)])
-    row_hi = np.concatenate([np.ones(m), free])
+    row_lo = np.concatenate([np.full(m, 1.0 + MARGIN), np.full(2 * nh * ns, -np.inf)])
+    row_hi = np.concatenate([np.full(m, 1.0 + MARGIN), free])
     cost = np.concatenate([EARLY_COST * dem_coef * (slot + 1), np.ones(m)])
     col_lo = np.zeros(nx + m)
     col_hi = np.concatenate([np.full(nx, np.inf), np.ones(m)])
@@ -268,7 +271,7 @@ def _split(g_rates: np.ndarray, grp: np.ndarray, win: Windows, slot_s: float) ->
     for g in range(g_rates.shape[0]):
         members = order[bounds[g]:bounds[g + 1]]
         sent = np.concatenate([[0.0], np.cumsum(g_rates[g] * slot_s)])  # bytes by each slot's end
-        upto = np.concatenate([[0.0], np.cumsum(win.size[members])])
+        upto = np.concatenate([[0.0], np.cumsum(win.size[members] * (1.0 + MARGIN))])
         got = np.clip(sent[None, :], upto[:-1, None], upto[1:, None])  # each member's share by then
         rates[members] = np.diff(got, axis=1) / slot_s
     return rates

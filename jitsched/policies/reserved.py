@@ -13,9 +13,9 @@ from jitsched.policies.base import Allocation, Policy, SchedulerView
 from jitsched.reserve import ReservationBook
 
 # A port fully reserved still shows the inner policy a sliver of capacity (capacities
-# must be positive): reserved rates are cut to leave this fraction of the line rate,
-# which also absorbs the LP's rounding (reservations summing ~1e-9 over a port).
-MIN_LEFT = 1e-6
+# must be positive), this fraction of its line rate: below the simulator's capacity
+# tolerance (alloc.CAPACITY_RTOL, 1e-9), so the sliver never overfills the port.
+MIN_LEFT = 1e-10
 
 
 class Reserved(Policy):
@@ -82,14 +82,14 @@ class Reserved(Policy):
         cl = view.cluster
         cap_e, cap_i = cl.egress_Bps, cl.ingress_Bps
         if fixed.any():
-            room_e, room_i = cap_e * (1 - MIN_LEFT), cap_i * (1 - MIN_LEFT)
+            # the LP's rounding may reserve a port a hair over its line rate: cut to it
             used_e = np.bincount(f.src[fixed], r[fixed], len(cap_e))
             used_i = np.bincount(f.dst[fixed], r[fixed], len(cap_i))
-            cut_e = np.minimum(1.0, room_e / np.maximum(used_e, room_e))
-            cut_i = np.minimum(1.0, room_i / np.maximum(used_i, room_i))
+            cut_e = cap_e / np.maximum(used_e, cap_e)
+            cut_i = cap_i / np.maximum(used_i, cap_i)
             r = r * np.minimum(cut_e[f.src], cut_i[f.dst])
-            left_e = cap_e - np.bincount(f.src[fixed], r[fixed], len(cap_e))
-            left_i = cap_i - np.bincount(f.dst[fixed], r[fixed], len(cap_i))
+            left_e = np.maximum(cap_e - np.bincount(f.src[fixed], r[fixed], len(cap_e)), MIN_LEFT * cap_e)
+            left_i = np.maximum(cap_i - np.bincount(f.dst[fixed], r[fixed], len(cap_i)), MIN_LEFT * cap_i)
             key = np.concatenate([left_e, left_i])
             if self._left is None or self._left[0] != now_slot or not np.array_equal(self._left[1], key):
                 self._left = (now_slot, key, scale_cluster(cl, left_e / cap_e, left_i / cap_i))
