@@ -220,6 +220,10 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
         jobs[job] = {"ok": ok, "iteration_s_mean": statistics.fmean(mine) if mine else None,
                      "sdk": (w or {}).get("stats"), "ps_sdk": (final.get(f"{job}/ps") or {}).get("stats"),
                      "attached": {h: a[job] for h, a in attached.items() if job in a},
+                     # of the bytes the job sent from each host, the share its agent classified
+                     # (bytes before the SDK attached, after the first step, are not)
+                     "classified_share": {h: a[job]["bytes_classified"] / (sc.iterations * sc.param_bytes())
+                                          for h, a in attached.items() if job in a},
                      "daemon": daemon_jobs.get(job)}
     return {
         "policy": policy, "scenario": scenario, "jobs": len(sc.jobs),
