@@ -20,7 +20,7 @@ from jitsched.testbed.options import TestbedOptions
 # The first step of each worker is left out of the means: it carries the DAG's
 # registration and the first touch of the Gloo pair's buffers.
 WARMUP_ITERATIONS = 1
-# How long the ranks may take to import torch and meet (on a loaded 2-core machine 40 s).
+# How long the ranks may take to import torch and meet (about 40 s on a loaded 2-core machine).
 RANK_START_S = 120.0
 
 
@@ -56,6 +56,9 @@ class TorchScenario:
         files start, and ``file_lead_s`` later the steps.
     link_mbit : float
         Link rate each way, Mbit/s.
+    train_s : float
+        How long the jobs may train, s (a job not done by then failed);
+        ``TestbedOptions.timeout_s`` bounds the wait for the files after them.
     """
 
     hosts: int
@@ -68,6 +71,7 @@ class TorchScenario:
     file_link_s: float
     file_lead_s: float = 1.0
     link_mbit: float = 100.0
+    train_s: float = 600.0
 
     def param_bytes(self) -> int:
         """Bytes of the model's parameters (float32): what one pull (and one push) moves."""
@@ -172,7 +176,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
                 for r in ranks:
                     r.release()
                 for r in ranks:
-                    held[r.name] = r.line(2, t0 + options.timeout_s)
+                    held[r.name] = r.line(2, t0 + sc.file_lead_s + sc.train_s)
                     if held[r.name] is None:
                         break  # its partner waits for it in a send or a receive: no use waiting
             t_jobs = time.monotonic() - t0
