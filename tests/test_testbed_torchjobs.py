@@ -17,9 +17,9 @@ from jitsched.cli import main
 from jitsched.testbed.options import TestbedOptions
 from jitsched.testbed.torchjobs import TORCH_SCENARIOS, TorchScenario, run_torch_scenario
 
-# Two jobs whose servers share h0, 20 steps of a 0.31 MB model, a 3-second file to each worker
+# Two jobs whose servers share h0, 20 steps of a 0.31 MB model, a 3-second file each way of h0 -> h1
 TINY = TorchScenario(hosts=3, jobs=((0, 1), (0, 2)), iterations=20, width=256, depth=2, batch=32,
-                     files=((0, 1), (0, 2)), file_link_s=3.0, file_lead_s=0.5, train_s=60.0)
+                     files=((0, 1), (1, 0)), file_link_s=3.0, file_lead_s=0.5, train_s=60.0)
 
 
 def test_param_bytes_are_the_example_models():
