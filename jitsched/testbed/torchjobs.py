@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -114,10 +115,12 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
         job's steps after the first :data:`WARMUP_ITERATIONS`, as the workers
         timed them), ``background_mbit_mean`` (Mbit/s, mean goodput of the
         files over their whole lives), ``background_completed``,
-        ``agents_failed`` and ``details``: per job its steps' mean, the DAG the
-        adapter captured (computes, transfers, bytes), the SDK's counters and,
+        ``agents_failed`` and ``details``: per job its steps' mean, the SDK's
+        counters, the daemon's entry of the recurring job (the captured DAG's
+        computes and transfers, iterations, learned estimates' error) and,
         where agents run, what each host's agent classified of the job's
-        connections; the machine's CPU while the jobs ran.
+        connections; the machine's CPU while the jobs ran; ``errors``, per
+        rank that failed, why.
     """
     from jitsched.config import DaemonConfig
     from jitsched.model import Cluster, Host
@@ -190,7 +193,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
                 for r in ranks:
                     r.release()
                 final = {r.name: r.result(30.0) for r in ranks}
-            if gen.t0 != gen.t0:  # never started: the ranks did not all come up
+            if math.isnan(gen.t0):  # never started: the ranks did not all come up
                 bg_res = {}
             else:
                 deadline = time.monotonic() + options.timeout_s
