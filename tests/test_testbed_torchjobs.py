@@ -84,3 +84,18 @@ def test_testbed_run_lists_and_runs_the_torch_scenario(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["testbed", "run", "--help"])
     assert "torch-ps" in capsys.readouterr().out
+
+
+def test_a_rank_that_fails_is_reported_and_the_testbed_still_comes_down(netns_available):
+    # --width 0: each rank refuses its arguments and exits 2 before training
+    bad = TorchScenario(hosts=3, jobs=((0, 1),), iterations=2, width=0, depth=1, batch=1, files=((0, 1),),
+                        file_link_s=1.0, train_s=30.0)
+    prefix = "tt" + uuid.uuid4().hex[:6]
+    try:
+        out = run_torch_scenario("bad", TestbedOptions(policy="none", prefix=prefix, timeout_s=30.0), bad)
+    finally:
+        testbed.down(prefix)
+    assert (out["jobs"], out["completed"], out["iteration_s_mean"]) == (1, 0, None)
+    assert "exited with 2" in out["details"]["errors"]["torch-0/ps"]
+    assert out["background_completed"] == "0/1"  # the files wait for the ranks, which never came up
+    assert not testbed.list_netns(prefix)
