@@ -46,6 +46,7 @@ def test_two_torch_jobs_train_beside_the_files_their_connections_classified_and_
     # a step moves the parameters out and the gradients back over 100 Mbit/s links
     assert 2 * TINY.param_bytes() * 8 / 100e6 < out["iteration_s_mean"] < 10.0
     assert 0.0 < out["background_mbit_mean"] < 100.0
+    assert 0.0 <= out["background_max_stall_s"] < 60.0
     layers = TINY.depth + 1
     for k, (ps, worker) in enumerate(TINY.jobs):
         job = d["jobs"][f"torch-{k}"]

@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from jitsched import testbed
+from jitsched.netns import socket_in
 from jitsched.testbed.measure import GOODPUT
-from jitsched.testbed.netns import socket_in
 from jitsched.testbed.options import TestbedOptions
 
 # The first step of each worker is left out of the means: it carries the DAG's
@@ -114,7 +114,8 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
         ``policy, jobs, completed``, ``iteration_s_mean`` (s, mean over every
         job's steps after the first :data:`WARMUP_ITERATIONS`, as the workers
         timed them), ``background_mbit_mean`` (Mbit/s, mean goodput of the
-        files over their whole lives), ``background_completed``,
+        files over their whole lives), ``background_max_stall_s`` (the longest
+        time any file's receiver read nothing), ``background_completed``,
         ``agents_failed`` and ``details``: per job its steps' mean, the SDK's
         counters, the daemon's entry of the recurring job (the captured DAG's
         computes and transfers, iterations, learned estimates' error) and,
@@ -123,7 +124,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
         rank that failed, why.
     """
     from jitsched.config import DaemonConfig
-    from jitsched.model import Cluster, Host
+    from jitsched.dag.model import Cluster, Host
     from jitsched.testbed.bgtraffic import BackgroundFlow, Generator
     from jitsched.testbed.e2e import (
         _agents_main,
@@ -159,7 +160,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
                 for h in hosts:
                     children.append(_Child(f"agent-{h.name}", _agents_main,
                                            ([(h.name, h.netns, h.dev)], agent_ep, ns_tag,
-                                            options.enforce_ingress, options.spare)))
+                                            options.enforce_ingress, options.spare, options.background_floor)))
                 for c in children[1:]:
                     c.ready()
             file_bytes = sc.file_link_s * bps / 8
@@ -240,6 +241,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
         "completed": sum(j["ok"] for j in jobs.values()),
         "iteration_s_mean": statistics.fmean(steps) if steps else None,
         "background_mbit_mean": statistics.fmean(r["mbit"] for r in done) if done else None,
+        "background_max_stall_s": max((r["max_stall_s"] for r in bg_res.values()), default=None),
         "background_slowdown_mean": statistics.fmean(r["slowdown"] for r in done) if done else None,
         "background_completed": f"{len(done)}/{len(bg)}",
         "agents_failed": failed_agents(agent_reports),
