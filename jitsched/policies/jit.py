@@ -272,6 +272,9 @@ class JitPolicy(Policy):
         With ``leftover="priority"``: a best-effort job ranks as normal once
         it has waited ``be_age`` times its isolated JCT since it arrived
         (default :data:`DEFAULT_BE_AGE`; inf: never).
+    lp_workers : int
+        Processes solving the LP's independent components at once (default 1);
+        the plan is the same with any number (:class:`jitsched.planner.PlanOptions`).
 
     A job's class (``jitsched.model.CLASSES``) is the most significant key of
     every order the priority leftover gives: critical jobs' transfers take
@@ -292,7 +295,7 @@ class JitPolicy(Policy):
                  trans_estimate: str = "ordered", backfill: bool = True,
                  job_order: str = "fair", dl_share: float = 1.0, leftover: str = "priority",
                  bg_weight: float = DEFAULT_BG_WEIGHT, job_exp: float = DEFAULT_JOB_EXP,
-                 be_age: float = DEFAULT_BE_AGE) -> None:
+                 be_age: float = DEFAULT_BE_AGE, lp_workers: int = 1) -> None:
         if leftover not in LEFTOVERS:
             raise ValidationError(f"leftover: expected one of {LEFTOVERS}, got {leftover!r}")
         if isinstance(bg_weight, bool) or not (isinstance(bg_weight, (int, float))
@@ -313,7 +316,8 @@ class JitPolicy(Policy):
         self.plan_options = PlanOptions(
             alpha=alpha, slot_s=slot_s, objective=objective, estimator=estimator,
             trans_estimate=trans_estimate, job_order=job_order, k_std=k_std,
-            time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver)
+            time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver,
+            lp_workers=lp_workers)
         self._virtual_options = replace(self.plan_options, time_limit_s=None)
         if resolve_period_s is not None and not _positive(resolve_period_s):
             raise ValidationError(f"resolve_period_s: must be positive, got {resolve_period_s!r}")
