@@ -6,6 +6,7 @@ import atexit
 import multiprocessing as mp
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -69,13 +70,17 @@ def solve_components(comps: list[np.ndarray], args: tuple, deadline: float, work
     processes solve the others. Returns the results in the order of ``comps``."""
     parts = batches([len(c) for c in comps], min(workers, len(comps)))
     ex = pool(workers - 1)
-    futures = [ex.submit(_solve_batch, [comps[k] for k in b], args, deadline) for b in parts[1:]]
-    out: list[dict | None] = [None] * len(comps)
-    for k, r in zip(parts[0], _solve_batch([comps[k] for k in parts[0]], args, deadline), strict=True):
-        out[k] = r
-    for b, f in zip(parts[1:], futures, strict=True):
-        for k, r in zip(b, f.result(), strict=True):
+    try:
+        futures = [ex.submit(_solve_batch, [comps[k] for k in b], args, deadline) for b in parts[1:]]
+        out: list[dict | None] = [None] * len(comps)
+        for k, r in zip(parts[0], _solve_batch([comps[k] for k in parts[0]], args, deadline), strict=True):
             out[k] = r
+        for b, f in zip(parts[1:], futures, strict=True):
+            for k, r in zip(b, f.result(), strict=True):
+                out[k] = r
+    except BrokenProcessPool:
+        shutdown()  # a worker died: the plan fails (and says so), the next one starts a new pool
+        raise
     return out
 
 

@@ -78,3 +78,20 @@ def test_workers_must_be_a_positive_integer(bad):
         solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, workers=bad)
     with pytest.raises(ValidationError, match="lp_workers: must be a positive integer"):
         PlanOptions(lp_workers=bad)
+
+
+def test_a_dead_worker_fails_the_plan_and_the_next_plan_starts_a_new_pool(pool_stopped):
+    import os
+    import signal
+    from concurrent.futures.process import BrokenProcessPool
+
+    src, dst, size, rel, lat, cap = disjoint_instance(4)
+    kw = dict(slot_s=0.25, time_limit_s=None, lowest_peak=False, workers=2)
+    want = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
+    (worker,) = mp.active_children()
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(10)
+    with pytest.raises(BrokenProcessPool):
+        solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
+    again = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
+    np.testing.assert_array_equal(again.rate_values, want.rate_values)
