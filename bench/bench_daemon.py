@@ -314,10 +314,11 @@ def _open_receivers(ctx: zmq.Context, names: list[str], endpoint: str) -> list[z
 
 
 def _await_registered(socks: list[zmq.Socket], names: list[str], timeout_s: float,
-                      resend_s: float = 10.0) -> bool:
+                      resend_s: float = 10.0) -> int:
     """Wait for the reply to each socket's registration, registering again those not
     answered within ``resend_s`` (a daemon busy registering thousands of agents on a
-    loaded machine answered 9,773 of 10,000 within the bench's 130 s once)."""
+    loaded machine answered 9,773 of 10,000 within the bench's 130 s once). Returns the
+    number of sockets still unanswered (0: all registered)."""
     waiting = set(range(len(socks)))
     poller = zmq.Poller()
     for s in socks:
@@ -338,7 +339,7 @@ def _await_registered(socks: list[zmq.Socket], names: list[str], timeout_s: floa
             for k in waiting:
                 socks[k].send(encode_request(MsgType.REGISTER, {"host": names[k]}))
             again = time.monotonic() + resend_s
-    return not waiting
+    return len(waiting)
 
 
 def _receivers_main(hosts: range, endpoint: str, conn) -> None:
@@ -350,7 +351,8 @@ def _receivers_main(hosts: range, endpoint: str, conn) -> None:
     ctx.set(zmq.MAX_SOCKETS, len(hosts) + 16)
     names = [f"h{i}" for i in hosts]
     socks = _open_receivers(ctx, names, endpoint)
-    conn.send("ready" if _await_registered(socks, names, 60 + len(names) / 20) else "unregistered")
+    missing = _await_registered(socks, names, 60 + len(names) / 20)
+    conn.send("ready" if not missing else f"{missing} of {len(names)} sockets not registered")
     try:
         while True:
             msg = conn.recv()
@@ -447,7 +449,10 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
                 conns.append(conn)
                 parts_of.append(hosts)
             for conn in conns:
-                assert conn.poll(180 + n_agents / 20) and conn.recv() == "ready"
+                assert conn.poll(180 + n_agents / 20), "a receiver process did not answer"
+                said = conn.recv()
+                assert said == "ready", (said, len(st.agents), {k: (c.refused, c.evicted, len(c.open))
+                                                                  for k, c in d.conns.items()})
         assert wait_until(lambda: len(st.agents) == n_agents, 30 + n_agents / 100), len(st.agents)
 
         def plan_round(act) -> tuple[dict, float, list[int]]:

@@ -266,6 +266,11 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         whose ports these keep within phi's first segment (``balanced``) or at
         the largest single flow's peak (``minmax``), with no frozen load on
         them, takes those profiles without a solve: no plan costs less.
+    workers : int
+        Processes solving components at once (this one among them): more than one
+        hands the components (largest first) to :mod:`jitsched.lppool`'s pool. The
+        same plan as one worker's: a component's solve does not depend on another's.
+        ``build_s`` and ``solve_s`` then sum the components' times over the workers.
 
     Returns
     -------
