@@ -185,6 +185,9 @@ class PlanOptions:
         Past this many slots (and the residuals' window) the LP keeps rates
         constant over cells doubling in length every ``fine_slots`` slots; a
         coarser plan far ahead for a smaller LP. ``None`` (default): every slot.
+    lp_workers : int
+        Processes solving the LP's independent components at once (1: this one
+        alone); the same plan with any number (:func:`jitsched.plan.lp.solve_bandwidth_lp`).
     """
 
     alpha: float = DEFAULT_ALPHA
@@ -200,6 +203,7 @@ class PlanOptions:
     aggregate: bool = True
     lowest_peak: bool = True
     fine_slots: int | None = None
+    lp_workers: int = 1
 
     def __post_init__(self) -> None:
         def number(name, lo_ok):
@@ -235,6 +239,10 @@ class PlanOptions:
                 if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:
                     raise ValidationError(f"{name}: must be a positive integer or None, got {it!r}")
                 object.__setattr__(self, name, int(it))
+        w = self.lp_workers
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+            raise ValidationError(f"lp_workers: must be a positive integer, got {w!r}")
+        object.__setattr__(self, "lp_workers", int(w))
         for name in ("aggregate", "lowest_peak"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValidationError(f"{name}: must be True or False, got {getattr(self, name)!r}")
@@ -342,6 +350,7 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
         weight=weight, time_limit_s=o.time_limit_s, iteration_limit=o.iteration_limit, solver=o.solver,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
         aggregate=o.aggregate, group=dag.job_of[chosen], lowest_peak=o.lowest_peak, fine_slots=o.fine_slots,
+        workers=o.lp_workers,
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, o.alpha, o.objective, lat_s)
 

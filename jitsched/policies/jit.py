@@ -282,6 +282,9 @@ class JitPolicy(Policy):
         With ``leftover="priority"``: a best-effort job ranks as normal once
         it has waited ``be_age`` times its isolated JCT since it arrived
         (default :data:`DEFAULT_BE_AGE`; inf: never).
+    lp_workers : int
+        Processes solving the LP's independent components at once (default 1);
+        the plan is the same with any number (:class:`jitsched.plan.planner.PlanOptions`).
 
     A job's class (``jitsched.dag.model.CLASSES``) is the most significant key of
     every order the priority leftover gives: critical jobs' transfers take
@@ -302,7 +305,7 @@ class JitPolicy(Policy):
                  trans_estimate: str = "ordered", backfill: bool = True,
                  job_order: str = "fair", dl_share: float = 1.0, leftover: str = "priority",
                  bg_weight: float = DEFAULT_BG_WEIGHT, job_exp: float = DEFAULT_JOB_EXP,
-                 be_age: float = DEFAULT_BE_AGE, bg_floor: float = 0.0) -> None:
+                 be_age: float = DEFAULT_BE_AGE, bg_floor: float = 0.0, lp_workers: int = 1) -> None:
         if leftover not in LEFTOVERS:
             raise ValidationError(f"leftover: expected one of {LEFTOVERS}, got {leftover!r}")
         if isinstance(bg_weight, bool) or not (isinstance(bg_weight, (int, float))
@@ -324,7 +327,8 @@ class JitPolicy(Policy):
         self.plan_options = PlanOptions(
             alpha=alpha, slot_s=slot_s, objective=objective, estimator=estimator,
             trans_estimate=trans_estimate, job_order=job_order, k_std=k_std,
-            time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver)
+            time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver,
+            lp_workers=lp_workers)
         self._virtual_options = replace(self.plan_options, time_limit_s=None)
         if resolve_period_s is not None and not _positive(resolve_period_s):
             raise ValidationError(f"resolve_period_s: must be positive, got {resolve_period_s!r}")
@@ -549,6 +553,24 @@ class JitPolicy(Policy):
         hands a new one whenever its job set changes, and then all of it is
         recomputed (one LAT pass per job, milliseconds each).
         """
+        self._sync_groups(view)
+        # Arrived jobs without a need order. A job never un-arrives and _need_done
+        # holds arrived jobs only, so equal counts mean none: one count on every
+        # allocation (a flatnonzero and two gathers before were 5 % of a 200-job
+        # run's profile, a comparison and any() 6 % of a 1000-job run's).
+        dag = view.dag
+        if np.count_nonzero(view.job_arrived) != self._n_need_done:
+            todo = np.flatnonzero(view.job_arrived & ~self._need_done)
+            nodes, need = isolated_need(dag, view.cluster, todo,
+                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std,
+                                        jct_out=self._iso_jct)
+            self._need[nodes] = need
+            self._need_done[todo] = True
+            self._n_need_done = int(np.count_nonzero(self._need_done))
+
+    def _sync_groups(self, view: SchedulerView) -> None:
+        """(Re)build the (job, src, dst) groups and the bytes left per job and group for
+        ``view.dag``; a new DAG also forgets the need order (:meth:`_sync_priority`)."""
         dag = view.dag
         if self._prio_dag is not dag:
             self._prio_dag = dag
@@ -568,18 +590,6 @@ class JitPolicy(Policy):
             self._pair_left = np.bincount(self._group[left], weights=dag.size[left],
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
-        # Arrived jobs without a need order. A job never un-arrives and _need_done
-        # holds arrived jobs only, so equal counts mean none: one count on every
-        # allocation (a flatnonzero and two gathers before were 5 % of a 200-job
-        # run's profile, a comparison and any() 6 % of a 1000-job run's).
-        if np.count_nonzero(view.job_arrived) != self._n_need_done:
-            todo = np.flatnonzero(view.job_arrived & ~self._need_done)
-            nodes, need = isolated_need(dag, view.cluster, todo,
-                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std,
-                                        jct_out=self._iso_jct)
-            self._need[nodes] = need
-            self._need_done[todo] = True
-            self._n_need_done = int(np.count_nonzero(self._need_done))
 
     def _job_tiers(self, view: SchedulerView) -> np.ndarray | None:
         """Each job's class as it ranks now (aged best-effort jobs as normal), or None if all rank as normal.
@@ -593,6 +603,7 @@ class JitPolicy(Policy):
             return None
         be = cls == BEST_EFFORT
         if be.any():
+            self._sync_priority(view)  # the isolated JCTs that age best-effort jobs
             aged = be & (view.now - view.dag.arrival >= self.be_age * self._iso_jct)
             if aged.any():
                 cls = np.where(aged, NORMAL, cls).astype(np.int8)
@@ -825,7 +836,12 @@ class JitPolicy(Policy):
         """:meth:`priority_ranks`, and with ``with_background`` the background flows of
         ``view`` ranked among the groups by the simulator's key (Smith's rule, see
         :meth:`_priority`): ranks of the nodes, then of ``view.bg_*`` (shape (B,) or (0,))."""
-        self._sync_priority(view)
+        # Ranks come from bytes left, not from the need order: its LAT pass per job
+        # (isolated_need) runs only where a need or an isolated JCT is read
+        # (:meth:`_job_tiers` with best-effort jobs, the simulator's allocations). A daemon
+        # hands every joint re-solve a new DAG, and those 1000 passes were 60 % of the
+        # re-solve's CPU at 1000 VGG16 jobs on 1000 hosts (0.65 s of CPU there).
+        self._sync_groups(view)
         dag = view.dag
         nodes = _unfinished_transfers(view)
         nb = len(view.bg_bytes) if with_background and not math.isinf(self.bg_weight) else 0
@@ -964,8 +980,6 @@ class JitPolicy(Policy):
         """
         dag = view.dag
         nodes = _unfinished_transfers(view)
-        if np.any(dag.job_class == BEST_EFFORT):
-            self._sync_priority(view)  # the isolated JCTs that age best-effort jobs
         tiers = self._job_tiers(view)
         job = dag.job_of[nodes]
         ranks = group_ranks(job, dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
