@@ -125,14 +125,14 @@ def _sched_messages(status: dict) -> int:
 
 
 def daemon_run(n_jobs: int, iterations: int, rate: float, models: list[str], policy: str = "jit",
-               seed: int = 0) -> dict:
+               seed: int = 0, n_hosts: int | None = None) -> dict:
     """N recurring jobs (models mixed) against a daemon process with record agents.
 
     Each job registers its template, then reports ``iterations`` iterations at
     ``rate`` per second (one ``iteration`` message each, with every compute's
     measured time), one DEALER socket per job, all driven by one poller.
     """
-    n_hosts = max(4, 2 * n_jobs)
+    n_hosts = n_hosts or max(4, 2 * n_jobs)
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory(prefix="bench-recurring-") as tmp:
         d = _DaemonProcess(Path(tmp), n_hosts, policy).start()
@@ -214,7 +214,7 @@ def daemon_run(n_jobs: int, iterations: int, rate: float, models: list[str], pol
                     c.job_finished(tpl.id)
             total = sum(n_done)
             msgs = total + (_sched_messages(st1) - _sched_messages(st0))
-            return {"jobs": n_jobs, "iterations": total, "iterations_per_s": total / wall,
+            return {"jobs": n_jobs, "hosts": n_hosts, "iterations": total, "iterations_per_s": total / wall,
                     "daemon_cpu_per_iteration_ms": 1e3 * cpu / total,
                     "ranks_latency_p50_ms": 1e3 * float(np.percentile(rtt, 50)),
                     "ranks_latency_p99_ms": 1e3 * float(np.percentile(rtt, 99)),
@@ -284,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=20, help="recurring jobs against the daemon (default 20)")
     ap.add_argument("--iterations", type=int, default=25, help="iterations per job (default 25)")
     ap.add_argument("--rate", type=float, default=5.0, help="iterations per second per job (default 5)")
+    ap.add_argument("--hosts", type=int, default=0,
+                    help="hosts (and record agents), jobs placed round-robin on them; default twice the "
+                         "jobs (at least 4): every job on hosts of its own")
     ap.add_argument("--policy", default="jit", help="the daemon's policy (default jit)")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated models (default: all five)")
     ap.add_argument("--convergence", action="store_true",
@@ -299,8 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_recurring: --models: unknown model {bad[0] if bad else ''!r}; known: {', '.join(MODELS)}",
               file=sys.stderr)
         return 2
-    if args.jobs < 1 or args.iterations < 1 or not (args.rate > 0 and math.isfinite(args.rate)):
-        print("bench_recurring: --jobs and --iterations must be >= 1, --rate positive", file=sys.stderr)
+    if (args.jobs < 1 or args.iterations < 1 or not (args.rate > 0 and math.isfinite(args.rate))
+            or args.hosts < 0 or args.hosts == 1):
+        print("bench_recurring: --jobs and --iterations must be >= 1, --rate positive, --hosts 0 or >= 2",
+              file=sys.stderr)
         return 2
     if args.convergence:
         rows = convergence(models, args.iterations, args.sim_policies.split(","), args.seed)
@@ -309,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _print_convergence(rows)
         return 0
-    out = daemon_run(args.jobs, args.iterations, args.rate, models, args.policy, args.seed)
+    out = daemon_run(args.jobs, args.iterations, args.rate, models, args.policy, args.seed, args.hosts or None)
     if args.json:
         keys = ("jobs", "iterations", "iterations_per_s", "daemon_cpu_per_iteration_ms", "ranks_latency_p99_ms",
                 "messages_per_iteration", "estimate_error_after_20")

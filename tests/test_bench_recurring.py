@@ -8,10 +8,11 @@ from bench import bench_recurring
 
 
 def test_recurring_jobs_against_a_daemon_at_one_message_per_iteration(capsys):
-    assert bench_recurring.main(["--jobs", "2", "--iterations", "21", "--rate", "20",
+    # three hosts: the second job's parameter server shares the first one's worker host
+    assert bench_recurring.main(["--jobs", "2", "--iterations", "21", "--rate", "20", "--hosts", "3",
                                  "--models", "lenet,alexnet", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["jobs"] == 2 and out["iterations"] == 42
+    assert out["jobs"] == 2 and out["hosts"] == 3 and out["iterations"] == 42
     assert out["messages_per_iteration"] == 1.0  # ranks in force: no schedule pushed per iteration
     assert out["iterations_unranked"] == 0 and not out["iteration_errors"]
     assert out["estimate_error_after_20"] is not None and out["estimate_error_after_20"] < 0.5
@@ -26,3 +27,5 @@ def test_convergence_table_and_bad_arguments(capsys):
     assert all(r["iteration_s_oracle"] > 0 for r in rows)
     assert bench_recurring.main(["--models", "nope"]) == 2
     assert "unknown model" in capsys.readouterr().err
+    assert bench_recurring.main(["--hosts", "1"]) == 2
+    assert "--hosts 0 or >= 2" in capsys.readouterr().err
