@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -156,6 +156,32 @@ def _positive(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating)) and v > 0
 
 
+@dataclass(frozen=True)
+class JitOptions:
+    """:class:`JitPolicy`'s options (see its Parameters), checked by its constructor."""
+
+    alpha: float = 0.0
+    slot_s: float = DEFAULT_SLOT_S
+    objective: str = "balanced"
+    estimator: str = "exact"
+    k_std: float = 0.0
+    resolve_period_s: float | None = None
+    replan_on_drift: bool = False
+    drift_min_interval_s: float = 1.0
+    replan_on_arrival: bool = True
+    time_limit_s: float | None = 5.0
+    iteration_limit: int | None = DEFAULT_ITERATION_LIMIT
+    solver: str = "auto"
+    trans_estimate: str = "ordered"
+    backfill: bool = True
+    job_order: str = "fair"
+    dl_share: float = 1.0
+    leftover: str = "priority"
+    bg_weight: float = DEFAULT_BG_WEIGHT
+    job_exp: float = DEFAULT_JOB_EXP
+    be_age: float = DEFAULT_BE_AGE
+
+
 @register_policy
 class JitPolicy(Policy):
     """Just-in-time scheduling: LAT-ordered transfers, reservations, and a priority leftover.
@@ -282,6 +308,12 @@ class JitPolicy(Policy):
 
     name = "jit"
     role = "default"
+    Options = JitOptions
+
+    @classmethod
+    def from_options(cls, options: JitOptions) -> JitPolicy:
+        """The policy built from ``options``, an instance of ``cls.Options``."""
+        return cls(**{f.name: getattr(options, f.name) for f in fields(options)})
 
     def __init__(self, alpha: float = 0.0, slot_s: float = DEFAULT_SLOT_S,
                  objective: str = "balanced", estimator: str = "exact", k_std: float = 0.0,
@@ -1069,6 +1101,14 @@ def _unfinished_transfers(view: SchedulerView) -> np.ndarray:
                           & (view.remaining > 0) & live[dag.job_of])
 
 
+@dataclass(frozen=True)
+class JitPaperOptions(JitOptions):
+    """:class:`JitPaperPolicy`'s options: :class:`JitOptions` with the paper's alpha (0.4) and fair leftover."""
+
+    alpha: float = DEFAULT_ALPHA
+    leftover: str = "fair"
+
+
 @register_policy
 class JitPaperPolicy(JitPolicy):
     """The paper's formulation: the LP plans the first alpha (0.4) of each job's transfers, the rest share fairly.
@@ -1080,6 +1120,7 @@ class JitPaperPolicy(JitPolicy):
 
     name = "jit-paper"
     role = "paper"  # not jit's "default", which it would inherit
+    Options = JitPaperOptions
 
     def __init__(self, alpha: float = DEFAULT_ALPHA, leftover: str = "fair", **options) -> None:
         super().__init__(alpha=alpha, leftover=leftover, **options)
