@@ -53,6 +53,7 @@ from jitsched.protocol import (
     leader_named,
     next_id,
     split_endpoints,
+    validate_body,
 )
 
 log = logging.getLogger("jitsched.agent")
@@ -246,6 +247,9 @@ class Agent:
         self.endpoint = self.endpoints[0]
         self.epoch = 0  # the highest leader epoch seen (replicas; 0: one daemon)
         self.fenced = 0  # schedules dropped because their epoch was below it, since start
+        # daemon messages refused since start: not a message, or a body its schema refuses
+        # (a schedule whose flow entries do not follow jitsched.protocol.OUT_FLOW_ENTRY...)
+        self.bad_messages = 0
         self.leader_moves = 0  # switches to another replica's endpoint, since start
         self._move_to: str | None = None  # the endpoint to move to at the next loop turn ("": the next)
         self._left_silent: str | None = None  # the endpoint last left for its silence
@@ -590,7 +594,7 @@ class Agent:
             try:
                 msg = decode_any(data)
             except ProtocolError as exc:
-                log.warning("event=agent_bad_message host=%s code=%s", self.host, exc.code)
+                self._bad_message(exc)
                 continue
             if isinstance(msg, Request) and msg.type == MsgType.SCHEDULE:
                 # acked only if held: an ack tells the daemon to stop re-sending it
@@ -662,8 +666,19 @@ class Agent:
                     "out": self.backend.scheduled_bytes,
                     "in": self.in_backend.scheduled_bytes if self.in_backend is not None else lambda: None})
             self.registered.set()
-        elif "flows" in b and "epoch_ns" in b and self._install(b):  # the get_schedule reply
-            self._ack(dealer, b["seq"])
+        elif "flows" in b and "epoch_ns" in b:  # the get_schedule reply: a schedule body
+            try:
+                validate_body(MsgType.SCHEDULE, b)
+            except ProtocolError as exc:
+                self._bad_message(exc)
+                return
+            if self._install(b):
+                self._ack(dealer, b["seq"])
+
+    def _bad_message(self, exc: ProtocolError) -> None:
+        """A daemon message refused: counted in ``bad_messages``, logged naming the problem."""
+        self.bad_messages += 1
+        log.warning("event=agent_bad_message host=%s code=%s message=%r", self.host, exc.code, exc.message)
 
     def _ack(self, dealer: zmq.Socket, seq: int) -> None:
         ack = {"host": self.host, "seq": seq}

@@ -32,6 +32,7 @@ from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster
 from jitsched.demo import FULL, demo_jobs
+from jitsched.protocol import flow_entry
 
 SCHEDULE_FLOWS = (100, 1000, 4000)  # flows a host's schedule lists (a ResNet152 job alone: 2020)
 
@@ -73,7 +74,7 @@ def reapply_s(n_flows: int, backend: str, registered: int = 32, repeat: int = 20
     a = Agent("h0", "tcp://127.0.0.1:1", backend=backend)
     a.backend = load_backend(backend, 125e6)
     a.line_rate_Bps = 125e6
-    flows = [{"flow": f"j/t{i}", "dst": "h1", "start_slot": 0, "rates_Bps": [], "prio": i} for i in range(n_flows)]
+    flows = [flow_entry(f"j/t{i}", "h1", 0, [], i) for i in range(n_flows)]
     a._install({"seq": 1, "slot_s": 600.0, "epoch_ns": time.time_ns(), "line_Bps": 125e6, "leftover_Bps": [],
                 "flows": flows})
     for i in range(min(registered, n_flows)):

@@ -547,3 +547,40 @@ def test_registration_refusals_back_off_and_a_host_in_use_is_tried_on():
     finally:
         a.stop()
         fake.close()
+
+
+def test_an_agent_installs_the_bodies_the_daemon_writes_and_refuses_a_malformed_flow_entry():
+    # bodies as the daemon writes them (planned rates and a rank, both directions), pushed
+    # and fetched; a body whose entry breaks protocol.OUT_FLOW_ENTRY is refused, counted,
+    # not acked, and the schedule held stays
+    import numpy as np
+
+    from jitsched.daemon.bodies import host_bodies
+    from jitsched.dag.model import Cluster
+    from jitsched.policies.base import SlotSchedule
+
+    flows = [("j", "a", 0, 1, 0, np.array([100.0, 500.0])), ("j", "b", 1, 0, 2, np.zeros(0))]
+    sched = SlotSchedule(0.0, 0.1, flows, np.full((2, 3), 400.0), np.full((2, 3), 400.0), prio={("j", "b"): 0})
+    body = host_bodies(sched, None, 3, time.time(), Cluster.uniform(2, bps=8000.0), 0.1, incarnation=7)["h0"]
+    assert body["flows"][0]["dst"] == "h1" and body["in_flows"][0] == {
+        "flow": "j/b", "src": "h1", "start_slot": 2, "rates_Bps": [], "prio": 0}
+    bad = body | {"seq": 4, "flows": [body["flows"][0] | {"start_slot": "0"}]}
+    fake = _FakeDaemon()
+    a = Agent("h0", fake.endpoint, backend="record", local_namespace=f"entries{id(fake)}").start()
+    try:
+        ident, req, _ = fake.recv("register")
+        fake.reply(ident, req, _register_reply(7))
+        _, get, _ = fake.recv("get_schedule")
+        fake.reply(ident, get, bad)  # fetched, malformed
+        assert wait_until(lambda: a.bad_messages == 1, 2.0) and a.schedule is None
+        fake.push(ident, body)  # pushed, as written
+        _, ack, _ = fake.recv("ack")
+        assert ack.body["seq"] == 3 and a.schedule == body
+        fake.push(ident, bad)  # pushed, malformed: no ack, the body held stays
+        assert wait_until(lambda: a.bad_messages == 2, 2.0)
+        assert a.schedule == body and a.seq == 3
+        k, rates, _ = a.slot_rates(body["epoch_ns"] + 150_000_000)
+        assert k == 1 and {r.flow_id: r.rate_Bps for r in rates} == {"j/a": 500.0}
+    finally:
+        a.stop()
+        fake.close()
