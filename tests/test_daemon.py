@@ -12,6 +12,7 @@ import pytest
 import zmq
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
@@ -42,7 +43,7 @@ def system(hosts=HOSTS, backend="record", **kw):
     try:
         d.start()
         for h in hosts:
-            agents[h] = Agent(h, d.agent_endpoint, backend=backend,
+            agents[h] = Agent(h, d.agent_endpoint, AgentOptions(backend=backend),
                               local_namespace=f"t{id(d)}").start()
         assert wait_until(lambda: all(a.registered.is_set() for a in agents.values()), 5.0)
         yield d, agents
@@ -223,7 +224,7 @@ def test_reconnecting_agent_gets_current_schedule(sys4, client):
     assert wait_until(lambda: d.state.schedule_seq >= 1 and all_acked(d, d.state.schedule_seq, HOSTS), 5.0)
     seq = d.state.schedule_seq
     agents["h0"].stop()
-    fresh = Agent("h0", d.agent_endpoint, backend="record", local_namespace=f"r{id(d)}")
+    fresh = Agent("h0", d.agent_endpoint, AgentOptions(backend="record"), local_namespace=f"r{id(d)}")
     agents["h0"] = fresh  # the fixture stops it
     fresh.start()
     assert wait_until(lambda: fresh.seq == seq, 5.0)
