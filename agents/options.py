@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jitsched.agents.backends.base import INGRESS_SHARE
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, INGRESS_SHARE, check_background_floor
 from jitsched.errors import ValidationError
 from jitsched.optspec import check_choice, check_range, check_types, option
 
@@ -66,6 +66,10 @@ class AgentOptions:
         INGRESS_SHARE, "with ingress: while inbound flows are scheduled the IFB is shaped to this share of "
                        "the ingress rate the daemon's cluster gives this host, so the queue forms in the host "
                        "(the link's own rate otherwise; default %(default)s)", metavar="SHARE")
+    background_floor: float = option(
+        BACKGROUND_FLOOR, "tc backend: share of each port, in [0, 1), guaranteed to traffic jitsched does not "
+                          "rank while ranked flows are backlogged (they borrow it back when that traffic "
+                          "leaves it idle; default %(default)s)", metavar="SHARE")
     leave_on_exit: bool = option(
         False, "on exit, tell the daemon this host leaves the cluster (its jobs with work left here end failed)")
     port_dev: str | None = option(
@@ -87,6 +91,7 @@ class AgentOptions:
             raise ValidationError(f"rto_min_ms: must be in 1..200 (at most the kernel's default), "
                                   f"got {self.rto_min_ms}")
         check_range(self, "reconnect_s", 0.0, open_lo=True)
+        check_background_floor(self.background_floor)
 
     @property
     def enforce_ingress(self) -> bool:
@@ -94,12 +99,13 @@ class AgentOptions:
         return self.backend == "tc" if self.ingress is None else self.ingress
 
     def backend_options(self) -> dict:
-        """Keywords of the backend's constructor these options set (the tc backend's ``dev`` and ``borrow``)."""
+        """Keywords of the backend's constructor these options set (the tc backend's ``dev``, ``borrow``, ``background_floor``)."""
         tc = {"dev": self.dev} if self.dev else {}
         if self.backend == "tc":
             # the plan is a floor and flows borrow what it leaves, as the policies' backfill
             # has it; ranked flows borrow by their level whatever this says
             tc["borrow"] = True
+            tc["background_floor"] = self.background_floor
         return tc
 
     def ingress_options(self) -> dict | None:

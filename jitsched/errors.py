@@ -35,15 +35,17 @@ class ProtocolError(JitschedError):
 
 
 class RemoteError(JitschedError):
-    """An error reply received from the peer (client side): its ``code`` and ``message``.
+    """An error reply received from the peer (client side): its ``code``, ``message`` and
+    ``detail`` (a map, empty unless the reply has one).
 
     Importable from :mod:`jitsched.protocol` and :mod:`jitsched.client` too.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, detail: dict | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.detail = dict(detail or {})
 
 
 def kernel_import_error(name: str, exc: ImportError) -> ExtensionNotBuiltError:

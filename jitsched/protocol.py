@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -271,13 +271,14 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """A decoded reply envelope: ``body`` when ``ok``, else ``code`` and ``message``."""
+    """A decoded reply envelope: ``body`` when ``ok``, else ``code``, ``message`` and ``detail``."""
 
     id: int
     ok: bool
     body: dict
     code: str = ""
     message: str = ""
+    detail: dict = field(default_factory=dict)
 
 
 
@@ -332,12 +333,13 @@ def encode_ok(req_id: int, body: dict | None = None) -> bytes:
     return _pack({"v": VERSION, "id": req_id, "ok": True, "body": body or {}})
 
 
-def encode_error(req_id: int, code: str, message: str) -> bytes:
-    """Pack an error reply; ``code`` must be one of :class:`ErrorCode`."""
+def encode_error(req_id: int, code: str, message: str, detail: dict | None = None) -> bytes:
+    """Pack an error reply; ``code`` must be one of :class:`ErrorCode`; ``detail``: fields
+    a client may act on (a refused critical job's bottleneck port and earliest start)."""
     if code not in ERROR_CODES:
         raise ValueError(f"unknown error code {code!r}")
-    return _pack({"v": VERSION, "id": req_id, "ok": False,
-                  "error": {"code": code, "message": message}})
+    err = {"code": code, "message": message} | ({"detail": detail} if detail else {})
+    return _pack({"v": VERSION, "id": req_id, "ok": False, "error": err})
 
 
 # msgpack's first byte of a map or an array (fix, 16- and 32-bit counts)
@@ -507,7 +509,9 @@ def _reply_from(obj: dict) -> Reply:
         body = obj.get("body", {})
         return Reply(rid, True, body if isinstance(body, dict) else {})
     err = obj.get("error") or {}
-    return Reply(rid, False, {}, str(err.get("code", ErrorCode.INTERNAL)), str(err.get("message", "")))
+    detail = err.get("detail")
+    return Reply(rid, False, {}, str(err.get("code", ErrorCode.INTERNAL)), str(err.get("message", "")),
+                 detail if isinstance(detail, dict) else {})
 
 
 def is_reply(data: bytes, chunked: bool = False) -> bool:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from jitsched.agents.backends.base import BACKGROUND_FLOOR
 from jitsched.agents.options import RTO_MAX_MS, RTO_MIN_MS, AgentOptions
 from jitsched.errors import ValidationError
 from jitsched.optspec import add_options, options_from_args
@@ -30,17 +31,19 @@ def test_the_flags_defaults_are_the_agents():
 def test_the_tc_backend_orders_the_ingress_too_by_default():
     # the configuration the testbed measures jit with: plans as floors, ingress
     # ordered on an IFB at 98 % of the host's ingress rate
+    tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR}
     o = parse("--backend", "tc", "--dev", "eth1")
-    assert o.backend_options() == {"dev": "eth1", "borrow": True}
-    assert o.ingress_options() == {"dev": "eth1", "borrow": True, "share": 0.98}
+    assert o.backend_options() == tc
+    assert o.ingress_options() == tc | {"share": 0.98}
     o = parse("--backend", "tc", "--dev", "eth1", "--ingress-share", "0.95", "--rto-max-ms", "2000",
               "--rto-min-ms", "0")
-    assert o.ingress_options() == {"dev": "eth1", "borrow": True, "share": 0.95}
+    assert o.ingress_options() == tc | {"share": 0.95}
     assert (o.rto_max_ms, o.rto_min_ms) == (2000, 0.0)
     off = parse("--backend", "tc", "--dev", "eth1", "--no-ingress")
     assert not off.enforce_ingress and off.ingress_options() is None
     # the tc backend's own device default (eth0) serves both directions
-    assert AgentOptions(backend="tc").ingress_options() == {"borrow": True, "share": 0.98}
+    assert AgentOptions(backend="tc").ingress_options() == {
+        "borrow": True, "background_floor": BACKGROUND_FLOOR, "share": 0.98}
     assert not AgentOptions(backend="record").enforce_ingress
 
 
@@ -59,7 +62,18 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     ({"rto_min_ms": 201.0}, r"rto_min_ms: must be in 1\.\.200"),
     ({"reconnect_s": 0.0}, r"reconnect_s: must be within \(0, inf\)"),
     ({"leave_on_exit": "yes"}, "leave_on_exit: expected a bool"),
+    ({"backend": "tc", "background_floor": 1.0}, r"background_floor: must be within \[0, 1\), got 1.0"),
+    ({"backend": "tc", "background_floor": -0.1}, r"background_floor: must be within \[0, 1\)"),
+    ({"backend": "tc", "background_floor": math.nan}, "background_floor: must be within"),
 ])
 def test_bad_options_are_refused_naming_the_field(kw, message):
     with pytest.raises(ValidationError, match=message):
         AgentOptions(**kw)
+
+
+def test_the_background_floor_reaches_both_tc_backends():
+    o = parse("--backend", "tc", "--background-floor", "0.25")
+    assert o.backend_options()["background_floor"] == o.ingress_options()["background_floor"] == 0.25
+    assert parse("--backend", "tc", "--background-floor", "0").backend_options()["background_floor"] == 0.0
+    # the other backends have no background class to guarantee
+    assert "background_floor" not in parse("--background-floor", "0.3").backend_options()

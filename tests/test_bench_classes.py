@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 import math
 
-from bench.bench_classes import ClassesOptions, classed_workload, main, measure
+from bench.bench_classes import (
+    ClassesOptions,
+    bunched,
+    classed_workload,
+    main,
+    measure,
+    measure_shared,
+)
 from jitsched.workloads.paper import generate_workload
 
 
@@ -38,3 +45,30 @@ def test_json_line_and_bad_input(capsys):
     assert capsys.readouterr().err.strip() == "bench_classes: --loads: expected comma-separated numbers, got 'half'"
     assert main(["--critical", "0.7", "--best-effort", "0.5"]) == 2
     assert "sum to at most 1" in capsys.readouterr().err
+
+
+def test_reservations_admit_more_critical_jobs_sharing_ports_than_exclusivity_and_hold_them():
+    # 40 Gbit/s: compute is most of a step, so two jobs' bursts can take turns on a port
+    opts = ClassesOptions(loads=(0.9,), n_jobs=24, n_hosts=4, critical=0.6, bps=4e10, slot_s=0.002,
+                          critical_gap_s=0.02)
+    (row,) = measure_shared(opts)
+    assert row["n_critical"] >= 4
+    assert row["admitted_lp"] > row["admitted_exclusive"] >= 1
+    assert row["critical_over_isolated_max"] <= 1.05
+    assert len(row["refused_bottlenecks"]) == row["n_critical"] - row["admitted_lp"]
+    assert all(b.split()[1] in ("egress", "ingress") for b in row["refused_bottlenecks"])
+    assert math.isfinite(row["normal_p99_slowdown"]) and math.isfinite(row["best_effort_p99_slowdown"])
+
+
+def test_bunched_moves_only_the_critical_jobs():
+    wl = classed_workload(generate_workload(0.5, n_jobs=20, n_hosts=4, seed=1), 0.3, 0.0, seed=1)
+    out = bunched(wl, 0.5)
+    crit = sorted(j.arrival_s for j in out.jobs if j.job_class == "critical")
+    assert crit == [crit[0] + 0.5 * i for i in range(len(crit))] and len(crit) >= 2
+    assert [j.arrival_s for j in out.jobs if j.job_class != "critical"] == [
+        j.arrival_s for j in wl.jobs if j.job_class != "critical"]
+
+
+def test_shared_bad_input_is_one_line(capsys):
+    assert main(["--shared", "--slot", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "bench_classes: --bps, --slot: must be positive; --eps: must be >= 0"

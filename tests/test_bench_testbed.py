@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from bench.bench_testbed import _figure_path, main
+from jitsched.agents.backends.base import BACKGROUND_FLOOR
 
 
 def saved_output() -> dict:
@@ -151,7 +152,8 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
                 for share in (0.5, 0.8) for pol in ("jit", "none", "none", "jit")]
     assert runs == expected
     assert predicted == [("quick", 0, {"link_mbit": 50.0, "slot_s": 0.1, "alpha": 0.4, "job_order": None,
-                                       "dl_share": share, "ingress_share": 0.98, "announce_files": False, "baselines": ()})
+                                       "dl_share": share, "ingress_share": 0.98, "announce_files": False,
+                                       "background_floor": BACKGROUND_FLOOR, "baselines": ()})
                          for share in (0.5, 0.8)]
     out = json.loads(capsys.readouterr().out)
     assert set(out["scenarios"]) == {"quick@0.5", "quick@0.8"}

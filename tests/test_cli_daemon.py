@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from jitsched.agents.backends.base import BACKGROUND_FLOOR
 from jitsched.cli import main
 from jitsched.errors import ValidationError
 
@@ -44,12 +45,16 @@ def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path, c
     assert err.startswith(f"jitsched agent: error: {message}")
 
 
-@pytest.mark.parametrize("extra, ingress", [
-    ([], {"dev": "eth1", "borrow": True, "share": 0.98}),
-    (["--ingress-share", "0.9"], {"dev": "eth1", "borrow": True, "share": 0.9}),
-    (["--no-ingress"], None),
+TC = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR}
+
+
+@pytest.mark.parametrize("extra, ingress, floor", [
+    ([], TC | {"share": 0.98}, BACKGROUND_FLOOR),
+    (["--ingress-share", "0.9"], TC | {"share": 0.9}, BACKGROUND_FLOOR),
+    (["--no-ingress"], None, BACKGROUND_FLOOR),
+    (["--background-floor", "0.2"], TC | {"background_floor": 0.2, "share": 0.98}, 0.2),
 ])
-def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_path, extra, ingress, capsys):
+def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_path, extra, ingress, floor, capsys):
     import jitsched.agents.agent as agent_mod
 
     made = {}
@@ -64,7 +69,7 @@ def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_pa
     assert "stop here" in _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1",
                                             "--local-dir", str(tmp_path), "--backend", "tc", "--dev", "eth1",
                                             *extra])
-    assert made["agent"].backend_options == {"dev": "eth1", "borrow": True}
+    assert made["agent"].backend_options == TC | {"background_floor": floor}
     assert made["agent"].ingress_options == ingress
 
 
@@ -109,8 +114,8 @@ def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monke
         return RecordBackend(line)
 
     assert _agent_against_fake_daemon(monkeypatch, tmp_path, egress_only, "--backend", "tc", "--dev", "eth9") == 1
-    assert loaded == [("tc", {"dev": "eth9", "borrow": True}),
-                      ("tc-ingress", {"dev": "eth9", "borrow": True, "share": 0.98})]
+    tc = {"dev": "eth9", "borrow": True, "background_floor": BACKGROUND_FLOOR}
+    assert loaded == [("tc", tc), ("tc-ingress", tc | {"share": 0.98})]
     err = capsys.readouterr().err
     assert "stopped: OSError: ip link add jsi-eth9 type ifb: Operation not supported" in err
     assert "--no-ingress orders the egress only" in err

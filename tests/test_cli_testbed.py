@@ -9,6 +9,7 @@ import pytest
 
 import jitsched.testbed.e2e as e2e
 import jitsched.testbed.scenario as scenario
+from jitsched.agents.backends.base import BACKGROUND_FLOOR
 from jitsched.cli import main
 from jitsched.errors import ValidationError
 from jitsched.testbed.options import DAEMON_DEFAULTS, TestbedOptions
@@ -30,6 +31,8 @@ from jitsched.testbed.scenario import SCENARIOS
     (["--link-mbit", "50"], {"link_mbit": 50.0}, {}),
     # announced files: the run's workload and the prediction's (jit ranks the files)
     (["--announce-files"], {"announce_files": True}, {}),
+    # the agents' background floor: the run's agents and the prediction's
+    (["--background-floor", "0.2"], {"background_floor": 0.2}, {}),
 ])
 def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra, more, daemon):
     calls = []
@@ -64,6 +67,7 @@ def test_run_passes_scenario_policy_seed_and_options(monkeypatch, capsys, extra,
                                             "dl_share": more.get("dl_share"),
                                             "ingress_share": 1.0 if more.get("ingress") is False else 0.98,
                                             "announce_files": more.get("announce_files", False),
+                                            "background_floor": more.get("background_floor", BACKGROUND_FLOOR),
                                             "baselines": ()})]
     assert out["sim"] == {"jit": {"mean_jct_s": 2.0, "background_mbit_mean": 40.0},
                           "tensorflow": {"mean_jct_s": 3.0, "background_mbit_mean": 30.0}}

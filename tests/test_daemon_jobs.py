@@ -6,6 +6,7 @@ import math
 import time
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from jitsched.config import ClientQuota, check_config
@@ -176,37 +177,75 @@ def critical(job_id: str, src: str, dst: str, **kw) -> dict:
     return tiny_job(job_id, 1.25e8, src=src, dst=dst) | {"class": "critical"} | kw
 
 
-def test_a_critical_job_on_ports_other_critical_jobs_hold_is_refused_or_demoted_as_asked():
-    from jitsched.daemon.jobs import isolated_jct_s
-
+def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_port_and_start():
     st = SchedulerState(config(policy="jit"))
     reg = st.job_registry
     assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
-    assert reg.jobs["a"].guard_until_s == pytest.approx(1.2)
-    assert isolated_jct_s(reg.jobs["a"].job, st.cluster) == pytest.approx(1.2)
-    # h0's egress is a's until 1.2 s: b, also leaving h0, is refused with the port named
+    # its reservation holds 1.05 x 1.2 s, up to the 0.1-s slot
+    assert reg.jobs["a"].guard_until_s == pytest.approx(1.3)
+    assert "a" in reg.reservations.held
+    # h0's egress is a's from 0.1 to 1.1 s: b, also leaving h0 at once, is refused with the
+    # port named and the earliest start at which it could be guaranteed
     got = st.submit_job({"job": critical("b", "h0", "h2")}, 0.5)
     assert isinstance(got, Reject) and got.code == ErrorCode.OVERLOADED
-    assert got.message == ("critical job 'b' cannot be guaranteed: h0 egress is held by critical jobs "
-                           "until 1.200 s; its ports are all free from 1.200 s (daemon clock)")
+    assert got.message == ("critical job 'b' cannot be guaranteed: h0 egress binds; it could be "
+                           "from 0.900 s (daemon clock)")
+    assert got.detail["bottleneck"] == "h0 egress"
+    assert got.detail["earliest_start_s"] == pytest.approx(0.9)
     assert "b" not in reg.jobs and reg.critical_refused == 1
-    # its client asked for normal instead: admitted as normal, holding nothing
-    # (the reply says the class it runs in, status counts it)
-    assert st.submit_job({"job": critical("b", "h0", "h2"), "if_unguaranteed": "normal"}, 0.5) == {
-        "job_id": "b", "class": "normal"}
+    # its client asked for normal instead: admitted as normal, reserving nothing
+    # (the reply says the class it runs in and why, status counts it)
+    got = st.submit_job({"job": critical("b", "h0", "h2"), "if_unguaranteed": "normal"}, 0.5)
+    assert got["class"] == "normal" and got["unguaranteed"]["bottleneck"] == "h0 egress"
     assert reg.jobs["b"].job.job_class == "normal" and reg.jobs["b"].guard_until_s == -math.inf
-    assert reg.critical_demoted == 1
+    assert "b" not in reg.reservations.held and reg.critical_demoted == 1
     assert st.status({}, 0.5)["critical"] == {"refused": 1, "admitted_as_normal": 1}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
     assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
-    assert reg.jobs["c"].job.job_class == "critical"
     assert "job_id" in submit(st, "n", None, 0.6)
-    # into h3 (c's until 1.7 s) and out of h0 (a's until 1.2 s): the port held longest is named
-    got = st.submit_job({"job": critical("d", "h0", "h3")}, 0.7)
-    assert isinstance(got, Reject) and "h3 ingress is held by critical jobs until 1.700 s" in got.message
-    # a's window is over at 1.2 s: a critical job may take h0's egress again
-    assert "job_id" in st.submit_job({"job": critical("e", "h0", "h1")}, 1.3)
-    assert reg.jobs["e"].job.job_class == "critical"
+    # into h3, which c's transfer fills: the ingress is named
+    got = st.submit_job({"job": critical("d", "h1", "h3")}, 0.7)
+    assert isinstance(got, Reject) and got.detail["bottleneck"] == "h3 ingress"
+    # out of h0 after 1.5 s of compute, when a is done with it: shares the port with a
+    # (port exclusivity refused it until 1.2 s)
+    late = tiny_job("late", 1.25e8, duration_s=1.5, src="h0", dst="h1") | {"class": "critical"}
+    assert st.submit_job({"job": late}, 0.2) == {"job_id": "late", "class": "critical"}
+    # a job that ends gives the rest of its reservation back: h0's egress is free again
+    reg.end(reg.jobs["a"], "cancelled", 0.6)
+    assert reg.reservations.held["a"].end_slot == 6
+    assert st.submit_job({"job": critical("b2", "h0", "h2")}, 0.6) == {"job_id": "b2", "class": "critical"}
+
+
+def test_a_journalled_critical_job_is_reserved_for_again():
+    st = SchedulerState(config(policy="jit"))
+    reg = st.job_registry
+    js = reg.restore(critical("a", "h0", "h1"), None, 0.0)
+    assert js.job.job_class == "critical" and js.guard_until_s == pytest.approx(1.3)
+    assert "a" in reg.reservations.held
+    got = st.submit_job({"job": critical("b", "h0", "h2")}, 0.2)
+    assert isinstance(got, Reject) and got.detail["bottleneck"] == "h0 egress"
+
+
+def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start_in_the_reply():
+    from jitsched.client import Client
+    from jitsched.daemon import Daemon
+    from jitsched.errors import RemoteError
+
+    d = Daemon(config(planner_process=False, policy="jit")).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            assert c.submit(critical("a", "h0", "h1"))["class"] == "critical"
+            with pytest.raises(RemoteError) as err:
+                c.submit(critical("b", "h0", "h2"))
+            assert err.value.code == ErrorCode.OVERLOADED
+            assert err.value.detail["bottleneck"] == "h0 egress"
+            assert err.value.detail["earliest_start_s"] > 0 and "h0 egress binds" in err.value.message
+            got = c.submit(critical("b", "h0", "h2"), if_unguaranteed="normal")
+            assert got["class"] == "normal" and got["unguaranteed"]["bottleneck"] == "h0 egress"
+            assert got["unguaranteed"]["earliest_start_s"] > 0
+            assert c.status()["critical"] == {"refused": 1, "admitted_as_normal": 1}
+    finally:
+        d.stop()
 
 
 def test_if_unguaranteed_is_checked_in_one_line():
@@ -214,3 +253,28 @@ def test_if_unguaranteed_is_checked_in_one_line():
     got = st.submit_job({"job": critical("a", "h0", "h1"), "if_unguaranteed": "maybe"}, 0.0)
     assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_BODY
     assert got.message == "body.if_unguaranteed: expected one of refuse, normal, got 'maybe'"
+
+
+def test_agents_get_a_critical_jobs_reserved_rates_and_a_leftover_without_them():
+    from jitsched.client import Client
+    from jitsched.daemon.server import wait_until
+    from tests.test_daemon import system
+
+    with system(policy="jit") as (d, agents), Client(d.job_endpoint) as c:
+        c.submit(critical("a", "h0", "h1"))
+
+        def flow():
+            body = agents["h0"].schedule
+            got = [f for f in body["flows"] if f["flow"] == "a/t"] if body else []
+            return got[0] if got and got[0]["rates_Bps"] else None
+
+        assert wait_until(lambda: flow() is not None, 5.0)
+        f, body = flow(), agents["h0"].schedule
+        slot = body["slot_s"]
+        # the reservation: 125 MB at up to the line rate, as the flow's floor
+        assert max(f["rates_Bps"]) == pytest.approx(1.25e8)
+        assert sum(f["rates_Bps"]) * slot == pytest.approx(1.25e8, rel=0.02)
+        # what background traffic may take leaves the reserved slots alone
+        left = body["leftover_Bps"]
+        k = f["start_slot"] + int(np.argmax(f["rates_Bps"]))
+        assert k < len(left) and left[k] == pytest.approx(0.0, abs=1.0)

@@ -486,3 +486,46 @@ def test_a_relevelled_class_goes_only_once_it_has_drained(ns, monkeypatch):
         assert b.draining == [] and ROOT_HANDLE | old not in classes(ns) and old in b.free_minors
     finally:
         b.close()
+
+
+def tc_class_rates(ns: str, dev: str = "a0") -> dict[str, str]:
+    """``{"1:2": "10Mbit", ...}``: each class's rate as ``tc class show`` prints it (iproute2 decodes)."""
+    out = subprocess.run(["ip", "netns", "exec", ns, "tc", "class", "show", "dev", dev],
+                         capture_output=True, text=True, check=True).stdout
+    rates = {}
+    for line in out.splitlines():
+        words = line.split()
+        if "htb" in words and "rate" in words:
+            rates[words[2]] = words[words.index("rate") + 1]
+    return rates
+
+
+def test_background_floor_reaches_the_kernel_while_ranked_flows_hold_the_port(ns):
+    from jitsched.agents.backends.htb import MIN_BURST_B
+
+    install_shaper("a0", LINE, netns=ns)
+    b = TcBackend(LINE, dev="a0", netns=ns, background_floor=0.2, borrow=True)
+    try:
+        # ranked flows asking for the whole line: background keeps a fifth of the port
+        ranked = [FlowRate("j/a", LINE, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0),
+                  FlowRate("j/b", LINE, "198.18.0.1", 40001, "198.18.0.2", 5201, prio=1)]
+        b.apply(ranked, 0.0)
+        assert tc_class_rates(ns)["1:2"] == "20Mbit"  # 0.2 of 100 Mbit/s
+        cl = classes(ns)
+        flows = sum(cl[ROOT_HANDLE | inst.minor][1] for inst in b.flows.values())
+        # HTB serves every class under its rate first: the flows' rates leave the floor
+        assert flows + cl[ROOT_HANDLE | BG_MINOR][1] <= LINE
+        # planned rates leaving more than the floor: background gets what they leave
+        b.apply([flow("j/c", 1e6)], 5e6)
+        assert classes(ns)[ROOT_HANDLE | BG_MINOR][1] == 5_000_000
+    finally:
+        b.close()
+    # floor 0: the least class, two frames' worth, as without a floor
+    b = TcBackend(LINE, dev="a0", netns=ns, background_floor=0.0, borrow=True)
+    try:
+        b.apply([FlowRate("j/a", LINE, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0)], 0.0)
+        assert classes(ns)[ROOT_HANDLE | BG_MINOR][1] == MIN_BURST_B
+    finally:
+        b.close()
+    with pytest.raises(ValueError, match=r"background_floor: must be within \[0, 1\), got 1.0"):
+        TcBackend(LINE, dev="a0", netns=ns, background_floor=1.0)

@@ -377,3 +377,20 @@ def test_background_contention_counts_dl_bytes_on_a_files_ports_during_its_life(
     assert out["f"]["egress_dl_mb"] == pytest.approx(2.0 + 2.0 + 0.5)
     assert out["f"]["ingress_dl_mb"] == pytest.approx(2.0)
     assert out["f"]["life_s"] == pytest.approx(2.0)
+
+
+def test_predict_gives_unannounced_files_the_agents_floor(monkeypatch):
+    from jitsched.testbed.scenario import SCENARIOS, Scenario, predict
+
+    monkeypatch.setitem(SCENARIOS, "pair", Scenario(hosts=2, jobs=1, rate_per_s=1.0, models=("alexnet",),
+                                                    files=1, file_gbit=(1.0,), file_lead_s=0.5))
+    base = predict("pair", baselines=("sincronia", "tictac"), background_floor=0.0)
+    floored = predict("pair", baselines=("sincronia", "tictac"), background_floor=0.3)
+    for name in ("jit", "sincronia", "tictac"):
+        # the file behind the job without a floor, 30 % of the port beside it with one
+        assert floored[name]["background_mbit_mean"] > base[name]["background_mbit_mean"] + 5.0
+        assert floored[name]["mean_jct_s"] > base[name]["mean_jct_s"]
+    assert floored["tensorflow"] == base["tensorflow"]  # plain TCP has no agents
+    # announced files are ranked, not in the agents' background class: no floor
+    told = predict("pair", announce_files=True, background_floor=0.0)
+    assert predict("pair", announce_files=True, background_floor=0.3)["jit"] == told["jit"]

@@ -66,6 +66,9 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
     bg = out["details"]["background"]
     assert set(bg) == {"file-0"} and bg["file-0"]["bytes"] > 0, bg
     assert 0.0 < out["background_mbit_mean"] <= 100.0
+    # the longest time the file's receiver read nothing: within its life, the run's figure its file's
+    stall = bg["file-0"]["max_stall_s"]
+    assert out["background_max_stall_s"] == stall and 0.0 < stall <= bg["file-0"]["end_s"] - bg["file-0"]["start_s"]
     # what the file shared its ports with: some DL bytes, never more than its ports carried
     [(fid, c)] = out["details"]["background_contention"].items()
     assert fid == "file-0" and c["life_s"] > 0

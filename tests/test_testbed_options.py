@@ -13,6 +13,7 @@ import pytest
 
 from bench.bench_testbed import MEASURE_DEFAULTS, RUN_DEFAULTS, RUN_EXCLUDE, SWEEP
 from bench.bench_testbed import build_parser as bench_parser
+from jitsched.agents.backends.base import BACKGROUND_FLOOR
 from jitsched.cli import build_parser
 from jitsched.cli.testbed import CLI_EXCLUDE
 from jitsched.errors import ValidationError
@@ -154,6 +155,8 @@ def test_cli_flags_and_defaults_are_the_ones_before_the_options_classes():
     ({"drift_s": 0.0}, "drift_s: must be positive"),
     ({"early_s": -1.0, "policy": "none"}, "early_s: must be positive"),
     ({"daemon_options": [1]}, "daemon_options: expected a mapping"),
+    ({"background_floor": 1.0}, "background_floor: must be within [0, 1), got 1.0"),
+    ({"background_floor": -0.01, "policy": "none"}, "background_floor: must be within [0, 1)"),
 ])
 def test_bad_testbed_options_name_the_field(kw, message):
     with pytest.raises(ValidationError, match=re.escape(message)):
@@ -200,7 +203,8 @@ def test_daemon_settings_give_the_jit_settings_to_the_jit_daemon_only():
     assert none.daemon_settings() == {"policy": "tensorflow", "slot_s": 0.1, "alpha": 0.4, **DAEMON_DEFAULTS}
     # the simulator's prediction gets them under either policy
     assert none.prediction_options() == {"link_mbit": None, "slot_s": 0.1, "alpha": 0.4, "job_order": "fifo",
-                                         "dl_share": 0.5, "ingress_share": 0.98, "announce_files": False}
+                                         "dl_share": 0.5, "ingress_share": 0.98, "announce_files": False,
+                                         "background_floor": BACKGROUND_FLOOR}
 
 
 @pytest.mark.parametrize("policy, ingress, share", [
@@ -232,3 +236,12 @@ def test_the_cli_builds_its_parser_without_loading_pyroute2():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_background_floor_is_the_agents_and_the_predictions():
+    o = TestbedOptions(background_floor=0.3)
+    assert o.prediction_options()["background_floor"] == 0.3
+    # the agent command's default, also where the run has no agents (its prediction's jit has them)
+    assert TestbedOptions(policy="none").prediction_options()["background_floor"] == BACKGROUND_FLOOR
+    args = cli_testbed_parser().parse_args(["run", "--background-floor", "0.05"])
+    assert args.background_floor == 0.05

@@ -417,7 +417,7 @@ def test_committed_parameter_reads_match_the_models():
 
 def test_split_modules_are_reexported():
     """Parser and cost model live in their own modules; jitsched.workloads.tfgraph still offers their names."""
-    from jitsched.workloads.paper import _tfparse, tfcost, tfgraph
+    from jitsched.workloads import _tfparse, tfcost, tfgraph
 
     assert tfgraph.read_graphdef is _tfparse.read_graphdef
     assert tfgraph.read_step_stats is _tfparse.read_step_stats

@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
+from jitsched.errors import ValidationError
+
 # Strict-priority levels a backend gives ranked flows (FlowRate.prio): HTB has 8
 # borrowing priorities, and the last is the background's.
 FLOW_LEVELS = 7
@@ -18,6 +20,23 @@ FLOW_LEVELS = 7
 # is scheduled; 0.995 did not give the files more (quick, ABBA: 45.2, 45.2 Mbit/s
 # against 45.8, 44.4 at 0.98; jobs 6.19, 6.25 s against 5.99, 6.14 s).
 INGRESS_SHARE = 0.98
+# Share of each port (egress, and the shaped ingress) guaranteed to traffic no flow
+# class matches -- everything the daemon does not rank -- while ranked flows are
+# backlogged; the ranked flows borrow it back whenever that traffic leaves it idle.
+# The smallest share swept with which no unannounced file went 1 s without progress
+# on the testbed (`python -m bench.bench_floor --json`, one run per floor on a loaded
+# machine; docs/figures/floor.json): with none, a file stalled 2.1 s on quick and 4.8 s
+# on paper-mini; with 0.05, 0.38 s and 0.78 s (plain TCP's own: 0.44 s, 0.79 s). The
+# files' mean goodput barely moved with the share (quick 44.9-46.3 Mbit/s from 0 to 0.3)
+# while the jobs paid for it (the simulator's mean JCT, quick: 5.32 s at 0, 5.47 at
+# 0.05, 5.69 at 0.1, 7.51 at 0.3).
+BACKGROUND_FLOOR = 0.05
+
+
+def check_background_floor(share: float) -> None:
+    """Raise ValidationError unless ``share`` is a background floor: a number in [0, 1)."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
+        raise ValidationError(f"background_floor: must be within [0, 1), got {share!r}")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from jitsched.agents.backends.base import (
     INGRESS_SHARE,
     Backend,
     FlowRate,
+    check_background_floor,
     register_backend,
 )
 from jitsched.agents.backends.htb import (
@@ -32,7 +33,6 @@ from jitsched.agents.backends.htb import (
     FLOW_MINOR_BASE,
     FLOW_MINOR_MAX,
     LINK_CLASS,
-    MIN_BURST_B,
     ROOT_HANDLE,
     burst_bytes,
     install_ack_class,
@@ -124,6 +124,13 @@ class TcBackend(Backend):
         of their own (1:5) guaranteed :data:`DL_RESERVE` of the line rate (the
         flows' rates are scaled to leave it) that borrows first, instead of
         queueing behind the background in class 1:2. None (default): no such class.
+    background_floor : float
+        Share of ``line_rate_Bps``, in [0, 1), the background class (traffic no
+        flow class matches) is guaranteed while flows are scheduled, however
+        they are ranked; the flows' rates are scaled to leave it, and they
+        borrow it back while the background leaves it idle. 0 (default): two
+        full frames' worth, the least HTB class; ``jitsched agent`` passes
+        :data:`jitsched.agents.backends.base.BACKGROUND_FLOOR` unless told otherwise.
     """
 
     name = "tc"
@@ -131,9 +138,10 @@ class TcBackend(Backend):
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
                  min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = 1500,
                  borrow: bool = False, spare: str = "background", dl_tos: int | None = None,
-                 **options) -> None:
+                 background_floor: float = 0.0, **options) -> None:
         if spare not in SPARE_MODES:
             raise ValueError(f"tc backend: spare must be one of {SPARE_MODES}, got {spare!r}")
+        check_background_floor(background_floor)
         super().__init__(line_rate_Bps, **options)
         self.dev, self.netns, self.burst_s = dev, netns, float(burst_s)
         self.borrow = bool(borrow)
@@ -154,6 +162,7 @@ class TcBackend(Backend):
         self.link_Bps = int(self.line_rate_Bps)  # link class 1:1's rate and ceiling now
         self.dl_tos = None if dl_tos is None else int(dl_tos)
         self.dl_reserve_Bps = 0.0 if dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
+        self.bg_floor_Bps = reserve_Bps(background_floor, self.line_rate_Bps)
         self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
         self.closed = False
         qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
@@ -319,7 +328,7 @@ class TcBackend(Backend):
             self.free_minors.append(inst.minor)
         wire = {fid: max(self.min_rate_Bps, f.rate_Bps) * self.wire_factor for fid, f in wanted.items()}
         total = sum(wire.values())
-        room = line - MIN_BURST_B - self.ack_reserve_Bps - self.dl_reserve_Bps
+        room = line - self.bg_floor_Bps - self.ack_reserve_Bps - self.dl_reserve_Bps
         scale = min(1.0, room / total) if total > 0 else 1.0
         for fid, f in wanted.items():
             rate = max(1, int(wire[fid] * scale))
@@ -354,7 +363,7 @@ class TcBackend(Backend):
             if not inst.keys and keys:
                 inst.keys = keys
                 msgs.append((self._filter(inst.minor, keys, create), f"filter of {fid}", False))
-        bg = int(max(MIN_BURST_B, min(leftover_Bps, line - total * scale)))
+        bg = int(max(self.bg_floor_Bps, min(leftover_Bps, line - total * scale)))
         # last while anything is ranked; first only beside planned flows that are not
         # (the paper's leftover); with no flow it keeps its prio: every change risks
         # the stale filing above, and ranked schedules must never move it off the last

@@ -195,6 +195,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
               allowed_uids=args.allow_uid, join=join)
     a.start()
     ingress = f" + tc-ingress at {opts.ingress_share:g} of the ingress rate" if opts.enforce_ingress else ""
+    if opts.backend == "tc":
+        ingress += f", background floor {opts.background_floor:g} of each port"
     print(f"jitsched agent {args.host}: daemon {args.daemon}, backend {opts.backend}{ingress}, "
           f"{'CURVE' if a.keys is not None else 'plaintext'}, local socket {a.local_name}", flush=True)
     stop = threading.Event()
@@ -348,8 +350,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"{st.get('pages', 1)} status pages)")
     crit = st.get("critical") or {}
     if crit.get("refused") or crit.get("admitted_as_normal"):
-        print(f"  critical jobs: {crit.get('refused', 0)} refused (their ports were held by other critical "
-              f"jobs), {crit.get('admitted_as_normal', 0)} admitted as normal instead")
+        print(f"  critical jobs: {crit.get('refused', 0)} refused (no reservation on what other critical "
+              f"jobs reserve could hold them), {crit.get('admitted_as_normal', 0)} admitted as normal instead")
     if st.get("journal_errors"):
         print(f"  JOURNAL: {st['journal_errors']} writes failed (last: {escape(st.get('journal_last_error', ''))}); "
               "submissions are refused until it can be written")

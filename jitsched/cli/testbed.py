@@ -17,6 +17,7 @@ from jitsched.testbed.options import (
     options_from_args,
 )
 from jitsched.testbed.scenario import SCENARIOS
+from jitsched.testbed.torchjobs import TORCH_SCENARIOS
 
 # TestbedOptions flags the CLI leaves out: the switch ports' priority band is the
 # testbed bench's ablation (bench/bench_testbed.py --switch-priority)
@@ -33,7 +34,8 @@ def _args(cls: type, **kw) -> list:
         help="up: build; down: remove (idempotent); run: scenario end to end; measure: tc enforcement"),
     arg("--hosts", type=int, default=4, help="number of hosts for up (default 4)"),
     arg("--cluster-file", default=None, help="where up writes the TOML cluster file"),
-    arg("--scenario", choices=tuple(SCENARIOS), default="quick", help="workload for run"),
+    arg("--scenario", choices=(*SCENARIOS, *TORCH_SCENARIOS), default="quick",
+        help="workload for run (torch-ps: real PyTorch jobs over Gloo, needs torch)"),
     *_args(TestbedOptions, exclude=CLI_EXCLUDE),
     *_args(MeasureOptions),
     arg("--json", action="store_true", help="print the result as JSON"),
@@ -82,6 +84,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import require_daemon_side
 
     require_daemon_side()
+    if args.scenario in TORCH_SCENARIOS:
+        return _run_torch(args, options)
     out = run_scenario(args.scenario, options)
     # what the fluid simulator expects of the same workload under the same settings
     from jitsched.testbed.scenario import predict
@@ -99,5 +103,26 @@ def cmd_testbed(args: argparse.Namespace) -> int:
                 print(f"{k:<24} {v}")
     if out["agents_failed"]:
         # the jobs may all have finished, but not under the policy asked for
+        print(f"testbed run: agents stopped with an error: {out['agents_failed']}", file=sys.stderr)
+    return 0 if out["completed"] == out["jobs"] and not out["agents_failed"] else 1
+
+
+def _run_torch(args: argparse.Namespace, options: TestbedOptions) -> int:
+    """``testbed run`` of a real-framework scenario (no simulator prediction: its DAG is the framework's)."""
+    import importlib.util
+
+    from jitsched.testbed.torchjobs import run_torch_scenario
+
+    if importlib.util.find_spec("torch") is None:
+        print(f"testbed run: scenario {args.scenario} needs PyTorch (pip install torch)", file=sys.stderr)
+        return 2
+    out = run_torch_scenario(args.scenario, options)
+    if args.json:
+        emit_json(out)
+    else:
+        for k, v in out.items():
+            if k != "details":
+                print(f"{k:<24} {v}")
+    if out["agents_failed"]:
         print(f"testbed run: agents stopped with an error: {out['agents_failed']}", file=sys.stderr)
     return 0 if out["completed"] == out["jobs"] and not out["agents_failed"] else 1

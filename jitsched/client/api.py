@@ -179,7 +179,7 @@ class Client:
             if rep.id != req_id and rep.id != 0:
                 continue  # a late reply to an earlier, timed-out request
             if not rep.ok:
-                raise RemoteError(rep.code, rep.message)
+                raise RemoteError(rep.code, rep.message, rep.detail)
             return rep.body
 
     def request(self, type_: str, body: dict | None = None) -> dict:
@@ -193,13 +193,21 @@ class Client:
         """Submit a native-format job map (or a :class:`Job`); returns the job id."""
         return self.submit(job, cluster)["job_id"]
 
-    def submit(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None) -> dict:
+    def submit(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None,
+               if_unguaranteed: str | None = None) -> dict:
         """:meth:`submit_job`, returning the whole reply: ``job_id``, and with keys
         ``flow_job``, the job id its flows go by in the agents' schedules
-        (``"<client>:<job id>"``: each client's job ids are its own)."""
+        (``"<client>:<job id>"``: each client's job ids are its own).
+
+        ``if_unguaranteed`` ("refuse", the daemon's default, or "normal"): what a critical
+        job no reservation can hold becomes. Refused, :class:`RemoteError`'s ``detail``
+        names the bottleneck port and the earliest start; admitted as normal, the reply's
+        ``class`` is "normal" and its ``unguaranteed`` says the same."""
         body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
         if cluster is not None:
             body["cluster"] = dict(cluster)
+        if if_unguaranteed is not None:
+            body["if_unguaranteed"] = if_unguaranteed
         return self.request(MsgType.SUBMIT_JOB, body)
 
     def submit_graph(self, graph_path: str | Path, *, ps_host: str, worker_host: str,

@@ -10,6 +10,7 @@ from jitsched.config import ANONYMOUS, DaemonConfig
 from jitsched.daemon.limits import check_job, check_job_map, job_bytes, memory_ceiling, rss_bytes
 from jitsched.daemon.reject import Reject
 from jitsched.dag.model import Cluster, Job, critical_path_s, parse_cluster, parse_job
+from jitsched.plan.reserve import ReservationBook, ReserveOptions, Windows, job_windows
 from jitsched.protocol import ErrorCode
 
 
@@ -86,9 +87,10 @@ class JobState:
     bytes: int = 0  # estimated bytes held for it (limits.job_bytes)
     forgotten: bool = False  # ended and dropped from the registry
     heard_s: float = math.nan  # when a request of its client last named it (NaN: at submission)
-    # a critical job holds its ports against other critical jobs until then (its isolated JCT
-    # after submission; -inf: not critical)
+    # a critical job's reservation holds its JCT target until then (daemon clock; -inf: not critical)
     guard_until_s: float = -math.inf
+    # a critical job admitted as normal: the bottleneck port and earliest guaranteed start
+    unguaranteed: dict | None = None
 
     @property
     def active(self) -> bool:
@@ -116,6 +118,7 @@ class Prepared:
     done: list[str]
     started: list[str]
     if_unguaranteed: str = "refuse"  # a critical job that cannot be guaranteed: UNGUARANTEED
+    windows: Windows | None = None  # a critical job's reservation windows (reserve.job_windows)
 
 
 class JobRegistry:
@@ -155,8 +158,10 @@ class JobRegistry:
         self.rss = rss_bytes  # this process's RSS now (bytes); tests stand in for it
         self.refused_memory = 0  # submissions refused for the memory ceiling
         self._forgotten: list[JobState] = []  # dropped outside prune: the next prune returns them
-        self.critical_refused = 0  # critical submissions refused: their ports were held
+        self.critical_refused = 0  # critical submissions refused: no reservation could hold them
         self.critical_demoted = 0  # critical submissions admitted as normal, as their clients asked
+        # the critical jobs' reservations, on the daemon's clock and slot
+        self.reservations = ReservationBook(self.cluster, ReserveOptions(slot_s=config.slot_s))
 
     def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
         """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
@@ -259,19 +264,22 @@ class JobRegistry:
             ports[t.id] = (s, d)
             out_left[s] = out_left.get(s, 0) + 1
             in_left[d] = in_left.get(d, 0) + 1
-        return Prepared(job, index, ports, out_left, in_left, progress[0], progress[1], fallback)
+        # a critical job's isolated schedule is simulated here, off the daemon's loop
+        win = job_windows(job, self.cluster, self.reservations.options) if job.job_class == "critical" else None
+        return Prepared(job, index, ports, out_left, in_left, progress[0], progress[1], fallback, win)
 
     def admit(self, prep: Prepared, now: float, owner: str | None = None) -> JobState | Reject:
         """Store a job from :meth:`prepare`, arriving ``now``, owned by ``owner``: refused if
         the daemon or ``owner`` runs its ``max_jobs`` jobs, ``owner`` runs one of the same
         id, or there is no room for it in ``owner``'s quota or the daemon's memory.
 
-        A critical job holds its ports (its transfers' sources' egress and destinations'
-        ingress) for its isolated JCT (:func:`isolated_jct_s`) from ``now``. One that
-        needs a port another running critical job still holds cannot be guaranteed:
-        it is refused, naming the port held longest and the instant (daemon clock)
-        from which all of its ports are free, or with ``if_unguaranteed`` "normal"
-        admitted as a normal job.
+        A critical job is reserved for (:class:`jitsched.plan.reserve.ReservationBook`): per-slot
+        rates for its transfers on the capacity other critical jobs' reservations leave,
+        holding its JCT within ``(1 + eps)`` of its isolated JCT from ``now``. One that no
+        reservation can hold is refused, naming the port whose capacity binds and the
+        earliest start (daemon clock) at which it could be guaranteed (the reply's
+        ``detail``), or with ``if_unguaranteed`` "normal" admitted as a normal job (its
+        JobState's ``unguaranteed`` holds the same).
         """
         full = self._full(owner)
         if full is not None:
@@ -279,52 +287,36 @@ class JobRegistry:
         jid = scoped_id(owner, prep.job.id)
         if jid in self.active:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {prep.job.id!r} is already running")
-        job, guard = prep.job, -math.inf
+        job, guard, why = prep.job, -math.inf, None
         if job.job_class == "critical":
-            clash = self._held(prep.ports.values(), now)
-            if clash is None:
-                guard = now + isolated_jct_s(job, self.cluster)
-            elif prep.if_unguaranteed == "normal":
-                job = replace(job, job_class="normal")
+            d = self.reservations.admit(jid, job, now, prep.windows)
+            if d.admitted:
+                guard = d.start_s + d.target_s
             else:
-                self.critical_refused += 1
-                return Reject(ErrorCode.OVERLOADED, f"critical job {job.id!r} cannot be guaranteed: "
-                              f"{clash[0]} is held by critical jobs until {clash[1]:.3f} s; its ports "
-                              f"are all free from {clash[1]:.3f} s (daemon clock)")
+                why = {"bottleneck": d.bottleneck, "earliest_start_s": d.earliest_start_s,
+                       "isolated_jct_s": d.isolated_s, "target_jct_s": d.target_s}
+                if prep.if_unguaranteed == "normal":
+                    job = replace(job, job_class="normal")
+                else:
+                    self.critical_refused += 1
+                    return Reject(ErrorCode.OVERLOADED, f"critical job {job.id!r} cannot be guaranteed: "
+                                  f"{d.bottleneck} binds; it could be from {d.earliest_start_s:.3f} s "
+                                  "(daemon clock)", why)
         size = job_bytes(prep.job)
         no_room = self._room(owner, size)
         if no_room is not None:
+            self.reservations.release(jid)
             return no_room
         if job is not prep.job:
             self.critical_demoted += 1
         js = self._insert(JobState(replace(job, id=jid, arrival_s=now), prep.index, now, owner=owner,
                                    ports=prep.ports, out_left=dict(prep.out_left),
                                    in_left=dict(prep.in_left), name=prep.job.id, bytes=size,
-                                   guard_until_s=guard))
+                                   guard_until_s=guard, unguaranteed=why))
         js.started.update(dict.fromkeys(prep.started, now))
         for nid in prep.done:
             self.mark_done(js, nid, now)
         return js
-
-    def _held(self, ports, now: float) -> tuple[str, float] | None:
-        """The port of ``ports`` ((src, dst) host pairs) that running critical jobs hold the
-        longest after ``now`` ("<host> egress" or "<host> ingress") and until when, or None."""
-        held: dict[tuple[int, int], float] = {}  # (host, 0 egress / 1 ingress) -> until
-        for js in self.active.values():
-            if js.guard_until_s > now:
-                for s, d in js.ports.values():
-                    for p in ((s, 0), (d, 1)):
-                        held[p] = max(held.get(p, -math.inf), js.guard_until_s)
-        worst: tuple[tuple[int, int], float] | None = None
-        for s, d in ports:
-            for p in ((s, 0), (d, 1)):
-                until = held.get(p)
-                if until is not None and (worst is None or until > worst[1]):
-                    worst = (p, until)
-        if worst is None:
-            return None
-        (host, way), until = worst
-        return f"{self.cluster.hosts[host].name} {('egress', 'ingress')[way]}", until
 
     def restore(self, job_map: dict, owner: str | None, submitted_s: float) -> JobState | Reject:
         """A journalled job back in the registry as submitted at ``submitted_s`` (daemon clock),
@@ -358,8 +350,10 @@ class JobRegistry:
             js.ports[t.id] = (s, d)
             js.out_left[s] = js.out_left.get(s, 0) + 1
             js.in_left[d] = js.in_left.get(d, 0) + 1
-        if job.job_class == "critical":  # admitted before: its guarantee holds from its submission
-            js.guard_until_s = now + isolated_jct_s(job, self.cluster)
+        if job.job_class == "critical":  # admitted before: reserved again if its ports allow
+            d = self.reservations.admit(job.id, job, now)
+            if d.admitted:
+                js.guard_until_s = d.start_s + d.target_s
         return self._insert(js)
 
     def _insert(self, js: JobState) -> JobState:
@@ -498,6 +492,7 @@ class JobRegistry:
         js.error = error
         js.finished_s = now
         del self.active[js.job.id]
+        self.reservations.release(js.job.id, now)
         self.ended.append(js)
         self.ended_bytes += js.bytes
         u = self.usage[js.owner]

@@ -70,6 +70,9 @@ class PlanRequest:
     # (egress, ingress) bytes/s per host to plan on instead of the line rates: each port's
     # line rate less the traffic its agent measures outside every schedule (None: line rates)
     capacity: tuple[np.ndarray, np.ndarray] | None = None
+    # the planned critical jobs' reserved rates (reserve.ReservationBook.flows): the
+    # schedule's floor for their flows (reserve.with_reservations)
+    reserved: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -388,7 +391,8 @@ class PlanBook:
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
                           slot_s=self.config.slot_s, incarnation=self.incarnation,
                           epoch=self.epoch, background=self.background.snapshot(),
-                          cluster=self._joined_cluster)
+                          cluster=self._joined_cluster,
+                          reserved=self.registry.reservations.flows(self.active))
         self.events.clear()
         self.reasons.clear()
         self.first_reason_s = math.inf
@@ -436,7 +440,8 @@ class PlanBook:
                            busy_egress=np.bincount(np.asarray(out_hosts, dtype=np.int64), minlength=nh),
                            busy_ingress=np.bincount(np.asarray(in_hosts, dtype=np.int64), minlength=nh),
                            rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation,
-                           cluster=self._joined_cluster, epoch=self.epoch)
+                           cluster=self._joined_cluster, epoch=self.epoch,
+                           reserved=self.registry.reservations.flows(new_ids))
 
     # ------------------------------------------------------------------ results
 

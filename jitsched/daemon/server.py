@@ -917,7 +917,7 @@ class Daemon:
             else:
                 self.logs.log(logging.INFO, "rejected", type=type_, id=rid, code=result.code,
                               reason=result.message[:200])
-            return encode_error(rid, result.code, result.message)
+            return encode_error(rid, result.code, result.message, result.detail)
         self.metrics.request(type_, "ok", time.perf_counter() - t0)
         if type_ == MsgType.SUBMIT_JOB:
             log.info(kv("job_submitted", job=result["job_id"]))

@@ -27,6 +27,7 @@ from jitsched.config import FULL, INCREMENTAL
 from jitsched.daemon.bodies import host_bodies, pack_frames
 from jitsched.daemon.capacity import live_cluster
 from jitsched.daemon.plans import PlanRequest, PlanResult, merge_schedules, prune_schedule
+from jitsched.daemon.reservations import with_reservations
 from jitsched.dag.lat import latest_arrival_times
 from jitsched.dag.model import (
     TRANSFER,
@@ -146,6 +147,7 @@ def _full_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: fl
         policy.on_tick(view)
     # announced flows alone still take ranks among themselves (jit, Sincronia)
     sched = policy.schedule(view) if view.dag.n_jobs or view.bg_ids else None
+    sched = with_reservations(sched, req.reserved, cluster)
     new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
     lats = _lats(view, new, view.cluster)
     solve_s = time.perf_counter() - t0
@@ -250,6 +252,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
             if inc is None:
                 return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
                                   unsupported=True, **kw)
+            inc = with_reservations(inc, req.reserved, cluster)
             sched = merge_schedules(base, inc)
             changed.update(h for f in inc.flows for h in (f[2], f[3]))
             late = len(inc.late)

@@ -311,6 +311,8 @@ class SchedulerState:
         if js.job.job_class != "normal" or body["job"].get("class", "normal") != "normal":
             # the class it runs in; a critical job admitted as normal (if_unguaranteed) learns so
             reply["class"] = js.job.job_class
+        if js.unguaranteed is not None:  # why it is not critical: the port and the start it could have
+            reply["unguaranteed"] = js.unguaranteed
         return reply
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:

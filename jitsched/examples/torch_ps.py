@@ -13,7 +13,7 @@ Run (two shells, a daemon at tcp://127.0.0.1:5555, agents for h0 and h1)::
     python -m jitsched.examples.torch_ps --rank 0 --master 127.0.0.1:29500 --host h0
     python -m jitsched.examples.torch_ps --rank 1 --master 127.0.0.1:29500 --host h1
 
-Prints one JSON line: the steps' mean time and the SDK's counters.
+Prints one JSON line: the steps' times (each and their mean) and the SDK's counters.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--depth", type=int, default=3, help="hidden layers")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--timeout-s", type=float, default=1.0, help="the SDK's request timeout")
+    p.add_argument("--start-on-stdin", action="store_true",
+                   help="after the rendezvous, print {\"ready\": true} and wait for a line on stdin before training")
     p.add_argument("--hold", action="store_true",
                    help="after training, print the result and wait for a line on stdin before closing")
     args = p.parse_args(argv)
@@ -56,8 +58,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Train; print ``{"rank", "iterations", "iteration_s_mean", "flow_job", "stats"}`` as one JSON line
-    (with ``--hold``, one more before waiting, with ``"held": true``)."""
+    """Train; print ``{"rank", "iterations", "iteration_s_mean", "iteration_s", "flow_job", "stats"}`` as one JSON line
+    (with ``--hold``, one more before waiting, with ``"held": true``; with ``--start-on-stdin``, a
+    ``{"ready": true}`` line first)."""
     args = _args(argv)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import torch
@@ -81,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.world == 2:
         addr, _, port = args.master.rpartition(":")
         dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=args.rank, world_size=2)
+    if args.start_on_stdin:
+        print(json.dumps({"ready": True, "rank": args.rank}), flush=True)
+        sys.stdin.readline()
     times: list[float] = []
     if args.rank == 0:
         # the parameter server: its connections are the job's (registered by the worker)
@@ -118,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             times.append(time.perf_counter() - t0)
     def result() -> dict:
         return {"rank": args.rank, "iterations": len(times), "iteration_s_mean": statistics.fmean(times),
+                "iteration_s": times,
                 "flow_job": getattr(getattr(handle, "trainer", handle), "flow_job", None),
                 "stats": dict(vars(handle.stats))}
 

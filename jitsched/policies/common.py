@@ -174,6 +174,49 @@ def background_shares(rates: np.ndarray, flows, cap_e: np.ndarray, cap_i: np.nda
     return fixed_then_maxmin(np.where(bg, np.nan, rates), flows.src, flows.dst, cap_e, cap_i)
 
 
+def floored_background_shares(dl_rates, flows, cap_e: np.ndarray, cap_i: np.ndarray, floor: float) -> np.ndarray:
+    """:func:`background_shares` with the background guaranteed ``floor`` of every port it uses.
+
+    The host agents' background floor (``jitsched agent --background-floor``):
+    their background class is guaranteed that share of each port (egress,
+    and the shaped ingress) while it is backlogged, and the ranked flows
+    borrow back whatever it leaves idle. Here the DL flows first get their
+    rates on ports shrunk by ``floor`` wherever a background flow sends or
+    receives, the background flows share what they leave max-min fair, and
+    the DL flows then get their rates again on what the background flows
+    took (the floor they left unused, HTB lending a class's idle rate).
+
+    Parameters
+    ----------
+    dl_rates : callable
+        ``dl_rates(cap_e, cap_i)``: every flow's rate on those capacities
+        (the policy's order); the background flows' entries are ignored.
+    flows : FlowSet
+    cap_e, cap_i : ndarray, shape (H,)
+        Capacities, bytes/s.
+    floor : float
+        Share of a port, in [0, 1); 0: :func:`background_shares` of ``dl_rates(cap_e, cap_i)``.
+    """
+    bg = flows.job < 0
+    if floor <= 0.0 or not len(bg) or not bg.any():
+        return background_shares(dl_rates(cap_e, cap_i), flows, cap_e, cap_i)
+    h = len(cap_e)
+    keep = 1.0 - floor
+    dl_e = np.where(np.bincount(flows.src[bg], minlength=h) > 0, cap_e * keep, cap_e)
+    dl_i = np.where(np.bincount(flows.dst[bg], minlength=h) > 0, cap_i * keep, cap_i)
+    first = background_shares(dl_rates(dl_e, dl_i), flows, cap_e, cap_i)
+    free_e = np.maximum(cap_e - np.bincount(flows.src[bg], first[bg], h), 0.0)
+    free_i = np.maximum(cap_i - np.bincount(flows.dst[bg], first[bg], h), 0.0)
+    return np.where(bg, first, dl_rates(free_e, free_i))
+
+
+def check_bg_floor(floor: float) -> float:
+    """``floor`` as a float; ValidationError unless it is a share of a port in [0, 1)."""
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor < 1.0:
+        raise ValidationError(f"bg_floor: must be within [0, 1), got {floor!r}")
+    return float(floor)
+
+
 def coflow_loads(view: SchedulerView, background: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The coflows of ``view`` and their loads: each arrived, unfinished job's unfinished
     transfers, and (with ``background``) each sending background flow alone.

@@ -40,7 +40,12 @@ from jitsched.policies.base import (
     SlotSchedule,
     register_policy,
 )
-from jitsched.policies.common import background_entries, background_shares, sub_dag
+from jitsched.policies.common import (
+    background_entries,
+    check_bg_floor,
+    floored_background_shares,
+    sub_dag,
+)
 
 # A planned transfer whose plan is over with more than this fraction of its
 # bytes left has drifted (float crumbs of an exactly-met plan do not count).
@@ -180,6 +185,7 @@ class JitOptions:
     bg_weight: float = DEFAULT_BG_WEIGHT
     job_exp: float = DEFAULT_JOB_EXP
     be_age: float = DEFAULT_BE_AGE
+    bg_floor: float = 0.0
 
 
 @register_policy
@@ -288,6 +294,11 @@ class JitPolicy(Policy):
         background after every DL transfer, sharing what they leave max-min
         fair, which is what host agents enforce (a daemon does not know the
         background flows, see :meth:`schedule`; they share one FIFO class).
+    bg_floor : float
+        With ``bg_weight`` inf: share of each port, in [0, 1), the background
+        flows are guaranteed while DL flows are backlogged on it, the host
+        agents' background floor
+        (:func:`jitsched.policies.common.floored_background_shares`; default 0).
     job_exp : float
         With ``leftover="priority"``: a job's group key (its bytes left on the
         host pair) times (the job's bytes left over ``BG_REF_S`` of the
@@ -324,7 +335,7 @@ class JitPolicy(Policy):
                  trans_estimate: str = "ordered", backfill: bool = True,
                  job_order: str = "fair", dl_share: float = 1.0, leftover: str = "priority",
                  bg_weight: float = DEFAULT_BG_WEIGHT, job_exp: float = DEFAULT_JOB_EXP,
-                 be_age: float = DEFAULT_BE_AGE) -> None:
+                 be_age: float = DEFAULT_BE_AGE, bg_floor: float = 0.0) -> None:
         if leftover not in LEFTOVERS:
             raise ValidationError(f"leftover: expected one of {LEFTOVERS}, got {leftover!r}")
         if isinstance(bg_weight, bool) or not (isinstance(bg_weight, (int, float))
@@ -332,6 +343,7 @@ class JitPolicy(Policy):
             raise ValidationError(f"bg_weight: must be a positive number or inf, got {bg_weight!r}")
         self.leftover = leftover
         self.bg_weight = float(bg_weight)
+        self.bg_floor = check_bg_floor(bg_floor)
         if isinstance(job_exp, bool) or not (isinstance(job_exp, (int, float)) and math.isfinite(job_exp)
                                              and job_exp >= 0):
             raise ValidationError(f"job_exp: must be a finite number >= 0, got {job_exp!r}")
@@ -709,7 +721,7 @@ class JitPolicy(Policy):
         prio = self._priority(view)
         tiers = self._job_tiers(view)
         if k is None:  # no plan (alpha 0, the default): no floors, the whole ports are free
-            return self._background_shares(self._tiered_rates(prio, view, tiers, cap_e, cap_i),
+            return self._background_shares(lambda e, i: self._tiered_rates(prio, view, tiers, e, i),
                                            f, cap_e, cap_i), 0
         floors = np.zeros(n)
         is_job = f.node >= 0
@@ -722,20 +734,27 @@ class JitPolicy(Policy):
         now = ahead & (off >= 0)
         if now.any():
             floors[now] = self._rates[self._p_off[node[now]] + off[now]]
-            floors = fit_fixed(floors, f.src, f.dst, cap_e, cap_i)
         over = planned & ~ahead & (f.remaining > DRIFT_RTOL * view.dag.size[node])
         if over.any():
             if not self._drifted:
                 self.drift_events += 1
             self._drifted = True
         h = len(cap_e)
-        free_e = np.maximum(cap_e - np.bincount(f.src, weights=floors, minlength=h), 0.0)
-        free_i = np.maximum(cap_i - np.bincount(f.dst, weights=floors, minlength=h), 0.0)
-        rates = floors + self._tiered_rates(prio, view, tiers, free_e, free_i)
-        return self._background_shares(rates, f, cap_e, cap_i), n_planned
+        any_now = now.any()
 
-    def _background_shares(self, rates: np.ndarray, f, cap_e, cap_i) -> np.ndarray:
-        """With ``bg_weight`` inf, background flows share what the DL flows leave max-min fair.
+        def rates_on(e: np.ndarray, i: np.ndarray) -> np.ndarray:
+            fl = fit_fixed(floors, f.src, f.dst, e, i) if any_now else floors
+            free_e = np.maximum(e - np.bincount(f.src, weights=fl, minlength=h), 0.0)
+            free_i = np.maximum(i - np.bincount(f.dst, weights=fl, minlength=h), 0.0)
+            return fl + self._tiered_rates(prio, view, tiers, free_e, free_i)
+
+        return self._background_shares(rates_on, f, cap_e, cap_i), n_planned
+
+    def _background_shares(self, rates_on, f, cap_e, cap_i) -> np.ndarray:
+        """``rates_on(cap_e, cap_i)``; with ``bg_weight`` inf, background shares what DL leaves (``bg_floor`` at least).
+
+        With ``bg_weight`` inf the background flows share what the DL flows
+        leave max-min fair, and at least ``bg_floor`` of each port they use.
 
         Their keys all tie at inf, and the strict order would serve them
         first come, first served; the host agents instead put every flow the
@@ -745,8 +764,8 @@ class JitPolicy(Policy):
         (66.0 Mbit/s against 52.9 under fair sharing, 53.0 measured under jit).
         """
         if not math.isinf(self.bg_weight):
-            return rates
-        return background_shares(rates, f, cap_e, cap_i)
+            return rates_on(cap_e, cap_i)
+        return floored_background_shares(rates_on, f, cap_e, cap_i, self.bg_floor)
 
     def allocate(self, view: SchedulerView) -> Allocation:
         """Planned rates for planned transfers in the current slot; max-min leftover for the rest.

@@ -19,10 +19,11 @@ from jitsched.policies.base import (
     register_policy,
 )
 from jitsched.policies.common import (
-    background_shares,
+    check_bg_floor,
     check_slot_s,
     coflow_loads,
     coflow_ranks,
+    floored_background_shares,
     ranked_schedule,
     unfinished_transfers,
 )
@@ -83,6 +84,8 @@ class SincroniaOptions:
     slot_s: float = option(DEFAULT_SLOT_S, "slot length of the (ranks-only) schedules, seconds")
     background: str = option("coflows", "where background flows go (see SincroniaPolicy)",
                              choices=BACKGROUNDS)
+    bg_floor: float = option(0.0, "with background last: share of each port, in [0, 1), background "
+                                  "flows are guaranteed while jobs' flows are backlogged on it")
 
     def __post_init__(self) -> None:
         # checked against the tuples, not the fields' metadata: VarysOptions fixes both fields
@@ -90,6 +93,7 @@ class SincroniaOptions:
             if getattr(self, name) not in allowed:
                 raise ValidationError(f"{name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         object.__setattr__(self, "slot_s", check_slot_s(self.slot_s))
+        object.__setattr__(self, "bg_floor", check_bg_floor(self.bg_floor))
 
 
 @register_policy
@@ -116,7 +120,11 @@ class SincroniaPolicy(Policy):
         - ``background`` {"coflows", "last"}: ``coflows`` (default), each
           background flow is a coflow in the order; ``last``, background flows
           after every job, max-min fair among themselves (the testbed's agents;
-          ``jitsched.testbed.scenario.predict``).
+          ``jitsched.testbed.scenario.predict``);
+        - ``bg_floor``: with ``last``, the share of each port, in [0, 1), the
+          background flows are guaranteed while jobs' flows are backlogged on
+          it (the agents' background floor,
+          :func:`jitsched.policies.common.floored_background_shares`; default 0).
     """
 
     name = "sincronia"
@@ -130,6 +138,7 @@ class SincroniaPolicy(Policy):
         self.background = self.options.background
         self.slot_s = self.options.slot_s
         self.recompute = self.options.recompute
+        self.bg_floor = self.options.bg_floor
         self._stale = True
         self._job_rank = np.zeros(0, dtype=np.int64)
         self._bg_rank = np.zeros(0, dtype=np.int64)
@@ -187,8 +196,10 @@ class SincroniaPolicy(Policy):
             return Allocation(np.zeros(0))
         order = np.lexsort((f.bg, f.node, rank))
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
-        rates = priority_greedy(order, f.src, f.dst, cap_e, cap_i)
-        return Allocation(background_shares(rates, f, cap_e, cap_i) if self.background == "last" else rates)
+        if self.background != "last":
+            return Allocation(priority_greedy(order, f.src, f.dst, cap_e, cap_i))
+        return Allocation(floored_background_shares(lambda e, i: priority_greedy(order, f.src, f.dst, e, i),
+                                                    f, cap_e, cap_i, self.bg_floor))
 
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
         """Every unfinished transfer of the active jobs with its job's rank in BSSI order, for host agents.

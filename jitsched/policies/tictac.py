@@ -15,8 +15,9 @@ from jitsched.plan.alloc import priority_greedy
 from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, Policy, SchedulerView, SlotSchedule, register_policy
 from jitsched.policies.common import (
-    background_shares,
+    check_bg_floor,
     check_slot_s,
+    floored_background_shares,
     ranked_schedule,
     unfinished_transfers,
 )
@@ -176,6 +177,8 @@ class TicTacOptions:
     background: str = option("fair", "where background flows go (see TicTacPolicy)", choices=BACKGROUNDS)
     slot_s: float = option(DEFAULT_SLOT_S, "slot length of the (rates-free) schedules, seconds")
     k_std: float = option(0.0, "compute times are duration + k_std * std (>= 0)")
+    bg_floor: float = option(0.0, "with background last: share of each port, in [0, 1), background "
+                                  "flows are guaranteed while jobs' flows are backlogged on it")
 
     def __post_init__(self) -> None:
         check_choice(self, "mode")
@@ -186,6 +189,7 @@ class TicTacOptions:
                 or not math.isfinite(k_std):
             raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
         object.__setattr__(self, "k_std", float(k_std))
+        object.__setattr__(self, "bg_floor", check_bg_floor(self.bg_floor))
 
 
 @register_policy
@@ -214,7 +218,11 @@ class TicTacPolicy(Policy):
         timings, TIC otherwise; ``background`` {"fair", "fifo", "last"};
         ``slot_s``, the slot length of :meth:`schedule`'s (rates-free)
         schedules, seconds; ``k_std``: compute times are ``duration + k_std *
-        std`` (>= 0), as in the LAT pass. None: the defaults.
+        std`` (>= 0), as in the LAT pass; ``bg_floor``: with ``last``, the
+        share of each port, in [0, 1), the background flows are guaranteed
+        while jobs' flows are backlogged on it (the agents' background floor,
+        :func:`jitsched.policies.common.floored_background_shares`; default
+        0). None: the defaults.
     """
 
     name = "tictac"
@@ -227,6 +235,7 @@ class TicTacPolicy(Policy):
         self.k_std = self.options.k_std
         self.mode = self.options.mode
         self.background = self.options.background
+        self.bg_floor = self.options.bg_floor
         self._cache: dict[bytes, np.ndarray] = {}
         self._rank = np.zeros(0, dtype=np.int64)
 
@@ -294,7 +303,8 @@ class TicTacPolicy(Policy):
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         if self.background == "last":
             order = np.lexsort((f.node, rank, ident, arrival, ~is_job))
-            return Allocation(background_shares(priority_greedy(order, f.src, f.dst, cap_e, cap_i), f, cap_e, cap_i))
+            return Allocation(floored_background_shares(lambda e, i: priority_greedy(order, f.src, f.dst, e, i),
+                                                        f, cap_e, cap_i, self.bg_floor))
         order = np.lexsort((f.node, rank, ident, ~is_job, arrival))
         if self.background == "fifo" or is_job.all():
             return Allocation(priority_greedy(order, f.src, f.dst, cap_e, cap_i))

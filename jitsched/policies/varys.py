@@ -83,6 +83,7 @@ class VarysOptions(SincroniaOptions):
 
     recompute: str = field(default="events", init=False)
     background: str = field(default="coflows", init=False)
+    bg_floor: float = field(default=0.0, init=False)
 
 
 @register_policy

@@ -30,7 +30,10 @@ class FlowRecord:
     """What the receiver saw of one connection.
 
     ``t`` are CLOCK_MONOTONIC seconds of each read and ``n`` the bytes it
-    returned; ``start_s``/``end_s`` are accept and end-of-stream times.
+    returned (with timestamps); ``start_s``/``end_s`` are accept and
+    end-of-stream times; ``last_s`` the last read (or the accept) and
+    ``max_stall_s`` the longest time between two reads so far, with the
+    accept as the first (:meth:`progressed`, whatever ``timestamps``).
     """
 
     flow_id: str
@@ -40,6 +43,22 @@ class FlowRecord:
     bytes: int = 0
     t: list[float] = field(default_factory=list)
     n: list[int] = field(default_factory=list)
+    last_s: float = float("nan")
+    max_stall_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.last_s != self.last_s:
+            self.last_s = self.start_s
+
+    def progressed(self, t: float) -> None:
+        """A read returned data at ``t`` (monotonic seconds): the stall since the last one ended."""
+        self.max_stall_s = max(self.max_stall_s, t - self.last_s)
+        self.last_s = t
+
+    def stall_s(self, now: float) -> float:
+        """The longest stall so far, counting one still going on at ``now`` while the stream is open."""
+        ongoing = now - self.last_s if self.end_s != self.end_s else 0.0
+        return max(self.max_stall_s, ongoing)
 
     def bytes_between(self, t0: float, t1: float) -> int:
         """Payload bytes read in ``[t0, t1)`` (monotonic seconds)."""
@@ -127,12 +146,15 @@ class Receiver:
                     if k == 0:
                         break
                     rec.bytes += k
+                    now = time.monotonic()
+                    rec.progressed(now)
                     if self.timestamps:
-                        rec.t.append(time.monotonic())
+                        rec.t.append(now)
                         rec.n.append(k)
             finally:  # a reset connection leaves its agent too
                 unregister_flow(ctrl, background_flow_id(rec.flow_id), direction="in")
             rec.end_s = time.monotonic()
+            rec.progressed(rec.end_s)  # the end of stream is progress too (a short tail's last read)
             with self.done:
                 self.done.notify_all()
 
@@ -156,6 +178,28 @@ class Receiver:
         except OSError:
             pass
         self.sock.close()
+
+
+def longest_stall_s(read_s: Sequence[float], start_s: float, end_s: float | None = None) -> float:
+    """The longest time a stream made no progress: the largest gap between consecutive reads.
+
+    Parameters
+    ----------
+    read_s : sequence of float
+        Times of the reads that returned data, seconds, ascending.
+    start_s : float
+        When the stream opened (the first gap runs from it).
+    end_s : float or None
+        When it ended or was last looked at (the last gap runs to it); None: the last read.
+
+    Notes
+    -----
+    The testbed's file receivers wake for at least :data:`RCVLOWAT_B` (64 kB)
+    or the stream's end, so a gap over 1 s there means the file moved less
+    than 64 kB in that second (0.5 Mbit/s): 5 ms of a 100 Mbit/s link.
+    """
+    t = np.concatenate(([start_s], np.asarray(read_s, dtype=float), [] if end_s is None else [end_s]))
+    return float(np.max(np.diff(t))) if len(t) > 1 else 0.0
 
 
 def _read_exact(f, n: int) -> bytes:
@@ -312,8 +356,10 @@ class Generator:
         -------
         dict
             Flow id -> ``bytes`` received, ``start_s``/``end_s`` (seconds from
-            ``t0``; ``end_s`` is now while the flow runs), ``complete`` and
-            ``mbit`` (goodput over its own active time, Mbit/s).
+            ``t0``; ``end_s`` is now while the flow runs), ``complete``,
+            ``mbit`` (goodput over its own active time, Mbit/s) and
+            ``max_stall_s`` (the longest time its receiver read nothing,
+            :meth:`FlowRecord.stall_s`; reads wake for :data:`RCVLOWAT_B`).
         """
         now = time.monotonic()
         out = {}
@@ -324,7 +370,8 @@ class Generator:
             n = rec.bytes
             end = rec.end_s if rec.end_s == rec.end_s else now
             out[f.id] = {"bytes": n, "start_s": rec.start_s - self.t0, "end_s": end - self.t0,
-                         "complete": n >= f.bytes, "mbit": n * 8 / 1e6 / max(end - rec.start_s, 1e-9)}
+                         "complete": n >= f.bytes, "mbit": n * 8 / 1e6 / max(end - rec.start_s, 1e-9),
+                         "max_stall_s": rec.stall_s(now)}
         return out
 
     def close(self, timeout_s: float = 5.0) -> None:

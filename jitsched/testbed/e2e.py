@@ -175,7 +175,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
                                        ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress,
-                                        options.spare)))
+                                        options.spare, options.background_floor)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
@@ -247,6 +247,8 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         done = [r for r in bg_res.values() if r["complete"]]
         bg_mbit = statistics.fmean(r["mbit"] for r in done) if done else None
         bg_slowdown = statistics.fmean(r["slowdown"] for r in done) if done else None
+        # the longest time any file's receiver read nothing (64-kB reads: see bgtraffic.longest_stall_s)
+        bg_stall = max((r["max_stall_s"] for r in bg_res.values()), default=None)
     finally:
         if bulk is not None:
             bulk_stats |= bulk.close()
@@ -281,6 +283,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         "rate_change_latency_ms_p50": enforcement.get("rate_change_latency_ms_p50"),
         "background_mbit_mean": bg_mbit, "background_slowdown_mean": bg_slowdown,
         "background_completed": f"{len(done)}/{len(bg)}",
+        "background_max_stall_s": bg_stall,
         # hosts whose agent stopped with an error during the run (their figures are not jit's)
         "agents_failed": failed_agents(agent_reports),
         "details": {"enforcement": enforcement, "background_window_mbit": bg_window_mbit,
@@ -498,7 +501,7 @@ def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: i
 
 
 def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,
-                 conn) -> None:
+                 floor: float, conn) -> None:
     """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
     from jitsched.agents.agent import Agent
     from jitsched.agents.options import AgentOptions
@@ -511,7 +514,7 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
             with in_netns(netns):
                 # threads inherit the creator's namespace: the agent's local socket
                 # (abstract, per namespace) and tc calls live in the host's namespace
-                opts = AgentOptions(backend="tc", dev=dev, ingress=ingress)
+                opts = AgentOptions(backend="tc", dev=dev, ingress=ingress, background_floor=floor)
                 # the agent command's defaults, and the testbed's plumbing: the namespace,
                 # who borrows spare capacity, and the DL packets' mark (the job runners set it)
                 plumbing = {"netns": netns, "spare": spare, "dl_tos": SCHEDULED_TOS}

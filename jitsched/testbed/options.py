@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jitsched.agents.backends.base import INGRESS_SHARE
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, INGRESS_SHARE, check_background_floor
 from jitsched.config import PLANNING_MODES
 from jitsched.errors import ValidationError
 from jitsched.optspec import (
@@ -109,6 +109,10 @@ class TestbedOptions:
         jit: who borrows the capacity no class's rate holds (the tc backend's
         ``spare``): ``background`` the files first, then flows above their
         plan, as the simulator's backfill; ``shared`` the flows and the files in turn.
+    background_floor : float
+        Share of each port, in [0, 1), the agents guarantee the traffic they
+        do not rank (the unannounced files) while ranked flows are backlogged
+        (``jitsched agent --background-floor``; every policy with agents).
     planning : str or None
         jit: the daemon's planning mode (None: ``full``, :data:`DAEMON_DEFAULTS`).
     max_planner_duty : float or None
@@ -182,6 +186,9 @@ class TestbedOptions:
     spare: str = option(
         "background", "run, jit: who borrows capacity no plan holds: background first (default) or flows "
                       "and background in turn", choices=SPARE_MODES)
+    background_floor: float = option(
+        BACKGROUND_FLOOR, "run: share of each port the agents guarantee the traffic they do not rank while "
+                          "ranked flows are backlogged, in [0, 1) (default %(default)s)", metavar="SHARE")
     planning: str | None = option(
         None, "run, jit: the daemon's planning mode (default full, as the simulator plans)",
         choices=PLANNING_MODES)
@@ -223,6 +230,7 @@ class TestbedOptions:
         if self.link_mbit is not None:
             check_range(self, "link_mbit", lo=LINK_MBIT_RANGE[0], hi=LINK_MBIT_RANGE[1])
         check_choice(self, "spare")
+        check_background_floor(self.background_floor)
         check_range(self, "timeout_s", lo=0.0, open_lo=True)
         check_range(self, "slot_s", lo=MIN_SLOT_S)
         check_range(self, "measure_slots", lo=0)
@@ -287,7 +295,7 @@ class TestbedOptions:
         return {"link_mbit": self.link_mbit, "slot_s": self.slot_s, "alpha": self.alpha,
                 "job_order": self.job_order, "dl_share": self.dl_share,
                 "ingress_share": INGRESS_SHARE if jit_ingress else 1.0,
-                "announce_files": self.announce_files}
+                "announce_files": self.announce_files, "background_floor": self.background_floor}
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,8 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
 
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = DEFAULT_SLOT_S,
             alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None,
-            ingress_share: float = 1.0, baselines: tuple[str, ...] = (), announce_files: bool = False) -> dict:
+            ingress_share: float = 1.0, baselines: tuple[str, ...] = (), announce_files: bool = False,
+            background_floor: float = 0.0) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`, under each testbed
@@ -260,7 +261,11 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     files told the daemon their sizes (:class:`TestbedOptions`'s
     ``announce_files``): jit ranks them with its own ``bg_weight`` and
     Sincronia as coflows, as they do in the simulator; TicTac still puts
-    them last.
+    them last. ``background_floor`` is the agents' (``jitsched agent
+    --background-floor``): the files they do not rank are guaranteed that
+    share of each port they use while DL flows are backlogged there
+    (``bg_floor`` of the simulator's jit and baselines; files the daemon
+    ranks are not in the agents' background class and get no floor).
 
     Returns
     -------
@@ -279,7 +284,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
     w = sim_workload(wl, bg)
     out: dict = {}
-    jit_opts = {"slot_s": slot_s} if announce_files else {"slot_s": slot_s, "bg_weight": math.inf}
+    jit_opts = {"slot_s": slot_s} if announce_files else {"slot_s": slot_s, "bg_weight": math.inf,
+                                                          "bg_floor": background_floor}
     jit_opts |= {k: v for k, v in (("alpha", alpha), ("job_order", job_order), ("dl_share", dl_share))
                  if v is not None}
     # the simulator's counterpart of each testbed policy is its daemon's policy
@@ -293,7 +299,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         if name not in BASELINES:
             raise ValidationError(f"baselines: expected testbed baselines, got {name!r}")
         ranks_files = announce_files and make_policy(DAEMON_POLICY[name]).ranks_background()
-        runs.append((DAEMON_POLICY[name], w_jit, {"background": "coflows" if ranks_files else "last"}))
+        last = {"background": "last"} | ({} if announce_files else {"bg_floor": background_floor})
+        runs.append((DAEMON_POLICY[name], w_jit, {"background": "coflows"} if ranks_files else last))
     for pol, wl_pol, opts in runs:
         r = simulate(wl_pol, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),

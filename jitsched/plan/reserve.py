@@ -1,0 +1,446 @@
+"""Bandwidth reservations for critical jobs: per-slot rates from a time-slotted HiGHS LP on the capacity other reservations leave, holding each job within (1 + eps) of its isolated JCT."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy.sparse import csc_matrix
+
+from jitsched.dag.model import Cluster, Job, Workload
+from jitsched.errors import ValidationError
+from jitsched.plan.lp import _new_highs
+from jitsched.plan.planner import DEFAULT_SLOT_S
+
+# A reservation is feasible when the LP leaves at most this fraction of any
+# transfer's bytes unmet (HiGHS's feasibility tolerance is 1e-7 on rows of unit scale).
+UNMET_TOL = 1e-6
+# Each transfer is reserved this fraction more than its bytes: the LP's tolerances and
+# the enforcement's rounding never leave a few bytes to send after its window.
+MARGIN = 1e-7
+# Each reserved byte costs this much per slot of delay, against 1 per unit of unmet
+# demand: a reservation fills its windows early, never at the price of a byte.
+EARLY_COST = 1e-6
+
+
+@dataclass(frozen=True)
+class ReserveOptions:
+    """How critical jobs are reserved for.
+
+    Attributes
+    ----------
+    eps : float
+        A critical job's JCT target is ``(1 + eps)`` times its isolated JCT.
+    slot_s : float
+        The reservations' slot, seconds. A transfer window is rounded inwards to it,
+        so it should be short against the transfers' isolated durations.
+    max_starts : int
+        Start offsets tried when a job cannot start now (evenly spaced up to the
+        end of the reservations held, which is always feasible).
+    max_delays : int
+        Delays of a job's windows tried before refusing it, evenly spaced up to
+        ``eps`` times its isolated JCT (:func:`delayed`: less stretch, the same target).
+    """
+
+    eps: float = 0.05
+    slot_s: float = DEFAULT_SLOT_S
+    max_starts: int = 32
+    max_delays: int = 8
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.eps, (int, float)) and 0 <= self.eps < math.inf):
+            raise ValidationError(f"eps: must be a finite number >= 0, got {self.eps!r}")
+        if not (isinstance(self.slot_s, (int, float)) and 0 < self.slot_s < math.inf):
+            raise ValidationError(f"slot_s: must be a positive number of seconds, got {self.slot_s!r}")
+        if isinstance(self.max_starts, bool) or not isinstance(self.max_starts, int) or self.max_starts < 1:
+            raise ValidationError(f"max_starts: must be a positive integer, got {self.max_starts!r}")
+        if isinstance(self.max_delays, bool) or not isinstance(self.max_delays, int) or self.max_delays < 0:
+            raise ValidationError(f"max_delays: must be an integer >= 0, got {self.max_delays!r}")
+
+
+@dataclass(frozen=True)
+class Windows:
+    """A job's transfers and the slots (from its start) each must send in.
+
+    Attributes
+    ----------
+    ids : tuple of str
+        Transfer ids.
+    src, dst : ndarray of int64
+        Host indices.
+    size : ndarray of float64
+        Bytes.
+    first, last : ndarray of int64
+        First and last slot of each window, counted from the job's start slot.
+    isolated_s : float
+        The job's JCT alone in the cluster, seconds.
+    target_s : float
+        ``(1 + eps) * isolated_s`` rounded up to the slot: the JCT the windows hold.
+    finish_s, start_s : ndarray of float64
+        Each transfer's finish and start in the isolated schedule (the finish orders
+        transfers of one window).
+    delay_s : float
+        The windows start this long after the job (:func:`delayed`).
+    """
+
+    ids: tuple[str, ...]
+    src: np.ndarray
+    dst: np.ndarray
+    size: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    isolated_s: float
+    target_s: float
+    finish_s: np.ndarray
+    start_s: np.ndarray
+    delay_s: float = 0.0
+
+    @property
+    def n_slots(self) -> int:
+        """Slots from the job's start to the end of its last window."""
+        return int(self.last.max()) + 1 if len(self.last) else 0
+
+
+def job_windows(job: Job, cluster: Cluster, options: ReserveOptions) -> Windows:
+    """The windows of ``job``'s transfers: its isolated schedule stretched by ``1 + eps``.
+
+    The job runs alone in the simulator under the default jit; each transfer's
+    interval ``[start, finish]`` (from the job's start) becomes
+    ``[(1 + eps) start, (1 + eps) finish]``, rounded outwards to the slot. A
+    transfer's predecessors then end by its window's start, and its
+    successors start after its window's end, so a job that sends every
+    transfer's bytes within its window finishes by ``(1 + eps)`` times its
+    isolated JCT, up to the rounding (a slot at each end of a window); the
+    stretched isolated rates fit the windows, so a job is never infeasible on
+    idle ports. Each window's end is its transfer's latest arrival for the
+    stretched JCT target.
+
+    Parameters
+    ----------
+    job : Job
+    cluster : Cluster
+    options : ReserveOptions
+
+    Returns
+    -------
+    Windows
+    """
+    from jitsched.sim import Simulator  # the simulator imports the policies, which import planning
+
+    res = Simulator(Workload(cluster, (replace(job, arrival_s=0.0),)), "jit").run()
+    n_comp = len(job.computes)
+    start = np.asarray(res.node_start_s[n_comp:], dtype=np.float64)
+    finish = np.asarray(res.node_finish_s[n_comp:], dtype=np.float64)
+    iso = float(res.jct_s[0])
+    index = cluster.index
+    win = Windows(tuple(t.id for t in job.transfers),
+                  np.array([index(t.src) for t in job.transfers], dtype=np.int64),
+                  np.array([index(t.dst) for t in job.transfers], dtype=np.int64),
+                  np.array([t.bytes for t in job.transfers], dtype=np.float64),
+                  np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), iso, 0.0, finish, start)
+    return delayed(win, 0.0, options)
+
+
+def delayed(win: Windows, delay_s: float, options: ReserveOptions) -> Windows:
+    """``win`` for the isolated schedule delayed by ``delay_s`` and stretched by what is left
+    of the target: ``(1 + eps) * isolated - delay_s`` over the isolated JCT (at least 1).
+
+    A job whose transfers' bursts meet another critical job's can start them a little
+    later, still within its target, instead of being refused.
+    """
+    slot = options.slot_s
+    iso = win.isolated_s
+    k = max(1.0, 1.0 + options.eps - delay_s / iso) if iso > 0 else 1.0 + options.eps
+    first = np.floor((delay_s + win.start_s * k) / slot + 1e-9).astype(np.int64)
+    last = np.maximum(np.ceil((delay_s + win.finish_s * k) / slot - 1e-9).astype(np.int64) - 1, first)
+    target = math.ceil((1.0 + options.eps) * iso / slot - 1e-9) * slot
+    return replace(win, first=first, last=last, target_s=target, delay_s=delay_s)
+
+
+@dataclass
+class Reservation:
+    """One LP's answer for a job's windows at one start slot.
+
+    Attributes
+    ----------
+    feasible : bool
+        Every transfer's bytes fit its window.
+    rates : ndarray, shape (m, n_slots)
+        Reserved bytes/s per transfer and slot from the start slot.
+    unmet : ndarray, shape (m,)
+        Fraction of each transfer's bytes left out.
+    bottleneck : str
+        The port whose capacity rows bind hardest (largest sum of duals, weighted by
+        capacity) when infeasible: ``"<host> egress"`` or ``"<host> ingress"``; "" when feasible.
+    """
+
+    feasible: bool
+    rates: np.ndarray
+    unmet: np.ndarray
+    bottleneck: str = ""
+
+
+def solve_reservation(win: Windows, free_egress: np.ndarray, free_ingress: np.ndarray,
+                      cluster: Cluster, slot_s: float) -> Reservation:
+    """The reservation LP of one job on the capacity left free, built as arrays and solved in one call.
+
+    Columns: the rate of each transfer in each slot of its window (bytes/s), and
+    each transfer's unmet fraction. Rows: each transfer's bytes over its window
+    plus its unmet fraction equal to one (and :data:`MARGIN`); each port's reserved rates in each
+    slot at most what is free there. The objective is the unmet fractions
+    (each byte left out costs 1), plus :data:`EARLY_COST` per byte and slot of
+    delay; a job is feasible when nothing is left out.
+
+    Parameters
+    ----------
+    win : Windows
+    free_egress, free_ingress : ndarray, shape (n_hosts, >= win.n_slots)
+        Bytes/s free per port and slot from the job's start slot.
+    cluster : Cluster
+        Names the bottleneck port.
+    slot_s : float
+
+    Returns
+    -------
+    Reservation
+    """
+    nh, ns = len(cluster), win.n_slots
+    # transfers of one host pair with one window are one column per slot (the same
+    # optimum, fewer columns), split back in their isolated finishing order
+    key = np.stack([win.src, win.dst, win.first, win.last], axis=1)
+    uniq, grp = np.unique(key, axis=0, return_inverse=True)
+    grp = grp.ravel()
+    g_src, g_dst, g_first, g_last = (np.ascontiguousarray(c) for c in uniq.T)
+    g_size = np.bincount(grp, weights=win.size, minlength=len(uniq))
+    m = len(uniq)
+    lens = g_last - g_first + 1
+    ptr = np.concatenate([[0], np.cumsum(lens)])
+    nx = int(ptr[-1])
+    flow = np.repeat(np.arange(m), lens)
+    slot = np.arange(nx) - np.repeat(ptr[:-1], lens) + np.repeat(g_first, lens)
+    # rows: m demand rows, then egress (h, t) at m + h*ns + t, ingress at m + nh*ns + h*ns + t
+    n_rows = m + 2 * nh * ns
+    # rates in units of the fastest port: rows of unit scale, bytes/s only in and out
+    unit = float(max(cluster.egress_Bps.max(), cluster.ingress_Bps.max()))
+    dem_coef = unit * slot_s / g_size[flow]
+    rows = np.concatenate([flow, m + g_src[flow] * ns + slot, m + nh * ns + g_dst[flow] * ns + slot,
+                           np.arange(m)])
+    vals = np.concatenate([dem_coef, np.ones(nx), np.ones(nx), np.ones(m)])
+    cols = np.concatenate([np.arange(nx), np.arange(nx), np.arange(nx), nx + np.arange(m)])
+    a = csc_matrix((vals, (rows, cols)), shape=(n_rows, nx + m))
+    free = np.concatenate([np.asarray(free_egress, dtype=np.float64)[:, :ns].ravel(),
+                           np.asarray(free_ingress, dtype=np.float64)[:, :ns].ravel()])
+    free = np.maximum(free, 0.0) / unit
+    row_lo = np.concatenate([np.full(m, 1.0 + MARGIN), np.full(2 * nh * ns, -np.inf)])
+    row_hi = np.concatenate([np.full(m, 1.0 + MARGIN), free])
+    cost = np.concatenate([EARLY_COST * dem_coef * (slot + 1), np.ones(m)])
+    col_lo = np.zeros(nx + m)
+    col_hi = np.concatenate([np.full(nx, np.inf), np.ones(m)])
+    highs = _new_highs()
+    highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("threads", 1)
+    highs.passModel(_lp(a, cost, col_lo, col_hi, row_lo, row_hi))
+    highs.run()
+    status = highs.modelStatusToString(highs.getModelStatus())
+    if status != "Optimal":
+        raise RuntimeError(f"the reservation LP ended {status}")
+    sol = highs.getSolution()
+    x = np.asarray(sol.col_value, dtype=np.float64)
+    unmet = np.clip(x[nx:], 0.0, 1.0)
+    g_rates = np.zeros((m, ns))
+    g_rates[flow, slot] = np.maximum(x[:nx], 0.0) * unit
+    rates = _split(g_rates, grp, win, slot_s)
+    feasible = bool(unmet.max(initial=0.0) <= UNMET_TOL)
+    bottleneck = ""
+    if not feasible:
+        dual = np.abs(np.asarray(sol.row_dual, dtype=np.float64)[m:]).reshape(2, nh, ns) / unit
+        cap = np.stack([cluster.egress_Bps, cluster.ingress_Bps])[:, :, None]
+        weight = (dual * cap).sum(axis=2)  # unmet demand each port's full capacity would meet
+        way, host = np.unravel_index(int(np.argmax(weight)), weight.shape)
+        bottleneck = f"{cluster.hosts[host].name} {('egress', 'ingress')[way]}"
+    return Reservation(feasible, rates, unmet[grp], bottleneck)
+
+
+def _split(g_rates: np.ndarray, grp: np.ndarray, win: Windows, slot_s: float) -> np.ndarray:
+    """Each transfer's rates out of its group's: the group's bytes go to its transfers
+    one after another, in their isolated finishing order."""
+    rates = np.zeros((len(grp), g_rates.shape[1]))
+    order = np.lexsort((np.arange(len(grp)), win.finish_s, grp))
+    bounds = np.searchsorted(grp[order], np.arange(g_rates.shape[0] + 1))
+    for g in range(g_rates.shape[0]):
+        members = order[bounds[g]:bounds[g + 1]]
+        sent = np.concatenate([[0.0], np.cumsum(g_rates[g] * slot_s)])  # bytes by each slot's end
+        upto = np.concatenate([[0.0], np.cumsum(win.size[members] * (1.0 + MARGIN))])
+        got = np.clip(sent[None, :], upto[:-1, None], upto[1:, None])  # each member's share by then
+        rates[members] = np.diff(got, axis=1) / slot_s
+    return rates
+
+
+def _lp(a: csc_matrix, cost, col_lo, col_hi, row_lo, row_hi):
+    import highspy
+
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = a.shape[1], a.shape[0]
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_hi
+    lp.row_lower_, lp.row_upper_ = row_lo, row_hi
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = a.indptr
+    lp.a_matrix_.index_ = a.indices
+    lp.a_matrix_.value_ = a.data
+    return lp
+
+
+@dataclass
+class Held:
+    """A critical job's reservation in the book: its transfers' rates from ``start_slot``."""
+
+    windows: Windows
+    start_slot: int
+    rates: np.ndarray  # (m, n_slots) bytes/s
+
+    @property
+    def end_slot(self) -> int:
+        return self.start_slot + self.rates.shape[1]
+
+
+@dataclass
+class Decision:
+    """What :meth:`ReservationBook.admit` decided for one critical job.
+
+    Attributes
+    ----------
+    admitted : bool
+    start_s : float
+        Where its reservation starts (the request's instant rounded up to the slot).
+    bottleneck : str
+        When refused: the port whose capacity binds at the requested start.
+    earliest_start_s : float
+        When refused: the earliest start (book clock) found at which it could be guaranteed.
+    isolated_s, target_s : float
+        Its isolated JCT and the JCT its reservation holds.
+    """
+
+    admitted: bool
+    start_s: float
+    bottleneck: str = ""
+    earliest_start_s: float = math.nan
+    isolated_s: float = math.nan
+    target_s: float = math.nan
+
+
+@dataclass
+class ReservationBook:
+    """The critical jobs' reservations on one cluster, on one slot grid (slot 0 at time 0).
+
+    Parameters
+    ----------
+    cluster : Cluster
+    options : ReserveOptions
+    """
+
+    cluster: Cluster
+    options: ReserveOptions = field(default_factory=ReserveOptions)
+    held: dict[str, Held] = field(default_factory=dict)
+
+    def free(self, first_slot: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes/s free per port, slots ``first_slot`` .. ``first_slot + n_slots - 1``:
+        the line rate less every reservation held there."""
+        e = np.repeat(np.asarray(self.cluster.egress_Bps, dtype=np.float64)[:, None], n_slots, axis=1)
+        i = np.repeat(np.asarray(self.cluster.ingress_Bps, dtype=np.float64)[:, None], n_slots, axis=1)
+        for h in self.held.values():
+            lo, hi = max(h.start_slot, first_slot), min(h.end_slot, first_slot + n_slots)
+            if lo >= hi:
+                continue
+            part = h.rates[:, lo - h.start_slot:hi - h.start_slot]
+            for k in range(part.shape[0]):
+                e[h.windows.src[k], lo - first_slot:hi - first_slot] -= part[k]
+                i[h.windows.dst[k], lo - first_slot:hi - first_slot] -= part[k]
+        return e, i
+
+    def horizon_slot(self) -> int:
+        """The first slot no reservation holds."""
+        return max((h.end_slot for h in self.held.values()), default=0)
+
+    def admit(self, job_id: str, job: Job, now: float, windows: Windows | None = None,
+              hold: bool = True) -> Decision:
+        """Reserve for critical job ``job_id`` starting ``now`` (book clock, seconds), if it
+        can be guaranteed there; else say which port binds and the earliest start found.
+
+        With ``hold`` False the decision is made and nothing is reserved.
+        """
+        slot = self.options.slot_s
+        win = windows if windows is not None else job_windows(job, self.cluster, self.options)
+        s0 = math.ceil(now / slot - 1e-9)
+        first = res = self._try(win, s0)
+        # what is left of the target after the slot rounding may delay the windows instead
+        budget = (1.0 + self.options.eps) * win.isolated_s - win.isolated_s - (s0 * slot - now)
+        n = min(self.options.max_delays, max(0, math.floor(budget / slot)))
+        for j in range(1, n + 1):
+            if res.feasible:
+                break
+            win = delayed(win, budget * j / n, self.options)
+            res = self._try(win, s0)
+        if res.feasible:
+            if hold:
+                self.held[job_id] = Held(win, s0, res.rates)
+            return Decision(True, s0 * slot, isolated_s=win.isolated_s, target_s=win.target_s)
+        win = delayed(win, 0.0, self.options)
+        return Decision(False, s0 * slot, first.bottleneck, self._earliest(win, s0) * slot,
+                        win.isolated_s, win.target_s)
+
+    def _try(self, win: Windows, s0: int) -> Reservation:
+        free_e, free_i = self.free(s0, max(win.n_slots, 1))
+        return solve_reservation(win, free_e, free_i, self.cluster, self.options.slot_s)
+
+    def _earliest(self, win: Windows, s0: int) -> int:
+        end = max(self.horizon_slot(), s0 + 1)  # past every reservation: the ports are idle
+        span = end - s0
+        n = min(self.options.max_starts, span)
+        for k in range(1, n):
+            s = s0 + (span * k) // n
+            if self._try(win, s).feasible:
+                return s
+        return end
+
+    def release(self, job_id: str, now: float | None = None) -> None:
+        """Give back job ``job_id``'s reservation (from ``now`` on; None: all of it)."""
+        h = self.held.get(job_id)
+        if h is None:
+            return
+        if now is None:
+            del self.held[job_id]
+            return
+        keep = math.ceil(now / self.options.slot_s - 1e-9) - h.start_slot
+        if keep <= 0:
+            del self.held[job_id]
+        elif keep < h.rates.shape[1]:
+            h.rates = h.rates[:, :keep]
+
+    def prune(self, now: float) -> None:
+        """Forget reservations that ended before ``now``."""
+        cur = math.floor(now / self.options.slot_s)
+        for jid in [j for j, h in self.held.items() if h.end_slot <= cur]:
+            del self.held[jid]
+
+    def flows(self, job_ids) -> dict[tuple[str, str], tuple[float, float, np.ndarray]]:
+        """The reserved transfers of ``job_ids``: (job id, transfer id) to (start_s, slot_s, rates)."""
+        slot, out = self.options.slot_s, {}
+        for jid in job_ids:
+            h = self.held.get(jid)
+            if h is not None:
+                for k, tid in enumerate(h.windows.ids):
+                    out[(jid, tid)] = (h.start_slot * slot, slot, h.rates[k])
+        return out
+
+    def rate(self, job_id: str, k: int, t: float) -> float:
+        """Transfer ``k``'s reserved rate at time ``t`` (bytes/s; 0 outside its reservation)."""
+        h = self.held.get(job_id)
+        if h is None:
+            return 0.0
+        s = math.floor(t / self.options.slot_s + 1e-9) - h.start_slot
+        return float(h.rates[k, s]) if 0 <= s < h.rates.shape[1] else 0.0
+
+
+__all__ = ["Decision", "Held", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
+           "job_windows", "solve_reservation"]

@@ -1,0 +1,126 @@
+"""Critical jobs' reservations: the LP meets each window, holds JCT within (1 + eps) in the simulator, and names the binding port and the earliest start when it cannot."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from jitsched.dag.model import Workload, parse_job
+from jitsched.plan.reserve import ReservationBook, ReserveOptions, job_windows, solve_reservation
+from jitsched.policies.base import make_policy
+from jitsched.policies.reserved import Reserved
+from jitsched.sim import Simulator
+from tests.dags import cluster, job
+
+SLOT = 0.05
+OPTS = ReserveOptions(eps=0.05, slot_s=SLOT)
+CL = cluster(4)  # 1e9 bytes/s per port
+
+
+def sends_first(jid: str = "first"):
+    # 0.4 GB out of h0 (0.4 s), then 1 s of compute: h0's egress is busy at the start only
+    return parse_job(job(jid, computes=[("c", "h1", 1.0)], transfers=[("t", "h0", "h1", 4e8)],
+                         edges=[("t", "c")]) | {"class": "critical"}, CL)
+
+
+def sends_last(jid: str = "last"):
+    # 0.8 s of compute, then 0.4 GB out of h0 into h3: h0's egress is busy at the end only
+    return parse_job(job(jid, computes=[("c", "h2", 0.8), ("d", "h3", 0.1)],
+                         transfers=[("t", "h0", "h3", 4e8)], edges=[("c", "t"), ("t", "d")])
+                     | {"class": "critical"}, CL)
+
+
+def test_windows_stretch_the_isolated_schedule_by_one_plus_eps():
+    w = job_windows(sends_last(), CL, OPTS)
+    assert w.isolated_s == pytest.approx(1.3)
+    assert w.target_s == pytest.approx(1.4)  # 1.05 x 1.3 = 1.365, up to the slot
+    # the transfer ran 0.8-1.2 s alone: 0.84-1.26 s stretched, slots 16..25 outwards
+    assert (int(w.first[0]), int(w.last[0])) == (16, 25)
+
+
+def test_two_critical_jobs_share_a_port_and_each_meets_its_target_in_the_simulator():
+    book = ReservationBook(CL, OPTS)
+    a, b = sends_first(), sends_last()
+    assert book.admit("first", a, 0.0).admitted
+    # port exclusivity refused this one (h0's egress is the first's until its JCT);
+    # the LP finds the port free when the second needs it
+    d = book.admit("last", b, 0.0)
+    assert d.admitted and d.bottleneck == ""
+    # every window gets its bytes; no port-slot carries more than its line rate
+    for h in book.held.values():
+        w = h.windows
+        for k in range(len(w.size)):
+            inside = h.rates[k, w.first[k]:w.last[k] + 1].sum() * SLOT
+            assert inside == pytest.approx(w.size[k], rel=1e-6)
+            assert h.rates[k].sum() * SLOT == pytest.approx(w.size[k], rel=1e-6)
+    free_e, free_i = book.free(0, book.horizon_slot())
+    assert free_e.min() >= -1e-3 and free_i.min() >= -1e-3
+    # the simulator enforcing the reservations: each JCT within 1.05x its isolated JCT
+    jobs = (replace(a, arrival_s=0.0), replace(b, arrival_s=0.0))
+    res = Simulator(Workload(CL, jobs), Reserved(make_policy("jit"), book, {0: "first", 1: "last"})).run()
+    iso = np.array([job_windows(j, CL, OPTS).isolated_s for j in jobs])
+    assert np.all(res.jct_s <= 1.05 * iso + 1e-9)
+
+
+def test_a_job_no_reservation_can_hold_names_the_port_and_the_earliest_start():
+    book = ReservationBook(CL, OPTS)
+    assert book.admit("first", sends_first(), 0.0).admitted
+    assert book.admit("last", sends_last(), 0.0).admitted
+    again = sends_first("again")
+    d = book.admit("again", again, 0.0)
+    # h0's egress is the first's for 0.4 s from 0: nothing of 0.4 GB fits by 0.45 s
+    assert not d.admitted and d.bottleneck == "h0 egress"
+    # the port is free from 0.4 s until the second's transfer at 0.8 s: 0.4 s, just enough
+    # for a window started at 0.35 s (0.35-0.8 s: the rounded 0.45 s, one slot the first's)
+    assert d.earliest_start_s == pytest.approx(0.35)
+    assert "again" not in book.held
+    assert book.admit("again", again, d.earliest_start_s).admitted
+    # the three in the simulator, the third arriving at its earliest start
+    jobs = (sends_first(), sends_last(), replace(again, arrival_s=d.earliest_start_s))
+    res = Simulator(Workload(CL, jobs), Reserved(make_policy("jit"), book,
+                                                  {0: "first", 1: "last", 2: "again"})).run()
+    iso = np.array([1.0 + 0.4, 1.3, 1.0 + 0.4])
+    assert np.all(res.jct_s <= 1.05 * iso + 1e-9)
+
+
+def test_an_ingress_bottleneck_is_named_as_one():
+    into = parse_job(job("into", computes=[("c", "h2", 0.1)], transfers=[("t", "h1", "h2", 4e8)],
+                         edges=[("t", "c")]) | {"class": "critical"}, CL)
+    other = parse_job(job("other", computes=[("c", "h2", 0.1)], transfers=[("t", "h3", "h2", 4e8)],
+                          edges=[("t", "c")]) | {"class": "critical"}, CL)
+    book = ReservationBook(CL, OPTS)
+    assert book.admit("into", into, 0.0).admitted
+    d = book.admit("other", other, 0.0)
+    assert not d.admitted and d.bottleneck == "h2 ingress"
+
+
+def test_released_reservations_free_their_ports():
+    book = ReservationBook(CL, OPTS)
+    assert book.admit("first", sends_first(), 0.0).admitted
+    assert not book.admit("again", sends_first("again"), 0.0, hold=False).admitted
+    book.release("first", 0.0)
+    assert book.held == {}
+    assert book.admit("again", sends_first("again"), 0.0).admitted
+
+
+def test_the_lp_alone_leaves_demand_unmet_only_where_capacity_lacks():
+    w = job_windows(sends_first(), CL, OPTS)
+    n = w.n_slots
+    full = np.full((len(CL), n), 1e9)
+    assert solve_reservation(w, full, full, CL, SLOT).feasible
+    half = full.copy()
+    half[0] = 0.5e9  # h0's egress at half its rate: 0.45 s x 0.5 GB/s < 0.4 GB
+    got = solve_reservation(w, half, full, CL, SLOT)
+    assert not got.feasible and got.bottleneck == "h0 egress"
+    assert got.unmet[0] == pytest.approx(1 - 0.45 * 0.5e9 / 4e8, rel=1e-6)
+
+
+def test_options_are_checked():
+    from jitsched.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="eps: must be a finite number >= 0"):
+        ReserveOptions(eps=-1)
+    with pytest.raises(ValidationError, match="max_starts: must be a positive integer"):
+        ReserveOptions(max_starts=0)
