@@ -157,8 +157,7 @@ def slow_full_jit(cfg, delay_s: float) -> SlowFullJit:
     from jitsched.daemon.server import create_policy
 
     base = create_policy(cfg)
-    pol = SlowFullJit(**{k: getattr(base, k)
-                         for k in ("alpha", "slot_s", "objective", "resolve_period_s", "leftover")})
+    pol = SlowFullJit(base.options)
     pol.delay_s = delay_s
     pol.reset(cfg.cluster)
     return pol

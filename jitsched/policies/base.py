@@ -223,11 +223,6 @@ class Policy(ABC):
                             f"got {type(options).__name__}")
         self.options = options
 
-    @classmethod
-    def from_options(cls, options) -> Policy:
-        """The policy built from ``options``, an instance of ``cls.Options``."""
-        return cls(options)
-
     def reset(self, cluster: Cluster) -> None:
         """Start afresh on ``cluster`` (before a run)."""
         self.cluster = cluster
@@ -353,7 +348,7 @@ def make_policy(name: str, **options) -> Policy:
     if unknown:
         takes = ", ".join(sorted(declared)) or "none"
         raise ValidationError(f"policy {name!r}: unknown option(s) {', '.join(unknown)}; it takes: {takes}")
-    return cls.from_options(cls.Options(**options))
+    return cls(cls.Options(**options))
 
 
 def policies_with_role(*roles: str) -> tuple[str, ...]:
