@@ -23,7 +23,7 @@ import zmq
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
-from jitsched.config import DaemonConfig
+from jitsched.config import ClientQuota, DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster, Compute, Job, Transfer
@@ -316,6 +316,35 @@ def _open_receivers(ctx: zmq.Context, names: list[str], endpoint: str) -> list[z
     return socks
 
 
+def _await_registered(socks: list[zmq.Socket], names: list[str], timeout_s: float,
+                      resend_s: float = 10.0) -> int:
+    """Wait for the reply to each socket's registration, registering again those not
+    answered within ``resend_s`` (a daemon busy registering thousands of agents on a
+    loaded machine answered 9,773 of 10,000 within the bench's 130 s once). Returns the
+    number of sockets still unanswered (0: all registered)."""
+    waiting = set(range(len(socks)))
+    poller = zmq.Poller()
+    for s in socks:
+        poller.register(s, zmq.POLLIN)
+    index = {s: k for k, s in enumerate(socks)}
+    end = time.monotonic() + timeout_s
+    again = time.monotonic() + resend_s
+    while waiting and time.monotonic() < end:
+        for s, _ in poller.poll(200):
+            while True:
+                try:
+                    data = s.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if getattr(decode_any(data), "type", None) != MsgType.SCHEDULE:
+                    waiting.discard(index[s])
+        if waiting and time.monotonic() >= again:
+            for k in waiting:
+                socks[k].send(encode_request(MsgType.REGISTER, {"host": names[k]}))
+            again = time.monotonic() + resend_s
+    return len(waiting)
+
+
 def _receivers_main(hosts: range, endpoint: str, conn) -> None:
     """Child process: bare agent sockets of ``hosts``; for each ("after", seq) from the
     parent, then the list of its sockets sent a new body, reports the reception time of
@@ -325,7 +354,8 @@ def _receivers_main(hosts: range, endpoint: str, conn) -> None:
     ctx.set(zmq.MAX_SOCKETS, len(hosts) + 16)
     names = [f"h{i}" for i in hosts]
     socks = _open_receivers(ctx, names, endpoint)
-    conn.send("ready")
+    missing = _await_registered(socks, names, 60 + len(names) / 20)
+    conn.send("ready" if not missing else f"{missing} of {len(names)} sockets not registered")
     try:
         while True:
             msg = conn.recv()
@@ -376,7 +406,9 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
     # jit-paper: its bodies carry planned rates on the slot grid, which every full re-solve
     # moves, so every busy host is sent a new body (the worst case this measures); the
     # default jit's rank-only bodies are kept where a host's flows and ranks did not change.
-    d = _start(_cfg(n_agents, planning="full", coalesce_s=0.2, policy="jit-paper").with_(
+    # the "all" part submits n_agents // 2 jobs as one client: past the per-client default
+    d = _start(_cfg(n_agents, planning="full", coalesce_s=0.2, policy="jit-paper",
+                    per_client=ClientQuota(max_jobs=max(n_agents, 1000))).with_(
         heartbeat_timeout_s=3600.0, resend_s=60.0))
     ctx = None
     procs: list = []
@@ -420,7 +452,10 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
                 conns.append(conn)
                 parts_of.append(hosts)
             for conn in conns:
-                assert conn.poll(120) and conn.recv() == "ready"
+                assert conn.poll(180 + n_agents / 20), "a receiver process did not answer"
+                said = conn.recv()
+                assert said == "ready", (said, len(st.agents), {k: (c.refused, c.evicted, len(c.open))
+                                                                  for k, c in d.conns.items()})
         assert wait_until(lambda: len(st.agents) == n_agents, 30 + n_agents / 100), len(st.agents)
 
         def plan_round(act) -> tuple[dict, float, list[int]]:
@@ -501,19 +536,23 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
     return out
 
 
-def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0) -> tuple[list[float], dict]:
+def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0, policy: str | None = None,
+                  policy_options: dict | None = None) -> tuple[list[float], dict]:
     """Seconds of full joint re-solves of ``n_jobs`` VGG16 jobs on ``n_hosts`` hosts (the
     planner's ``solve_s``, building and packing the bodies included), each after one job
     left and another arrived; and the load's figures (time to submit, RSS).
 
     Full planning, no agents (a plan's cost does not depend on them); the first plan
-    of all jobs is not counted.
+    of all jobs is not counted. ``policy``, ``policy_options``: the daemon's (default:
+    its default policy).
     """
     import resource
 
     rng = np.random.default_rng(seed)
     names = [f"h{i}" for i in range(n_hosts)]
-    d = _start(_cfg(n_hosts, planning="full", coalesce_s=2.0))
+    extra = {} if policy is None else {"policy": policy}
+    d = _start(_cfg(n_hosts, planning="full", coalesce_s=2.0, policy_options=dict(policy_options or {}),
+                    per_client=ClientQuota(max_jobs=max(n_jobs + 1, 1000)), **extra))
     st = d.state
     out: list[float] = []
     info: dict = {}

@@ -34,6 +34,7 @@ PLANNING_MODES = (INCREMENTAL, FULL)
 # The shortest heartbeat: each one is a message from every agent and a liveness check
 # on the daemon's loop; 1 ns heartbeats would be the whole of its work.
 MIN_HEARTBEAT_S = 0.01
+HOST_LEAVE_S = 30.0  # a joined host's agent silent this long leaves, when the TOML does not say
 
 
 def _in(section: str, default: Any = None, **kw: Any) -> Any:
@@ -172,7 +173,8 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # a joined host whose agent has been silent this long leaves the cluster: its running
     # jobs with work left on it end failed and the rest are re-planned (inf: only an
     # explicit leave). A host of the TOML leaves only explicitly (`jitsched agent --leave`).
-    host_leave_s: float = _in("daemon", 30.0)
+    # Unset: HOST_LEAVE_S, or three heartbeat timeouts where that is longer.
+    host_leave_s: float = _in("daemon", HOST_LEAVE_S)
     planner_process: bool = _in("daemon", True)  # full re-solves in a child process (False: a thread)
     # plan each port on its line rate less the smoothed unscheduled rate its agent measures
     # (jitsched.daemon.capacity); False: on the line rate
@@ -365,7 +367,10 @@ def parse_config(doc: dict, **overrides: Any) -> DaemonConfig:
             if key in opts:
                 raise ValidationError(f"[{name}].{key}: also set in [{where[key]}]; set it once, in [limits]")
             opts[key], where[key] = val, name
-    cfg = DaemonConfig(cluster=cluster, **(opts | overrides))
+    opts |= overrides
+    if "host_leave_s" not in opts and "heartbeat_timeout_s" in opts:
+        opts["host_leave_s"] = max(HOST_LEAVE_S, 3 * opts["heartbeat_timeout_s"])
+    cfg = DaemonConfig(cluster=cluster, **opts)
     check_config(cfg)
     return cfg
 

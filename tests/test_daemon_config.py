@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tomli_w
 
-from jitsched.config import DaemonConfig, config_doc, load_config
+from jitsched.config import DaemonConfig, config_doc, load_config, parse_config
 from jitsched.dag.model import Cluster
 from jitsched.errors import ValidationError
 
@@ -154,3 +154,12 @@ def test_quotas_per_client_and_per_name(tmp_path, capsys):
         Daemon(cfg.with_(keys_dir=str(tmp_path / "keys")))
     assert main(["daemon", "--config", str(p), "--keys", str(tmp_path / "keys")]) == 2
     assert "no client key 'alice'" in capsys.readouterr().err
+
+
+def test_an_unset_host_leave_follows_a_long_heartbeat_timeout():
+    doc = {"hosts": [{"name": "h0", "egress_bps": 1e9, "ingress_bps": 1e9}],
+           "daemon": {"heartbeat_timeout_s": 30.0}}
+    assert parse_config(doc).host_leave_s == 90.0
+    assert parse_config({"hosts": doc["hosts"]}).host_leave_s == 30.0
+    with pytest.raises(ValidationError, match="host_leave_s: must exceed heartbeat_timeout_s"):
+        parse_config(doc | {"daemon": {"heartbeat_timeout_s": 30.0, "host_leave_s": 20.0}})

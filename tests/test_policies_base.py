@@ -204,9 +204,7 @@ def test_every_policy_is_built_from_its_declared_options(name):
     # every declared option is passed on with the value given: its default, as a keyword
     defaults = cls.Options()
     pol = policies_base.make_policy(name, **{k: getattr(defaults, k) for k in declared})
-    assert isinstance(pol, cls)
-    for k in declared:
-        assert getattr(pol, k) == getattr(defaults, k)
+    assert isinstance(pol, cls) and pol.options == defaults
 
 
 def test_a_policy_refuses_another_policys_options_object():

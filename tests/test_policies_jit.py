@@ -599,3 +599,29 @@ def test_priority_ranks_put_the_class_first():
     assert inc.tolist() == ranks.tolist()
     assert group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes], 4).tolist() \
         == [0, 1, 2]
+
+
+def test_ranks_take_no_lat_pass_per_job_unless_a_best_effort_job_ages(monkeypatch):
+    # a joint re-solve hands the policy a new DAG: the need order (one LAT pass per job)
+    # is not what ranks read, so it is computed only where an isolated JCT ages a job
+    import jitsched.policies.jit as jit
+
+    cluster = Cluster.uniform(4)
+    jobs = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2"),
+            one_transfer_job("c", 5e8, "h0", "h1"), one_transfer_job("d", 9e8, "h3", "h1")]
+    eager = jit.JitPolicy()
+    eager.reset(cluster)
+    view = _view(jobs, cluster)
+    eager._sync_priority(view)  # the need order computed first: the ranks do not change
+    want = eager.schedule(view)
+    passes = []
+    real = jit.isolated_need
+    monkeypatch.setattr(jit, "isolated_need", lambda *a, **k: passes.append(1) or real(*a, **k))
+    lazy = jit.JitPolicy()
+    lazy.reset(cluster)
+    got = lazy.schedule(_view(jobs, cluster))
+    assert passes == [] and got.prio == want.prio
+    assert [f[:5] for f in got.flows] == [f[:5] for f in want.flows]
+    aging = [classed(jobs[0], "best-effort"), *jobs[1:]]
+    lazy.schedule(_view(aging, cluster))
+    assert passes == [1]

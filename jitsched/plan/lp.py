@@ -125,6 +125,11 @@ class LPOptions:
         whose ports these keep within phi's first segment (``balanced``) or at
         the largest single flow's peak (``minmax``), with no frozen load on
         them, takes those profiles without a solve: no plan costs less.
+    workers : int
+        Processes solving components at once (this one among them): more than one
+        hands the components (largest first) to :mod:`jitsched.plan.lppool`'s pool. The
+        same plan as one worker's: a component's solve does not depend on another's.
+        ``build_s`` and ``solve_s`` then sum the components' times over the workers.
     """
 
     slot_s: float
@@ -137,6 +142,7 @@ class LPOptions:
     aggregate: bool = True
     fine_slots: int | None = None
     lowest_peak: bool = True
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -149,11 +155,11 @@ class LPOptions:
             raise ValidationError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise ValidationError(f"time_limit_s: must be positive or None, got {self.time_limit_s!r}")
-        for name in ("iteration_limit", "fine_slots", "threads"):
+        for name in ("iteration_limit", "fine_slots", "threads", "workers"):
             v = getattr(self, name)
-            if (v is not None or name == "threads") and (
+            if (v is not None or name in ("threads", "workers")) and (
                     isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0):
-                raise ValidationError(f"{name}: must be a positive integer{'' if name == 'threads' else ' or None'}, "
+                raise ValidationError(f"{name}: must be a positive integer{'' if name in ('threads', 'workers') else ' or None'}, "
                                       f"got {v!r}")
         for name in ("split_components", "aggregate", "lowest_peak"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
@@ -322,6 +328,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     slot_s, objective, solver = options.slot_s, options.objective, options.solver
     time_limit_s, iteration_limit, threads = options.time_limit_s, options.iteration_limit, options.threads
     fine_slots = options.fine_slots
+    workers = options.workers
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     size = np.asarray(size_bytes, dtype=np.float64)
@@ -389,42 +396,34 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     else:
         proven = np.zeros(n_comp, dtype=bool)
     parts = []  # per component: (its flows, fine rates from each flow's release slot, lengths)
-    # one Highs object for every solve of the call: the same plans (checked bit
-    # for bit), 7 % less time on the simulator's plans (12 of jit-paper's at
-    # 1000 jobs, ~24 components each); made only if some component needs a solve
-    highs = _new_highs() if not proven.all() else None
+    todo = [c for c in range(n_comp) if not proven[c]]
+    comp_flows = [order[bounds[c]:bounds[c + 1]] for c in range(n_comp)]
+    args = (flows, coef, objective, threads, solver, util, iteration_limit, fine_slots)
+    if workers > 1 and len(todo) > 1:
+        from jitsched.plan.lppool import solve_components
+
+        solved = solve_components([comp_flows[c] for c in todo], args, deadline, workers)
+    else:
+        # one Highs object for every solve of the call: the same plans (checked bit
+        # for bit), 7 % less time on the simulator's plans (12 of jit-paper's at
+        # 1000 jobs, ~24 components each); made only if some component needs a solve
+        highs = _new_highs() if todo else None
+        solved = [plan_component(comp_flows[c], args, deadline, highs) for c in todo]
+    results = dict(zip(todo, solved, strict=True))
     for c in range(n_comp):
-        fidx = order[bounds[c]:bounds[c + 1]]
+        fidx = comp_flows[c]
         if proven[c]:
             statuses.append("optimal")
             parts.append((fidx, lp_x[ranges(lp_ptr[fidx], lp_ptr[fidx + 1])], np.diff(lp_ptr)[fidx]))
             continue
-        budget = max(deadline - time.perf_counter(), 1e-3)
-        # Phase 1: on-time windows only, unmet demand as a priced slack. Most
-        # plans fit, and the late tails are most of the columns; only when some
-        # demand cannot be met on time is the full tardiness LP solved.
-        res = _solve_component(flows, fidx, coef, objective, budget, threads, late_tails=False,
-                               solver=solver, util=util, iteration_limit=iteration_limit,
-                               fine_slots=fine_slots, highs=highs)
-        if res["status"] == "optimal" and res["slack"] > 1e-9 * float(flows.demand[fidx].max()):
-            build_s += res["build_s"]
-            solve_s += res["solve_s"]
-            iterations += res["iterations"]
-            budget = max(deadline - time.perf_counter(), 1e-3)
-            res = _solve_component(flows, fidx, coef, objective, budget, threads, late_tails=True,
-                                   solver=solver, util=util, iteration_limit=iteration_limit,
-                                   fine_slots=fine_slots, highs=highs)
+        res = results[c]
         build_s += res["build_s"]
         solve_s += res["solve_s"]
         iterations += res["iterations"]
         n_var += res["n_var"]
         n_con += res["n_con"]
-        if res["status"] != "optimal":
-            statuses.append(f"fallback({res['status']})")
-            parts.append((fidx, *edf_fill(flows, fidx, coef, util)))
-        else:
-            statuses.append("optimal")
-            parts.append((fidx, res["x"], res["lengths"]))
+        statuses.append(res["status"])
+        parts.append((fidx, res["x"], res["lengths"]))
 
     t1 = time.perf_counter()
     fo = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
@@ -443,6 +442,38 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     sol.component_status = statuses
     sol.iterations = iterations
     return sol
+
+
+def plan_component(fidx: np.ndarray, args: tuple, deadline: float, highs=None) -> dict:
+    """Plan one component of :func:`solve_bandwidth_lp` (its flows ``fidx``): on-time LP,
+    the tardiness LP if demand is unmet, earliest-deadline-first filling if a solve fails.
+
+    ``args``: (flows, coef, objective, threads, solver, util, iteration_limit,
+    fine_slots); ``deadline``: the call's budget on :func:`time.perf_counter`'s clock
+    (system-wide monotonic, so a worker process may read it too). Returns ``x`` and
+    ``lengths`` (the flows' rates from their release slots), ``status`` ("optimal" or
+    "fallback(<solver status>)") and the solve's sizes and times, summed over its phases.
+    """
+    flows, coef, objective, threads, solver, util, iteration_limit, fine_slots = args
+    budget = max(deadline - time.perf_counter(), 1e-3)
+    # Phase 1: on-time windows only, unmet demand as a priced slack. Most
+    # plans fit, and the late tails are most of the columns; only when some
+    # demand cannot be met on time is the full tardiness LP solved.
+    res = _solve_component(flows, fidx, coef, objective, budget, threads, late_tails=False,
+                           solver=solver, util=util, iteration_limit=iteration_limit,
+                           fine_slots=fine_slots, highs=highs)
+    spent = {"build_s": 0.0, "solve_s": 0.0, "iterations": 0}
+    if res["status"] == "optimal" and res["slack"] > 1e-9 * float(flows.demand[fidx].max()):
+        spent = {k: res[k] for k in spent}
+        budget = max(deadline - time.perf_counter(), 1e-3)
+        res = _solve_component(flows, fidx, coef, objective, budget, threads, late_tails=True,
+                               solver=solver, util=util, iteration_limit=iteration_limit,
+                               fine_slots=fine_slots, highs=highs)
+    out = {k: spent[k] + res[k] for k in spent} | {"n_var": res["n_var"], "n_con": res["n_con"]}
+    if res["status"] != "optimal":
+        x, lengths = edf_fill(flows, fidx, coef, util)
+        return out | {"status": f"fallback({res['status']})", "x": x, "lengths": lengths}
+    return out | {"status": "optimal", "x": res["x"], "lengths": res["lengths"]}
 
 
 def _tardiness_unit(coef_max: float, objective: str) -> float:

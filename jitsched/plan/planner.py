@@ -186,6 +186,9 @@ class PlanOptions:
         Past this many slots (and the residuals' window) the LP keeps rates
         constant over cells doubling in length every ``fine_slots`` slots; a
         coarser plan far ahead for a smaller LP. ``None`` (default): every slot.
+    lp_workers : int
+        Processes solving the LP's independent components at once (1: this one
+        alone); the same plan with any number (:func:`jitsched.plan.lp.solve_bandwidth_lp`).
     """
 
     alpha: float = DEFAULT_ALPHA
@@ -201,6 +204,7 @@ class PlanOptions:
     aggregate: bool = True
     lowest_peak: bool = True
     fine_slots: int | None = None
+    lp_workers: int = 1
 
     def __post_init__(self) -> None:
         def number(name, lo_ok):
@@ -236,6 +240,10 @@ class PlanOptions:
                 if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:
                     raise ValidationError(f"{name}: must be a positive integer or None, got {it!r}")
                 object.__setattr__(self, name, int(it))
+        w = self.lp_workers
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+            raise ValidationError(f"lp_workers: must be a positive integer, got {w!r}")
+        object.__setattr__(self, "lp_workers", int(w))
         for name in ("aggregate", "lowest_peak"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValidationError(f"{name}: must be True or False, got {getattr(self, name)!r}")
@@ -245,7 +253,7 @@ class PlanOptions:
         """The LP's options these plans use (:func:`jitsched.plan.lp.solve_bandwidth_lp`)."""
         return LPOptions(slot_s=self.slot_s, objective=self.objective, time_limit_s=self.time_limit_s,
                          iteration_limit=self.iteration_limit, solver=self.solver, aggregate=self.aggregate,
-                         fine_slots=self.fine_slots, lowest_peak=self.lowest_peak)
+                         fine_slots=self.fine_slots, lowest_peak=self.lowest_peak, workers=self.lp_workers)
 
 
 def estimated_lats(sub, cluster, share, remaining: np.ndarray, unfinished: np.ndarray, *, now: float,

@@ -250,6 +250,9 @@ class JitOptions:
         With ``leftover="priority"``: a best-effort job ranks as normal once
         it has waited ``be_age`` times its isolated JCT since it arrived
         (default :data:`DEFAULT_BE_AGE`; inf: never).
+    lp_workers : int
+        Processes solving the LP's independent components at once (default 1);
+        the plan is the same with any number (:class:`jitsched.plan.planner.PlanOptions`).
     """
 
     alpha: float = 0.0
@@ -273,6 +276,7 @@ class JitOptions:
     job_exp: float = DEFAULT_JOB_EXP
     be_age: float = DEFAULT_BE_AGE
     bg_floor: float = 0.0
+    lp_workers: int = 1
 
     def __post_init__(self) -> None:
         def put(name, value):
@@ -318,7 +322,8 @@ class JitOptions:
         return PlanOptions(alpha=self.alpha, slot_s=self.slot_s, objective=self.objective,
                            estimator=self.estimator, trans_estimate=self.trans_estimate,
                            job_order=self.job_order, k_std=self.k_std, time_limit_s=self.time_limit_s,
-                           iteration_limit=self.iteration_limit, solver=self.solver)
+                           iteration_limit=self.iteration_limit, solver=self.solver,
+                           lp_workers=self.lp_workers)
 
 
 @register_policy
@@ -593,6 +598,24 @@ class JitPolicy(Policy):
         hands a new one whenever its job set changes, and then all of it is
         recomputed (one LAT pass per job, milliseconds each).
         """
+        self._sync_groups(view)
+        # Arrived jobs without a need order. A job never un-arrives and _need_done
+        # holds arrived jobs only, so equal counts mean none: one count on every
+        # allocation (a flatnonzero and two gathers before were 5 % of a 200-job
+        # run's profile, a comparison and any() 6 % of a 1000-job run's).
+        dag = view.dag
+        if np.count_nonzero(view.job_arrived) != self._n_need_done:
+            todo = np.flatnonzero(view.job_arrived & ~self._need_done)
+            nodes, need = isolated_need(dag, view.cluster, todo,
+                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std,
+                                        jct_out=self._iso_jct)
+            self._need[nodes] = need
+            self._need_done[todo] = True
+            self._n_need_done = int(np.count_nonzero(self._need_done))
+
+    def _sync_groups(self, view: SchedulerView) -> None:
+        """(Re)build the (job, src, dst) groups and the bytes left per job and group for
+        ``view.dag``; a new DAG also forgets the need order (:meth:`_sync_priority`)."""
         dag = view.dag
         if self._prio_dag is not dag:
             self._prio_dag = dag
@@ -612,18 +635,6 @@ class JitPolicy(Policy):
             self._pair_left = np.bincount(self._group[left], weights=dag.size[left],
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
-        # Arrived jobs without a need order. A job never un-arrives and _need_done
-        # holds arrived jobs only, so equal counts mean none: one count on every
-        # allocation (a flatnonzero and two gathers before were 5 % of a 200-job
-        # run's profile, a comparison and any() 6 % of a 1000-job run's).
-        if np.count_nonzero(view.job_arrived) != self._n_need_done:
-            todo = np.flatnonzero(view.job_arrived & ~self._need_done)
-            nodes, need = isolated_need(dag, view.cluster, todo,
-                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std,
-                                        jct_out=self._iso_jct)
-            self._need[nodes] = need
-            self._need_done[todo] = True
-            self._n_need_done = int(np.count_nonzero(self._need_done))
 
     def _job_tiers(self, view: SchedulerView) -> np.ndarray | None:
         """Each job's class as it ranks now (aged best-effort jobs as normal), or None if all rank as normal.
@@ -637,6 +648,7 @@ class JitPolicy(Policy):
             return None
         be = cls == BEST_EFFORT
         if be.any():
+            self._sync_priority(view)  # the isolated JCTs that age best-effort jobs
             aged = be & (view.now - view.dag.arrival >= self.be_age * self._iso_jct)
             if aged.any():
                 cls = np.where(aged, NORMAL, cls).astype(np.int8)
@@ -869,7 +881,12 @@ class JitPolicy(Policy):
         """:meth:`priority_ranks`, and with ``with_background`` the background flows of
         ``view`` ranked among the groups by the simulator's key (Smith's rule, see
         :meth:`_priority`): ranks of the nodes, then of ``view.bg_*`` (shape (B,) or (0,))."""
-        self._sync_priority(view)
+        # Ranks come from bytes left, not from the need order: its LAT pass per job
+        # (isolated_need) runs only where a need or an isolated JCT is read
+        # (:meth:`_job_tiers` with best-effort jobs, the simulator's allocations). A daemon
+        # hands every joint re-solve a new DAG, and those 1000 passes were 60 % of the
+        # re-solve's CPU at 1000 VGG16 jobs on 1000 hosts (0.65 s of CPU there).
+        self._sync_groups(view)
         dag = view.dag
         nodes = _unfinished_transfers(view)
         nb = len(view.bg_bytes) if with_background and not math.isinf(self.bg_weight) else 0
@@ -1008,8 +1025,6 @@ class JitPolicy(Policy):
         """
         dag = view.dag
         nodes = _unfinished_transfers(view)
-        if np.any(dag.job_class == BEST_EFFORT):
-            self._sync_priority(view)  # the isolated JCTs that age best-effort jobs
         tiers = self._job_tiers(view)
         job = dag.job_of[nodes]
         ranks = group_ranks(job, dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
