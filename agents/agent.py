@@ -28,6 +28,7 @@ import zmq
 from jitsched.agents.attach import AttachTable
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
 from jitsched.agents.capacity import UnscheduledMeter, bytes_received
+from jitsched.agents.options import AgentOptions
 from jitsched.errors import JitschedError
 from jitsched.keys import HOSTS, CurveKeys, curve_keys, handshake_failure, handshake_monitor
 from jitsched.localreg import (
@@ -53,6 +54,7 @@ from jitsched.protocol import (
     leader_named,
     next_id,
     split_endpoints,
+    validate_body,
 )
 
 log = logging.getLogger("jitsched.agent")
@@ -60,23 +62,8 @@ log = logging.getLogger("jitsched.agent")
 # TCP_RTO_MAX_MS (Linux >= 6.15, <linux/tcp.h>): the longest a socket waits between
 # two retransmissions, ms; the kernel accepts 1000..120000 (default 120000).
 TCP_RTO_MAX_MS = getattr(socket, "TCP_RTO_MAX_MS", 44)
-# A flow the schedule holds behind higher ranks has its window queued at its floor
-# rate (0.5 % of the line); its retransmission timer fires, the retransmissions
-# wait or are dropped too, and the timer doubles each time. On the quick testbed
-# scenario (ss -ti every 0.25 s) promoted flows then sat idle with cwnd 1 for 1.8
-# to 5.5 s, their timers at 1.8-9.6 s; capped at the kernel's floor of 1 s, a
-# promoted flow resumes within a second. Quick scenario, quiet machine, runs
-# alternating: mean JCT 7.88/8.28/7.90 s with the cap against 8.67/8.32/8.06 s without.
-RTO_MAX_MS = 1000
-# TCP_RTO_MIN_US (Linux >= 6.15): the least retransmission timeout, us (the kernel's
-# default 200 ms; it rounds to its tick). A DL transfer of a few MB that loses its
-# last packets in a switch port's FIFO waits that long at 1-10 ms RTTs; the timeout
-# stays above srtt + 4 rttvar, so flows held at their floor (seconds of RTT) keep
-# theirs. Quick scenario, quiet machine, runs alternating with the 1 s cap on both
-# sides: mean JCT 8.32/7.81/7.80/7.79/7.88/7.76 s with 10 ms, 8.25/8.30/7.99/7.70/
-# 8.13/7.84 s with the kernel's 200 ms (4 pairs of 6 faster, means 7.89 vs 8.04 s).
+# TCP_RTO_MIN_US (Linux >= 6.15): the least retransmission timeout, us (AgentOptions.rto_min_ms).
 TCP_RTO_MIN_US = getattr(socket, "TCP_RTO_MIN_US", 45)
-RTO_MIN_MS = 10.0
 
 # Registration: a refused one is tried again after a wait that doubles from
 # REGISTER_RETRY_S up to REGISTER_RETRY_MAX_S, each drawn from its upper half so that
@@ -159,10 +146,15 @@ class Agent:
         endpoints of daemon replicas separated by commas: the agent follows the
         leader (a replica that does not lead answers ``not_leader`` naming it), and
         drops any schedule of an epoch lower than one it has seen (a deposed leader's).
-    backend : str
-        Enforcement backend name (``record``, ``pacing``, ``tc``).
+    options : AgentOptions, optional
+        How it enforces its schedules (backend, its device, the sockets'
+        retransmission timers, ingress, reconnection, leaving on exit, the
+        measured port); None: :class:`AgentOptions`' defaults, the ``pacing``
+        backend among them (it says why).
     backend_options : dict, optional
-        Passed to the backend's constructor.
+        The backend's plumbing beyond ``options`` (``netns``, ``spare``,
+        ``dl_tos``...), passed to its constructor and to the ``tc-ingress``
+        backend's with the options' own.
     line_rate_Bps : float, optional
         Line rate in bytes/s; default: what the daemon's cluster says.
     local_namespace : str
@@ -174,25 +166,6 @@ class Agent:
         Users besides root and the agent's own whose processes may register
         flows (their uid is checked with ``SO_PEERCRED``); with any, the
         directory becomes 0711 and the socket 0666 so that they can reach it.
-    reconnect_s : float
-        Silence from the daemon after which the agent reconnects and re-registers
-        (with several endpoints, at most three heartbeats: then it tries the next).
-    rto_max_ms : int or None
-        Cap, ms, on the retransmission timeout of every outbound socket
-        registered with the agent (``TCP_RTO_MAX_MS``; :data:`RTO_MAX_MS` by
-        default, at least 1000 as the kernel requires; None or 0: leave the
-        sockets as they are). On a kernel without the option the sockets keep
-        theirs; ``rto_cap_failed`` counts them and the first is logged.
-    rto_min_ms : float or None
-        Least retransmission timeout, ms, of the same sockets
-        (``TCP_RTO_MIN_US``; :data:`RTO_MIN_MS` by default, 1..200; None or 0:
-        the kernel's 200 ms).
-    ingress : dict, optional
-        Also enforce the plan on what this host receives: options of the
-        ``tc-ingress`` backend (``dev``, ``netns``, ``borrow``, ``share``, ...),
-        made for the host's ingress rate in the daemon's cluster (and shaped a
-        ``share`` below it while inbound flows are scheduled). Receivers register
-        inbound sockets with ``direction="in"`` (:func:`register_flow`).
     keys : CurveKeys or path, optional
         Connect to the daemon as a CURVE client: these keys, or host ``host``'s
         in a key directory (``jitsched keys init``). None: plaintext.
@@ -204,14 +177,15 @@ class Agent:
         ``{"egress_bps", "ingress_bps"[, "address"]}``: this host's capacities (bits/s)
         and address, registered so that a daemon whose configuration lacks the host
         adds it (``[daemon] host_join``). A host of the configuration keeps its own.
-    leave_on_exit : bool
-        On :meth:`stop`, tell the daemon this host leaves the cluster (its jobs with
-        work left here end failed and the rest are re-planned), waiting up to a second
-        for the answer (:attr:`left`).
-    port_dev : str, optional
-        The host's port, whose traffic no schedule covers is measured and sent
-        with every heartbeat (``unscheduled_Bps``, :mod:`jitsched.agents.capacity`),
-        in the backend's ``netns``; default: the backend's ``dev`` (None: not measured).
+
+    The sockets registered with the agent get ``options.rto_max_ms`` as the
+    cap on their retransmission timeout (``TCP_RTO_MAX_MS``) and
+    ``options.rto_min_ms`` as its floor (``TCP_RTO_MIN_US``); on a kernel
+    without the options they keep theirs, ``rto_cap_failed`` counts them and
+    the first is logged. With ``options.leave_on_exit``, :meth:`stop` tells
+    the daemon this host leaves the cluster (its jobs with work left here end
+    failed and the rest are re-planned), waiting up to a second for the
+    answer (:attr:`left`).
 
     A registration the daemon refuses for good (an unknown host, another
     host's key, a key it does not accept) ends the agent after
@@ -219,25 +193,23 @@ class Agent:
     :class:`RegistrationRefused` saying why.
     """
 
-    def __init__(self, host: str, daemon_endpoint: str, *, backend: str = "record",
+    def __init__(self, host: str, daemon_endpoint: str, options: AgentOptions | None = None, *,
                  backend_options: dict | None = None, line_rate_Bps: float | None = None,
-                 local_namespace: str = "", reconnect_s: float = 3.0, ingress: dict | None = None,
-                 keys: CurveKeys | str | Path | None = None, local_dir: str | Path | None = None,
+                 local_namespace: str = "", local_dir: str | Path | None = None,
                  allowed_uids: tuple[int, ...] | list[int] = (),
-                 rto_max_ms: int | None = RTO_MAX_MS, rto_min_ms: float | None = RTO_MIN_MS,
-                 clock_ns: Callable[[], int] | None = None, join: dict | None = None,
-                 leave_on_exit: bool = False, port_dev: str | None = None) -> None:
-        if rto_max_ms and not 1000 <= int(rto_max_ms) <= 120_000:
-            raise ValueError(f"rto_max_ms must be in 1000..120000 (the kernel's range), got {rto_max_ms}")
-        if rto_min_ms and not 1.0 <= float(rto_min_ms) <= 200.0:
-            raise ValueError(f"rto_min_ms must be in 1..200 (at most the kernel's default), got {rto_min_ms}")
-        self.rto_max_ms = int(rto_max_ms or 0)
-        self.rto_min_us = int(round(float(rto_min_ms or 0) * 1000))
+                 keys: CurveKeys | str | Path | None = None,
+                 clock_ns: Callable[[], int] | None = None, join: dict | None = None) -> None:
+        opts = AgentOptions() if options is None else options
+        if not isinstance(opts, AgentOptions):
+            raise TypeError(f"Agent takes an AgentOptions, got {type(opts).__name__}")
+        self.options = opts
+        self.rto_max_ms = int(opts.rto_max_ms or 0)
+        self.rto_min_us = int(round(float(opts.rto_min_ms or 0) * 1000))
         self.rto_capped = 0  # outbound sockets whose retransmission timeouts were set (cap, floor)
         self.rto_cap_failed = 0  # ... and those the kernel refused them for
         self.host = host
         self.join = {k: v for k, v in (join or {}).items() if v is not None}
-        self.leave_on_exit = leave_on_exit
+        self.leave_on_exit = opts.leave_on_exit
         self.left = False  # the daemon took this host's leave (leave_on_exit)
         self.keys = curve_keys(keys, HOSTS, host)
         self._monitor: zmq.Socket | None = None
@@ -246,20 +218,25 @@ class Agent:
         self.endpoint = self.endpoints[0]
         self.epoch = 0  # the highest leader epoch seen (replicas; 0: one daemon)
         self.fenced = 0  # schedules dropped because their epoch was below it, since start
+        # daemon messages refused since start: not a message, or a body its schema refuses
+        # (a schedule whose flow entries do not follow jitsched.protocol.OUT_FLOW_ENTRY...)
+        self.bad_messages = 0
         self.leader_moves = 0  # switches to another replica's endpoint, since start
         self._move_to: str | None = None  # the endpoint to move to at the next loop turn ("": the next)
         self._left_silent: str | None = None  # the endpoint last left for its silence
         self._resent = False  # the registration in flight was sent again (replicas)
-        self.backend_name = backend
-        self.backend_options = dict(backend_options or {})
+        self.backend_name = opts.backend
+        plumbing = dict(backend_options or {})
+        self.backend_options = opts.backend_options() | plumbing
         self.line_rate_Bps = line_rate_Bps
         self.local_name = local_address(host, local_namespace, local_dir)
         self.extra_uids = frozenset(int(u) for u in allowed_uids)
         self.allowed_uids = frozenset({0, os.geteuid()}) | self.extra_uids
         self.refused_local = 0  # local connections refused (peer of another user), since start
-        self.reconnect_s = reconnect_s
+        self.reconnect_s = opts.reconnect_s
         self.backend: Backend | None = None
-        self.ingress_options = None if ingress is None else dict(ingress)
+        ingress = opts.ingress_options()
+        self.ingress_options = None if ingress is None else ingress | plumbing
         self.failure: BaseException | None = None  # what ended the agent loop, if it failed
         self.in_backend: Backend | None = None
         self.in_line_Bps: float | None = None
@@ -302,7 +279,7 @@ class Agent:
         self.attached = AttachTable(netns=self.backend_options.get("netns"))
         self.current_slot: int | None = None
         self.applied_at_ns = 0
-        self.port_dev = port_dev or self.backend_options.get("dev")
+        self.port_dev = opts.port_dev or self.backend_options.get("dev")
         self.meter: UnscheduledMeter | None = None  # made with the backends (their class counters)
         self.unscheduled_Bps: dict[str, float] = {}  # as last measured
         # payload of the flows registered here that have ended, per direction (their bytes
@@ -590,7 +567,7 @@ class Agent:
             try:
                 msg = decode_any(data)
             except ProtocolError as exc:
-                log.warning("event=agent_bad_message host=%s code=%s", self.host, exc.code)
+                self._bad_message(exc)
                 continue
             if isinstance(msg, Request) and msg.type == MsgType.SCHEDULE:
                 # acked only if held: an ack tells the daemon to stop re-sending it
@@ -662,8 +639,19 @@ class Agent:
                     "out": self.backend.scheduled_bytes,
                     "in": self.in_backend.scheduled_bytes if self.in_backend is not None else lambda: None})
             self.registered.set()
-        elif "flows" in b and "epoch_ns" in b and self._install(b):  # the get_schedule reply
-            self._ack(dealer, b["seq"])
+        elif "flows" in b and "epoch_ns" in b:  # the get_schedule reply: a schedule body
+            try:
+                validate_body(MsgType.SCHEDULE, b)
+            except ProtocolError as exc:
+                self._bad_message(exc)
+                return
+            if self._install(b):
+                self._ack(dealer, b["seq"])
+
+    def _bad_message(self, exc: ProtocolError) -> None:
+        """A daemon message refused: counted in ``bad_messages``, logged naming the problem."""
+        self.bad_messages += 1
+        log.warning("event=agent_bad_message host=%s code=%s message=%r", self.host, exc.code, exc.message)
 
     def _ack(self, dealer: zmq.Socket, seq: int) -> None:
         ack = {"host": self.host, "seq": seq}

@@ -1,4 +1,4 @@
-"""Options of a host agent as ``jitsched agent`` runs it: one dataclass, the command's flags built from it."""
+"""Options of a host agent: one dataclass, taken by :class:`jitsched.agents.agent.Agent` and the flags of ``jitsched agent`` built from it."""
 
 from __future__ import annotations
 
@@ -13,27 +13,50 @@ from jitsched.optspec import check_choice, check_range, check_types, option
 # CLI builds these flags for every command it runs.
 CLI_BACKENDS = ("pacing", "tc", "record")
 
+# A flow the schedule holds behind higher ranks has its window queued at its floor
+# rate (0.5 % of the line); its retransmission timer fires, the retransmissions
+# wait or are dropped too, and the timer doubles each time. On the quick testbed
+# scenario (ss -ti every 0.25 s) promoted flows then sat idle with cwnd 1 for 1.8
+# to 5.5 s, their timers at 1.8-9.6 s; capped at the kernel's floor of 1 s, a
+# promoted flow resumes within a second. Quick scenario, quiet machine, runs
+# alternating: mean JCT 7.88/8.28/7.90 s with the cap against 8.67/8.32/8.06 s without.
+RTO_MAX_MS = 1000
+# The least retransmission timeout (TCP_RTO_MIN_US; the kernel's default 200 ms, rounded
+# to its tick). A DL transfer of a few MB that loses its last packets in a switch port's
+# FIFO waits that long at 1-10 ms RTTs; the timeout stays above srtt + 4 rttvar, so flows
+# held at their floor (seconds of RTT) keep theirs. Quick scenario, quiet machine, runs
+# alternating with the 1 s cap on both sides: mean JCT 8.32/7.81/7.80/7.79/7.88/7.76 s
+# with 10 ms, 8.25/8.30/7.99/7.70/8.13/7.84 s with the kernel's 200 ms (4 pairs of 6
+# faster, means 7.89 vs 8.04 s).
+RTO_MIN_MS = 10.0
+
 
 @dataclass(frozen=True)
 class AgentOptions:
-    """How a host's agent enforces its schedules: the backend and its device, sockets' timers, ingress.
+    """How a host's agent enforces its schedules: the backend and its device, sockets' timers,
+    ingress, reconnection and leaving; the defaults of :class:`jitsched.agents.agent.Agent`.
 
-    Every field is a flag of ``jitsched agent`` (the help texts are theirs);
-    the agent's identity and plumbing (``--host``, ``--daemon``, keys, the
-    local socket) are the command's own. None means the agent's default.
-    ``rto_max_ms`` and ``rto_min_ms`` are checked by
-    :class:`jitsched.agents.agent.Agent`, which Python callers use directly.
+    The flag fields are those of ``jitsched agent`` (the help texts are
+    theirs); the agent's identity and plumbing (``--host``, ``--daemon``,
+    keys, the local socket) are the command's own and the agent's keywords.
+
+    The backend defaults to ``pacing``, the one that enforces a schedule on
+    any Linux host without privileges (``SO_MAX_PACING_RATE`` on the
+    registered sockets): an agent made with the defaults shapes traffic, as
+    ``jitsched agent`` does. ``record`` enforces nothing (it records the
+    rates: tests, benches of the agent's own work) and is asked for by name.
     """
 
     backend: str = option("pacing", "enforcement backend (default %(default)s)", choices=CLI_BACKENDS)
     dev: str | None = option(None, "tc backend: network device")
     rto_max_ms: int | None = option(
-        None, "cap on the retransmission timeout of registered outbound sockets, 1000..120000 ms "
-              "(default 1000: a flow held behind higher ranks resumes within a second of its "
-              "promotion); 0: leave the sockets as they are", metavar="MS")
+        RTO_MAX_MS, "cap on the retransmission timeout of registered outbound sockets, 1000..120000 ms "
+                    "(default %(default)s: a flow held behind higher ranks resumes within a second of its "
+                    "promotion); 0: leave the sockets as they are", metavar="MS")
     rto_min_ms: float | None = option(
-        None, "least retransmission timeout of the same sockets, 1..200 ms (default 10: a transfer "
-              "that loses its last packets does not wait the kernel's 200 ms); 0: the kernel's", metavar="MS")
+        RTO_MIN_MS, "least retransmission timeout of the same sockets, 1..200 ms (default %(default)s: a "
+                    "transfer that loses its last packets does not wait the kernel's 200 ms); 0: the "
+                    "kernel's", metavar="MS")
     ingress: bool | None = option(
         None, "tc backend: order what this host receives too (tc-ingress on an IFB fed by --dev; "
               "receivers register inbound sockets), or not (--no-ingress); default: on with --backend tc, "
@@ -47,6 +70,14 @@ class AgentOptions:
         BACKGROUND_FLOOR, "tc backend: share of each port, in [0, 1), guaranteed to traffic jitsched does not "
                           "rank while ranked flows are backlogged (they borrow it back when that traffic "
                           "leaves it idle; default %(default)s)", metavar="SHARE")
+    leave_on_exit: bool = option(
+        False, "on exit, tell the daemon this host leaves the cluster (its jobs with work left here end failed)")
+    port_dev: str | None = option(
+        None, "the host's port whose traffic no schedule covers is measured and sent with every "
+              "heartbeat (unscheduled_Bps), in the backend's netns; None: the backend's dev", flag=False)
+    reconnect_s: float = option(
+        3.0, "silence from the daemon, seconds, after which the agent reconnects and registers again "
+             "(with several endpoints, at most three heartbeats: then it tries the next)", flag=False)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -54,6 +85,12 @@ class AgentOptions:
         if self.ingress and self.backend != "tc":
             raise ValidationError(f"ingress: needs backend tc (the ingress is ordered with tc), got {self.backend!r}")
         check_range(self, "ingress_share", 0.0, 1.0, open_lo=True)
+        if self.rto_max_ms and not 1000 <= self.rto_max_ms <= 120_000:
+            raise ValidationError(f"rto_max_ms: must be in 1000..120000 (the kernel's range), got {self.rto_max_ms}")
+        if self.rto_min_ms and not 1.0 <= self.rto_min_ms <= 200.0:
+            raise ValidationError(f"rto_min_ms: must be in 1..200 (at most the kernel's default), "
+                                  f"got {self.rto_min_ms}")
+        check_range(self, "reconnect_s", 0.0, open_lo=True)
         check_background_floor(self.background_floor)
 
     @property
@@ -61,20 +98,19 @@ class AgentOptions:
         """Whether the agent orders its host's ingress (``ingress``; None: with backend tc)."""
         return self.backend == "tc" if self.ingress is None else self.ingress
 
-    def agent_kwargs(self) -> dict:
-        """Keywords of :class:`jitsched.agents.agent.Agent` for these options (those left None omitted)."""
+    def backend_options(self) -> dict:
+        """Keywords of the backend's constructor these options set (the tc backend's ``dev``, ``borrow``, ``background_floor``)."""
         tc = {"dev": self.dev} if self.dev else {}
         if self.backend == "tc":
             # the plan is a floor and flows borrow what it leaves, as the policies' backfill
-            # has it (the testbed's agents, since the first tc runs); ranked flows borrow
-            # by their level whatever this says
+            # has it; ranked flows borrow by their level whatever this says
             tc["borrow"] = True
             tc["background_floor"] = self.background_floor
-        out: dict = {"backend": self.backend, "backend_options": dict(tc)}
-        if self.enforce_ingress:
-            out["ingress"] = tc | {"share": self.ingress_share}
-        out |= {k: getattr(self, k) for k in ("rto_max_ms", "rto_min_ms") if getattr(self, k) is not None}
-        return out
+        return tc
+
+    def ingress_options(self) -> dict | None:
+        """Keywords of the ``tc-ingress`` backend's constructor, None if the ingress is not ordered."""
+        return self.backend_options() | {"share": self.ingress_share} if self.enforce_ingress else None
 
 
-__all__ = ["CLI_BACKENDS", "AgentOptions"]
+__all__ = ["CLI_BACKENDS", "RTO_MAX_MS", "RTO_MIN_MS", "AgentOptions"]

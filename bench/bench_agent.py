@@ -25,6 +25,7 @@ if not __package__:  # run as ``python bench/bench_agent.py``: add the checkout 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jitsched.agents.agent import Agent, LocalFlow, load_backend
+from jitsched.agents.options import AgentOptions
 from jitsched.client.runner import JobRunner
 from jitsched.client.transfer import TransferSink
 from jitsched.config import DaemonConfig
@@ -32,6 +33,7 @@ from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster
 from jitsched.demo import FULL, demo_jobs
+from jitsched.protocol import flow_entry
 
 SCHEDULE_FLOWS = (100, 1000, 4000)  # flows a host's schedule lists (a ResNet152 job alone: 2020)
 
@@ -47,7 +49,8 @@ def job_alone(model: str, with_agents: bool, backend: str = "pacing") -> dict:
     agents: list[Agent] = []
     sinks = {h: TransferSink("127.0.0.1") for h in cluster.names}
     try:
-        agents = [Agent(h, d.agent_endpoint, backend=backend, local_namespace=f"ba{time.monotonic_ns()}").start()
+        agents = [Agent(h, d.agent_endpoint, AgentOptions(backend=backend),
+                        local_namespace=f"ba{time.monotonic_ns()}").start()
                   for h in cluster.names]
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 10.0):
             raise RuntimeError("agents did not register")
@@ -70,10 +73,10 @@ def reapply_s(n_flows: int, backend: str, registered: int = 32, repeat: int = 20
     """Median seconds of one registration's re-apply (``_tick(force=True)``) with ``n_flows`` ranked flows
     listed, ``registered`` of them registered here, under ``backend`` (its sockets are not real: the
     agent's side and the backend's loop over the flows are what is timed)."""
-    a = Agent("h0", "tcp://127.0.0.1:1", backend=backend)
+    a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend=backend))
     a.backend = load_backend(backend, 125e6)
     a.line_rate_Bps = 125e6
-    flows = [{"flow": f"j/t{i}", "dst": "h1", "start_slot": 0, "rates_Bps": [], "prio": i} for i in range(n_flows)]
+    flows = [flow_entry(f"j/t{i}", "h1", 0, [], i) for i in range(n_flows)]
     a._install({"seq": 1, "slot_s": 600.0, "epoch_ns": time.time_ns(), "line_Bps": 125e6, "leftover_Bps": [],
                 "flows": flows})
     for i in range(min(registered, n_flows)):

@@ -21,6 +21,7 @@ import numpy as np
 import zmq
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.config import ClientQuota, DaemonConfig
 from jitsched.daemon import Daemon
@@ -84,7 +85,8 @@ def _acking_main(names: list[str], endpoint: str, conn) -> None:
 
 def _agents_main(names: list[str], endpoint: str, conn) -> None:
     """Child process: one record-backend agent per host until the parent says stop."""
-    agents = [Agent(h, endpoint, local_namespace=f"bench{id(conn)}").start() for h in names]
+    agents = [Agent(h, endpoint, AgentOptions(backend="record"),
+                    local_namespace=f"bench{id(conn)}").start() for h in names]
     try:
         ok = wait_until(lambda: all(a.registered.is_set() for a in agents), 30 + len(names) / 10)
         conn.send(ok)
@@ -107,7 +109,8 @@ class _Agents:
         else:
             target, per = _agents_main, AGENTS_PER_PROCESS
         if in_process and not bare:
-            self.local = [Agent(h, endpoint, local_namespace=f"b{id(self)}").start() for h in names]
+            self.local = [Agent(h, endpoint, AgentOptions(backend="record"),
+                                local_namespace=f"b{id(self)}").start() for h in names]
             assert wait_until(lambda: all(a.registered.is_set() for a in self.local), 30)
             return
         ctx = mp.get_context("spawn")

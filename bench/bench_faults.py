@@ -1008,8 +1008,10 @@ class _Workload:
 
 def _agents(endpoint: str, tag: str) -> dict:
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
 
-    return {h: Agent(h, endpoint, backend="record", local_namespace=f"{tag}{os.getpid()}").start()
+    return {h: Agent(h, endpoint, AgentOptions(backend="record"),
+                     local_namespace=f"{tag}{os.getpid()}").start()
             for h in HOSTS}
 
 
@@ -1134,6 +1136,7 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
     are counted, as are the ended jobs the daemon pruned.
     """
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
     from jitsched.client import Client
 
     d = DaemonProc(workdir, journal=daemon_supports_journal())
@@ -1182,7 +1185,7 @@ def soak(seconds: float, seed: int, workdir: Path, rate_per_s: float = 20.0) -> 
             old = agents[h]
             old.kill() if rng.random() < 0.5 else old.stop()
             churns += 1
-            agents[h] = Agent(h, d.agent_endpoint, backend="record",
+            agents[h] = Agent(h, d.agent_endpoint, AgentOptions(backend="record"),
                               local_namespace=f"sk{churns}-{os.getpid()}").start()
         rss1, fds1 = rss_bytes(d.pid), fd_count(d.pid)
         trace.append(round(rss1 / 2**20, 1))

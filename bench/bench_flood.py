@@ -43,13 +43,15 @@ def _agents_main(names: list[str], endpoint: str, tag: str, conn) -> None:
     """Child process: a record agent per host; reports how many dropped their schedule
     (the daemon silent past its heartbeat timeout) once the parent says stop."""
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
     from jitsched.daemon.server import wait_until
 
     # each agent says when it reconnects or drops its schedule: counted here instead
     logging.getLogger("jitsched.agent").setLevel(logging.ERROR)
     ctx = zmq.Context.instance()
     ctx.set(zmq.MAX_SOCKETS, 4 * len(names) + 64)
-    agents = [Agent(h, endpoint, backend="record", local_namespace=f"{tag}{i}") for i, h in enumerate(names)]
+    agents = [Agent(h, endpoint, AgentOptions(backend="record"),
+                    local_namespace=f"{tag}{i}") for i, h in enumerate(names)]
     try:
         for a in agents:
             a.start()

@@ -7,6 +7,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 if not __package__:  # run as ``python bench/bench_lp.py``: sys.path starts at the script's folder,
@@ -17,6 +18,7 @@ import numpy as np
 
 from jitsched.dag.model import Cluster, compile_jobs
 from jitsched.plan import lp as lp_module
+from jitsched.plan.lp import LPOptions
 from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions, lp_deadlines, plan_jobs
 from jitsched.workloads.synth import random_vgg16_jobs
 
@@ -66,10 +68,10 @@ def run(n_jobs: int, n_hosts: int, repeat: int, variants: list[str], objective: 
         plan_walls.append(time.perf_counter() - t0)
         lats.append(plan.lat_s)
         args, kw = lp_inputs(plan, dag.size)
-        kw.update(slot_s=slot_s, objective=objective, time_limit_s=time_limit_s)
+        opts = LPOptions(slot_s=slot_s, objective=objective, time_limit_s=time_limit_s)
         for v in variants:
             t0 = time.perf_counter()
-            sols[v] = lp_module.solve_bandwidth_lp(*args, **kw, **VARIANTS[v])
+            sols[v] = lp_module.solve_bandwidth_lp(*args, replace(opts, **VARIANTS[v]), **kw)
             walls[v].append(time.perf_counter() - t0)
             if walls[v][-1] > 1.0:
                 print(f"  {n_jobs} jobs, {v}: {walls[v][-1]:.1f} s", file=sys.stderr, flush=True)

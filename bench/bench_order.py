@@ -40,7 +40,7 @@ import collections
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -57,7 +57,7 @@ from jitsched.plan.priority import background_key
 from jitsched.policies import reference_policy
 from jitsched.policies.base import DONE, Allocation
 from jitsched.policies.common import background_shares
-from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL, JitPolicy
+from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL, JitOptions, JitPolicy
 from jitsched.policies.sincronia import bssi_order
 
 # bench.paper's operating points: (offered load, files' share of the jobs); the paper
@@ -106,15 +106,23 @@ def _job_loads(view, jobs: np.ndarray, n_rows: int) -> np.ndarray:
     return load
 
 
+@dataclass(frozen=True)
+class BssiOptions(JitOptions):
+    """:class:`BssiJit`'s options: jit's, and the files' Smith weight ``file_w`` (None: unit weights)."""
+
+    file_w: float | None = 1.5
+
+
 class BssiJit(JitPolicy):
     """jit with jobs and files in BSSI order (Sincronia's), files Smith-weighted (see the module)."""
 
     name = "jit-bssi"
     role = ""
+    Options = BssiOptions
 
-    def __init__(self, file_w: float | None = 1.5, **options) -> None:
-        super().__init__(**options)
-        self.file_w = file_w
+    def __init__(self, options: BssiOptions | None = None) -> None:
+        super().__init__(options)
+        self.file_w = self.options.file_w
         self._stale = True
         self._jr = self._br = np.zeros(0)
 
@@ -197,15 +205,20 @@ class BusiestJit(JitPolicy):
         return Allocation(_order_rates(view, key, self._need))
 
 
+@dataclass(frozen=True)
+class RemapOptions(BssiOptions):
+    """:class:`RemapJit`'s options: jit's (the files keep jit's keys: no ``file_w``)."""
+
+    file_w: float | None = field(default=None, init=False)
+
+
 class RemapJit(BssiJit):
     """jit's keys (a job's bytes left on the flow's host pair, Smith's rule for files), but the
     jobs' keys handed out again in BSSI order of the jobs alone: BSSI decides which job goes
     first, and files meet the same set of job keys as under jit."""
 
     name = "jit-remap"
-
-    def __init__(self, **options) -> None:
-        super().__init__(file_w=None, **options)
+    Options = RemapOptions
 
     def _reorder(self, view) -> None:
         dag = view.dag
@@ -240,6 +253,15 @@ class RemapJit(BssiJit):
         return Allocation(_order_rates(view, key, self._need))
 
 
+@dataclass(frozen=True)
+class SmithOptions(JitOptions):
+    """:class:`SmithJit`'s options: jit's, the exponent ``gamma`` and the job's ``size``
+    ("total": all its bytes; "left": those it has not sent yet)."""
+
+    gamma: float = 1.0
+    size: str = "total"
+
+
 class SmithJit(JitPolicy):
     """jit with Smith's rule for DL jobs as well as files: a group's key is the bytes its job has
     left on the flow's host pair times the job's size (all its transfers' bytes) over ``8 s`` of
@@ -247,11 +269,12 @@ class SmithJit(JitPolicy):
 
     name = "jit-smith"
     role = ""
+    Options = SmithOptions
 
-    def __init__(self, gamma: float = 1.0, size: str = "total", **options) -> None:
-        super().__init__(**options)
-        self.gamma = gamma
-        self.size = size  # "total": all the job's bytes; "left": those it has not sent yet
+    def __init__(self, options: SmithOptions | None = None) -> None:
+        super().__init__(options)
+        self.gamma = self.options.gamma
+        self.size = self.options.size
         self._job_bytes = None
 
     def allocate(self, view) -> Allocation:
@@ -277,14 +300,22 @@ class SmithJit(JitPolicy):
         return Allocation(_order_rates(view, key, self._need))
 
 
+@dataclass(frozen=True)
+class CapOptions(JitOptions):
+    """:class:`CapJit`'s options: jit's and the DL flows' ``cap`` of every port."""
+
+    cap: float = 1.0
+
+
 class CapJit(JitPolicy):
     """The default jit with its DL flows held to ``cap`` of every port; the files share the rest (see the module)."""
 
     name = "jit-cap"
+    Options = CapOptions
 
-    def __init__(self, cap: float = 1.0, **options) -> None:
-        super().__init__(**options)
-        self.cap = float(cap)
+    def __init__(self, options: CapOptions | None = None) -> None:
+        super().__init__(options)
+        self.cap = float(self.options.cap)
 
     def allocate(self, view) -> Allocation:
         rates = np.array(super().allocate(view).rates, dtype=np.float64)
@@ -334,7 +365,7 @@ def run_one(task: tuple) -> tuple:
     wl = paper_workload(jobs, n_hosts=hosts, load=load, background_share=share, seed=seed, real=True)
     if len(task) > 6 and task[6]:
         wl = replace(wl, jobs=())
-    pol = VARIANTS[policy](**options) if policy in VARIANTS else policy
+    pol = VARIANTS[policy](VARIANTS[policy].Options(**options)) if policy in VARIANTS else policy
     t0 = time.perf_counter()
     res = simulate(wl, pol, seed=seed, policy_options=None if policy in VARIANTS else options)
     return (task, list(res.job_model), res.jct_s.tolist(), res.bg_slowdown.tolist(),

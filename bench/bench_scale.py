@@ -20,7 +20,7 @@ import numpy as np
 from bench.bench_lp import VARIANTS
 from bench.common import pyplot, require_matplotlib
 from jitsched.dag.model import Cluster, compile_jobs
-from jitsched.plan.planner import PlanOptions, plan_jobs
+from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions, plan_jobs
 from jitsched.workloads.synth import random_vgg16_jobs
 
 GOAL_EXPONENT = 1.2  # the goal: planning time grows at most as jobs^1.2
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per point up to 1000 jobs/hosts (median); 1 above")
     ap.add_argument("--max-s", type=float, default=60.0, help="stop a series after a point slower than this")
     ap.add_argument("--alpha", type=float, default=0.4)
-    ap.add_argument("--slot-s", type=float, default=0.1)
+    ap.add_argument("--slot-s", type=float, default=DEFAULT_SLOT_S)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--figure", nargs="?", const="bench_scale.png", metavar="PATH",
                     help="draw the figure (default path bench_scale.png)")

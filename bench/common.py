@@ -59,18 +59,20 @@ def pyplot():
 
 
 def policy_default(policy: str, option: str):
-    """The default of ``option`` in the constructor of the registered ``policy``: what a run that sets none gets.
+    """The default of ``option`` in the declared options of the registered ``policy``: what a run that sets none gets.
 
     Raises
     ------
     KeyError
-        ``policy`` is not registered or takes no ``option``.
+        ``policy`` is not registered or declares no ``option``.
     """
-    import inspect
-
     from jitsched.policies import POLICIES
+    from jitsched.policies.base import option_names
 
-    return inspect.signature(POLICIES[policy]).parameters[option].default
+    cls = POLICIES[policy]
+    if option not in option_names(cls):
+        raise KeyError(option)
+    return getattr(cls.Options(), option)
 
 
 def resnet152_jobs(ps: str = "h0", worker: str = "h1") -> list[tuple[Job, str]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bench.bench_faults import HOSTS, _Workload, free_ports, log
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.daemon.ha import Election, Etcd, Leader, LocalEtcd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +127,7 @@ def leader_kills(n: int, seed: int, workdir: Path, *, runners: int = 3, ttl_s: f
         leader = reps.leader(30.0)
         if leader is None:
             raise RuntimeError("no replica was elected within 30 s")
-        agents = {h: WatchedAgent(h, ",".join(reps.agents), backend="record",
+        agents = {h: WatchedAgent(h, ",".join(reps.agents), AgentOptions(backend="record"),
                                   local_namespace=f"ha{h}{id(reps)}").start() for h in HOSTS}
         work = _Workload(",".join(reps.jobs), agents, runners, seed).start()
         log(f"leader kills: {n}, {REPLICAS} replicas, lease {ttl_s} s, {runners} runner threads")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client.runner import JobResult, JobRunner, unregistered_max_bytes
 from jitsched.client.transfer import TransferSink
 from jitsched.config import DaemonConfig
@@ -131,7 +132,7 @@ def run_demo(quick: bool = False, seed: int = 0, say: Callable[[str], None] | No
     try:
         daemon.start()
         for h in cluster.names:
-            agents.append(Agent(h, daemon.agent_endpoint, backend="pacing",
+            agents.append(Agent(h, daemon.agent_endpoint, AgentOptions(backend="pacing"),
                                 local_namespace=ns).start())
             sinks[h] = TransferSink("127.0.0.1")
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 10.0):

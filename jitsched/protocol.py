@@ -24,6 +24,31 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 # (it carries a file descriptor).
 JOB, AGENT, TO_AGENT, LOCAL = "job", "agent", "to_agent", "local"
 NUM = "num"  # a schema kind: int or float, never bool
+NUMS = "nums"  # a schema kind: a list of NUMs
+
+
+class Entries:
+    """A schema kind: a list of maps, each checked against ``fields`` (field -> (kind, required),
+    as a message's body is)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, tuple[Any, bool]]) -> None:
+        self.fields = fields
+
+    def __repr__(self) -> str:
+        return f"Entries({self.fields!r})"
+
+
+# A schedule body's flow entry: ``flow`` (flow_id), its bytes/s per slot ``rates_Bps``
+# from slot ``start_slot`` on (empty: no rates), and, for a flow with a strict-priority
+# rank, ``prio`` (0 first; the agent keeps a ranked flow past its rates, at zero, borrowing
+# by rank). A host's "flows" (those it sends) name their receiver ``dst``, its "in_flows"
+# (those it receives) their sender ``src``; the daemon builds them with flow_entry.
+FLOW_ENTRY: dict[str, tuple[Any, bool]] = {"flow": (str, True), "start_slot": (int, True),
+                                           "rates_Bps": (NUMS, True), "prio": (int, False)}
+OUT_FLOW_ENTRY = {**FLOW_ENTRY, "dst": (str, True)}
+IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
 
 
 class Message(str):
@@ -143,9 +168,10 @@ MESSAGES: tuple[Message, ...] = (
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
-                                   "epoch_ns": (int, True), "flows": (list, True),
+                                   "epoch_ns": (int, True), "flows": (Entries(OUT_FLOW_ENTRY), True),
                                    "leftover_Bps": (list, True), "line_Bps": (NUM, False),
-                                   "in_flows": (list, False), "in_leftover_Bps": (list, False),
+                                   "in_flows": (Entries(IN_FLOW_ENTRY), False),
+                                   "in_leftover_Bps": (list, False),
                                    "in_line_Bps": (NUM, False),
                                    # the daemon process that planned it: seqs count anew in each
                                    "incarnation": (int, False),
@@ -431,26 +457,43 @@ def _request_from(obj: dict, allowed: frozenset[str] | None = None) -> Request:
 
 
 def validate_body(type_: str, body: dict) -> None:
-    """Check ``body`` against the schema of ``type_``; raise ProtocolError(INVALID_BODY)."""
-    schema = _SCHEMAS[type_]
+    """Check ``body`` against the schema of ``type_``; raise ProtocolError(INVALID_BODY) naming
+    the field (``body.flows[3].start_slot`` inside a list of entries)."""
+    _check_fields(_SCHEMAS[type_], body, "body.", type_)
+
+
+def _check_fields(schema: dict[str, tuple[Any, bool]], body: dict, where: str, what: str) -> None:
     for key in body:
         if key not in schema:
-            raise ProtocolError(ErrorCode.INVALID_BODY, f"body.{key}: unknown field for {type_}")
+            raise ProtocolError(ErrorCode.INVALID_BODY, f"{where}{key}: unknown field for {what}")
     for key, (kind, required) in schema.items():
         if key not in body:
             if required:
-                raise ProtocolError(ErrorCode.INVALID_BODY, f"body.{key}: missing required field")
+                raise ProtocolError(ErrorCode.INVALID_BODY, f"{where}{key}: missing required field")
             continue
         val = body[key]
         if kind == NUM:
             ok = isinstance(val, (int, float)) and not isinstance(val, bool)
             name = "number"
+        elif kind == NUMS:
+            ok = isinstance(val, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               for v in val)
+            name = "list of numbers"
+        elif isinstance(kind, Entries):
+            ok = isinstance(val, list)
+            name = "list"
         else:
             ok = isinstance(val, kind) and not (kind is int and isinstance(val, bool))
             name = kind.__name__
         if not ok:
             raise ProtocolError(ErrorCode.INVALID_BODY,
-                                f"body.{key}: expected {name}, got {type(val).__name__}")
+                                f"{where}{key}: expected {name}, got {type(val).__name__}")
+        if isinstance(kind, Entries):
+            for i, entry in enumerate(val):
+                if not isinstance(entry, dict):
+                    raise ProtocolError(ErrorCode.INVALID_BODY,
+                                        f"{where}{key}[{i}]: expected dict, got {type(entry).__name__}")
+                _check_fields(kind.fields, entry, f"{where}{key}[{i}].", f"{what} {key}")
 
 
 def decode_reply(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Reply:
@@ -530,6 +573,30 @@ def report_bodies(body: dict) -> list[tuple[str, dict]]:
             raise ProtocolError(ErrorCode.INVALID_BODY, f"body.events[{i}]: {exc.message}") from None
         out.append((type_, one))
     return out
+
+
+def flow_entry(flow: str, peer: str, start_slot: int, rates_Bps: list[float], prio: int | None = None,
+               *, inbound: bool = False) -> dict:
+    """One flow entry of a schedule body (:data:`OUT_FLOW_ENTRY`; ``inbound``: :data:`IN_FLOW_ENTRY`).
+
+    Parameters
+    ----------
+    flow : str
+        The flow's :func:`flow_id`.
+    peer : str
+        The host at the other end: the receiver (``dst``) of a flow the host
+        sends, the sender (``src``) of one it receives (``inbound``).
+    start_slot : int
+        The slot of ``rates_Bps[0]``.
+    rates_Bps : list of float
+        Bytes/s per slot from ``start_slot`` on.
+    prio : int, optional
+        The flow's strict-priority rank (0 first); None: unranked.
+    """
+    e = {"flow": flow, "src" if inbound else "dst": peer, "start_slot": start_slot, "rates_Bps": rates_Bps}
+    if prio is not None:
+        e["prio"] = prio
+    return e
 
 
 def flow_id(job_id: str, transfer_id: str) -> str:

@@ -14,6 +14,7 @@ import torch
 from bench.bench_faults import free_ports
 from jitsched.adapters.pytorch import LayerTimer, TorchTrainer, parameter_layers
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.client.sdk import TrainerOptions
 from jitsched.config import DaemonConfig
@@ -134,7 +135,7 @@ def system(hosts=("h0", "h1")):
     agents: dict[str, Agent] = {}
     try:
         for h in hosts:
-            agents[h] = Agent(h, d.agent_endpoint, backend="record", local_namespace=ns).start()
+            agents[h] = Agent(h, d.agent_endpoint, AgentOptions(backend="record"), local_namespace=ns).start()
         assert all(wait_until(a.registered.is_set, 5.0) for a in agents.values())
         yield d, agents, ns
     finally:

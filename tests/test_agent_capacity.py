@@ -12,6 +12,7 @@ import pytest
 
 from jitsched.agents.agent import Agent, bytes_acked
 from jitsched.agents.capacity import WIRE_PER_PAYLOAD, UnscheduledMeter, bytes_received, link_bytes
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
@@ -131,8 +132,8 @@ def test_an_agent_reports_unscheduled_traffic_to_the_daemon_and_status_shows_it(
         d = Daemon(cfg).start()
         a = None
         try:
-            a = Agent("h0", d.agent_endpoint, backend="record", backend_options={"netns": ns0}, port_dev="a0",
-                      local_namespace=f"c{uuid.uuid4().hex[:8]}").start()
+            a = Agent("h0", d.agent_endpoint, AgentOptions(backend="record", port_dev="a0"),
+                      backend_options={"netns": ns0}, local_namespace=f"c{uuid.uuid4().hex[:8]}").start()
             assert wait_until(a.registered.is_set, 5.0)
             with paced_flow(ns0, ns1, U_BPS), paced_flow(ns0, ns1, S_BPS) as (stx, _):
                 ctl = register_flow(a.local_name, "j/t", stx)
@@ -167,7 +168,7 @@ def test_a_port_that_cannot_be_read_sends_no_sample_and_status_shows_none():
     d = Daemon(cfg).start()
     a = None
     try:
-        a = Agent("h0", d.agent_endpoint, backend="record", port_dev="nosuchdev0",
+        a = Agent("h0", d.agent_endpoint, AgentOptions(backend="record", port_dev="nosuchdev0"),
                   local_namespace=f"c{uuid.uuid4().hex[:8]}").start()
         assert wait_until(lambda: a.meter is not None and a.meter.errors >= 3, 5.0)
         assert "nosuchdev0" in a.meter.last_error

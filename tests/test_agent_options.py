@@ -8,7 +8,7 @@ import math
 import pytest
 
 from jitsched.agents.backends.base import BACKGROUND_FLOOR
-from jitsched.agents.options import AgentOptions
+from jitsched.agents.options import RTO_MAX_MS, RTO_MIN_MS, AgentOptions
 from jitsched.errors import ValidationError
 from jitsched.optspec import add_options, options_from_args
 
@@ -17,26 +17,32 @@ def parse(*argv: str) -> AgentOptions:
     return options_from_args(add_options(argparse.ArgumentParser(), AgentOptions).parse_args(argv), AgentOptions)
 
 
-def test_defaults_leave_the_agents_own_defaults_in_place():
+def test_the_flags_defaults_are_the_agents():
     assert parse() == AgentOptions()
-    assert AgentOptions().agent_kwargs() == {"backend": "pacing", "backend_options": {}}
+    o = AgentOptions()
+    assert (o.backend, o.rto_max_ms, o.rto_min_ms, o.leave_on_exit) == ("pacing", RTO_MAX_MS, RTO_MIN_MS, False)
+    assert o.backend_options() == {} and o.ingress_options() is None
+    assert parse("--leave-on-exit").leave_on_exit
+    # Python-only settings are no flags
+    with pytest.raises(SystemExit):
+        parse("--reconnect-s", "1")
 
 
 def test_the_tc_backend_orders_the_ingress_too_by_default():
     # the configuration the testbed measures jit with: plans as floors, ingress
     # ordered on an IFB at 98 % of the host's ingress rate
     tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR}
-    assert parse("--backend", "tc", "--dev", "eth1").agent_kwargs() == {
-        "backend": "tc", "backend_options": tc, "ingress": tc | {"share": 0.98}}
+    o = parse("--backend", "tc", "--dev", "eth1")
+    assert o.backend_options() == tc
+    assert o.ingress_options() == tc | {"share": 0.98}
     o = parse("--backend", "tc", "--dev", "eth1", "--ingress-share", "0.95", "--rto-max-ms", "2000",
               "--rto-min-ms", "0")
-    assert o.agent_kwargs() == {"backend": "tc", "backend_options": tc,
-                                "ingress": tc | {"share": 0.95},
-                                "rto_max_ms": 2000, "rto_min_ms": 0.0}
+    assert o.ingress_options() == tc | {"share": 0.95}
+    assert (o.rto_max_ms, o.rto_min_ms) == (2000, 0.0)
     off = parse("--backend", "tc", "--dev", "eth1", "--no-ingress")
-    assert not off.enforce_ingress and "ingress" not in off.agent_kwargs()
+    assert not off.enforce_ingress and off.ingress_options() is None
     # the tc backend's own device default (eth0) serves both directions
-    assert AgentOptions(backend="tc").agent_kwargs()["ingress"] == {
+    assert AgentOptions(backend="tc").ingress_options() == {
         "borrow": True, "background_floor": BACKGROUND_FLOOR, "share": 0.98}
     assert not AgentOptions(backend="record").enforce_ingress
 
@@ -50,6 +56,12 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     ({"backend": "tc", "ingress_share": math.nan}, "ingress_share: must be within"),
     ({"rto_max_ms": 1.5}, "rto_max_ms: expected an int or None"),
     ({"ingress": 1}, "ingress: expected a bool"),
+    ({"rto_max_ms": 999}, r"rto_max_ms: must be in 1000\.\.120000"),
+    ({"rto_max_ms": 120_001}, r"rto_max_ms: must be in 1000\.\.120000"),
+    ({"rto_min_ms": 0.5}, r"rto_min_ms: must be in 1\.\.200"),
+    ({"rto_min_ms": 201.0}, r"rto_min_ms: must be in 1\.\.200"),
+    ({"reconnect_s": 0.0}, r"reconnect_s: must be within \(0, inf\)"),
+    ({"leave_on_exit": "yes"}, "leave_on_exit: expected a bool"),
     ({"backend": "tc", "background_floor": 1.0}, r"background_floor: must be within \[0, 1\), got 1.0"),
     ({"backend": "tc", "background_floor": -0.1}, r"background_floor: must be within \[0, 1\)"),
     ({"backend": "tc", "background_floor": math.nan}, "background_floor: must be within"),
@@ -61,9 +73,7 @@ def test_bad_options_are_refused_naming_the_field(kw, message):
 
 def test_the_background_floor_reaches_both_tc_backends():
     o = parse("--backend", "tc", "--background-floor", "0.25")
-    kw = o.agent_kwargs()
-    assert kw["backend_options"]["background_floor"] == kw["ingress"]["background_floor"] == 0.25
-    assert parse("--backend", "tc", "--background-floor", "0").agent_kwargs()["backend_options"][
-        "background_floor"] == 0.0
+    assert o.backend_options()["background_floor"] == o.ingress_options()["background_floor"] == 0.25
+    assert parse("--backend", "tc", "--background-floor", "0").backend_options()["background_floor"] == 0.0
     # the other backends have no background class to guarantee
-    assert "background_floor" not in parse("--background-floor", "0.3").agent_kwargs()["backend_options"]
+    assert "background_floor" not in parse("--background-floor", "0.3").backend_options()

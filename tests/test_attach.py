@@ -15,6 +15,7 @@ import pytest
 
 from jitsched.agents.agent import Agent
 from jitsched.agents.attach import CGROUP_ROOT
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
@@ -162,8 +163,10 @@ def system(backend: str = "record", backend_options: dict | None = None, allowed
     a = None
     try:
         d.start()
-        a = Agent("h0", d.agent_endpoint, backend=backend, backend_options=backend_options,
-                  local_namespace=f"a{uuid.uuid4().hex[:8]}", allowed_uids=allowed_uids).start()
+        # the egress alone: these tests read the egress classes
+        a = Agent("h0", d.agent_endpoint, AgentOptions(backend=backend, ingress=False),
+                  backend_options=backend_options, local_namespace=f"a{uuid.uuid4().hex[:8]}",
+                  allowed_uids=allowed_uids).start()
         assert wait_until(a.registered.is_set, 5.0)
         with Client(d.job_endpoint, timeout_s=5.0) as c:
             c.submit_job(layer_chain_job("j", "h0", "h1"))

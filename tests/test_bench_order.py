@@ -5,7 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.bench_order import BssiJit, BusiestJit, CapJit, RemapJit, SmithJit, summarise
+from bench.bench_order import (
+    BssiJit,
+    BssiOptions,
+    BusiestJit,
+    CapJit,
+    CapOptions,
+    RemapJit,
+    SmithJit,
+    SmithOptions,
+    summarise,
+)
 from bench.paper.spec import SCALES
 from bench.paper.workload import paper_workload
 from jitsched.sim import simulate
@@ -21,7 +31,7 @@ def test_bssi_with_unit_weights_is_sincronias_order():
     """Unit file weights give Sincronia's BSSI order over the same loads: the same JCTs and file slowdowns."""
     wl = _workload()
     a = simulate(wl, "sincronia", seed=0)
-    b = simulate(wl, BssiJit(file_w=None), seed=0)
+    b = simulate(wl, BssiJit(BssiOptions(file_w=None)), seed=0)
     np.testing.assert_allclose(b.jct_s, a.jct_s, rtol=1e-9)
     np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
 
@@ -30,8 +40,8 @@ def test_smith_weights_favour_the_files():
     """Smith-weighted files (x1/0.7) go ahead of where unit weights put them: the files' mean slowdown drops
     (25 jobs on 20 hosts at the paper point's load: 1.521 with unit weights, 1.460 Smith-weighted)."""
     wl = paper_workload(25, n_hosts=20, load=0.85, background_share=0.5, seed=0, real=False)
-    unit = simulate(wl, BssiJit(file_w=None), seed=0)
-    smith = simulate(wl, BssiJit(file_w=0.7), seed=0)
+    unit = simulate(wl, BssiJit(BssiOptions(file_w=None)), seed=0)
+    smith = simulate(wl, BssiJit(BssiOptions(file_w=0.7)), seed=0)
     assert smith.bg_slowdown.mean() < unit.bg_slowdown.mean() - 0.03
 
 
@@ -43,24 +53,24 @@ def test_busiest_and_remap_run_every_job():
 
 def test_smith_with_exponent_zero_is_jit_without_job_exp():
     """gamma 0 scales no key: the numpy greedy over jit's own keys gives the kernel's JCTs and slowdowns."""
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     wl = _workload()
-    a = simulate(wl, JitPolicy(job_exp=0.0), seed=0)
-    b = simulate(wl, SmithJit(gamma=0.0), seed=0)
+    a = simulate(wl, JitPolicy(JitOptions(job_exp=0.0)), seed=0)
+    b = simulate(wl, SmithJit(SmithOptions(gamma=0.0)), seed=0)
     np.testing.assert_allclose(b.jct_s, a.jct_s, rtol=1e-9)
     np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
 
 
 def test_job_exp_in_the_kernel_is_the_smith_variant_with_bytes_left():
-    """JitPolicy(job_exp=1) through the GroupPriority kernel gives SmithJit's run (the numpy greedy,
+    """JitPolicy with job_exp 1 through the GroupPriority kernel gives SmithJit's run (the numpy greedy,
     the job's bytes left from its live transfers), and not jit's without it."""
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     wl = _workload()
-    a = simulate(wl, SmithJit(gamma=1.0, size="left"), seed=0)
-    b = simulate(wl, JitPolicy(job_exp=1.0), seed=0)
-    c = simulate(wl, JitPolicy(job_exp=0.0), seed=0)
+    a = simulate(wl, SmithJit(SmithOptions(gamma=1.0, size="left")), seed=0)
+    b = simulate(wl, JitPolicy(JitOptions(job_exp=1.0)), seed=0)
+    c = simulate(wl, JitPolicy(JitOptions(job_exp=0.0)), seed=0)
     np.testing.assert_allclose(b.jct_s, a.jct_s, rtol=1e-9)
     np.testing.assert_allclose(b.bg_slowdown, a.bg_slowdown, rtol=1e-9)
     assert not np.allclose(c.jct_s, b.jct_s)
@@ -85,8 +95,8 @@ def test_a_dl_cap_holds_dl_under_it_and_gives_the_rest_to_the_files():
     # one 1-s read h0 -> h1 and one 4-s file on the same ports, both at 0 (1 Gbit/s)
     job = Job("j", (Compute("c", "h1", 0.0),), (Transfer("t", "h0", "h1", 1.25e8),), (("t", "c"),), 0.0, 0.0, "m")
     wl = Workload(Cluster.uniform(2), (job,), (Background("f", "h0", "h1", 5e8, 0.0),))
-    free = simulate(wl, CapJit(cap=1.0), seed=0)
-    capped = simulate(wl, CapJit(cap=0.5), seed=0)
+    free = simulate(wl, CapJit(CapOptions(cap=1.0)), seed=0)
+    capped = simulate(wl, CapJit(CapOptions(cap=0.5)), seed=0)
     # uncapped, jit's order sends the read first (the large file's key is larger): 1 s,
     # then the file alone: 5 s
     assert free.jct_s[0] == pytest.approx(1.0) and free.bg_finish_s[0] == pytest.approx(5.0)

@@ -9,6 +9,7 @@ import pytest
 
 from jitsched.agents.backends.base import BACKGROUND_FLOOR
 from jitsched.cli import main
+from jitsched.errors import ValidationError
 
 
 def _refused(capsys, argv: list[str]) -> str:
@@ -23,14 +24,14 @@ def _refused(capsys, argv: list[str]) -> str:
 def test_agent_refuses_an_rto_cap_outside_the_kernels_range(value, tmp_path, capsys):
     err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
                             "--local-dir", str(tmp_path), "--rto-max-ms", value])
-    assert re.match(r"jitsched agent: error: rto_max_ms must be in 1000\.\.120000", err)
+    assert re.match(r"jitsched agent: error: rto_max_ms: must be in 1000\.\.120000", err)
 
 
 @pytest.mark.parametrize("value", ["0.5", "250"])
 def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path, capsys):
     err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
                             "--local-dir", str(tmp_path), "--rto-min-ms", value])
-    assert re.match(r"jitsched agent: error: rto_min_ms must be in 1\.\.200", err)
+    assert re.match(r"jitsched agent: error: rto_min_ms: must be in 1\.\.200", err)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -58,17 +59,18 @@ def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_pa
 
     made = {}
 
-    class Stub:
-        def __init__(self, host, daemon, **kw):
-            made.update(kw)
-            raise ValueError("stop here")
+    class Stub(agent_mod.Agent):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            made["agent"] = self
+            raise ValidationError("stop here")
 
     monkeypatch.setattr(agent_mod, "Agent", Stub)
     assert "stop here" in _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1",
                                             "--local-dir", str(tmp_path), "--backend", "tc", "--dev", "eth1",
                                             *extra])
-    assert made["backend_options"] == TC | {"background_floor": floor}
-    assert made.get("ingress") == ingress
+    assert made["agent"].backend_options == TC | {"background_floor": floor}
+    assert made["agent"].ingress_options == ingress
 
 
 def _agent_against_fake_daemon(monkeypatch, tmp_path, load_backend, *flags: str) -> int:
@@ -132,6 +134,7 @@ def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path,
     import subprocess
 
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
     from jitsched.client import Client
     from jitsched.config import DaemonConfig
     from jitsched.daemon import Daemon
@@ -141,7 +144,7 @@ def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path,
 
     d = Daemon(DaemonConfig(cluster=Cluster.uniform(2, bps=1e8), job_endpoint="tcp://127.0.0.1:*",
                             agent_endpoint="tcp://127.0.0.1:*", policy="jit")).start()
-    a = Agent("h0", d.agent_endpoint, backend="record", local_dir=tmp_path).start()
+    a = Agent("h0", d.agent_endpoint, AgentOptions(backend="record"), local_dir=tmp_path).start()
     proc = subprocess.Popen(["sleep", "30"])
     try:
         with Client(d.job_endpoint) as c:
@@ -204,12 +207,13 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
     import time
 
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
     from jitsched.daemon.server import wait_until
     from tests.test_daemon import system
 
     with system(hosts=("h2",)) as (d, _):
-        a = Agent("h0", d.agent_endpoint, backend="record", local_namespace=f"cli{id(d)}",
-                  clock_ns=lambda: time.time_ns() - 30 * 10**9).start()
+        a = Agent("h0", d.agent_endpoint, AgentOptions(backend="record"),
+                  local_namespace=f"cli{id(d)}", clock_ns=lambda: time.time_ns() - 30 * 10**9).start()
         try:
             assert wait_until(lambda: d.state.agents.get("h0") is not None and d.state.agents["h0"].clock_off, 5.0)
             d.state.agents["h2"].resends_stopped = True  # as after RESEND_TRIES unacked re-sends

@@ -12,6 +12,7 @@ import pytest
 import zmq
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
@@ -42,7 +43,7 @@ def system(hosts=HOSTS, backend="record", **kw):
     try:
         d.start()
         for h in hosts:
-            agents[h] = Agent(h, d.agent_endpoint, backend=backend,
+            agents[h] = Agent(h, d.agent_endpoint, AgentOptions(backend=backend),
                               local_namespace=f"t{id(d)}").start()
         assert wait_until(lambda: all(a.registered.is_set() for a in agents.values()), 5.0)
         yield d, agents
@@ -125,13 +126,28 @@ def test_default_policy_pushes_priority_levels_and_no_background_guarantee():
 
 
 def test_create_policy_gives_jit_paper_the_daemons_slot_and_alpha():
-    # jit-paper's constructor names only alpha and leftover; slot_s reaches JitPolicy's
+    # jit-paper's options class declares only its own defaults; slot_s is JitOptions' field
     from jitsched.daemon.server import create_policy
 
     pol = create_policy(config(policy="jit-paper", slot_s=0.05, objective="minmax"))
     assert (pol.slot_s, pol.objective, pol.alpha, pol.leftover) == (0.05, "minmax", 0.4, "fair")
     pol = create_policy(config(policy="jit"))  # alpha left to the policy: 0
     assert (pol.alpha, pol.leftover) == (0.0, "priority")
+
+
+def test_create_policy_passes_the_daemons_settings_only_to_policies_declaring_them():
+    from jitsched.daemon.server import create_policy
+    from jitsched.errors import ValidationError
+
+    # tictac declares slot_s but neither alpha nor objective; tensorflow declares nothing
+    pol = create_policy(config(policy="tictac", slot_s=0.05, objective="minmax"))
+    assert pol.slot_s == 0.05 and pol.options == POLICIES["tictac"].Options(slot_s=0.05)
+    assert create_policy(config(policy="tensorflow", slot_s=0.05)).options == POLICIES["tensorflow"].Options()
+    # the configured options win over the daemon's, and an undeclared one is refused naming the declared
+    pol = create_policy(config(policy="sincronia", slot_s=0.05, policy_options={"slot_s": 0.2}))
+    assert pol.slot_s == 0.2
+    with pytest.raises(ValidationError, match=r"policy 'varys': unknown option\(s\) alpha; it takes: slot_s"):
+        create_policy(config(policy="varys", policy_options={"alpha": 0.4}))
 
 
 def test_second_job_replans_and_duplicate_is_refused(sys4, client):
@@ -208,7 +224,7 @@ def test_reconnecting_agent_gets_current_schedule(sys4, client):
     assert wait_until(lambda: d.state.schedule_seq >= 1 and all_acked(d, d.state.schedule_seq, HOSTS), 5.0)
     seq = d.state.schedule_seq
     agents["h0"].stop()
-    fresh = Agent("h0", d.agent_endpoint, backend="record", local_namespace=f"r{id(d)}")
+    fresh = Agent("h0", d.agent_endpoint, AgentOptions(backend="record"), local_namespace=f"r{id(d)}")
     agents["h0"] = fresh  # the fixture stops it
     fresh.start()
     assert wait_until(lambda: fresh.seq == seq, 5.0)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from jitsched.agents.agent import REGISTER_TRIES, Agent, RegistrationRefused
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.daemon import Daemon
 from jitsched.daemon.agents import RESEND_BACKOFF_MAX, RESEND_TRIES, AgentTable
@@ -24,7 +25,8 @@ from tests.test_daemon_security import ask, raw_dealer
 
 
 def _agent(host: str, d: Daemon, tag: str, **kw) -> Agent:
-    return Agent(host, d.agent_endpoint, backend="record", local_namespace=f"{tag}{id(d)}", **kw)
+    return Agent(host, d.agent_endpoint, AgentOptions(backend="record"),
+                 local_namespace=f"{tag}{id(d)}", **kw)
 
 
 @pytest.mark.parametrize("keyed", [False, True])
@@ -248,7 +250,8 @@ def test_a_key_the_daemon_refuses_ends_the_agent(tmp_path):
     init_keys(other, ["h0"], ["client"])
     d = Daemon(config(keys_dir=str(keys))).start()
     stranger = load_curve_keys(other, "hosts", "h0")
-    a = Agent("h0", d.agent_endpoint, backend="record", local_namespace=f"zap{id(d)}", reconnect_s=0.3,
+    a = Agent("h0", d.agent_endpoint, AgentOptions(backend="record", reconnect_s=0.3),
+              local_namespace=f"zap{id(d)}",
               keys=stranger.__class__(stranger.public, stranger.secret, d.keys.public)).start()
     try:
         assert wait_until(lambda: not a.running, 10.0)

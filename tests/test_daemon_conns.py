@@ -13,6 +13,7 @@ import pytest
 import zmq
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
@@ -59,7 +60,8 @@ def test_big_submit_is_decoded_off_the_loop_and_replies_keep_their_order():
     job = chain_job(30_000)
     data = encode_request(MsgType.SUBMIT_JOB, {"job": job}, 77)
     with daemon(heartbeat_s=0.1, heartbeat_timeout_s=0.6) as d:
-        agents = [Agent(h, d.agent_endpoint, backend="record", local_namespace=f"c{id(d)}").start()
+        agents = [Agent(h, d.agent_endpoint, AgentOptions(backend="record"),
+                        local_namespace=f"c{id(d)}").start()
                   for h in ("h0", "h1")]
         try:
             assert wait_until(lambda: all(a.registered.is_set() for a in agents), 5.0)

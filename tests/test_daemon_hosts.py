@@ -8,6 +8,7 @@ import contextlib
 import pytest
 
 from jitsched.agents.agent import Agent, RegistrationRefused
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client, RemoteError
 from jitsched.config import parse_config
 from jitsched.daemon import Daemon
@@ -28,10 +29,10 @@ def _job(jid: str, src: str, dst: str, nbytes: float = 2e8) -> dict:
             "edges": [["c0", "t"], ["t", "c1"]]}
 
 
-def _agent(host: str, d: Daemon, *, join: bool = False, **kw) -> Agent:
+def _agent(host: str, d: Daemon, *, join: bool = False, leave_on_exit: bool = False, **kw) -> Agent:
     caps = {"egress_bps": 2 * GBIT, "ingress_bps": GBIT, "address": "198.18.7.9"} if join else None
-    return Agent(host, d.agent_endpoint, backend="record", local_namespace=f"hosts{id(d)}",
-                 join=caps, **kw)
+    return Agent(host, d.agent_endpoint, AgentOptions(backend="record", leave_on_exit=leave_on_exit),
+                 local_namespace=f"hosts{id(d)}", join=caps, **kw)
 
 
 @contextlib.contextmanager

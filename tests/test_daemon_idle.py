@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentTable
@@ -69,7 +70,8 @@ def test_a_full_resolve_leaves_idle_agents_alone_until_they_get_a_flow():
         assert all(st.agents[h].up for h in agents)
         # a re-registering idle agent gets the body its host has (seq first)
         agents["h3"].stop()
-        fresh = agents["h3"] = Agent("h3", d.agent_endpoint, local_namespace=f"i{id(d)}").start()
+        fresh = agents["h3"] = Agent("h3", d.agent_endpoint, AgentOptions(backend="record"),
+                                     local_namespace=f"i{id(d)}").start()
         assert wait_until(lambda: fresh.seq == first and st.agents["h3"].acked_seq == first, 5.0)
         assert fresh.schedule["flows"] == [] and fresh.schedule["in_flows"] == []
         # a flow on h2 -> h3: both are sent their new bodies

@@ -157,8 +157,7 @@ def slow_full_jit(cfg, delay_s: float) -> SlowFullJit:
     from jitsched.daemon.server import create_policy
 
     base = create_policy(cfg)
-    pol = SlowFullJit(**{k: getattr(base, k)
-                         for k in ("alpha", "slot_s", "objective", "resolve_period_s", "leftover")})
+    pol = SlowFullJit(base.options)
     pol.delay_s = delay_s
     pol.reset(cfg.cluster)
     return pol
@@ -166,6 +165,7 @@ def slow_full_jit(cfg, delay_s: float) -> SlowFullJit:
 
 def test_job_added_during_a_full_solve_is_rebased_never_dropped():
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
     from jitsched.daemon import Daemon
 
     cfg = config(replan_period_s=5.0, joint_replan_s=60.0, planner_process=False)
@@ -173,7 +173,8 @@ def test_job_added_during_a_full_solve_is_rebased_never_dropped():
     agents = []
     try:
         d.start()
-        agents = [Agent(h, d.agent_endpoint, local_namespace=f"rb{id(d)}").start() for h in HOSTS]
+        agents = [Agent(h, d.agent_endpoint, AgentOptions(backend="record"),
+                        local_namespace=f"rb{id(d)}").start() for h in HOSTS]
         seen = record_adoptions(d)
         with Client(d.job_endpoint) as c:
             c.submit_job(layer_chain_job("a", "h0", "h1"))
@@ -430,6 +431,7 @@ def test_drift_counts_only_against_planned_rates(policy, alpha, drifts):
 @pytest.mark.parametrize("duty", [1.0, 0.25])
 def test_planner_duty_spaces_full_resolves_by_their_duration(duty):
     from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
     from jitsched.daemon import Daemon
 
     # every arrival is a full re-solve of at least 0.4 s; with duty 0.25 the next may
@@ -439,7 +441,8 @@ def test_planner_duty_spaces_full_resolves_by_their_duration(duty):
     agents = []
     try:
         d.start()
-        agents = [Agent(h, d.agent_endpoint, local_namespace=f"du{id(d)}").start() for h in HOSTS]
+        agents = [Agent(h, d.agent_endpoint, AgentOptions(backend="record"),
+                        local_namespace=f"du{id(d)}").start() for h in HOSTS]
         results: list = []
         record_adoptions(d, results)
         ended = []

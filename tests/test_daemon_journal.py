@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.client.runner import JobRunner
 from jitsched.client.transfer import TransferSink
@@ -405,7 +406,8 @@ def _restart_run(tmp_path: Path, journal: bool, async_reports: bool):
     try:
         dp.start()
         for h in ("h0", "h1"):
-            agents[h] = Agent(h, dp.agents, backend="record", local_namespace=f"j{id(dp)}").start()
+            agents[h] = Agent(h, dp.agents, AgentOptions(backend="record"),
+                              local_namespace=f"j{id(dp)}").start()
         assert wait_until(lambda: all(a.registered.is_set() for a in agents.values()), 10.0)
         runner = JobRunner(_slow_job(), dp.jobs, {h: s.address for h, s in sinks.items()},
                            agents={h: a.local_name for h, a in agents.items()},

@@ -13,6 +13,7 @@ import pytest
 
 from bench.bench_faults import free_ports
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.daemon.ha import Etcd, EtcdStore, LocalEtcd
 from jitsched.daemon.replica import Election
@@ -115,7 +116,8 @@ def test_one_leader_and_a_follower_that_names_it(fabric):
 
 def test_failover_after_kill_loses_no_job_and_agents_follow(fabric):
     first = fabric.leader()
-    agents = [Agent(h, ",".join(fabric.agents), local_namespace=f"replica-{os.getpid()}") for h in ("h1", "h2")]
+    agents = [Agent(h, ",".join(fabric.agents), AgentOptions(backend="record"),
+                    local_namespace=f"replica-{os.getpid()}") for h in ("h1", "h2")]
     for a in agents:
         a.start()
     try:
@@ -191,7 +193,7 @@ def test_deposed_leader_cannot_write_and_its_schedules_are_dropped(fabric):
 
 
 def test_agent_drops_a_schedule_of_a_lower_epoch():
-    a = Agent("h1", "tcp://127.0.0.1:1,tcp://127.0.0.1:2")
+    a = Agent("h1", "tcp://127.0.0.1:1,tcp://127.0.0.1:2", AgentOptions(backend="record"))
     assert a.endpoints == ["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]
     body = {"seq": 1, "slot_s": 0.1, "epoch_ns": 0, "flows": [], "leftover_Bps": [], "incarnation": 7, "epoch": 3}
     assert a._install(body) and a.epoch == 3
@@ -214,7 +216,8 @@ def test_agent_leaves_a_daemon_of_a_lower_epoch():
     new, old = (Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[i]}",
                                     agent_endpoint=f"tcp://127.0.0.1:{ports[i + 1]}", planner_process=False),
                        epoch=epoch).start() for i, epoch in ((0, 2), (2, 1)))
-    a = WatchedAgent("h1", f"{new.agent_endpoint},{old.agent_endpoint}", local_namespace=f"lower{os.getpid()}")
+    a = WatchedAgent("h1", f"{new.agent_endpoint},{old.agent_endpoint}", AgentOptions(backend="record"),
+                     local_namespace=f"lower{os.getpid()}")
     try:
         for d in (new, old):
             with Client(d.job_endpoint, timeout_s=5) as c:

@@ -9,6 +9,7 @@ import pytest
 import zmq
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.cli import main
 from jitsched.client import Client
 from jitsched.client.runner import JobRunner
@@ -48,8 +49,8 @@ def secured(keys_dir, hosts=HOSTS, backend="record"):
     try:
         d.start()
         for h in hosts:
-            agents[h] = Agent(h, d.agent_endpoint, backend=backend, keys=keys_dir,
-                              local_namespace=f"sec{id(d)}").start()
+            agents[h] = Agent(h, d.agent_endpoint, AgentOptions(backend=backend),
+                              keys=keys_dir, local_namespace=f"sec{id(d)}").start()
         assert wait_until(lambda: all(a.registered.is_set() for a in agents.values()), 5.0)
         yield d, agents
     finally:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.localreg import LocalSocketError, listen_local, local_address, register_flow
 from jitsched.protocol import MsgType, decode_reply, encode_request
 
@@ -42,7 +43,7 @@ def base():
 
 @contextlib.contextmanager
 def agent(local_dir, **kw):
-    a = Agent("h0", "tcp://127.0.0.1:1", backend="record", local_dir=local_dir, **kw).start()
+    a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"), local_dir=local_dir, **kw).start()
     try:
         yield a
     finally:
@@ -132,7 +133,7 @@ def test_a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced(tmp_path):
     live = listen_local(path)
     try:
         with pytest.raises(LocalSocketError, match="another agent listens"):
-            Agent("h0", "tcp://127.0.0.1:1", local_dir=tmp_path).start()
+            Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"), local_dir=tmp_path).start()
     finally:
         live.sock.close()  # its agent died: the file stays behind
     assert os.path.exists(path)
@@ -146,12 +147,12 @@ def test_a_directory_or_file_of_another_user_is_refused(tmp_path):
     d.mkdir()
     os.chown(d, OTHER_UID, OTHER_UID)
     with pytest.raises(LocalSocketError, match="not a directory of uid"):
-        Agent("h0", "tcp://127.0.0.1:1", local_dir=d).start()
+        Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"), local_dir=d).start()
     mine = tmp_path / "mine"
     mine.mkdir()
     Path(local_address("h0", directory=mine)).write_text("not a socket")
     with pytest.raises(LocalSocketError, match="not a socket"):
-        Agent("h0", "tcp://127.0.0.1:1", local_dir=mine).start()
+        Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"), local_dir=mine).start()
 
 
 @needs_root
@@ -244,7 +245,8 @@ def test_unregister_does_not_wait_for_a_busy_agent():
     from jitsched.daemon.server import wait_until
     from jitsched.localreg import unregister_flow
 
-    a = Agent("h7", "tcp://127.0.0.1:1", backend="record", local_namespace=f"unreg{time.monotonic_ns()}")
+    a = Agent("h7", "tcp://127.0.0.1:1", AgentOptions(backend="record"),
+              local_namespace=f"unreg{time.monotonic_ns()}")
     a.start()
     orig = a._local_request
 

@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import linprog
 
 from jitsched.errors import ValidationError
-from jitsched.plan.lp import SEGMENT_WIDTHS, _phi, solve_bandwidth_lp
+from jitsched.plan.lp import SEGMENT_WIDTHS, LPOptions, _phi, solve_bandwidth_lp
 
 ONE = np.ones(4)  # 4 hosts at 1 byte/s each way: demands are in capacity-seconds
 
@@ -36,7 +36,7 @@ def random_instance(seed, m, nh, release_max, slack_lo, slack_hi):
 def test_two_transfers_sharing_a_port_meet_their_deadlines():
     # both leave h0; A needs 1 unit by t=1, B 1 unit by t=3: A must take slot 0
     # fully, B spreads over slots 1-2 (balanced) at half rate.
-    sol = solve_bandwidth_lp([0, 0], [1, 2], [1.0, 1.0], [0, 0], [1.0, 3.0], ONE, ONE, slot_s=1.0)
+    sol = solve_bandwidth_lp([0, 0], [1, 2], [1.0, 1.0], [0, 0], [1.0, 3.0], ONE, ONE, LPOptions(slot_s=1.0))
     rates = check_valid(sol, [0, 0], [1, 2], [1.0, 1.0], ONE, ONE, 1.0)
     assert sol.status == "optimal"
     np.testing.assert_allclose(rates, [[1.0, 0, 0], [0, 0.5, 0.5]], atol=1e-7)
@@ -49,9 +49,9 @@ def test_minmax_peak_equals_hand_optimum():
     # three transfers into h3 of 1, 1, 2 units, all due by t=4 (4 slots):
     # 4 units over 4 slots on h3's ingress -> optimal peak 1.0; with t=8: 0.5.
     args = ([0, 1, 2], [3, 3, 3], [1.0, 1.0, 2.0], [0, 0, 0])
-    sol = solve_bandwidth_lp(*args, [4.0, 4.0, 4.0], ONE, ONE, slot_s=1.0, objective="minmax")
+    sol = solve_bandwidth_lp(*args, [4.0, 4.0, 4.0], ONE, ONE, LPOptions(slot_s=1.0, objective="minmax"))
     assert sol.peak_utilization == pytest.approx(1.0, abs=1e-7)
-    sol = solve_bandwidth_lp(*args, [8.0, 8.0, 8.0], ONE, ONE, slot_s=1.0, objective="minmax")
+    sol = solve_bandwidth_lp(*args, [8.0, 8.0, 8.0], ONE, ONE, LPOptions(slot_s=1.0, objective="minmax"))
     assert sol.peak_utilization == pytest.approx(0.5, abs=1e-7)
     assert sol.late.size == 0
 
@@ -62,11 +62,11 @@ def test_scaled_model_finds_true_optimum_at_gigabit_magnitudes():
     cap = np.full(4, 1.25e8)
     size = np.array([0.31, 0.31, 0.62]) * 1.25e8  # 1.24 capacity-seconds in all
     sol = solve_bandwidth_lp([0, 1, 2], [3, 3, 3], size, [0, 0, 0], [2.0, 2.0, 2.0], cap, cap,
-                             slot_s=0.1, objective="minmax")
+                             LPOptions(slot_s=0.1, objective="minmax"))
     check_valid(sol, [0, 1, 2], [3, 3, 3], size, cap, cap, 0.1)
     assert sol.peak_utilization == pytest.approx(0.62, abs=1e-6)
     bal = solve_bandwidth_lp([0, 1, 2], [3, 3, 3], size, [0, 0, 0], [2.0, 2.0, 2.0], cap, cap,
-                             slot_s=0.1)
+                             LPOptions(slot_s=0.1))
     # balanced is exact only to its segment grid: 0.62 lies in the 0.5..0.7 segment
     edges = np.cumsum(SEGMENT_WIDTHS)
     assert bal.peak_utilization <= edges[np.searchsorted(edges, 0.62)] + 1e-9
@@ -120,8 +120,8 @@ def test_random_instances_valid_on_time_when_feasible_else_minimal_lateness(seed
     size = rng.uniform(0.2, 3.0, m)
     a = rng.integers(0, 4, m)
     dl = a + rng.integers(0, 5, m)
-    sol = solve_bandwidth_lp(src, dst, size, a.astype(float), dl + 1.0, ONE, ONE, slot_s=1.0,
-                             objective=objective)
+    sol = solve_bandwidth_lp(src, dst, size, a.astype(float), dl + 1.0, ONE, ONE,
+                             LPOptions(slot_s=1.0, objective=objective))
     assert sol.status == "optimal"
     np.testing.assert_array_equal(sol.deadline_slot, dl)
     rates = check_valid(sol, src, dst, size, ONE, ONE, 1.0)
@@ -148,9 +148,10 @@ def test_components_solved_separately_equal_monolithic():
     lat = rel + rng.uniform(0.5, 4, m)
     cap = np.ones(6)
     for objective in ("balanced", "minmax"):
-        split = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective)
-        mono = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective,
-                                  split_components=False)
+        split = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap,
+                                   LPOptions(slot_s=0.5, objective=objective))
+        mono = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap,
+                                  LPOptions(slot_s=0.5, objective=objective, split_components=False))
         assert split.n_components >= 2 and mono.n_components == 1
         if objective == "balanced":
             assert split.objective_value == pytest.approx(mono.objective_value, rel=1e-7)
@@ -161,7 +162,7 @@ def test_components_solved_separately_equal_monolithic():
 
 def test_tardiness_grows_with_lateness_so_late_transfers_finish_early():
     # one port, two units due at t=1 (infeasible): the late unit goes in slot 1, not later
-    sol = solve_bandwidth_lp([0, 0], [1, 2], [1.0, 1.0], [0, 0], [1.0, 1.0], ONE, ONE, slot_s=1.0)
+    sol = solve_bandwidth_lp([0, 0], [1, 2], [1.0, 1.0], [0, 0], [1.0, 1.0], ONE, ONE, LPOptions(slot_s=1.0))
     assert sol.n_slots == 2
     assert sorted(sol.finish_slot.tolist()) == [0, 1] or sol.finish_slot.tolist() == [1, 1]
     assert sol.lateness_s.max() == pytest.approx(1.0)
@@ -171,7 +172,7 @@ def test_time_limit_fallback_is_a_valid_edf_plan():
     m, nh = 400, 10
     src, dst, size, rel, lat = random_instance(3, m, nh, 5, 0.5, 6)
     cap = np.ones(nh)
-    sol = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=1e-6)
+    sol = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, LPOptions(slot_s=0.25, time_limit_s=1e-6))
     assert sol.status == "fallback"
     assert any(s.startswith("fallback(time_limit") for s in sol.component_status)
     rates = check_valid(sol, src, dst, size, cap, cap, 0.25)
@@ -184,24 +185,24 @@ def test_iteration_limit_fallback_is_valid_and_machine_independent():
     m, nh = 60, 6
     src, dst, size, rel, lat = random_instance(3, m, nh, 5, 0.5, 6)
     cap = np.ones(nh)
-    full = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=None)
+    full = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, LPOptions(slot_s=0.25, time_limit_s=None))
     assert full.status == "optimal" and full.iterations > 50
     # a budget far below what the solves need: every component falls back, however fast the machine
-    cut = [solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=None,
-                              iteration_limit=5) for _ in range(2)]
+    cut = [solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap,
+                              LPOptions(slot_s=0.25, time_limit_s=None, iteration_limit=5)) for _ in range(2)]
     assert cut[0].status == "fallback"
     assert any(s == "fallback(iteration_limit)" for s in cut[0].component_status)
     check_valid(cut[0], src, dst, size, cap, cap, 0.25)
     np.testing.assert_array_equal(cut[0].rate_values, cut[1].rate_values)
     # a budget the solves fit in: the same plan as no budget at all
-    roomy = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, time_limit_s=None,
-                               iteration_limit=10 * full.iterations)
+    roomy = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap,
+                               LPOptions(slot_s=0.25, time_limit_s=None, iteration_limit=10 * full.iterations))
     assert roomy.status == "optimal" and roomy.iterations == full.iterations
     np.testing.assert_array_equal(roomy.rate_values, full.rate_values)
 
 
 def test_balanced_spreads_a_lone_transfer_evenly_over_its_window():
-    sol = solve_bandwidth_lp([0], [1], [2.0], [0.0], [4.0], ONE, ONE, slot_s=1.0)
+    sol = solve_bandwidth_lp([0], [1], [2.0], [0.0], [4.0], ONE, ONE, LPOptions(slot_s=1.0))
     np.testing.assert_allclose(sol.rates(0), [0.5, 0.5, 0.5, 0.5], atol=1e-7)
     assert sol.objective_value == pytest.approx(2 * 4 * _phi(np.array([0.5]))[0])
 
@@ -220,20 +221,20 @@ def test_bad_arguments(kwargs, message):
     args = dict(slot_s=1.0)
     args.update(kwargs)
     with pytest.raises(ValidationError, match=message):
-        solve_bandwidth_lp([0], [1], [1.0], [0.0], [1.0], ONE, ONE, **args)
+        solve_bandwidth_lp([0], [1], [1.0], [0.0], [1.0], ONE, ONE, LPOptions(**args))
 
 
 def test_bad_arrays():
     with pytest.raises(ValidationError, match="size_bytes"):
-        solve_bandwidth_lp([0], [1], [0.0], [0.0], [1.0], ONE, ONE, slot_s=1.0)
+        solve_bandwidth_lp([0], [1], [0.0], [0.0], [1.0], ONE, ONE, LPOptions(slot_s=1.0))
     with pytest.raises(ValidationError, match="out of range"):
-        solve_bandwidth_lp([0], [7], [1.0], [0.0], [1.0], ONE, ONE, slot_s=1.0)
+        solve_bandwidth_lp([0], [7], [1.0], [0.0], [1.0], ONE, ONE, LPOptions(slot_s=1.0))
     with pytest.raises(ValidationError, match="dst: expected shape"):
-        solve_bandwidth_lp([0, 1], [1], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0], ONE, ONE, slot_s=1.0)
+        solve_bandwidth_lp([0, 1], [1], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0], ONE, ONE, LPOptions(slot_s=1.0))
 
 
 def test_empty_problem():
-    sol = solve_bandwidth_lp([], [], [], [], [], ONE, ONE, slot_s=1.0)
+    sol = solve_bandwidth_lp([], [], [], [], [], ONE, ONE, LPOptions(slot_s=1.0))
     assert sol.status == "optimal" and sol.n_slots == 0 and sol.late.size == 0
 
 
@@ -241,10 +242,23 @@ def test_empty_problem():
 def test_interior_point_and_dual_simplex_agree(objective):
     src, dst, size, rel, lat = random_instance(11, 40, 6, 3, 0.2, 3)
     cap = np.ones(6)
-    a = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective,
-                           solver="simplex")
-    b = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.5, objective=objective,
-                           solver="ipm")
+    a = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap,
+                           LPOptions(slot_s=0.5, objective=objective, solver="simplex"))
+    b = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap,
+                           LPOptions(slot_s=0.5, objective=objective, solver="ipm"))
     assert a.status == b.status == "optimal"
     assert a.objective_value == pytest.approx(b.objective_value, rel=1e-6)
     check_valid(b, src, dst, size, cap, cap, 0.5)
+
+
+def test_the_lp_takes_an_options_object_checked_when_made():
+    with pytest.raises(TypeError, match="options: expected an LPOptions, got dict"):
+        solve_bandwidth_lp([0], [1], [1.0], [0.0], [1.0], ONE, ONE, {"slot_s": 1.0})
+    for kw, field in (({"threads": 0}, "threads"), ({"aggregate": 1}, "aggregate"),
+                      ({"fine_slots": 0}, "fine_slots"), ({"objective": "fastest"}, "objective")):
+        with pytest.raises(ValidationError, match=f"^{field}: "):
+            LPOptions(slot_s=1.0, **kw)
+    # the same plan whichever way the options object was made
+    a = solve_bandwidth_lp([0], [1], [1.0], [0.0], [3.0], ONE, ONE, LPOptions(slot_s=1.0))
+    b = solve_bandwidth_lp([0], [1], [1.0], [0.0], [3.0], ONE, ONE, LPOptions(1.0, "balanced", 5.0))
+    np.testing.assert_array_equal(a.dense_rates(), b.dense_rates())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from jitsched.errors import ValidationError
-from jitsched.plan.lp import SEGMENT_WIDTHS, _cell_edges, solve_bandwidth_lp
+from jitsched.plan.lp import SEGMENT_WIDTHS, LPOptions, _cell_edges, solve_bandwidth_lp
 from jitsched.plan.lpflows import Flows
 
 ONE = np.ones(4)  # 4 hosts at 1 byte/s each way, 1 s slots: demands are capacity-slots
@@ -97,9 +99,10 @@ def test_split_meets_every_deadline_the_flow_meets(seed):
 def test_aggregated_plan_is_valid_and_as_good_as_one_flow_per_transfer(seed, objective):
     src, dst, size, rel, lat, weight = pair_heavy_instance(seed, tight=seed % 2 == 0)
     group = np.random.default_rng(seed).integers(0, 3, len(src)) if seed % 3 == 0 else None
-    kw = dict(slot_s=1.0, objective=objective, weight=weight, lowest_peak=False, group=group)
-    agg = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], **kw)
-    each = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], aggregate=False, **kw)
+    opts = LPOptions(slot_s=1.0, objective=objective, lowest_peak=False)
+    kw = dict(weight=weight, group=group)
+    agg = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], opts, **kw)
+    each = solve_bandwidth_lp(src, dst, size, rel, lat, ONE[:3], ONE[:3], replace(opts, aggregate=False), **kw)
     assert agg.status == each.status == "optimal"
     assert each.n_flows == len(src) and agg.n_flows < len(src)
     check_valid(agg, src, dst, size, rel, ONE[:3], ONE[:3], 1.0)
@@ -111,12 +114,12 @@ def test_aggregated_plan_is_valid_and_as_good_as_one_flow_per_transfer(seed, obj
 
 def test_groups_never_share_a_flow():
     args = ([0, 0, 0], [1, 1, 1], [0.5, 0.5, 0.5], [0.0] * 3, [2.0, 3.0, 3.0], ONE, ONE)
-    one = solve_bandwidth_lp(*args, slot_s=1.0, lowest_peak=False)
-    two = solve_bandwidth_lp(*args, slot_s=1.0, lowest_peak=False, group=[7, 7, 3])
+    one = solve_bandwidth_lp(*args, LPOptions(slot_s=1.0, lowest_peak=False))
+    two = solve_bandwidth_lp(*args, LPOptions(slot_s=1.0, lowest_peak=False), group=[7, 7, 3])
     assert (one.n_flows, two.n_flows) == (1, 2)
     assert one.objective_value == pytest.approx(two.objective_value)
     with pytest.raises(ValidationError, match="group"):
-        solve_bandwidth_lp(*args, slot_s=1.0, group=[1, 2])
+        solve_bandwidth_lp(*args, LPOptions(slot_s=1.0), group=[1, 2])
 
 
 def test_aggregation_keeps_residuals_and_release_slots_apart():
@@ -125,7 +128,8 @@ def test_aggregation_keeps_residuals_and_release_slots_apart():
     res_e = np.array([[1.0, 0.0, 1.0, 1.0], [1.0] * 4, [1.0] * 4, [1.0] * 4])
     src, dst = [0, 0, 0], [1, 1, 1]
     size, rel, lat = [1.0, 1.0, 1.0], [0.0, 0.0, 2.0], [2.0, 4.0, 4.0]
-    sol = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, residual_egress_Bps=res_e)
+    sol = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE,
+                             LPOptions(slot_s=1.0), residual_egress_Bps=res_e)
     assert sol.n_flows == 2 and sol.status == "optimal" and sol.late.size == 0
     rates = check_valid(sol, src, dst, size, rel, ONE, ONE, 1.0)
     np.testing.assert_allclose(rates[:, 1], 0.0, atol=1e-9)  # nothing in the frozen slot
@@ -135,13 +139,13 @@ def test_aggregation_keeps_residuals_and_release_slots_apart():
 def test_lowest_peak_profile_of_one_flow_by_hand():
     # one flow h0 -> h1: 1 unit due by slot 1 (2 slots), 1 more by slot 7: the lowest
     # peak is 0.5 in slots 0-1, then 1/6 in slots 2-7; no port leaves the first segment
-    sol = solve_bandwidth_lp([0, 0], [1, 1], [1.0, 1.0], [0, 0], [2.0, 8.0], ONE, ONE, slot_s=1.0,
-                             objective="minmax")
+    sol = solve_bandwidth_lp([0, 0], [1, 1], [1.0, 1.0], [0, 0], [2.0, 8.0], ONE, ONE,
+                             LPOptions(slot_s=1.0, objective="minmax"))
     assert sol.n_flows == 1 and sol.n_proven == 1 and sol.n_variables == 0
     np.testing.assert_allclose(sol.dense_rates().sum(axis=0), [0.5, 0.5] + [1 / 6] * 6)
     assert sol.peak_utilization == pytest.approx(0.5) and sol.objective_value == pytest.approx(0.5)
     # balanced: 0.5 leaves phi's first segment, so the LP decides (and spreads further)
-    bal = solve_bandwidth_lp([0, 0], [1, 1], [1.0, 1.0], [0, 0], [2.0, 8.0], ONE, ONE, slot_s=1.0)
+    bal = solve_bandwidth_lp([0, 0], [1, 1], [1.0, 1.0], [0, 0], [2.0, 8.0], ONE, ONE, LPOptions(slot_s=1.0))
     assert bal.n_proven == 0 and bal.n_variables > 0
 
 
@@ -156,9 +160,9 @@ def test_lowest_peak_plans_cost_what_the_lp_finds(seed, objective):
     rel = rng.integers(0, 3, m) * 0.5
     lat = rel + rng.uniform(0.3, 8, m)
     cap = np.ones(nh)
-    kw = dict(slot_s=0.5, objective=objective)
-    fast = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
-    lp = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, lowest_peak=False, **kw)
+    opts = LPOptions(slot_s=0.5, objective=objective)
+    fast = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, opts)
+    lp = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, replace(opts, lowest_peak=False))
     assert fast.status == lp.status == "optimal" and lp.n_proven == 0
     check_valid(fast, src, dst, size, rel, cap, cap, 0.5)
     assert fast.objective_value == pytest.approx(lp.objective_value, rel=1e-6, abs=1e-9)
@@ -169,9 +173,11 @@ def test_lowest_peak_plans_cost_what_the_lp_finds(seed, objective):
 
 def test_lowest_peak_needs_ports_free_of_frozen_load():
     res_i = np.array([[1.0] * 3, [0.9] * 3, [1.0] * 3, [1.0] * 3])
-    free = solve_bandwidth_lp([0], [1], [0.3], [0.0], [3.0], ONE, ONE, slot_s=1.0)
-    busy = solve_bandwidth_lp([0], [1], [0.3], [0.0], [3.0], ONE, ONE, slot_s=1.0, residual_ingress_Bps=res_i)
-    other = solve_bandwidth_lp([0], [2], [0.3], [0.0], [3.0], ONE, ONE, slot_s=1.0, residual_ingress_Bps=res_i)
+    free = solve_bandwidth_lp([0], [1], [0.3], [0.0], [3.0], ONE, ONE, LPOptions(slot_s=1.0))
+    busy = solve_bandwidth_lp([0], [1], [0.3], [0.0], [3.0], ONE, ONE,
+                              LPOptions(slot_s=1.0), residual_ingress_Bps=res_i)
+    other = solve_bandwidth_lp([0], [2], [0.3], [0.0], [3.0], ONE, ONE,
+                               LPOptions(slot_s=1.0), residual_ingress_Bps=res_i)
     assert (free.n_proven, busy.n_proven, other.n_proven) == (1, 0, 1)
     np.testing.assert_allclose(free.rates(0), [0.1, 0.1, 0.1])
 
@@ -190,21 +196,21 @@ def test_cell_edges_fine_then_doubling():
 def test_coarse_cells_give_valid_plans(seed):
     src, dst, size, rel, lat, weight = pair_heavy_instance(seed, m=40, nh=4, tight=seed % 2 == 0)
     for fine in (2, 5):
-        sol = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, weight=weight,
-                                 fine_slots=fine, lowest_peak=False)
+        sol = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE,
+                                 LPOptions(slot_s=1.0, fine_slots=fine, lowest_peak=False), weight=weight)
         assert sol.status == "optimal"
         check_valid(sol, src, dst, size, rel, ONE, ONE, 1.0)
-    every = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, weight=weight,
-                               lowest_peak=False)
-    wide = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, slot_s=1.0, weight=weight,
-                              lowest_peak=False, fine_slots=1000)
+    every = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE,
+                               LPOptions(slot_s=1.0, lowest_peak=False), weight=weight)
+    wide = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE,
+                              LPOptions(slot_s=1.0, lowest_peak=False, fine_slots=1000), weight=weight)
     assert wide.objective_value == pytest.approx(every.objective_value, rel=1e-9)
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, True])
 def test_fine_slots_must_be_a_positive_integer(value):
     with pytest.raises(ValidationError, match="fine_slots"):
-        solve_bandwidth_lp([0], [1], [1.0], [0.0], [1.0], ONE, ONE, slot_s=1.0, fine_slots=value)
+        solve_bandwidth_lp([0], [1], [1.0], [0.0], [1.0], ONE, ONE, LPOptions(slot_s=1.0, fine_slots=value))
 
 
 @pytest.mark.parametrize("fine, size, expected", [(None, 2.0, "ipm"), (2, 2.0, "ipm"), (2, 10.0, "simplex")])
@@ -234,6 +240,6 @@ def test_auto_solver_weighs_load_per_slot_not_per_cell(monkeypatch, fine, size, 
     monkeypatch.setattr(lp, "_new_highs", spy)
     monkeypatch.setattr(lp, "AUTO_IPM_COLUMNS", 0)
     src, dst = [0, 1, 2, 3], [1, 2, 3, 0]
-    sol = solve_bandwidth_lp(src, dst, [size] * 4, [0.0] * 4, [40.0] * 4, ONE, ONE, slot_s=1.0,
-                             fine_slots=fine, lowest_peak=False, split_components=False)
+    sol = solve_bandwidth_lp(src, dst, [size] * 4, [0.0] * 4, [40.0] * 4, ONE, ONE,
+                             LPOptions(slot_s=1.0, fine_slots=fine, lowest_peak=False, split_components=False))
     assert sol.status == "optimal" and chosen[0] == expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from jitsched.dag.model import Cluster
 from jitsched.errors import ValidationError
 from jitsched.plan import lppool
-from jitsched.plan.lp import solve_bandwidth_lp
+from jitsched.plan.lp import LPOptions, solve_bandwidth_lp
 from jitsched.plan.planner import PlanOptions, plan_jobs
 from jitsched.workloads.synth import layer_chain_job
 
@@ -39,9 +40,9 @@ def disjoint_instance(n_groups: int, seed: int = 3):
 def test_parallel_components_give_the_serial_plan_bit_for_bit(pool_stopped):
     src, dst, size, rel, lat, cap = disjoint_instance(6)
     for objective in ("balanced", "minmax"):
-        kw = dict(slot_s=0.25, objective=objective, time_limit_s=None, lowest_peak=False)
-        one = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
-        two = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, workers=3, **kw)
+        opts = LPOptions(slot_s=0.25, objective=objective, time_limit_s=None, lowest_peak=False)
+        one = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, opts)
+        two = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, replace(opts, workers=3))
         assert one.n_components >= 6 and one.iterations > 0
         assert two.component_status == one.component_status
         assert two.iterations == one.iterations and two.n_variables == one.n_variables
@@ -73,9 +74,8 @@ def test_batches_balance_the_flows_largest_first():
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_workers_must_be_a_positive_integer(bad):
-    src, dst, size, rel, lat, cap = disjoint_instance(1)
     with pytest.raises(ValidationError, match="workers: must be a positive integer"):
-        solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, slot_s=0.25, workers=bad)
+        LPOptions(slot_s=0.25, workers=bad)
     with pytest.raises(ValidationError, match="lp_workers: must be a positive integer"):
         PlanOptions(lp_workers=bad)
 
@@ -86,12 +86,12 @@ def test_a_dead_worker_fails_the_plan_and_the_next_plan_starts_a_new_pool(pool_s
     from concurrent.futures.process import BrokenProcessPool
 
     src, dst, size, rel, lat, cap = disjoint_instance(4)
-    kw = dict(slot_s=0.25, time_limit_s=None, lowest_peak=False, workers=2)
-    want = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
+    opts = LPOptions(slot_s=0.25, time_limit_s=None, lowest_peak=False, workers=2)
+    want = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, opts)
     (worker,) = mp.active_children()
     os.kill(worker.pid, signal.SIGKILL)
     worker.join(10)
     with pytest.raises(BrokenProcessPool):
-        solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
-    again = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, **kw)
+        solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, opts)
+    again = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap, opts)
     np.testing.assert_array_equal(again.rate_values, want.rate_values)

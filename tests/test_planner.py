@@ -104,13 +104,13 @@ def test_plan_options_refuse_bad_values_by_name(field, value):
 
 
 def test_plan_options_normalise_and_policies_validate_through_them():
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     o = PlanOptions(alpha=1, slot_s=np.float64(0.05), iteration_limit=np.int64(7))
     assert (type(o.alpha), type(o.slot_s), type(o.iteration_limit)) == (float, float, int)
     with pytest.raises(ValidationError, match="^trans_estimate:"):
-        JitPolicy(trans_estimate="psychic")
-    pol = JitPolicy(alpha=0.5, slot_s=0.2)
+        JitPolicy(JitOptions(trans_estimate="psychic"))
+    pol = JitPolicy(JitOptions(alpha=0.5, slot_s=0.2))
     assert (pol.alpha, pol.slot_s) == (0.5, 0.2) and pol.plan_options.trans_estimate == "ordered"
 
 
@@ -133,3 +133,13 @@ def test_plan_options_reach_the_lp():
     assert plans["default"].lp.objective_value == pytest.approx(plans["each"].lp.objective_value, rel=1e-6)
     out = plans["default"].to_json()
     assert (out["flows"], out["proven_components"], out["iterations"]) == (6, out["components"], 0)
+
+
+def test_plan_options_build_the_lps_options():
+    from jitsched.plan.lp import LPOptions
+
+    o = PlanOptions(slot_s=0.2, objective="minmax", time_limit_s=None, iteration_limit=500, solver="ipm",
+                    aggregate=False, fine_slots=8, lowest_peak=False)
+    assert o.lp_options() == LPOptions(slot_s=0.2, objective="minmax", time_limit_s=None, iteration_limit=500,
+                                       solver="ipm", aggregate=False, fine_slots=8, lowest_peak=False)
+    assert PlanOptions().lp_options() == LPOptions(slot_s=PlanOptions().slot_s, iteration_limit=None)

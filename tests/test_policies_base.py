@@ -184,7 +184,47 @@ def test_an_option_a_policy_does_not_take_is_refused_with_those_it_takes():
 
     with pytest.raises(ValidationError, match=r"policy 'tensorflow': unknown option\(s\) alpha; it takes: none"):
         policies_base.make_policy("tensorflow", alpha=0.4)
-    # options reach a base class's constructor through **options (jit-paper: JitPolicy's slot_s)
+    # a subclass's options class inherits its base's fields (jit-paper: JitOptions' slot_s)
     with pytest.raises(ValidationError, match=r"policy 'jit-paper': unknown option\(s\) nope, zzz; it takes: .*slot_s"):
         policies_base.make_policy("jit-paper", nope=1, zzz=2, slot_s=0.1)
     assert policies_base.make_policy("jit-paper", slot_s=0.2).slot_s == 0.2
+    # a field the class fixes is no option (varys: Sincronia's recompute)
+    with pytest.raises(ValidationError, match=r"policy 'varys': unknown option\(s\) recompute; it takes: slot_s$"):
+        policies_base.make_policy("varys", recompute="flows")
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_every_policy_is_built_from_its_declared_options(name):
+    from dataclasses import fields, is_dataclass
+
+    cls = POLICIES[name]
+    assert is_dataclass(cls.Options) and cls.Options.__dataclass_params__.frozen
+    declared = policies_base.option_names(cls)
+    assert declared == tuple(f.name for f in fields(cls.Options) if f.init)
+    # every declared option is passed on with the value given: its default, as a keyword
+    defaults = cls.Options()
+    pol = policies_base.make_policy(name, **{k: getattr(defaults, k) for k in declared})
+    assert isinstance(pol, cls) and pol.options == defaults
+
+
+def test_a_policy_refuses_another_policys_options_object():
+    from jitsched.policies.sincronia import SincroniaOptions
+    from jitsched.policies.tictac import TicTacPolicy
+
+    with pytest.raises(TypeError, match="TicTacPolicy takes a TicTacOptions, got SincroniaOptions"):
+        TicTacPolicy(SincroniaOptions())
+
+
+@pytest.mark.parametrize("name, option, bad, why", [
+    ("tictac", "mode", "toc", "mode: expected one of auto, tac, tic, got 'toc'"),
+    ("tictac", "k_std", -1.0, "k_std: must be >= 0"),
+    ("tictac", "slot_s", 0.0, "slot_s"),
+    ("sincronia", "recompute", "never", "recompute: expected one of events, arrivals, flows, got 'never'"),
+    ("sincronia", "background", "first", "background: expected one of coflows, last"),
+    ("varys", "slot_s", float("nan"), "slot_s"),
+])
+def test_an_options_object_refuses_a_bad_value_naming_the_field(name, option, bad, why):
+    from jitsched.errors import ValidationError
+
+    with pytest.raises(ValidationError, match=why):
+        POLICIES[name].Options(**{option: bad})

@@ -92,7 +92,7 @@ def test_wall_clock_views_pass_the_time_limit(monkeypatch):
 
     monkeypatch.setattr(jit, "plan_jobs", spy)
     view, _ = build_view(PlanRequest(1, 0.0, ((push_job(0, 0.0), {}, {}),), (), ()), CLUSTER)
-    pol = jit.JitPolicy(alpha=1.0, time_limit_s=2.5, iteration_limit=1000)
+    pol = jit.JitPolicy(jit.JitOptions(alpha=1.0, time_limit_s=2.5, iteration_limit=1000))
     pol.reset(CLUSTER)
     pol.on_job_arrival(view, 0)
     assert pol.schedule(view) is not None
@@ -103,12 +103,12 @@ def test_wall_clock_views_pass_the_time_limit(monkeypatch):
 
 
 def test_dl_share_is_validated():
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     for bad in (0.0, -0.1, 1.5, True, "half", float("nan")):
         with pytest.raises(ValidationError, match="dl_share"):
-            JitPolicy(dl_share=bad)
-    assert JitPolicy(dl_share=1).dl_share == 1.0
+            JitPolicy(JitOptions(dl_share=bad))
+    assert JitPolicy(JitOptions(dl_share=1)).dl_share == 1.0
 
 
 @pytest.mark.parametrize("option, bad", [
@@ -120,10 +120,28 @@ def test_dl_share_is_validated():
     ("be_age", -1.0), ("be_age", float("nan")), ("be_age", "ten"), ("be_age", True),
 ])
 def test_each_option_of_the_wrong_type_or_range_is_named(option, bad):
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     with pytest.raises(ValidationError, match=f"^{option}: "):
-        JitPolicy(**{option: bad})
+        JitPolicy(JitOptions(**{option: bad}))
+
+
+def test_jit_takes_one_options_object_and_jit_paper_declares_its_own_defaults():
+    from jitsched.policies.jit import JitOptions, JitPaperOptions, JitPaperPolicy, JitPolicy
+
+    o = JitOptions(alpha=0.5, slot_s=0.2, leftover="fair", bg_weight=2, job_exp=0)
+    pol = JitPolicy(o)
+    assert pol.options is o and pol.plan_options == o.plan_options()
+    assert (pol.alpha, pol.slot_s, pol.leftover, pol.bg_weight, pol.job_exp) == (0.5, 0.2, "fair", 2.0, 0.0)
+    assert isinstance(o.bg_weight, float) and pol.plan_options.trans_estimate == "ordered"
+    # the paper's defaults are its options class's; the rest are jit's
+    paper = JitPaperPolicy()
+    assert isinstance(paper.options, JitPaperOptions) and (paper.alpha, paper.leftover) == (0.4, "fair")
+    assert {k: v for k, v in vars(JitPaperOptions()).items() if k not in ("alpha", "leftover")} == {
+        k: v for k, v in vars(JitOptions()).items() if k not in ("alpha", "leftover")}
+    assert JitPaperPolicy(JitPaperOptions(alpha=0.7)).alpha == 0.7
+    with pytest.raises(TypeError, match="JitPaperPolicy takes a JitPaperOptions, got dict"):
+        JitPaperPolicy({"alpha": 0.7})
 
 
 def big_job(arrival_s: float = 0.0) -> Job:
@@ -348,7 +366,7 @@ def two_transfer_job(name: str, a: float, b: float, src: str, dst: str) -> Job:
 
 
 def test_priority_ranks_order_job_pairs_by_bytes_left_across_hosts():
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     cluster = Cluster.uniform(4)
     # on h0: job b has 30 MB for h2, job a 150 MB (two transfers) for h1, job c
@@ -375,7 +393,7 @@ def test_priority_ranks_order_job_pairs_by_bytes_left_across_hosts():
     sched = pol.schedule(_view(jobs, cluster))
     assert sched.prio == got and all(len(f[5]) == 0 for f in sched.flows)
     # increments: ranked (alpha 0) yes; with reservations under the priority leftover, no
-    assert pol.plans_increments() and not JitPolicy(alpha=0.4).plans_increments()
+    assert pol.plans_increments() and not JitPolicy(JitOptions(alpha=0.4)).plans_increments()
 
 
 def test_ranked_increment_places_new_jobs_after_the_base_in_their_own_order():
@@ -406,7 +424,7 @@ def test_ranked_increment_places_new_jobs_after_the_base_in_their_own_order():
        st.sampled_from([0.0, 1.0]))
 def test_group_ranks_agree_with_priority_ranks(spec, job_exp):
     # the from-scratch ranks (increments) and the policy's kept ones (joint plans) agree
-    from jitsched.policies.jit import JitPolicy, group_ranks
+    from jitsched.policies.jit import JitOptions, JitPolicy, group_ranks
 
     cluster = Cluster.uniform(4)
     jobs = []
@@ -418,7 +436,7 @@ def test_group_ranks_agree_with_priority_ranks(spec, job_exp):
     for j, (*_, frac) in enumerate(spec):  # some bytes of each job's first transfer sent
         first = int(view.dag.job_ptr[j]) + view.dag.node_ids[int(view.dag.job_ptr[j]):].index("t0")
         view.remaining[first] = max(view.dag.size[first] * (1 - frac), 1.0)
-    pol = JitPolicy(job_exp=job_exp)
+    pol = JitPolicy(JitOptions(job_exp=job_exp))
     pol.reset(cluster)
     nodes, ranks = pol.priority_ranks(view)
     dag = view.dag
@@ -446,7 +464,7 @@ def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
     # The hand case above through the ranks the daemon pushes, with the policy's defaults
     # (job_exp 1): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
     # job_exp 0 would rank the 8 MB pair first (8 < 13 MB left on the pair).
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     cluster = Cluster.uniform(4)
     small = one_transfer_job("small", 13e6, "h0", "h1")
@@ -454,7 +472,7 @@ def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
               (Transfer("t1", "h0", "h2", 8e6), Transfer("t2", "h3", "h1", 100e6)),
               (("t1", "c2"), ("t2", "c1")), 0.0)
     got = {}
-    for pol in (JitPolicy(), JitPolicy(job_exp=0.0)):
+    for pol in (JitPolicy(), JitPolicy(JitOptions(job_exp=0.0))):
         pol.reset(cluster)
         got[pol.job_exp] = pol.schedule(_view([small, big], cluster)).prio
     assert got[1.0] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
@@ -462,11 +480,11 @@ def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
 
 
 def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     cluster = Cluster.uniform(4)
     jobs = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2")]
-    pol = JitPolicy(alpha=1.0)
+    pol = JitPolicy(JitOptions(alpha=1.0))
     pol.reset(cluster)
     sched = pol.schedule(_view(jobs, cluster))
     # every transfer planned: its LP rates carry its bytes, and it still has its rank
@@ -562,14 +580,14 @@ def test_best_effort_goes_last_and_ages_into_normal():
 
 
 def test_priority_ranks_put_the_class_first():
-    from jitsched.policies.jit import JitPolicy, group_ranks
+    from jitsched.policies.jit import JitOptions, JitPolicy, group_ranks
 
     cluster = Cluster.uniform(4)
     # by bytes alone: b (30 MB) 0, c (500 MB) 1, d (900 MB) 2; d critical ranks 0,
     # b best-effort last; the increment's ranks agree
     jobs = [classed(one_transfer_job("b", 3e7, "h0", "h2"), "best-effort"),
             one_transfer_job("c", 5e8, "h0", "h1"), classed(one_transfer_job("d", 9e8, "h3", "h1"), "critical")]
-    pol = JitPolicy(job_exp=0.0)
+    pol = JitPolicy(JitOptions(job_exp=0.0))
     pol.reset(cluster)
     view = _view(jobs, cluster)
     nodes, ranks = pol.priority_ranks(view)

@@ -145,7 +145,7 @@ def test_jit_backfill_uses_idle_capacity():
 
 def test_sincronia_schedule_ranks_jobs_in_bssi_order_for_the_agents():
     from jitsched.daemon.state import PlanRequest, build_view
-    from jitsched.policies.sincronia import SincroniaPolicy
+    from jitsched.policies.sincronia import SincroniaOptions, SincroniaPolicy
 
     def job(name, transfers):
         return Job(name, (Compute("c", transfers[0][2], 0.0),),
@@ -157,26 +157,26 @@ def test_sincronia_schedule_ranks_jobs_in_bssi_order_for_the_agents():
     jobs = [job("a", [("t1", "h0", "h1", 1e8), ("t2", "h0", "h1", 5e7)]), job("b", [("t", "h0", "h2", 3e7)]),
             job("c", [("t", "h0", "h1", 5e8)]), job("d", [("t", "h3", "h1", 9e8)])]
     view = build_view(PlanRequest(1, 0.0, tuple((j, {}, {}) for j in jobs), (), ()), cluster)[0]
-    pol = SincroniaPolicy(slot_s=0.25)
+    pol = SincroniaPolicy(SincroniaOptions(slot_s=0.25))
     pol.reset(cluster)
     sched = pol.schedule(view)
     # one rank per job (its coflow), dense, no rates: agents serve them by rank
     assert sched.prio == {("b", "t"): 0, ("a", "t1"): 1, ("a", "t2"): 1, ("c", "t"): 2, ("d", "t"): 3}
     assert sched.slot_s == 0.25 and all(len(f[5]) == 0 for f in sched.flows)
     with pytest.raises(ValidationError, match="slot_s"):
-        SincroniaPolicy(slot_s=0)
+        SincroniaOptions(slot_s=0)
 
 
 def test_tictac_schedule_ranks_jobs_first_come_first_served_then_in_tictac_order():
     from jitsched.daemon.state import PlanRequest, build_view
-    from jitsched.policies.tictac import TicTacPolicy
+    from jitsched.policies.tictac import TicTacOptions, TicTacPolicy
 
     cluster = Cluster.uniform(2)
     # "late" is listed (and compiled) first but arrived later: FIFO is by arrival
     late, early = replace(chain_job(), id="late", arrival_s=1.0), replace(chain_job(), id="early", arrival_s=0.5)
     done = {"t0": 0.2, "c0": 0.3}  # early's first read is over: it is not listed
     view = build_view(PlanRequest(1, 2.0, ((late, {}, {}), (early, done, {})), (), ()), cluster)[0]
-    pol = TicTacPolicy(slot_s=0.2)
+    pol = TicTacPolicy(TicTacOptions(slot_s=0.2))
     pol.reset(cluster)
     sched = pol.schedule(view)
     # inside a job the reads in the order its chain needs them (t0, t1, t2; by hand above)
@@ -187,7 +187,7 @@ def test_tictac_schedule_ranks_jobs_first_come_first_served_then_in_tictac_order
     alone = build_view(PlanRequest(2, 2.0, ((early, done, {}),), (), ()), cluster)[0]
     assert pol.schedule(alone).prio == {("early", "t1"): 0, ("early", "t2"): 1}
     with pytest.raises(ValidationError, match="slot_s"):
-        TicTacPolicy(slot_s=-1.0)
+        TicTacOptions(slot_s=-1.0)
 
 
 @pytest.mark.parametrize("name, files_end", [("sincronia", [0.1, 0.2]), ("tictac", [0.3, 0.3])])

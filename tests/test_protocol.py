@@ -181,3 +181,32 @@ def test_report_events_stand_for_the_single_messages():
     n = protocol.MAX_REPORT_EVENTS + 1
     with pytest.raises(ProtocolError, match=f"{n} events"):
         protocol.report_bodies({"job_id": "j", "events": [["started", "t", None]] * n})
+
+
+def test_flow_entries_follow_the_declared_schema_and_a_malformed_one_is_refused_naming_the_field():
+    from jitsched.protocol import IN_FLOW_ENTRY, OUT_FLOW_ENTRY, flow_entry, validate_body
+
+    out = flow_entry("j/t", "h1", 2, [1.0, 2.5], 0)
+    into = flow_entry("j/t", "h0", 2, [], inbound=True)
+    assert out == {"flow": "j/t", "dst": "h1", "start_slot": 2, "rates_Bps": [1.0, 2.5], "prio": 0}
+    assert into == {"flow": "j/t", "src": "h0", "start_slot": 2, "rates_Bps": []}
+    assert set(out) == set(OUT_FLOW_ENTRY) and set(into) <= set(IN_FLOW_ENTRY)
+    body = {"seq": 1, "slot_s": 0.1, "epoch_ns": 0, "flows": [out], "leftover_Bps": [], "in_flows": [into],
+            "in_leftover_Bps": []}
+    validate_body(MsgType.SCHEDULE, body)
+    assert decode_any(encode_request(MsgType.SCHEDULE, body)).body == body
+    for flows_key, entry, where in [
+        ("flows", out | {"start_slot": "2"}, r"body\.flows\[0\]\.start_slot: expected int, got str"),
+        ("flows", out | {"rates_Bps": [1.0, "x"]}, r"body\.flows\[0\]\.rates_Bps: expected list of numbers"),
+        ("flows", out | {"prio": True}, r"body\.flows\[0\]\.prio: expected int, got bool"),
+        ("flows", {k: v for k, v in out.items() if k != "flow"}, r"body\.flows\[0\]\.flow: missing required"),
+        ("flows", into, r"body\.flows\[0\]\.src: unknown field for schedule flows"),
+        ("in_flows", out, r"body\.in_flows\[0\]\.dst: unknown field for schedule in_flows"),
+        ("in_flows", [into], r"body\.in_flows\[0\]: expected dict, got list"),
+    ]:
+        bad = body | {flows_key: [entry]}
+        with pytest.raises(ProtocolError, match=where) as ei:
+            validate_body(MsgType.SCHEDULE, bad)
+        assert ei.value.code == ErrorCode.INVALID_BODY
+        with pytest.raises(ProtocolError, match=where):
+            decode_any(encode_request(MsgType.SCHEDULE, bad))

@@ -146,7 +146,7 @@ def test_checked_flows_skip_checks_only():
     # checks); a JIT run must not depend on whether the policy trusts them.
     import dataclasses
 
-    from jitsched.policies.jit import JitPolicy
+    from jitsched.policies.jit import JitOptions, JitPolicy
 
     seen = []
 
@@ -158,8 +158,8 @@ def test_checked_flows_skip_checks_only():
 
     wl = random_workload(4, n_jobs=8)
     opts = {"alpha": 0.5, "slot_s": 0.05}
-    a = simulate(wl, JitPolicy(**opts), seed=4)
-    b = simulate(wl, Unchecked(**opts), seed=4)
+    a = simulate(wl, JitPolicy(JitOptions(**opts)), seed=4)
+    b = simulate(wl, Unchecked(JitOptions(**opts)), seed=4)
     assert seen and all(seen)
     assert a.stats["solves"] >= 1
     np.testing.assert_array_equal(a.node_finish_s, b.node_finish_s)

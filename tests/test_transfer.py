@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import msgpack
 
 from jitsched.agents.agent import Agent
+from jitsched.agents.options import AgentOptions
 from jitsched.client.transfer import Channels, TransferSink, send_bytes
 from jitsched.daemon.server import wait_until
 from tests.test_daemon import system
@@ -123,8 +124,8 @@ def test_agent_paces_a_slow_line():
     """An agent whose line is 2 MB/s holds an unscheduled transfer to about that rate."""
     sink = TransferSink()
     with system(hosts=("h1",)) as (d, _):
-        a = Agent("h0", d.agent_endpoint, backend="pacing", line_rate_Bps=2e6,
-                  local_namespace=f"slow{id(d)}").start()
+        a = Agent("h0", d.agent_endpoint, AgentOptions(backend="pacing"),
+                  line_rate_Bps=2e6, local_namespace=f"slow{id(d)}").start()
         try:
             assert wait_until(a.registered.is_set, 5.0)
             secs = send_bytes(sink.address, 2_000_000, "j/slow", agent=a.local_name)

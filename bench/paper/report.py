@@ -21,6 +21,7 @@ from bench.paper.spec import (
     REFERENCE,
 )
 from bench.paper.workload import DISPLAY, MODELS
+from jitsched.sim.metrics import REMAINING_SLOT_S
 
 
 def legacy_summary(summary: dict, results: dict, pols, seeds, extra, lp_rows) -> None:
@@ -180,7 +181,7 @@ def figures(out: Path, summary: dict, results: dict, pols, seeds) -> None:
             bw = np.sort(pooled([results[f"{p}/{pol}/s{s}"] for s in seeds], "remaining_bw_slots"))
             if len(bw):
                 ax.plot(bw, np.arange(1, len(bw) + 1) / len(bw), label=pol)
-        ax.set_xlabel(f"remaining egress bandwidth ratio per {0.1:g} s slot")
+        ax.set_xlabel(f"remaining egress bandwidth ratio per {REMAINING_SLOT_S:g} s slot")
         ax.set_title(f"{p} (load {summary['points'][p]['load']:.3g})", fontsize=9)
     axes[0].set_ylabel("CDF over (host, slot) with DL egress")
     axes[0].legend()
@@ -325,7 +326,7 @@ def markdown(s: dict) -> str:
         lines.append("")
     lines += [
         "speedup: mean over models of the mean per-job JCT(tensorflow)/JCT; JCT p95 slowdown: p95 over jobs of "
-        "JCT / the job alone on the cluster; remaining bandwidth: per (host, 0.1 s slot) in which the host sent "
+        f"JCT / the job alone on the cluster; remaining bandwidth: per (host, {REMAINING_SLOT_S:g} s slot) in which the host sent "
         "DL bytes, 1 - DL bytes sent / (capacity x slot), pooled over seeds; contended: the slots in which the "
         "host's background egress was active too (what background got when it wanted the port). Dominance: "
         "speedup >=, JCT mean <=, background slowdown <, remaining bw p5 and median > every baseline "
@@ -451,7 +452,7 @@ def markdown(s: dict) -> str:
         "  work first, `job_order=\"smallest\"`) and alpha 0.7: LAT order inside a job, small jobs",
         "  first across jobs. It gains on JIT but stays below Sincronia, because JIT paces planned",
         "  transfers to their deadlines and shares everything beyond alpha fairly.",
-        "- Remaining bandwidth (Fig. 8) is sampled per host egress and 0.1 s slot while the host",
+        f"- Remaining bandwidth (Fig. 8) is sampled per host egress and {REMAINING_SLOT_S:g} s slot while the host",
         "  sends DL bytes: 1 - DL bytes in the slot / (capacity x slot). The old figure, each host's",
         "  time average over the whole DL window, was the same for every policy by construction (all",
         "  send the same DL bytes in about the same window); it is kept in remaining_bw.csv. A",

@@ -171,8 +171,6 @@ def _replica(cfg) -> int:
     arg("--ingress-bps", type=float, default=None, metavar="BPS",
         help="this host's ingress capacity, bits/s (default: --egress-bps)"),
     arg("--address", default=None, help="this host's address, for a host that joins (peers of attached jobs)"),
-    arg("--leave-on-exit", action="store_true",
-        help="on exit, tell the daemon this host leaves the cluster (its jobs with work left here end failed)"),
     arg("--quiet", action="store_true", help="log warnings only"),
 )
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -193,12 +191,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
             raise ValidationError(f"--{name.replace('_', '-')}: must be a positive number of bits/s, got {v!r}")
     join = {"egress_bps": args.egress_bps, "address": args.address,
             "ingress_bps": args.ingress_bps if args.ingress_bps is not None else args.egress_bps}
-    try:
-        a = Agent(args.host, args.daemon, keys=args.keys, local_dir=args.local_dir,
-                  allowed_uids=args.allow_uid, join=join, leave_on_exit=args.leave_on_exit,
-                  **opts.agent_kwargs())
-    except ValueError as exc:  # the agent's own range checks
-        raise ValidationError(str(exc)) from None
+    a = Agent(args.host, args.daemon, opts, keys=args.keys, local_dir=args.local_dir,
+              allowed_uids=args.allow_uid, join=join)
     a.start()
     ingress = f" + tc-ingress at {opts.ingress_share:g} of the ingress rate" if opts.enforce_ingress else ""
     if opts.backend == "tc":

@@ -12,7 +12,7 @@ import numpy as np
 from jitsched.config import ANONYMOUS, KEYS, DaemonConfig
 from jitsched.dag.model import Cluster
 from jitsched.policies.base import SlotSchedule
-from jitsched.protocol import flow_id, pack_body
+from jitsched.protocol import flow_entry, flow_id, pack_body
 
 # A status page stops adding jobs past about this many bytes of them (a page of
 # status_page_jobs jobs with 256-character ids would be ~400 kB): the whole reply,
@@ -34,10 +34,11 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
 
     A host's body holds the flows it sends and its egress leftover, bytes/s,
     and the flows it receives and its ingress leftover (``in_*``, for agents
-    that enforce their ingress too), each without the trailing slots at the
-    line rate: agents take slots past the list as the line rate, and an idle
-    host's body gets short (and shared). A flow with a strict-priority level
-    (``sched.prio``) carries it as ``prio``. ``incarnation`` names the daemon
+    that enforce their ingress too), each leftover without the trailing slots
+    at the line rate: agents take slots past the list as the line rate, and
+    an idle host's body gets short (and shared). Each flow is an entry of the
+    schema ``jitsched.protocol`` declares (:func:`~jitsched.protocol.flow_entry`);
+    a flow with a strict-priority level (``sched.prio``) carries it as ``prio``. ``incarnation`` names the daemon
     process (seqs restart with each): agents reset their seq when it changes.
     ``epoch`` is the leader's among daemon replicas (0: one daemon): agents drop a body
     of an epoch lower than one they have seen.
@@ -66,15 +67,9 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
         start = int(start)
         level = prio.get((job, tid)) if prio else None
         if lo is not None:
-            e = {"flow": fid, "dst": names[dst], "start_slot": start, "rates_Bps": r}
-            if level is not None:
-                e["prio"] = level
-            lo.append(e)
+            lo.append(flow_entry(fid, names[dst], start, r, level))
         if li is not None:
-            e = {"flow": fid, "src": names[src], "start_slot": start, "rates_Bps": r}
-            if level is not None:
-                e["prio"] = level
-            li.append(e)
+            li.append(flow_entry(fid, names[src], start, r, level, inbound=True))
     if prio:
         _dense_ranks(out_of, into)
     epoch_ns = int((t0_wall_s + sched.epoch_s) * 1e9)

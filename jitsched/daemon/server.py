@@ -39,7 +39,8 @@ from jitsched.keys import (
     host_public_keys,
     load_daemon_keys,
 )
-from jitsched.policies.base import Policy, make_policy, option_names
+from jitsched.policies import POLICIES, Policy, make_policy
+from jitsched.policies.base import option_names
 from jitsched.protocol import (
     AGENT,
     AGENT_TYPES,
@@ -190,26 +191,25 @@ def bind_error(name: str, endpoint: str, exc: zmq.ZMQError) -> ValidationError:
 
 
 def create_policy(cfg: DaemonConfig) -> Policy:
-    """The configured policy object, given the daemon's slot length, alpha and objective
-    when its constructor takes them."""
-    import jitsched.policies as _  # noqa: F401 - registers the built-in policies
+    """The configured policy object: ``cfg.policy_options``, plus the daemon's slot length,
+    alpha and objective for each of them the policy's ``Options`` declares and the options
+    leave unset.
 
-    try:
-        import jitsched.policies.jit  # noqa: F401 - the JIT policy registers itself
-    except ImportError:
-        pass
-    from jitsched.policies.base import POLICIES
-
+    Raises
+    ------
+    ValidationError
+        An unknown policy, an option it does not declare, or a value it refuses.
+    """
     opts = dict(cfg.policy_options)
     cls = POLICIES.get(cfg.policy)
     if cls is not None:
-        params = option_names(cls)
+        declared = option_names(cls)
         for key in ("slot_s", "alpha", "objective"):
-            if key in params and key not in opts and getattr(cfg, key) is not None:
+            if key in declared and key not in opts and getattr(cfg, key) is not None:
                 opts[key] = getattr(cfg, key)
         # The daemon decides when to re-solve (docs/architecture.md §7) and asks for a
         # schedule only then, so a policy with a re-plan period re-plans on every ask.
-        if "resolve_period_s" in params and "resolve_period_s" not in opts:
+        if "resolve_period_s" in declared and "resolve_period_s" not in opts:
             opts["resolve_period_s"] = 1e-6
     policy = make_policy(cfg.policy, **opts)
     policy.reset(cfg.cluster)

@@ -80,6 +80,92 @@ _STATUS_TABLE = {
 }
 
 
+@dataclass(frozen=True)
+class LPOptions:
+    """How :func:`solve_bandwidth_lp` plans, checked here (:meth:`PlanOptions.lp_options
+    <jitsched.plan.planner.PlanOptions.lp_options>` builds it from a plan's options).
+
+    Attributes
+    ----------
+    slot_s : float
+        Slot length in seconds.
+    objective : {"balanced", "minmax"}
+        ``balanced`` minimises a convex piecewise-linear cost of every port's
+        utilisation in every slot; ``minmax`` the largest utilisation.
+    time_limit_s : float or None
+        Total wall-clock solver budget, seconds; a component that runs out is
+        planned by earliest-deadline-first filling instead. ``None``: no time limit.
+        A time limit makes the plan depend on the machine's speed and load.
+    iteration_limit : int or None
+        Solver iterations (simplex or interior point) per solve; a component
+        whose solve runs out is planned by earliest-deadline-first filling. Unlike
+        the time limit it is machine-independent: the same input gives the same
+        plan anywhere (single-threaded HiGHS is deterministic).
+    split_components : bool
+        Solve transfers that share no port as separate LPs.
+    threads : int
+        HiGHS threads per solve.
+    solver : {"auto", "simplex", "ipm"}
+        ``auto``: dual simplex, except interior point (without crossover in
+        the on-time phase) for an LP above ``AUTO_IPM_COLUMNS`` columns that
+        is lightly loaded (``AUTO_IPM_UTILISATION``) or has more than
+        ``AUTO_IPM_ROWS`` rows. ``ipm``: interior point with crossover.
+    aggregate : bool
+        Plan the transfers of one group between the same two hosts with the
+        same release slot and weight as one flow, split back earliest deadline
+        first (the same optimum, fewer columns when host pairs carry many
+        transfers). ``False``: one flow per transfer.
+    fine_slots : int or None
+        Slots of ``slot_s`` from the planning instant (and over the residuals'
+        window); past them the LP keeps each flow's rate constant over cells that
+        double in length every ``fine_slots`` slots. ``None``: every slot its own
+        cell. Coarse cells trade plan detail far ahead for fewer columns.
+    lowest_peak : bool
+        First give every flow its lowest-peak on-time profile; a component
+        whose ports these keep within phi's first segment (``balanced``) or at
+        the largest single flow's peak (``minmax``), with no frozen load on
+        them, takes those profiles without a solve: no plan costs less.
+    workers : int
+        Processes solving components at once (this one among them): more than one
+        hands the components (largest first) to :mod:`jitsched.plan.lppool`'s pool. The
+        same plan as one worker's: a component's solve does not depend on another's.
+        ``build_s`` and ``solve_s`` then sum the components' times over the workers.
+    """
+
+    slot_s: float
+    objective: str = "balanced"
+    time_limit_s: float | None = 5.0
+    iteration_limit: int | None = None
+    split_components: bool = True
+    threads: int = 1
+    solver: str = "auto"
+    aggregate: bool = True
+    fine_slots: int | None = None
+    lowest_peak: bool = True
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValidationError(f"objective: expected one of {OBJECTIVES}, got {self.objective!r}")
+        slot_s = self.slot_s
+        if isinstance(slot_s, bool) or not (isinstance(slot_s, (int, float)) and slot_s >= MIN_SLOT_S
+                                            and math.isfinite(slot_s)):
+            raise ValidationError(f"slot_s: {SLOT_S_RULE}, got {slot_s!r}")
+        if self.solver not in SOLVERS:
+            raise ValidationError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValidationError(f"time_limit_s: must be positive or None, got {self.time_limit_s!r}")
+        for name in ("iteration_limit", "fine_slots", "threads", "workers"):
+            v = getattr(self, name)
+            if (v is not None or name in ("threads", "workers")) and (
+                    isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0):
+                raise ValidationError(f"{name}: must be a positive integer{'' if name in ('threads', 'workers') else ' or None'}, "
+                                      f"got {v!r}")
+        for name in ("split_components", "aggregate", "lowest_peak"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValidationError(f"{name}: must be True or False, got {getattr(self, name)!r}")
+
+
 @dataclass
 class LPSolution:
     """A bandwidth plan for ``m`` transfers over ``n_slots`` slots of ``slot_s`` seconds.
@@ -195,13 +281,9 @@ def _new_highs() -> highspy.Highs:
             os.close(saved)
 
 
-def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, *,
-                       slot_s: float, objective: str = "balanced", weight=None,
-                       time_limit_s: float | None = 5.0, iteration_limit: int | None = None,
-                       split_components: bool = True, threads: int = 1, solver: str = "auto",
-                       residual_egress_Bps=None, residual_ingress_Bps=None,
-                       aggregate: bool = True, group=None, fine_slots: int | None = None,
-                       lowest_peak: bool = True, workers: int = 1) -> LPSolution:
+def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, options: LPOptions,
+                       *, weight=None, residual_egress_Bps=None, residual_ingress_Bps=None,
+                       group=None) -> LPSolution:
     """Plan per-slot rates for transfers so they arrive by their LATs.
 
     Parameters
@@ -214,31 +296,10 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         Release time and latest arrival time, seconds from the planning instant.
     egress_Bps, ingress_Bps : array, shape (n_hosts,)
         Port capacities, bytes/s.
-    slot_s : float
-        Slot length in seconds.
-    objective : {"balanced", "minmax"}
-        ``balanced`` minimises a convex piecewise-linear cost of every port's
-        utilisation in every slot; ``minmax`` the largest utilisation.
+    options : LPOptions
+        The slot length, objective, budgets, solver and model choices.
     weight : array, shape (m,), optional
         Tardiness weight per transfer (e.g. from job priority), default 1.
-    time_limit_s : float or None
-        Total wall-clock solver budget, seconds; a component that runs out is
-        planned by earliest-deadline-first filling instead. ``None``: no time limit.
-        A time limit makes the plan depend on the machine's speed and load.
-    iteration_limit : int, optional
-        Solver iterations (simplex or interior point) per solve; a component
-        whose solve runs out is planned by earliest-deadline-first filling. Unlike
-        the time limit it is machine-independent: the same input gives the same
-        plan anywhere (single-threaded HiGHS is deterministic).
-    split_components : bool
-        Solve transfers that share no port as separate LPs.
-    threads : int
-        HiGHS threads per solve.
-    solver : {"auto", "simplex", "ipm"}
-        ``auto``: dual simplex, except interior point (without crossover in
-        the on-time phase) for an LP above ``AUTO_IPM_COLUMNS`` columns that
-        is lightly loaded (``AUTO_IPM_UTILISATION``) or has more than
-        ``AUTO_IPM_ROWS`` rows. ``ipm``: interior point with crossover.
     residual_egress_Bps, residual_ingress_Bps : array, shape (n_hosts, n_res), optional
         Capacity still free per port and slot (bytes/s), slot 0 being the planning
         instant's: what allocations planned elsewhere (and frozen) leave. Slots from
@@ -246,31 +307,10 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
         capacity). The plan never exceeds them, and ``balanced``/``minmax`` weigh
         each port's total utilisation, the frozen part included, so new transfers
         avoid busy ports and slots.
-    aggregate : bool
-        Plan the transfers of one ``group`` between the same two hosts with the
-        same release slot and weight as one flow, split back earliest deadline
-        first (the same optimum, fewer columns when host pairs carry many
-        transfers). ``False``: one flow per transfer, the model as it was
-        before aggregation.
     group : array of int, shape (m,), optional
         Transfers of different groups (:func:`jitsched.plan.planner.plan_jobs`
-        passes the job) never share a flow: the LP, not the split's tie-break,
-        then decides between them. Default: one group.
-    fine_slots : int or None
-        Slots of ``slot_s`` from the planning instant (and over the residuals'
-        window); past them the LP keeps each flow's rate constant over cells that
-        double in length every ``fine_slots`` slots. ``None``: every slot its own
-        cell. Coarse cells trade plan detail far ahead for fewer columns.
-    lowest_peak : bool
-        First give every flow its lowest-peak on-time profile; a component
-        whose ports these keep within phi's first segment (``balanced``) or at
-        the largest single flow's peak (``minmax``), with no frozen load on
-        them, takes those profiles without a solve: no plan costs less.
-    workers : int
-        Processes solving components at once (this one among them): more than one
-        hands the components (largest first) to :mod:`jitsched.plan.lppool`'s pool. The
-        same plan as one worker's: a component's solve does not depend on another's.
-        ``build_s`` and ``solve_s`` then sum the components' times over the workers.
+        passes the job) never share a flow (``options.aggregate``): the LP, not
+        the split's tie-break, then decides between them. Default: one group.
 
     Returns
     -------
@@ -283,19 +323,12 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     t0 = time.perf_counter()
     if highspy is None:  # pragma: no cover
         raise ImportError("highspy is required for the bandwidth LP: pip install highspy")
-    if objective not in OBJECTIVES:
-        raise ValidationError(f"objective: expected one of {OBJECTIVES}, got {objective!r}")
-    if not (isinstance(slot_s, (int, float)) and slot_s >= MIN_SLOT_S and math.isfinite(slot_s)):
-        raise ValidationError(f"slot_s: {SLOT_S_RULE}, got {slot_s!r}")
-    if solver not in SOLVERS:
-        raise ValidationError(f"solver: expected one of {SOLVERS}, got {solver!r}")
-    if time_limit_s is not None and not time_limit_s > 0:
-        raise ValidationError(f"time_limit_s: must be positive or None, got {time_limit_s!r}")
-    for name, v in (("iteration_limit", iteration_limit), ("fine_slots", fine_slots)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0):
-            raise ValidationError(f"{name}: must be a positive integer or None, got {v!r}")
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise ValidationError(f"workers: must be a positive integer, got {workers!r}")
+    if not isinstance(options, LPOptions):
+        raise TypeError(f"options: expected an LPOptions, got {type(options).__name__}")
+    slot_s, objective, solver = options.slot_s, options.objective, options.solver
+    time_limit_s, iteration_limit, threads = options.time_limit_s, options.iteration_limit, options.threads
+    fine_slots = options.fine_slots
+    workers = options.workers
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     size = np.asarray(size_bytes, dtype=np.float64)
@@ -333,10 +366,10 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     a = np.maximum(np.floor(rel / slot_s + 1e-9), 0).astype(np.int64)
     dl = np.maximum(np.ceil(lat / slot_s - 1e-9).astype(np.int64) - 1, a)
     pe, pi = src, nh + dst
-    flows = Flows.make(a, dl, demand, w, pe, pi, aggregate, grp)
+    flows = Flows.make(a, dl, demand, w, pe, pi, options.aggregate, grp)
     nf = flows.n
 
-    if split_components and nf:
+    if options.split_components and nf:
         # Flows interact only through ports: components of the port graph
         # whose edges are flows are independent LPs.
         ports = coo_matrix((np.ones(nf), (flows.pe, flows.pi)), shape=(2 * nh, 2 * nh))
@@ -355,7 +388,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     bounds = np.searchsorted(labels[order], np.arange(n_comp + 1))
     comp_of_flow = np.empty(nf, dtype=np.int64)
     comp_of_flow[order] = np.repeat(np.arange(n_comp), np.diff(bounds))
-    if lowest_peak and nf:
+    if options.lowest_peak and nf:
         t1 = time.perf_counter()
         lp_x, lp_ptr, proven = lowest_peak_plan(flows, coef, comp_of_flow, n_comp, objective, util,
                                                      linear_until=float(SEGMENT_WIDTHS[0]))

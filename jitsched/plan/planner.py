@@ -28,6 +28,7 @@ from jitsched.plan.lp import (
     OBJECTIVES,
     SLOT_S_RULE,
     SOLVERS,
+    LPOptions,
     LPSolution,
     solve_bandwidth_lp,
 )
@@ -248,6 +249,12 @@ class PlanOptions:
                 raise ValidationError(f"{name}: must be True or False, got {getattr(self, name)!r}")
             object.__setattr__(self, name, bool(getattr(self, name)))
 
+    def lp_options(self) -> LPOptions:
+        """The LP's options these plans use (:func:`jitsched.plan.lp.solve_bandwidth_lp`)."""
+        return LPOptions(slot_s=self.slot_s, objective=self.objective, time_limit_s=self.time_limit_s,
+                         iteration_limit=self.iteration_limit, solver=self.solver, aggregate=self.aggregate,
+                         fine_slots=self.fine_slots, lowest_peak=self.lowest_peak, workers=self.lp_workers)
+
 
 def estimated_lats(sub, cluster, share, remaining: np.ndarray, unfinished: np.ndarray, *, now: float,
                    ordered: bool, job_rank: np.ndarray | None = None, estimator: str = "exact",
@@ -346,11 +353,9 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
         dag.src[chosen], dag.dst[chosen], size[chosen],
         np.maximum(lat.release[chosen] - origin, 0.0),
         lp_deadlines(lat.lat[chosen], min_lat_s) - origin,
-        cluster.egress_Bps, cluster.ingress_Bps, slot_s=o.slot_s, objective=o.objective,
-        weight=weight, time_limit_s=o.time_limit_s, iteration_limit=o.iteration_limit, solver=o.solver,
+        cluster.egress_Bps, cluster.ingress_Bps, o.lp_options(), weight=weight,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
-        aggregate=o.aggregate, group=dag.job_of[chosen], lowest_peak=o.lowest_peak, fine_slots=o.fine_slots,
-        workers=o.lp_workers,
+        group=dag.job_of[chosen],
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, o.alpha, o.objective, lat_s)
 

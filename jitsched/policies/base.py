@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 import numpy as np
@@ -186,15 +185,25 @@ def _schedule_from_columns(epoch_s, slot_s, jobs, tids, ints, lens, rates, ranks
     return SlotSchedule(epoch_s, slot_s, flows, leftover_egress, leftover_ingress, late, solve_s, prio)
 
 
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a policy that takes none."""
+
+
 class Policy(ABC):
     """A scheduling policy: told about events, asked for rates.
 
     Subclasses set ``name`` and register with :func:`register_policy`. Hooks
     may update the policy's own state (plans, orders); :meth:`allocate` must
     return rates that respect every port's capacity.
+
+    A policy's options are declared once, as the frozen dataclass ``Options``
+    (its fields, defaults and checks); the constructor takes one instance of
+    it (None: the defaults). :func:`make_policy` builds it from keywords.
     """
 
     name: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
     # Whether the policy needs the jobs' DAGs (compute nodes, dependencies): a coflow
     # trace has flows only, so `jitsched sim --coflow-trace` takes the policies without.
     needs_dag: ClassVar[bool] = True
@@ -205,6 +214,14 @@ class Policy(ABC):
     # Place among the policies of its role (lower first, then by name): the order
     # in which comparisons list them, so that tables and figures keep their layout.
     role_rank: ClassVar[int] = 0
+
+    def __init__(self, options=None) -> None:
+        if options is None:
+            options = self.Options()
+        elif not isinstance(options, self.Options):
+            raise TypeError(f"{type(self).__name__} takes a {self.Options.__name__}, "
+                            f"got {type(options).__name__}")
+        self.options = options
 
     def reset(self, cluster: Cluster) -> None:
         """Start afresh on ``cluster`` (before a run)."""
@@ -304,29 +321,20 @@ def register_policy(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
-def option_names(cls: type) -> set[str]:
-    """The options policy class ``cls`` takes: its constructor's named parameters, through
-    ``**options`` passed on to a base class's (jit-paper's ``__init__`` names only what it
-    changes; ``slot_s`` reaches JitPolicy's)."""
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        ps = inspect.signature(init).parameters.values()
-        names |= {p.name for p in ps if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
-        if not any(p.kind == p.VAR_KEYWORD for p in ps):
-            break
-    return names
+def option_names(cls: type[Policy]) -> tuple[str, ...]:
+    """The options policy class ``cls`` declares: the fields of ``cls.Options`` a caller sets, in
+    declaration order (a field declared ``init=False`` is fixed by the class)."""
+    return tuple(f.name for f in fields(cls.Options) if f.init)
 
 
 def make_policy(name: str, **options) -> Policy:
-    """Instantiate the policy registered as ``name`` with ``options``.
+    """Instantiate the policy registered as ``name`` with its ``Options`` built from ``options``.
 
     Raises
     ------
     ValidationError
-        An unknown policy, or an option it does not take (the message lists those it takes).
+        An unknown policy, an option it does not declare (the message lists
+        those it declares), or a value its ``Options`` refuses.
     """
     from jitsched.errors import ValidationError
 
@@ -335,11 +343,12 @@ def make_policy(name: str, **options) -> Policy:
     except KeyError:
         raise ValidationError(
             f"unknown policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
-    unknown = sorted(set(options) - option_names(cls))
+    declared = option_names(cls)
+    unknown = sorted(set(options) - set(declared))
     if unknown:
-        takes = ", ".join(sorted(option_names(cls))) or "none"
+        takes = ", ".join(sorted(declared)) or "none"
         raise ValidationError(f"policy {name!r}: unknown option(s) {', '.join(unknown)}; it takes: {takes}")
-    return cls(**options)
+    return cls(cls.Options(**options))
 
 
 def policies_with_role(*roles: str) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -161,44 +161,12 @@ def _positive(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating)) and v > 0
 
 
-@register_policy
-class JitPolicy(Policy):
-    """Just-in-time scheduling: LAT-ordered transfers, reservations, and a priority leftover.
+@dataclass(frozen=True)
+class JitOptions:
+    """:class:`JitPolicy`'s options, checked here: the planning ones by :class:`PlanOptions`
+    (:meth:`plan_options`), the policy's own below.
 
-    Every (re)plan covers all arrived, unfinished jobs together: the LAT pass
-    counts every unfinished transfer; the first ``alpha`` of each job's
-    unfinished transfers in topological order go to the LP, whose per-slot
-    rates are reservations (floors). Allocation at instant ``t``:
-
-    - a planned, released transfer gets its planned rate for the slot
-      containing ``t`` (0 before its first planned slot);
-    - ``leftover="priority"`` (default): what the reservations leave goes by
-      strict priority, work-conserving: a job's transfers rank by the bytes
-      the job still has on their host pair (shortest first; on one port that
-      order minimises mean completion time), inside a job by the LAT each
-      transfer would have with the job alone (the order the DAG needs them
-      in), and background flows rank among them by remaining bytes times
-      their size in GB times ``bg_weight`` (Smith's rule for slowdown). With
-      the default ``alpha=0`` there are no reservations and no LP: measured
-      in the simulator, every reservation the LP made (alpha 0.4) cost DL
-      jobs 3 % mean JCT (quick scale, 4.14 vs 4.01 s) because its balanced
-      rates override the priority order, while in these workloads the DL
-      transfers have almost no slack to give (under strict priority a
-      consumed transfer waits 0.8 ms on average for its consumer);
-    - ``leftover="fair"`` (the paper's, and ``jit-paper``): every other flow
-      (transfers beyond alpha, background flows, and planned transfers whose
-      plan is over with bytes left) shares the leftover max-min fair; with
-      ``backfill``, capacity still unused goes to released planned transfers,
-      earliest LAT first (so a transfer waits for its slots only while
-      someone else can use the port).
-
-    Drift: a planned transfer still unfinished when its plan ends (typically
-    because a predecessor finished late, so it was released after its planned
-    slots) falls back to leftover sharing at once and, if
-    ``replan_on_drift``, triggers a re-plan at most every
-    ``drift_min_interval_s`` seconds.
-
-    Parameters
+    Attributes
     ----------
     alpha : float
         Fraction of each job's transfers the LP plans (default 0: none; the
@@ -259,14 +227,14 @@ class JitPolicy(Policy):
         allocation stays work-conserving. The operator's knob between DL
         JCTs and background throughput on ports both use.
     leftover : {"priority", "fair"}
-        Who gets what the reservations leave (see above; :data:`LEFTOVERS`).
+        Who gets what the reservations leave (see :class:`JitPolicy`; :data:`LEFTOVERS`).
     bg_weight : float
         With ``leftover="priority"``: how background flows rank against DL
         jobs (smaller: background earlier). The main knob between DL speed-up
         and background slowdown; default :data:`DEFAULT_BG_WEIGHT`. ``inf``:
         background after every DL transfer, sharing what they leave max-min
         fair, which is what host agents enforce (a daemon does not know the
-        background flows, see :meth:`schedule`; they share one FIFO class).
+        background flows, see :meth:`JitPolicy.schedule`; they share one FIFO class).
     bg_floor : float
         With ``bg_weight`` inf: share of each port, in [0, 1), the background
         flows are guaranteed while DL flows are backlogged on it, the host
@@ -285,6 +253,120 @@ class JitPolicy(Policy):
     lp_workers : int
         Processes solving the LP's independent components at once (default 1);
         the plan is the same with any number (:class:`jitsched.plan.planner.PlanOptions`).
+    """
+
+    alpha: float = 0.0
+    slot_s: float = DEFAULT_SLOT_S
+    objective: str = "balanced"
+    estimator: str = "exact"
+    k_std: float = 0.0
+    resolve_period_s: float | None = None
+    replan_on_drift: bool = False
+    drift_min_interval_s: float = 1.0
+    replan_on_arrival: bool = True
+    time_limit_s: float | None = 5.0
+    iteration_limit: int | None = DEFAULT_ITERATION_LIMIT
+    solver: str = "auto"
+    trans_estimate: str = "ordered"
+    backfill: bool = True
+    job_order: str = "fair"
+    dl_share: float = 1.0
+    leftover: str = "priority"
+    bg_weight: float = DEFAULT_BG_WEIGHT
+    job_exp: float = DEFAULT_JOB_EXP
+    be_age: float = DEFAULT_BE_AGE
+    bg_floor: float = 0.0
+    lp_workers: int = 1
+
+    def __post_init__(self) -> None:
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        if self.leftover not in LEFTOVERS:
+            raise ValidationError(f"leftover: expected one of {LEFTOVERS}, got {self.leftover!r}")
+        bg_weight = self.bg_weight
+        if isinstance(bg_weight, bool) or not (isinstance(bg_weight, (int, float))
+                                               and not math.isnan(bg_weight) and bg_weight > 0):
+            raise ValidationError(f"bg_weight: must be a positive number or inf, got {bg_weight!r}")
+        put("bg_weight", float(bg_weight))
+        put("bg_floor", check_bg_floor(self.bg_floor))
+        job_exp = self.job_exp
+        if isinstance(job_exp, bool) or not (isinstance(job_exp, (int, float)) and math.isfinite(job_exp)
+                                             and job_exp >= 0):
+            raise ValidationError(f"job_exp: must be a finite number >= 0, got {job_exp!r}")
+        put("job_exp", float(job_exp))
+        be_age = self.be_age
+        if isinstance(be_age, bool) or not (isinstance(be_age, (int, float)) and not math.isnan(be_age)
+                                            and be_age >= 0):
+            raise ValidationError(f"be_age: must be a number >= 0 or inf, got {be_age!r}")
+        put("be_age", float(be_age))
+        self.plan_options()  # every planning option is checked once, by PlanOptions
+        if self.resolve_period_s is not None and not _positive(self.resolve_period_s):
+            raise ValidationError(f"resolve_period_s: must be positive, got {self.resolve_period_s!r}")
+        gap = self.drift_min_interval_s
+        if isinstance(gap, bool) or not (_positive(gap) or gap == 0):
+            raise ValidationError(f"drift_min_interval_s: must be a number of seconds >= 0, got {gap!r}")
+        put("drift_min_interval_s", float(gap))
+        for name in ("backfill", "replan_on_drift", "replan_on_arrival"):
+            flag = getattr(self, name)
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ValidationError(f"{name}: expected true or false, got {flag!r}")
+            put(name, bool(flag))
+        dl_share = self.dl_share
+        if isinstance(dl_share, bool) or not (isinstance(dl_share, (int, float)) and 0.0 < dl_share <= 1.0):
+            raise ValidationError(f"dl_share: must be within (0, 1], got {dl_share!r}")
+        put("dl_share", float(dl_share))
+
+    def plan_options(self) -> PlanOptions:
+        """The options of the policy's plans (:func:`jitsched.plan.planner.plan_jobs`)."""
+        return PlanOptions(alpha=self.alpha, slot_s=self.slot_s, objective=self.objective,
+                           estimator=self.estimator, trans_estimate=self.trans_estimate,
+                           job_order=self.job_order, k_std=self.k_std, time_limit_s=self.time_limit_s,
+                           iteration_limit=self.iteration_limit, solver=self.solver,
+                           lp_workers=self.lp_workers)
+
+
+@register_policy
+class JitPolicy(Policy):
+    """Just-in-time scheduling: LAT-ordered transfers, reservations, and a priority leftover.
+
+    Every (re)plan covers all arrived, unfinished jobs together: the LAT pass
+    counts every unfinished transfer; the first ``alpha`` of each job's
+    unfinished transfers in topological order go to the LP, whose per-slot
+    rates are reservations (floors). Allocation at instant ``t``:
+
+    - a planned, released transfer gets its planned rate for the slot
+      containing ``t`` (0 before its first planned slot);
+    - ``leftover="priority"`` (default): what the reservations leave goes by
+      strict priority, work-conserving: a job's transfers rank by the bytes
+      the job still has on their host pair (shortest first; on one port that
+      order minimises mean completion time), inside a job by the LAT each
+      transfer would have with the job alone (the order the DAG needs them
+      in), and background flows rank among them by remaining bytes times
+      their size in GB times ``bg_weight`` (Smith's rule for slowdown). With
+      the default ``alpha=0`` there are no reservations and no LP: measured
+      in the simulator, every reservation the LP made (alpha 0.4) cost DL
+      jobs 3 % mean JCT (quick scale, 4.14 vs 4.01 s) because its balanced
+      rates override the priority order, while in these workloads the DL
+      transfers have almost no slack to give (under strict priority a
+      consumed transfer waits 0.8 ms on average for its consumer);
+    - ``leftover="fair"`` (the paper's, and ``jit-paper``): every other flow
+      (transfers beyond alpha, background flows, and planned transfers whose
+      plan is over with bytes left) shares the leftover max-min fair; with
+      ``backfill``, capacity still unused goes to released planned transfers,
+      earliest LAT first (so a transfer waits for its slots only while
+      someone else can use the port).
+
+    Drift: a planned transfer still unfinished when its plan ends (typically
+    because a predecessor finished late, so it was released after its planned
+    slots) falls back to leftover sharing at once and, if
+    ``replan_on_drift``, triggers a re-plan at most every
+    ``drift_min_interval_s`` seconds.
+
+    Parameters
+    ----------
+    options : JitOptions, optional
+        None: :class:`JitOptions`' defaults.
 
     A job's class (``jitsched.dag.model.CLASSES``) is the most significant key of
     every order the priority leftover gives: critical jobs' transfers take
@@ -295,59 +377,22 @@ class JitPolicy(Policy):
 
     name = "jit"
     role = "default"
+    Options = JitOptions
 
-    def __init__(self, alpha: float = 0.0, slot_s: float = DEFAULT_SLOT_S,
-                 objective: str = "balanced", estimator: str = "exact", k_std: float = 0.0,
-                 resolve_period_s: float | None = None, replan_on_drift: bool = False,
-                 drift_min_interval_s: float = 1.0, replan_on_arrival: bool = True,
-                 time_limit_s: float | None = 5.0,
-                 iteration_limit: int | None = DEFAULT_ITERATION_LIMIT, solver: str = "auto",
-                 trans_estimate: str = "ordered", backfill: bool = True,
-                 job_order: str = "fair", dl_share: float = 1.0, leftover: str = "priority",
-                 bg_weight: float = DEFAULT_BG_WEIGHT, job_exp: float = DEFAULT_JOB_EXP,
-                 be_age: float = DEFAULT_BE_AGE, bg_floor: float = 0.0, lp_workers: int = 1) -> None:
-        if leftover not in LEFTOVERS:
-            raise ValidationError(f"leftover: expected one of {LEFTOVERS}, got {leftover!r}")
-        if isinstance(bg_weight, bool) or not (isinstance(bg_weight, (int, float))
-                                               and not math.isnan(bg_weight) and bg_weight > 0):
-            raise ValidationError(f"bg_weight: must be a positive number or inf, got {bg_weight!r}")
-        self.leftover = leftover
-        self.bg_weight = float(bg_weight)
-        self.bg_floor = check_bg_floor(bg_floor)
-        if isinstance(job_exp, bool) or not (isinstance(job_exp, (int, float)) and math.isfinite(job_exp)
-                                             and job_exp >= 0):
-            raise ValidationError(f"job_exp: must be a finite number >= 0, got {job_exp!r}")
-        self.job_exp = float(job_exp)
-        if isinstance(be_age, bool) or not (isinstance(be_age, (int, float)) and not math.isnan(be_age)
-                                            and be_age >= 0):
-            raise ValidationError(f"be_age: must be a number >= 0 or inf, got {be_age!r}")
-        self.be_age = float(be_age)
-        # every planning option is checked once, by PlanOptions; the simulator's
-        # copy drops the wall-clock budget (see _options)
-        self.plan_options = PlanOptions(
-            alpha=alpha, slot_s=slot_s, objective=objective, estimator=estimator,
-            trans_estimate=trans_estimate, job_order=job_order, k_std=k_std,
-            time_limit_s=time_limit_s, iteration_limit=iteration_limit, solver=solver,
-            lp_workers=lp_workers)
+    def __init__(self, options: JitOptions | None = None) -> None:
+        super().__init__(options)
+        o = self.options
+        self.plan_options = o.plan_options()
+        # the simulator's copy drops the wall-clock budget (see _options)
         self._virtual_options = replace(self.plan_options, time_limit_s=None)
-        if resolve_period_s is not None and not _positive(resolve_period_s):
-            raise ValidationError(f"resolve_period_s: must be positive, got {resolve_period_s!r}")
-        if isinstance(drift_min_interval_s, bool) or not (_positive(drift_min_interval_s) or drift_min_interval_s == 0):
-            raise ValidationError(f"drift_min_interval_s: must be a number of seconds >= 0, "
-                                  f"got {drift_min_interval_s!r}")
-        for name, flag in (("backfill", backfill), ("replan_on_drift", replan_on_drift),
-                           ("replan_on_arrival", replan_on_arrival)):
-            if not isinstance(flag, (bool, np.bool_)):
-                raise ValidationError(f"{name}: expected true or false, got {flag!r}")
-        if isinstance(dl_share, bool) or not (isinstance(dl_share, (int, float)) and 0.0 < dl_share <= 1.0):
-            raise ValidationError(f"dl_share: must be within (0, 1], got {dl_share!r}")
-        self.dl_share = float(dl_share)
+        self.leftover, self.bg_weight, self.bg_floor = o.leftover, o.bg_weight, o.bg_floor
+        self.job_exp, self.be_age, self.dl_share = o.job_exp, o.be_age, o.dl_share
         self._share_of: tuple = (None, None)  # (cluster, its dl_share-scaled copy)
-        self.backfill = bool(backfill)
-        self.resolve_period_s = resolve_period_s
-        self.replan_on_drift = bool(replan_on_drift)
-        self.drift_min_interval_s = float(drift_min_interval_s)
-        self.replan_on_arrival = bool(replan_on_arrival)
+        self.backfill = o.backfill
+        self.resolve_period_s = o.resolve_period_s
+        self.replan_on_drift = o.replan_on_drift
+        self.drift_min_interval_s = o.drift_min_interval_s
+        self.replan_on_arrival = o.replan_on_arrival
         self.cluster = None
         self._cap_cluster, self._cap = None, None
         self._clear()
@@ -1101,17 +1146,25 @@ def _unfinished_transfers(view: SchedulerView) -> np.ndarray:
                           & (view.remaining > 0) & live[dag.job_of])
 
 
+@dataclass(frozen=True)
+class JitPaperOptions(JitOptions):
+    """:class:`JitPaperPolicy`'s options: :class:`JitOptions` with the paper's alpha (0.4) and fair leftover."""
+
+    alpha: float = DEFAULT_ALPHA
+    leftover: str = "fair"
+
+
 @register_policy
 class JitPaperPolicy(JitPolicy):
     """The paper's formulation: the LP plans the first alpha (0.4) of each job's transfers, the rest share fairly.
 
-    :class:`JitPolicy` with the defaults it had before the priority leftover
-    (``alpha=0.4``, ``leftover="fair"``, ``ordered`` LAT estimate, backfill),
-    kept under its own name so the paper's Figures 5-11 can be drawn for it.
+    :class:`JitPolicy` with the paper's defaults, declared in :class:`JitPaperOptions`
+    (``alpha=0.4``, ``leftover="fair"``; the ``ordered`` LAT estimate and
+    backfill are jit's too), under its own name so the paper's Figures 5-11
+    can be drawn for it.
     """
 
     name = "jit-paper"
     role = "paper"  # not jit's "default", which it would inherit
+    Options = JitPaperOptions
 
-    def __init__(self, alpha: float = DEFAULT_ALPHA, leftover: str = "fair", **options) -> None:
-        super().__init__(alpha=alpha, leftover=leftover, **options)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from jitsched.dag.model import TRANSFER
 from jitsched.errors import ValidationError
+from jitsched.optspec import option
 from jitsched.plan.alloc import priority_greedy
 from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import (
@@ -72,6 +75,27 @@ def bssi_order(load: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray
     return np.concatenate([np.flatnonzero(empty), np.asarray(back[::-1], dtype=np.int64)]).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class SincroniaOptions:
+    """:class:`SincroniaPolicy`'s options, checked here."""
+
+    recompute: str = option("events", "when the coflow order is recomputed (see SincroniaPolicy)",
+                            choices=RECOMPUTE)
+    slot_s: float = option(DEFAULT_SLOT_S, "slot length of the (ranks-only) schedules, seconds")
+    background: str = option("coflows", "where background flows go (see SincroniaPolicy)",
+                             choices=BACKGROUNDS)
+    bg_floor: float = option(0.0, "with background last: share of each port, in [0, 1), background "
+                                  "flows are guaranteed while jobs' flows are backlogged on it")
+
+    def __post_init__(self) -> None:
+        # checked against the tuples, not the fields' metadata: VarysOptions fixes both fields
+        for name, allowed in (("recompute", RECOMPUTE), ("background", BACKGROUNDS)):
+            if getattr(self, name) not in allowed:
+                raise ValidationError(f"{name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        object.__setattr__(self, "slot_s", check_slot_s(self.slot_s))
+        object.__setattr__(self, "bg_floor", check_bg_floor(self.bg_floor))
+
+
 @register_policy
 class SincroniaPolicy(Policy):
     """Coflows (all transfers of one DAG job; each background flow alone) ordered by BSSI.
@@ -82,39 +106,39 @@ class SincroniaPolicy(Policy):
 
     Parameters
     ----------
-    recompute : {"events", "arrivals", "flows"}
-        When the order is recomputed from the coflows' remaining loads:
-        ``events`` at coflow arrivals and completions (online Sincronia),
-        ``arrivals`` only at arrivals (the public simulator), ``flows`` also
-        at every transfer completion.
-    slot_s : float
-        Slot length of the schedules a daemon asks for (:meth:`schedule`),
-        seconds; they carry ranks only, so it sets nothing but their grid.
-    background : {"coflows", "last"}
-        ``coflows`` (default): each background flow is a coflow in the order;
-        ``last``: background flows after every job, max-min fair among
-        themselves (the testbed's agents; ``jitsched.testbed.scenario.predict``).
-    bg_floor : float
-        With ``last``: share of each port, in [0, 1), the background flows are
-        guaranteed while jobs' flows are backlogged on it (the agents'
-        background floor, :func:`jitsched.policies.common.floored_background_shares`; default 0).
+    options : SincroniaOptions, optional
+        None: the defaults. Its fields:
+
+        - ``recompute`` {"events", "arrivals", "flows"}: when the order is
+          recomputed from the coflows' remaining loads: ``events`` at coflow
+          arrivals and completions (online Sincronia), ``arrivals`` only at
+          arrivals (the public simulator), ``flows`` also at every transfer
+          completion;
+        - ``slot_s``: slot length of the schedules a daemon asks for
+          (:meth:`schedule`), seconds; they carry ranks only, so it sets
+          nothing but their grid;
+        - ``background`` {"coflows", "last"}: ``coflows`` (default), each
+          background flow is a coflow in the order; ``last``, background flows
+          after every job, max-min fair among themselves (the testbed's agents;
+          ``jitsched.testbed.scenario.predict``);
+        - ``bg_floor``: with ``last``, the share of each port, in [0, 1), the
+          background flows are guaranteed while jobs' flows are backlogged on
+          it (the agents' background floor,
+          :func:`jitsched.policies.common.floored_background_shares`; default 0).
     """
 
     name = "sincronia"
     needs_dag = False  # orders flows and coflows only
     role = "baseline"
     role_rank = 1  # after tictac, the order bench.paper's tables and figures have always used
+    Options = SincroniaOptions
 
-    def __init__(self, recompute: str = "events", slot_s: float = DEFAULT_SLOT_S, background: str = "coflows",
-                 bg_floor: float = 0.0) -> None:
-        if recompute not in RECOMPUTE:
-            raise ValidationError(f"recompute: expected one of {RECOMPUTE}, got {recompute!r}")
-        if background not in BACKGROUNDS:
-            raise ValidationError(f"background: expected one of {BACKGROUNDS}, got {background!r}")
-        self.background = background
-        self.bg_floor = check_bg_floor(bg_floor)
-        self.slot_s = check_slot_s(slot_s)
-        self.recompute = recompute
+    def __init__(self, options: SincroniaOptions | None = None) -> None:
+        super().__init__(options)
+        self.background = self.options.background
+        self.slot_s = self.options.slot_s
+        self.recompute = self.options.recompute
+        self.bg_floor = self.options.bg_floor
         self._stale = True
         self._job_rank = np.zeros(0, dtype=np.int64)
         self._bg_rank = np.zeros(0, dtype=np.int64)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from jitsched.dag.model import COMPUTE, TRANSFER, DagArrays
 from jitsched.errors import ValidationError
+from jitsched.optspec import check_choice, option
 from jitsched.plan.alloc import priority_greedy
 from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, Policy, SchedulerView, SlotSchedule, register_policy
@@ -167,6 +169,29 @@ def _job_key(dag: DagArrays, job: int, comm_s: np.ndarray) -> bytes:
     return h.digest()
 
 
+@dataclass(frozen=True)
+class TicTacOptions:
+    """:class:`TicTacPolicy`'s options, checked here."""
+
+    mode: str = option("auto", "auto: TAC for jobs with op timings, TIC otherwise", choices=MODES)
+    background: str = option("fair", "where background flows go (see TicTacPolicy)", choices=BACKGROUNDS)
+    slot_s: float = option(DEFAULT_SLOT_S, "slot length of the (rates-free) schedules, seconds")
+    k_std: float = option(0.0, "compute times are duration + k_std * std (>= 0)")
+    bg_floor: float = option(0.0, "with background last: share of each port, in [0, 1), background "
+                                  "flows are guaranteed while jobs' flows are backlogged on it")
+
+    def __post_init__(self) -> None:
+        check_choice(self, "mode")
+        check_choice(self, "background")
+        object.__setattr__(self, "slot_s", check_slot_s(self.slot_s))
+        k_std = self.k_std
+        if isinstance(k_std, bool) or not isinstance(k_std, (int, float)) or not k_std >= 0 \
+                or not math.isfinite(k_std):
+            raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
+        object.__setattr__(self, "k_std", float(k_std))
+        object.__setattr__(self, "bg_floor", check_bg_floor(self.bg_floor))
+
+
 @register_policy
 class TicTacPolicy(Policy):
     """FIFO across jobs (and background flows, each its own job) + TicTac order inside a job.
@@ -188,36 +213,29 @@ class TicTacPolicy(Policy):
 
     Parameters
     ----------
-    mode : {"auto", "tac", "tic"}
-        ``auto``: TAC for jobs with op timings, TIC otherwise.
-    background : {"fair", "fifo", "last"}
-    slot_s : float
-        Slot length of :meth:`schedule`'s (rates-free) schedules, seconds.
-    k_std : float
-        Compute times are ``duration + k_std * std`` (>= 0), as in the LAT pass.
-    bg_floor : float
-        With ``last``: share of each port, in [0, 1), the background flows are
-        guaranteed while jobs' flows are backlogged on it (the agents'
-        background floor, :func:`jitsched.policies.common.floored_background_shares`; default 0).
+    options : TicTacOptions, optional
+        ``mode`` {"auto", "tac", "tic"}: ``auto``, TAC for jobs with op
+        timings, TIC otherwise; ``background`` {"fair", "fifo", "last"};
+        ``slot_s``, the slot length of :meth:`schedule`'s (rates-free)
+        schedules, seconds; ``k_std``: compute times are ``duration + k_std *
+        std`` (>= 0), as in the LAT pass; ``bg_floor``: with ``last``, the
+        share of each port, in [0, 1), the background flows are guaranteed
+        while jobs' flows are backlogged on it (the agents' background floor,
+        :func:`jitsched.policies.common.floored_background_shares`; default
+        0). None: the defaults.
     """
 
     name = "tictac"
     role = "baseline"
+    Options = TicTacOptions
 
-    def __init__(self, mode: str = "auto", background: str = "fair", slot_s: float = DEFAULT_SLOT_S,
-                 k_std: float = 0.0, bg_floor: float = 0.0) -> None:
-        self.slot_s = check_slot_s(slot_s)
-        self.bg_floor = check_bg_floor(bg_floor)
-        if isinstance(k_std, bool) or not isinstance(k_std, (int, float)) or not k_std >= 0 \
-                or not math.isfinite(k_std):
-            raise ValidationError(f"k_std: must be >= 0, got {k_std!r}")
-        self.k_std = float(k_std)
-        if mode not in MODES:
-            raise ValidationError(f"mode: expected one of {MODES}, got {mode!r}")
-        if background not in BACKGROUNDS:
-            raise ValidationError(f"background: expected one of {BACKGROUNDS}, got {background!r}")
-        self.mode = mode
-        self.background = background
+    def __init__(self, options: TicTacOptions | None = None) -> None:
+        super().__init__(options)
+        self.slot_s = self.options.slot_s
+        self.k_std = self.options.k_std
+        self.mode = self.options.mode
+        self.background = self.options.background
+        self.bg_floor = self.options.bg_floor
         self._cache: dict[bytes, np.ndarray] = {}
         self._rank = np.zeros(0, dtype=np.int64)
 

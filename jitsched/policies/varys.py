@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from jitsched.plan.alloc import priority_greedy
-from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies.base import Allocation, SchedulerView, register_policy
-from jitsched.policies.sincronia import SincroniaPolicy
+from jitsched.policies.sincronia import SincroniaOptions, SincroniaPolicy
 
 
 def effective_bottleneck(load: np.ndarray) -> np.ndarray:
@@ -75,6 +76,16 @@ def madd_rates(src: np.ndarray, dst: np.ndarray, remaining: np.ndarray, group: n
     return rate
 
 
+@dataclass(frozen=True)
+class VarysOptions(SincroniaOptions):
+    """:class:`VarysPolicy`'s options: Sincronia's slot length; the order is recomputed
+    at coflow arrivals and completions and each background flow is a coflow, always."""
+
+    recompute: str = field(default="events", init=False)
+    background: str = field(default="coflows", init=False)
+    bg_floor: float = field(default=0.0, init=False)
+
+
 @register_policy
 class VarysPolicy(SincroniaPolicy):
     """Coflows (all transfers of one DAG job; each background flow alone) in smallest-effective-
@@ -89,16 +100,15 @@ class VarysPolicy(SincroniaPolicy):
 
     Parameters
     ----------
-    slot_s : float
-        Slot length of the schedules a daemon asks for (ranks only), seconds.
+    options : VarysOptions, optional
+        ``slot_s``: slot length of the schedules a daemon asks for (ranks
+        only), seconds. None: the defaults.
     """
 
     name = "varys"
     role = "baseline"
     role_rank = 2
-
-    def __init__(self, slot_s: float = DEFAULT_SLOT_S) -> None:
-        super().__init__(recompute="events", slot_s=slot_s, background="coflows")
+    Options = VarysOptions
 
     def _order(self, load: np.ndarray) -> np.ndarray:
         return np.argsort(effective_bottleneck(load), kind="stable")
@@ -119,4 +129,4 @@ class VarysPolicy(SincroniaPolicy):
         return Allocation(rates + priority_greedy(order, f.src, f.dst, left_e, left_i))
 
 
-__all__ = ["VarysPolicy", "effective_bottleneck", "madd_rates"]
+__all__ = ["VarysOptions", "VarysPolicy", "effective_bottleneck", "madd_rates"]

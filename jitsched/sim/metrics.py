@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jitsched.dag.model import COMPUTE, TRANSFER
+from jitsched.plan.planner import DEFAULT_SLOT_S
 
-# Width of the remaining-bandwidth sampling slots, seconds.
-REMAINING_SLOT_S = 0.1
+# Width of the remaining-bandwidth sampling slots, seconds: the schedules' default slot.
+REMAINING_SLOT_S = DEFAULT_SLOT_S
 
 
 class SlotLog:

@@ -514,14 +514,12 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
             with in_netns(netns):
                 # threads inherit the creator's namespace: the agent's local socket
                 # (abstract, per namespace) and tc calls live in the host's namespace
-                kw = AgentOptions(backend="tc", dev=dev, ingress=ingress, background_floor=floor).agent_kwargs()
+                opts = AgentOptions(backend="tc", dev=dev, ingress=ingress, background_floor=floor)
                 # the agent command's defaults, and the testbed's plumbing: the namespace,
                 # who borrows spare capacity, and the DL packets' mark (the job runners set it)
                 plumbing = {"netns": netns, "spare": spare, "dl_tos": SCHEDULED_TOS}
-                kw["backend_options"] |= plumbing
-                if "ingress" in kw:
-                    kw["ingress"] |= plumbing
-                agents.append(Agent(name, endpoint, local_namespace=ns_tag, **kw).start())
+                agents.append(Agent(name, endpoint, opts, backend_options=plumbing,
+                                    local_namespace=ns_tag).start())
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
             raise testbed.TestbedError("agents did not register")
         for a in agents:

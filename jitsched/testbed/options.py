@@ -22,6 +22,7 @@ from jitsched.optspec import (
 )
 from jitsched.plan.estimate import JOB_ORDERS
 from jitsched.plan.lp import MIN_SLOT_S
+from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.policies import reference_policy
 from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 
@@ -214,7 +215,7 @@ class TestbedOptions:
     runner_procs: int = option(
         2, "run: processes the jobs' senders run in, apart from the sinks and files (default %(default)s)")
     timeout_s: float = option(120.0, "per-job limit in seconds", flag=False)
-    slot_s: float = option(0.1, "scheduling slot in seconds", flag=False)
+    slot_s: float = option(DEFAULT_SLOT_S, "scheduling slot in seconds", flag=False)
     measure_slots: int = option(20, "jit: slots of random tc rates measured before the run", flag=False)
     daemon_options: Mapping[str, Any] = option(
         help="further DaemonConfig fields", flag=False, default_factory=dict)
@@ -311,7 +312,7 @@ class MeasureOptions:
     """
 
     slots: int = option(30, "measure: slots of random rates (default %(default)s)")
-    slot_s: float = option(0.1, "measure: slot length in seconds (default %(default)s)")
+    slot_s: float = option(DEFAULT_SLOT_S, "measure: slot length in seconds (default %(default)s)")
 
     def __post_init__(self) -> None:
         check_types(self)
