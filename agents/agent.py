@@ -14,7 +14,6 @@ import math
 import os
 import random
 import socket
-import struct
 import threading
 import time
 import uuid
@@ -27,7 +26,7 @@ import zmq
 
 from jitsched.agents.attach import AttachTable
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
-from jitsched.agents.capacity import UnscheduledMeter, bytes_received
+from jitsched.agents.capacity import UnscheduledMeter, bytes_received, tcp_info_u64
 from jitsched.agents.options import AgentOptions
 from jitsched.errors import JitschedError
 from jitsched.keys import HOSTS, CurveKeys, curve_keys, handshake_failure, handshake_monitor
@@ -85,7 +84,6 @@ FINAL_REFUSALS = frozenset({ErrorCode.UNKNOWN_HOST, ErrorCode.FORBIDDEN})
 # larger than half that delay (what one round trip cannot tell apart).
 CLOCK_SAMPLES = 8
 
-TCP_INFO_LEN = 232
 TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64) in struct tcp_info
 
 
@@ -105,13 +103,7 @@ def load_backend(name: str, line_rate_Bps: float, **options) -> Backend:
 
 def bytes_acked(sock: socket.socket) -> int:
     """Bytes the peer acknowledged on ``sock`` (TCP_INFO), 0 if unavailable."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
-    except OSError:
-        return 0
-    if len(info) < TCPI_BYTES_ACKED + 8:
-        return 0
-    return struct.unpack_from("Q", info, TCPI_BYTES_ACKED)[0]
+    return tcp_info_u64(sock, TCPI_BYTES_ACKED)
 
 
 class RegistrationRefused(JitschedError):

@@ -36,17 +36,22 @@ def link_bytes(dev: str, netns: str | None = None) -> tuple[int, int]:
     raise OSError(f"no network device {dev!r} in namespace {netns or '(the agent own)'}")
 
 
-def bytes_received(sock) -> int:
-    """Bytes received on TCP socket ``sock`` (TCP_INFO), 0 if unavailable."""
+def tcp_info_u64(sock, offset: int) -> int:
+    """The u64 counter at ``offset`` of TCP socket ``sock``'s ``struct tcp_info``, 0 if unavailable."""
     import socket
 
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
     except OSError:
         return 0
-    if len(info) < TCPI_BYTES_RECEIVED + 8:
+    if len(info) < offset + 8:
         return 0
-    return struct.unpack_from("Q", info, TCPI_BYTES_RECEIVED)[0]
+    return struct.unpack_from("Q", info, offset)[0]
+
+
+def bytes_received(sock) -> int:
+    """Bytes received on TCP socket ``sock`` (TCP_INFO), 0 if unavailable."""
+    return tcp_info_u64(sock, TCPI_BYTES_RECEIVED)
 
 
 class UnscheduledMeter:
@@ -133,4 +138,5 @@ class UnscheduledMeter:
         return {d: v[0] for d, v in self._last.items()}
 
 
-__all__ = ["TCPI_BYTES_RECEIVED", "WIRE_PER_PAYLOAD", "UnscheduledMeter", "bytes_received", "link_bytes"]
+__all__ = ["TCPI_BYTES_RECEIVED", "WIRE_PER_PAYLOAD", "UnscheduledMeter", "bytes_received", "link_bytes",
+           "tcp_info_u64"]

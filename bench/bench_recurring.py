@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import heapq
 import json
 import math
 import os
@@ -168,39 +169,42 @@ def daemon_run(n_jobs: int, iterations: int, rate: float, models: list[str], pol
             period = 1.0 / rate
             n_done = [0] * n_jobs
             sent_at = [0.0] * n_jobs
-            due = [k * period / n_jobs for k in range(n_jobs)]
+            due_at = [0.0] * n_jobs  # when each job's iteration in flight was due
             rtt: list[float] = []
             unranked = 0
             errors: dict[str, int] = {}
-            inflight = [False] * n_jobs
             cpu0 = d.cpu_s()
             t0 = time.perf_counter()
-            due = [t0 + x for x in due]
-            while min(n_done) < iterations:
+            # the jobs' next iterations, earliest first: each loop touches only the jobs due
+            # (a scan of every job per wake-up would make this driver, not the daemon, the limit)
+            due = [(t0 + k * period / n_jobs, k) for k in range(n_jobs)]
+            heapq.heapify(due)
+            inflight = 0
+            while due or inflight:
                 now = time.perf_counter()
-                for k in range(n_jobs):
-                    if not inflight[k] and n_done[k] < iterations and now >= due[k]:
-                        tpl, truth = jobs[k]
-                        took = truth * np.maximum(1.0 + NOISE * rng.standard_normal(len(truth)), 0.0)
-                        body = {"job_id": tpl.id, "n": n_done[k] + 1, "compute_s": took.tolist(),
-                                "step_s": period}
-                        socks[k].send(encode_request(MsgType.ITERATION, body))
-                        sent_at[k] = time.perf_counter()
-                        inflight[k] = True
-                wait = min((due[k] for k in range(n_jobs) if not inflight[k] and n_done[k] < iterations),
-                           default=time.perf_counter() + 0.05)
-                for s, _ in poller.poll(max(0, int((wait - time.perf_counter()) * 1000))):
+                while due and due[0][0] <= now:
+                    at, k = heapq.heappop(due)
+                    tpl, truth = jobs[k]
+                    took = truth * np.maximum(1.0 + NOISE * rng.standard_normal(len(truth)), 0.0)
+                    body = {"job_id": tpl.id, "n": n_done[k] + 1, "compute_s": took.tolist(), "step_s": period}
+                    socks[k].send(encode_request(MsgType.ITERATION, body))
+                    sent_at[k], due_at[k] = time.perf_counter(), at
+                    inflight += 1
+                wait_ms = max(0, int((due[0][0] - time.perf_counter()) * 1000)) if due else 50
+                for s, _ in poller.poll(wait_ms):
                     k = index[s]
                     rep = decode_reply(s.recv())
-                    inflight[k] = False
+                    inflight -= 1
+                    now = time.perf_counter()
                     if not rep.ok:
                         errors[rep.code] = errors.get(rep.code, 0) + 1
-                        due[k] = time.perf_counter() + period
+                        heapq.heappush(due, (now + period, k))
                         continue
-                    rtt.append(time.perf_counter() - sent_at[k])
+                    rtt.append(now - sent_at[k])
                     unranked += not rep.body["ranked"]
                     n_done[k] += 1
-                    due[k] = max(due[k] + period, time.perf_counter())
+                    if n_done[k] < iterations:
+                        heapq.heappush(due, (max(due_at[k] + period, now), k))
                 if errors and sum(errors.values()) > 10 * n_jobs:
                     raise RuntimeError(f"the daemon refused iterations: {errors}")
             wall = time.perf_counter() - t0

@@ -7,7 +7,6 @@ import json
 import statistics
 import sys
 import time
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 if not __package__:  # run as ``python bench/bench_sim.py``: sys.path starts at the script's folder,
@@ -60,32 +59,6 @@ def run(workload, policy: str, repeat: int, seed: int) -> tuple[dict, np.ndarray
     }, jcts[-1]
 
 
-@contextmanager
-def old_lp():
-    """Within: :func:`jitsched.plan.planner.plan_jobs` solves with the LP code of bench_lp's BASELINE_REV.
-
-    The same LP inputs; the options that code lacks (aggregate, group,
-    lowest_peak, fine_slots) are dropped. For jit-paper's plans old beside new
-    in one run.
-    """
-    import jitsched.plan.planner as planner
-    from bench.bench_lp import BASELINE_REV, baseline_module
-
-    old = baseline_module()
-    if old is None:
-        raise SystemExit(f"--old-lp: no git checkout with {BASELINE_REV}")
-    new = planner.solve_bandwidth_lp
-
-    def solve(*args, aggregate=True, group=None, lowest_peak=True, fine_slots=None, **kw):
-        return old.solve_bandwidth_lp(*args, **kw)
-
-    planner.solve_bandwidth_lp = solve
-    try:
-        yield
-    finally:
-        planner.solve_bandwidth_lp = new
-
-
 def compare(jcts: dict[str, np.ndarray], path: str) -> dict[str, float]:
     """Largest relative JCT difference per policy against a ``--jct-out`` file of another run."""
     with open(path) as fh:
@@ -109,20 +82,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per policy (medians)")
     ap.add_argument("--jct-out", help="write every job's and file's JCT per policy to this JSON file")
     ap.add_argument("--compare", help="report the largest relative JCT difference against this --jct-out file")
-    ap.add_argument("--old-lp", action="store_true",
-                    help="also run each policy with the LP code of bench_lp's BASELINE_REV (rows POLICY@old-lp)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
     wl = paper_workload(args.jobs, n_hosts=args.hosts, seed=args.seed)
     rows, jcts = [], {}
-    runs = [(pol, pol, nullcontext) for pol in args.policies.split(",")]
-    if args.old_lp:
-        runs = [r for pol in args.policies.split(",") for r in ((pol, pol, nullcontext),
-                                                                (f"{pol}@old-lp", pol, old_lp))]
-    for name, pol, lp_code in runs:
-        with lp_code():
-            row, jcts[name] = run(wl, pol, args.repeat, args.seed)
+    for name in args.policies.split(","):
+        row, jcts[name] = run(wl, name, args.repeat, args.seed)
         row["policy"] = name
         rows.append(row)
         if not args.json:
@@ -139,15 +105,6 @@ def main(argv=None) -> int:
            "seed": args.seed, "goal_s": GOAL_S, "results": rows}
     if diff is not None:
         out["max_rel_jct_diff"] = diff
-    if args.old_lp:  # new LP code against old, same run: mean JCTs (DL jobs, files) and planning time
-        n = args.jobs
-        by = {r["policy"]: r for r in rows}
-        out["vs_old_lp"] = {
-            pol: {"dl_mean_jct_ratio": float(np.mean(jcts[pol][:n]) / np.mean(jcts[f"{pol}@old-lp"][:n])),
-                  "bg_mean_jct_ratio": float(np.mean(jcts[pol][n:]) / np.mean(jcts[f"{pol}@old-lp"][n:]))
-                  if len(jcts[pol]) > n else None,
-                  "planning_ratio": by[pol]["planning_s"] / max(by[f"{pol}@old-lp"]["planning_s"], 1e-12)}
-            for pol in args.policies.split(",")}
     if args.json:
         json.dump(out, sys.stdout, indent=2)
         print()
@@ -157,9 +114,6 @@ def main(argv=None) -> int:
         if diff is not None:
             print("largest relative JCT difference vs " + args.compare + ": "
                   + ", ".join(f"{k} {v:.2e}" for k, v in diff.items()))
-        for pol, v in out.get("vs_old_lp", {}).items():
-            print(f"{pol} new LP / old LP: DL mean JCT x{v['dl_mean_jct_ratio']:.4f}, files x"
-                  f"{v['bg_mean_jct_ratio'] or float('nan'):.4f}, planning x{v['planning_ratio']:.3f}")
     return 0
 
 

@@ -95,7 +95,12 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     pred = predict(args.scenario, options.seed, **options.prediction_options(), baselines=baseline)
     out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
                   for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"], *baseline)}
-    if args.json:
+    return _report(out, args.json)
+
+
+def _report(out: dict, as_json: bool) -> int:
+    """Print a run's result; exit status 0 when every job completed and no agent failed."""
+    if as_json:
         emit_json(out)
     else:
         for k, v in out.items():
@@ -116,13 +121,4 @@ def _run_torch(args: argparse.Namespace, options: TestbedOptions) -> int:
     if importlib.util.find_spec("torch") is None:
         print(f"testbed run: scenario {args.scenario} needs PyTorch (pip install torch)", file=sys.stderr)
         return 2
-    out = run_torch_scenario(args.scenario, options)
-    if args.json:
-        emit_json(out)
-    else:
-        for k, v in out.items():
-            if k != "details":
-                print(f"{k:<24} {v}")
-    if out["agents_failed"]:
-        print(f"testbed run: agents stopped with an error: {out['agents_failed']}", file=sys.stderr)
-    return 0 if out["completed"] == out["jobs"] and not out["agents_failed"] else 1
+    return _report(run_torch_scenario(args.scenario, options), args.json)
