@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench.paper.regimes import gather
 from jitsched.plan.bound import lower_bound_mean_jct
 from jitsched.sim import simulate
 from jitsched.workloads.paper import MODELS, generate_workload
@@ -74,13 +75,7 @@ def summarize(runs: list[dict], policies: tuple[str, ...], reference: str) -> di
 def sweep(ex: Executor, point: MixedPoint, seeds: list[int], policies: tuple[str, ...],
           progress=None) -> list[dict]:
     """Every seed of the point under every policy, in ``ex``'s processes."""
-    futs = [ex.submit(run_mixed, (point, s, policies)) for s in seeds]
-    runs = []
-    for f in futs:
-        runs.append(f.result())
-        if progress is not None:
-            progress()
-    return runs
+    return gather(ex, run_mixed, [(point, s, policies) for s in seeds], progress)
 
 
 def table(summary: dict, policies: tuple[str, ...]) -> str:

@@ -67,15 +67,20 @@ def summarize(runs: list[dict], policies: tuple[str, ...], reference: str, candi
     return out
 
 
-def sweep(ex: Executor, seeds: list[int], policies: tuple[str, ...], progress=None) -> list[dict]:
-    """Every (rate, seed) workload under every policy, in ``ex``'s processes."""
-    futs = [ex.submit(run_regime, (bps, s, policies)) for bps in RATES_BPS for s in seeds]
+def gather(ex: Executor, fn, args: list, progress=None) -> list:
+    """``fn(a)`` for every ``a`` of ``args`` in ``ex``'s processes, in order; ``progress()`` after each."""
+    futs = [ex.submit(fn, a) for a in args]
     runs = []
     for f in futs:
         runs.append(f.result())
         if progress is not None:
             progress()
     return runs
+
+
+def sweep(ex: Executor, seeds: list[int], policies: tuple[str, ...], progress=None) -> list[dict]:
+    """Every (rate, seed) workload under every policy, in ``ex``'s processes."""
+    return gather(ex, run_regime, [(bps, s, policies) for bps in RATES_BPS for s in seeds], progress)
 
 
 def table(summary: dict, policies: tuple[str, ...], candidate: str) -> str:
