@@ -63,13 +63,7 @@ class Replicas:
         return next((i for i, p in enumerate(self.procs) if p is not None and p.pid == pid), None)
 
     def leader(self, timeout_s: float, epoch_above: int = 0) -> Leader | None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = self.election.leader()
-            if got is not None and got.epoch > epoch_above:
-                return got
-            time.sleep(0.02)
-        return None
+        return self.election.wait_leader(timeout_s, epoch_above)
 
     def stop(self) -> None:
         for p in self.procs:

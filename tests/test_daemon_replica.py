@@ -55,13 +55,9 @@ class Fabric:
         self.election = Election(Etcd([self.etcd.endpoint]), f"/{prefix}", TTL_S)
 
     def leader(self, timeout_s: float = 10.0, epoch_above: int = 0):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = self.election.leader()
-            if got is not None and got.epoch > epoch_above:
-                return got
-            time.sleep(0.05)
-        raise AssertionError("no leader elected")
+        got = self.election.wait_leader(timeout_s, epoch_above, poll_s=0.05)
+        assert got is not None, "no leader elected"
+        return got
 
     def proc_of(self, leader) -> subprocess.Popen:
         return next(p for p in self.procs if p.pid == leader.pid)

@@ -196,6 +196,16 @@ class Election:
         got = self.etcd.range(self.leader_key)
         return Leader.unpacked(got[0][1]) if got else None
 
+    def wait_leader(self, timeout_s: float, epoch_above: int = 0, poll_s: float = 0.02) -> Leader | None:
+        """The first leader of an epoch above ``epoch_above`` within ``timeout_s`` (None: none)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = self.leader()
+            if got is not None and got.epoch > epoch_above:
+                return got
+            time.sleep(poll_s)
+        return None
+
     def campaign(self, job_endpoint: str, agent_endpoint: str) -> bool:
         """Try once to become the leader; whether this replica leads now."""
         if self.etcd.range(self.leader_key):

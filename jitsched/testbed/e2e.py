@@ -254,16 +254,9 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
             bulk_stats |= bulk.close()
         if gen is not None:
             gen.close()
-        # all told at once: stopped one after another, the agents stopped first went
-        # silent for longer than the daemon's heartbeat timeout, and it reported them down
-        for c in children:
-            c.ask_stop()
-        for c in reversed(children):
-            got = c.stop()
-            if c.name == "daemon":
-                daemon_stats = got
-            elif got:
-                agent_reports[c.name] = got
+        got = stop_children(children)
+        daemon_stats = got.pop("daemon", daemon_stats)
+        agent_reports |= {name: rep for name, rep in got.items() if rep}
         testbed.down(prefix)
         for f in os.listdir(tmp):
             os.unlink(os.path.join(tmp, f))
@@ -532,6 +525,15 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
         for a in agents:
             a.stop()  # removes the flow classes, puts the link shaper back
     _tell(conn, ("stats", agent_stats(agents, late_ms)))
+
+
+def stop_children(children: list[_Child]) -> dict:
+    """Stop the run's child processes (the daemon first in the list); ``{name: what each sent back}``."""
+    # all told at once: stopped one after another, the agents stopped first went
+    # silent for longer than the daemon's heartbeat timeout, and it reported them down
+    for c in children:
+        c.ask_stop()
+    return {c.name: c.stop() for c in reversed(children)}
 
 
 def process_cpu_s(pid: int) -> float:

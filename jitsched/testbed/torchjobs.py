@@ -134,6 +134,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
         cpu_busy,
         failed_agents,
         machine_cpu_ticks,
+        stop_children,
     )
 
     sc = sc or TORCH_SCENARIOS[scenario]
@@ -206,12 +207,9 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
                 r.kill()
             if gen is not None:
                 gen.close()
-            for c in children:
-                c.ask_stop()
-            for c in reversed(children):
-                got = c.stop()
-                if c.name != "daemon" and got:
-                    agent_reports[c.name] = got
+            got = stop_children(children)
+            got.pop("daemon", None)
+            agent_reports |= {name: rep for name, rep in got.items() if rep}
             testbed.down(prefix)
             for f in os.listdir(tmp):
                 os.unlink(os.path.join(tmp, f))
