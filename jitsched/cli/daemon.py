@@ -95,7 +95,6 @@ def _until_signal(stop: threading.Event, alive=lambda: True) -> None:
 def cmd_daemon(args: argparse.Namespace) -> int:
     from jitsched.config import load_config
     from jitsched.daemon import Daemon
-    from jitsched.daemon.solver import describe
 
     _logging(not args.quiet)
     over: dict = {}
@@ -122,15 +121,22 @@ def cmd_daemon(args: argparse.Namespace) -> int:
           + (f", journal {cfg.journal} ({_count(len(d.state.restored), 'job')}, "
              f"{_count(d.state.background.counts['restored'], 'announced flow')} resumed)" if cfg.journal else ""),
           flush=True)
+    return _serve(d)
+
+
+def _serve(service) -> int:
+    """Run a started daemon or replica until a signal or its failure; the exit status."""
+    from jitsched.daemon.solver import describe
+
     stop = threading.Event()
     try:
-        _until_signal(stop, lambda: d.running)
+        _until_signal(stop, lambda: service.running)
     finally:
-        d.stop()
-    if d.failure is not None:
+        service.stop()
+    if service.failure is not None:
         # the loop or a thread it needs died (traceback in the log): exit non-zero at
         # once, so that a supervisor restarts the daemon (with a journal, its jobs resume)
-        print(f"jitsched daemon: stopped: {describe(d.failure)}", file=sys.stderr)
+        print(f"jitsched daemon: stopped: {describe(service.failure)}", file=sys.stderr)
         return 1
     return 0
 
@@ -142,15 +148,7 @@ def _replica(cfg) -> int:
     r = Replica(cfg).start()
     print(f"jitsched daemon: replica on etcd {', '.join(cfg.etcd_endpoints)} (prefix {cfg.etcd_prefix}), "
           f"jobs {cfg.job_endpoint}, agents {cfg.agent_endpoint}; follows until elected", flush=True)
-    stop = threading.Event()
-    try:
-        _until_signal(stop, lambda: r.running)
-    finally:
-        r.stop()
-    if r.failure is not None:
-        print(f"jitsched daemon: stopped: {type(r.failure).__name__}: {r.failure}", file=sys.stderr)
-        return 1
-    return 0
+    return _serve(r)
 
 
 @register(
