@@ -19,10 +19,6 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_agent.py``: add the checkout root for ``bench``
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jitsched.agents.agent import Agent, LocalFlow, load_backend
 from jitsched.agents.options import AgentOptions

@@ -6,11 +6,6 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass, replace
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_classes.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 

@@ -7,15 +7,10 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_fanout.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from bench.bench_daemon import fanout, joint_resolve
+from jitsched.bench.bench_daemon import fanout, joint_resolve
 from jitsched.dag.model import Cluster
 from jitsched.plan import lppool
 from jitsched.plan.planner import PlanOptions, plan_jobs

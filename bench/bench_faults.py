@@ -28,10 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if not __package__:  # run as ``python bench/bench_faults.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import msgpack
 import zmq
 
@@ -1457,7 +1453,7 @@ def main(argv: list[str] | None = None) -> int:
             (tmp / "kill").mkdir()
             out |= kill_cycles(args.kill_cycles, args.seed, tmp / "kill", runners=args.runners)
         if args.ha and (args.leader_kills is None or args.leader_kills > 0):
-            from bench.faults_ha import leader_kills
+            from jitsched.bench.faults_ha import leader_kills
 
             (tmp / "ha").mkdir()
             out |= leader_kills(20 if args.leader_kills is None else args.leader_kills, args.seed, tmp / "ha",
@@ -1472,7 +1468,7 @@ def main(argv: list[str] | None = None) -> int:
             (tmp / "soak").mkdir()
             out |= soak(args.soak_s, args.seed, tmp / "soak")
         if args.ended_memory or args.conn_churn_s:
-            from bench.faults_limits import churn_status, ended_job_memory
+            from jitsched.bench.faults_limits import churn_status, ended_job_memory
         if args.ended_memory:
             (tmp / "ended").mkdir()
             out |= ended_job_memory(tmp / "ended", args.ended_memory_nodes, args.ended_memory,
@@ -1482,7 +1478,7 @@ def main(argv: list[str] | None = None) -> int:
             out |= churn_status(tmp / "conn-churn", args.conn_churn_rate, args.conn_churn_s,
                                 args.conn_churn_max_connections)
         if args.flood_s:
-            from bench.bench_flood import flood  # imports this module's harness
+            from jitsched.bench.bench_flood import flood  # imports this module's harness
 
             (tmp / "flood").mkdir()
             out |= flood(tmp / "flood", args.flood_s, args.flood_agents)

@@ -13,12 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-if not __package__:  # run as ``python bench/bench_flood.py``: add the checkout root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import zmq
 
-from bench.bench_faults import DaemonProc, _percentile, log
+from jitsched.bench.bench_faults import DaemonProc, _percentile, log
 from jitsched.protocol import MAX_REPORT_EVENTS, MsgType, decode_reply, encode_request
 from jitsched.workloads.synth import layer_chain_job
 

@@ -9,12 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-if not __package__:  # run as ``python bench/bench_floor.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import pyplot, require_matplotlib
 from jitsched.agents.backends.base import BACKGROUND_FLOOR, check_background_floor
+from jitsched.bench.common import pyplot, require_matplotlib
 from jitsched.errors import ValidationError
 from jitsched.testbed.options import DAEMON_POLICY, TestbedOptions
 

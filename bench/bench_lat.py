@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_lat.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from bench.common import median_time, resnet152_jobs
 from jitsched import _lat
+from jitsched.bench.common import median_time, resnet152_jobs
 from jitsched.dag.lat import latest_arrival_times
 from jitsched.dag.model import TRANSFER, Cluster, compile_jobs
 from jitsched.plan.estimate import trans_times

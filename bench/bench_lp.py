@@ -8,11 +8,6 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_lp.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 

@@ -42,15 +42,11 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from multiprocessing import Pool
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_order.py``: add the checkout root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from bench.paper.spec import SCALES
-from bench.paper.workload import paper_workload
+from jitsched.bench.paper.spec import SCALES
+from jitsched.bench.paper.workload import paper_workload
 from jitsched.dag.model import TRANSFER
 from jitsched.plan.alloc import priority_greedy_reference
 from jitsched.plan.priority import background_key

@@ -15,15 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-if not __package__:  # run as ``python bench/bench_recurring.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import numpy as np
 import zmq
 
-from bench.bench_daemon import _Agents
-from bench.bench_faults import free_ports
+from jitsched.bench.bench_daemon import _Agents
+from jitsched.bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.dag.model import Background, parse_cluster
 from jitsched.plan.learn import learned_job

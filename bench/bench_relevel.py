@@ -19,10 +19,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_relevel.py``: add the checkout root for ``bench``
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from jitsched.netns import BULK_SINK, BULK_SOURCE, PAIR_ADDRS, veth_pair
 from jitsched.testbed import TestbedError, require_netns

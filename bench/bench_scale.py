@@ -9,16 +9,11 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
-
-if not __package__:  # run as ``python bench/bench_scale.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from bench.bench_lp import VARIANTS
-from bench.common import pyplot, require_matplotlib
+from jitsched.bench.bench_lp import VARIANTS
+from jitsched.bench.common import pyplot, require_matplotlib
 from jitsched.dag.model import Cluster, compile_jobs
 from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions, plan_jobs
 from jitsched.workloads.synth import random_vgg16_jobs
@@ -38,7 +33,7 @@ def instance(workload: str, n_jobs: int, n_hosts: int, seed: int):
     if workload == "vgg16":
         cluster = Cluster.uniform(n_hosts, 1e9)
         return compile_jobs(random_vgg16_jobs(n_jobs, cluster.names, seed=seed), cluster), cluster, {}
-    from bench.paper.workload import paper_workload
+    from jitsched.bench.paper.workload import paper_workload
 
     wl = paper_workload(n_jobs, n_hosts=n_hosts, seed=seed)
     jobs = [replace(j, arrival_s=0.0) for j in wl.jobs]

@@ -36,14 +36,9 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-if not __package__:  # run as ``python bench/bench_testbed.py``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import policy_default, pyplot, require_matplotlib
 from jitsched import testbed
+from jitsched.bench.common import policy_default, pyplot, require_matplotlib
 from jitsched.errors import ValidationError
 from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.measure import measure_enforcement, summarize

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.bench_faults import HOSTS, _Workload, free_ports, log
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
+from jitsched.bench.bench_faults import HOSTS, _Workload, free_ports, log
 from jitsched.daemon.ha import Election, Etcd, Leader, LocalEtcd
 
 ROOT = Path(__file__).resolve().parents[1]

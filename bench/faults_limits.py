@@ -8,7 +8,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench.bench_faults import (
+from jitsched import protocol
+from jitsched.bench.bench_faults import (
     HOSTS,
     ZMTP_GREETING,
     DaemonProc,
@@ -17,7 +18,6 @@ from bench.bench_faults import (
     log,
     rss_bytes,
 )
-from jitsched import protocol
 from jitsched.protocol import MsgType
 
 MIB = 1024 * 1024

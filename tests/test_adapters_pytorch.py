@@ -11,10 +11,10 @@ import uuid
 
 import torch
 
-from bench.bench_faults import free_ports
 from jitsched.adapters.pytorch import LayerTimer, TorchTrainer, parameter_layers
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
+from jitsched.bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.client.sdk import TrainerOptions
 from jitsched.config import DaemonConfig

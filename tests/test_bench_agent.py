@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench import bench_agent
+from jitsched.bench import bench_agent
 
 
 def test_inception_alone_under_pacing_agents_never_walks_their_schedules(capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from bench.bench_classes import (
+from jitsched.bench.bench_classes import (
     ClassesOptions,
     bunched,
     classed_workload,

@@ -6,7 +6,7 @@ import multiprocessing
 
 import pytest
 
-from bench import bench_daemon
+from jitsched.bench import bench_daemon
 
 
 @pytest.mark.parametrize("in_process", [True, False])

@@ -1,5 +1,4 @@
-"""Every bench entry point starts both as ``python bench/NAME.py`` and as ``python -m bench.NAME``
-from the checkout root (``--help`` only: imports and argument parsing, nothing measured)."""
+"""Every bench entry point starts as ``python bench/NAME.py``, as ``python -m bench.NAME`` and as the installed ``jitsched.bench.NAME`` (``--help`` only: nothing measured)."""
 
 from __future__ import annotations
 
@@ -55,6 +54,18 @@ def test_runs_as_module(entry):
 
 
 def test_script_runs_from_another_folder(tmp_path):
-    """The script form does not depend on the working directory (``bench`` imports from the checkout)."""
+    """The script form does not depend on the working directory: its imports come from the installed jitsched."""
     res = _run([str(BENCH / "bench_lat.py")], tmp_path)
     assert res.returncode == 0, res.stderr
+
+
+def test_runs_as_installed_module_from_another_folder(tmp_path):
+    res = _run(["-m", "jitsched.bench.paper"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "usage:" in res.stdout
+
+
+def test_no_bench_edits_the_import_path():
+    """One mechanism runs the benches as scripts: they import the installed ``jitsched.bench``."""
+    edits = [p.relative_to(ROOT).as_posix() for p in BENCH.rglob("*.py") if "sys.path" in p.read_text()]
+    assert edits == []

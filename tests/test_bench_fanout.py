@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 
-from bench import bench_fanout
+from jitsched.bench import bench_fanout
 
 
 def test_small_run_measures_every_figure(capsys):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.faults_ha import leader_kills
+from jitsched.bench.faults_ha import leader_kills
 
 
 def test_one_leader_kill_fails_over_without_losing_a_job(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-from bench import bench_flood
+from jitsched.bench import bench_flood
 
 
 def test_a_short_flood_reports_its_figures(tmp_path):

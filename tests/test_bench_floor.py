@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import bench_floor
+from jitsched.bench import bench_floor
 
 
 def point(stall: float | None, share: float | None, ratio: float = 1.6) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.bench_order import (
+from jitsched.bench.bench_order import (
     BssiJit,
     BssiOptions,
     BusiestJit,
@@ -16,8 +16,8 @@ from bench.bench_order import (
     SmithOptions,
     summarise,
 )
-from bench.paper.spec import SCALES
-from bench.paper.workload import paper_workload
+from jitsched.bench.paper.spec import SCALES
+from jitsched.bench.paper.workload import paper_workload
 from jitsched.sim import simulate
 
 
@@ -112,7 +112,7 @@ def test_files_alone_is_the_files_without_the_jobs_and_under_their_slowdown_besi
     import dataclasses
     import json
 
-    from bench.bench_order import POINTS, main
+    from jitsched.bench.bench_order import POINTS, main
 
     assert main(["--quick", "--files-alone", "--points", "paper", "--json"]) == 0
     got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -132,7 +132,7 @@ def test_files_alone_is_the_files_without_the_jobs_and_under_their_slowdown_besi
 
 
 def test_files_alone_refuses_a_grid_selection():
-    from bench.bench_order import main
+    from jitsched.bench.bench_order import main
 
     with pytest.raises(SystemExit):
         main(["--quick", "--files-alone", "--only", "cap"])

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench.paper import __main__ as bp
-from bench.paper import metrics as pm
-from bench.paper import spec
+from jitsched.bench.paper import __main__ as bp
+from jitsched.bench.paper import metrics as pm
+from jitsched.bench.paper import spec
 
 FILES = ("summary.md", "summary.json", "metrics.csv", "jct.csv", "remaining_bw.csv", "background.csv",
          "alpha_sweep.csv", "lp_time.csv", "fig5_speedup.png", "fig6_waiting.png", "fig7_arrival_vs_use.png",
@@ -224,7 +224,7 @@ def test_quick_scale_policy_order_at_load_half():
 
 
 def test_figure_seed_labels():
-    from bench.paper.report import _seeds
+    from jitsched.bench.paper.report import _seeds
 
     assert _seeds((0, 1, 2, 3, 4, 5)) == "0-5"
     assert _seeds([0]) == "0" and _seeds([0, 1]) == "0,1" and _seeds([0, 2, 3]) == "0,2,3"
@@ -234,7 +234,7 @@ def test_figure_seed_labels():
 
 
 def test_regime_keys_and_confidence_intervals():
-    from bench.paper import regimes
+    from jitsched.bench.paper import regimes
 
     assert [regimes.rate_key(b) for b in regimes.RATES_BPS] == ["1e9", "1e10", "4e10", "1e11"]
     mean, half = regimes.ci95(np.array([1.0, 2.0, 3.0]))
@@ -242,7 +242,7 @@ def test_regime_keys_and_confidence_intervals():
 
 
 def test_regime_summary_pairs_seeds_and_divides_by_the_bound():
-    from bench.paper import regimes
+    from jitsched.bench.paper import regimes
 
     runs = [{"bps": 1e9, "seed": s, "bound": 1.0,
              "jct": {"tensorflow": [4.0, 4.0], "jit": [2.0, 2.0 + s], "sincronia": [3.0, 3.0]}}
@@ -257,7 +257,7 @@ def test_regime_summary_pairs_seeds_and_divides_by_the_bound():
 
 
 def test_a_regime_run_is_never_under_its_bound(monkeypatch):
-    from bench.paper import regimes
+    from jitsched.bench.paper import regimes
 
     monkeypatch.setattr(regimes, "N_JOBS", 6)
     monkeypatch.setattr(regimes, "N_HOSTS", 4)
@@ -282,7 +282,7 @@ def test_mixed_point_json_line_reports_every_policy_against_the_bound(tmp_path, 
 
 
 def test_mixed_summary_splits_the_jcts_by_shape():
-    from bench.paper import mixed
+    from jitsched.bench.paper import mixed
 
     runs = [{"seed": s, "bound": 1.0, "shape": ["ps", "allreduce", "allreduce"],
              "jct": {"tensorflow": [4.0, 2.0, 2.0], "jit": [2.0, 1.0, 1.0 + s]}} for s in range(2)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench import bench_recurring
+from jitsched.bench import bench_recurring
 
 
 def test_recurring_jobs_against_a_daemon_at_one_message_per_iteration(capsys):

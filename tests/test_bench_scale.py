@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import bench_lp, bench_scale
+from jitsched.bench import bench_lp, bench_scale
 
 
 def test_fit_exponent_is_the_log_log_slope():

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from bench.bench_testbed import _figure_path, main
 from jitsched.agents.backends.base import BACKGROUND_FLOOR
+from jitsched.bench.bench_testbed import _figure_path, main
 
 
 def saved_output() -> dict:
@@ -77,7 +77,7 @@ def test_tradeoff_figure_from_a_saved_dl_share_sweep(tmp_path, capsys):
 
 
 def test_policies_figure_shows_every_policy_testbed_beside_simulator(tmp_path, capsys):
-    from bench.bench_testbed import policy_figures
+    from jitsched.bench.bench_testbed import policy_figures
 
     one = saved_output()["scenarios"]["quick"]
     one["baselines"] = ["sincronia"]
@@ -120,7 +120,7 @@ def _prediction(baselines: tuple[str, ...] = ()) -> dict:
 
 
 def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys):
-    import bench.bench_testbed as bt
+    import jitsched.bench.bench_testbed as bt
     import jitsched.testbed.e2e as e2e
     from jitsched.testbed.options import TestbedOptions
 
@@ -164,7 +164,7 @@ def test_runs_get_the_flags_as_options_one_set_per_dl_share(monkeypatch, capsys)
 
 
 def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
-    import bench.bench_testbed as bt
+    import jitsched.bench.bench_testbed as bt
     import jitsched.testbed.e2e as e2e
 
     order = []
@@ -215,7 +215,7 @@ def test_baselines_run_in_every_repeat_beside_the_pair(monkeypatch, capsys):
 
 
 def test_figure_titles_say_when_the_files_were_announced():
-    from bench.bench_testbed import _options
+    from jitsched.bench.bench_testbed import _options
 
     assert _options({"announce_files": True}) == "jit defaults, files announced"
     assert _options({"announce_files": False}) == "jit defaults"

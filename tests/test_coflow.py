@@ -96,7 +96,7 @@ def test_missing_file(tmp_path):
 def test_the_public_trace_check_reads_the_format_and_finds_a_wrong_trace(tmp_path, capsys):
     # bench/tools/check_fb_trace.py checks the reader on the public FB2010 trace, which the
     # project does not ship; here on a trace of the same format that is not it
-    from bench.tools.check_fb_trace import main
+    from jitsched.bench.tools.check_fb_trace import main
 
     p = tmp_path / "t.txt"
     p.write_text("150 2\n1 0 1 22 1 65:1.0\n2 10833 2 104 132 1 140:48.0\n")

@@ -502,7 +502,7 @@ def test_agents_stay_up_while_a_client_pipelines_big_reports(caplog):
     import logging
     import time
 
-    from bench.bench_flood import FLOOD_JOB, report_message
+    from jitsched.bench.bench_flood import FLOOD_JOB, report_message
 
     caplog.set_level(logging.WARNING, logger="jitsched.daemon")
     with system() as (d, agents), Client(d.job_endpoint, timeout_s=30.0) as c:

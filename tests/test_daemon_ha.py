@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bench.bench_faults import free_ports
+from jitsched.bench.bench_faults import free_ports
 from jitsched.config import DaemonConfig, parse_config
 from jitsched.daemon.ha import Election, Etcd, EtcdStore, EtcdUnavailable, LocalEtcd
 from jitsched.daemon.journal import DONE, STARTED, JournalFlow

@@ -224,7 +224,7 @@ def test_host_join_settings_are_checked():
 
 @pytest.mark.parametrize("policy", ["jit", "sincronia"])
 def test_status_cli_and_metrics_show_the_hosts_that_joined_and_left(policy, capsys):
-    from bench.bench_faults import free_ports
+    from jitsched.bench.bench_faults import free_ports
     from jitsched.cli import main
     from tests.test_daemon import _get
 

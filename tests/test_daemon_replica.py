@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.bench_faults import free_ports
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
+from jitsched.bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.daemon.ha import Etcd, EtcdStore, LocalEtcd
 from jitsched.daemon.replica import Election
@@ -205,7 +205,7 @@ def test_agent_drops_a_schedule_of_a_lower_epoch():
 
 
 def test_agent_leaves_a_daemon_of_a_lower_epoch():
-    from bench.faults_ha import WatchedAgent
+    from jitsched.bench.faults_ha import WatchedAgent
     from jitsched.config import DaemonConfig
     from jitsched.daemon.server import Daemon
     from jitsched.dag.model import parse_cluster

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.bench_faults import (
+from jitsched.bench.bench_faults import (
     HOSTS,
     DaemonProc,
     Fuzzer,

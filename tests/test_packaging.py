@@ -71,7 +71,7 @@ def no_matplotlib(monkeypatch):
 
 
 def test_pyplot_without_matplotlib_says_how_to_install_it(no_matplotlib):
-    from bench.common import pyplot, require_matplotlib
+    from jitsched.bench.common import pyplot, require_matplotlib
 
     for fn in (require_matplotlib, pyplot):
         with pytest.raises(ImportError, match=r"pip install 'jitsched\[bench\]'"):
@@ -79,8 +79,8 @@ def test_pyplot_without_matplotlib_says_how_to_install_it(no_matplotlib):
 
 
 def test_bench_figures_without_matplotlib_fail_before_running(no_matplotlib, tmp_path, capsys):
-    from bench import bench_testbed
-    from bench.paper.__main__ import main as paper_main
+    from jitsched.bench import bench_testbed
+    from jitsched.bench.paper.__main__ import main as paper_main
 
     for main, argv in ((bench_testbed.main, ["--replot", str(tmp_path / "x.json"), "--figure", "f.png"]),
                        # (a saved output that does not exist: should the check go, nothing runs)

@@ -113,7 +113,7 @@ PAPER_NOT_BY_POLICY = ("alpha_sweep",)
 
 
 def test_bench_paper_compares_the_roles():
-    from bench.paper import spec
+    from jitsched.bench.paper import spec
 
     assert spec.REFERENCE == reference_policy()
     assert spec.POLICIES == (reference_policy(), *baseline_policies(), default_policy())
@@ -124,7 +124,7 @@ def test_bench_paper_compares_the_roles():
 def test_every_policy_named_in_bench_paper_spec_is_registered():
     # per-policy data (the paper's figures, run costs, jit's own options) names policies
     # by name: a renamed or removed policy must fail here, not drop out of the tables
-    from bench.paper import spec
+    from jitsched.bench.paper import spec
 
     assert {t for t, v in spec.PAPER.items() if isinstance(v, dict)} == {*PAPER_BY_POLICY,
                                                                            *PAPER_NOT_BY_POLICY}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.bench_faults import free_ports
+from jitsched.bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.client.sdk import Trainer, TrainerOptions, _Report
 from jitsched.config import DaemonConfig

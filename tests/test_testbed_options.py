@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from bench.bench_testbed import MEASURE_DEFAULTS, RUN_DEFAULTS, RUN_EXCLUDE, SWEEP
-from bench.bench_testbed import build_parser as bench_parser
 from jitsched.agents.backends.base import BACKGROUND_FLOOR
+from jitsched.bench.bench_testbed import MEASURE_DEFAULTS, RUN_DEFAULTS, RUN_EXCLUDE, SWEEP
+from jitsched.bench.bench_testbed import build_parser as bench_parser
 from jitsched.cli import build_parser
 from jitsched.cli.testbed import CLI_EXCLUDE
 from jitsched.errors import ValidationError

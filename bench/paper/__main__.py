@@ -19,16 +19,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-if not __package__:  # run as ``python bench/paper``: sys.path starts at the script's folder,
-    # not at the checkout root as with ``python -m``; add the root so that ``bench`` imports
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 import numpy as np
 
-from bench.common import require_matplotlib
-from bench.paper.metrics import dominance_line, point_metrics, pooled
-from bench.paper.report import figures, legacy_summary, markdown, write_csv
-from bench.paper.spec import (
+from jitsched.bench.common import require_matplotlib
+from jitsched.bench.paper.metrics import dominance_line, point_metrics, pooled
+from jitsched.bench.paper.report import figures, legacy_summary, markdown, write_csv
+from jitsched.bench.paper.spec import (
     BASELINES,
     CALIBRATION_EVALS,
     CALIBRATION_LOADS,
@@ -46,7 +42,7 @@ from bench.paper.spec import (
     REFERENCE,
     SCALES,
 )
-from bench.paper.workload import MODELS, model_job, paper_workload, real_models_available
+from jitsched.bench.paper.workload import MODELS, model_job, paper_workload, real_models_available
 from jitsched.workloads.paper import MODELS as MIXED_MODELS
 
 
@@ -351,7 +347,7 @@ def regime_sweep(args: argparse.Namespace, out: Path) -> int:
     """``--regimes``: the sweep, its table (stderr, or stdout without --json), figure and JSON line."""
     from tqdm import tqdm
 
-    from bench.paper import regimes
+    from jitsched.bench.paper import regimes
 
     pols = run_policies()
     seeds = list(range(args.regime_seeds))
@@ -376,7 +372,7 @@ def mixed_point(args: argparse.Namespace, out: Path) -> int:
     """``--mixed``: the mixed-shape point, its table (stderr, or stdout without --json) and JSON line."""
     from tqdm import tqdm
 
-    from bench.paper import mixed
+    from jitsched.bench.paper import mixed
 
     pols = run_policies()
     point = mixed.MixedPoint(n_jobs=args.mixed_jobs,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.paper.spec import BASELINES
-from bench.paper.workload import MODELS
+from jitsched.bench.paper.spec import BASELINES
+from jitsched.bench.paper.workload import MODELS
 
 
 def speedups(base: dict, other: dict) -> dict:

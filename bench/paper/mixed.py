@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.paper.regimes import gather
+from jitsched.bench.paper.regimes import gather
 from jitsched.plan.bound import lower_bound_mean_jct
 from jitsched.sim import simulate
 from jitsched.workloads.paper import MODELS, generate_workload

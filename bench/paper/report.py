@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import pyplot
-from bench.paper.metrics import point_metrics, pooled, speedup_table
-from bench.paper.spec import (
+from jitsched.bench.common import pyplot
+from jitsched.bench.paper.metrics import point_metrics, pooled, speedup_table
+from jitsched.bench.paper.spec import (
     BASELINES,
     CALIBRATION_LOADS,
     DEFAULT_SHARE,
@@ -20,7 +20,7 @@ from bench.paper.spec import (
     PAPER_TF_BG_SLOWDOWN,
     REFERENCE,
 )
-from bench.paper.workload import DISPLAY, MODELS
+from jitsched.bench.paper.workload import DISPLAY, MODELS
 from jitsched.sim.metrics import REMAINING_SLOT_S
 
 
