@@ -16,7 +16,8 @@ from jitsched.testbed.options import DAEMON_POLICY, TestbedOptions
 
 FLOORS = (0.0, 0.05, 0.1, 0.2, 0.3)
 SCENARIOS = ("quick", "paper-mini")
-OUT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "floor"
+# relative to the working directory, as bench.paper's --out: the checkout root when run from it
+OUT = Path("docs") / "figures" / "floor"
 # What a floor must give the unannounced files on every scenario to be chosen
 # (medians over the runs): no file without progress for this long, and at least
 # this share of the files' goodput under plain TCP on the same workload.

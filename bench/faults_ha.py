@@ -14,7 +14,6 @@ from jitsched.agents.options import AgentOptions
 from jitsched.bench.bench_faults import HOSTS, _Workload, free_ports, log
 from jitsched.daemon.ha import Election, Etcd, Leader, LocalEtcd
 
-ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = 2
 # a new leader's first schedule is waited for this long after a kill (else the cycle is censored)
 FAILOVER_WAIT_S = 30.0
@@ -56,7 +55,7 @@ class Replicas:
     def start(self, i: int) -> None:
         log_file = open(self.workdir / f"replica{i}.log", "ab")  # noqa: SIM115 - the child holds it
         self.procs[i] = subprocess.Popen([sys.executable, "-m", "jitsched", "daemon", "--config", str(self.configs[i]),
-                                          "--quiet"], cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT)
+                                          "--quiet"], cwd=self.workdir, stdout=log_file, stderr=subprocess.STDOUT)
         log_file.close()
 
     def index_of(self, pid: int) -> int | None:
