@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
+import time
 
 import pytest
 
@@ -227,3 +230,37 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert "NOT ACKING" in h2
     assert "  agents: schedule_resends_stopped 1" in out
+
+
+def test_daemon_command_exits_1_when_its_loop_dies(monkeypatch, tmp_path, capsys):
+    """A daemon whose loop died serves nothing: the command ends at once with exit 1 and says why,
+    so that a supervisor restarts it (rather than a process that lives on, deaf)."""
+    from jitsched.daemon.server import Daemon
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[[hosts]]\nname = "h0"\negress_bps = 1e9\ningress_bps = 1e9\n'
+                   '[daemon]\njob_endpoint = "tcp://127.0.0.1:0"\nagent_endpoint = "tcp://127.0.0.1:0"\n')
+    turns = []
+
+    def dies_on_the_third_turn(self, now):
+        turns.append(now)
+        if len(turns) == 3:
+            raise RuntimeError("housekeeping broke")
+
+    monkeypatch.setattr(Daemon, "_housekeeping", dies_on_the_third_turn)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # the command sets its own
+    # a command that missed its loop's death would wait for a signal: it gets one, late
+    late = threading.Timer(10.0, os.kill, (os.getpid(), signal.SIGTERM))
+    t0 = time.monotonic()
+    late.start()
+    try:
+        rc = main(["daemon", "--config", str(cfg), "--quiet"])
+    finally:
+        late.cancel()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert rc == 1
+    assert time.monotonic() - t0 < 10
+    assert len(turns) == 3
+    err = capsys.readouterr().err
+    assert "jitsched daemon: stopped: RuntimeError: housekeeping broke" in err
