@@ -497,15 +497,16 @@ def test_the_daemon_command_exits_non_zero_when_its_loop_dies(monkeypatch, tmp_p
 
 def test_agents_stay_up_while_a_client_pipelines_big_reports(caplog):
     # 300 reports of 4,096 valid events about the client's own job, sent without waiting
-    # for replies (~10 ms of the loop each): agents heartbeat every 0.1 s, 0.6 s timeout.
-    # With the job socket read 256 messages at a time first, all four went down.
+    # for replies (~10 ms of the loop each): agents heartbeat every 0.1 s, 1.5 s timeout
+    # (a loaded machine delays the agents' threads too). A loop that read the job socket
+    # 256 messages at a time first would go 2.5 s without the agents: all four down.
     import logging
     import time
 
     from jitsched.bench.bench_flood import FLOOD_JOB, report_message
 
     caplog.set_level(logging.WARNING, logger="jitsched.daemon")
-    with system() as (d, agents), Client(d.job_endpoint, timeout_s=30.0) as c:
+    with system(heartbeat_timeout_s=1.5) as (d, agents), Client(d.job_endpoint, timeout_s=30.0) as c:
         c.submit_job(layer_chain_job(FLOOD_JOB, "h0", "h1"))
         data = report_message()
         ctx = zmq.Context.instance()
