@@ -139,9 +139,11 @@ MESSAGES: tuple[Message, ...] = (
     # that its cluster knows, {address: host}, for the agent to name each peer by
     Message("attach_job", JOB, {"job_id": (str, True), "host": (str, True)}),
     # a page of jobs: those submitted after seq ``after`` (default 0), at most ``limit``
-    # (default and most: the daemon's status_page_jobs); the reply's next_after goes on
-    Message("status", JOB, {"verbose": (bool, False), "after": (int, False), "limit": (int, False)},
-            keyed=False),
+    # (default and most: the daemon's status_page_jobs); the reply's next_after goes on.
+    # replica: the answering process's own role, even a follower's (which answers every
+    # other request not_leader): role, epoch, the leader it sees, etcd's reachability
+    Message("status", JOB, {"verbose": (bool, False), "after": (int, False), "limit": (int, False),
+                            "replica": (bool, False)}, keyed=False),
     # agent_id: the agent process (random, its own): while one agent of a host is alive,
     # another is refused (host_in_use); the same one may register again on a new connection
     # egress_bps, ingress_bps (bits/s) and address: a host not in the daemon's configuration
@@ -237,6 +239,11 @@ class ErrorCode:
 
 
 ERROR_CODES = frozenset(v for k, v in vars(ErrorCode).items() if k.isupper())
+
+
+# a daemon process's role (status with ``replica``): the one daemon without etcd, or a
+# replica leading or following
+SINGLE, LEADER, FOLLOWER = "single", "leader", "follower"
 
 
 def not_leader_message(job_endpoint: str = "", agent_endpoint: str = "", epoch: int = 0) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
 from jitsched.bench.bench_faults import free_ports
+from jitsched.cli import main
 from jitsched.client import Client
 from jitsched.daemon.ha import Etcd, EtcdStore, LocalEtcd
 from jitsched.daemon.replica import Election
@@ -36,7 +39,8 @@ class Fabric:
         self.procs: list[subprocess.Popen] = []
         self.jobs: list[str] = []
         self.agents: list[str] = []
-        ports = free_ports(4)
+        self.metrics: list[int] = []
+        ports = free_ports(6)
         for i in range(2):
             job_ep, agent_ep = f"tcp://127.0.0.1:{ports[2 * i]}", f"tcp://127.0.0.1:{ports[2 * i + 1]}"
             cfg = tmp / f"replica{i}.toml"
@@ -44,11 +48,12 @@ class Fabric:
                 "[[hosts]]\nname = \"h1\"\negress_bps = 1e9\ningress_bps = 1e9\n"
                 "[[hosts]]\nname = \"h2\"\negress_bps = 1e9\ningress_bps = 1e9\n"
                 f"[daemon]\njob_endpoint = \"{job_ep}\"\nagent_endpoint = \"{agent_ep}\"\n"
-                "planner_process = false\n"
+                f"planner_process = false\nmetrics_port = {ports[4 + i]}\n"
                 f"[ha]\netcd_endpoints = [\"{self.etcd.endpoint}\"]\netcd_prefix = \"/{prefix}\"\n"
                 f"lease_ttl_s = {TTL_S}\n")
             self.jobs.append(job_ep)
             self.agents.append(agent_ep)
+            self.metrics.append(ports[4 + i])
             self.procs.append(subprocess.Popen([sys.executable, "-m", "jitsched", "daemon", "--config", str(cfg),
                                                 "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL))
@@ -113,6 +118,58 @@ def test_one_leader_and_a_follower_that_names_it(fabric):
     with Client(f"{follower},{leader.job_endpoint}", timeout_s=10) as c:
         assert c.submit_job(_job("j1")) == "j1"
         assert c.leader_moves == 1 and c.endpoint == leader.job_endpoint
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def _replicas(capsys, fabric, timeout_s: float = 5.0) -> tuple[int, dict]:
+    rc = main(["status", "--replicas", "--daemon", ",".join(fabric.jobs), "--timeout-s", str(timeout_s), "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_each_replica_tells_its_role_and_exports_it(fabric, capsys):
+    leader = fabric.leader()
+    i_lead = fabric.jobs.index(leader.job_endpoint)
+    i_follow = 1 - i_lead
+    deadline = time.monotonic() + 10
+    while True:  # the leader binds once it has read its state; the follower polls etcd
+        rc, out = _replicas(capsys, fabric)
+        f = out[fabric.jobs[i_follow]]
+        if rc == 0 and f["leader"] is not None:
+            break
+        assert time.monotonic() < deadline, out
+        time.sleep(0.1)
+    assert out[leader.job_endpoint]["role"] == "leader" and out[leader.job_endpoint]["epoch"] == 1
+    assert f["role"] == "follower" and f["etcd_error"] == ""
+    assert f["leader"] == {"job_endpoint": leader.job_endpoint, "agent_endpoint": leader.agent_endpoint, "epoch": 1}
+    # each exports its role on its own metrics port
+    assert "jitsched_replica_leader 0.0" in _metrics(fabric.metrics[i_follow])
+    assert "jitsched_replica_etcd_up 1.0" in _metrics(fabric.metrics[i_follow])
+    lead_metrics = _metrics(fabric.metrics[i_lead])
+    assert "jitsched_replica_leader 1.0" in lead_metrics and "jitsched_epoch 1.0" in lead_metrics
+    # the text form, a line each
+    assert main(["status", "--replicas", "--daemon", ",".join(fabric.jobs)]) == 0
+    text = capsys.readouterr().out
+    assert f"{leader.job_endpoint}: leader, epoch 1" in text
+    assert f"{fabric.jobs[i_follow]}: follower, epoch 1, sees leader {leader.job_endpoint} epoch 1" in text
+    # the follower takes over: the same metrics port now serves the daemon it became
+    os.kill(leader.pid, signal.SIGKILL)
+    fabric.leader(epoch_above=1)
+    while True:
+        try:
+            if "jitsched_epoch 2.0" in _metrics(fabric.metrics[i_follow]):
+                break
+        except OSError:
+            pass  # between the follower's endpoint and the daemon's
+        assert time.monotonic() < deadline + 15
+        time.sleep(0.1)
+    rc, out = _replicas(capsys, fabric, timeout_s=1.0)
+    assert rc == 1
+    assert out[fabric.jobs[i_lead]]["role"] == "unreachable"
+    assert out[fabric.jobs[i_follow]]["role"] == "leader" and out[fabric.jobs[i_follow]]["epoch"] == 2
 
 
 def test_failover_after_kill_loses_no_job_and_agents_follow(fabric):

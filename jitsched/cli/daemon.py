@@ -274,6 +274,34 @@ def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
     return [load_graph_job(p, ps_host=args.ps_host, worker_host=args.worker_host).to_dict()]
 
 
+def _replicas(args: argparse.Namespace) -> int:
+    """``status --replicas``: each endpoint's role, a line each (or one JSON map by endpoint)."""
+    from jitsched.client import Client
+    from jitsched.daemon.logs import escape
+    from jitsched.protocol import MsgType, split_endpoints
+
+    out: dict[str, dict] = {}
+    for ep in split_endpoints(args.daemon):
+        try:
+            with Client(ep, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
+                out[ep] = c.request(MsgType.STATUS, {"replica": True})
+        except TimeoutError as exc:
+            out[ep] = {"role": "unreachable", "error": str(exc)}
+    if args.json:
+        emit_json(out)
+    for ep, r in out.items() if not args.json else ():
+        if r["role"] == "unreachable":
+            print(f"{ep}: UNREACHABLE ({escape(r['error'])})")
+            continue
+        leader = r.get("leader")
+        seen = (f"leader {leader['job_endpoint']} epoch {leader['epoch']}" if leader
+                else "no leader elected" if not r.get("etcd_error") else "no leader known")
+        print(f"{ep}: {r['role']}, epoch {r['epoch']}"
+              + (f", sees {seen}, {r['leaderships']} leaderships so far" if r["role"] == "follower" else "")
+              + (f", ETCD UNREACHABLE: {escape(r['etcd_error'])}" if r.get("etcd_error") else ""))
+    return 1 if any(r["role"] == "unreachable" for r in out.values()) else 0
+
+
 @register(
     "status", "Jobs, agents and the last plan, as the daemon sees them.",
     arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
@@ -282,11 +310,16 @@ def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
     _keys_arg("this client"),
     KEY_NAME_ARG,
     arg("--json", action="store_true", help="print the status map as JSON"),
+    arg("--replicas", action="store_true",
+        help="ask each endpoint of --daemon for its own role instead: leader, follower (and the "
+             "leader it sees, whether etcd answers it) or single; exit 1 if one does not answer"),
 )
 def cmd_status(args: argparse.Namespace) -> int:
     from jitsched.client import Client
     from jitsched.daemon.logs import escape  # ids and errors come from clients: one line each
 
+    if args.replicas:
+        return _replicas(args)
     with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
         try:
             st = c.status()

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the daemon, on a registry of its own (several daemons per process in tests)."""
+"""Prometheus metrics of the daemon and of a replica that follows, each on a registry of its own (several per process in tests)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,31 @@ if TYPE_CHECKING:
 SOLVE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-class Metrics:
+class Endpoint:
+    """A registry and the HTTP endpoint serving it."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._server = None
+
+    def serve(self, port: int) -> int:
+        """Expose ``/metrics`` on 127.0.0.1:``port``; returns the port."""
+        self._server, _ = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        return self._server.server_port
+
+    def shutdown(self) -> None:
+        """Stop the HTTP endpoint (its port free again)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class Metrics(Endpoint):
     """Solve-time histogram, job and agent gauges, LAT misses and request counters."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
+        r = CollectorRegistry()
         self.solve_s = Histogram("jitsched_solve_seconds", "Planner time per plan (seconds)",
                                  buckets=SOLVE_BUCKETS, registry=r)
         self.jobs = Gauge("jitsched_jobs", "Jobs by state", ["state"], registry=r)
@@ -57,19 +76,11 @@ class Metrics:
         # hosts in the cluster, and those that joined, left or were refused since start (status.hosts)
         self.hosts = Gauge("jitsched_hosts", "Hosts in the cluster and membership counts since start, by name "
                            "(status.hosts)", ["count"], registry=r)
-        self._server = None
-
-    def serve(self, port: int) -> int:
-        """Expose ``/metrics`` on 127.0.0.1:``port``; returns the port."""
-        self._server, _ = start_http_server(port, addr="127.0.0.1", registry=self.registry)
-        return self._server.server_port
-
-    def shutdown(self) -> None:
-        """Stop the HTTP endpoint."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        self.replica_leader = Gauge("jitsched_replica_leader", "1 while this process leads (or is the one daemon)",
+                                    registry=r)
+        self.replica_leader.set(1)
+        self.epoch = Gauge("jitsched_epoch", "The leader's epoch among replicas (0: one daemon)", registry=r)
+        super().__init__(r)
 
     def request(self, type_: str, outcome: str, seconds: float | None = None) -> None:
         """Count one request (``outcome`` is "ok" or an error code)."""
@@ -93,6 +104,7 @@ class Metrics:
 
     def update(self, state: SchedulerState) -> None:
         """Refresh the gauges from the scheduler state."""
+        self.epoch.set(state.epoch)
         counts = {"running": 0, "finished": 0, "cancelled": 0, "failed": 0}
         for js in state.jobs.values():
             counts[js.state] = counts.get(js.state, 0) + 1
@@ -116,3 +128,19 @@ class Metrics:
         self.background.labels("held").set(len(state.background.flows))
         for name, value in state.background.counts.items():
             self.background.labels(name).set(value)
+
+
+class FollowerMetrics(Endpoint):
+    """What a replica that does not lead exports on the daemon's metrics port: its role, whether
+    etcd answers it, the requests it sent on to the leader and its leaderships so far."""
+
+    def __init__(self) -> None:
+        r = CollectorRegistry()
+        self.leader = Gauge("jitsched_replica_leader", "1 while this process leads (or is the one daemon)",
+                            registry=r)
+        self.etcd_up = Gauge("jitsched_replica_etcd_up", "1 while etcd answered this replica's last look",
+                             registry=r)
+        self.not_leader = Gauge("jitsched_replica_not_leader_answers",
+                                "Requests this follower answered not_leader", registry=r)
+        self.leaderships = Gauge("jitsched_replica_leaderships", "Times this replica was elected", registry=r)
+        super().__init__(r)

@@ -12,27 +12,42 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.ha import Election, Etcd, EtcdStore, Leader
+from jitsched.daemon.metrics import FollowerMetrics
 from jitsched.daemon.server import Daemon, KnownKeys, bind_error
 from jitsched.daemon.store import StoreError
+from jitsched.errors import ProtocolError, ValidationError
 from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, load_daemon_keys
 from jitsched.policies.base import Policy
-from jitsched.protocol import ErrorCode, encode_error, not_leader_message, peek_id
+from jitsched.protocol import (
+    FOLLOWER,
+    LEADER,
+    ErrorCode,
+    MsgType,
+    decode_request,
+    encode_error,
+    encode_ok,
+    not_leader_message,
+    peek_id,
+)
 
 log = logging.getLogger("jitsched.daemon.replica")
-
-FOLLOWER = "follower"
-LEADER = "leader"
 
 
 class Follower:
     """The sockets of a replica that does not lead: every request on the job and agent
-    endpoints gets ``not_leader`` naming the leader (or saying none is elected yet).
+    endpoints gets ``not_leader`` naming the leader (or saying none is elected yet), but a
+    ``status`` asking for the ``replica`` gets this replica's own (:meth:`status`).
 
-    With keys the sockets are CURVE servers letting in the same keys as the daemon's.
+    With keys the sockets are CURVE servers letting in the same keys as the daemon's. With
+    ``metrics_port`` the follower's gauges are served there until it closes.
     """
 
-    def __init__(self, config: DaemonConfig) -> None:
+    def __init__(self, config: DaemonConfig, leaderships: int = 0) -> None:
         self.ctx = zmq.Context()
+        self.metrics = FollowerMetrics()
+        self.metrics.leaderships.set(leaderships)
+        self.leaderships = leaderships
+        self.etcd_error = ""  # why etcd did not answer the last look ("" if it did)
         self._auth: ThreadAuthenticator | None = None
         self.socks: list[zmq.Socket] = []
         keys = load_daemon_keys(config.keys_dir) if config.keys_dir else None
@@ -53,10 +68,25 @@ class Follower:
                     s.bind(getattr(config, name))
                 except zmq.ZMQError as exc:
                     raise bind_error(name, getattr(config, name), exc) from None
+            if config.metrics_port:
+                try:
+                    self.metrics.serve(config.metrics_port)
+                except OSError as exc:
+                    raise ValidationError(f"metrics_port {config.metrics_port}: cannot serve on 127.0.0.1 "
+                                          f"({exc.strerror})") from None
         except BaseException:
             self.close()
             raise
         self.answered = 0  # requests answered not_leader
+
+    def status(self, leader: Leader | None) -> dict:
+        """This replica's answer to a ``status`` asking for the ``replica``: its role, the
+        leader it sees (None: none elected, or etcd unreachable: ``etcd_error`` says why)."""
+        return {"role": FOLLOWER, "epoch": leader.epoch if leader else 0,
+                "leader": {"job_endpoint": leader.job_endpoint, "agent_endpoint": leader.agent_endpoint,
+                           "epoch": leader.epoch} if leader else None,
+                "etcd_error": self.etcd_error, "leaderships": self.leaderships,
+                "not_leader_answers": self.answered}
 
     def serve(self, timeout_s: float, leader: Leader | None) -> None:
         """Answer what arrives within ``timeout_s``: ``not_leader`` naming ``leader``."""
@@ -64,6 +94,7 @@ class Follower:
         for s in self.socks:
             poller.register(s, zmq.POLLIN)
         msg = not_leader_message(*((leader.job_endpoint, leader.agent_endpoint, leader.epoch) if leader else ()))
+        self.metrics.etcd_up.set(0 if self.etcd_error else 1)
         for s, _ in poller.poll(int(timeout_s * 1000)):
             for _ in range(1000):
                 try:
@@ -72,15 +103,31 @@ class Follower:
                     break
                 if len(frames) < 2:
                     continue
+                reply = self._own_status(frames[-1], leader)
                 try:
-                    s.send_multipart([frames[0], encode_error(peek_id(frames[-1]), ErrorCode.NOT_LEADER, msg)],
-                                     zmq.NOBLOCK)
-                    self.answered += 1
+                    if reply is None:
+                        reply = encode_error(peek_id(frames[-1]), ErrorCode.NOT_LEADER, msg)
+                        self.answered += 1
+                    s.send_multipart([frames[0], reply], zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass  # the peer went: it asks again elsewhere
+        self.metrics.not_leader.set(self.answered)
+
+    def _own_status(self, data: bytes, leader: Leader | None) -> bytes | None:
+        """The reply to a ``status`` asking for the ``replica``; None for anything else."""
+        if len(data) > 4096:  # a status request is a few dozen bytes
+            return None
+        try:
+            req = decode_request(data, max_bytes=4096)
+        except ProtocolError:
+            return None
+        if req.type != MsgType.STATUS or not req.body.get("replica"):
+            return None
+        return encode_ok(req.id, self.status(leader))
 
     def close(self) -> None:
-        """Close the sockets (their ports are free again) and the key handler."""
+        """Close the sockets and the metrics endpoint (their ports are free again) and the key handler."""
+        self.metrics.shutdown()
         for s in self.socks:
             s.close(0)
         if self._auth is not None:
@@ -121,7 +168,7 @@ class Replica:
 
     def start(self) -> Replica:
         """Run in a background thread (its sockets bound as a follower first)."""
-        follower = Follower(self.config)  # a bind error is the caller's, at once
+        follower = Follower(self.config, self.leaderships)  # a bind error is the caller's, at once
         self._thread = threading.Thread(target=self.run, args=(follower,), name="jitsched-replica", daemon=True)
         self._thread.start()
         return self
@@ -149,7 +196,7 @@ class Replica:
         """Follow and lead in turn until :meth:`stop` (blocks)."""
         try:
             while not self._stop.is_set():
-                if self._follow(follower or Follower(self.config)):
+                if self._follow(follower or Follower(self.config, self.leaderships)):
                     self._lead()
                 follower = None
         except BaseException as exc:
@@ -172,6 +219,7 @@ class Replica:
                         log.warning("event=replica_etcd_unavailable error=%r", str(exc))
                     self.etcd_error = str(exc)
                     leader = None
+                follower.etcd_error = self.etcd_error
                 follower.serve(cfg.campaign_s, leader)
             return False
         finally:

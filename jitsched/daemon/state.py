@@ -33,7 +33,7 @@ from jitsched.daemon.store import Store, StoreError
 from jitsched.daemon.templates import JOURNAL_EVERY, TemplateBook
 from jitsched.dag.model import Cluster, Host
 from jitsched.errors import JitschedError
-from jitsched.protocol import ErrorCode, report_bodies
+from jitsched.protocol import LEADER, SINGLE, ErrorCode, report_bodies
 
 log = logging.getLogger("jitsched.daemon")
 
@@ -530,12 +530,15 @@ class SchedulerState:
         ``status_page_jobs``); the reply's ``next_after`` is the cursor of the
         next page, None on the last.
         """
+        if body.get("replica"):
+            return self.replica_status()
         after, limit = body.get("after", 0), body.get("limit", self.config.status_page_jobs)
         if after < 0 or limit < 1:
             return Reject(ErrorCode.INVALID_BODY, "body.after: must be >= 0, body.limit: must be >= 1")
         out = status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
                           loop=self.loop, inflight=self.client_inflight)
+        out["role"] = LEADER if self.epoch else SINGLE
         out["critical"] = {"refused": self.job_registry.critical_refused,
                            "admitted_as_normal": self.job_registry.critical_demoted}
         out["journal_errors"] = self.journal_errors
@@ -547,6 +550,16 @@ class SchedulerState:
             if t is not None:
                 entry["recurring"] = t.summary()
         return out
+
+    def replica_status(self) -> dict:
+        """This process's role among replicas (``single`` without etcd) and its epoch, in the
+        shape a follower's answer has (:meth:`jitsched.daemon.replica.Follower.status`)."""
+        cfg = self.config
+        return {"role": LEADER if self.epoch else SINGLE, "epoch": self.epoch,
+                "leader": {"job_endpoint": cfg.job_endpoint, "agent_endpoint": cfg.agent_endpoint,
+                           "epoch": self.epoch},
+                "etcd_error": "", "jobs_running": len(self.job_registry.active),
+                "agents_up": sum(1 for a in self.agent_table.agents.values() if a.up)}
 
     def prune(self, now: float) -> int:
         """Forget the ended jobs past their retention (``ended_retention_s``, ``max_ended_jobs``)
