@@ -161,8 +161,10 @@ class JobRegistry:
         self._forgotten: list[JobState] = []  # dropped outside prune: the next prune returns them
         self.critical_refused = 0  # critical submissions refused: no reservation could hold them
         self.critical_demoted = 0  # critical submissions admitted as normal, as their clients asked
-        # the critical jobs' reservations, on the daemon's clock and slot
-        self.reservations = ReservationBook(self.cluster, ReserveOptions(slot_s=config.slot_s))
+        # the critical jobs' reservations, on the daemon's clock and slot, each holding its
+        # job within (1 + [daemon] critical_epsilon) of its isolated JCT
+        self.reservations = ReservationBook(
+            self.cluster, ReserveOptions(eps=config.critical_epsilon, slot_s=config.slot_s))
 
     def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
         """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
