@@ -12,10 +12,11 @@ import numpy as np
 from jitsched.daemon.jobs import isolated_jct_s
 from jitsched.dag.model import Workload
 from jitsched.errors import ValidationError
-from jitsched.plan.reserve import ReservationBook, ReserveOptions, job_windows
+from jitsched.plan.reserve import ReservationBook, ReserveOptions
 from jitsched.policies.base import make_policy
 from jitsched.policies.reserved import Reserved
 from jitsched.sim import Simulator
+from jitsched.sim.isolated import isolated_windows
 from jitsched.workloads.paper import generate_workload
 
 POLICIES = ("jit", "sincronia")
@@ -174,7 +175,7 @@ def measure_shared(opts: ClassesOptions) -> list[dict]:
             for k in np.argsort([j.arrival_s for j in wl.jobs], kind="stable"):
                 j = wl.jobs[k]
                 if j.job_class == "critical":
-                    d = book.admit(j.id, j, j.arrival_s, job_windows(j, wl.cluster, ropts))
+                    d = book.admit(j.id, isolated_windows(j, wl.cluster, ropts), j.arrival_s)
                     if d.admitted:
                         admitted[int(k)] = j.id
                     else:

@@ -182,6 +182,9 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # sqlite file of submitted jobs and their progress (relative: to the TOML file's
     # directory); a daemon restarted with it resumes every unfinished job. None: no journal
     journal: str | None = _in("daemon", None)
+    # a critical job is admitted only with a reservation holding its JCT within
+    # (1 + critical_epsilon) of its JCT alone in the cluster (jitsched.plan.reserve)
+    critical_epsilon: float = _in("daemon", 0.05)
     policy: str = _in("scheduler", "jit")
     slot_s: float = _in("scheduler", DEFAULT_SLOT_S)
     # None: the policy's own default (jit: 0, no LP reservations; jit-paper: 0.4)
@@ -385,6 +388,9 @@ def check_config(cfg: DaemonConfig) -> None:
     if not cfg.host_leave_s > cfg.heartbeat_timeout_s:
         raise ValidationError(f"[daemon].host_leave_s: must exceed heartbeat_timeout_s "
                               f"({cfg.heartbeat_timeout_s:g}; inf: never), got {cfg.host_leave_s!r}")
+    if not 0 <= cfg.critical_epsilon < math.inf:
+        raise ValidationError(f"[daemon].critical_epsilon: must be a finite number >= 0 (a critical job's JCT "
+                              f"bound over its isolated JCT, less 1), got {cfg.critical_epsilon!r}")
     if cfg.planning not in PLANNING_MODES:
         raise ValidationError(f"planning: expected incremental or full, got {cfg.planning!r}")
     if not cfg.joint_replan_s >= 0:

@@ -189,6 +189,7 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
     from jitsched.daemon import Daemon
     from jitsched.workloads.synth import layer_chain_job
     from tests.test_daemon import config
+    from tests.test_daemon_limits import tiny_job
 
     d = Daemon(config(journal=str(tmp_path / "j.db"), planner_process=False, policy="jit")).start()
     try:
@@ -196,6 +197,7 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
             jid = c.register_template(layer_chain_job("tpl", "h0", "h1"))
             for n in (1, 2, 3):
                 c.iteration(jid, n, step_s=0.5 + 0.1 * n)
+            assert c.submit(tiny_job("crit", 1.25e8, src="h2", dst="h3") | {"class": "critical"})["class"] == "critical"
         d.state.journal_errors, d.state.journal_last_error = 2, "database or disk is full"
         assert main(["status", "--daemon", d.job_endpoint]) == 0
     finally:
@@ -203,6 +205,7 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "recurring tpl: 3 iterations, mean 0.700 s" in out
     assert "JOURNAL: 2 writes failed (last: database or disk is full)" in out
+    assert "critical jobs (JCT within 1.05x isolated): 1 holding reservations, 0 refused" in out
 
 
 def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):

@@ -110,14 +110,14 @@ def test_bad_run_options_exit_2_naming_the_field_before_anything_runs(monkeypatc
 ])
 def test_ingress_ordering_is_on_by_default_under_jit_only(monkeypatch, policy, ingress, enforced):
     seen = []
-    monkeypatch.setattr(e2e, "_run", lambda sc, name, options: seen.append(options.enforce_ingress) or {})
+    monkeypatch.setattr(e2e, "run_workload", lambda sc, name, options: seen.append(options.enforce_ingress) or {})
     e2e.run_scenario("quick", policy=policy, ingress=ingress)
     assert seen == [enforced]
 
 
 def test_run_scenario_takes_options_and_keyword_overrides(monkeypatch):
     seen = []
-    monkeypatch.setattr(e2e, "_run", lambda sc, name, options: seen.append((sc, name, options)) or {})
+    monkeypatch.setattr(e2e, "run_workload", lambda sc, name, options: seen.append((sc, name, options)) or {})
     base = TestbedOptions(policy="none", link_mbit=50.0, alpha=0.4)
     e2e.run_scenario("paper-mini", base)
     e2e.run_scenario("paper-mini", base, policy="jit", seed=2)
@@ -126,6 +126,12 @@ def test_run_scenario_takes_options_and_keyword_overrides(monkeypatch):
         ("paper-mini", base), ("paper-mini", replace(base, policy="jit", seed=2)),
         ("quick", TestbedOptions(link_mbit=20.0))]
     assert seen[0][0] == SCENARIOS["paper-mini"]
+    # a scenario with a critical job runs twice on one testbed (jitsched.testbed.classes)
+    from jitsched.testbed import classes
+
+    monkeypatch.setattr(classes, "run_classes", lambda sc, name, options: seen.append(("classes", name)) or {})
+    e2e.run_scenario("classes", base)
+    assert seen[-1] == ("classes", "classes") and len(seen) == 4
     # the policy second, as before the options object: a clear error, not a silent mix-up
     with pytest.raises(TypeError, match="policy='none'"):
         e2e.run_scenario("quick", "none")
@@ -133,7 +139,7 @@ def test_run_scenario_takes_options_and_keyword_overrides(monkeypatch):
         e2e.run_scenario("quick", no_such_field=1)
     with pytest.raises(ValidationError, match="link_mbit"):
         e2e.run_scenario("quick", base, link_mbit=0.0)
-    assert len(seen) == 3
+    assert len(seen) == 4
 
 
 @pytest.mark.parametrize("completed, failed, rc", [(2, {}, 0), (1, {}, 1), (2, {"h3": "OSError: gone"}, 1)])

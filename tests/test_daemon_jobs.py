@@ -199,7 +199,8 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     assert got["class"] == "normal" and got["unguaranteed"]["bottleneck"] == "h0 egress"
     assert reg.jobs["b"].job.job_class == "normal" and reg.jobs["b"].guard_until_s == -math.inf
     assert "b" not in reg.reservations.held and reg.critical_demoted == 1
-    assert st.status({}, 0.5)["critical"] == {"refused": 1, "admitted_as_normal": 1}
+    assert st.status({}, 0.5)["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
+                                              "admitted_as_normal": 1}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
     assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
     assert "job_id" in submit(st, "n", None, 0.6)
@@ -243,7 +244,42 @@ def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start
             got = c.submit(critical("b", "h0", "h2"), if_unguaranteed="normal")
             assert got["class"] == "normal" and got["unguaranteed"]["bottleneck"] == "h0 egress"
             assert got["unguaranteed"]["earliest_start_s"] > 0
-            assert c.status()["critical"] == {"refused": 1, "admitted_as_normal": 1}
+            assert c.status()["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
+                                              "admitted_as_normal": 1}
+    finally:
+        d.stop()
+
+
+def test_a_real_daemon_guarantees_within_its_critical_epsilon(tmp_path):
+    import tomli_w
+
+    from jitsched.client import Client
+    from jitsched.config import config_doc, load_config
+    from jitsched.daemon import Daemon
+    from jitsched.errors import RemoteError
+
+    # the setting as an operator writes it, read back from the TOML
+    p = tmp_path / "d.toml"
+    p.write_text(tomli_w.dumps(config_doc(config(planner_process=False, policy="jit", critical_epsilon=1.0))))
+    cfg = load_config(p)
+    assert cfg.critical_epsilon == 1.0
+    d = Daemon(cfg).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            assert c.submit(critical("a", "h0", "h1"))["class"] == "critical"
+            # b leaves h0 at once too: within 2x its 1.2-s isolated JCT it can wait for a's
+            # transfer (refused at the default 0.05, above), so it is guaranteed
+            assert c.submit(critical("b", "h0", "h2"))["class"] == "critical"
+            # a third cannot wait behind both within 2x: refused, its target 2x its isolated
+            # JCT, up to the slot
+            with pytest.raises(RemoteError) as err:
+                c.submit(critical("c", "h0", "h3"))
+            assert err.value.detail["bottleneck"] == "h0 egress"
+            assert err.value.detail["isolated_jct_s"] == pytest.approx(1.2)
+            assert err.value.detail["target_jct_s"] == pytest.approx(2.4)
+            assert c.status()["critical"] == {"epsilon": 1.0, "reserved": 2, "refused": 1,
+                                              "admitted_as_normal": 0}
+        assert d.state.job_registry.reservations.options.eps == 1.0
     finally:
         d.stop()
 

@@ -2,8 +2,9 @@
 
 Every import counts, including those inside functions (lazy imports) and
 ``importlib.import_module`` calls with a literal name: a production host
-agent must not load the emulated testbed, the daemon neither, and the job
-model sits below the LAT pass.
+agent must not load the emulated testbed, the daemon neither, the job
+model sits below the LAT pass, and planning below the policies and the
+simulator.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("jitsched/client/api.py", ("jitsched.agents",), "the client registers flows through jitsched.localreg"),
     ("jitsched/netns.py", ("jitsched.agents", "jitsched.testbed"), "a low layer imports neither side"),
     ("jitsched/localreg.py", ("jitsched.agents", "jitsched.testbed"), "a low layer imports neither side"),
+    ("jitsched/plan/*.py", ("jitsched.sim", "jitsched.policies", "jitsched.daemon", "jitsched.testbed"),
+     "planning sits below the policies and the simulator, which import it"),
+    ("jitsched/policies/*.py", ("jitsched.sim", "jitsched.daemon", "jitsched.testbed"),
+     "the policies sit below the simulator and the daemon, which run them"),
     ("jitsched/client/sdk.py", ("jitsched.daemon", "jitsched.agents", "jitsched.testbed"),
      "a training process reaches the daemon and its agent through the client and jitsched.localreg"),
 ]
@@ -133,6 +138,10 @@ def f():
     ("jitsched/dag/model.py", "def topo():\n    from jitsched.dag.lat import topological_order\n"),
     ("jitsched/dag/model.py", "from jitsched.dag import lat\n"),
     ("jitsched/client/api.py", "def f():\n    from jitsched.agents.agent import register_flow\n"),
+    ("jitsched/plan/reserve.py", "def f():\n    from jitsched.sim import Simulator\n"),
+    ("jitsched/plan/lp.py", "from jitsched.policies.base import SlotSchedule\n"),
+    ("jitsched/plan/fake.py", "from ..sim.isolated import isolated_run\n"),
+    ("jitsched/policies/reserved.py", "def f():\n    from jitsched.sim.engine import Simulator\n"),
 ])
 def test_a_violation_is_caught(rel, src):
     assert len(violations({rel: src})) == 1
@@ -143,4 +152,6 @@ def test_allowed_imports_pass():
         "agents/backends/fake.py": "from jitsched.netns import ifindex_in\nfrom jitsched.testbedx import y\n",
         "jitsched/testbed/fake.py": "from jitsched.agents.backends.htb import install_shaper\n",
         "jitsched/dag/lat.py": "from jitsched.dag.model import DagArrays\n",
+        "jitsched/sim/isolated.py": "from jitsched.plan.reserve import job_windows\n",
+        "jitsched/policies/reserved.py": "from jitsched.plan.reserve import ReservationBook\n",
     }) == []

@@ -9,6 +9,7 @@ from jitsched.plan.reserve import ReservationBook, ReserveOptions
 from jitsched.policies.base import make_policy
 from jitsched.policies.reserved import Reserved
 from jitsched.sim import Simulator
+from jitsched.sim.isolated import isolated_windows
 from tests.dags import cluster, job
 
 CL = cluster(4)  # 1e9 bytes/s per port
@@ -31,7 +32,7 @@ def test_a_reserved_job_keeps_its_target_where_the_inner_policy_would_rank_it_la
     # jit alone: the normal job's 2 s on h0 go first
     assert Simulator(wl, "jit").run().jct_s[0] > 2.0
     book = ReservationBook(CL, OPTS)
-    assert book.admit("kept", replace(kept, job_class="critical"), 0.0).admitted
+    assert book.admit("kept", isolated_windows(replace(kept, job_class="critical"), CL, OPTS), 0.0).admitted
     res = Simulator(wl, Reserved(make_policy("jit"), book, {0: "kept"})).run()
     assert res.jct_s[0] <= 1.05 * iso + 1e-9
     # the other job takes what the reservation leaves: 2.4 s of h0's egress in all

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from jitsched.dag.model import Workload, parse_job
-from jitsched.plan.reserve import ReservationBook, ReserveOptions, job_windows, solve_reservation
+from jitsched.plan.reserve import ReservationBook, ReserveOptions, solve_reservation
 from jitsched.policies.base import make_policy
 from jitsched.policies.reserved import Reserved
 from jitsched.sim import Simulator
+from jitsched.sim.isolated import isolated_windows
 from tests.dags import cluster, job
 
 SLOT = 0.05
@@ -33,7 +34,7 @@ def sends_last(jid: str = "last"):
 
 
 def test_windows_stretch_the_isolated_schedule_by_one_plus_eps():
-    w = job_windows(sends_last(), CL, OPTS)
+    w = isolated_windows(sends_last(), CL, OPTS)
     assert w.isolated_s == pytest.approx(1.3)
     assert w.target_s == pytest.approx(1.4)  # 1.05 x 1.3 = 1.365, up to the slot
     # the transfer ran 0.8-1.2 s alone: 0.84-1.26 s stretched, slots 16..25 outwards
@@ -43,10 +44,10 @@ def test_windows_stretch_the_isolated_schedule_by_one_plus_eps():
 def test_two_critical_jobs_share_a_port_and_each_meets_its_target_in_the_simulator():
     book = ReservationBook(CL, OPTS)
     a, b = sends_first(), sends_last()
-    assert book.admit("first", a, 0.0).admitted
+    assert book.admit("first", isolated_windows(a, CL, OPTS), 0.0).admitted
     # port exclusivity refused this one (h0's egress is the first's until its JCT);
     # the LP finds the port free when the second needs it
-    d = book.admit("last", b, 0.0)
+    d = book.admit("last", isolated_windows(b, CL, OPTS), 0.0)
     assert d.admitted and d.bottleneck == ""
     # every window gets its bytes; no port-slot carries more than its line rate
     for h in book.held.values():
@@ -60,23 +61,23 @@ def test_two_critical_jobs_share_a_port_and_each_meets_its_target_in_the_simulat
     # the simulator enforcing the reservations: each JCT within 1.05x its isolated JCT
     jobs = (replace(a, arrival_s=0.0), replace(b, arrival_s=0.0))
     res = Simulator(Workload(CL, jobs), Reserved(make_policy("jit"), book, {0: "first", 1: "last"})).run()
-    iso = np.array([job_windows(j, CL, OPTS).isolated_s for j in jobs])
+    iso = np.array([isolated_windows(j, CL, OPTS).isolated_s for j in jobs])
     assert np.all(res.jct_s <= 1.05 * iso + 1e-9)
 
 
 def test_a_job_no_reservation_can_hold_names_the_port_and_the_earliest_start():
     book = ReservationBook(CL, OPTS)
-    assert book.admit("first", sends_first(), 0.0).admitted
-    assert book.admit("last", sends_last(), 0.0).admitted
+    assert book.admit("first", isolated_windows(sends_first(), CL, OPTS), 0.0).admitted
+    assert book.admit("last", isolated_windows(sends_last(), CL, OPTS), 0.0).admitted
     again = sends_first("again")
-    d = book.admit("again", again, 0.0)
+    d = book.admit("again", isolated_windows(again, CL, OPTS), 0.0)
     # h0's egress is the first's for 0.4 s from 0: nothing of 0.4 GB fits by 0.45 s
     assert not d.admitted and d.bottleneck == "h0 egress"
     # the port is free from 0.4 s until the second's transfer at 0.8 s: 0.4 s, just enough
     # for a window started at 0.35 s (0.35-0.8 s: the rounded 0.45 s, one slot the first's)
     assert d.earliest_start_s == pytest.approx(0.35)
     assert "again" not in book.held
-    assert book.admit("again", again, d.earliest_start_s).admitted
+    assert book.admit("again", isolated_windows(again, CL, OPTS), d.earliest_start_s).admitted
     # the three in the simulator, the third arriving at its earliest start
     jobs = (sends_first(), sends_last(), replace(again, arrival_s=d.earliest_start_s))
     res = Simulator(Workload(CL, jobs), Reserved(make_policy("jit"), book,
@@ -91,22 +92,22 @@ def test_an_ingress_bottleneck_is_named_as_one():
     other = parse_job(job("other", computes=[("c", "h2", 0.1)], transfers=[("t", "h3", "h2", 4e8)],
                           edges=[("t", "c")]) | {"class": "critical"}, CL)
     book = ReservationBook(CL, OPTS)
-    assert book.admit("into", into, 0.0).admitted
-    d = book.admit("other", other, 0.0)
+    assert book.admit("into", isolated_windows(into, CL, OPTS), 0.0).admitted
+    d = book.admit("other", isolated_windows(other, CL, OPTS), 0.0)
     assert not d.admitted and d.bottleneck == "h2 ingress"
 
 
 def test_released_reservations_free_their_ports():
     book = ReservationBook(CL, OPTS)
-    assert book.admit("first", sends_first(), 0.0).admitted
-    assert not book.admit("again", sends_first("again"), 0.0, hold=False).admitted
+    assert book.admit("first", isolated_windows(sends_first(), CL, OPTS), 0.0).admitted
+    assert not book.admit("again", isolated_windows(sends_first("again"), CL, OPTS), 0.0, hold=False).admitted
     book.release("first", 0.0)
     assert book.held == {}
-    assert book.admit("again", sends_first("again"), 0.0).admitted
+    assert book.admit("again", isolated_windows(sends_first("again"), CL, OPTS), 0.0).admitted
 
 
 def test_the_lp_alone_leaves_demand_unmet_only_where_capacity_lacks():
-    w = job_windows(sends_first(), CL, OPTS)
+    w = isolated_windows(sends_first(), CL, OPTS)
     n = w.n_slots
     full = np.full((len(CL), n), 1e9)
     assert solve_reservation(w, full, full, CL, SLOT).feasible

@@ -380,9 +380,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  ({st['jobs_pruned']} ended jobs pruned after their retention, "
               f"{st.get('pages', 1)} status pages)")
     crit = st.get("critical") or {}
-    if crit.get("refused") or crit.get("admitted_as_normal"):
-        print(f"  critical jobs: {crit.get('refused', 0)} refused (no reservation on what other critical "
-              f"jobs reserve could hold them), {crit.get('admitted_as_normal', 0)} admitted as normal instead")
+    if crit.get("reserved") or crit.get("refused") or crit.get("admitted_as_normal"):
+        print(f"  critical jobs (JCT within {1 + crit.get('epsilon', 0.0):g}x isolated): "
+              f"{crit.get('reserved', 0)} holding reservations, {crit.get('refused', 0)} refused (no reservation "
+              f"on what other critical jobs reserve could hold them), {crit.get('admitted_as_normal', 0)} admitted "
+              "as normal instead")
     if st.get("journal_errors"):
         print(f"  JOURNAL: {st['journal_errors']} writes failed (last: {escape(st.get('journal_last_error', ''))}); "
               "submissions are refused until it can be written")

@@ -10,8 +10,9 @@ from jitsched.config import ANONYMOUS, DaemonConfig
 from jitsched.daemon.limits import check_job, check_job_map, job_bytes, memory_ceiling, rss_bytes
 from jitsched.daemon.reject import Reject
 from jitsched.dag.model import Cluster, Job, critical_path_s, parse_cluster, parse_job
-from jitsched.plan.reserve import ReservationBook, ReserveOptions, Windows, job_windows
+from jitsched.plan.reserve import ReservationBook, ReserveOptions, Windows
 from jitsched.protocol import ErrorCode
+from jitsched.sim.isolated import isolated_windows
 
 
 def scoped_id(owner: str | None, job_id: str) -> str:
@@ -118,7 +119,7 @@ class Prepared:
     done: list[str]
     started: list[str]
     if_unguaranteed: str = "refuse"  # a critical job that cannot be guaranteed: UNGUARANTEED
-    windows: Windows | None = None  # a critical job's reservation windows (reserve.job_windows)
+    windows: Windows | None = None  # a critical job's reservation windows (sim.isolated.isolated_windows)
 
 
 class JobRegistry:
@@ -160,8 +161,10 @@ class JobRegistry:
         self._forgotten: list[JobState] = []  # dropped outside prune: the next prune returns them
         self.critical_refused = 0  # critical submissions refused: no reservation could hold them
         self.critical_demoted = 0  # critical submissions admitted as normal, as their clients asked
-        # the critical jobs' reservations, on the daemon's clock and slot
-        self.reservations = ReservationBook(self.cluster, ReserveOptions(slot_s=config.slot_s))
+        # the critical jobs' reservations, on the daemon's clock and slot, each holding its
+        # job within (1 + [daemon] critical_epsilon) of its isolated JCT
+        self.reservations = ReservationBook(
+            self.cluster, ReserveOptions(eps=config.critical_epsilon, slot_s=config.slot_s))
 
     def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
         """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
@@ -265,7 +268,7 @@ class JobRegistry:
             out_left[s] = out_left.get(s, 0) + 1
             in_left[d] = in_left.get(d, 0) + 1
         # a critical job's isolated schedule is simulated here, off the daemon's loop
-        win = job_windows(job, self.cluster, self.reservations.options) if job.job_class == "critical" else None
+        win = isolated_windows(job, self.cluster, self.reservations.options) if job.job_class == "critical" else None
         return Prepared(job, index, ports, out_left, in_left, progress[0], progress[1], fallback, win)
 
     def admit(self, prep: Prepared, now: float, owner: str | None = None) -> JobState | Reject:
@@ -289,7 +292,7 @@ class JobRegistry:
             return Reject(ErrorCode.DUPLICATE_JOB, f"job {prep.job.id!r} is already running")
         job, guard, why = prep.job, -math.inf, None
         if job.job_class == "critical":
-            d = self.reservations.admit(jid, job, now, prep.windows)
+            d = self.reservations.admit(jid, prep.windows, now)
             if d.admitted:
                 guard = d.start_s + d.target_s
             else:
@@ -351,7 +354,7 @@ class JobRegistry:
             js.out_left[s] = js.out_left.get(s, 0) + 1
             js.in_left[d] = js.in_left.get(d, 0) + 1
         if job.job_class == "critical":  # admitted before: reserved again if its ports allow
-            d = self.reservations.admit(job.id, job, now)
+            d = self.reservations.admit(job.id, isolated_windows(job, self.cluster, self.reservations.options), now)
             if d.admitted:
                 js.guard_until_s = d.start_s + d.target_s
         return self._insert(js)

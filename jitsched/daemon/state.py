@@ -539,7 +539,8 @@ class SchedulerState:
                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
                           loop=self.loop, inflight=self.client_inflight)
         out["role"] = LEADER if self.epoch else SINGLE
-        out["critical"] = {"refused": self.job_registry.critical_refused,
+        out["critical"] = {"epsilon": self.config.critical_epsilon, "reserved": len(self.job_registry.reservations.held),
+                           "refused": self.job_registry.critical_refused,
                            "admitted_as_normal": self.job_registry.critical_demoted}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.sparse import csc_matrix
 
-from jitsched.dag.model import Cluster, Job, Workload
+from jitsched.dag.model import Cluster, Job
 from jitsched.errors import ValidationError
 from jitsched.plan.lp import _new_highs
 from jitsched.plan.planner import DEFAULT_SLOT_S
@@ -102,43 +102,68 @@ class Windows:
         return int(self.last.max()) + 1 if len(self.last) else 0
 
 
-def job_windows(job: Job, cluster: Cluster, options: ReserveOptions) -> Windows:
+@dataclass(frozen=True)
+class Isolated:
+    """A job's schedule alone in its cluster: what its reservation windows stretch.
+
+    Attributes
+    ----------
+    start_s, finish_s : ndarray of float64
+        Each transfer's start and finish (seconds from the job's start), in the
+        order of ``job.transfers``.
+    jct_s : float
+        The job's isolated JCT, seconds.
+    """
+
+    start_s: np.ndarray
+    finish_s: np.ndarray
+    jct_s: float
+
+
+def job_windows(job: Job, cluster: Cluster, isolated: Isolated, options: ReserveOptions) -> Windows:
     """The windows of ``job``'s transfers: its isolated schedule stretched by ``1 + eps``.
 
-    The job runs alone in the simulator under the default jit; each transfer's
-    interval ``[start, finish]`` (from the job's start) becomes
-    ``[(1 + eps) start, (1 + eps) finish]``, rounded outwards to the slot. A
-    transfer's predecessors then end by its window's start, and its
-    successors start after its window's end, so a job that sends every
-    transfer's bytes within its window finishes by ``(1 + eps)`` times its
-    isolated JCT, up to the rounding (a slot at each end of a window); the
-    stretched isolated rates fit the windows, so a job is never infeasible on
-    idle ports. Each window's end is its transfer's latest arrival for the
-    stretched JCT target.
+    Each transfer's interval ``[start, finish]`` in ``isolated`` (from the
+    job's start) becomes ``[(1 + eps) start, (1 + eps) finish]``, rounded
+    outwards to the slot. A transfer's predecessors then end by its window's
+    start, and its successors start after its window's end, so a job that
+    sends every transfer's bytes within its window finishes by ``(1 + eps)``
+    times its isolated JCT, up to the rounding (a slot at each end of a
+    window); the stretched isolated rates fit the windows, so a job is never
+    infeasible on idle ports. Each window's end is its transfer's latest
+    arrival for the stretched JCT target.
 
     Parameters
     ----------
     job : Job
     cluster : Cluster
+    isolated : Isolated
+        ``job`` run alone in ``cluster`` (:func:`jitsched.sim.isolated.isolated_run`
+        runs it in the simulator under the default jit).
     options : ReserveOptions
 
     Returns
     -------
     Windows
-    """
-    from jitsched.sim import Simulator  # the simulator imports the policies, which import planning
 
-    res = Simulator(Workload(cluster, (replace(job, arrival_s=0.0),)), "jit").run()
-    n_comp = len(job.computes)
-    start = np.asarray(res.node_start_s[n_comp:], dtype=np.float64)
-    finish = np.asarray(res.node_finish_s[n_comp:], dtype=np.float64)
-    iso = float(res.jct_s[0])
+    Raises
+    ------
+    ValidationError
+        If ``isolated`` does not give one interval per transfer of ``job``.
+    """
+    start = np.asarray(isolated.start_s, dtype=np.float64)
+    finish = np.asarray(isolated.finish_s, dtype=np.float64)
+    n = len(job.transfers)
+    if start.shape != (n,) or finish.shape != (n,):
+        raise ValidationError(f"isolated: {n} transfers need {n} starts and finishes, "
+                              f"got {start.shape} and {finish.shape}")
     index = cluster.index
     win = Windows(tuple(t.id for t in job.transfers),
                   np.array([index(t.src) for t in job.transfers], dtype=np.int64),
                   np.array([index(t.dst) for t in job.transfers], dtype=np.int64),
                   np.array([t.bytes for t in job.transfers], dtype=np.float64),
-                  np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), iso, 0.0, finish, start)
+                  np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), float(isolated.jct_s), 0.0,
+                  finish, start)
     return delayed(win, 0.0, options)
 
 
@@ -362,15 +387,15 @@ class ReservationBook:
         """The first slot no reservation holds."""
         return max((h.end_slot for h in self.held.values()), default=0)
 
-    def admit(self, job_id: str, job: Job, now: float, windows: Windows | None = None,
-              hold: bool = True) -> Decision:
-        """Reserve for critical job ``job_id`` starting ``now`` (book clock, seconds), if it
-        can be guaranteed there; else say which port binds and the earliest start found.
+    def admit(self, job_id: str, windows: Windows, now: float, hold: bool = True) -> Decision:
+        """Reserve for critical job ``job_id``, whose transfers must send in ``windows``
+        (:func:`job_windows`), starting ``now`` (book clock, seconds), if it can be
+        guaranteed there; else say which port binds and the earliest start found.
 
         With ``hold`` False the decision is made and nothing is reserved.
         """
         slot = self.options.slot_s
-        win = windows if windows is not None else job_windows(job, self.cluster, self.options)
+        win = windows
         s0 = math.ceil(now / slot - 1e-9)
         first = res = self._try(win, s0)
         # what is left of the target after the slot rounding may delay the windows instead
@@ -442,5 +467,5 @@ class ReservationBook:
         return float(h.rates[k, s]) if 0 <= s < h.rates.shape[1] else 0.0
 
 
-__all__ = ["Decision", "Held", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
+__all__ = ["Decision", "Held", "Isolated", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
            "job_windows", "solve_reservation"]

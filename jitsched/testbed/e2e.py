@@ -106,7 +106,11 @@ def run_scenario(scenario: str = "quick", options: TestbedOptions | None = None,
     options = TestbedOptions(**overrides) if options is None else replace(options, **overrides)
     sc = get_scenario(scenario)
     with _sigterm_as_exit():
-        return _run(sc, scenario, options)
+        if sc.critical_model:
+            from jitsched.testbed.classes import run_classes
+
+            return run_classes(sc, scenario, options)
+        return run_workload(sc, scenario, options)
 
 
 @contextlib.contextmanager
@@ -123,7 +127,30 @@ def _sigterm_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _run(sc, scenario: str, options: TestbedOptions) -> dict:
+def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Testbed | None = None,
+                 workload=None, watch: tuple[str, ...] = ()) -> dict:
+    """One run of :func:`run_scenario`: the daemon, agents, sinks, runners and files of one workload.
+
+    Parameters
+    ----------
+    sc : Scenario
+    scenario : str
+        Its name (the workload's, unless ``workload`` is given).
+    options : TestbedOptions
+    tb : Testbed, optional
+        A testbed that is up, of ``sc.hosts`` hosts at the run's link rate, left
+        up; None: one is brought up and torn down.
+    workload : (Workload, list of BackgroundFlow), optional
+        The jobs and files to run instead of the scenario's (:func:`build_workload`).
+    watch : tuple of str
+        Flow-id prefixes whose rates the agents record (``details.agents.*.watched_max_Bps``:
+        the largest rate each flow was given).
+
+    Returns
+    -------
+    dict
+        As :func:`run_scenario`.
+    """
     from jitsched.client.runner import JobResult
     from jitsched.config import DaemonConfig
     from jitsched.testbed.scenario import background_contention, build_workload
@@ -136,8 +163,10 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
     # small to register ahead of the background (TcBackend's dl_tos class); the
     # switch ports' priority band is a separate choice (switch_priority).
     tos = SCHEDULED_TOS if options.switch_priority or options.enforced else None
-    tb = testbed.up(sc.hosts, link_mbit, prefix=prefix,
-                    priority_tos=SCHEDULED_TOS if options.switch_priority else None)
+    own = tb is None
+    if own:
+        tb = testbed.up(sc.hosts, link_mbit, prefix=prefix,
+                        priority_tos=SCHEDULED_TOS if options.switch_priority else None)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     bulk, bulk_stats = None, {}
@@ -156,7 +185,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
 
             enforcement = summarize(measure_enforcement(tb, slot_s=options.slot_s, n_slots=options.measure_slots,
                                                         seed=seed))
-        wl, bg = build_workload(tb, link_mbit, scenario, seed)
+        wl, bg = build_workload(tb, link_mbit, scenario, seed) if workload is None else workload
         # the daemon knows each host's link; under ingress enforcement the agents shape
         # a little below it themselves (AgentOptions.ingress_share), as `jitsched agent` does
         cluster = wl.cluster
@@ -175,7 +204,7 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
                                        ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress,
-                                        options.spare, options.background_floor)))
+                                        options.spare, options.background_floor, watch)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
@@ -257,7 +286,8 @@ def _run(sc, scenario: str, options: TestbedOptions) -> dict:
         got = stop_children(children)
         daemon_stats = got.pop("daemon", daemon_stats)
         agent_reports |= {name: rep for name, rep in got.items() if rep}
-        testbed.down(prefix)
+        if own:
+            testbed.down(prefix)
         for f in os.listdir(tmp):
             os.unlink(os.path.join(tmp, f))
         os.rmdir(tmp)
@@ -411,7 +441,32 @@ def _daemon_main(cfg, conn) -> None:
                            "capacity_changes": st.agent_table.capacity.changes,
                            "capacity": {h: st.agent_table.capacity.host_view(h) for h in st.cluster.names},
                            # announced files: how many the daemon got, and how they left
-                           "background": dict(st.background.counts)}))
+                           "background": dict(st.background.counts),
+                           "critical": critical_stats(st)}))
+
+
+def critical_stats(st) -> dict:
+    """The critical jobs' side of a daemon's state after a run (:func:`_daemon_main`'s stats).
+
+    Returns
+    -------
+    dict
+        ``epsilon`` (``[daemon] critical_epsilon``), ``refused`` and ``admitted_as_normal`` (counts), ``classes`` (each job that
+        asked to be critical and was admitted: the class it ran in) and ``reservations``
+        (per job still holding one: its start, the isolated JCT and the JCT target it
+        was reserved for, and each transfer's largest reserved rate, bytes/s).
+    """
+    reg = st.job_registry
+    book = reg.reservations
+    slot = book.options.slot_s
+    return {"epsilon": book.options.eps, "refused": reg.critical_refused, "admitted_as_normal": reg.critical_demoted,
+            "classes": {jid: js.job.job_class for jid, js in reg.jobs.items()
+                        if js.job.job_class == "critical" or js.unguaranteed is not None},
+            "reservations": {jid: {"start_s": h.start_slot * slot, "isolated_jct_s": h.windows.isolated_s,
+                                   "target_jct_s": h.windows.target_s,
+                                   "max_rate_Bps": {tid: float(h.rates[k].max(initial=0.0))
+                                                    for k, tid in enumerate(h.windows.ids)}}
+                             for jid, h in book.held.items()}}
 
 
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
@@ -494,7 +549,7 @@ def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: i
 
 
 def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,
-                 floor: float, conn) -> None:
+                 floor: float, watch: tuple[str, ...], conn) -> None:
     """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
     from jitsched.agents.agent import Agent
     from jitsched.agents.options import AgentOptions
@@ -502,6 +557,7 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
 
     agents = []
     late_ms: list[float] = []
+    watched: dict[str, float] = {}
     try:
         for name, netns, dev in hosts:
             with in_netns(netns):
@@ -516,7 +572,7 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
             raise testbed.TestbedError("agents did not register")
         for a in agents:
-            _time_slot_changes(a, late_ms)
+            _time_slot_changes(a, late_ms, watch, watched)
         conn.send(("ready", {a.host: a.local_name for a in agents}))
         _wait_stop(conn)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
@@ -524,7 +580,7 @@ def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, 
     finally:
         for a in agents:
             a.stop()  # removes the flow classes, puts the link shaper back
-    _tell(conn, ("stats", agent_stats(agents, late_ms)))
+    _tell(conn, ("stats", agent_stats(agents, late_ms) | ({"watched_max_Bps": watched} if watch else {})))
 
 
 def stop_children(children: list[_Child]) -> dict:
@@ -597,8 +653,11 @@ def failed_agents(stats_by_process: dict[str, dict]) -> dict[str, str]:
     return {h: why for st in stats_by_process.values() for h, why in st.get("failed", {}).items()}
 
 
-def _time_slot_changes(agent, late_ms: list[float]) -> None:
-    """Record how long after its slot boundary each slot's rates reached the kernel (ms).
+def _time_slot_changes(agent, late_ms: list[float], watch: tuple[str, ...] = (),
+                       watched: dict[str, float] | None = None) -> None:
+    """Record how long after its slot boundary each slot's rates reached the kernel (ms),
+    and into ``watched`` the largest rate each flow whose id starts with one of ``watch``
+    was given (bytes/s).
 
     Wraps the agent's backend: the first apply in a new slot of the agent's
     schedule is that slot's change; applies for flow registrations within a
@@ -612,6 +671,10 @@ def _time_slot_changes(agent, late_ms: list[float]) -> None:
         s = agent.schedule
         t0 = time.time_ns()
         apply(flows, leftover_Bps)
+        if watch and watched is not None:
+            for f in flows:
+                if f.flow_id.startswith(watch):
+                    watched[f.flow_id] = max(watched.get(f.flow_id, 0.0), float(f.rate_Bps))
         if s and s.get("slot_s"):
             slot_ns = int(s["slot_s"] * 1e9)
             k = (t0 - s["epoch_ns"]) // slot_ns

@@ -55,6 +55,14 @@ class Scenario:
         An unannounced constant-rate stream (UDP, which does not yield as TCP
         does) of this share of the link, for the whole run, from the host DL
         transfers use least into the one they use most (0: none).
+    critical_model : str
+        "" (none), or the model of one more job, ``<model>-critical``, submitted
+        as ``critical``: parameter server on the first host, worker on the
+        second, arriving at the median arrival of the other jobs. Its files
+        all start at 0 s, each on one of its four ports in turn (out of its
+        server, into its worker, out of its worker, into its server; the other
+        end one of the remaining hosts), and :func:`jitsched.testbed.e2e.run_scenario`
+        runs it alone first for its isolated JCT (:mod:`jitsched.testbed.classes`).
     """
 
     hosts: int
@@ -66,6 +74,7 @@ class Scenario:
     file_lead_s: float = 2.0
     link_mbit: float = DEFAULT_LINK_MBIT
     bulk_share: float = 0.0
+    critical_model: str = ""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -80,6 +89,10 @@ SCENARIOS: dict[str, Scenario] = {
     # schedules: planned on the line rate, transfers into it arrive after their LATs
     "live-capacity": Scenario(hosts=4, jobs=6, rate_per_s=0.5, models=("lenet", "alexnet", "vgg16"),
                               files=0, bulk_share=0.85),
+    # a critical VGG16 among quick's normal jobs and four files of 20 Gbit (scaled: 20 s of
+    # the link each), one on each of its ports; measured alone first, then among them
+    "classes": Scenario(hosts=4, jobs=6, rate_per_s=0.5, models=("lenet", "alexnet", "vgg16"),
+                        files=4, file_gbit=(20.0,), critical_model="vgg16"),
 }
 
 # Modules of the daemon side that `testbed run` drives.
@@ -149,13 +162,38 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     span = float(arrivals[-1]) if len(arrivals) else 0.0
     sizes = _equal_shares(rng, sc.file_gbit, sc.files)
     bg = []
-    for k, gbit in enumerate(sizes):
+    if sc.critical_model:
+        bg = critical_files(names, [g * 1e9 / 8 * scale for g in sizes])
+    for k, gbit in enumerate(sizes if not sc.critical_model else ()):
         s, d = rng.choice(len(names), size=2, replace=False)
         at = float(rng.uniform(0.0, span)) if k else 0.0
         bg.append(BackgroundFlow(f"file-{k}", names[s], names[d], gbit * 1e9 / 8 * scale, at))
     jobs = [scale_job(load_model_job(m, names[ps], names[w], f"{m}-{k}", float(a)), scale)
             for k, (m, (ps, w), a) in enumerate(zip(models, hosts, arrivals, strict=True))]
+    if sc.critical_model:
+        at = float(np.median(arrivals)) if len(arrivals) else lead
+        crit = load_model_job(sc.critical_model, names[0], names[1], f"{sc.critical_model}-critical", at)
+        jobs.append(replace(scale_job(crit, scale), job_class="critical"))
     return Workload(cluster, tuple(jobs)), bg
+
+
+def critical_files(names: list[str], sizes: list[float]) -> list[BackgroundFlow]:
+    """Files ``file-<k>`` of ``sizes`` bytes, all from 0 s, on a critical job's ports in turn.
+
+    The job's parameter server is ``names[0]`` and its worker ``names[1]``: file
+    ``k`` leaves the server, enters the worker, leaves the worker, enters the
+    server (``k`` mod 4), its other end one of the remaining hosts: with two of
+    them, no two of the first four files share a port.
+    """
+    others = names[2:]
+    if not others:
+        raise TestbedError("a critical job's files need a third host")
+    out = []
+    for k, size in enumerate(sizes):
+        o = others[((k + 1) // 2) % len(others)]
+        src, dst = ((names[0], o), (o, names[1]), (names[1], o), (o, names[0]))[k % 4]
+        out.append(BackgroundFlow(f"file-{k}", src, dst, size, 0.0))
+    return out
 
 
 def bulk_path(wl: Workload) -> tuple[str, str]:

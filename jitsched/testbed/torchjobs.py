@@ -161,7 +161,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
                 for h in hosts:
                     children.append(_Child(f"agent-{h.name}", _agents_main,
                                            ([(h.name, h.netns, h.dev)], agent_ep, ns_tag,
-                                            options.enforce_ingress, options.spare, options.background_floor)))
+                                            options.enforce_ingress, options.spare, options.background_floor, ())))
                 for c in children[1:]:
                     c.ready()
             file_bytes = sc.file_link_s * bps / 8

@@ -1,0 +1,144 @@
+"""The testbed's class scenarios: a critical job run alone for its isolated JCT, then among normal jobs and files on its ports."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+
+from jitsched import testbed
+from jitsched.testbed.options import TestbedOptions
+
+# A flow carried its reservation when the agents gave it at least this share of its
+# largest reserved rate in some slot (the body's rates are the reservation's floats).
+CARRIED_SHARE = 1.0 - 1e-6
+
+
+def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
+    """Run a scenario with a critical job (``Scenario.critical_model``) on one testbed:
+    the critical job alone, then the whole workload, both under ``options.policy``.
+
+    Each run has a daemon and agents of its own (the first's reservation is gone
+    when the second's daemon admits the job again). The first is the job's
+    isolated JCT on these links under this policy; the second its JCT among
+    the normal jobs and the files that take its ports.
+
+    Parameters
+    ----------
+    sc : Scenario
+    scenario : str
+    options : TestbedOptions
+
+    Returns
+    -------
+    dict
+        The second run's result (:func:`jitsched.testbed.e2e.run_scenario`), with
+        ``jobs`` and ``completed`` counting the run alone too, ``agents_failed``
+        of both, and ``critical_job``; ``critical_jct_s`` and
+        ``critical_isolated_jct_s`` (on the testbed, alone) and
+        ``critical_over_isolated``; ``normal_mean_jct_s``; ``admission``: the
+        daemon's decision in the second run (``admitted``, ``admitted as
+        normal``, ``refused``), its ``epsilon`` and the isolated JCT and target
+        it reserved for (the simulator's, at the line rate); ``critical_reserved``:
+        the job's transfers with reserved rates, those the agents scheduled
+        (``registered``: a transfer under 10 ms at the line rate rides
+        unregistered) and those the agents gave at least their largest reserved
+        rate (``carried``). ``details.isolated`` holds the run alone's figures.
+    """
+    from jitsched.testbed.e2e import SCHEDULED_TOS, failed_agents, run_workload
+    from jitsched.testbed.scenario import build_workload
+
+    link_mbit = options.link_mbit or sc.link_mbit
+    tb = testbed.up(sc.hosts, link_mbit, prefix=options.prefix,
+                    priority_tos=SCHEDULED_TOS if options.switch_priority else None)
+    try:
+        wl, bg = build_workload(tb, link_mbit, scenario, options.seed)
+        [crit] = [j for j in wl.jobs if j.job_class == "critical"]
+        watch = (f"{crit.id}/",)
+        alone_wl = replace(wl, jobs=(replace(crit, arrival_s=0.0),))
+        alone = run_workload(replace(sc, bulk_share=0.0), scenario, replace(options, measure_slots=0), tb=tb,
+                             workload=(alone_wl, []), watch=watch)
+        out = run_workload(sc, scenario, options, tb=tb, workload=(wl, bg), watch=watch)
+    finally:
+        testbed.down(options.prefix)
+    jct = _jct(out, crit.id)
+    iso = _jct(alone, crit.id)
+    normal = [x for j in wl.jobs if j.job_class == "normal" for x in (_jct(out, j.id),) if x is not None]
+    daemon = out["details"]["daemon"].get("critical") or {}
+    out |= {
+        "jobs": out["jobs"] + alone["jobs"], "completed": out["completed"] + alone["completed"],
+        "agents_failed": {**failed_agents(alone["details"]["agents"]), **out["agents_failed"]},
+        "critical_job": crit.id, "critical_jct_s": jct, "critical_isolated_jct_s": iso,
+        "critical_over_isolated": jct / iso if jct is not None and iso else None,
+        "normal_mean_jct_s": statistics.fmean(normal) if normal else None,
+        "admission": admission(daemon, crit.id),
+        "critical_reserved": carried(daemon, out["details"]["agents"], crit.id),
+    }
+    out["details"]["isolated"] = {k: alone[k] for k in ("completed", "mean_jct_s", "lat_hit_rate", "agents_failed")} | {
+        k: alone["details"][k] for k in ("jct_s", "errors", "daemon", "wall_s", "transfers")} | {
+        "admission": admission(alone["details"]["daemon"].get("critical") or {}, crit.id),
+        "critical_reserved": carried(alone["details"]["daemon"].get("critical") or {},
+                                     alone["details"]["agents"], crit.id)}
+    return out
+
+
+def _jct(run: dict, job_id: str) -> float | None:
+    """``job_id``'s JCT in ``run``; None if it did not complete."""
+    if job_id in run["details"]["errors"]:
+        return None
+    x = run["details"]["jct_s"].get(job_id)
+    return None if x is None or math.isnan(x) else float(x)
+
+
+def admission(critical: dict, job_id: str) -> dict:
+    """What the daemon decided for critical job ``job_id`` (its stats' ``critical`` block:
+    :func:`jitsched.testbed.e2e.critical_stats`).
+
+    Returns
+    -------
+    dict
+        ``decision`` (``admitted``, ``admitted as normal``, ``refused``; None
+        when the daemon sent no stats), ``epsilon``, and when reserved for
+        ``isolated_jct_s`` and ``target_jct_s`` (the daemon's, simulated at the line
+        rate) and ``start_s`` (daemon clock).
+    """
+    if not critical:
+        return {"decision": None}
+    cls = critical.get("classes", {}).get(job_id)
+    decision = {"critical": "admitted", None: "refused" if critical.get("refused") else None}.get(
+        cls, "admitted as normal")
+    res = critical.get("reservations", {}).get(job_id) or {}
+    return {"decision": decision, "epsilon": critical.get("epsilon")} | {
+        k: res[k] for k in ("isolated_jct_s", "target_jct_s", "start_s") if k in res}
+
+
+def carried(critical: dict, agents: dict, job_id: str) -> dict:
+    """How many of ``job_id``'s reserved transfers the agents gave their reserved rate.
+
+    Parameters
+    ----------
+    critical : dict
+        The daemon's ``critical`` stats.
+    agents : dict
+        Per agent process, its stats (``watched_max_Bps``: each watched flow's largest rate).
+    job_id : str
+
+    Returns
+    -------
+    dict
+        ``transfers`` (with a reserved rate above 0), ``registered`` (of those, the
+        ones an agent scheduled) and ``carried`` (of those, the ones an agent gave at
+        least their largest reserved rate).
+    """
+    res = (critical.get("reservations") or {}).get(job_id) or {}
+    seen: dict[str, float] = {}
+    for st in agents.values():
+        for fid, r in (st.get("watched_max_Bps") or {}).items():
+            seen[fid] = max(seen.get(fid, 0.0), r)
+    want = {f"{job_id}/{tid}": r for tid, r in (res.get("max_rate_Bps") or {}).items() if r > 0}
+    got = {fid: seen[fid] for fid in want if fid in seen}
+    return {"transfers": len(want), "registered": len(got),
+            "carried": sum(got[fid] >= CARRIED_SHARE * want[fid] for fid in got)}
+
+
+__all__ = ["admission", "carried", "run_classes"]
