@@ -1,5 +1,9 @@
 """The daemon's TOML configuration: cluster hosts, endpoints, slot length, alpha, objective, keys."""
 
+# One module although past 500 lines: DaemonConfig declares every setting once (its TOML
+# table, type and default beside its meaning), and the checks below read those same
+# declarations; split, a setting's declaration and its check would drift apart.
+
 from __future__ import annotations
 
 import math
