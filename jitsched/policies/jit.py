@@ -60,6 +60,13 @@ SLOT_EPS = 1e-9
 # DAG bytes first, a job's transfers by LAT, background flows among them by
 # remaining bytes times bg_weight).
 LEFTOVERS = ("fair", "priority")
+# What a job's size is in Smith's rule (JitOptions.job_size): "bytes", the bytes it
+# has left; "bottleneck", those bytes times min(1, twice the share of its bytes its
+# busiest port carries), which leaves a job of one parameter server and any
+# number of unsharded workers as it is (a port carries at least half of its
+# bytes) and counts a job whose bytes spread over many ports (ring all-reduce,
+# sharded servers) by its bottleneck, as Sincronia and Varys count a coflow.
+JOB_SIZES = ("bytes", "bottleneck")
 # A background flow that takes this long at its source's line rate ranks against
 # DL jobs by its remaining bytes times bg_weight; other sizes scale that key
 # linearly (see _priority). A time, not a byte count, so that the order is
@@ -246,6 +253,10 @@ class JitOptions:
         source's line rate) to this power, Smith's rule for jobs with their
         bytes left as the size; 0: the group's bytes alone. Default
         :data:`DEFAULT_JOB_EXP` (1), measured in ``bench/bench_order.py``.
+    job_size : {"bytes", "bottleneck"}
+        With ``leftover="priority"`` and ``job_exp`` not 0: a job's size in
+        Smith's rule (:data:`JOB_SIZES`): its bytes left (default), or those
+        scaled to its busiest port (:func:`bottleneck_scale`).
     be_age : float
         With ``leftover="priority"``: a best-effort job ranks as normal once
         it has waited ``be_age`` times its isolated JCT since it arrived
@@ -274,6 +285,7 @@ class JitOptions:
     leftover: str = "priority"
     bg_weight: float = DEFAULT_BG_WEIGHT
     job_exp: float = DEFAULT_JOB_EXP
+    job_size: str = "bytes"
     be_age: float = DEFAULT_BE_AGE
     bg_floor: float = 0.0
     lp_workers: int = 1
@@ -295,6 +307,8 @@ class JitOptions:
                                              and job_exp >= 0):
             raise ValidationError(f"job_exp: must be a finite number >= 0, got {job_exp!r}")
         put("job_exp", float(job_exp))
+        if self.job_size not in JOB_SIZES:
+            raise ValidationError(f"job_size: expected one of {JOB_SIZES}, got {self.job_size!r}")
         be_age = self.be_age
         if isinstance(be_age, bool) or not (isinstance(be_age, (int, float)) and not math.isnan(be_age)
                                             and be_age >= 0):
@@ -387,6 +401,7 @@ class JitPolicy(Policy):
         self._virtual_options = replace(self.plan_options, time_limit_s=None)
         self.leftover, self.bg_weight, self.bg_floor = o.leftover, o.bg_weight, o.bg_floor
         self.job_exp, self.be_age, self.dl_share = o.job_exp, o.be_age, o.dl_share
+        self.job_size = o.job_size
         self._share_of: tuple = (None, None)  # (cluster, its dl_share-scaled copy)
         self.backfill = o.backfill
         self.resolve_period_s = o.resolve_period_s
@@ -422,6 +437,7 @@ class JitPolicy(Policy):
         self._slot_plan: SlotPlan | None = None  # checked view of the plan arrays, set by _replan
         self._epoch = 0.0
         self._prio_dag = None  # the DagArrays _need/_pair_left were built for
+        self._job_scale = np.zeros(0)  # per job: the factor on its bytes left (job_size)
         self._need = np.zeros(0)  # per node: LAT of the job planned alone (s), the in-job order
         self._pair_left = np.zeros(0)  # per (job, src, dst) group: bytes of its transfers not yet done
         self._group = np.zeros(0, dtype=np.int64)  # per node: its (job, src, dst) group
@@ -635,6 +651,8 @@ class JitPolicy(Policy):
             self._pair_left = np.bincount(self._group[left], weights=dag.size[left],
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
+            self._job_scale = (bottleneck_scale(dag, h) if self.job_size == "bottleneck"
+                               else np.ones(dag.n_jobs))
 
     def _job_tiers(self, view: SchedulerView) -> np.ndarray | None:
         """Each job's class as it ranks now (aged best-effort jobs as normal), or None if all rank as normal.
@@ -723,7 +741,7 @@ class JitPolicy(Policy):
                                        *(np.where(tr, a, -1) for a in (dag.job_of, dag.src, dag.dst)),
                                        view.bg_bytes, cap_e, bg_ref_s=BG_REF_S, bg_weight=self.bg_weight,
                                        crumb_rtol=DRIFT_RTOL, n_jobs=dag.n_jobs, job_left=self._job_left,
-                                       job_exp=self.job_exp)
+                                       job_exp=self.job_exp, job_scale=self._job_scale)
         return self._prio
 
     def _priority_rates(self, view: SchedulerView, k: int | None, cap_e, cap_i) -> tuple[np.ndarray, int]:
@@ -898,7 +916,8 @@ class JitPolicy(Policy):
         src, dst = dag.src[nodes].astype(np.int64), dag.dst[nodes].astype(np.int64)
         cap_e = self._capacities(view.cluster)[0]
         if self.job_exp and len(nodes):
-            left = _job_scaled(left, grp, job, src, view.remaining[nodes], cap_e, self.job_exp)
+            left = _job_scaled(left, grp, job, src, view.remaining[nodes], cap_e, self.job_exp,
+                               self._job_scale)
         tiers = self._job_tiers(view)
         tier = tiers[job] if tiers is not None else None
         if not nb:
@@ -1027,9 +1046,10 @@ class JitPolicy(Policy):
         nodes = _unfinished_transfers(view)
         tiers = self._job_tiers(view)
         job = dag.job_of[nodes]
+        scale = bottleneck_scale(dag, len(view.cluster)) if self.job_size == "bottleneck" else None
         ranks = group_ranks(job, dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
                             len(view.cluster), self._capacities(view.cluster)[0], self.job_exp,
-                            None if tiers is None else tiers[job])
+                            None if tiers is None else tiers[job], scale)
         first = max(base.prio.values(), default=-1) + 1 if base is not None else 0
         flows, prio = [], {}
         for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
@@ -1079,7 +1099,7 @@ class JitPolicy(Policy):
 
 def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np.ndarray,
                 n_hosts: int, egress: np.ndarray | None = None, job_exp: float = 0.0,
-                tier: np.ndarray | None = None) -> np.ndarray:
+                tier: np.ndarray | None = None, job_scale: np.ndarray | None = None) -> np.ndarray:
     """Dense ranks of transfers by their job's class, their (job, src, dst) group's bytes left, then job, src, dst.
 
     :meth:`JitPolicy.priority_ranks`'s order computed from scratch (it keeps
@@ -1100,6 +1120,8 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     tier : ndarray of int, shape (T,), optional
         Each transfer's job's class as it ranks (``jitsched.dag.model.CRITICAL``
         first); None: all one class.
+    job_scale : ndarray, shape (max(job) + 1,), optional
+        A factor per job index on its bytes left (:func:`bottleneck_scale`); None: 1.
 
     Returns
     -------
@@ -1113,17 +1135,52 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     grp = grp.ravel()
     left = np.bincount(grp, weights=remaining)
     if job_exp:
-        left = _job_scaled(left, grp, job, src, remaining, egress, job_exp)
+        left = _job_scaled(left, grp, job, src, remaining, egress, job_exp, job_scale)
     return _rank_groups(grp, left, job, src, dst, tier)
 
 
 def _job_scaled(left: np.ndarray, grp: np.ndarray, job: np.ndarray, src: np.ndarray, remaining: np.ndarray,
-                egress: np.ndarray, job_exp: float) -> np.ndarray:
-    """Groups' bytes ``left`` times (their job's bytes left over ``BG_REF_S`` of the source's line rate) ** job_exp."""
+                egress: np.ndarray, job_exp: float, job_scale: np.ndarray | None = None) -> np.ndarray:
+    """Groups' bytes ``left`` times (their job's bytes left, times its ``job_scale``, over ``BG_REF_S``
+    of the source's line rate) ** job_exp."""
     job_left = np.bincount(job, weights=remaining)
+    size = np.maximum(job_left[job], 0.0)
+    if job_scale is not None:
+        size = size * job_scale[job]
     out = np.zeros(len(left))
-    out[grp] = left[grp] * np.power(np.maximum(job_left[job], 0.0) / (BG_REF_S * egress[src]), job_exp)
+    out[grp] = left[grp] * np.power(size / (BG_REF_S * egress[src]), job_exp)
     return out
+
+
+def bottleneck_scale(dag, n_hosts: int) -> np.ndarray:
+    """Per job, min(1, twice the share of its transfers' bytes its busiest port carries).
+
+    A job's bytes times this are its size under ``job_size="bottleneck"``
+    (:data:`JOB_SIZES`): 1 for a parameter-server job with one server (its
+    server's egress or ingress carries at least half its bytes), 1/2 for a
+    ring all-reduce of 4 workers (each link 2(N-1)/N of the gradients, the
+    job 2(N-1) of them), about 1/M for a job sharded over M servers.
+
+    Parameters
+    ----------
+    dag : DagArrays
+    n_hosts : int
+
+    Returns
+    -------
+    ndarray, shape (dag.n_jobs,)
+        In (0, 1]; 1 for a job without transfers.
+    """
+    tr = dag.kind == TRANSFER
+    job = dag.job_of[tr].astype(np.int64)
+    w = dag.size[tr]
+    ports = np.zeros((dag.n_jobs, 2 * n_hosts))
+    np.add.at(ports, (job, dag.src[tr].astype(np.int64)), w)
+    np.add.at(ports, (job, n_hosts + dag.dst[tr].astype(np.int64)), w)
+    total = np.bincount(job, weights=w, minlength=dag.n_jobs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = 2.0 * ports.max(axis=1) / total
+    return np.where(total > 0, np.minimum(share, 1.0), 1.0)
 
 
 def _rank_groups(grp: np.ndarray, left: np.ndarray, job: np.ndarray, src: np.ndarray,
