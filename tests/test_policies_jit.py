@@ -462,7 +462,7 @@ def test_job_exp_puts_a_small_job_before_a_big_jobs_small_pair():
 
 def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
     # The hand case above through the ranks the daemon pushes, with the policy's defaults
-    # (job_exp 1): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
+    # (job_exp 1.5): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
     # job_exp 0 would rank the 8 MB pair first (8 < 13 MB left on the pair).
     from jitsched.policies.jit import JitOptions, JitPolicy
 
@@ -475,7 +475,7 @@ def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
     for pol in (JitPolicy(), JitPolicy(JitOptions(job_exp=0.0))):
         pol.reset(cluster)
         got[pol.job_exp] = pol.schedule(_view([small, big], cluster)).prio
-    assert got[1.0] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
+    assert got[1.5] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
     assert got[0.0] == {("big", "t1"): 0, ("small", "t"): 1, ("big", "t2"): 2}
 
 
@@ -517,7 +517,7 @@ def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_w
         return priority.group_priority_reference(src, dst, node, job, bg, remaining, self.size, self.need,
                                                  self.group, self.pair_left, self.bg_bytes, self.egress,
                                                  BG_REF_S, bg_weight, DRIFT_RTOL, self.n_jobs, free_e, free_i,
-                                                 self.job_left, self.job_exp)
+                                                 self.job_left, self.job_exp, self.job_scale)
 
     got = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight, job_exp=job_exp)).run()
     with pytest.MonkeyPatch.context() as mp:

@@ -77,7 +77,7 @@ JOB_SIZES = ("bytes", "bottleneck")
 BG_REF_S = 8.0
 # The files' weight against DL jobs. Alone (job_exp 0), 0.7 was the measured
 # choice (bench/paper, 100 hosts, 150 DL jobs, seeds 0-1): 0.6 lost Sincronia's
-# speedup at load 0.9, 0.9 its background slowdown there. With DEFAULT_JOB_EXP 1
+# speedup at load 0.9, 0.9 its background slowdown there. With job_exp 1
 # (below) the files need a smaller weight to keep ahead of Sincronia's
 # (bench_order, seeds 0-5, speed-up / JCT / files' slowdown; Sincronia 1.819 /
 # 4.395 / 1.590 at the paper point, 1.688 / 4.596 / 1.352 at load 0.5): 0.7 gives
@@ -89,18 +89,32 @@ DEFAULT_BG_WEIGHT = 0.5
 # speed-up is a mean of JCT ratios: ranked by its host pair's bytes alone, a LeNet
 # job (12.8 MB gradient) waited 0.1 s behind an Inception-v3 job's 8 MB pair on the
 # same port at the paper point (seed 0: 0.31 s instead of 0.21). bench_order, seeds
-# 0-5: job_exp 0 (bg_weight 0.7) gives 1.794 / 4.464 / 1.550 at the paper point,
-# behind Sincronia's speed-up, and 1.688 / 4.479 / 1.316 at load 0.5; job_exp 1
-# (bg_weight 0.5) leads Sincronia on all three at both points, and on the paper
-# point's speed-up in 5 seeds of 6 (seed 0: 1.798 vs 1.812); job_exp 0.5 (bg_weight
-# 0.7; 1.830 / 4.280 / 1.573, 1.707 / 4.420 / 1.333) in 4 of 6. On the testbed
-# (the daemon's ranks, jit runs alternating, quiet machine) job_exp 1 and 0 cannot be
-# told apart: quick, 6 runs each, 7.51 s mean JCT under both (7.02-7.96 vs 7.28-7.82);
-# paper-mini, 4 runs each, 7.81 vs 7.74 s (7.45-8.33 vs 7.13-8.18). The three runs
-# of each that once looked slower with job_exp 1 were that spread. Since the agents' ACK
-# class takes ACKs with SACK blocks (aec59f1) quick shows the gain: 5.92, 5.97 s with
-# job_exp 1 against 6.57, 5.93 s with 0.
-DEFAULT_JOB_EXP = 1.0
+# 0-5, speed-up / JCT / files' slowdown (Sincronia 1.820 / 4.395 / 1.590 at the paper
+# point, 1.688 / 4.596 / 1.352 at load 0.5): job_exp 0 (bg_weight 0.7) 1.794 / 4.464 /
+# 1.550 and 1.688 / 4.479 / 1.316, behind Sincronia's speed-up; job_exp 1 1.833 /
+# 4.298 / 1.575 and 1.704 / 4.464 / 1.326; job_exp 1.5 1.836 / 4.311 / 1.578 and
+# 1.711 / 4.445 / 1.345; job_exp 2 1.838 / 4.298 / 1.583 and 1.710 / 4.454 / 1.352
+# (files level with Sincronia's at load 0.5). The regime workloads (bench.paper
+# --regimes, load 0.5, 60 jobs, 20 hosts, seeds 0-9), mean JCT against Sincronia's
+# with the paired 95 % half-width, job_exp 1 / 1.5 / 2: 1 Gbit/s -1.4 ± 2.6 / -2.6 ±
+# 3.6 / -1.1 ± 5.8 %; 10 Gbit/s -1.1 ± 2.0 / -3.0 ± 3.0 / -3.4 ± 3.2 %; 40 Gbit/s
+# -0.4 ± 1.4 / -1.0 ± 1.1 / -1.0 ± 1.1 %; 100 Gbit/s -0.2 ± 0.3 / -0.5 ± 0.2 / -0.5 ±
+# 0.2 %, mean speed-up over TensorFlow ahead of Sincronia's at every rate with each.
+# Past 1.5 the gain at 10 Gbit/s comes from the files ranking behind more DL jobs
+# (files last, job_exp 1: -3.6 %), which bench_order's files' slowdown forbids.
+# On the testbed (the daemon's ranks, quiet machine) job_exp 1 and 0 could not be
+# told apart: quick, 6 runs each, 7.51 s mean JCT under both; with the agents' ACK
+# class taking ACKs with SACK blocks, quick: 5.92, 5.97 s with job_exp 1 against
+# 6.57, 5.93 s with 0. job_exp 1.5 has no testbed figure yet.
+DEFAULT_JOB_EXP = 1.5
+# A job's size in Smith's rule (JitOptions.job_size, JOB_SIZES). The mixed-shape
+# point (python -m bench.paper --mixed --mixed-seeds 3; ring all-reduce, sharded
+# and unsharded parameter-server jobs of 4 workers), with job_exp 1.5: "bottleneck"
+# 1.017 s mean JCT, all-reduce jobs 0.525 s, mean speed-up 2.075; "bytes" ranks a
+# ring by all of its 2(N-1) gradient copies, twice its busiest port's bytes, behind
+# parameter-server jobs whose bottleneck carries more (job_exp 1: 0.697 s all-reduce,
+# "bottleneck" 0.558). Jobs of one unsharded server rank the same under both.
+DEFAULT_JOB_SIZE = "bottleneck"
 # Per-solve LP iteration budget: machine-independent, unlike a time limit, so
 # a simulation's plans are the same on any machine. The largest solve of the
 # 300-job paper workload (100 hosts) takes 11.6k iterations (0.8 s here, about
@@ -252,11 +266,12 @@ class JitOptions:
         host pair) times (the job's bytes left over ``BG_REF_S`` of the
         source's line rate) to this power, Smith's rule for jobs with their
         bytes left as the size; 0: the group's bytes alone. Default
-        :data:`DEFAULT_JOB_EXP` (1), measured in ``bench/bench_order.py``.
+        :data:`DEFAULT_JOB_EXP` (1.5), measured in ``bench/bench_order.py`` and
+        the regime sweep.
     job_size : {"bytes", "bottleneck"}
         With ``leftover="priority"`` and ``job_exp`` not 0: a job's size in
-        Smith's rule (:data:`JOB_SIZES`): its bytes left (default), or those
-        scaled to its busiest port (:func:`bottleneck_scale`).
+        Smith's rule (:data:`JOB_SIZES`): its bytes left, or those scaled to
+        its busiest port (:func:`bottleneck_scale`); default :data:`DEFAULT_JOB_SIZE`.
     be_age : float
         With ``leftover="priority"``: a best-effort job ranks as normal once
         it has waited ``be_age`` times its isolated JCT since it arrived
@@ -285,7 +300,7 @@ class JitOptions:
     leftover: str = "priority"
     bg_weight: float = DEFAULT_BG_WEIGHT
     job_exp: float = DEFAULT_JOB_EXP
-    job_size: str = "bytes"
+    job_size: str = DEFAULT_JOB_SIZE
     be_age: float = DEFAULT_BE_AGE
     bg_floor: float = 0.0
     lp_workers: int = 1
