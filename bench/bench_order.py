@@ -345,6 +345,7 @@ GRID = (("sincronia", "sincronia", {}), ("jit", "jit", {}),
         # same runs), measured here through the kernel: seconds per run, not minutes
         *((f"jit job_exp 1 (x job's bytes left), bg_weight {w:g}", "jit", {"job_exp": 1.0, "bg_weight": w})
           for w in (0.7, 0.5, 0.35)),
+        ("jit job_exp 2", "jit", {"job_exp": 2.0}),
         *((f"jit DL cap {c:g}", "cap", {"cap": c}) for c in (0.9, 0.75, 0.5)))
 
 

@@ -1074,8 +1074,9 @@ cdef class GroupPriority:
     # IN  bg_ref_s, bg_weight, crumb_rtol, n_jobs: as jitsched.plan.alloc.GroupPriority
     # IN  group_job (G,): each group's job (any value where job_exp is 0)
     # IN  job_left (J,): bytes each job has in transfers not yet done
-    # IN  job_exp: a group's key is scaled by (its job's bytes left / bg_ref_s of
-    #     the line rate) ** job_exp (0: not scaled)
+    # IN  job_scale (J,): each job's bytes left count times this (1: as they are)
+    # IN  job_exp: a group's key is scaled by (its job's bytes left times its
+    #     job_scale / bg_ref_s of the line rate) ** job_exp (0: not scaled)
     """
 
     cdef const double[::1] size
@@ -1087,6 +1088,7 @@ cdef class GroupPriority:
     cdef double bg_ref_s, bg_weight, crumb_rtol, job_exp
     cdef const long long[::1] group_job
     cdef const double[::1] job_left
+    cdef const double[::1] job_scale
     cdef double* jsent  # per job: bytes its live transfers sent (zeros between calls)
     cdef long long n_jobs
     cdef Py_ssize_t n_groups
@@ -1113,6 +1115,7 @@ cdef class GroupPriority:
                  long long n_jobs,
                  const long long[::1] group_job,
                  const double[::1] job_left,
+                 const double[::1] job_scale,
                  double job_exp):
         self.size = size
         self.need = need
@@ -1126,6 +1129,7 @@ cdef class GroupPriority:
         self.n_jobs = n_jobs
         self.group_job = group_job
         self.job_left = job_left
+        self.job_scale = job_scale
         self.job_exp = job_exp
         cdef Py_ssize_t j, g, ng = pair_left.shape[0]
         self.jsent = <double*> malloc((n_jobs + 1) * sizeof(double))
@@ -1266,6 +1270,7 @@ cdef class GroupPriority:
                     fe = self.job_left[self.group_job[g]] - self.jsent[self.group_job[g]]
                     if fe < 0.0:
                         fe = 0.0
+                    fe = fe * self.job_scale[self.group_job[g]]
                     key[x] = key[x] * pow(fe / (self.bg_ref_s * egress[src[x]]), self.job_exp)
                 cand[m] = x
                 m += 1

@@ -69,17 +69,20 @@ def cases(draw):
     job_exp = draw(st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.0]))
     job_left = np.array([draw(st.one_of(st.sampled_from([0.0, 8.0, 16.0]), st.floats(0.0, 80.0)))
                          for _ in range(nj)])
+    # a factor per job on its bytes left (job_size "bottleneck"), or none (ones)
+    job_scale = (np.array([draw(st.sampled_from([1.0, 0.5, 1 / 3, 0.75])) for _ in range(nj)])
+                 if draw(st.booleans()) else None)
     return dict(src=f_src, dst=f_dst, node=f_node, job=f_job, bg=f_bg, remaining=np.array(rem), size=size,
                 need=need, group=group, pair_left=pair_left, bg_bytes=bg_bytes, egress=egress, bg_ref_s=8.0,
                 bg_weight=bg_weight, crumb_rtol=1e-6, n_jobs=nj, free_e=np.array(draw(caps)),
-                free_i=np.array(draw(caps)), job_left=job_left, job_exp=job_exp), (job, src, dst)
+                free_i=np.array(draw(caps)), job_left=job_left, job_exp=job_exp, job_scale=job_scale), (job, src, dst)
 
 
 def kernel(c, nodes_of):
     return priority.GroupPriority(c["size"], c["need"], c["group"], c["pair_left"], *nodes_of, c["bg_bytes"],
                                c["egress"], bg_ref_s=c["bg_ref_s"], bg_weight=c["bg_weight"],
                                crumb_rtol=c["crumb_rtol"], n_jobs=c["n_jobs"], job_left=c["job_left"],
-                               job_exp=c["job_exp"])
+                               job_exp=c["job_exp"], job_scale=c["job_scale"])
 
 
 def flows_of(c):
@@ -166,3 +169,24 @@ def test_group_priority_bad_input():
         k.rates([0], [1], [-1], [-1], [1], [1.0], [1.0, 1.0], [1.0, 1.0])
     with pytest.raises(ValidationError, match="shape"):
         k.rates([0], [1], [0, 1], [0], [-1], [1.0], [1.0, 1.0], [1.0, 1.0])
+
+
+def test_group_priority_job_scale_by_hand():
+    # Two jobs send 0 -> 1: job 0 4 bytes there of 8 left in all, job 1 3 of 3.
+    # With job_exp 1 job 1 goes first (3 * 3 < 4 * 8); with job 0's bytes scaled by
+    # 1/4 (job_size "bottleneck": its bytes spread over four ports) job 0 does (4 * 2 < 3 * 3).
+    size, need = np.array([0.0, 4.0, 3.0]), np.zeros(3)
+    job, src, dst = np.array([-1, 0, 1]), np.array([-1, 0, 0]), np.array([-1, 1, 1])
+    flows = ([0, 0], [1, 1], [1, 2], [0, 1], [-1, -1], [4.0, 3.0], [1.0, 1.0], [1.0, 1.0])
+    ok = dict(bg_ref_s=8.0, bg_weight=1.0, crumb_rtol=1e-6, n_jobs=2, job_left=np.array([8.0, 3.0]), job_exp=1.0)
+    for scale, want in ((None, [0.0, 1.0]), (np.array([0.25, 1.0]), [1.0, 0.0])):
+        k = priority.GroupPriority(size, need, np.array([0, 1, 2]), np.array([0.0, 4.0, 3.0]), job, src, dst,
+                                   np.zeros(0), np.full(2, 10.0), job_scale=scale, **ok)
+        assert k.rates(*flows).tolist() == want
+        ref = dict(zip(("src", "dst", "node", "job", "bg", "remaining", "free_e", "free_i"), flows, strict=True))
+        assert priority.group_priority_reference(
+            **ref, size=size, need=need, group=np.array([0, 1, 2]), pair_left=np.array([0.0, 4.0, 3.0]),
+            bg_bytes=np.zeros(0), egress=np.full(2, 10.0), job_scale=scale, **ok).tolist() == want
+    with pytest.raises(ValidationError, match="job_scale"):
+        priority.GroupPriority(size, need, np.array([0, 1, 2]), np.array([0.0, 4.0, 3.0]), job, src, dst,
+                               np.zeros(0), np.full(2, 10.0), job_scale=np.array([0.0, 1.0]), **ok)

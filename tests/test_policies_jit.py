@@ -462,7 +462,7 @@ def test_job_exp_puts_a_small_job_before_a_big_jobs_small_pair():
 
 def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
     # The hand case above through the ranks the daemon pushes, with the policy's defaults
-    # (job_exp 1): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
+    # (job_exp 1.5): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
     # job_exp 0 would rank the 8 MB pair first (8 < 13 MB left on the pair).
     from jitsched.policies.jit import JitOptions, JitPolicy
 
@@ -475,7 +475,7 @@ def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
     for pol in (JitPolicy(), JitPolicy(JitOptions(job_exp=0.0))):
         pol.reset(cluster)
         got[pol.job_exp] = pol.schedule(_view([small, big], cluster)).prio
-    assert got[1.0] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
+    assert got[1.5] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
     assert got[0.0] == {("big", "t1"): 0, ("small", "t"): 1, ("big", "t2"): 2}
 
 
@@ -517,7 +517,7 @@ def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_w
         return priority.group_priority_reference(src, dst, node, job, bg, remaining, self.size, self.need,
                                                  self.group, self.pair_left, self.bg_bytes, self.egress,
                                                  BG_REF_S, bg_weight, DRIFT_RTOL, self.n_jobs, free_e, free_i,
-                                                 self.job_left, self.job_exp)
+                                                 self.job_left, self.job_exp, self.job_scale)
 
     got = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight, job_exp=job_exp)).run()
     with pytest.MonkeyPatch.context() as mp:
@@ -625,3 +625,55 @@ def test_ranks_take_no_lat_pass_per_job_unless_a_best_effort_job_ages(monkeypatc
     aging = [classed(jobs[0], "best-effort"), *jobs[1:]]
     lazy.schedule(_view(aging, cluster))
     assert passes == [1]
+
+
+def _ring(name: str, hosts: list[str], chunk: float) -> Job:
+    """One ring step: every host sends ``chunk`` bytes to the next, which then computes."""
+    ts = tuple(Transfer(f"s{k}", h, hosts[(k + 1) % len(hosts)], chunk) for k, h in enumerate(hosts))
+    cs = tuple(Compute(f"c{k}", hosts[(k + 1) % len(hosts)], 0.0) for k in range(len(hosts)))
+    return Job(name, cs, ts, tuple((f"s{k}", f"c{k}") for k in range(len(hosts))), 0.0)
+
+
+def test_bottleneck_scale_counts_a_job_by_its_busiest_port():
+    from jitsched.policies.jit import bottleneck_scale
+
+    cluster = Cluster.uniform(4)
+    ps = Job("ps", (Compute("c", "h1", 0.0),), (Transfer("pull", "h1", "h0", 5e6), Transfer("push", "h0", "h1", 7e6)),
+             (("pull", "c"), ("push", "c")), 0.0)
+    one_pair = two_transfer_job("pair", 1e6, 3e6, "h2", "h3")
+    view = _view([_ring("ring", ["h0", "h1", "h2", "h3"], 2e6), ps, one_pair], cluster)
+    # ring: each port 2 MB of 8 MB (2 * 1/4); ps: h0's egress 7 MB of 12 (capped at 1); one pair: 1
+    assert bottleneck_scale(view.dag, 4).tolist() == [0.5, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("job_size, first", [("bytes", "x"), ("bottleneck", "ring")])
+def test_job_size_bottleneck_ranks_a_ring_by_its_busiest_port(job_size, first):
+    # The ring has 30 MB on h0 -> h1 and 120 MB in all; job x 50 MB on h0 -> h2 alone.
+    # Bytes (job_exp 1): x's key 50 * 50 before the ring's 30 * 120. Bottleneck: the
+    # ring's size is 120 * 1/2, its key 30 * 60, before x's.
+    from jitsched.policies.jit import JitOptions, JitPolicy, group_ranks
+
+    cluster = Cluster.uniform(4)
+    x = Job("x", (Compute("c", "h2", 0.0),), (Transfer("t", "h0", "h2", 50e6),), (("t", "c"),), 0.0)
+    view = _view([_ring("ring", ["h0", "h1", "h2", "h3"], 30e6), x], cluster)
+    pol = JitPolicy(JitOptions(job_size=job_size))
+    pol.reset(cluster)
+    nodes, ranks = pol.priority_ranks(view)
+    dag = view.dag
+    on_h0 = dag.src[nodes] == 0
+    by_rank = dag.job_ids[dag.job_of[nodes[on_h0][np.argsort(ranks[on_h0])]][0]]
+    assert by_rank == first
+    # the from-scratch ranks (a daemon's increments) agree
+    from jitsched.policies.jit import bottleneck_scale
+
+    scale = bottleneck_scale(dag, 4) if job_size == "bottleneck" else None
+    again = group_ranks(dag.job_of[nodes], dag.src[nodes], dag.dst[nodes], view.remaining[nodes], 4,
+                        cluster.egress_Bps, 1.0, None, scale)
+    assert again.tolist() == ranks.tolist()
+
+
+def test_job_size_is_checked():
+    from jitsched.policies.jit import JitOptions
+
+    with pytest.raises(ValidationError, match="job_size"):
+        JitOptions(job_size="ports")

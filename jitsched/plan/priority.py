@@ -59,9 +59,12 @@ class GroupPriority:
         kept by reference like ``pair_left``. Needed when ``job_exp`` is not 0.
     job_exp : float
         A group's key is its bytes left times (its job's bytes left, less what
-        the job's live transfers sent, over ``bg_ref_s`` seconds of the flow's
-        source's line rate) to this power: Smith's rule for jobs with their
-        bytes left as the size. 0 (default): the bytes left alone.
+        the job's live transfers sent, times its ``job_scale``, over ``bg_ref_s``
+        seconds of the flow's source's line rate) to this power: Smith's rule
+        for jobs with their bytes left as the size. 0 (default): the bytes left alone.
+    job_scale : array, shape (J,), optional
+        A positive factor per job on its bytes left in the key (None: 1 for
+        every job, the bytes as they are); copied.
 
     Raises
     ------
@@ -72,7 +75,8 @@ class GroupPriority:
 
     def __init__(self, size, need, group, pair_left, node_job, node_src, node_dst, bg_bytes, egress, *,
                  bg_ref_s: float, bg_weight: float, crumb_rtol: float, n_jobs: int,
-                 job_left: np.ndarray | None = None, job_exp: float = 0.0) -> None:
+                 job_left: np.ndarray | None = None, job_exp: float = 0.0,
+                 job_scale: np.ndarray | None = None) -> None:
         for name, a in (("need", need), ("pair_left", pair_left)):
             if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.ndim == 1
                     and a.flags.c_contiguous):
@@ -116,10 +120,11 @@ class GroupPriority:
         else:
             job_left = np.zeros(self.n_jobs)
         self.job_left, self.job_exp, self.group_job = job_left, float(job_exp), group_job
+        self.job_scale = _job_scale(job_scale, self.n_jobs)
         self._kernel = _kernels().GroupPriority(self.size, need, self.group, pair_left, self.bg_bytes,
                                                 self.egress, float(bg_ref_s), float(bg_weight),
                                                 float(crumb_rtol), self.n_jobs, group_job, job_left,
-                                                float(job_exp))
+                                                self.job_scale, float(job_exp))
 
     def rates(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range: bool = False) -> np.ndarray:
         """Strict-priority rates of the flows in this order over the free capacity, bit-identical to the reference.
@@ -174,6 +179,16 @@ class GroupPriority:
         return rate
 
 
+def _job_scale(job_scale, n_jobs: int) -> np.ndarray:
+    """``job_scale`` checked (shape (n_jobs,), positive and finite) as a contiguous float64 copy; None: ones."""
+    if job_scale is None:
+        return np.ones(n_jobs)
+    a = np.array(job_scale, dtype=np.float64)
+    if a.shape != (n_jobs,) or not np.all(np.isfinite(a) & (a > 0)):
+        raise ValidationError(f"job_scale: expected {n_jobs} positive finite numbers")
+    return a
+
+
 def background_key(remaining, size, egress_Bps, bg_ref_s: float, bg_weight: float) -> np.ndarray:
     """The JIT order's key of background flows (Smith's rule): bytes left times size over
     ``bg_ref_s`` seconds of the source's line rate, times ``bg_weight`` (bytes).
@@ -190,7 +205,7 @@ def background_key(remaining, size, egress_Bps, bg_ref_s: float, bg_weight: floa
 
 def group_priority_reference(src, dst, node, job, bg, remaining, size, need, group, pair_left, bg_bytes,
                              egress, bg_ref_s, bg_weight, crumb_rtol, n_jobs, free_e, free_i,
-                             job_left=None, job_exp=0.0) -> np.ndarray:
+                             job_left=None, job_exp=0.0, job_scale=None) -> np.ndarray:
     """The JIT policy's strict-priority rates as numpy had them (lexsort, then a greedy); :class:`GroupPriority` must agree bit for bit."""
     src, dst, node, job, bg = (np.asarray(a, dtype=np.int64) for a in (src, dst, node, job, bg))
     remaining, size, need = (np.asarray(a, dtype=np.float64) for a in (remaining, size, need))
@@ -212,7 +227,9 @@ def group_priority_reference(src, dst, node, job, bg, remaining, size, need, gro
         if job_exp:
             jl = np.asarray(job_left, dtype=np.float64) - np.bincount(job[is_job], weights=sent[is_job],
                                                                       minlength=n_jobs)
-            scale = np.power(np.maximum(jl, 0.0)[np.maximum(job, 0)] / ref_B, job_exp)
+            jix = np.maximum(job, 0)
+            js = _job_scale(job_scale, n_jobs)
+            scale = np.power(np.maximum(jl, 0.0)[jix] * js[jix] / ref_B, job_exp)
             with np.errstate(invalid="ignore"):  # a background key inf times a scale 0: not taken
                 key = np.where(is_job, key * scale, key)
         key[is_job & (remaining <= crumb_rtol * size[jnode])] = -1.0

@@ -60,6 +60,13 @@ SLOT_EPS = 1e-9
 # DAG bytes first, a job's transfers by LAT, background flows among them by
 # remaining bytes times bg_weight).
 LEFTOVERS = ("fair", "priority")
+# What a job's size is in Smith's rule (JitOptions.job_size): "bytes", the bytes it
+# has left; "bottleneck", those bytes times min(1, twice the share of its bytes its
+# busiest port carries), which leaves a job of one parameter server and any
+# number of unsharded workers as it is (a port carries at least half of its
+# bytes) and counts a job whose bytes spread over many ports (ring all-reduce,
+# sharded servers) by its bottleneck, as Sincronia and Varys count a coflow.
+JOB_SIZES = ("bytes", "bottleneck")
 # A background flow that takes this long at its source's line rate ranks against
 # DL jobs by its remaining bytes times bg_weight; other sizes scale that key
 # linearly (see _priority). A time, not a byte count, so that the order is
@@ -70,7 +77,7 @@ LEFTOVERS = ("fair", "priority")
 BG_REF_S = 8.0
 # The files' weight against DL jobs. Alone (job_exp 0), 0.7 was the measured
 # choice (bench/paper, 100 hosts, 150 DL jobs, seeds 0-1): 0.6 lost Sincronia's
-# speedup at load 0.9, 0.9 its background slowdown there. With DEFAULT_JOB_EXP 1
+# speedup at load 0.9, 0.9 its background slowdown there. With job_exp 1
 # (below) the files need a smaller weight to keep ahead of Sincronia's
 # (bench_order, seeds 0-5, speed-up / JCT / files' slowdown; Sincronia 1.819 /
 # 4.395 / 1.590 at the paper point, 1.688 / 4.596 / 1.352 at load 0.5): 0.7 gives
@@ -82,18 +89,32 @@ DEFAULT_BG_WEIGHT = 0.5
 # speed-up is a mean of JCT ratios: ranked by its host pair's bytes alone, a LeNet
 # job (12.8 MB gradient) waited 0.1 s behind an Inception-v3 job's 8 MB pair on the
 # same port at the paper point (seed 0: 0.31 s instead of 0.21). bench_order, seeds
-# 0-5: job_exp 0 (bg_weight 0.7) gives 1.794 / 4.464 / 1.550 at the paper point,
-# behind Sincronia's speed-up, and 1.688 / 4.479 / 1.316 at load 0.5; job_exp 1
-# (bg_weight 0.5) leads Sincronia on all three at both points, and on the paper
-# point's speed-up in 5 seeds of 6 (seed 0: 1.798 vs 1.812); job_exp 0.5 (bg_weight
-# 0.7; 1.830 / 4.280 / 1.573, 1.707 / 4.420 / 1.333) in 4 of 6. On the testbed
-# (the daemon's ranks, jit runs alternating, quiet machine) job_exp 1 and 0 cannot be
-# told apart: quick, 6 runs each, 7.51 s mean JCT under both (7.02-7.96 vs 7.28-7.82);
-# paper-mini, 4 runs each, 7.81 vs 7.74 s (7.45-8.33 vs 7.13-8.18). The three runs
-# of each that once looked slower with job_exp 1 were that spread. Since the agents' ACK
-# class takes ACKs with SACK blocks (aec59f1) quick shows the gain: 5.92, 5.97 s with
-# job_exp 1 against 6.57, 5.93 s with 0.
-DEFAULT_JOB_EXP = 1.0
+# 0-5, speed-up / JCT / files' slowdown (Sincronia 1.820 / 4.395 / 1.590 at the paper
+# point, 1.688 / 4.596 / 1.352 at load 0.5): job_exp 0 (bg_weight 0.7) 1.794 / 4.464 /
+# 1.550 and 1.688 / 4.479 / 1.316, behind Sincronia's speed-up; job_exp 1 1.833 /
+# 4.298 / 1.575 and 1.704 / 4.464 / 1.326; job_exp 1.5 1.836 / 4.311 / 1.578 and
+# 1.711 / 4.445 / 1.345; job_exp 2 1.838 / 4.298 / 1.583 and 1.710 / 4.454 / 1.352
+# (files level with Sincronia's at load 0.5). The regime workloads (bench.paper
+# --regimes, load 0.5, 60 jobs, 20 hosts, seeds 0-9), mean JCT against Sincronia's
+# with the paired 95 % half-width, job_exp 1 / 1.5 / 2: 1 Gbit/s -1.4 ± 2.6 / -2.6 ±
+# 3.6 / -1.1 ± 5.8 %; 10 Gbit/s -1.1 ± 2.0 / -3.0 ± 3.0 / -3.4 ± 3.2 %; 40 Gbit/s
+# -0.4 ± 1.4 / -1.0 ± 1.1 / -1.0 ± 1.1 %; 100 Gbit/s -0.2 ± 0.3 / -0.5 ± 0.2 / -0.5 ±
+# 0.2 %, mean speed-up over TensorFlow ahead of Sincronia's at every rate with each.
+# Past 1.5 the gain at 10 Gbit/s comes from the files ranking behind more DL jobs
+# (files last, job_exp 1: -3.6 %), which bench_order's files' slowdown forbids.
+# On the testbed (the daemon's ranks, quiet machine) job_exp 1 and 0 could not be
+# told apart: quick, 6 runs each, 7.51 s mean JCT under both; with the agents' ACK
+# class taking ACKs with SACK blocks, quick: 5.92, 5.97 s with job_exp 1 against
+# 6.57, 5.93 s with 0. job_exp 1.5 has no testbed figure yet.
+DEFAULT_JOB_EXP = 1.5
+# A job's size in Smith's rule (JitOptions.job_size, JOB_SIZES). The mixed-shape
+# point (python -m bench.paper --mixed --mixed-seeds 3; ring all-reduce, sharded
+# and unsharded parameter-server jobs of 4 workers), with job_exp 1.5: "bottleneck"
+# 1.017 s mean JCT, all-reduce jobs 0.525 s, mean speed-up 2.075; "bytes" ranks a
+# ring by all of its 2(N-1) gradient copies, twice its busiest port's bytes, behind
+# parameter-server jobs whose bottleneck carries more (job_exp 1: 0.697 s all-reduce,
+# "bottleneck" 0.558). Jobs of one unsharded server rank the same under both.
+DEFAULT_JOB_SIZE = "bottleneck"
 # Per-solve LP iteration budget: machine-independent, unlike a time limit, so
 # a simulation's plans are the same on any machine. The largest solve of the
 # 300-job paper workload (100 hosts) takes 11.6k iterations (0.8 s here, about
@@ -245,7 +266,12 @@ class JitOptions:
         host pair) times (the job's bytes left over ``BG_REF_S`` of the
         source's line rate) to this power, Smith's rule for jobs with their
         bytes left as the size; 0: the group's bytes alone. Default
-        :data:`DEFAULT_JOB_EXP` (1), measured in ``bench/bench_order.py``.
+        :data:`DEFAULT_JOB_EXP` (1.5), measured in ``bench/bench_order.py`` and
+        the regime sweep.
+    job_size : {"bytes", "bottleneck"}
+        With ``leftover="priority"`` and ``job_exp`` not 0: a job's size in
+        Smith's rule (:data:`JOB_SIZES`): its bytes left, or those scaled to
+        its busiest port (:func:`bottleneck_scale`); default :data:`DEFAULT_JOB_SIZE`.
     be_age : float
         With ``leftover="priority"``: a best-effort job ranks as normal once
         it has waited ``be_age`` times its isolated JCT since it arrived
@@ -274,6 +300,7 @@ class JitOptions:
     leftover: str = "priority"
     bg_weight: float = DEFAULT_BG_WEIGHT
     job_exp: float = DEFAULT_JOB_EXP
+    job_size: str = DEFAULT_JOB_SIZE
     be_age: float = DEFAULT_BE_AGE
     bg_floor: float = 0.0
     lp_workers: int = 1
@@ -295,6 +322,8 @@ class JitOptions:
                                              and job_exp >= 0):
             raise ValidationError(f"job_exp: must be a finite number >= 0, got {job_exp!r}")
         put("job_exp", float(job_exp))
+        if self.job_size not in JOB_SIZES:
+            raise ValidationError(f"job_size: expected one of {JOB_SIZES}, got {self.job_size!r}")
         be_age = self.be_age
         if isinstance(be_age, bool) or not (isinstance(be_age, (int, float)) and not math.isnan(be_age)
                                             and be_age >= 0):
@@ -387,6 +416,7 @@ class JitPolicy(Policy):
         self._virtual_options = replace(self.plan_options, time_limit_s=None)
         self.leftover, self.bg_weight, self.bg_floor = o.leftover, o.bg_weight, o.bg_floor
         self.job_exp, self.be_age, self.dl_share = o.job_exp, o.be_age, o.dl_share
+        self.job_size = o.job_size
         self._share_of: tuple = (None, None)  # (cluster, its dl_share-scaled copy)
         self.backfill = o.backfill
         self.resolve_period_s = o.resolve_period_s
@@ -422,6 +452,7 @@ class JitPolicy(Policy):
         self._slot_plan: SlotPlan | None = None  # checked view of the plan arrays, set by _replan
         self._epoch = 0.0
         self._prio_dag = None  # the DagArrays _need/_pair_left were built for
+        self._job_scale = np.zeros(0)  # per job: the factor on its bytes left (job_size)
         self._need = np.zeros(0)  # per node: LAT of the job planned alone (s), the in-job order
         self._pair_left = np.zeros(0)  # per (job, src, dst) group: bytes of its transfers not yet done
         self._group = np.zeros(0, dtype=np.int64)  # per node: its (job, src, dst) group
@@ -635,6 +666,8 @@ class JitPolicy(Policy):
             self._pair_left = np.bincount(self._group[left], weights=dag.size[left],
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
+            self._job_scale = (bottleneck_scale(dag, h) if self.job_size == "bottleneck"
+                               else np.ones(dag.n_jobs))
 
     def _job_tiers(self, view: SchedulerView) -> np.ndarray | None:
         """Each job's class as it ranks now (aged best-effort jobs as normal), or None if all rank as normal.
@@ -723,7 +756,7 @@ class JitPolicy(Policy):
                                        *(np.where(tr, a, -1) for a in (dag.job_of, dag.src, dag.dst)),
                                        view.bg_bytes, cap_e, bg_ref_s=BG_REF_S, bg_weight=self.bg_weight,
                                        crumb_rtol=DRIFT_RTOL, n_jobs=dag.n_jobs, job_left=self._job_left,
-                                       job_exp=self.job_exp)
+                                       job_exp=self.job_exp, job_scale=self._job_scale)
         return self._prio
 
     def _priority_rates(self, view: SchedulerView, k: int | None, cap_e, cap_i) -> tuple[np.ndarray, int]:
@@ -898,7 +931,8 @@ class JitPolicy(Policy):
         src, dst = dag.src[nodes].astype(np.int64), dag.dst[nodes].astype(np.int64)
         cap_e = self._capacities(view.cluster)[0]
         if self.job_exp and len(nodes):
-            left = _job_scaled(left, grp, job, src, view.remaining[nodes], cap_e, self.job_exp)
+            left = _job_scaled(left, grp, job, src, view.remaining[nodes], cap_e, self.job_exp,
+                               self._job_scale)
         tiers = self._job_tiers(view)
         tier = tiers[job] if tiers is not None else None
         if not nb:
@@ -1027,9 +1061,10 @@ class JitPolicy(Policy):
         nodes = _unfinished_transfers(view)
         tiers = self._job_tiers(view)
         job = dag.job_of[nodes]
+        scale = bottleneck_scale(dag, len(view.cluster)) if self.job_size == "bottleneck" else None
         ranks = group_ranks(job, dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
                             len(view.cluster), self._capacities(view.cluster)[0], self.job_exp,
-                            None if tiers is None else tiers[job])
+                            None if tiers is None else tiers[job], scale)
         first = max(base.prio.values(), default=-1) + 1 if base is not None else 0
         flows, prio = [], {}
         for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):
@@ -1079,7 +1114,7 @@ class JitPolicy(Policy):
 
 def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np.ndarray,
                 n_hosts: int, egress: np.ndarray | None = None, job_exp: float = 0.0,
-                tier: np.ndarray | None = None) -> np.ndarray:
+                tier: np.ndarray | None = None, job_scale: np.ndarray | None = None) -> np.ndarray:
     """Dense ranks of transfers by their job's class, their (job, src, dst) group's bytes left, then job, src, dst.
 
     :meth:`JitPolicy.priority_ranks`'s order computed from scratch (it keeps
@@ -1100,6 +1135,8 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     tier : ndarray of int, shape (T,), optional
         Each transfer's job's class as it ranks (``jitsched.dag.model.CRITICAL``
         first); None: all one class.
+    job_scale : ndarray, shape (max(job) + 1,), optional
+        A factor per job index on its bytes left (:func:`bottleneck_scale`); None: 1.
 
     Returns
     -------
@@ -1113,17 +1150,52 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     grp = grp.ravel()
     left = np.bincount(grp, weights=remaining)
     if job_exp:
-        left = _job_scaled(left, grp, job, src, remaining, egress, job_exp)
+        left = _job_scaled(left, grp, job, src, remaining, egress, job_exp, job_scale)
     return _rank_groups(grp, left, job, src, dst, tier)
 
 
 def _job_scaled(left: np.ndarray, grp: np.ndarray, job: np.ndarray, src: np.ndarray, remaining: np.ndarray,
-                egress: np.ndarray, job_exp: float) -> np.ndarray:
-    """Groups' bytes ``left`` times (their job's bytes left over ``BG_REF_S`` of the source's line rate) ** job_exp."""
+                egress: np.ndarray, job_exp: float, job_scale: np.ndarray | None = None) -> np.ndarray:
+    """Groups' bytes ``left`` times (their job's bytes left, times its ``job_scale``, over ``BG_REF_S``
+    of the source's line rate) ** job_exp."""
     job_left = np.bincount(job, weights=remaining)
+    size = np.maximum(job_left[job], 0.0)
+    if job_scale is not None:
+        size = size * job_scale[job]
     out = np.zeros(len(left))
-    out[grp] = left[grp] * np.power(np.maximum(job_left[job], 0.0) / (BG_REF_S * egress[src]), job_exp)
+    out[grp] = left[grp] * np.power(size / (BG_REF_S * egress[src]), job_exp)
     return out
+
+
+def bottleneck_scale(dag, n_hosts: int) -> np.ndarray:
+    """Per job, min(1, twice the share of its transfers' bytes its busiest port carries).
+
+    A job's bytes times this are its size under ``job_size="bottleneck"``
+    (:data:`JOB_SIZES`): 1 for a parameter-server job with one server (its
+    server's egress or ingress carries at least half its bytes), 1/2 for a
+    ring all-reduce of 4 workers (each link 2(N-1)/N of the gradients, the
+    job 2(N-1) of them), about 1/M for a job sharded over M servers.
+
+    Parameters
+    ----------
+    dag : DagArrays
+    n_hosts : int
+
+    Returns
+    -------
+    ndarray, shape (dag.n_jobs,)
+        In (0, 1]; 1 for a job without transfers.
+    """
+    tr = dag.kind == TRANSFER
+    job = dag.job_of[tr].astype(np.int64)
+    w = dag.size[tr]
+    ports = np.zeros((dag.n_jobs, 2 * n_hosts))
+    np.add.at(ports, (job, dag.src[tr].astype(np.int64)), w)
+    np.add.at(ports, (job, n_hosts + dag.dst[tr].astype(np.int64)), w)
+    total = np.bincount(job, weights=w, minlength=dag.n_jobs)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = 2.0 * ports.max(axis=1) / total
+    return np.where(total > 0, np.minimum(share, 1.0), 1.0)
 
 
 def _rank_groups(grp: np.ndarray, left: np.ndarray, job: np.ndarray, src: np.ndarray,
