@@ -105,7 +105,8 @@ DEFAULT_BG_WEIGHT = 0.5
 # On the testbed (the daemon's ranks, quiet machine) job_exp 1 and 0 could not be
 # told apart: quick, 6 runs each, 7.51 s mean JCT under both; with the agents' ACK
 # class taking ACKs with SACK blocks, quick: 5.92, 5.97 s with job_exp 1 against
-# 6.57, 5.93 s with 0. job_exp 1.5 has no testbed figure yet.
+# 6.57, 5.93 s with 0. With job_exp 1.5 (python -m bench.bench_floor --floors 0.05 --runs
+# 3, medians): quick 5.90 s, paper-mini 6.02 s, against plain TCP's 10.79 and 9.49 s.
 DEFAULT_JOB_EXP = 1.5
 # A job's size in Smith's rule (JitOptions.job_size, JOB_SIZES). The mixed-shape
 # point (python -m bench.paper --mixed --mixed-seeds 3; ring all-reduce, sharded
