@@ -12,11 +12,11 @@ import numpy as np
 from jitsched.daemon.jobs import isolated_jct_s
 from jitsched.dag.model import Workload
 from jitsched.errors import ValidationError
-from jitsched.plan.reserve import ReservationBook, ReserveOptions
+from jitsched.plan.reserve import ReservationBook, ReserveOptions, job_windows
 from jitsched.policies.base import make_policy
 from jitsched.policies.reserved import Reserved
 from jitsched.sim import Simulator
-from jitsched.sim.isolated import isolated_windows
+from jitsched.sim.isolated import isolated_run
 from jitsched.workloads.paper import generate_workload
 
 POLICIES = ("jit", "sincronia")
@@ -77,10 +77,7 @@ def classed_workload(wl: Workload, critical: float, best_effort: float, seed: in
 
 def isolated_jcts(wl: Workload) -> np.ndarray:
     """Each DL job's JCT alone in the cluster (simulated under the default jit, no background), seconds."""
-    out = np.empty(len(wl.jobs))
-    for k, j in enumerate(wl.jobs):
-        out[k] = Simulator(Workload(wl.cluster, (replace(j, arrival_s=0.0),)), "jit").run().jct_s[0]
-    return out
+    return np.array([isolated_run(j, wl.cluster).jct_s for j in wl.jobs])
 
 
 def measure(opts: ClassesOptions) -> list[dict]:
@@ -166,7 +163,8 @@ def measure_shared(opts: ClassesOptions) -> list[dict]:
                                   opts.critical, opts.best_effort, seed)
             if opts.critical_gap_s is not None:
                 wl = bunched(wl, opts.critical_gap_s)
-            iso = isolated_jcts(wl)
+            alone = [isolated_run(j, wl.cluster) for j in wl.jobs]  # JCTs, and critical jobs' windows
+            iso = np.array([r.jct_s for r in alone])
             cls = np.array([j.job_class for j in wl.jobs])
             excl = exclusive_admits(wl)
             book = ReservationBook(wl.cluster, ropts)
@@ -175,7 +173,7 @@ def measure_shared(opts: ClassesOptions) -> list[dict]:
             for k in np.argsort([j.arrival_s for j in wl.jobs], kind="stable"):
                 j = wl.jobs[k]
                 if j.job_class == "critical":
-                    d = book.admit(j.id, isolated_windows(j, wl.cluster, ropts), j.arrival_s)
+                    d = book.admit(j.id, job_windows(j, wl.cluster, alone[k], ropts), j.arrival_s)
                     if d.admitted:
                         admitted[int(k)] = j.id
                     else:

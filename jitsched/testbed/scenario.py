@@ -161,13 +161,14 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     arrivals += lead
     span = float(arrivals[-1]) if len(arrivals) else 0.0
     sizes = _equal_shares(rng, sc.file_gbit, sc.files)
-    bg = []
     if sc.critical_model:
         bg = critical_files(names, [g * 1e9 / 8 * scale for g in sizes])
-    for k, gbit in enumerate(sizes if not sc.critical_model else ()):
-        s, d = rng.choice(len(names), size=2, replace=False)
-        at = float(rng.uniform(0.0, span)) if k else 0.0
-        bg.append(BackgroundFlow(f"file-{k}", names[s], names[d], gbit * 1e9 / 8 * scale, at))
+    else:
+        bg = []
+        for k, gbit in enumerate(sizes):
+            s, d = rng.choice(len(names), size=2, replace=False)
+            at = float(rng.uniform(0.0, span)) if k else 0.0
+            bg.append(BackgroundFlow(f"file-{k}", names[s], names[d], gbit * 1e9 / 8 * scale, at))
     jobs = [scale_job(load_model_job(m, names[ps], names[w], f"{m}-{k}", float(a)), scale)
             for k, (m, (ps, w), a) in enumerate(zip(models, hosts, arrivals, strict=True))]
     if sc.critical_model:
