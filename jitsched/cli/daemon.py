@@ -15,9 +15,12 @@ from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, register, seed
 from jitsched.errors import ValidationError
 from jitsched.optspec import argument_specs, options_from_args
+from jitsched.protocol import FOLLOWER
 
 DEFAULT_JOB_ENDPOINT = "tcp://127.0.0.1:5555"
 DEFAULT_AGENT_ENDPOINT = "tcp://127.0.0.1:5556"
+# status --replicas: the role shown for an endpoint that did not answer
+UNREACHABLE = "unreachable"
 
 
 def _keys_arg(who: str):
@@ -277,7 +280,6 @@ def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
 def _replicas(args: argparse.Namespace) -> int:
     """``status --replicas``: each endpoint's role, a line each (or one JSON map by endpoint)."""
     from jitsched.client import Client
-    from jitsched.daemon.logs import escape
     from jitsched.protocol import MsgType, split_endpoints
 
     out: dict[str, dict] = {}
@@ -286,20 +288,27 @@ def _replicas(args: argparse.Namespace) -> int:
             with Client(ep, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
                 out[ep] = c.request(MsgType.STATUS, {"replica": True})
         except TimeoutError as exc:
-            out[ep] = {"role": "unreachable", "error": str(exc)}
+            out[ep] = {"role": UNREACHABLE, "error": str(exc)}
     if args.json:
         emit_json(out)
-    for ep, r in out.items() if not args.json else ():
-        if r["role"] == "unreachable":
-            print(f"{ep}: UNREACHABLE ({escape(r['error'])})")
-            continue
-        leader = r.get("leader")
-        seen = (f"leader {leader['job_endpoint']} epoch {leader['epoch']}" if leader
-                else "no leader elected" if not r.get("etcd_error") else "no leader known")
-        print(f"{ep}: {r['role']}, epoch {r['epoch']}"
-              + (f", sees {seen}, {r['leaderships']} leaderships so far" if r["role"] == "follower" else "")
-              + (f", ETCD UNREACHABLE: {escape(r['etcd_error'])}" if r.get("etcd_error") else ""))
-    return 1 if any(r["role"] == "unreachable" for r in out.values()) else 0
+    else:
+        for ep, r in out.items():
+            print(f"{ep}: {_replica_line(r)}")
+    return 1 if any(r["role"] == UNREACHABLE for r in out.values()) else 0
+
+
+def _replica_line(r: dict) -> str:
+    """One replica's answer to ``status --replicas``, as its line says it."""
+    from jitsched.daemon.logs import escape
+
+    if r["role"] == UNREACHABLE:
+        return f"UNREACHABLE ({escape(r['error'])})"
+    leader = r.get("leader")
+    seen = (f"leader {leader['job_endpoint']} epoch {leader['epoch']}" if leader
+            else "no leader elected" if not r.get("etcd_error") else "no leader known")
+    return (f"{r['role']}, epoch {r['epoch']}"
+            + (f", sees {seen}, {r['leaderships']} leaderships so far" if r["role"] == FOLLOWER else "")
+            + (f", ETCD UNREACHABLE: {escape(r['etcd_error'])}" if r.get("etcd_error") else ""))
 
 
 @register(

@@ -12,6 +12,13 @@ if TYPE_CHECKING:
 SOLVE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def leader_gauge(registry: CollectorRegistry, leads: bool) -> Gauge:
+    """``jitsched_replica_leader``, which the daemon and a following replica both export: 1 or 0."""
+    g = Gauge("jitsched_replica_leader", "1 while this process leads (or is the one daemon)", registry=registry)
+    g.set(1 if leads else 0)
+    return g
+
+
 class Endpoint:
     """A registry and the HTTP endpoint serving it."""
 
@@ -76,9 +83,7 @@ class Metrics(Endpoint):
         # hosts in the cluster, and those that joined, left or were refused since start (status.hosts)
         self.hosts = Gauge("jitsched_hosts", "Hosts in the cluster and membership counts since start, by name "
                            "(status.hosts)", ["count"], registry=r)
-        self.replica_leader = Gauge("jitsched_replica_leader", "1 while this process leads (or is the one daemon)",
-                                    registry=r)
-        self.replica_leader.set(1)
+        self.replica_leader = leader_gauge(r, True)
         self.epoch = Gauge("jitsched_epoch", "The leader's epoch among replicas (0: one daemon)", registry=r)
         super().__init__(r)
 
@@ -136,8 +141,7 @@ class FollowerMetrics(Endpoint):
 
     def __init__(self) -> None:
         r = CollectorRegistry()
-        self.leader = Gauge("jitsched_replica_leader", "1 while this process leads (or is the one daemon)",
-                            registry=r)
+        self.leader = leader_gauge(r, False)
         self.etcd_up = Gauge("jitsched_replica_etcd_up", "1 while etcd answered this replica's last look",
                              registry=r)
         self.not_leader = Gauge("jitsched_replica_not_leader_answers",

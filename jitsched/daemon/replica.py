@@ -47,7 +47,7 @@ class Follower:
         self.metrics = FollowerMetrics()
         self.metrics.leaderships.set(leaderships)
         self.leaderships = leaderships
-        self.etcd_error = ""  # why etcd did not answer the last look ("" if it did)
+        self.etcd_error = ""  # why etcd did not answer the replica's last look ("" if it did; serve's)
         self._auth: ThreadAuthenticator | None = None
         self.socks: list[zmq.Socket] = []
         keys = load_daemon_keys(config.keys_dir) if config.keys_dir else None
@@ -88,8 +88,10 @@ class Follower:
                 "etcd_error": self.etcd_error, "leaderships": self.leaderships,
                 "not_leader_answers": self.answered}
 
-    def serve(self, timeout_s: float, leader: Leader | None) -> None:
-        """Answer what arrives within ``timeout_s``: ``not_leader`` naming ``leader``."""
+    def serve(self, timeout_s: float, leader: Leader | None, etcd_error: str = "") -> None:
+        """Answer what arrives within ``timeout_s``: ``not_leader`` naming ``leader``, which the
+        replica read from etcd (``etcd_error``: why it could not, "" if it could)."""
+        self.etcd_error = etcd_error
         poller = zmq.Poller()
         for s in self.socks:
             poller.register(s, zmq.POLLIN)
@@ -219,8 +221,7 @@ class Replica:
                         log.warning("event=replica_etcd_unavailable error=%r", str(exc))
                     self.etcd_error = str(exc)
                     leader = None
-                follower.etcd_error = self.etcd_error
-                follower.serve(cfg.campaign_s, leader)
+                follower.serve(cfg.campaign_s, leader, self.etcd_error)
             return False
         finally:
             follower.close()

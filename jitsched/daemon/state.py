@@ -538,7 +538,7 @@ class SchedulerState:
         out = status_body(self.job_registry, self.agent_table, self.plan_book, self.background, self.config,
                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
                           loop=self.loop, inflight=self.client_inflight)
-        out["role"] = LEADER if self.epoch else SINGLE
+        out["role"] = self.role
         out["critical"] = {"epsilon": self.config.critical_epsilon, "reserved": len(self.job_registry.reservations.held),
                            "refused": self.job_registry.critical_refused,
                            "admitted_as_normal": self.job_registry.critical_demoted}
@@ -552,11 +552,16 @@ class SchedulerState:
                 entry["recurring"] = t.summary()
         return out
 
+    @property
+    def role(self) -> str:
+        """``leader`` with an epoch (a replica elected on etcd), else ``single``."""
+        return LEADER if self.epoch else SINGLE
+
     def replica_status(self) -> dict:
         """This process's role among replicas (``single`` without etcd) and its epoch, in the
         shape a follower's answer has (:meth:`jitsched.daemon.replica.Follower.status`)."""
         cfg = self.config
-        return {"role": LEADER if self.epoch else SINGLE, "epoch": self.epoch,
+        return {"role": self.role, "epoch": self.epoch,
                 "leader": {"job_endpoint": cfg.job_endpoint, "agent_endpoint": cfg.agent_endpoint,
                            "epoch": self.epoch},
                 "etcd_error": "", "jobs_running": len(self.job_registry.active),
