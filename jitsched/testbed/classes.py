@@ -45,14 +45,12 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         unregistered) and those the agents gave at least their largest reserved
         rate (``carried``). ``details.isolated`` holds the run alone's figures.
     """
-    from jitsched.testbed.e2e import SCHEDULED_TOS, failed_agents, run_workload
+    from jitsched.testbed.e2e import failed_agents, run_workload, scenario_testbed
     from jitsched.testbed.scenario import build_workload
 
-    link_mbit = options.link_mbit or sc.link_mbit
-    tb = testbed.up(sc.hosts, link_mbit, prefix=options.prefix,
-                    priority_tos=SCHEDULED_TOS if options.switch_priority else None)
+    tb = scenario_testbed(sc, options)
     try:
-        wl, bg = build_workload(tb, link_mbit, scenario, options.seed)
+        wl, bg = build_workload(tb, options.link_mbit or sc.link_mbit, scenario, options.seed)
         [crit] = [j for j in wl.jobs if j.job_class == "critical"]
         watch = (f"{crit.id}/",)
         alone_wl = replace(wl, jobs=(replace(crit, arrival_s=0.0),))
@@ -74,11 +72,11 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         "admission": admission(daemon, crit.id),
         "critical_reserved": carried(daemon, out["details"]["agents"], crit.id),
     }
+    alone_critical = alone["details"]["daemon"].get("critical") or {}
     out["details"]["isolated"] = {k: alone[k] for k in ("completed", "mean_jct_s", "lat_hit_rate", "agents_failed")} | {
         k: alone["details"][k] for k in ("jct_s", "errors", "daemon", "wall_s", "transfers")} | {
-        "admission": admission(alone["details"]["daemon"].get("critical") or {}, crit.id),
-        "critical_reserved": carried(alone["details"]["daemon"].get("critical") or {},
-                                     alone["details"]["agents"], crit.id)}
+        "admission": admission(alone_critical, crit.id),
+        "critical_reserved": carried(alone_critical, alone["details"]["agents"], crit.id)}
     return out
 
 

@@ -127,6 +127,14 @@ def _sigterm_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def scenario_testbed(sc, options: TestbedOptions) -> testbed.Testbed:
+    """Bring up the testbed a run of scenario ``sc`` needs: its hosts at the run's link rate
+    (``options.link_mbit``, else the scenario's), named by ``options.prefix``, with the
+    switch ports' priority band when ``options.switch_priority``."""
+    return testbed.up(sc.hosts, options.link_mbit or sc.link_mbit, prefix=options.prefix,
+                      priority_tos=SCHEDULED_TOS if options.switch_priority else None)
+
+
 def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Testbed | None = None,
                  workload=None, watch: tuple[str, ...] = ()) -> dict:
     """One run of :func:`run_scenario`: the daemon, agents, sinks, runners and files of one workload.
@@ -165,8 +173,7 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
     tos = SCHEDULED_TOS if options.switch_priority or options.enforced else None
     own = tb is None
     if own:
-        tb = testbed.up(sc.hosts, link_mbit, prefix=prefix,
-                        priority_tos=SCHEDULED_TOS if options.switch_priority else None)
+        tb = scenario_testbed(sc, options)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     bulk, bulk_stats = None, {}
