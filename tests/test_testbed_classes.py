@@ -84,15 +84,23 @@ def tiny_classes(monkeypatch, netns_available):
 
 def test_a_critical_job_is_admitted_and_its_flows_carry_their_reserved_rates(tiny_classes):
     out = run_scenario("tiny-classes", policy="jit", seed=0, prefix=tiny_classes, timeout_s=90.0, measure_slots=0)
-    assert out["jobs"] == 3 and out["completed"] == 3, out["details"]["errors"]
+    # the critical job alone, alone beside the files, then with the LeNet
+    assert out["jobs"] == 4 and out["completed"] == 4, out["details"]["errors"]
     assert out["agents_failed"] == {}
     assert out["critical_job"] == "alexnet-critical"
     iso, jct = out["critical_isolated_jct_s"], out["critical_jct_s"]
     assert 0.0 < iso < 60.0 and 0.0 < jct < 60.0
     assert out["critical_over_isolated"] == pytest.approx(jct / iso)
+    # beside the files alone: their floor is a share of its ports, so it is slower than alone
+    files = out["critical_with_files_jct_s"]
+    assert iso < files < 60.0
+    assert out["files_over_isolated"] == pytest.approx(files / iso)
+    assert out["critical_over_with_files"] == pytest.approx(jct / files)
+    assert out["details"]["with_files"]["background_completed"] == "2/2"
+    assert set(out["details"]["with_files"]["jct_s"]) == {"alexnet-critical"}
     assert out["normal_mean_jct_s"] == out["details"]["jct_s"]["lenet-0"]
     # admitted in both runs, each by a daemon of its own, for (1 + eps) of the simulated isolated JCT
-    for adm in (out["admission"], out["details"]["isolated"]["admission"]):
+    for adm in (out["admission"], out["details"]["isolated"]["admission"], out["details"]["with_files"]["admission"]):
         assert adm["decision"] == "admitted" and adm["epsilon"] == 0.05
         assert adm["target_jct_s"] >= 1.05 * adm["isolated_jct_s"] > 0
     # the agents gave its scheduled transfers their reserved rates

@@ -35,8 +35,8 @@ def _args(cls: type, **kw) -> list:
     arg("--hosts", type=int, default=4, help="number of hosts for up (default 4)"),
     arg("--cluster-file", default=None, help="where up writes the TOML cluster file"),
     arg("--scenario", choices=(*SCENARIOS, *TORCH_SCENARIOS), default="quick",
-        help="workload for run (classes: a critical job alone, then among normal jobs and files on its "
-             "ports; torch-ps: real PyTorch jobs over Gloo, needs torch)"),
+        help="workload for run (classes: a critical job alone, alone beside files on its ports, then among "
+             "normal jobs and those files; torch-ps: real PyTorch jobs over Gloo, needs torch)"),
     *_args(TestbedOptions, exclude=CLI_EXCLUDE),
     *_args(MeasureOptions),
     arg("--json", action="store_true", help="print the result as JSON"),

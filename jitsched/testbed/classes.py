@@ -1,4 +1,4 @@
-"""The testbed's class scenarios: a critical job run alone for its isolated JCT, then among normal jobs and files on its ports."""
+"""The testbed's class scenarios: a critical job run alone for its isolated JCT, alone beside the files on its ports, then among normal jobs and those files."""
 
 from __future__ import annotations
 
@@ -16,12 +16,15 @@ CARRIED_SHARE = 1.0 - 1e-6
 
 def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
     """Run a scenario with a critical job (``Scenario.critical_model``) on one testbed:
-    the critical job alone, then the whole workload, both under ``options.policy``.
+    the critical job alone, the critical job beside the files, then the whole
+    workload, all under ``options.policy``.
 
-    Each run has a daemon and agents of its own (the first's reservation is gone
-    when the second's daemon admits the job again). The first is the job's
-    isolated JCT on these links under this policy; the second its JCT among
-    the normal jobs and the files that take its ports.
+    Each run has a daemon and agents of its own (an earlier run's reservation is
+    gone when the next daemon admits the job again). The first is the job's
+    isolated JCT on these links under this policy; the last its JCT among the
+    normal jobs and the files that take its ports. The run beside the files
+    alone tells the files' background floor (a share of each port the agents
+    keep for traffic they do not rank) apart from what the other jobs cost it.
 
     Parameters
     ----------
@@ -36,14 +39,18 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         ``jobs`` and ``completed`` counting the run alone too, ``agents_failed``
         of both, and ``critical_job``; ``critical_jct_s`` and
         ``critical_isolated_jct_s`` (on the testbed, alone) and
-        ``critical_over_isolated``; ``normal_mean_jct_s``; ``admission``: the
+        ``critical_over_isolated``; ``critical_with_files_jct_s`` (alone beside the
+        files) with ``files_over_isolated`` (its ratio to the isolated JCT: the
+        files' share) and ``critical_over_with_files`` (the whole run's ratio to
+        it: the other jobs' share); ``normal_mean_jct_s``; ``admission``: the
         daemon's decision in the second run (``admitted``, ``admitted as
         normal``, ``refused``), its ``epsilon`` and the isolated JCT and target
         it reserved for (the simulator's, at the line rate); ``critical_reserved``:
         the job's transfers with reserved rates, those the agents scheduled
         (``registered``: a transfer under 10 ms at the line rate rides
         unregistered) and those the agents gave at least their largest reserved
-        rate (``carried``). ``details.isolated`` holds the run alone's figures.
+        rate (``carried``). ``details.isolated`` and ``details.with_files`` hold the
+        figures of the run alone and of the run beside the files.
     """
     from jitsched.testbed.e2e import failed_agents, run_workload, scenario_testbed
     from jitsched.testbed.scenario import build_workload
@@ -56,28 +63,45 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         alone_wl = replace(wl, jobs=(replace(crit, arrival_s=0.0),))
         alone = run_workload(replace(sc, bulk_share=0.0), scenario, replace(options, measure_slots=0), tb=tb,
                              workload=(alone_wl, []), watch=watch)
+        beside = run_workload(replace(sc, bulk_share=0.0), scenario, replace(options, measure_slots=0), tb=tb,
+                              workload=(alone_wl, bg), watch=watch)
         out = run_workload(sc, scenario, options, tb=tb, workload=(wl, bg), watch=watch)
     finally:
         testbed.down(options.prefix)
     jct = _jct(out, crit.id)
     iso = _jct(alone, crit.id)
+    with_files = _jct(beside, crit.id)
     normal = [x for j in wl.jobs if j.job_class == "normal" for x in (_jct(out, j.id),) if x is not None]
     daemon = out["details"]["daemon"].get("critical") or {}
     out |= {
-        "jobs": out["jobs"] + alone["jobs"], "completed": out["completed"] + alone["completed"],
-        "agents_failed": {**failed_agents(alone["details"]["agents"]), **out["agents_failed"]},
+        "jobs": out["jobs"] + alone["jobs"] + beside["jobs"],
+        "completed": out["completed"] + alone["completed"] + beside["completed"],
+        "agents_failed": {**failed_agents(alone["details"]["agents"]), **failed_agents(beside["details"]["agents"]),
+                          **out["agents_failed"]},
         "critical_job": crit.id, "critical_jct_s": jct, "critical_isolated_jct_s": iso,
-        "critical_over_isolated": jct / iso if jct is not None and iso else None,
+        "critical_over_isolated": _ratio(jct, iso),
+        "critical_with_files_jct_s": with_files, "files_over_isolated": _ratio(with_files, iso),
+        "critical_over_with_files": _ratio(jct, with_files),
         "normal_mean_jct_s": statistics.fmean(normal) if normal else None,
         "admission": admission(daemon, crit.id),
         "critical_reserved": carried(daemon, out["details"]["agents"], crit.id),
     }
-    alone_critical = alone["details"]["daemon"].get("critical") or {}
-    out["details"]["isolated"] = {k: alone[k] for k in ("completed", "mean_jct_s", "lat_hit_rate", "agents_failed")} | {
-        k: alone["details"][k] for k in ("jct_s", "errors", "daemon", "wall_s", "transfers")} | {
-        "admission": admission(alone_critical, crit.id),
-        "critical_reserved": carried(alone_critical, alone["details"]["agents"], crit.id)}
+    out["details"]["isolated"] = _run_details(alone, crit.id)
+    out["details"]["with_files"] = _run_details(beside, crit.id) | {
+        k: beside[k] for k in ("background_mbit_mean", "background_completed") if k in beside}
     return out
+
+
+def _run_details(run: dict, job_id: str) -> dict:
+    """The figures of a run of critical job ``job_id`` without the normal jobs."""
+    critical = run["details"]["daemon"].get("critical") or {}
+    return {k: run[k] for k in ("completed", "mean_jct_s", "lat_hit_rate", "agents_failed")} | {
+        k: run["details"][k] for k in ("jct_s", "errors", "daemon", "wall_s", "transfers")} | {
+        "admission": admission(critical, job_id), "critical_reserved": carried(critical, run["details"]["agents"], job_id)}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def _jct(run: dict, job_id: str) -> float | None:
