@@ -105,3 +105,26 @@ def test_the_bound_is_never_above_any_schedule_found(seed):
         found.append(float(np.mean(simulate(wl, name).jct_s)))
     assert bound <= min(found) * (1 + 1e-9)
     assert bound >= 0.5 * min(found)  # and not vacuous on these small cases
+
+
+def test_a_jobs_time_alone_counts_its_ports_head_and_tail():
+    # two 125 MB transfers h0 -> h1 after 0.5 s of compute, then 0.5 s after both: the
+    # port is busy 2 s from 0.5 s at the earliest and the job needs 0.5 s after it
+    job = Job("j", (Compute("a", "h0", 0.5), Compute("b", "h1", 0.5)),
+              (Transfer("t0", "h0", "h1", 125e6), Transfer("t1", "h0", "h1", 125e6)),
+              (("a", "t0"), ("a", "t1"), ("t0", "b"), ("t1", "b")))
+    wl = Workload(Cluster.uniform(2, bps=GBPS), (job,))
+    # the critical path (1 + 0.5 + 0.5 s) and the port's bytes alone (2 s) are both short of it
+    assert job_bounds(job, np.full(2, 125e6), np.full(2, 125e6), wl.cluster.index).alone == pytest.approx(3.0)
+    assert lower_bound_mean_jct(wl) == pytest.approx(3.0)
+    assert simulate(wl, "tensorflow").jct_s[0] == pytest.approx(3.0)
+
+
+def test_contention_on_two_ports_at_once_counts_both():
+    # two pairs of 1-s transfers, each pair out of one host: one port's SRPT with the others
+    # alone gives (1 + 2 + 1 + 1) / 4; each job on its own port, both ports at once, (1 + 2) * 2 / 4
+    jobs = (_chain("a", "h0", "h1", 125.0, 0.0), _chain("b", "h0", "h2", 125.0, 0.0),
+            _chain("c", "h3", "h4", 125.0, 0.0), _chain("d", "h3", "h5", 125.0, 0.0))
+    wl = Workload(Cluster.uniform(6, bps=GBPS), jobs)
+    assert lower_bound_mean_jct(wl) == pytest.approx(1.5)
+    assert float(np.mean(simulate(wl, "jit").jct_s)) == pytest.approx(1.5)

@@ -1,4 +1,4 @@
-"""A lower bound on the mean JCT any policy can reach on a workload: per-job critical paths and per-port SRPT."""
+"""A lower bound on the mean JCT any policy can reach on a workload: per-job critical paths and port loads, and per-port SRPT."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ class JobBounds:
     """One job's bounds, seconds from its arrival.
 
     ``alone``: no schedule finishes the job sooner (its critical path with every
-    transfer at its hosts' line rate, and each port's share of its bytes at
-    that port's rate). ``ports``: per port the job uses, ``(port, busy_s,
+    transfer at its hosts' line rate, and for each port the earliest any of its
+    bytes there can start, plus the time they keep the port busy at its rate,
+    plus the least time the job needs after the last of them). ``ports``: per port the job uses, ``(port, busy_s,
     head_s, tail_s)``: the seconds its bytes keep that port busy, the earliest
     any of them can start, and the least time the job needs after the last.
     """
@@ -74,12 +75,14 @@ def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index)
     cp = max((est[n] + dur[n] for n in order), default=0.0)
     cap = np.concatenate([egress_Bps, ingress_Bps])
     busy = load / cap
-    alone = max(cp, float(busy.max(initial=0.0)))
     ports = []
     for p in np.flatnonzero(load > 0):
         on = [tid for tid, pp in ports_of.items() if p in pp]
         head = min(est[tid] for tid in on)
         ports.append((int(p), float(busy[p]), head, min(tail[tid] for tid in on)))
+    # a port's bytes cannot start before its head, keep it busy for busy_s, and the job
+    # needs its tail after the last of them, whichever transfer carries it
+    alone = max([cp] + [head + b + t for _, b, head, t in ports])
     return JobBounds(alone, tuple(ports))
 
 
@@ -127,13 +130,19 @@ def srpt_total(release: np.ndarray, work: np.ndarray) -> np.ndarray:
 def lower_bound_mean_jct(workload: Workload) -> float:
     """A lower bound on the mean JCT (seconds) of ``workload``'s jobs under any schedule.
 
-    The best of two valid bounds: the mean of each job's JCT alone
-    (:func:`job_bounds`), and, for each port, the jobs that use it scheduled
-    on it as one machine by SRPT (released when their first byte there can
-    start, each followed by the least time its job needs after its last
-    byte there), with every other job at its time alone. Compute never
-    contends (hosts run any number of ops at once, as the simulator models),
-    background flows are left out, and durations are the declared ones.
+    The best of three valid bounds:
+    - the mean of each job's JCT alone (:func:`job_bounds`);
+    - for each port, the jobs that use it scheduled on it as one machine by
+      SRPT (released when their first byte there can start, each followed by
+      the least time its job needs after its last byte there), with every
+      other job at its time alone;
+    - every job given to one of its ports (the one its time alone comes from),
+      and each port's jobs scheduled on it by SRPT as above: a job's JCT is at
+      least its completion on its own port, and each port's sum is at least
+      SRPT's for the jobs given to it, whatever the others do.
+    Compute never contends (hosts run any number of ops at once, as the
+    simulator models), background flows are left out, and durations are the
+    declared ones.
     """
     jobs = workload.jobs
     if not jobs:
@@ -145,19 +154,33 @@ def lower_bound_mean_jct(workload: Workload) -> float:
     alone = np.array([b.alone for b in bounds])
     best = float(alone.sum())
     by_port: dict[int, list[tuple[int, float, float, float]]] = {}
+    given: dict[int, list[tuple[int, float, float, float]]] = {}  # each job on its heaviest port
     for k, (j, b) in enumerate(zip(jobs, bounds, strict=True)):
-        for p, busy, head, tail in b.ports:
-            by_port.setdefault(p, []).append((k, j.arrival_s + head, busy, tail))
-    for rows in by_port.values():
-        ks = np.array([r[0] for r in rows])
-        rel = np.array([r[1] for r in rows])
-        work = np.array([r[2] for r in rows])
-        tails = np.array([r[3] for r in rows])
-        arrivals = np.array([jobs[k].arrival_s for k in ks])
-        on_port = float((srpt_total(rel, work) - arrivals).sum() + tails.sum())
-        total = float(alone.sum() - alone[ks].sum()) + max(float(alone[ks].sum()), on_port)
+        rows = [(k, j.arrival_s + head, busy, tail) for _, busy, head, tail in b.ports]
+        for (p, *_), row in zip(b.ports, rows, strict=True):
+            by_port.setdefault(p, []).append(row)
+        if rows:
+            at = max(range(len(rows)), key=lambda i: rows[i][1] + rows[i][2] + rows[i][3])
+            given.setdefault(b.ports[at][0], []).append(rows[at])
+    on_port = {p: _port_sum(rows, jobs) for p, rows in by_port.items()}
+    for p, rows in by_port.items():
+        ks = [r[0] for r in rows]
+        total = float(alone.sum() - alone[ks].sum()) + max(float(alone[ks].sum()), on_port[p])
         best = max(best, total)
-    return best / len(jobs)
+    ks = [r[0] for rows in given.values() for r in rows]
+    partitioned = float(alone.sum() - alone[ks].sum()) + sum(
+        max(float(alone[[r[0] for r in rows]].sum()), _port_sum(rows, jobs)) for rows in given.values())
+    return max(best, partitioned) / len(jobs)
+
+
+def _port_sum(rows: list[tuple[int, float, float, float]], jobs) -> float:
+    """The least sum of JCTs of the jobs in ``rows`` ``(job index, release, busy_s, tail_s)``
+    on one port: their SRPT completions there, each followed by its tail, from its arrival."""
+    rel = np.array([r[1] for r in rows])
+    work = np.array([r[2] for r in rows])
+    tails = np.array([r[3] for r in rows])
+    arrivals = np.array([jobs[r[0]].arrival_s for r in rows])
+    return float((srpt_total(rel, work) - arrivals).sum() + tails.sum())
 
 
 __all__ = ["JobBounds", "job_bounds", "lower_bound_mean_jct", "srpt_total"]
