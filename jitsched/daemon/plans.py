@@ -189,14 +189,10 @@ class PlanBook:
     """
 
     def __init__(self, config: DaemonConfig, registry: JobRegistry, t0_wall_s: float,
-                 background: BackgroundTable | None = None,
-                 whole_iteration: Callable[[str], bool] | None = None) -> None:
+                 background: BackgroundTable | None = None) -> None:
         self.config = config
         self.cluster = config.cluster
         self.registry = registry
-        # jobs planned as whole iterations (TemplateBook.whole_iteration): their done
-        # transfers stay listed and they rank by a whole iteration's bytes
-        self.whole_iteration = whole_iteration or (lambda job_id: False)
         self.background = background if background is not None else BackgroundTable(config)
         self.t0_wall_s = t0_wall_s
         self.incremental = config.planning == INCREMENTAL
@@ -386,15 +382,11 @@ class PlanBook:
             out.append(self.plan_request(now))
         return out
 
-    def _planned_done(self, js: JobState) -> dict[str, float]:
-        """The transfers of ``js`` a plan takes as done: none for a job planned as a whole iteration."""
-        return {} if self.whole_iteration(js.job.id) else dict(js.done)
-
     def plan_request(self, now: float) -> PlanRequest:
         """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
         self.plan_seq += 1
         self.inflight[FULL] = self.plan_seq
-        jobs = tuple((js.job, self._planned_done(js), {}) for js in self.active.values())
+        jobs = tuple((js.job, dict(js.done), {}) for js in self.active.values())
         self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
                           slot_s=self.config.slot_s, incarnation=self.incarnation,
@@ -429,7 +421,7 @@ class PlanBook:
         if base is not None:
             # done sets looked up once per job, not self.active once per flow: at 1000 ranked
             # jobs (32k flows) this mask was the daemon loop's busiest line under arrivals
-            done = {jid: js.done if not self.whole_iteration(jid) else {} for jid, js in self.active.items()}
+            done = {jid: js.done for jid, js in self.active.items()}
             held = self.background.flows  # an announced background flow counts while held
             live = np.fromiter(((d := done.get(f[0])) is not None and f[1] not in d
                                 if f[0] != BACKGROUND_JOB else f[1] in held
@@ -442,7 +434,7 @@ class PlanBook:
                 out_hosts.extend(js.out_left)
                 in_hosts.extend(js.in_left)
         nh = len(self.cluster)
-        return PlanRequest(self.plan_seq, now, tuple((js.job, self._planned_done(js), {}) for js in new), (),
+        return PlanRequest(self.plan_seq, now, tuple((js.job, dict(js.done), {}) for js in new), (),
                            reasons, mode=INCREMENTAL, base=base, live=live, covered=covered,
                            removed=removed,
                            busy_egress=np.bincount(np.asarray(out_hosts, dtype=np.int64), minlength=nh),

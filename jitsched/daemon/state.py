@@ -94,10 +94,9 @@ class SchedulerState:
         self.incarnation = secrets.randbits(63) or 1  # fits sqlite's and msgpack's int64
         self.job_registry = JobRegistry(config)
         self.background = BackgroundTable(config)
-        self.templates = TemplateBook(config)  # recurring jobs (daemon/templates.py)
-        self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background,
-                                  whole_iteration=self.templates.whole_iteration)
+        self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
+        self.templates = TemplateBook(config)  # recurring jobs (daemon/templates.py)
         self.hosts = HostTable(config)  # hosts of the configuration, joined and left
         self._next_leave_check_s = -math.inf
         # called with the new config when hosts join (the server's own copy follows it)

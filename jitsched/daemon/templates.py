@@ -127,16 +127,6 @@ class TemplateBook:
             js.job = t.model.learned_job()
         return t
 
-    def whole_iteration(self, job_id: str) -> bool:
-        """Whether job ``job_id`` is planned as a whole iteration: a recurring job under a
-        policy whose schedule is ranks (:attr:`ranks_only`). Its transfers then stay listed
-        and ranked by the bytes of a whole iteration, whatever its progress in the current
-        one: ranked by what was left of each iteration, two alike jobs took the lead from
-        each other at every iteration and both ran at the pace of the pair (torch-ps,
-        docs/results.md).
-        """
-        return self.ranks_only and job_id in self.templates
-
     def get(self, job_id: str) -> Template | None:
         """The template of job ``job_id``, None if it is no recurring job."""
         return self.templates.get(job_id)
@@ -193,15 +183,13 @@ class TemplateBook:
         return True, replan
 
     def reset_progress(self, js: JobState, t: Template) -> bool:
-        """The next iteration starts: ``js``'s per-node progress goes; returns whether the
-        plan must change for it (a transfer it reported done left the schedule: listed again
-        by a re-solve). A job planned as a whole iteration (:meth:`whole_iteration`) never
-        leaves it, so its progress asks for no plan."""
+        """The next iteration starts: ``js``'s per-node progress goes; returns whether it had any
+        (then its transfers must be listed again: a re-solve)."""
         if not js.done and not js.started:
             return False
         js.done, js.started, js.measured_s = {}, {}, {}
         js.out_left, js.in_left = dict(t.counts[0]), dict(t.counts[1])
-        return not self.whole_iteration(js.job.id)
+        return True
 
 
 __all__ = ["JOURNAL_EVERY", "KEEP_TIMES", "Template", "TemplateBook"]
