@@ -162,10 +162,9 @@ def lower_bound_mean_jct(workload: Workload) -> float:
         if rows:
             at = max(range(len(rows)), key=lambda i: rows[i][1] + rows[i][2] + rows[i][3])
             given.setdefault(b.ports[at][0], []).append(rows[at])
-    on_port = {p: _port_sum(rows, jobs) for p, rows in by_port.items()}
-    for p, rows in by_port.items():
+    for rows in by_port.values():
         ks = [r[0] for r in rows]
-        total = float(alone.sum() - alone[ks].sum()) + max(float(alone[ks].sum()), on_port[p])
+        total = float(alone.sum() - alone[ks].sum()) + max(float(alone[ks].sum()), _port_sum(rows, jobs))
         best = max(best, total)
     ks = [r[0] for rows in given.values() for r in rows]
     partitioned = float(alone.sum() - alone[ks].sum()) + sum(

@@ -667,8 +667,12 @@ class JitPolicy(Policy):
             self._pair_left = np.bincount(self._group[left], weights=dag.size[left],
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
-            self._job_scale = (bottleneck_scale(dag, h) if self.job_size == "bottleneck"
-                               else np.ones(dag.n_jobs))
+            self._job_scale = self._job_scales(dag, h)
+
+    def _job_scales(self, dag, n_hosts: int) -> np.ndarray:
+        """Per job of ``dag``, the factor ``job_size`` puts on its bytes left: its
+        :func:`bottleneck_scale`, or 1."""
+        return bottleneck_scale(dag, n_hosts) if self.job_size == "bottleneck" else np.ones(dag.n_jobs)
 
     def _job_tiers(self, view: SchedulerView) -> np.ndarray | None:
         """Each job's class as it ranks now (aged best-effort jobs as normal), or None if all rank as normal.
@@ -1062,10 +1066,9 @@ class JitPolicy(Policy):
         nodes = _unfinished_transfers(view)
         tiers = self._job_tiers(view)
         job = dag.job_of[nodes]
-        scale = bottleneck_scale(dag, len(view.cluster)) if self.job_size == "bottleneck" else None
         ranks = group_ranks(job, dag.src[nodes], dag.dst[nodes], view.remaining[nodes],
                             len(view.cluster), self._capacities(view.cluster)[0], self.job_exp,
-                            None if tiers is None else tiers[job], scale)
+                            None if tiers is None else tiers[job], self._job_scales(dag, len(view.cluster)))
         first = max(base.prio.values(), default=-1) + 1 if base is not None else 0
         flows, prio = [], {}
         for n, rank in zip(nodes.tolist(), ranks.tolist(), strict=True):

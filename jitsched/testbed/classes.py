@@ -61,10 +61,12 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         [crit] = [j for j in wl.jobs if j.job_class == "critical"]
         watch = (f"{crit.id}/",)
         alone_wl = replace(wl, jobs=(replace(crit, arrival_s=0.0),))
-        alone = run_workload(replace(sc, bulk_share=0.0), scenario, replace(options, measure_slots=0), tb=tb,
-                             workload=(alone_wl, []), watch=watch)
-        beside = run_workload(replace(sc, bulk_share=0.0), scenario, replace(options, measure_slots=0), tb=tb,
-                              workload=(alone_wl, bg), watch=watch)
+
+        def solo(files: list) -> dict:  # the critical job without the normal jobs, beside ``files``
+            return run_workload(replace(sc, bulk_share=0.0), scenario, replace(options, measure_slots=0), tb=tb,
+                                workload=(alone_wl, files), watch=watch)
+
+        alone, beside = solo([]), solo(bg)
         out = run_workload(sc, scenario, options, tb=tb, workload=(wl, bg), watch=watch)
     finally:
         testbed.down(options.prefix)
