@@ -229,7 +229,9 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
             a.stop()
     out = capsys.readouterr().out
     [h0] = [ln for ln in out.splitlines() if "agent h0" in ln]
-    assert "CLOCK OFF by -30.0" in h0
+    # the offset is estimated over a round trip, so a loaded machine reads a few ms off -30 s
+    m = re.search(r"CLOCK OFF by ([-+][0-9.]+) s", h0)
+    assert m and abs(float(m.group(1)) + 30.0) < 0.1, h0
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert "NOT ACKING" in h2
     assert "  agents: schedule_resends_stopped 1" in out
