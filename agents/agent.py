@@ -270,6 +270,8 @@ class Agent:
         # jobs attached by pid, cgroup or port: their connections, found in the backend's namespace
         self.attached = AttachTable(netns=self.backend_options.get("netns"))
         self.current_slot: int | None = None
+        self.current_caps: dict[str, float] = {}  # the caps on unranked traffic in force, by address
+        self.caps_unenforced = False  # caps came that this agent's backend cannot hold (logged once)
         self.applied_at_ns = 0
         self.port_dev = opts.port_dev or self.backend_options.get("dev")
         self.meter: UnscheduledMeter | None = None  # made with the backends (their class counters)
@@ -762,6 +764,9 @@ class Agent:
             body["clock_rtt_s"] = self.clock_rtt_s
         if self.attached.jobs or self.attached.scans:
             body["attached"] = self.attached.summary()
+        if self.current_caps or self.caps_unenforced:
+            body["caps_held"] = len(self.current_caps)
+            body["caps_unenforced"] = self.caps_unenforced
         if self.meter is not None:
             errors = self.meter.errors
             self.unscheduled_Bps = self.meter.sample(self.scheduled_bytes(body.get("attached")))
@@ -891,18 +896,38 @@ class Agent:
                 self._index[d] = ({f["flow"]: f for f in entries}, any(f.get("prio") is not None for f in entries))
         return self._index["in" if inbound else "out"]
 
+    def dst_caps(self, now_ns: int | None = None) -> dict[str, float]:
+        """The caps on this host's unranked traffic now, bytes/s by destination address: what
+        the critical jobs' reservations leave of each held ingress (the body's ``caps_into``)."""
+        s = self.schedule
+        if not s or not s.get("caps_into"):
+            return {}
+        now_ns = self.daemon_ns() if now_ns is None else now_ns
+        out = {}
+        for c in s["caps_into"]:
+            k = (now_ns - c["epoch_ns"]) // int(c["slot_s"] * 1e9)
+            if 0 <= k < len(c["left_Bps"]):
+                out[c["addr"]] = float(c["left_Bps"][k])
+        return out
+
     def _tick(self, force: bool = False, only: str | None = None) -> None:
         # only="out"/"in": a registration changed that direction's flows, within the slot
         if self.backend is None:
             return
         # without a schedule yet, registered flows share the whole line (slot -1)
         k, flows, leftover = self.slot_rates()
-        if k == self.current_slot and not force:
+        caps = self.dst_caps()
+        if k == self.current_slot and caps == self.current_caps and not force:
             return
-        if k != self.current_slot:
+        if k != self.current_slot or caps != self.current_caps:
             only = None  # a new slot changes both directions
-        self.current_slot = k
+        self.current_slot, self.current_caps = k, caps
+        if caps and not self.backend.caps_destinations and not self.caps_unenforced:
+            self.caps_unenforced = True
+            log.warning("event=agent_caps_unenforced host=%s backend=%s caps=%d", self.host,
+                        self.backend_name, len(caps))
         if only != "in":
+            self.backend.cap_destinations(caps)
             self.backend.apply(flows, leftover)
         if self.in_backend is not None and only != "out":
             _, in_flows, in_left = self.slot_rates(inbound=True)

@@ -49,6 +49,12 @@ FLOW_ENTRY: dict[str, tuple[Any, bool]] = {"flow": (str, True), "start_slot": (i
                                            "rates_Bps": (NUMS, True), "prio": (int, False)}
 OUT_FLOW_ENTRY = {**FLOW_ENTRY, "dst": (str, True)}
 IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
+# A schedule body's cap entry: what the critical jobs' reservations leave of host ``host``'s
+# ingress (address ``addr``), bytes/s per ``slot_s`` from wall time ``epoch_ns`` on; the
+# agent holds the traffic it does not rank towards ``addr`` to that (its background floor at
+# least) in those slots, so that it meets the reserved flows there in no switch queue.
+CAP_ENTRY: dict[str, tuple[Any, bool]] = {"host": (str, True), "addr": (str, True), "epoch_ns": (int, True),
+                                          "slot_s": (NUM, True), "left_Bps": (NUMS, True)}
 
 
 class Message(str):
@@ -166,7 +172,10 @@ MESSAGES: tuple[Message, ...] = (
                                  # {"out": Bps, "in": Bps} (the daemon plans on what it leaves)
                                  "unscheduled_Bps": (dict, False),
                                  "sent_ns": (int, False), "clock_offset_s": (NUM, False),
-                                 "clock_rtt_s": (NUM, False)}),
+                                 "clock_rtt_s": (NUM, False),
+                                 # the destinations whose unranked traffic the agent holds now
+                                 # (its body's caps_into), and whether its backend cannot
+                                 "caps_held": (int, False), "caps_unenforced": (bool, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
@@ -175,6 +184,7 @@ MESSAGES: tuple[Message, ...] = (
                                    "in_flows": (Entries(IN_FLOW_ENTRY), False),
                                    "in_leftover_Bps": (list, False),
                                    "in_line_Bps": (NUM, False),
+                                   "caps_into": (Entries(CAP_ENTRY), False),
                                    # the daemon process that planned it: seqs count anew in each
                                    "incarnation": (int, False),
                                    # the leader's epoch among daemon replicas (0: one daemon):
@@ -604,6 +614,25 @@ def flow_entry(flow: str, peer: str, start_slot: int, rates_Bps: list[float], pr
     if prio is not None:
         e["prio"] = prio
     return e
+
+
+def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list[float]) -> dict:
+    """One cap entry of a schedule body (:data:`CAP_ENTRY`).
+
+    Parameters
+    ----------
+    host : str
+        The receiving host whose ingress critical jobs hold.
+    addr : str
+        Its IPv4 address.
+    epoch_ns : int
+        Wall time of ``left_Bps[0]``'s start, ns.
+    slot_s : float
+        Length of each of ``left_Bps``'s slots, seconds.
+    left_Bps : list of float
+        Bytes/s of the host's ingress the reservations leave, per slot.
+    """
+    return {"host": host, "addr": addr, "epoch_ns": int(epoch_ns), "slot_s": float(slot_s), "left_Bps": left_Bps}
 
 
 def flow_id(job_id: str, transfer_id: str) -> str:

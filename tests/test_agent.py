@@ -46,6 +46,44 @@ def test_slot_rates_follow_the_plan():
     assert flows == [] and left == 1000.0  # past the plan: the whole line is left over
 
 
+def test_caps_into_reserved_hosts_follow_their_slots_and_reach_the_backend():
+    a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"))
+    a.backend = load_backend("record", 1000.0)
+    a.line_rate_Bps = 1000.0
+    now = time.time_ns()
+    # h1's ingress is held for 0.2 s from 0.5 s ago (two slots), h2's for a minute from now
+    caps = [{"host": "h1", "addr": "198.18.0.2", "epoch_ns": now - 500_000_000, "slot_s": 0.25,
+             "left_Bps": [300.0, 50.0]},
+            {"host": "h2", "addr": "198.18.0.3", "epoch_ns": now + 60 * 10**9, "slot_s": 0.1, "left_Bps": [0.0]}]
+    a._install(_schedule(now) | {"caps_into": caps})
+    assert a.dst_caps(now - 400_000_000) == {"198.18.0.2": 300.0}
+    assert a.dst_caps(now - 100_000_000) == {"198.18.0.2": 50.0}
+    assert a.dst_caps(now + 60 * 10**9 + 1) == {"198.18.0.3": 0.0}
+    assert a.dst_caps(now + 10**9) == {}
+    # the agent's own tick: the window of h1 is over, h2's not begun, nothing capped
+    a._tick(force=True)
+    assert a.backend.caps == {} and a.current_caps == {}
+    a._install(_schedule(now) | {"seq": 4, "caps_into": [dict(caps[0], epoch_ns=now - 10**8)]})
+    a._tick()
+    assert a.backend.caps == {"198.18.0.2": 300.0} and not a.caps_unenforced
+
+
+def test_caps_a_backend_cannot_hold_are_reported():
+    from jitsched.agents.backends.record import RecordBackend
+
+    class Blind(RecordBackend):
+        caps_destinations = False
+
+    a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"))
+    a.backend = Blind(1000.0)
+    a.line_rate_Bps = 1000.0
+    now = time.time_ns()
+    a._install(_schedule(now) | {"caps_into": [{"host": "h1", "addr": "198.18.0.2", "epoch_ns": now - 10**8,
+                                                "slot_s": 10.0, "left_Bps": [0.0]}]})
+    a._tick()
+    assert a.caps_unenforced and a.current_caps == {"198.18.0.2": 0.0}
+
+
 def test_schedules_are_idempotent_by_seq():
     a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"))
     a._install(_schedule(1))

@@ -314,3 +314,28 @@ def test_agents_get_a_critical_jobs_reserved_rates_and_a_leftover_without_them()
         left = body["leftover_Bps"]
         k = f["start_slot"] + int(np.argmax(f["rates_Bps"]))
         assert k < len(left) and left[k] == pytest.approx(0.0, abs=1.0)
+
+
+def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(capsys):
+    # a real daemon and record agents: h1's ingress is reserved for a's transfer, so the
+    # other agents hold their unranked traffic to h1 to what the reservation leaves while
+    # it holds, and say so in status; h1 itself gets no cap, and the caps end with the window
+    from jitsched.cli import main
+    from jitsched.client import Client
+    from jitsched.dag.model import Cluster, Host
+    from jitsched.daemon.server import wait_until
+    from tests.test_daemon import system
+
+    cl = Cluster(tuple(Host(f"h{i}", 1e9, 1e9, f"198.18.0.{i + 1}") for i in range(4)))
+    with system(cluster=cl, policy="jit") as (d, agents):
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            assert c.submit(critical("a", "h0", "h1"))["class"] == "critical"
+        assert wait_until(lambda: agents["h2"].backend.caps.get("198.18.0.2", 2e8) < 1.25e8, 5.0)
+        assert agents["h0"].backend.caps.get("198.18.0.2", 2e8) < 1.25e8
+        assert agents["h1"].backend.caps == {}
+        assert wait_until(lambda: d.state.agents["h2"].caps_held == 1, 3.0)
+        assert main(["status", "--daemon", d.job_endpoint]) == 0
+        # the reservation's window (1.2 s and its 5 %, from the next slot) passes: no cap is left
+        assert wait_until(lambda: agents["h2"].backend.caps == {} and agents["h0"].backend.caps == {}, 5.0)
+    [h2] = [ln for ln in capsys.readouterr().out.splitlines() if "agent h2" in ln]
+    assert h2.endswith("capping traffic to 1 reserved host")

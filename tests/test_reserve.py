@@ -125,3 +125,17 @@ def test_options_are_checked():
         ReserveOptions(eps=-1)
     with pytest.raises(ValidationError, match="max_starts: must be a positive integer"):
         ReserveOptions(max_starts=0)
+
+
+def test_ingress_left_is_each_held_ingress_less_its_reservations():
+    book = ReservationBook(CL, OPTS)
+    assert book.ingress_left() == ()
+    assert book.admit("first", isolated_windows(sends_first(), CL, OPTS), 0.0).admitted
+    [(host, first, left)] = book.ingress_left()
+    held = book.held["first"]
+    assert (host, first) == (1, held.start_slot)  # h1 receives t; nothing reserves the others' ingress
+    assert len(left) == held.rates.shape[1]
+    np.testing.assert_allclose(left, np.maximum(CL.ingress_Bps[1] - held.rates.sum(axis=0), 0.0))
+    assert min(left) < CL.ingress_Bps[1]
+    book.release("first", 0.0)
+    assert book.ingress_left() == ()

@@ -529,3 +529,59 @@ def test_background_floor_reaches_the_kernel_while_ranked_flows_hold_the_port(ns
         b.close()
     with pytest.raises(ValueError, match=r"background_floor: must be within \[0, 1\), got 1.0"):
         TcBackend(LINE, dev="a0", netns=ns, background_floor=1.0)
+
+
+def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lifted(ns_pair):
+    # traffic no flow class takes, towards a host whose ingress a critical job holds,
+    # goes to a class of its own whose ceiling is what the reservation leaves
+    import time
+
+    src, dst = ns_pair
+    line = 1.25e6  # 10 Mbit/s
+    install_shaper("a0", line, netns=src)
+    sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", BULK_SINK, "198.18.200.2"])
+    b = TcBackend(line, dev="a0", netns=src, background_floor=0.05)
+    source = None
+    try:
+        b.cap_destinations({"198.18.200.2": 0.2 * line, "198.18.200.9": 0.0})
+        b.apply([], 0.0)  # as when ranked flows take the port: background is guaranteed its floor
+        minor = b.caps["198.18.200.2"][0]
+        other = b.caps["198.18.200.9"][0]
+        cl = classes(src)
+        wire = (1500 + 14) / (1500 - 52)
+        assert cl[ROOT_HANDLE | minor][2] == int(0.2 * line * wire)
+        # a cap under the background floor is raised to it; the floor is shared three ways
+        assert cl[ROOT_HANDLE | other][2] == int(0.05 * line)
+        assert cl[ROOT_HANDLE | BG_MINOR][1] + cl[ROOT_HANDLE | minor][1] + cl[ROOT_HANDLE | other][1] \
+            <= 0.05 * line + 2
+        txt = filters_text(src)
+        assert txt.count("match c612c802/ffffffff at 16") == 1  # 198.18.200.2
+        assert txt.count("match c612c809/ffffffff at 16") == 1  # 198.18.200.9
+        time.sleep(0.3)  # the sink listens
+        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", BULK_SOURCE, "198.18.200.1",
+                                   "198.18.200.2", "4"])
+        time.sleep(1.0)
+        before = class_bytes(src)
+        time.sleep(1.0)
+        after = class_bytes(src)
+        capped = (after[minor] - before[minor]) / line
+        assert 0.12 < capped < 0.25, capped
+        assert after[BG_MINOR] - before[BG_MINOR] < 0.02 * line
+        # the cap lifted: its class and filters go, the file takes the link through the background
+        b.cap_destinations({})
+        b.apply([], line)
+        assert minor not in class_bytes(src) and other not in class_bytes(src)
+        assert "c612c802" not in filters_text(src)
+        time.sleep(0.5)
+        before = class_bytes(src)
+        time.sleep(1.0)
+        after = class_bytes(src)
+        assert (after[BG_MINOR] - before[BG_MINOR]) / line > 0.8
+    finally:
+        for p in (source, sink):
+            if p is not None:
+                p.kill()
+                p.wait()
+        b.close()
+    assert set(class_bytes(src)) == {LINK_CLASS & 0xFFFF, BG_MINOR}
+    assert "c612c802" not in filters_text(src)

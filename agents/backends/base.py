@@ -84,6 +84,14 @@ class Backend(ABC):
     # False: every flow the schedule lists, which costs a walk of the schedule per slot.
     needs_endpoints: ClassVar[bool] = True
 
+    # Whether cap_destinations holds anything back (False: the caps are not enforced here).
+    caps_destinations: ClassVar[bool] = False
+
+    def cap_destinations(self, caps: dict[str, float]) -> None:
+        """From the next :meth:`apply` on, hold the traffic no flow class takes towards each
+        address of ``caps`` to its bytes/s (the backend's background floor at least);
+        traffic to other addresses is not held. Default: nothing is held."""
+
     def attach(self, flow_id: str, sock) -> None:
         """A local process registered ``sock`` (a connected TCP socket) as flow ``flow_id``."""
 

@@ -70,6 +70,10 @@ ACK_MAX_LEN = 128
 DL_MINOR = 5  # 1:5, marked DL packets no flow class matches (TcBackend(dl_tos=...))
 DL_LEAF_HANDLE = 0x50000  # 5:
 DL_FILTER_PRIO = 0xFFF8  # after every flow filter (whose prio is its minor, at most FLOW_MINOR_MAX)
+# The filters of the capped destinations (TcBackend.cap_destinations), one per address, all
+# at this prio: after the flows' and the unregistered-DL filter, so only traffic no other
+# class takes is held.
+CAP_FILTER_PRIO = 0xFFF9
 # The unregistered-DL class's guaranteed share of the line rate (TcBackend(dl_tos=...)).
 # HTB serves every class under its own rate before any borrowing, and ranked flows hold
 # rates up to the line: with two frames' worth the class only borrowed what they left.

@@ -122,6 +122,11 @@ def u32_keys(flow: FlowRate) -> list[tuple[int, int, int]]:
     return keys
 
 
+def u32_dst_keys(addr: str) -> list[tuple[int, int, int]]:
+    """The u32 keys matching IPv4 packets to ``addr``."""
+    return [(_ip4(addr), 0xFFFFFFFF, 16)]
+
+
 def u32_filter_attrs(classid: int, keys: list[tuple[int, int, int]]) -> bytes:
     """TCA_KIND + TCA_OPTIONS of a terminal u32 filter sending matches to ``classid``."""
     sel = struct.pack("!BBBxHHhhI", TC_U32_TERMINAL, 0, len(keys), 0, 0, 0, 0, 0)

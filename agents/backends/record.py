@@ -21,7 +21,15 @@ class RecordBackend(Backend):
         self.attached: dict[str, object] = {}
         self.last: list[FlowRate] = []  # the flows of the last apply, with their endpoints and levels
         self.closed = False
+        self.caps: dict[str, float] = {}  # the caps of the last cap_destinations
         self._lock = threading.Lock()
+
+    caps_destinations = True
+
+    def cap_destinations(self, caps: dict[str, float]) -> None:
+        """Record the caps on unranked traffic per destination address (bytes/s)."""
+        with self._lock:
+            self.caps = dict(caps)
 
     def apply(self, flows: list[FlowRate], leftover_Bps: float) -> None:
         """Record the slot's rates (bytes/s)."""

@@ -26,6 +26,7 @@ from jitsched.agents.backends.htb import (
     ACK_MINOR,
     ACK_RESERVE,
     BG_MINOR,
+    CAP_FILTER_PRIO,
     DL_FILTER_PRIO,
     DL_LEAF_HANDLE,
     DL_MINOR,
@@ -59,6 +60,7 @@ from jitsched.agents.backends.netlink import (
     TcSocket,
     htb_class_attrs,
     tcmsg,
+    u32_dst_keys,
     u32_filter_attrs,
     u32_keys,
 )
@@ -163,6 +165,9 @@ class TcBackend(Backend):
         self.dl_tos = None if dl_tos is None else int(dl_tos)
         self.dl_reserve_Bps = 0.0 if dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
         self.bg_floor_Bps = reserve_Bps(background_floor, self.line_rate_Bps)
+        # capped destinations: address -> its class's minor and (rate, ceil); wanted: address -> bytes/s
+        self.caps: dict[str, tuple[int, tuple[int, int]]] = {}
+        self.want_caps: dict[str, float] = {}
         self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
         self.closed = False
         qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
@@ -234,10 +239,61 @@ class TcBackend(Backend):
         stale = [h & 0xFFFF for h in classes
                  if h >> 16 == ROOT_HANDLE >> 16 and (h & 0xFFFF) >= FLOW_MINOR_BASE]
         msgs = self._remove_dl_class() if ROOT_HANDLE | DL_MINOR in classes else []
+        msgs.append((self._del_filter(CAP_FILTER_PRIO), "stale capped-destination filters", True))
         for m in stale:
             msgs.append((self._del_filter(m), f"stale filter prio {m}", True))
             msgs.append((self._del_class(m), f"stale class 1:{m:x}", True))
         self.nl.transact(msgs)
+
+    caps_destinations = True
+
+    def cap_destinations(self, caps: dict[str, float]) -> None:
+        """Hold what no flow class takes towards each address of ``caps`` to its bytes/s.
+
+        From the next :meth:`apply` on, each address gets a class of its own, at the
+        background's last borrowing prio, whose ceiling is its cap (payload rate, the
+        background floor at least) and whose guaranteed rate is an equal share of the
+        background floor (the background class keeps one share): traffic towards a
+        host whose ingress a critical job holds meets the reserved flows in no switch
+        queue, and is never starved.
+        """
+        self.want_caps = {a: float(r) for a, r in caps.items()}
+
+    def _cap_msgs(self, change: int, create: int) -> tuple[list[tuple[bytes, str, bool]], int]:
+        """The netlink messages that make the capped destinations' classes and filters
+        :attr:`want_caps`, and the guaranteed rate they take together (bytes/s)."""
+        want, msgs = self.want_caps, []
+        n = len(want)
+        share = self.bg_floor_Bps / (n + 1)
+        rates = {}
+        for addr, cap in want.items():
+            ceil = int(max(cap * self.wire_factor, self.bg_floor_Bps, 1))
+            rates[addr] = (max(1, min(ceil, int(share))), ceil)
+        if set(want) != set(self.caps):
+            # the filters go together (one prio) and come back for the new set
+            if self.caps:
+                msgs.append((self._del_filter(CAP_FILTER_PRIO), "delete capped-destination filters", True))
+            for addr in [a for a in self.caps if a not in want]:
+                minor, _ = self.caps.pop(addr)
+                msgs.append((self._del_class(minor), f"delete capped class of {addr}", False))
+                self.free_minors.append(minor)
+            for addr in want:
+                if addr not in self.caps:
+                    minor = self._alloc_minor()
+                    r, c = rates[addr]
+                    msgs.append((self._class(minor, r, c, create, prio=BG_LAST_PRIO), f"capped class of {addr}", False))
+                    self.caps[addr] = (minor, (r, c))
+            for addr in want:
+                msgs.append((tcmsg(RTM_NEWTFILTER, create, self.nl.next_seq(), self.ifindex, 0, ROOT_HANDLE,
+                                   info=(CAP_FILTER_PRIO << 16) | socket.htons(ETH_P_IP),
+                                   attrs=u32_filter_attrs(ROOT_HANDLE | self.caps[addr][0], u32_dst_keys(addr))),
+                             f"capped-destination filter of {addr}", False))
+        for addr, (minor, rc) in list(self.caps.items()):
+            if rates[addr] != rc:
+                msgs.append((self._class(minor, *rates[addr], change, prio=BG_LAST_PRIO),
+                             f"change capped class of {addr}", False))
+                self.caps[addr] = (minor, rates[addr])
+        return msgs, sum(r for r, _ in rates.values())
 
     def _del_filter(self, prio: int) -> bytes:
         # a flow's filter has its class's minor as its prio
@@ -363,7 +419,9 @@ class TcBackend(Backend):
             if not inst.keys and keys:
                 inst.keys = keys
                 msgs.append((self._filter(inst.minor, keys, create), f"filter of {fid}", False))
-        bg = int(max(self.bg_floor_Bps, min(leftover_Bps, line - total * scale)))
+        cap_msgs, capped = self._cap_msgs(change, create)
+        msgs += cap_msgs
+        bg = int(max(self.bg_floor_Bps - capped, min(leftover_Bps, line - total * scale - capped)))
         # last while anything is ranked; first only beside planned flows that are not
         # (the paper's leftover); with no flow it keeps its prio: every change risks
         # the stale filing above, and ranked schedules must never move it off the last
@@ -395,6 +453,10 @@ class TcBackend(Backend):
                                          self.ifindex, ROOT_HANDLE, TC_H_ROOT), "delete root qdisc", True)])
                 return
             msgs = self._remove_dl_class() if self.dl_tos is not None else []
+            if self.caps:
+                msgs.append((self._del_filter(CAP_FILTER_PRIO), "delete capped-destination filters", True))
+            for minor, _ in self.caps.values():
+                msgs.append((self._del_class(minor), f"delete capped class 1:{minor:x}", True))
             for fid, inst in self.flows.items():
                 msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", True))
                 msgs.append((self._del_class(inst.minor), f"delete class of {fid}", True))

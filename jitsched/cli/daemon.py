@@ -358,7 +358,10 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"acked {a['acked_seq']}"
               + (f" CLOCK OFF by {a['clock_offset_s']:+.3f} s (corrected by the agent)" if a.get("clock_off") else "")
               + (f" NOT ACKING seq {a['seq']} (re-sends stopped after {a['resends']})"
-                 if a.get("resends_stopped") else ""))
+                 if a.get("resends_stopped") else "")
+              + (" CAPS NOT ENFORCED (its backend cannot hold traffic towards reserved hosts)"
+                 if a.get("caps_unenforced") else f" capping traffic to {_count(a['caps_held'], 'reserved host')}"
+                 if a.get("caps_held") else ""))
         att = a.get("attached") or {}
         for j, x in sorted((att.get("jobs") or {}).items()):
             print(f"    attached {escape(j):<20} {_count(x['conns'], 'connection')} ({x['scheduled']} scheduled, "

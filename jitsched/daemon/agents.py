@@ -52,6 +52,8 @@ class AgentState:
     clock_offset_s: float | None = None  # the agent's clock minus the daemon's, as it measured
     clock_rtt_s: float | None = None  # the heartbeat round trip of that measurement
     clock_off: bool = False  # the offset is over a slot
+    caps_held: int = 0  # destinations whose unranked traffic the agent holds (its heartbeat)
+    caps_unenforced: bool = False  # caps came that its backend cannot hold
 
 
 class AgentTable:
@@ -218,6 +220,8 @@ class AgentTable:
         a.flow_rates_Bps = dict(body.get("flow_rates_Bps", {}))
         a.total_Bps = float(body.get("total_Bps", 0.0))
         a.attached = dict(body.get("attached", {}))
+        a.caps_held = int(body.get("caps_held", 0))
+        a.caps_unenforced = bool(body.get("caps_unenforced", False))
         offset = body.get("clock_offset_s")
         if offset is not None and math.isfinite(offset):
             self._clock(a, float(offset), float(body.get("clock_rtt_s", 0.0)))

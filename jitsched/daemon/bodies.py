@@ -12,7 +12,7 @@ import numpy as np
 from jitsched.config import ANONYMOUS, KEYS, DaemonConfig
 from jitsched.dag.model import Cluster
 from jitsched.policies.base import SlotSchedule
-from jitsched.protocol import flow_entry, flow_id, pack_body
+from jitsched.protocol import cap_entry, flow_entry, flow_id, pack_body
 
 # A status page stops adding jobs past about this many bytes of them (a page of
 # status_page_jobs jobs with 256-character ids would be ~400 kB): the whole reply,
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: int,
                 t0_wall_s: float, cluster: Cluster, slot_s: float,
-                incarnation: int = 0, epoch: int = 0) -> dict[str, dict]:
+                incarnation: int = 0, epoch: int = 0, caps_into: tuple = ((), 0.0)) -> dict[str, dict]:
     """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
 
     A host's body holds the flows it sends and its egress leftover, bytes/s,
@@ -41,16 +41,21 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     a flow with a strict-priority level (``sched.prio``) carries it as ``prio``. ``incarnation`` names the daemon
     process (seqs restart with each): agents reset their seq when it changes.
     ``epoch`` is the leader's among daemon replicas (0: one daemon): agents drop a body
-    of an epoch lower than one they have seen.
+    of an epoch lower than one they have seen. ``caps_into`` is
+    ``(ReservationBook.ingress_left(), its slot_s)``: every other host's body lists
+    what the reservations leave of each held ingress (``caps_into``, entries of
+    :func:`~jitsched.protocol.cap_entry`; a host with no address cannot be matched
+    and is left out).
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
+    caps = cap_entries(caps_into, cluster, t0_wall_s)
     if sched is None:
         epoch_ns = int(t0_wall_s * 1e9)
         return {names[h]: {"seq": seq, "slot_s": slot_s, "epoch_ns": epoch_ns, "flows": [],
                            "leftover_Bps": [], "line_Bps": cluster.hosts[h].egress_Bps,
                            "in_flows": [], "in_leftover_Bps": [], "in_line_Bps": cluster.hosts[h].ingress_Bps,
-                           "incarnation": incarnation, "epoch": epoch}
+                           "incarnation": incarnation, "epoch": epoch} | _caps_of(caps, names[h])
                 for h in idx}
     out_of: dict[int, list] = {h: [] for h in idx}
     into: dict[int, list] = {h: [] for h in idx}
@@ -80,8 +85,27 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
                        "line_Bps": cluster.hosts[h].egress_Bps,
                        "in_flows": into[h], "in_leftover_Bps": left_i[h, :keep_i[h]].tolist(),
                        "in_line_Bps": cluster.hosts[h].ingress_Bps, "incarnation": incarnation,
-                       "epoch": epoch}
+                       "epoch": epoch} | _caps_of(caps, names[h])
             for h in idx}
+
+
+def cap_entries(caps_into: tuple, cluster: Cluster, t0_wall_s: float) -> list[dict]:
+    """The cap entries of ``caps_into`` (``(ReservationBook.ingress_left(), slot_s)``) whose
+    host has an address, times on the wall clock of a daemon started at ``t0_wall_s``."""
+    held, slot_s = caps_into
+    out = []
+    for h, first, left in held:
+        if h >= len(cluster) or not cluster.hosts[h].address:
+            continue
+        host = cluster.hosts[h]
+        out.append(cap_entry(host.name, host.address, int((t0_wall_s + first * slot_s) * 1e9), slot_s, list(left)))
+    return out
+
+
+def _caps_of(caps: list[dict], host: str) -> dict:
+    # a host's body: the caps on its traffic into the other held hosts (none: no key)
+    mine = [c for c in caps if c["host"] != host]
+    return {"caps_into": mine} if mine else {}
 
 
 def _dense_ranks(out_of: dict[int, list], into: dict[int, list]) -> None:
@@ -139,9 +163,10 @@ class RankFrame(bytes):
 
 
 def is_idle(body: dict) -> bool:
-    """Whether a host's body plans nothing for it: no flow out or in, and both leftovers
-    the line rate (empty lists)."""
-    return not (body["flows"] or body["leftover_Bps"] or body.get("in_flows") or body.get("in_leftover_Bps"))
+    """Whether a host's body plans nothing for it: no flow out or in, both leftovers
+    the line rate (empty lists) and no cap on its traffic into another host."""
+    return not (body["flows"] or body["leftover_Bps"] or body.get("in_flows") or body.get("in_leftover_Bps")
+                or body.get("caps_into"))
 
 
 def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
@@ -253,7 +278,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
                   "seq": table.host_seq.get(h, 0), "resends": a.resends, "resends_stopped": a.resends_stopped,
                   "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps,
                   "clock_offset_s": a.clock_offset_s, "clock_rtt_s": a.clock_rtt_s, "clock_off": a.clock_off,
-                  "attached": a.attached,
+                  "attached": a.attached, "caps_held": a.caps_held, "caps_unenforced": a.caps_unenforced,
                   # the port's unscheduled traffic as the agent measured it, bytes/s per direction,
                   # its smoothed mean and the capacity plans use (jitsched.daemon.capacity)
                   "unscheduled_Bps": a.unscheduled_Bps, **table.capacity.host_view(h)}
@@ -275,5 +300,5 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
             "background": {"held": len(background.flows), **background.counts}}
 
 
-__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "client_usage", "host_bodies", "is_idle",
-           "job_summary", "pack_frames", "status_body"]
+__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "cap_entries", "client_usage",
+           "host_bodies", "is_idle", "job_summary", "pack_frames", "status_body"]

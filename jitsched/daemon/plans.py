@@ -73,6 +73,12 @@ class PlanRequest:
     # the planned critical jobs' reserved rates (reserve.ReservationBook.flows): the
     # schedule's floor for their flows (reserve.with_reservations)
     reserved: dict = field(default_factory=dict)
+    # what the reservations leave of each ingress they hold (reserve.ReservationBook.ingress_left),
+    # on the book's slot grid (``caps_slot_s``): every host's body carries it
+    caps_into: tuple = ()
+    caps_slot_s: float = DEFAULT_SLOT_S
+    # caps_into differs from the last request's: an increment sends every host's body
+    caps_changed: bool = False
 
 
 @dataclass
@@ -234,6 +240,14 @@ class PlanBook:
         self._full_jobs: tuple[str, ...] = ()  # the jobs of the full re-solve in flight
         self.incarnation = 0  # the daemon process's (SchedulerState sets it), for the bodies
         self.epoch = 0  # the leader's among replicas (SchedulerState sets it), for the bodies
+        self.caps_requested: tuple = ()  # the last request's caps_into
+
+    def _caps(self) -> dict:
+        """A request's ``caps_into``, ``caps_slot_s`` and ``caps_changed`` (against the last request's)."""
+        book = self.registry.reservations
+        caps = book.ingress_left()
+        changed, self.caps_requested = caps != self.caps_requested, caps
+        return {"caps_into": caps, "caps_slot_s": book.options.slot_s, "caps_changed": changed}
 
     @property
     def active(self) -> dict[str, JobState]:
@@ -392,7 +406,7 @@ class PlanBook:
                           slot_s=self.config.slot_s, incarnation=self.incarnation,
                           epoch=self.epoch, background=self.background.snapshot(),
                           cluster=self._joined_cluster,
-                          reserved=self.registry.reservations.flows(self.active))
+                          reserved=self.registry.reservations.flows(self.active), **self._caps())
         self.events.clear()
         self.reasons.clear()
         self.first_reason_s = math.inf
@@ -441,7 +455,7 @@ class PlanBook:
                            busy_ingress=np.bincount(np.asarray(in_hosts, dtype=np.int64), minlength=nh),
                            rebase=rebase, slot_s=self.config.slot_s, incarnation=self.incarnation,
                            cluster=self._joined_cluster, epoch=self.epoch,
-                           reserved=self.registry.reservations.flows(new_ids))
+                           reserved=self.registry.reservations.flows(new_ids), **self._caps())
 
     # ------------------------------------------------------------------ results
 

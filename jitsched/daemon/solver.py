@@ -267,7 +267,8 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
         # (the agents' table sends only those that differ from what each agent holds).
         # Only the changed ones lost a rebase's reorder wherever no added job went, and
         # lost an announced background flow's rank outright when none was added.
-        _attach_bodies(res, None if regrid or req.rebase else changed, cluster, t0_wall_s, req)
+        # New caps (a reservation made or released) go into every host's body.
+        _attach_bodies(res, None if regrid or req.rebase or req.caps_changed else changed, cluster, t0_wall_s, req)
     except Exception as exc:  # noqa: BLE001 - a failed plan must not kill the daemon
         return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
                           describe(exc), **kw)
@@ -299,7 +300,8 @@ def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluste
     slot_s = sched.slot_s if sched is not None else req.slot_s
     with gc_paused():
         res.frames = pack_frames(host_bodies(_unscheduled_kept(sched, cluster, req.capacity), hosts, res.seq,
-                                             t0_wall_s, cluster, slot_s, req.incarnation, req.epoch))
+                                             t0_wall_s, cluster, slot_s, req.incarnation, req.epoch,
+                                             caps_into=(req.caps_into, req.caps_slot_s)))
     if sched is not None:
         # planned flows only: a ranked one (no rates) has no finish to drift from or
         # to hold back to, and the default jit's 32k ranked flows at 1000 jobs took

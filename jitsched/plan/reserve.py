@@ -383,6 +383,25 @@ class ReservationBook:
                 i[h.windows.dst[k], lo - first_slot:hi - first_slot] -= part[k]
         return e, i
 
+    def ingress_left(self) -> tuple[tuple[int, int, tuple[float, ...]], ...]:
+        """What the reservations leave of each ingress they hold, from the first slot any holds.
+
+        Returns
+        -------
+        tuple of (host index, first slot, left)
+            One entry per host whose ingress some reservation holds: ``left`` is its
+            ingress rate less every reservation into it, bytes/s per slot, from
+            ``first slot`` to the last slot any reservation holds (hashable, so that
+            a change of reservations shows as a change of this value).
+        """
+        if not self.held:
+            return ()
+        first = min(h.start_slot for h in self.held.values())
+        _, free = self.free(first, self.horizon_slot() - first)
+        line = np.asarray(self.cluster.ingress_Bps, dtype=np.float64)[:, None]
+        held = np.flatnonzero((free < line * (1.0 - 1e-9)).any(axis=1))
+        return tuple((int(h), first, tuple(np.maximum(free[h], 0.0).tolist())) for h in held)
+
     def horizon_slot(self) -> int:
         """The first slot no reservation holds."""
         return max((h.end_slot for h in self.held.values()), default=0)
