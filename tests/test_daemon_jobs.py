@@ -322,8 +322,8 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
     # it holds, and say so in status; h1 itself gets no cap, and the caps end with the window
     from jitsched.cli import main
     from jitsched.client import Client
-    from jitsched.dag.model import Cluster, Host
     from jitsched.daemon.server import wait_until
+    from jitsched.dag.model import Cluster, Host
     from tests.test_daemon import system
 
     cl = Cluster(tuple(Host(f"h{i}", 1e9, 1e9, f"198.18.0.{i + 1}") for i in range(4)))
