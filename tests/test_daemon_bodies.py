@@ -5,7 +5,7 @@ import numpy as np
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentTable
-from jitsched.daemon.bodies import IdleFrame, RankFrame, host_bodies, pack_frames
+from jitsched.daemon.bodies import CAP_HOLD_S, IdleFrame, RankFrame, host_bodies, pack_frames
 from jitsched.dag.model import Cluster, Host
 from jitsched.policies.base import SlotSchedule
 
@@ -92,14 +92,14 @@ def test_a_job_ranked_in_between_changes_only_the_bodies_of_its_hosts():
 
 
 def test_reserved_ingress_caps_go_to_every_other_host_with_an_address():
-    # h1's ingress is held (half the line left in slots 10-11 on the book's grid); h2 has
-    # no address and its cap cannot be matched: only h1's goes, to every host but h1
+    # h1's ingress is held from 0.5 s on (half the line left); h2 has no address and its
+    # cap cannot be matched: only h1's goes, to every host but h1
     cl = Cluster(tuple(Host(f"h{i}", LINE * 8, LINE * 8, None if i == 2 else f"198.18.0.{i + 1}")
                        for i in range(4)))
-    caps = ((1, 10, (LINE / 2, LINE / 2)), (2, 10, (0.0,)))
-    bodies = host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1, caps_into=(caps, 0.05))
-    want = [{"host": "h1", "addr": "198.18.0.2", "epoch_ns": int((100.0 + 10 * 0.05) * 1e9), "slot_s": 0.05,
-             "left_Bps": [LINE / 2, LINE / 2]}]
+    caps = ((1, 0.5, LINE / 2), (2, 0.5, 0.0))
+    bodies = host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1, caps_into=caps)
+    want = [{"host": "h1", "addr": "198.18.0.2", "epoch_ns": int(100.5 * 1e9), "slot_s": CAP_HOLD_S,
+             "left_Bps": [LINE / 2]}]
     assert all(bodies[h]["caps_into"] == want for h in ("h0", "h2", "h3"))
     assert "caps_into" not in bodies["h1"]
     # h3 neither sends nor receives, but may send unranked traffic into h1: not idle

@@ -318,8 +318,8 @@ def test_agents_get_a_critical_jobs_reserved_rates_and_a_leftover_without_them()
 
 def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(capsys):
     # a real daemon and record agents: h1's ingress is reserved for a's transfer, so the
-    # other agents hold their unranked traffic to h1 to what the reservation leaves while
-    # it holds, and say so in status; h1 itself gets no cap, and the caps end with the window
+    # other agents hold their unranked traffic to h1 to what the reservation leaves until
+    # the transfer has arrived, and say so in status; h1 itself gets no cap
     from jitsched.cli import main
     from jitsched.client import Client
     from jitsched.daemon.server import wait_until
@@ -335,7 +335,11 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
         assert agents["h1"].backend.caps == {}
         assert wait_until(lambda: d.state.agents["h2"].caps_held == 1, 3.0)
         assert main(["status", "--daemon", d.job_endpoint]) == 0
-        # the reservation's window (1.2 s and its 5 %, from the next slot) passes: no cap is left
+        # past the reservation's window (1.2 s and its 5 %) the transfer is still due: h1 stays held
+        time.sleep(1.5)
+        assert agents["h2"].backend.caps.get("198.18.0.2", 2e8) < 1.25e8
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            c.transfer_finished("a", "t")
         assert wait_until(lambda: agents["h2"].backend.caps == {} and agents["h0"].backend.caps == {}, 5.0)
     [h2] = [ln for ln in capsys.readouterr().out.splitlines() if "agent h2" in ln]
     assert h2.endswith("capping traffic to 1 reserved host")

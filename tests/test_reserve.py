@@ -127,15 +127,18 @@ def test_options_are_checked():
         ReserveOptions(max_starts=0)
 
 
-def test_ingress_left_is_each_held_ingress_less_its_reservations():
+def test_ingress_held_lasts_until_the_reserved_transfers_into_a_host_arrive():
     book = ReservationBook(CL, OPTS)
-    assert book.ingress_left() == ()
+    assert book.ingress_held({}) == ()
     assert book.admit("first", isolated_windows(sends_first(), CL, OPTS), 0.0).admitted
-    [(host, first, left)] = book.ingress_left()
     held = book.held["first"]
-    assert (host, first) == (1, held.start_slot)  # h1 receives t; nothing reserves the others' ingress
-    assert len(left) == held.rates.shape[1]
-    np.testing.assert_allclose(left, np.maximum(CL.ingress_Bps[1] - held.rates.sum(axis=0), 0.0))
-    assert min(left) < CL.ingress_Bps[1]
+    [(host, start_s, left)] = book.ingress_held({})
+    # h1 receives t; nothing reserves the others' ingress
+    first = held.start_slot + int(np.flatnonzero(held.rates[0] > 0)[0])
+    assert host == 1 and start_s == pytest.approx(first * SLOT)
+    assert left == pytest.approx(max(CL.ingress_Bps[1] - held.rates[0].max(), 0.0))
+    assert left < 0.1 * CL.ingress_Bps[1]  # t is network-bound: its reservation takes most of h1's port
+    # t arrived: nothing is held any more, though its reserved window may not be over
+    assert book.ingress_held({"first": {"t"}}) == ()
     book.release("first", 0.0)
-    assert book.ingress_left() == ()
+    assert book.ingress_held({}) == ()

@@ -19,6 +19,11 @@ from jitsched.protocol import cap_entry, flow_entry, flow_id, pack_body
 # agents and solve times included, stays under 1 MB for clusters up to ~2000 hosts.
 STATUS_PAGE_BYTES = 512 * 1024
 STATUS_SOLVE_TIMES = 1000  # the newest solve times a status reply carries
+# A cap on traffic into a critical job's host holds from the first slot its reserved
+# transfers into that host start until they have all arrived: the daemon then sends
+# bodies without it. The job may run behind its reservation, so the cap has no end of
+# its own; this one-slot length only bounds it should no body ever lift it.
+CAP_HOLD_S = 3600.0
 
 if TYPE_CHECKING:
     from jitsched.daemon.agents import AgentTable
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
 
 def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: int,
                 t0_wall_s: float, cluster: Cluster, slot_s: float,
-                incarnation: int = 0, epoch: int = 0, caps_into: tuple = ((), 0.0)) -> dict[str, dict]:
+                incarnation: int = 0, epoch: int = 0, caps_into: tuple = ()) -> dict[str, dict]:
     """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
 
     A host's body holds the flows it sends and its egress leftover, bytes/s,
@@ -41,11 +46,11 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     a flow with a strict-priority level (``sched.prio``) carries it as ``prio``. ``incarnation`` names the daemon
     process (seqs restart with each): agents reset their seq when it changes.
     ``epoch`` is the leader's among daemon replicas (0: one daemon): agents drop a body
-    of an epoch lower than one they have seen. ``caps_into`` is
-    ``(ReservationBook.ingress_left(), its slot_s)``: every other host's body lists
-    what the reservations leave of each held ingress (``caps_into``, entries of
-    :func:`~jitsched.protocol.cap_entry`; a host with no address cannot be matched
-    and is left out).
+    of an epoch lower than one they have seen. ``caps_into``
+    (:meth:`~jitsched.plan.reserve.ReservationBook.ingress_held`): every other host's
+    body lists what the unfinished reserved transfers leave of each ingress they hold
+    (``caps_into``, entries of :func:`~jitsched.protocol.cap_entry`; a host with no
+    address cannot be matched and is left out).
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
@@ -90,15 +95,15 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
 
 
 def cap_entries(caps_into: tuple, cluster: Cluster, t0_wall_s: float) -> list[dict]:
-    """The cap entries of ``caps_into`` (``(ReservationBook.ingress_left(), slot_s)``) whose
-    host has an address, times on the wall clock of a daemon started at ``t0_wall_s``."""
-    held, slot_s = caps_into
+    """The cap entries of ``caps_into`` (:meth:`ReservationBook.ingress_held`) whose host has
+    an address, times on the wall clock of a daemon started at ``t0_wall_s``; each holds
+    for :data:`CAP_HOLD_S` unless a later body lifts it."""
     out = []
-    for h, first, left in held:
+    for h, start_s, left in caps_into:
         if h >= len(cluster) or not cluster.hosts[h].address:
             continue
         host = cluster.hosts[h]
-        out.append(cap_entry(host.name, host.address, int((t0_wall_s + first * slot_s) * 1e9), slot_s, list(left)))
+        out.append(cap_entry(host.name, host.address, int((t0_wall_s + start_s) * 1e9), CAP_HOLD_S, [left]))
     return out
 
 
@@ -300,5 +305,5 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
             "background": {"held": len(background.flows), **background.counts}}
 
 
-__all__ = ["STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "cap_entries", "client_usage",
+__all__ = ["CAP_HOLD_S", "STATUS_PAGE_BYTES", "STATUS_SOLVE_TIMES", "IdleFrame", "RankFrame", "cap_entries", "client_usage",
            "host_bodies", "is_idle", "job_summary", "pack_frames", "status_body"]

@@ -73,10 +73,9 @@ class PlanRequest:
     # the planned critical jobs' reserved rates (reserve.ReservationBook.flows): the
     # schedule's floor for their flows (reserve.with_reservations)
     reserved: dict = field(default_factory=dict)
-    # what the reservations leave of each ingress they hold (reserve.ReservationBook.ingress_left),
-    # on the book's slot grid (``caps_slot_s``): every host's body carries it
+    # the ingress ports unfinished reserved transfers hold and what they leave
+    # (reserve.ReservationBook.ingress_held): every other host's body carries it
     caps_into: tuple = ()
-    caps_slot_s: float = DEFAULT_SLOT_S
     # caps_into differs from the last request's: an increment sends every host's body
     caps_changed: bool = False
 
@@ -241,13 +240,18 @@ class PlanBook:
         self.incarnation = 0  # the daemon process's (SchedulerState sets it), for the bodies
         self.epoch = 0  # the leader's among replicas (SchedulerState sets it), for the bodies
         self.caps_requested: tuple = ()  # the last request's caps_into
+        self.caps_due = False  # a reserved transfer arrived: the caps may lift (an increment tells)
+
+    def _caps_now(self) -> tuple:
+        book, jobs = self.registry.reservations, self.registry.jobs
+        return book.ingress_held({jid: jobs[jid].done for jid in book.held if jid in jobs})
 
     def _caps(self) -> dict:
-        """A request's ``caps_into``, ``caps_slot_s`` and ``caps_changed`` (against the last request's)."""
-        book = self.registry.reservations
-        caps = book.ingress_left()
+        """A request's ``caps_into`` and ``caps_changed`` (against the last request's)."""
+        caps = self._caps_now()
         changed, self.caps_requested = caps != self.caps_requested, caps
-        return {"caps_into": caps, "caps_slot_s": book.options.slot_s, "caps_changed": changed}
+        self.caps_due = False
+        return {"caps_into": caps, "caps_changed": changed}
 
     @property
     def active(self) -> dict[str, JobState]:
@@ -279,6 +283,12 @@ class PlanBook:
         elif self.config.early_s < math.inf and js.in_left and self._holds_back(js, now):
             self.trigger("early", now)
         self.policy_event("node_done", js.job.id, nid)
+        if js.job.id in self.registry.reservations.held and self._caps_now() != self.caps_requested:
+            # the last reserved transfer into a host arrived: its cap lifts with the next plan
+            if self.incremental and self.incremental_ok:
+                self.caps_due = True
+            else:
+                self.trigger("caps", now)
 
     def job_ended(self, jid: str, state: str, now: float) -> None:
         """Job ``jid`` ended as ``state``: its flows leave the plan."""
@@ -390,7 +400,8 @@ class PlanBook:
         if not self.inflight[INCREMENTAL] and now >= self.retry_at_s[INCREMENTAL]:
             if self.held is not None:
                 out.append(self._increment_request(now, rebase=True))
-            elif self.removals or (self.pending and now - self.first_pending_s >= self.config.coalesce_s):
+            elif self.removals or self.caps_due or (self.pending
+                                                    and now - self.first_pending_s >= self.config.coalesce_s):
                 out.append(self._increment_request(now))
         if self.want_plan(now):
             out.append(self.plan_request(now))
@@ -426,7 +437,7 @@ class PlanBook:
         else:
             base, covered = self.schedule, self.covered
             new = [self.active[j] for j in self.pending if j in self.active]
-            reasons = ("arrival",) if new else ("removal",)
+            reasons = ("arrival",) if new else ("removal",) if self.removals else ("caps",)
             self.pending.clear()
             self.first_pending_s = math.inf
         removed = frozenset(self.removals)

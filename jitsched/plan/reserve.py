@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -383,24 +384,42 @@ class ReservationBook:
                 i[h.windows.dst[k], lo - first_slot:hi - first_slot] -= part[k]
         return e, i
 
-    def ingress_left(self) -> tuple[tuple[int, int, tuple[float, ...]], ...]:
-        """What the reservations leave of each ingress they hold, from the first slot any holds.
+    def ingress_held(self, done: dict[str, Iterable[str]]) -> tuple[tuple[int, float, float], ...]:
+        """The ingress ports that reserved transfers not yet done hold, and what they leave.
+
+        Parameters
+        ----------
+        done : dict of job id to transfer ids
+            Each held job's transfers that have arrived.
 
         Returns
         -------
-        tuple of (host index, first slot, left)
-            One entry per host whose ingress some reservation holds: ``left`` is its
-            ingress rate less every reservation into it, bytes/s per slot, from
-            ``first slot`` to the last slot any reservation holds (hashable, so that
-            a change of reservations shows as a change of this value).
+        tuple of (host index, start_s, left_Bps)
+            One entry per host that an unfinished reserved transfer goes into:
+            ``start_s`` is the first slot's start (book clock, seconds) of those
+            transfers' reserved rates, ``left_Bps`` the ingress rate less their
+            largest reserved sum in any slot, at least 0. A job running behind its
+            reservation still has its host held until those transfers arrive
+            (hashable, so that a change shows as a change of this value).
         """
-        if not self.held:
-            return ()
-        first = min(h.start_slot for h in self.held.values())
-        _, free = self.free(first, self.horizon_slot() - first)
-        line = np.asarray(self.cluster.ingress_Bps, dtype=np.float64)[:, None]
-        held = np.flatnonzero((free < line * (1.0 - 1e-9)).any(axis=1))
-        return tuple((int(h), first, tuple(np.maximum(free[h], 0.0).tolist())) for h in held)
+        parts: dict[int, list[tuple[int, np.ndarray]]] = {}
+        for jid, h in self.held.items():
+            got = set(done.get(jid, ()))
+            for k, tid in enumerate(h.windows.ids):
+                nz = np.flatnonzero(h.rates[k] > 0)
+                if tid in got or not len(nz):
+                    continue
+                parts.setdefault(int(h.windows.dst[k]), []).append(
+                    (h.start_slot + int(nz[0]), h.rates[k, nz[0]:nz[-1] + 1]))
+        out = []
+        for host, rs in sorted(parts.items()):
+            lo = min(a for a, _ in rs)
+            total = np.zeros(max(a + len(r) for a, r in rs) - lo)
+            for a, r in rs:
+                total[a - lo:a - lo + len(r)] += r
+            left = max(float(self.cluster.ingress_Bps[host]) - float(total.max()), 0.0)
+            out.append((host, lo * self.options.slot_s, left))
+        return tuple(out)
 
     def horizon_slot(self) -> int:
         """The first slot no reservation holds."""
