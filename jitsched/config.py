@@ -189,6 +189,10 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # a critical job is admitted only with a reservation holding its JCT within
     # (1 + critical_epsilon) of its JCT alone in the cluster (jitsched.plan.reserve)
     critical_epsilon: float = _in("daemon", 0.05)
+    # every agent holds its unranked traffic into a host whose ingress a critical job's
+    # unfinished reserved transfers hold to what they leave (its background floor at
+    # least), so that it meets them in no switch queue; False: only the receiver orders it
+    critical_caps: bool = _in("daemon", True)
     policy: str = _in("scheduler", "jit")
     slot_s: float = _in("scheduler", DEFAULT_SLOT_S)
     # None: the policy's own default (jit: 0, no LP reservations; jit-paper: 0.4)

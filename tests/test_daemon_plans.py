@@ -38,3 +38,28 @@ def test_merge_puts_the_increment_on_the_base_with_its_leftover():
     out = merge_schedules(base, inc)
     assert [f[0] for f in out.flows] == ["a", "b"] and out.prio == {("a", "t"): 0, ("b", "t"): 1}
     assert out.solve_s == 0.5 and out.epoch_s == 1.0
+
+
+def test_a_plan_in_force_with_caps_since_lifted_asks_for_an_increment():
+    # a full re-solve asked for while h1 was held lands after the increment that lifted
+    # the cap: its bodies put the cap back, so another increment must send them all again
+    from jitsched.daemon.plans import FULL, PlanResult
+    from jitsched.daemon.state import SchedulerState
+    from tests.test_daemon import config
+
+    book = SchedulerState(config(policy="jit")).plan_book
+    caps = [((1, 0.0, 0.0),)]
+    book._caps_now = lambda: caps[0]
+    book.plan_seq = book.inflight[FULL] = 5
+    assert book._caps() == {"caps_into": caps[0], "caps_changed": True}
+    caps[0] = ()
+    book.plan_seq = 6
+    assert book._caps() == {"caps_into": (), "caps_changed": True}
+    book._caps_installed(PlanResult(6, None, {}, 0.0, ()))
+    assert not book.caps_due
+    book._caps_installed(PlanResult(5, None, {}, 0.0, ()))
+    assert book.caps_due and book.caps_requested == ((1, 0.0, 0.0),)
+    book.inflight[FULL] = 0
+    book.plan_seq = 7
+    assert book._caps() == {"caps_into": (), "caps_changed": True}
+    assert book._caps_of == {7: ()}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jitsched.dag.model import Workload, parse_job
-from jitsched.plan.reserve import ReservationBook, ReserveOptions, solve_reservation
+from jitsched.plan.reserve import ACK_SHARE, ReservationBook, ReserveOptions, solve_reservation
 from jitsched.policies.base import make_policy
 from jitsched.policies.reserved import Reserved
 from jitsched.sim import Simulator
@@ -127,17 +127,19 @@ def test_options_are_checked():
         ReserveOptions(max_starts=0)
 
 
-def test_ingress_held_lasts_until_the_reserved_transfers_into_a_host_arrive():
+def test_ingress_held_covers_both_ends_until_the_reserved_transfers_arrive():
     book = ReservationBook(CL, OPTS)
     assert book.ingress_held({}) == ()
     assert book.admit("first", isolated_windows(sends_first(), CL, OPTS), 0.0).admitted
     held = book.held["first"]
-    [(host, start_s, left)] = book.ingress_held({})
-    # h1 receives t; nothing reserves the others' ingress
     first = held.start_slot + int(np.flatnonzero(held.rates[0] > 0)[0])
-    assert host == 1 and start_s == pytest.approx(first * SLOT)
-    assert left == pytest.approx(max(CL.ingress_Bps[1] - held.rates[0].max(), 0.0))
-    assert left < 0.1 * CL.ingress_Bps[1]  # t is network-bound: its reservation takes most of h1's port
+    # h1 receives t: what t's peak leaves of its port; h0 sends it: its port less the
+    # ACKs' share (nothing reserved comes in); nothing holds h2 or h3
+    (h0, s0, left0), (h1, s1, left1) = book.ingress_held({})
+    assert (h0, h1) == (0, 1) and s0 == s1 == pytest.approx(first * SLOT)
+    assert left0 == pytest.approx((1 - ACK_SHARE) * CL.ingress_Bps[0])
+    assert left1 == pytest.approx(max(CL.ingress_Bps[1] - held.rates[0].max(), 0.0))
+    assert left1 < 0.1 * CL.ingress_Bps[1]  # t is network-bound: its reservation takes most of h1's port
     # t arrived: nothing is held any more, though its reserved window may not be over
     assert book.ingress_held({"first": {"t"}}) == ()
     book.release("first", 0.0)

@@ -241,8 +241,11 @@ class PlanBook:
         self.epoch = 0  # the leader's among replicas (SchedulerState sets it), for the bodies
         self.caps_requested: tuple = ()  # the last request's caps_into
         self.caps_due = False  # a reserved transfer arrived: the caps may lift (an increment tells)
+        self._caps_of: dict[int, tuple] = {}  # the caps_into of each request in flight, by seq
 
     def _caps_now(self) -> tuple:
+        if not self.config.critical_caps:
+            return ()
         book, jobs = self.registry.reservations, self.registry.jobs
         return book.ingress_held({jid: jobs[jid].done for jid in book.held if jid in jobs})
 
@@ -251,7 +254,19 @@ class PlanBook:
         caps = self._caps_now()
         changed, self.caps_requested = caps != self.caps_requested, caps
         self.caps_due = False
+        self._caps_of[self.plan_seq] = caps
         return {"caps_into": caps, "caps_changed": changed}
+
+    def _caps_installed(self, res: PlanResult) -> None:
+        """``res`` is in force: if its bodies carry caps that changed since it was asked
+        for (a full re-solve outrun by an increment), another increment puts them right."""
+        sent = self._caps_of.pop(res.seq, None)
+        for seq in [s for s in self._caps_of if s < res.seq and s != self.inflight[FULL]
+                    and s != self.inflight[INCREMENTAL]]:
+            del self._caps_of[seq]
+        if sent is not None and sent != self._caps_now():
+            self.caps_requested = sent  # what the agents hold now: the next increment sends all
+            self.caps_due = True
 
     @property
     def active(self) -> dict[str, JobState]:
@@ -284,11 +299,9 @@ class PlanBook:
             self.trigger("early", now)
         self.policy_event("node_done", js.job.id, nid)
         if js.job.id in self.registry.reservations.held and self._caps_now() != self.caps_requested:
-            # the last reserved transfer into a host arrived: its cap lifts with the next plan
-            if self.incremental and self.incremental_ok:
-                self.caps_due = True
-            else:
-                self.trigger("caps", now)
+            # the last reserved transfer into a host arrived: an increment (that plans no
+            # job, whatever the planning mode) sends the bodies without its cap
+            self.caps_due = True
 
     def job_ended(self, jid: str, state: str, now: float) -> None:
         """Job ``jid`` ended as ``state``: its flows leave the plan."""
@@ -505,6 +518,7 @@ class PlanBook:
                 self.held = res
                 return True
             self._joint()
+            self._caps_installed(res)
             adopt(res, now)
             return True
         self.inflight[INCREMENTAL] = 0
@@ -519,6 +533,7 @@ class PlanBook:
                 held, self.held = self.held, None
                 if held is not None:
                     self._joint()
+                    self._caps_installed(held)
                     adopt(held, now)
             if res.error:
                 self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
@@ -538,6 +553,7 @@ class PlanBook:
         self._update_dirty(now)
         if provisional:
             self.trigger("order", now)
+        self._caps_installed(res)
         adopt(res, now)
         if res.added_late:
             self.trigger("late", now)  # a joint plan may meet what this one could not

@@ -23,6 +23,10 @@ MARGIN = 1e-7
 # Each reserved byte costs this much per slot of delay, against 1 per unit of unmet
 # demand: a reservation fills its windows early, never at the price of a byte.
 EARLY_COST = 1e-6
+# The share of a host's ingress that the ACKs of the reserved transfers leaving it take
+# (ReservationBook.ingress_held): ~1.7 % for the delayed ACKs of a full link, with room
+# for SACK blocks, as the agents' ACK class has (jitsched.agents.backends.htb.ACK_RESERVE).
+ACK_SHARE = 0.03
 
 
 @dataclass(frozen=True)
@@ -385,7 +389,7 @@ class ReservationBook:
         return e, i
 
     def ingress_held(self, done: dict[str, Iterable[str]]) -> tuple[tuple[int, float, float], ...]:
-        """The ingress ports that reserved transfers not yet done hold, and what they leave.
+        """The hosts whose reserved transfers are not all done, and what their ingress leaves.
 
         Parameters
         ----------
@@ -395,30 +399,46 @@ class ReservationBook:
         Returns
         -------
         tuple of (host index, start_s, left_Bps)
-            One entry per host that an unfinished reserved transfer goes into:
-            ``start_s`` is the first slot's start (book clock, seconds) of those
-            transfers' reserved rates, ``left_Bps`` the ingress rate less their
-            largest reserved sum in any slot, at least 0. A job running behind its
-            reservation still has its host held until those transfers arrive
-            (hashable, so that a change shows as a change of this value).
+            One entry per host that an unfinished reserved transfer goes into or
+            out of: ``start_s`` is the first slot's start (book clock, seconds) of
+            the reserved rates into or out of it, and ``left_Bps`` its ingress rate
+            less the largest sum of reserved rates into it in any slot, less
+            :data:`ACK_SHARE` of it when reserved transfers leave it (their ACKs
+            come in), at least 0. Both count the transfers that arrived too, so an
+            entry changes only when a host starts or stops being held: a job
+            running behind its reservation keeps its hosts held until its
+            transfers there arrive (hashable, so that a change shows as one).
         """
-        parts: dict[int, list[tuple[int, np.ndarray]]] = {}
+        into: dict[int, list[tuple[int, np.ndarray]]] = {}
+        first: dict[int, int] = {}
+        sends: set[int] = set()
+        pending: set[int] = set()
         for jid, h in self.held.items():
             got = set(done.get(jid, ()))
             for k, tid in enumerate(h.windows.ids):
                 nz = np.flatnonzero(h.rates[k] > 0)
-                if tid in got or not len(nz):
+                if not len(nz):
                     continue
-                parts.setdefault(int(h.windows.dst[k]), []).append(
-                    (h.start_slot + int(nz[0]), h.rates[k, nz[0]:nz[-1] + 1]))
+                src, dst, a = int(h.windows.src[k]), int(h.windows.dst[k]), h.start_slot + int(nz[0])
+                into.setdefault(dst, []).append((a, h.rates[k, nz[0]:nz[-1] + 1]))
+                sends.add(src)
+                for x in (src, dst):
+                    first[x] = min(first.get(x, a), a)
+                if tid not in got:
+                    pending.update((src, dst))
         out = []
-        for host, rs in sorted(parts.items()):
-            lo = min(a for a, _ in rs)
-            total = np.zeros(max(a + len(r) for a, r in rs) - lo)
-            for a, r in rs:
-                total[a - lo:a - lo + len(r)] += r
-            left = max(float(self.cluster.ingress_Bps[host]) - float(total.max()), 0.0)
-            out.append((host, lo * self.options.slot_s, left))
+        for host in sorted(pending):
+            line = float(self.cluster.ingress_Bps[host])
+            peak = 0.0
+            rs = into.get(host)
+            if rs:
+                lo = min(a for a, _ in rs)
+                total = np.zeros(max(a + len(r) for a, r in rs) - lo)
+                for a, r in rs:
+                    total[a - lo:a - lo + len(r)] += r
+                peak = float(total.max())
+            left = max(line - peak - (ACK_SHARE * line if host in sends else 0.0), 0.0)
+            out.append((host, first[host] * self.options.slot_s, left))
         return tuple(out)
 
     def horizon_slot(self) -> int:
@@ -505,5 +525,5 @@ class ReservationBook:
         return float(h.rates[k, s]) if 0 <= s < h.rates.shape[1] else 0.0
 
 
-__all__ = ["Decision", "Held", "Isolated", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
+__all__ = ["ACK_SHARE", "Decision", "Held", "Isolated", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
            "job_windows", "solve_reservation"]

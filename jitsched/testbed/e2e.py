@@ -440,7 +440,8 @@ def _daemon_main(cfg, conn) -> None:
         d.stop()
     st = d.state
     solves = list(st.solve_times)
-    _tell(conn, ("stats", {"plans": st.n_plans, "solve_s_total": float(sum(solves)),
+    _tell(conn, ("stats", {"plans": st.n_plans, "plans_by_mode": dict(st.plan_book.plans_by_mode),
+                           "solve_s_total": float(sum(solves)),
                            "solve_s_median": float(statistics.median(solves)) if solves else None,
                            "solve_s_max": float(max(solves)) if solves else None,
                            "lat_misses": st.lat_misses,
