@@ -896,10 +896,9 @@ class Agent:
                 self._index[d] = ({f["flow"]: f for f in entries}, any(f.get("prio") is not None for f in entries))
         return self._index["in" if inbound else "out"]
 
-    def dst_caps(self, now_ns: int | None = None) -> dict[str, tuple[float, tuple[str, ...]]]:
-        """The caps on this host's traffic now, by destination address: what the critical
-        jobs' reservations leave of each held ingress, bytes/s, and those jobs' ids, whose
-        own flows are not capped (the body's ``caps_into``)."""
+    def dst_caps(self, now_ns: int | None = None) -> dict[str, float]:
+        """The caps on this host's unranked traffic now, bytes/s by destination address: what
+        the critical jobs' reservations leave of each held ingress (the body's ``caps_into``)."""
         s = self.schedule
         if not s or not s.get("caps_into"):
             return {}
@@ -908,7 +907,7 @@ class Agent:
         for c in s["caps_into"]:
             k = (now_ns - c["epoch_ns"]) // int(c["slot_s"] * 1e9)
             if 0 <= k < len(c["left_Bps"]):
-                out[c["addr"]] = (float(c["left_Bps"][k]), tuple(c.get("jobs", ())))
+                out[c["addr"]] = float(c["left_Bps"][k])
         return out
 
     def _tick(self, force: bool = False, only: str | None = None) -> None:
@@ -917,8 +916,7 @@ class Agent:
             return
         # without a schedule yet, registered flows share the whole line (slot -1)
         k, flows, leftover = self.slot_rates()
-        held = self.dst_caps()
-        caps = {a: left for a, (left, _) in held.items()}
+        caps = self.dst_caps()
         if k == self.current_slot and caps == self.current_caps and not force:
             return
         if k != self.current_slot or caps != self.current_caps:
@@ -930,7 +928,7 @@ class Agent:
                         self.backend_name, len(caps))
         if only != "in":
             self.backend.cap_destinations(caps)
-            self.backend.apply(capped_flows(flows, held) if held else flows, leftover)
+            self.backend.apply(flows, leftover)
         if self.in_backend is not None and only != "out":
             _, in_flows, in_left = self.slot_rates(inbound=True)
             self.in_backend.apply(in_flows, in_left)
@@ -1064,25 +1062,6 @@ def _registered(local: dict[str, LocalFlow], inbound: bool) -> set[tuple[str, in
     return {(f.src_addr, f.src_port, f.dst_addr, f.dst_port) for f in local.values()}
 
 
-def capped_flows(flows: list[FlowRate], held: dict[str, tuple[float, tuple[str, ...]]]) -> list[FlowRate]:
-    """``flows`` with a ceiling on each one towards a held destination (:meth:`Agent.dst_caps`)
-    that is none of the holding jobs': an equal share of what their reservations leave,
-    the destination's unranked traffic counted as one more flow."""
-    capped: dict[str, list[int]] = {}
-    for i, f in enumerate(flows):
-        got = held.get(f.dst_addr) if f.dst_addr else None
-        if got is not None and not any(f.flow_id.startswith(j + "/") for j in got[1]):
-            capped.setdefault(f.dst_addr, []).append(i)
-    if not capped:
-        return flows
-    out = list(flows)
-    for addr, idx in capped.items():
-        share = held[addr][0] / (len(idx) + 1)
-        for i in idx:
-            out[i] = replace(out[i], ceil_Bps=share)
-    return out
-
-
 def dense_levels(flows: list[FlowRate], levels: int = FLOW_LEVELS) -> list[FlowRate]:
     """``flows`` with their ranks (``prio``) replaced by levels ``0..levels-1`` in rank order.
 
@@ -1112,5 +1091,5 @@ def _dense_level_map(ranks, levels: int = FLOW_LEVELS) -> dict[int, int]:
     return {r: min(i, levels - 1) for i, r in enumerate(sorted({r for r in ranks if r is not None}))}
 
 
-__all__ = ["Agent", "LocalFlow", "bytes_acked", "capped_flows", "load_backend", "local_address",
+__all__ = ["Agent", "LocalFlow", "bytes_acked", "load_backend", "local_address",
            "register_flow", "unregister_flow"]

@@ -49,13 +49,12 @@ FLOW_ENTRY: dict[str, tuple[Any, bool]] = {"flow": (str, True), "start_slot": (i
                                            "rates_Bps": (NUMS, True), "prio": (int, False)}
 OUT_FLOW_ENTRY = {**FLOW_ENTRY, "dst": (str, True)}
 IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
-# A schedule body's cap entry: what the critical jobs ``jobs`` leave of host ``host``'s
+# A schedule body's cap entry: what the critical jobs' reservations leave of host ``host``'s
 # ingress (address ``addr``), bytes/s per ``slot_s`` from wall time ``epoch_ns`` on; the
-# agent holds its traffic towards ``addr`` that is none of those jobs' to that (its
-# background floor at least) in those slots, so that it meets their reserved flows in no
-# switch queue.
+# agent holds the traffic it does not rank towards ``addr`` to that (its background floor at
+# least) in those slots, so that it meets the reserved flows there in no switch queue.
 CAP_ENTRY: dict[str, tuple[Any, bool]] = {"host": (str, True), "addr": (str, True), "epoch_ns": (int, True),
-                                          "slot_s": (NUM, True), "left_Bps": (NUMS, True), "jobs": (list, False)}
+                                          "slot_s": (NUM, True), "left_Bps": (NUMS, True)}
 
 
 class Message(str):
@@ -617,8 +616,7 @@ def flow_entry(flow: str, peer: str, start_slot: int, rates_Bps: list[float], pr
     return e
 
 
-def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list[float],
-              jobs: list[str] | None = None) -> dict:
+def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list[float]) -> dict:
     """One cap entry of a schedule body (:data:`CAP_ENTRY`).
 
     Parameters
@@ -633,13 +631,8 @@ def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list
         Length of each of ``left_Bps``'s slots, seconds.
     left_Bps : list of float
         Bytes/s of the host's ingress the reservations leave, per slot.
-    jobs : list of str, optional
-        The critical jobs whose reservations hold it: their flows are not capped.
     """
-    e = {"host": host, "addr": addr, "epoch_ns": int(epoch_ns), "slot_s": float(slot_s), "left_Bps": left_Bps}
-    if jobs:
-        e["jobs"] = list(jobs)
-    return e
+    return {"host": host, "addr": addr, "epoch_ns": int(epoch_ns), "slot_s": float(slot_s), "left_Bps": left_Bps}
 
 
 def flow_id(job_id: str, transfer_id: str) -> str:

@@ -56,9 +56,9 @@ def test_caps_into_reserved_hosts_follow_their_slots_and_reach_the_backend():
              "left_Bps": [300.0, 50.0]},
             {"host": "h2", "addr": "198.18.0.3", "epoch_ns": now + 60 * 10**9, "slot_s": 0.1, "left_Bps": [0.0]}]
     a._install(_schedule(now) | {"caps_into": caps})
-    assert a.dst_caps(now - 400_000_000) == {"198.18.0.2": (300.0, ())}
-    assert a.dst_caps(now - 100_000_000) == {"198.18.0.2": (50.0, ())}
-    assert a.dst_caps(now + 60 * 10**9 + 1) == {"198.18.0.3": (0.0, ())}
+    assert a.dst_caps(now - 400_000_000) == {"198.18.0.2": 300.0}
+    assert a.dst_caps(now - 100_000_000) == {"198.18.0.2": 50.0}
+    assert a.dst_caps(now + 60 * 10**9 + 1) == {"198.18.0.3": 0.0}
     assert a.dst_caps(now + 10**9) == {}
     # the agent's own tick: the window of h1 is over, h2's not begun, nothing capped
     a._tick(force=True)
@@ -66,23 +66,6 @@ def test_caps_into_reserved_hosts_follow_their_slots_and_reach_the_backend():
     a._install(_schedule(now) | {"seq": 4, "caps_into": [dict(caps[0], epoch_ns=now - 10**8)]})
     a._tick()
     assert a.backend.caps == {"198.18.0.2": 300.0} and not a.caps_unenforced
-
-
-def test_flows_into_a_held_host_share_what_its_holders_leave_theirs_excepted():
-    from jitsched.agents.agent import capped_flows
-    from jitsched.agents.backends.base import FlowRate
-
-    flows = [FlowRate("crit/t1", 0.0, dst_addr="198.18.0.2", prio=0),
-             FlowRate("critx/t2", 0.0, dst_addr="198.18.0.2", prio=1),  # job "critx", not "crit"
-             FlowRate("norm/t", 0.0, dst_addr="198.18.0.2", prio=2),
-             FlowRate("norm/u", 0.0, dst_addr="198.18.0.3", prio=3),
-             FlowRate("norm/v", 0.0, prio=4)]  # endpoints not known yet
-    held = {"198.18.0.2": (900.0, ("crit",)), "198.18.0.9": (0.0, ())}
-    got = capped_flows(flows, held)
-    # two flows of other jobs into .2 and its unranked traffic: a third each
-    assert [f.ceil_Bps for f in got] == [None, 300.0, 300.0, None, None]
-    assert got[0] is flows[0] and got[3] is flows[3]
-    assert capped_flows(flows, {"198.18.0.3": (50.0, ("norm",))}) is flows
 
 
 def test_caps_a_backend_cannot_hold_are_reported():

@@ -96,10 +96,10 @@ def test_reserved_ingress_caps_go_to_every_other_host_with_an_address():
     # cap cannot be matched: only h1's goes, to every host but h1
     cl = Cluster(tuple(Host(f"h{i}", LINE * 8, LINE * 8, None if i == 2 else f"198.18.0.{i + 1}")
                        for i in range(4)))
-    caps = ((1, 0.5, LINE / 2, ("crit",)), (2, 0.5, 0.0, ("crit",)))
+    caps = ((1, 0.5, LINE / 2), (2, 0.5, 0.0))
     bodies = host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1, caps_into=caps)
     want = [{"host": "h1", "addr": "198.18.0.2", "epoch_ns": int(100.5 * 1e9), "slot_s": CAP_HOLD_S,
-             "left_Bps": [LINE / 2], "jobs": ["crit"]}]
+             "left_Bps": [LINE / 2]}]
     assert all(bodies[h]["caps_into"] == want for h in ("h0", "h2", "h3"))
     assert "caps_into" not in bodies["h1"]
     # h3 neither sends nor receives, but may send unranked traffic into h1: not idle

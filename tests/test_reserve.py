@@ -135,9 +135,8 @@ def test_ingress_held_covers_both_ends_until_the_reserved_transfers_arrive():
     first = held.start_slot + int(np.flatnonzero(held.rates[0] > 0)[0])
     # h1 receives t: what t's peak leaves of its port; h0 sends it: its port less the
     # ACKs' share (nothing reserved comes in); nothing holds h2 or h3
-    (h0, s0, left0, j0), (h1, s1, left1, j1) = book.ingress_held({})
+    (h0, s0, left0), (h1, s1, left1) = book.ingress_held({})
     assert (h0, h1) == (0, 1) and s0 == s1 == pytest.approx(first * SLOT)
-    assert j0 == j1 == ("first",)
     assert left0 == pytest.approx((1 - ACK_SHARE) * CL.ingress_Bps[0])
     assert left1 == pytest.approx(max(CL.ingress_Bps[1] - held.rates[0].max(), 0.0))
     assert left1 < 0.1 * CL.ingress_Bps[1]  # t is network-bound: its reservation takes most of h1's port

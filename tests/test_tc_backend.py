@@ -585,20 +585,3 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         b.close()
     assert set(class_bytes(src)) == {LINK_CLASS & 0xFFFF, BG_MINOR}
     assert "c612c802" not in filters_text(src)
-
-
-def test_a_flow_with_a_ceiling_borrows_no_further_and_keeps_its_floor(ns):
-    b = TcBackend(LINE, dev="a0", netns=ns, borrow=True, min_rate_Bps=50_000)
-    wire = (1500 + 14) / (1500 - 52)
-    try:
-        b.apply([FlowRate("j/a", 1e6, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0, ceil_Bps=0.1 * LINE),
-                 FlowRate("j/b", 0.0, "198.18.0.1", 40001, "198.18.0.2", 5201, prio=1, ceil_Bps=0.0)], 0.0)
-        cl = classes(ns)
-        a, bb = (ROOT_HANDLE | b.flows[f].minor for f in ("j/a", "j/b"))
-        assert cl[a][2] == int(0.1 * LINE * wire) and cl[a][1] == int(1e6 * wire)
-        assert cl[bb][2] == int(50_000 * wire)  # not below its floor
-        # the ceiling lifted: back to the line rate, in place
-        b.apply([FlowRate("j/a", 1e6, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0)], 0.0)
-        assert classes(ns)[a][2] == int(LINE)
-    finally:
-        b.close()

@@ -48,8 +48,6 @@ class FlowRate:
     in bytes/s. ``prio`` is the flow's strict-priority level (0 first) when
     the schedule ranks flows: it borrows spare capacity by that level, ahead
     of background traffic; None: the backend's own borrowing rule.
-    ``ceil_Bps``, when set, is the most it may send whatever its level (its
-    receiver's ingress is held for a critical job: :meth:`Backend.cap_destinations`).
     """
 
     flow_id: str
@@ -59,7 +57,6 @@ class FlowRate:
     dst_addr: str = ""
     dst_port: int = 0
     prio: int | None = None
-    ceil_Bps: float | None = None
 
 
 class Backend(ABC):

@@ -79,7 +79,6 @@ class _Installed:
     rate_Bps: int
     keys: list[tuple[int, int, int]]
     prio: int | None = None
-    ceil_Bps: int | None = None
 
 
 @register_backend
@@ -310,14 +309,12 @@ class TcBackend(Backend):
                      attrs=htb_class_attrs(rate, ceil, burst_bytes(rate, self.burst_s),
                                            burst_bytes(ceil, self.burst_s), prio=prio))
 
-    def _flow_class(self, minor: int, rate: int, flags: int, prio: int | None = None,
-                    ceil: int | None = None) -> bytes:
-        line = int(self.line_rate_Bps) if ceil is None else ceil
+    def _flow_class(self, minor: int, rate: int, flags: int, prio: int | None = None) -> bytes:
         if prio is not None:
-            return self._class(minor, min(rate, line), line, flags, prio=prio)
+            return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=prio)
         if self.borrow:
-            return self._class(minor, min(rate, line), line, flags, prio=self.flow_prio)
-        return self._class(minor, min(rate, line), min(rate, line), flags)
+            return self._class(minor, rate, int(self.line_rate_Bps), flags, prio=self.flow_prio)
+        return self._class(minor, rate, rate, flags)
 
     def _htb_prio(self, prio: int | None) -> int:
         """The HTB prio a flow class at strict-priority level ``prio`` (None: unranked) gets."""
@@ -392,8 +389,6 @@ class TcBackend(Backend):
         for fid, f in wanted.items():
             rate = max(1, int(wire[fid] * scale))
             prio = None if f.prio is None else min(max(int(f.prio), 0), MAX_FLOW_PRIO)
-            # a capped flow keeps its floor: at nothing its TCP would back off for seconds
-            ceil = None if f.ceil_Bps is None else min(int(max(f.ceil_Bps, self.min_rate_Bps) * self.wire_factor), line)
             keys = u32_keys(f)
             inst = self.flows.get(fid)
             if inst is not None and inst.keys and keys and self._htb_prio(inst.prio) != self._htb_prio(prio):
@@ -404,10 +399,10 @@ class TcBackend(Backend):
                 # that finds it empty (what it held is the flow's own earlier packets).
                 old = inst.minor
                 inst.minor = self._alloc_minor()
-                msgs.append((self._flow_class(inst.minor, rate, create, prio, ceil), f"re-level class of {fid}", False))
+                msgs.append((self._flow_class(inst.minor, rate, create, prio), f"re-level class of {fid}", False))
                 msgs.append((self._filter(inst.minor, keys, create), f"filter of {fid}", False))
                 msgs.append((self._del_filter(old), f"delete old filter of {fid}", False))
-                inst.keys, inst.rate_Bps, inst.prio, inst.ceil_Bps = keys, rate, prio, ceil
+                inst.keys, inst.rate_Bps, inst.prio = keys, rate, prio
                 self.draining.append(old)
                 self.relevels += 1
             elif inst is not None and inst.keys != keys:
@@ -415,12 +410,12 @@ class TcBackend(Backend):
                 msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
                 inst.keys = []
             if inst is None:
-                inst = _Installed(self._alloc_minor(), rate, [], prio, ceil)
+                inst = _Installed(self._alloc_minor(), rate, [], prio)
                 self.flows[fid] = inst
-                msgs.append((self._flow_class(inst.minor, rate, create, prio, ceil), f"create class of {fid}", False))
-            elif inst.rate_Bps != rate or inst.prio != prio or inst.ceil_Bps != ceil:
-                msgs.append((self._flow_class(inst.minor, rate, change, prio, ceil), f"change class of {fid}", False))
-            inst.rate_Bps, inst.prio, inst.ceil_Bps = rate, prio, ceil
+                msgs.append((self._flow_class(inst.minor, rate, create, prio), f"create class of {fid}", False))
+            elif inst.rate_Bps != rate or inst.prio != prio:
+                msgs.append((self._flow_class(inst.minor, rate, change, prio), f"change class of {fid}", False))
+            inst.rate_Bps, inst.prio = rate, prio
             if not inst.keys and keys:
                 inst.keys = keys
                 msgs.append((self._filter(inst.minor, keys, create), f"filter of {fid}", False))

@@ -99,12 +99,11 @@ def cap_entries(caps_into: tuple, cluster: Cluster, t0_wall_s: float) -> list[di
     an address, times on the wall clock of a daemon started at ``t0_wall_s``; each holds
     for :data:`CAP_HOLD_S` unless a later body lifts it."""
     out = []
-    for h, start_s, left, jobs in caps_into:
+    for h, start_s, left in caps_into:
         if h >= len(cluster) or not cluster.hosts[h].address:
             continue
         host = cluster.hosts[h]
-        out.append(cap_entry(host.name, host.address, int((t0_wall_s + start_s) * 1e9), CAP_HOLD_S, [left],
-                             list(jobs)))
+        out.append(cap_entry(host.name, host.address, int((t0_wall_s + start_s) * 1e9), CAP_HOLD_S, [left]))
     return out
 
 

@@ -388,7 +388,7 @@ class ReservationBook:
                 i[h.windows.dst[k], lo - first_slot:hi - first_slot] -= part[k]
         return e, i
 
-    def ingress_held(self, done: dict[str, Iterable[str]]) -> tuple[tuple[int, float, float, tuple[str, ...]], ...]:
+    def ingress_held(self, done: dict[str, Iterable[str]]) -> tuple[tuple[int, float, float], ...]:
         """The hosts whose reserved transfers are not all done, and what their ingress leaves.
 
         Parameters
@@ -398,9 +398,9 @@ class ReservationBook:
 
         Returns
         -------
-        tuple of (host index, start_s, left_Bps, job ids)
+        tuple of (host index, start_s, left_Bps)
             One entry per host that an unfinished reserved transfer goes into or
-            out of, with the ids of the jobs holding it: ``start_s`` is the first slot's start (book clock, seconds) of
+            out of: ``start_s`` is the first slot's start (book clock, seconds) of
             the reserved rates into or out of it, and ``left_Bps`` its ingress rate
             less the largest sum of reserved rates into it in any slot, less
             :data:`ACK_SHARE` of it when reserved transfers leave it (their ACKs
@@ -411,7 +411,6 @@ class ReservationBook:
         """
         into: dict[int, list[tuple[int, np.ndarray]]] = {}
         first: dict[int, int] = {}
-        holders: dict[int, set[str]] = {}
         sends: set[int] = set()
         pending: set[int] = set()
         for jid, h in self.held.items():
@@ -425,7 +424,6 @@ class ReservationBook:
                 sends.add(src)
                 for x in (src, dst):
                     first[x] = min(first.get(x, a), a)
-                    holders.setdefault(x, set()).add(jid)
                 if tid not in got:
                     pending.update((src, dst))
         out = []
@@ -440,7 +438,7 @@ class ReservationBook:
                     total[a - lo:a - lo + len(r)] += r
                 peak = float(total.max())
             left = max(line - peak - (ACK_SHARE * line if host in sends else 0.0), 0.0)
-            out.append((host, first[host] * self.options.slot_s, left, tuple(sorted(holders[host]))))
+            out.append((host, first[host] * self.options.slot_s, left))
         return tuple(out)
 
     def horizon_slot(self) -> int:
