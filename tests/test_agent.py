@@ -63,7 +63,7 @@ def test_caps_into_reserved_hosts_follow_their_slots_and_reach_the_backend():
     # the agent's own tick: the window of h1 is over, h2's not begun, nothing capped
     a._tick(force=True)
     assert a.backend.caps == {} and a.current_caps == {}
-    a._install(_schedule(now) | {"seq": 4, "caps_into": [dict(caps[0], epoch_ns=now - 10**8)]})
+    a._install(_schedule(now) | {"seq": 4, "caps_into": [dict(caps[0], epoch_ns=now - 10**8, slot_s=30.0)]})
     a._tick()
     assert a.backend.caps == {"198.18.0.2": 300.0} and not a.caps_unenforced
 

@@ -396,7 +396,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  critical jobs (JCT within {1 + crit.get('epsilon', 0.0):g}x isolated): "
               f"{crit.get('reserved', 0)} holding reservations, {crit.get('refused', 0)} refused (no reservation "
               f"on what other critical jobs reserve could hold them), {crit.get('admitted_as_normal', 0)} admitted "
-              "as normal instead")
+              "as normal instead"
+              + (f"; {_count(crit['hosts_held'], 'host')} held" if crit.get("hosts_held") else "")
+              + (f", NOT CAPPED (no address): {', '.join(escape(h) for h in crit['hosts_unaddressed'])}"
+                 if crit.get("hosts_unaddressed") else ""))
     if st.get("journal_errors"):
         print(f"  JOURNAL: {st['journal_errors']} writes failed (last: {escape(st.get('journal_last_error', ''))}); "
               "submissions are refused until it can be written")

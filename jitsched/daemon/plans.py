@@ -243,11 +243,14 @@ class PlanBook:
         self.caps_due = False  # a reserved transfer arrived: the caps may lift (an increment tells)
         self._caps_of: dict[int, tuple] = {}  # the caps_into of each request in flight, by seq
 
-    def _caps_now(self) -> tuple:
-        if not self.config.critical_caps:
-            return ()
+    def held_hosts(self) -> tuple:
+        """The hosts critical jobs' unfinished reserved transfers hold now, with what they
+        leave of each one's ingress (:meth:`~jitsched.plan.reserve.ReservationBook.ingress_held`)."""
         book, jobs = self.registry.reservations, self.registry.jobs
         return book.ingress_held({jid: jobs[jid].done for jid in book.held if jid in jobs})
+
+    def _caps_now(self) -> tuple:
+        return self.held_hosts() if self.config.critical_caps else ()
 
     def _caps(self) -> dict:
         """A request's ``caps_into`` and ``caps_changed`` (against the last request's)."""

@@ -539,9 +539,13 @@ class SchedulerState:
                           self.planner, now, after=after, limit=min(limit, self.config.status_page_jobs),
                           loop=self.loop, inflight=self.client_inflight)
         out["role"] = self.role
+        # the hosts the critical jobs hold now (the agents cap traffic into them), and those of
+        # them with no address in the cluster: no agent can match their traffic
+        held = [self.cluster.hosts[h] for h, *_ in self.plan_book.held_hosts() if h < len(self.cluster)]
         out["critical"] = {"epsilon": self.config.critical_epsilon, "reserved": len(self.job_registry.reservations.held),
                            "refused": self.job_registry.critical_refused,
-                           "admitted_as_normal": self.job_registry.critical_demoted}
+                           "admitted_as_normal": self.job_registry.critical_demoted,
+                           "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address]}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
         out["jobs_not_resumed"] = dict(self.not_restored[:50])
