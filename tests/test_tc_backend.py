@@ -397,6 +397,14 @@ def ns_pair(netns_available):
         yield pair
 
 
+def _kill(*procs) -> None:
+    """Stop the test's traffic processes (those it started: None for one it did not)."""
+    for p in procs:
+        if p is not None:
+            p.kill()
+            p.wait()
+
+
 def class_bytes(ns: str) -> dict[int, int]:
     """``{minor: bytes sent}`` of a0's HTB classes, decoded by pyroute2."""
     with IPRoute(netns=ns) as ip:
@@ -454,10 +462,7 @@ def test_a_running_flow_moved_to_a_higher_level_gets_the_link(ns_pair):
                  FlowRate("j/b", 0.2 * line, "198.18.200.1", 40001, "198.18.200.2", 5201, prio=1)], 0.0)
         assert b.relevels == 1
     finally:
-        for p in (source, sink):
-            if p is not None:
-                p.kill()
-                p.wait()
+        _kill(source, sink)
         b.close()
     assert set(class_bytes(src)) == {LINK_CLASS & 0xFFFF, BG_MINOR}
 
@@ -578,10 +583,7 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         after = class_bytes(src)
         assert (after[BG_MINOR] - before[BG_MINOR]) / line > 0.8
     finally:
-        for p in (source, sink):
-            if p is not None:
-                p.kill()
-                p.wait()
+        _kill(source, sink)
         b.close()
     assert set(class_bytes(src)) == {LINK_CLASS & 0xFFFF, BG_MINOR}
     assert "c612c802" not in filters_text(src)
