@@ -245,3 +245,9 @@ def test_the_background_floor_is_the_agents_and_the_predictions():
     assert TestbedOptions(policy="none").prediction_options()["background_floor"] == BACKGROUND_FLOOR
     args = cli_testbed_parser().parse_args(["run", "--background-floor", "0.05"])
     assert args.background_floor == 0.05
+
+
+def test_critical_caps_reach_the_daemon_under_every_policy_when_set():
+    assert "critical_caps" not in TestbedOptions().daemon_settings()
+    for policy in ("jit", "sincronia", "none"):
+        assert TestbedOptions(policy=policy, critical_caps=False).daemon_settings()["critical_caps"] is False

@@ -121,6 +121,10 @@ class TestbedOptions:
     drift_s, early_s : float or None
         jit: re-solve when a transfer is this many seconds behind its plan /
         arrives this many seconds early (None: never).
+    critical_caps : bool or None
+        ``[daemon] critical_caps`` under every policy (None: the daemon's
+        default, on): the agents hold the traffic they do not rank towards
+        the hosts a critical job holds to what its reservation leaves.
     switch_priority : bool
         Mark every DL transfer with :data:`jitsched.testbed.e2e.SCHEDULED_TOS`
         and give the switch ports a strict-priority band for it, so DL traffic
@@ -204,6 +208,9 @@ class TestbedOptions:
     live_capacity: bool | None = option(
         None, "run, jit: plan each port on its line rate less the traffic its agent measures outside every "
               "schedule (default on), or on the line rate (--no-live-capacity)")
+    critical_caps: bool | None = option(
+        None, "run: the agents hold their unranked traffic into a critical job's hosts to what its reservation "
+              "leaves (default on), or not (--no-critical-caps)")
     switch_priority: bool = option(
         False, "run: DL transfers in a strict-priority band at the switch ports (both policies)")
     channels: bool = option(
@@ -282,6 +289,8 @@ class TestbedOptions:
         out = {"policy": DAEMON_POLICY[policy], "slot_s": self.slot_s, "alpha": self.alpha, **DAEMON_DEFAULTS}
         if policy in ("jit", "jit-paper"):
             out |= self.jit_settings()
+        if self.critical_caps is not None:
+            out["critical_caps"] = self.critical_caps
         if extra:
             more = dict(self.daemon_options)
             if "policy_options" in more and "policy_options" in out:
