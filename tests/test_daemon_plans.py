@@ -63,3 +63,20 @@ def test_a_plan_in_force_with_caps_since_lifted_asks_for_an_increment():
     book.plan_seq = 7
     assert book._caps() == {"caps_into": (), "caps_changed": True}
     assert book._caps_of == {7: ()}
+
+
+def test_caps_a_failed_plan_carried_are_asked_for_again():
+    from jitsched.daemon.plans import INCREMENTAL, PlanResult
+    from jitsched.daemon.state import SchedulerState
+    from tests.test_daemon import config
+
+    book = SchedulerState(config(policy="jit")).plan_book
+    caps = [((1, 0.0, 0.0, ("a",)),)]
+    book._caps_now = lambda: caps[0]
+    book.plan_seq = book.inflight[INCREMENTAL] = 3
+    assert book._caps()["caps_changed"] and not book.caps_due
+    book.install(PlanResult(3, None, {}, 0.0, ("caps",), error="boom", mode=INCREMENTAL), 1.0, lambda r, t: None)
+    # the agents never got h1's cap: the next increment asks for it and sends every body
+    assert book.caps_due and book.caps_in_force == () and book.caps_requested == ()
+    book.plan_seq = 4
+    assert book._caps() == {"caps_into": caps[0], "caps_changed": True}

@@ -73,10 +73,10 @@ class PlanRequest:
     # the planned critical jobs' reserved rates (reserve.ReservationBook.flows): the
     # schedule's floor for their flows (reserve.with_reservations)
     reserved: dict = field(default_factory=dict)
-    # the ingress ports unfinished reserved transfers hold and what they leave
+    # the hosts unfinished reserved transfers hold and what they leave of their ingress
     # (reserve.ReservationBook.ingress_held): every other host's body carries it
     caps_into: tuple = ()
-    # caps_into differs from the last request's: an increment sends every host's body
+    # caps_into may differ from what the agents hold: an increment sends every host's body
     caps_changed: bool = False
 
 
@@ -240,6 +240,7 @@ class PlanBook:
         self.incarnation = 0  # the daemon process's (SchedulerState sets it), for the bodies
         self.epoch = 0  # the leader's among replicas (SchedulerState sets it), for the bodies
         self.caps_requested: tuple = ()  # the last request's caps_into
+        self.caps_in_force: tuple = ()  # the caps_into of the bodies the agents were sent last
         self.caps_due = False  # a reserved transfer arrived: the caps may lift (an increment tells)
         self._caps_of: dict[int, tuple] = {}  # the caps_into of each request in flight, by seq
 
@@ -255,7 +256,8 @@ class PlanBook:
     def _caps(self) -> dict:
         """A request's ``caps_into`` and ``caps_changed`` (against the last request's)."""
         caps = self._caps_now()
-        changed, self.caps_requested = caps != self.caps_requested, caps
+        changed = caps != self.caps_requested or caps != self.caps_in_force
+        self.caps_requested = caps
         self.caps_due = False
         self._caps_of[self.plan_seq] = caps
         return {"caps_into": caps, "caps_changed": changed}
@@ -267,8 +269,17 @@ class PlanBook:
         for seq in [s for s in self._caps_of if s < res.seq and s != self.inflight[FULL]
                     and s != self.inflight[INCREMENTAL]]:
             del self._caps_of[seq]
-        if sent is not None and sent != self._caps_now():
+        if sent is None:
+            return
+        self.caps_in_force = sent
+        if sent != self._caps_now():
             self.caps_requested = sent  # what the agents hold now: the next increment sends all
+            self.caps_due = True
+
+    def _caps_failed(self, res: PlanResult) -> None:
+        """``res`` failed: caps its request carried that the agents lack are asked for again."""
+        if self._caps_of.pop(res.seq, None) is not None and self._caps_now() != self.caps_in_force:
+            self.caps_requested = self.caps_in_force
             self.caps_due = True
 
     @property
@@ -302,7 +313,7 @@ class PlanBook:
             self.trigger("early", now)
         self.policy_event("node_done", js.job.id, nid)
         if js.job.id in self.registry.reservations.held and self._caps_now() != self.caps_requested:
-            # the last reserved transfer into a host arrived: an increment (that plans no
+            # the last reserved transfer through a host arrived: an increment (that plans no
             # job, whatever the planning mode) sends the bodies without its cap
             self.caps_due = True
 
@@ -511,6 +522,7 @@ class PlanBook:
             self.last_full_solve_s = res.solve_s
             if res.error:
                 self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
+                self._caps_failed(res)
                 return False
             self.bulk.difference_update(res.jobs)
             # jobs planned meanwhile (in the schedule in force, or in an incremental plan
@@ -528,6 +540,7 @@ class PlanBook:
         if res.error or res.unsupported:
             if res.unsupported:
                 self.incremental_ok = False
+            self._caps_failed(res)
             self.removals |= res.removed
             for jid in res.added:  # a full re-solve plans them instead
                 if jid in self.active:
