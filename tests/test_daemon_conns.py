@@ -297,3 +297,28 @@ def test_a_clients_pending_requests_are_capped_by_its_quota():
             s.close(0)
         assert len(codes) == n and ErrorCode.OVERLOADED in codes, codes
         assert d.counts["requests_refused_quota"] == codes.count(ErrorCode.OVERLOADED)
+
+
+def test_housekeeping_survives_a_client_whose_last_tracked_reply_has_left():
+    # counting each client's bytes in flight forgets a client whose last tracked reply
+    # libzmq has handed on: housekeeping must not iterate the live table meanwhile (the
+    # loop died of "dictionary changed size during iteration" under a flood of reports)
+    from collections import deque
+
+    class Tracker:  # libzmq hands the bytes on between the sweep and the count
+        def __init__(self) -> None:
+            self.asked = 0
+
+        @property
+        def done(self) -> bool:
+            self.asked += 1
+            return self.asked > 1
+
+    d = Daemon(config())
+    for client, ident in (("a", b"\x01"), ("b", b"\x02")):
+        d.replies.queued[ident] = deque([(Tracker(), 100)])
+        d.replies.client_of[ident] = client
+        d.replies.identities[client] = {ident}
+    d._housekeeping(time.monotonic())
+    assert d.replies.identities == {} and d.state.client_inflight == {
+        "a": {"pending_requests": 0, "bytes_in_flight": 0}, "b": {"pending_requests": 0, "bytes_in_flight": 0}}

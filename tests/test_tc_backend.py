@@ -569,8 +569,9 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         before = class_bytes(src)
         time.sleep(1.0)
         after = class_bytes(src)
+        # class bytes count whole frames (x1.046 of the payload cap) and HTB's bursts
         capped = (after[minor] - before[minor]) / line
-        assert 0.12 < capped < 0.25, capped
+        assert 0.12 < capped < 0.3, capped
         assert after[BG_MINOR] - before[BG_MINOR] < 0.02 * line
         # the cap lifted: its class and filters go, the file takes the link through the background
         b.cap_destinations({})

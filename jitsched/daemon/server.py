@@ -855,7 +855,8 @@ class Daemon:
         loop["fd_limit"] = self.fd_limit[0]
         self.state.loop = loop
         inflight = {c: {"pending_requests": n, "bytes_in_flight": b} for c, (n, b) in self._held.items()}
-        for c in self.replies.identities:
+        # a copy: client_pending forgets a client whose last tracked reply has left
+        for c in list(self.replies.identities):
             got = inflight.setdefault(c, {"pending_requests": 0, "bytes_in_flight": 0})
             got["bytes_in_flight"] += self.replies.client_pending(c)
         self.state.client_inflight = inflight
