@@ -144,3 +144,7 @@ def test_ingress_held_covers_both_ends_until_the_reserved_transfers_arrive():
     assert book.ingress_held({"first": {"t"}}) == ()
     book.release("first", 0.0)
     assert book.ingress_held({}) == ()
+    # another reservation made after it: its hosts are held, whatever "first" had done
+    assert book.admit("again", isolated_windows(sends_first("again"), CL, OPTS), 0.0).admitted
+    assert [x[0] for x in book.ingress_held({"first": {"t"}})] == [0, 1]
+    assert book.ingress_held({"again": {"t"}}) == ()

@@ -372,6 +372,9 @@ class ReservationBook:
     cluster: Cluster
     options: ReserveOptions = field(default_factory=ReserveOptions)
     held: dict[str, Held] = field(default_factory=dict)
+    # ingress_held's part the reservations held decide, and the reservations it was made of
+    _hosts_of: list = field(default_factory=list, init=False, repr=False, compare=False)
+    _hosts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def free(self, first_slot: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
         """Bytes/s free per port, slots ``first_slot`` .. ``first_slot + n_slots - 1``:
@@ -409,37 +412,50 @@ class ReservationBook:
             running behind its reservation keeps its hosts held until its
             transfers there arrive (hashable, so that a change shows as one).
         """
-        into: dict[int, list[tuple[int, np.ndarray]]] = {}
+        # the reservations the cache was made of, held by reference: a trimmed one
+        # (release) has new rates, a new one is another object
+        now_held = [(jid, h, h.rates) for jid, h in self.held.items()]
+        if len(now_held) != len(self._hosts_of) or any(
+                a[0] != b[0] or a[1] is not b[1] or a[2] is not b[2] for a, b in zip(now_held, self._hosts_of, strict=True)):
+            self._hosts_of, self._hosts = now_held, self._held_hosts()
+        out = []
+        for host, (start_s, left, tids) in self._hosts.items():
+            if any(tid not in done.get(jid, ()) for jid, tid in tids):
+                out.append((host, start_s, left))
+        return tuple(out)
+
+    def _held_hosts(self) -> dict[int, tuple[float, float, list[tuple[str, str]]]]:
+        """:meth:`ingress_held`'s part that only the reservations held decide: per host any
+        reserved transfer goes into or out of, its ``start_s``, ``left_Bps`` and the
+        (job id, transfer id) of those transfers, the latest window first (the first
+        that an unfinished job has not done). Made once per set of reservations, not on
+        every arrival: made each time, it took 7.8 ms an arrival for one held job of
+        ResNet152's size (2020 transfers over 200 slots, this machine), 16 s of the
+        daemon's loop over the job; from the cache, 0.02 s over the job."""
         first: dict[int, int] = {}
+        tids: dict[int, list[tuple[int, str, str]]] = {}
         sends: set[int] = set()
-        pending: set[int] = set()
         for jid, h in self.held.items():
-            got = set(done.get(jid, ()))
             for k, tid in enumerate(h.windows.ids):
                 nz = np.flatnonzero(h.rates[k] > 0)
                 if not len(nz):
                     continue
                 src, dst, a = int(h.windows.src[k]), int(h.windows.dst[k]), h.start_slot + int(nz[0])
-                into.setdefault(dst, []).append((a, h.rates[k, nz[0]:nz[-1] + 1]))
                 sends.add(src)
                 for x in (src, dst):
                     first[x] = min(first.get(x, a), a)
-                if tid not in got:
-                    pending.update((src, dst))
-        out = []
-        for host in sorted(pending):
+                    tids.setdefault(x, []).append((a, jid, tid))
+        if not first:
+            return {}
+        lo = min(first.values())
+        _, free = self.free(lo, self.horizon_slot() - lo)
+        out = {}
+        for host in sorted(first):
             line = float(self.cluster.ingress_Bps[host])
-            peak = 0.0
-            rs = into.get(host)
-            if rs:
-                lo = min(a for a, _ in rs)
-                total = np.zeros(max(a + len(r) for a, r in rs) - lo)
-                for a, r in rs:
-                    total[a - lo:a - lo + len(r)] += r
-                peak = float(total.max())
-            left = max(line - peak - (ACK_SHARE * line if host in sends else 0.0), 0.0)
-            out.append((host, first[host] * self.options.slot_s, left))
-        return tuple(out)
+            left = max(float(free[host].min()) - (ACK_SHARE * line if host in sends else 0.0), 0.0)
+            out[host] = (first[host] * self.options.slot_s, left,
+                         [(jid, tid) for _, jid, tid in sorted(tids[host], reverse=True)])
+        return out
 
     def horizon_slot(self) -> int:
         """The first slot no reservation holds."""
