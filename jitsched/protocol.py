@@ -49,10 +49,11 @@ FLOW_ENTRY: dict[str, tuple[Any, bool]] = {"flow": (str, True), "start_slot": (i
                                            "rates_Bps": (NUMS, True), "prio": (int, False)}
 OUT_FLOW_ENTRY = {**FLOW_ENTRY, "dst": (str, True)}
 IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
-# A schedule body's cap entry: what the critical jobs' reservations leave of host ``host``'s
-# ingress (address ``addr``), bytes/s per ``slot_s`` from wall time ``epoch_ns`` on; the
-# agent holds the traffic it does not rank towards ``addr`` to that (its background floor at
-# least) in those slots, so that it meets the reserved flows there in no switch queue.
+# A schedule body's cap entry: what critical jobs' reserved transfers into or out of host
+# ``host`` leave of its ingress (address ``addr``), bytes/s per ``slot_s`` from wall time
+# ``epoch_ns`` on; the agent holds the traffic it does not rank towards ``addr`` to that (its
+# background floor at least) in those slots, so that it meets the reserved flows there in no
+# switch queue.
 CAP_ENTRY: dict[str, tuple[Any, bool]] = {"host": (str, True), "addr": (str, True), "epoch_ns": (int, True),
                                           "slot_s": (NUM, True), "left_Bps": (NUMS, True)}
 
@@ -622,7 +623,7 @@ def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list
     Parameters
     ----------
     host : str
-        The receiving host whose ingress critical jobs hold.
+        A host that a critical job's unfinished reserved transfers go into or out of.
     addr : str
         Its IPv4 address.
     epoch_ns : int

@@ -284,9 +284,7 @@ class TcBackend(Backend):
                     msgs.append((self._class(minor, r, c, create, prio=BG_LAST_PRIO), f"capped class of {addr}", False))
                     self.caps[addr] = (minor, (r, c))
             for addr in want:
-                msgs.append((tcmsg(RTM_NEWTFILTER, create, self.nl.next_seq(), self.ifindex, 0, ROOT_HANDLE,
-                                   info=(CAP_FILTER_PRIO << 16) | socket.htons(ETH_P_IP),
-                                   attrs=u32_filter_attrs(ROOT_HANDLE | self.caps[addr][0], u32_dst_keys(addr))),
+                msgs.append((self._filter(self.caps[addr][0], u32_dst_keys(addr), create, prio=CAP_FILTER_PRIO),
                              f"capped-destination filter of {addr}", False))
         for addr, (minor, rc) in list(self.caps.items()):
             if rates[addr] != rc:
@@ -322,10 +320,11 @@ class TcBackend(Backend):
             return prio
         return self.flow_prio if self.borrow else 0
 
-    def _filter(self, minor: int, keys: list[tuple[int, int, int]], flags: int) -> bytes:
-        # a flow's filter has its class's minor as its prio
+    def _filter(self, minor: int, keys: list[tuple[int, int, int]], flags: int, prio: int | None = None) -> bytes:
+        # a flow's filter has its class's minor as its prio (None); the capped destinations' share one
+        prio = minor if prio is None else prio
         return tcmsg(RTM_NEWTFILTER, flags, self.nl.next_seq(), self.ifindex, 0, ROOT_HANDLE,
-                     info=(minor << 16) | socket.htons(ETH_P_IP), attrs=u32_filter_attrs(ROOT_HANDLE | minor, keys))
+                     info=(prio << 16) | socket.htons(ETH_P_IP), attrs=u32_filter_attrs(ROOT_HANDLE | minor, keys))
 
     def _link_rate(self, flows: list[FlowRate]) -> int:
         """The link class's rate (and the background class's ceiling) while ``flows`` are scheduled, bytes/s."""

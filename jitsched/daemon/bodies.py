@@ -20,8 +20,8 @@ from jitsched.protocol import cap_entry, flow_entry, flow_id, pack_body
 STATUS_PAGE_BYTES = 512 * 1024
 STATUS_SOLVE_TIMES = 1000  # the newest solve times a status reply carries
 # A cap on traffic into a critical job's host holds from the first slot its reserved
-# transfers into that host start until they have all arrived: the daemon then sends
-# bodies without it. The job may run behind its reservation, so the cap has no end of
+# transfers into or out of that host start until they have all arrived: the daemon then
+# sends bodies without it. The job may run behind its reservation, so the cap has no end of
 # its own; this one-slot length only bounds it should no body ever lift it.
 CAP_HOLD_S = 3600.0
 
