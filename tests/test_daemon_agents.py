@@ -260,3 +260,46 @@ def test_a_key_the_daemon_refuses_ends_the_agent(tmp_path):
     finally:
         a.stop()
         d.stop()
+
+
+def test_heartbeats_say_who_sends_into_held_hosts_and_a_change_asks_for_new_caps():
+    from jitsched.daemon.agents import MAX_CAPS_SENDING
+    from jitsched.daemon.state import SchedulerState
+    from jitsched.dag.model import Cluster, Host
+
+    cl = Cluster(tuple(Host(f"h{i}", 1.25e8, 1.25e8, f"198.18.0.{i + 1}") for i in range(4)))
+    state = SchedulerState(config(cluster=cl, policy="jit"))
+    table, book = state.agent_table, state.plan_book
+    for i in range(4):
+        table.register(f"a{i}".encode(), {"host": f"h{i}"}, 0.0)
+    book.held_hosts = lambda: ((1, 0.5, 0.0),)  # a critical job holds h1
+    assert book._caps()["caps_into"] == ((1, 0.5, 0.0, frozenset()),)
+    table.heartbeat(b"a0", {"host": "h0", "caps_sending": ["198.18.0.2"]}, 0.1)
+    table.heartbeat(b"a3", {"host": "h3", "caps_sending": ["198.18.0.2"]}, 0.1)
+    assert table.cap_senders() == {"198.18.0.2": frozenset({"h0", "h3"})}
+    assert book.caps_due  # an increment sends the new shares
+    assert book._caps()["caps_into"] == ((1, 0.5, 0.0, frozenset({"h0", "h3"})),)
+    # the same set again asks for nothing
+    table.heartbeat(b"a0", {"host": "h0", "caps_sending": ["198.18.0.2"]}, 0.2)
+    assert not book.caps_due
+    # nor does a change while no host is held
+    book.held_hosts = lambda: ()
+    book._caps()
+    table.heartbeat(b"a0", {"host": "h0"}, 0.3)
+    assert not book.caps_due
+    table.heartbeat(b"a0", {"host": "h0", "caps_sending": ["198.18.0.2"]}, 0.4)
+    book.held_hosts = lambda: ((1, 0.5, 0.0),)
+    # a sender that falls silent counts no more
+    book._caps()
+    table.heartbeat(b"a0", {"host": "h0", "caps_sending": ["198.18.0.2"]}, 1.0)
+    for i in (1, 2):
+        table.heartbeat(f"a{i}".encode(), {"host": f"h{i}"}, 1.0)
+    assert not book.caps_due
+    table.check(1.0)  # h3 last spoke at 0.1
+    assert not table.agents["h3"].up and table.cap_senders() == {"198.18.0.2": frozenset({"h0"})}
+    assert book.caps_due
+    # a hostile list is refused, and the agent's last word stands
+    rep = table.heartbeat(b"a0", {"host": "h0", "caps_sending": [1, 2]}, 1.1)
+    assert rep.code == ErrorCode.INVALID_BODY
+    rep = table.heartbeat(b"a0", {"host": "h0", "caps_sending": ["x"] * (MAX_CAPS_SENDING + 1)}, 1.1)
+    assert rep.code == ErrorCode.INVALID_BODY and "caps_sending" in rep.message
