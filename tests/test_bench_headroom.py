@@ -1,0 +1,43 @@
+"""bench_headroom's search: jit's own order as its start, only improvements kept, figures that add up."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jitsched.bench import bench_headroom as bh
+from jitsched.sim import simulate
+from jitsched.workloads.paper import generate_workload
+
+
+def test_unit_factors_are_jit_itself():
+    wl = generate_workload(0.5, n_jobs=20, n_hosts=20, bps=1e10, seed=1)
+    jit = float(np.mean(simulate(wl, "jit", seed=1).jct_s))
+    assert bh.weighted_mean_jct(wl, None, 1) == jit
+    assert bh.weighted_mean_jct(wl, np.ones(len(wl.jobs)), 1) == jit
+    # a factor moves the order: some job's weight changes what the run gives
+    moved = [bh.weighted_mean_jct(wl, np.where(np.arange(len(wl.jobs)) == j, 1e-3, 1.0), 1)
+             for j in range(len(wl.jobs))]
+    assert any(m != jit for m in moved)
+
+
+def test_the_search_keeps_only_what_lowers_the_mean(capsys):
+    assert bh.main(["--seeds", "2", "--n-jobs", "20", "--workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for r in out["runs"]:
+        assert r["searched_s"] <= r["jit_s"]
+        assert (r["searched_s"] < r["jit_s"]) == bool(r["factors"])
+        assert set(r["factors"].values()) <= {0.25, 4.0, 0.5, 2.0}
+    s = out["summary"]
+    assert s["seeds"] == [0, 1] and s["searched"]["jct_mean_s"] <= s["jit"]["jct_mean_s"]
+    assert s["searched"]["sincronia_over"] >= s["jit"]["sincronia_over"]
+
+
+@pytest.mark.parametrize("bad", [["--factors", "1"], ["--factors", "a,b"], ["--factors", "-2"], ["--seeds", "0"]])
+def test_bad_options_are_refused(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        bh.main(bad)
+    assert e.value.code == 2
+    assert "error:" in capsys.readouterr().err
