@@ -128,3 +128,38 @@ def test_contention_on_two_ports_at_once_counts_both():
     wl = Workload(Cluster.uniform(6, bps=GBPS), jobs)
     assert lower_bound_mean_jct(wl) == pytest.approx(1.5)
     assert float(np.mean(simulate(wl, "jit").jct_s)) == pytest.approx(1.5)
+
+
+def test_a_parameter_servers_pull_must_cross_its_port_before_the_push_can_start():
+    # two 125 MB parameters pulled over h0 -> h1, a forward op needing both, then two
+    # 125 MB gradients pushed h1 -> h0: no gradient exists before both parameters have
+    # crossed h0's egress (2 s), and both gradients need h1's egress after that (2 s);
+    # neither the longest chain (2 s) nor any one port (2 s) says so
+    job = Job("j", (Compute("f", "h1", 0.0),),
+              (Transfer("p0", "h0", "h1", 125e6), Transfer("p1", "h0", "h1", 125e6),
+               Transfer("g0", "h1", "h0", 125e6), Transfer("g1", "h1", "h0", 125e6)),
+              (("p0", "f"), ("p1", "f"), ("f", "g0"), ("f", "g1")))
+    wl = Workload(Cluster.uniform(2, bps=GBPS), (job,))
+    b = job_bounds(job, np.full(2, 125e6), np.full(2, 125e6), wl.cluster.index)
+    assert b.alone == pytest.approx(4.0)
+    # the ports' heads and tails see it too: h0's egress is followed by 2 s of gradients
+    assert dict((p, (head, tail)) for p, _, head, tail in b.ports)[0] == pytest.approx((0.0, 2.0))
+    assert lower_bound_mean_jct(wl) == pytest.approx(4.0)
+    assert simulate(wl, "jit").jct_s[0] == pytest.approx(4.0)
+
+
+def test_release_makespan_is_the_best_single_machine_finish():
+    from jitsched.plan.bound import _release_makespan
+
+    # released at 0 and 5 with 1 s each: 6; at 0 and 0.5 with 1 s each: 2
+    assert _release_makespan(np.array([0.0, 5.0]), np.array([1.0, 1.0])) == pytest.approx(6.0)
+    assert _release_makespan(np.array([0.0, 0.5]), np.array([1.0, 1.0])) == pytest.approx(2.0)
+    rng = random.Random(1)
+    for _ in range(30):
+        n = rng.randint(1, 5)
+        rel, work = [rng.uniform(0, 3) for _ in range(n)], [rng.uniform(0.1, 2) for _ in range(n)]
+        t, best = 0.0, 0.0
+        for r, w in sorted(zip(rel, work, strict=True)):  # the earliest-release schedule is optimal
+            t = max(t, r) + w
+            best = t
+        assert _release_makespan(np.array(rel), np.array(work)) == pytest.approx(best)

@@ -1,4 +1,4 @@
-"""A lower bound on the mean JCT any policy can reach on a workload: per-job critical paths and port loads, and per-port SRPT."""
+"""A lower bound on the mean JCT any policy can reach on a workload: each job's time alone (its chains and the port time before and after each node) and per-port SRPT."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ from jitsched.dag.model import Job, Workload
 class JobBounds:
     """One job's bounds, seconds from its arrival.
 
-    ``alone``: no schedule finishes the job sooner (its critical path with every
-    transfer at its hosts' line rate, and for each port the earliest any of its
-    bytes there can start, plus the time they keep the port busy at its rate,
-    plus the least time the job needs after the last of them). ``ports``: per port the job uses, ``(port, busy_s,
-    head_s, tail_s)``: the seconds its bytes keep that port busy, the earliest
-    any of them can start, and the least time the job needs after the last.
+    ``alone``: no schedule finishes the job sooner. For every node, the earliest
+    it can start plus its duration plus the least time the job needs after it;
+    both ends count the port time of the transfers before (after) the node that
+    share a port, not only the longest path to it (:func:`job_bounds`).
+    ``ports``: per port the job uses, ``(port, busy_s, head_s, tail_s)``: the
+    seconds its bytes keep that port busy, the earliest any of them can start,
+    and the least time the job needs after the last.
     """
 
     alone: float
@@ -47,42 +48,113 @@ def _order(job: Job) -> tuple[list[str], dict[str, list[str]], dict[str, list[st
     return out, succ, pred
 
 
+def _release_makespan(release: np.ndarray, work: np.ndarray) -> float:
+    """The least time by which one machine can finish jobs of ``work`` released at ``release``
+    (preemption allowed): the largest, over each release, of it plus the work released then or later."""
+    order = np.argsort(-release, kind="stable")
+    return float(np.max(release[order] + np.cumsum(work[order])))
+
+
+def _port_passes(order: list[str], near: dict[str, list[str]], dur: dict[str, float],
+                 on_port: dict[str, list[tuple[int, float]]], ports: list[int]) -> dict[str, float]:
+    """The least time before each node (from the job's start, taking ``near`` as each node's
+    predecessors and ``order`` topological; or to its end, with successors and the reverse order).
+
+    A node waits for the longest chain of ``near`` nodes to it, and for each port, for all
+    the transfers before it that use that port: those cannot all have passed before the
+    least time one machine takes to carry them from their own earliest times.
+    """
+    col = {p: k for k, p in enumerate(ports)}
+    slot: dict[str, list[tuple[int, int]]] = {}  # transfer -> (port column, its index there)
+    count = [0] * len(ports)
+    for n in order:
+        for p, _ in on_port.get(n, ()):
+            k = col[p]
+            slot.setdefault(n, []).append((k, count[k]))
+            count[k] += 1
+    work = [np.zeros(c) for c in count]
+    for n, places in slot.items():
+        for (k, i), (_, w) in zip(places, on_port[n], strict=True):
+            work[k][i] = w
+    times = [np.zeros(c) for c in count]  # each transfer's least time, as found
+    # per node, per port column: (mask of the transfers before it there, how many, their makespan)
+    held: dict[str, list[tuple[np.ndarray | None, int, float]]] = {}
+    before: dict[str, float] = {}
+    empty: tuple[np.ndarray | None, int, float] = (None, 0, 0.0)
+    for n in order:
+        preds = near.get(n, ())
+        t = max((before[m] + dur[m] for m in preds), default=0.0)
+        if len(preds) == 1 and preds[0] not in slot:
+            mine = held[preds[0]]  # the same transfers before it as before its one predecessor
+        else:
+            mine = []
+            for k in range(len(ports)):
+                got = [held[m][k] for m in preds if held[m][k][0] is not None]
+                own = [i for m in preds for kk, i in slot.get(m, ()) if kk == k]
+                if not got and not own:
+                    mine.append(empty)
+                    continue
+                widest = max(got, key=lambda g: g[1]) if got else empty
+                if len(got) > 1:
+                    mask = np.logical_or.reduce([g[0] for g in got])
+                else:
+                    mask = np.zeros(count[k], dtype=bool) if widest[0] is None else widest[0].copy()
+                if own:
+                    mask[own] = True
+                size = int(mask.sum())
+                if size == widest[1]:  # a predecessor had them all before it already
+                    mine.append(widest)
+                    continue
+                span = _release_makespan(times[k][mask], work[k][mask]) if size > 1 else 0.0
+                mine.append((mask, size, span))
+        t = max([t] + [span for _, _, span in mine])
+        held[n] = mine
+        before[n] = t
+        for k, i in slot.get(n, ()):
+            times[k][i] = t
+    return before
+
+
 def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index) -> JobBounds:
     """The bounds of one job on a cluster of ``len(egress_Bps)`` hosts (bytes/s).
 
     Ports are numbered egress ``0..H-1`` then ingress ``H..2H-1``; ``index``
-    maps a host name to its number.
+    maps a host name to its number. Each node's earliest start is at least the
+    longest chain before it, and, for each port, the least time one machine
+    takes to carry all the transfers before it on that port from their own
+    earliest starts (the transfers before a parameter server's forward pass
+    must all cross its egress before the backward pass can begin); the least
+    time the job needs after a node, the same backwards.
     """
     h = len(egress_Bps)
     dur: dict[str, float] = {c.id: float(c.duration_s) for c in job.computes}
     ports_of: dict[str, tuple[int, int]] = {}
+    on_port: dict[str, list[tuple[int, float]]] = {}  # transfer -> (port, seconds it keeps it busy)
     load = np.zeros(2 * h)
+    cap = np.concatenate([egress_Bps, ingress_Bps])
     for t in job.transfers:
         s, d = index(t.src), index(t.dst)
         rate = math.inf if s == d else min(egress_Bps[s], ingress_Bps[d])
         dur[t.id] = float(t.bytes) / rate
         if s != d:
             ports_of[t.id] = (s, h + d)
+            on_port[t.id] = [(s, float(t.bytes) / cap[s]), (h + d, float(t.bytes) / cap[h + d])]
             load[s] += t.bytes
             load[h + d] += t.bytes
     order, succ, pred = _order(job)
-    est = {}
-    for n in order:  # earliest start with every node at its fastest
-        est[n] = max((est[p] + dur[p] for p in pred.get(n, ())), default=0.0)
-    tail = {}
-    for n in reversed(order):  # least time from a node's end to the job's end
-        tail[n] = max((dur[v] + tail[v] for v in succ.get(n, ())), default=0.0)
-    cp = max((est[n] + dur[n] for n in order), default=0.0)
-    cap = np.concatenate([egress_Bps, ingress_Bps])
+    used = [int(p) for p in np.flatnonzero(load > 0)]
+    est = _port_passes(order, pred, dur, on_port, used)
+    tail = _port_passes(order[::-1], succ, dur, on_port, used)
+    alone = max((est[n] + dur[n] + tail[n] for n in order), default=0.0)
     busy = load / cap
     ports = []
-    for p in np.flatnonzero(load > 0):
+    for p in used:
         on = [tid for tid, pp in ports_of.items() if p in pp]
         head = min(est[tid] for tid in on)
-        ports.append((int(p), float(busy[p]), head, min(tail[tid] for tid in on)))
+        ports.append((p, float(busy[p]), head, min(tail[tid] for tid in on)))
     # a port's bytes cannot start before its head, keep it busy for busy_s, and the job
     # needs its tail after the last of them, whichever transfer carries it
-    alone = max([cp] + [head + b + t for _, b, head, t in ports])
+    alone = max([alone] + [head + b + t for _, b, head, t in ports])
     return JobBounds(alone, tuple(ports))
 
 
