@@ -9,11 +9,9 @@ import random
 import numpy as np
 import pytest
 
+from jitsched.bench.bench_bound import best_found, instance
 from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload
-from jitsched.plan.alloc import priority_greedy
 from jitsched.plan.bound import job_bounds, lower_bound_mean_jct, srpt_total
-from jitsched.policies import POLICIES
-from jitsched.policies.base import Allocation, Policy, SchedulerView
 from jitsched.sim import simulate
 
 GBPS = 1e9  # bits/s; 125e6 bytes/s
@@ -53,58 +51,28 @@ def test_two_transfers_on_one_port_need_srpt_not_their_time_alone():
     assert lower_bound_mean_jct(wl) == pytest.approx(1.5)
 
 
-class _JobOrder(Policy):
-    """Strict priority by a fixed job order, work-conserving (for the exhaustive search)."""
-
-    name = ""
-    needs_dag = True
-
-    def __init__(self, rank: dict[int, int]) -> None:
-        self.rank = rank
-
-    def allocate(self, view: SchedulerView) -> Allocation:
-        f = view.flows
-        key = np.array([self.rank.get(int(j), len(self.rank)) for j in f.job])
-        order = np.lexsort((f.node, key))
-        return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,
-                                          view.cluster.ingress_Bps))
-
-
-def _random_workload(rng: random.Random, n_jobs: int, n_hosts: int) -> Workload:
-    hosts = [f"h{i}" for i in range(n_hosts)]
-    jobs = []
-    for k in range(n_jobs):
-        computes, transfers, edges = [], [], []
-        prev = None
-        for s in range(rng.randint(1, 3)):  # a few stages: compute, then 1-2 transfers
-            c = Compute(f"c{s}", rng.choice(hosts), rng.uniform(0.0, 0.4))
-            computes.append(c)
-            if prev:
-                edges += [(t, c.id) for t in prev]
-            prev = []
-            for x in range(rng.randint(1, 2)):
-                src, dst = rng.sample(hosts, 2)
-                t = Transfer(f"t{s}{x}", src, dst, rng.uniform(10, 150) * 1e6)
-                transfers.append(t)
-                edges.append((c.id, t.id))
-                prev.append(t.id)
-        jobs.append(Job(f"j{k}", tuple(computes), tuple(transfers), tuple(edges),
-                        arrival_s=rng.choice([0.0, 0.0, rng.uniform(0, 1.0)])))
-    return Workload(Cluster.uniform(n_hosts, bps=GBPS), tuple(jobs))
-
-
 @pytest.mark.parametrize("seed", range(12))
 def test_the_bound_is_never_above_any_schedule_found(seed):
-    rng = random.Random(seed)
-    wl = _random_workload(rng, rng.randint(2, 4), rng.randint(2, 3))
-    bound = lower_bound_mean_jct(wl)
-    found = []
-    for perm in itertools.permutations(range(len(wl.jobs))):
-        found.append(float(np.mean(simulate(wl, _JobOrder({j: r for r, j in enumerate(perm)})).jct_s)))
-    for name in POLICIES:
-        found.append(float(np.mean(simulate(wl, name).jct_s)))
-    assert bound <= min(found) * (1 + 1e-9)
-    assert bound >= 0.5 * min(found)  # and not vacuous on these small cases
+    # bench_bound runs the same check over more instances and reports how tight it is
+    wl = instance(seed)
+    bound, best = lower_bound_mean_jct(wl), best_found(wl)
+    assert bound <= best * (1 + 1e-9)
+    assert bound >= 0.5 * best  # and not vacuous on these small cases
+
+
+def test_bench_bound_reports_the_ratios_and_fails_on_a_bound_above_a_schedule(capsys, monkeypatch):
+    import json
+
+    from jitsched.bench import bench_bound
+
+    assert bench_bound.main(["--instances", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["instances"] == 3 and out["above_best"] == []
+    assert 0.5 <= out["bound_over_best_min"] <= out["bound_over_best_median"] <= out["bound_over_best_max"] <= 1 + 1e-9
+    # a bound that claims too much is listed, and the exit status says so
+    monkeypatch.setattr(bench_bound, "lower_bound_mean_jct", lambda wl: 1e9)
+    assert bench_bound.main(["--instances", "1"]) == 1
+    assert "ABOVE THE BEST FOUND: seed 0" in capsys.readouterr().out
 
 
 def test_a_jobs_time_alone_counts_its_ports_head_and_tail():
