@@ -131,3 +131,17 @@ def test_release_makespan_is_the_best_single_machine_finish():
             t = max(t, r) + w
             best = t
         assert _release_makespan(np.array(rel), np.array(work)) == pytest.approx(best)
+
+
+def test_jobs_of_one_shape_share_their_bounds_on_their_own_ports():
+    from jitsched.plan.bound import _shared_job_bounds
+    from jitsched.workloads.paper import generate_workload
+
+    wl = generate_workload(0.5, n_jobs=30, n_hosts=8, bps=1e10, seed=2)
+    cl = wl.cluster
+    eg = np.array([x.egress_bps / 8.0 for x in cl.hosts])
+    ig = np.array([x.ingress_bps / 8.0 for x in cl.hosts])
+    cache: dict = {}
+    for j in wl.jobs:
+        assert _shared_job_bounds(j, eg, ig, cl.index, cache) == job_bounds(j, eg, ig, cl.index)
+    assert len(cache) < len(wl.jobs)  # some shapes came again, on other hosts

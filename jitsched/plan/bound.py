@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -158,6 +158,36 @@ def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index)
     return JobBounds(alone, tuple(ports))
 
 
+def _shared_job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index,
+                       cache: dict[tuple, JobBounds]) -> JobBounds:
+    """:func:`job_bounds`, shared between jobs that differ only in their hosts' names and
+    numbers (the same model placed elsewhere on ports of the same rates): ``cache`` keeps
+    each shape's bounds with its hosts numbered in order of first use."""
+    local: dict[int, int] = {}
+    for t in job.transfers:
+        for name in (t.src, t.dst):
+            local.setdefault(index(name), len(local))
+    hosts = list(local)
+    key = (tuple((c.id, c.duration_s) for c in job.computes),
+           tuple((t.id, t.bytes, local[index(t.src)], local[index(t.dst)]) for t in job.transfers),
+           tuple(job.edges), tuple(float(egress_Bps[x]) for x in hosts), tuple(float(ingress_Bps[x]) for x in hosts))
+    got = cache.get(key)
+    h, n = len(egress_Bps), len(hosts)
+    if got is None:
+        names = {x: f"{k}" for x, k in local.items()}
+        sub = job_bounds(_renamed(job, index, names), egress_Bps[hosts], ingress_Bps[hosts], int)
+        got = cache[key] = sub
+    # the shape's ports (egress 0..n-1, ingress n..2n-1 of its own hosts) back on the cluster's
+    ports = sorted((hosts[p] if p < n else h + hosts[p - n], busy, head, tail) for p, busy, head, tail in got.ports)
+    return JobBounds(got.alone, tuple(ports))
+
+
+def _renamed(job: Job, index, names: dict[int, str]) -> Job:
+    """``job`` with each transfer's hosts named by ``names`` (cluster number -> new name)."""
+    return replace(job, transfers=tuple(replace(t, src=names[index(t.src)], dst=names[index(t.dst)])
+                                        for t in job.transfers))
+
+
 def srpt_total(release: np.ndarray, work: np.ndarray) -> np.ndarray:
     """Completion times of preemptive shortest-remaining-work-first on one machine.
 
@@ -222,7 +252,8 @@ def lower_bound_mean_jct(workload: Workload) -> float:
     cl = workload.cluster
     eg = np.array([x.egress_bps / 8.0 for x in cl.hosts])
     ig = np.array([x.ingress_bps / 8.0 for x in cl.hosts])
-    bounds = [job_bounds(j, eg, ig, cl.index) for j in jobs]
+    cache: dict[tuple, JobBounds] = {}
+    bounds = [_shared_job_bounds(j, eg, ig, cl.index, cache) for j in jobs]
     alone = np.array([b.alone for b in bounds])
     best = float(alone.sum())
     by_port: dict[int, list[tuple[int, float, float, float]]] = {}
