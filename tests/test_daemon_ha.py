@@ -142,3 +142,38 @@ def test_replicas_keep_no_journal_and_take_no_wildcard_port():
         parse_config(base | {"daemon": {"journal": "/tmp/j.sqlite"}})
     with pytest.raises(ValidationError, match="give a port"):
         parse_config(base | {"daemon": {"job_endpoint": "tcp://127.0.0.1:*"}})
+
+
+def test_a_reports_events_go_to_etcd_together_and_in_order(etcd):
+    # 300 transfers reported started and finished in one message: 600 events in
+    # ceil(600 / TXN_OPS) fenced transactions (one each, unbatched), all read back
+    from jitsched.daemon.ha import TXN_OPS
+
+    client, el = _elected(etcd, "/t-batch")
+    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
+                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
+    store = EtcdStore(client, el)
+    state = SchedulerState(DaemonConfig(cluster=cluster), journal=store, epoch=el.me.epoch)
+    n = 300
+    job = {"id": "a", "computes": [],
+           "transfers": [{"id": f"t{i}", "src": "h1", "dst": "h2", "bytes": 1e3} for i in range(n + 1)]}
+    assert "job_id" in state.submit_job({"job": job}, 1.0)
+    txns = []
+    real = client.txn
+    client.txn = lambda compare, ops: txns.append(len(ops)) or real(compare, ops)
+    events = [["started", f"t{i}", None] for i in range(n)] + [["finished", f"t{i}", 1e3] for i in range(n)]
+    got = state.report({"job_id": "a", "events": events}, 2.0)
+    assert len(got["results"]) == 2 * n and state.journal_errors == 0
+    assert len(txns) == -(-2 * n // TXN_OPS) and sum(txns) == 2 * n
+    [jj] = EtcdStore(client, el).unfinished()
+    assert set(jj.started) == set(jj.done) == {f"t{i}" for i in range(n)}
+    # a refused event ends the batch; the ones before it are written all the same
+    txns.clear()
+    got = state.report({"job_id": "a", "events": [["started", f"t{n}", None], ["started", "nope", None]]}, 3.0)
+    assert got.code == "unknown_node" and "events[1]" in got.message and txns == [1]
+    assert f"t{n}" in EtcdStore(client, el).unfinished()[0].started
+    # a replica that no longer leads: the batch's write is refused, counted and shown
+    el.resign()
+    got = state.report({"job_id": "a", "events": [["finished", f"t{n}", 1e3]]}, 4.0)
+    assert state.journal_errors == 1 and "no longer leads" in state.journal_last_error
+    client.txn = real

@@ -232,6 +232,10 @@ class Journal:
                         (row, node, kind, t_s, measured_s))
         self.writes += 1
 
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing held back: each event is already one unsynced commit."""
+        return contextlib.nullcontext()
+
     def ended(self, row: int, state: str, t_s: float, jct_s: float | None = None, error: str = "") -> None:
         """Record that job ``row`` ended as ``state`` (fsynced); its map and events are dropped."""
         with self._fsynced() as db:

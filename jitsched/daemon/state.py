@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -157,11 +158,14 @@ class SchedulerState:
         try:
             return write(*args)
         except (sqlite3.Error, StoreError) as exc:
-            self.journal_errors += 1
-            self.journal_last_error = str(exc)
-            if self.journal_errors <= 10 or self.journal_errors % 1000 == 0:
-                log.error(kv("journal_failed", error=str(exc), count=self.journal_errors))
+            self._journal_failed(exc)
             return None
+
+    def _journal_failed(self, exc: BaseException) -> None:
+        self.journal_errors += 1
+        self.journal_last_error = str(exc)
+        if self.journal_errors <= 10 or self.journal_errors % 1000 == 0:
+            log.error(kv("journal_failed", error=str(exc), count=self.journal_errors))
 
     def _restore(self, now: float) -> None:
         """Take back every job the journal holds as running; a full re-solve is due at once."""
@@ -364,13 +368,21 @@ class SchedulerState:
         rejection (``events[i]: ...``); those before it stay applied, and each
         report is idempotent, so the sender may send the whole batch again.
         """
-        results = []
-        for i, (type_, one) in enumerate(report_bodies(body)):
-            got = getattr(self, type_)(one, now, peer=peer)
-            if isinstance(got, Reject):
-                return Reject(got.code, f"events[{i}]: {got.message}")
-            results.append(got)
-        return {"results": results}
+        results: list = []
+        refused = None
+        # the events' journal writes go together as the batch ends, before the reply
+        batch = self.journal.batch() if self.journal is not None else contextlib.nullcontext()
+        try:
+            with batch:
+                for i, (type_, one) in enumerate(report_bodies(body)):
+                    got = getattr(self, type_)(one, now, peer=peer)
+                    if isinstance(got, Reject):
+                        refused = Reject(got.code, f"events[{i}]: {got.message}")
+                        break
+                    results.append(got)
+        except (sqlite3.Error, StoreError) as exc:
+            self._journal_failed(exc)
+        return refused if refused is not None else {"results": results}
 
     def job_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Mark a job finished; its JCT is ``jct_s`` if given, else measured by the daemon."""

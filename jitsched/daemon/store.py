@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from jitsched.daemon.journal import JournalFlow, JournalJob
@@ -36,6 +37,10 @@ class Store(Protocol):
 
     def event(self, row: int, node: str, kind: str, t_s: float, measured_s: float | None = None) -> None:
         """Record that ``node`` of job ``row`` started or ended at ``t_s``."""
+
+    def batch(self) -> AbstractContextManager[None]:
+        """A block whose progress events may be written together as it ends (raising then if
+        they could not be); any other write inside it writes the events held so far first."""
 
     def ended(self, row: int, state: str, t_s: float, jct_s: float | None = None, error: str = "") -> None:
         """Record that job ``row`` ended as ``state``; its map and events go."""
