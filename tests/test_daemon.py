@@ -223,15 +223,19 @@ def test_reconnecting_agent_gets_current_schedule(sys4, client):
     client.submit_job(layer_chain_job("r", "h0", "h1"))
     assert wait_until(lambda: d.state.schedule_seq >= 1 and all_acked(d, d.state.schedule_seq, HOSTS), 5.0)
     seq = d.state.schedule_seq
+    downs = d.state.agent_table.counts["agents_marked_down"]
     agents["h0"].stop()
     fresh = Agent("h0", d.agent_endpoint, AgentOptions(backend="record"), local_namespace=f"r{id(d)}")
     agents["h0"] = fresh  # the fixture stops it
     fresh.start()
-    assert wait_until(lambda: fresh.seq == seq, 5.0)
-    assert d.state.schedule_seq == seq  # no re-plan was needed to serve it
+    # the fresh agent is refused while the old one's connection still looks open; on a loaded
+    # machine the old one may fall silent first and be marked down, which re-plans without it
+    assert wait_until(lambda: fresh.seq == d.state.agent_table.host_seq.get("h0"), 5.0)
+    if d.state.agent_table.counts["agents_marked_down"] == downs:
+        assert d.state.schedule_seq == seq  # no re-plan was needed to serve it
     assert [f["flow"] for f in fresh.schedule["flows"]] == [
         f["flow"] for f in d.state.host_body("h0")["flows"]]
-    assert wait_until(lambda: d.state.agents["h0"].acked_seq == seq, 5.0)
+    assert wait_until(lambda: d.state.agents["h0"].acked_seq == d.state.agent_table.host_seq.get("h0"), 5.0)
 
 
 def test_killed_agent_is_detected_and_flows_replanned(client, sys4):
