@@ -214,10 +214,6 @@ class AgentTable:
         a = self._agent(identity, body, now, peer)
         if isinstance(a, Reject):
             return a
-        sending = body.get("caps_sending", ())
-        if len(sending) > MAX_CAPS_SENDING or not all(isinstance(x, str) for x in sending):
-            return Reject(ErrorCode.INVALID_BODY,
-                          f"body.caps_sending: expected at most {MAX_CAPS_SENDING} addresses (strings)")
         sample = body.get("unscheduled_Bps")
         if sample is not None:
             bad = check_sample(sample)
@@ -232,6 +228,10 @@ class AgentTable:
         a.attached = dict(body.get("attached", {}))
         a.caps_held = int(body.get("caps_held", 0))
         a.caps_unenforced = bool(body.get("caps_unenforced", False))
+        sending = body.get("caps_sending", ())
+        if len(sending) > MAX_CAPS_SENDING or not all(isinstance(x, str) for x in sending):
+            return Reject(ErrorCode.INVALID_BODY,
+                          f"body.caps_sending: expected at most {MAX_CAPS_SENDING} addresses (strings)")
         if frozenset(sending) != a.caps_sending:
             a.caps_sending = frozenset(sending)
             self.on_senders()
