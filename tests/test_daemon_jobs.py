@@ -366,5 +366,5 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
             assert book.plans_by_mode["incremental"] > plans["incremental"]
     out = capsys.readouterr().out
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
-    assert h2.endswith("capping traffic to 2 reserved hosts (sending into 1)")
+    assert h2.endswith("capping traffic to 2 reserved hosts")
     assert "1 holding reservations, 0 refused" in out and "; 2 hosts held\n" in out

@@ -361,7 +361,6 @@ def cmd_status(args: argparse.Namespace) -> int:
                  if a.get("resends_stopped") else "")
               + (" CAPS NOT ENFORCED (its backend cannot hold traffic towards reserved hosts)"
                  if a.get("caps_unenforced") else f" capping traffic to {_count(a['caps_held'], 'reserved host')}"
-                 + (f" (sending into {a['caps_sending']})" if a.get("caps_sending") else "")
                  if a.get("caps_held") else ""))
         att = a.get("attached") or {}
         for j, x in sorted((att.get("jobs") or {}).items()):
