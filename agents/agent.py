@@ -83,13 +83,6 @@ FINAL_REFUSALS = frozenset({ErrorCode.UNKNOWN_HOST, ErrorCode.FORBIDDEN})
 # delay among the last CLOCK_SAMPLES is the estimate, applied to slot times once it is
 # larger than half that delay (what one round trip cannot tell apart).
 CLOCK_SAMPLES = 8
-# A capped address this host sends unranked traffic to, as its heartbeat tells the daemon
-# (which counts a held port's senders from them, each taking that share of its floor):
-# one whose class carried this share of the line rate over a heartbeat interval, for
-# CAP_SENDING_HOLD_S after. A file held at its share of a 5 % floor among 4 senders
-# carries 1.25 %; ACKs of what this host receives from there go to the ACK class.
-CAP_SENDING_MIN = 0.005
-CAP_SENDING_HOLD_S = 3.0
 
 TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64) in struct tcp_info
 
@@ -278,9 +271,6 @@ class Agent:
         self.attached = AttachTable(netns=self.backend_options.get("netns"))
         self.current_slot: int | None = None
         self.current_caps: dict[str, float] = {}  # the caps on unranked traffic in force, by address
-        self.current_senders: dict[str, int] = {}  # ... and their senders (the body's, past 1)
-        self._capped_seen: dict[str, tuple[int, float]] = {}  # per capped address: bytes, when (monotonic)
-        self._sending_until: dict[str, float] = {}  # per capped address: counted sending until (monotonic)
         self.caps_unenforced = False  # caps came that this agent's backend cannot hold (logged once)
         self.applied_at_ns = 0
         self.port_dev = opts.port_dev or self.backend_options.get("dev")
@@ -777,9 +767,6 @@ class Agent:
         if self.current_caps or self.caps_unenforced:
             body["caps_held"] = len(self.current_caps)
             body["caps_unenforced"] = self.caps_unenforced
-            sending = self.caps_sending(now)
-            if sending:
-                body["caps_sending"] = sending
         if self.meter is not None:
             errors = self.meter.errors
             self.unscheduled_Bps = self.meter.sample(self.scheduled_bytes(body.get("attached")))
@@ -923,39 +910,6 @@ class Agent:
                 out[c["addr"]] = float(c["left_Bps"][k])
         return out
 
-    def cap_senders(self, now_ns: int | None = None) -> dict[str, int]:
-        """Of the capped addresses now (:meth:`dst_caps`), those whose body counts more than one
-        host sending unranked traffic there: address -> that count."""
-        s = self.schedule
-        if not s or not s.get("caps_into"):
-            return {}
-        now_ns = self.daemon_ns() if now_ns is None else now_ns
-        out = {}
-        for c in s["caps_into"]:
-            n = int(c.get("senders", 1))
-            k = (now_ns - c["epoch_ns"]) // int(c["slot_s"] * 1e9)
-            if n > 1 and 0 <= k < len(c["left_Bps"]):
-                out[c["addr"]] = n
-        return out
-
-    def caps_sending(self, now: float | None = None) -> list[str]:
-        """The capped addresses this host's unranked traffic went to lately, sorted.
-
-        An address counts from a heartbeat interval in which its class carried at least
-        :data:`CAP_SENDING_MIN` of the line rate, for :data:`CAP_SENDING_HOLD_S` after:
-        a file that pauses between chunks keeps its share of the floor.
-        """
-        now = time.monotonic() if now is None else now
-        got = self.backend.capped_bytes() if self.backend is not None else {}
-        for addr, b in got.items():
-            prev = self._capped_seen.get(addr)
-            if prev is not None and now > prev[1]:
-                if (b - prev[0]) / (now - prev[1]) >= CAP_SENDING_MIN * self.line_rate_Bps:
-                    self._sending_until[addr] = now + CAP_SENDING_HOLD_S
-        self._capped_seen = {a: (b, now) for a, b in got.items()}
-        self._sending_until = {a: t for a, t in self._sending_until.items() if t > now and a in self.current_caps}
-        return sorted(self._sending_until)
-
     def _tick(self, force: bool = False, only: str | None = None) -> None:
         # only="out"/"in": a registration changed that direction's flows, within the slot
         if self.backend is None:
@@ -963,19 +917,17 @@ class Agent:
         # without a schedule yet, registered flows share the whole line (slot -1)
         k, flows, leftover = self.slot_rates()
         caps = self.dst_caps()
-        senders = self.cap_senders() if caps else {}
-        same_caps = caps == self.current_caps and senders == self.current_senders
-        if k == self.current_slot and same_caps and not force:
+        if k == self.current_slot and caps == self.current_caps and not force:
             return
-        if k != self.current_slot or not same_caps:
+        if k != self.current_slot or caps != self.current_caps:
             only = None  # a new slot changes both directions
-        self.current_slot, self.current_caps, self.current_senders = k, caps, senders
+        self.current_slot, self.current_caps = k, caps
         if caps and not self.backend.caps_destinations and not self.caps_unenforced:
             self.caps_unenforced = True
             log.warning("event=agent_caps_unenforced host=%s backend=%s caps=%d", self.host,
                         self.backend_name, len(caps))
         if only != "in":
-            self.backend.cap_destinations(caps, senders)
+            self.backend.cap_destinations(caps)
             self.backend.apply(flows, leftover)
         if self.in_backend is not None and only != "out":
             _, in_flows, in_left = self.slot_rates(inbound=True)

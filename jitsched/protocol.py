@@ -53,12 +53,9 @@ IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
 # ``host`` leave of its ingress (address ``addr``), bytes/s per ``slot_s`` from wall time
 # ``epoch_ns`` on; the agent holds the traffic it does not rank towards ``addr`` to that (its
 # background floor at least) in those slots, so that it meets the reserved flows there in no
-# switch queue. ``senders`` (default 1): the hosts whose unranked traffic goes there now, the
-# receiving agent counted; each takes that share of its floor, so that the floors of several
-# senders add up to one floor in the held port.
+# switch queue.
 CAP_ENTRY: dict[str, tuple[Any, bool]] = {"host": (str, True), "addr": (str, True), "epoch_ns": (int, True),
-                                          "slot_s": (NUM, True), "left_Bps": (NUMS, True),
-                                          "senders": (int, False)}
+                                          "slot_s": (NUM, True), "left_Bps": (NUMS, True)}
 
 
 class Message(str):
@@ -179,10 +176,7 @@ MESSAGES: tuple[Message, ...] = (
                                  "clock_rtt_s": (NUM, False),
                                  # the destinations whose unranked traffic the agent holds now
                                  # (its body's caps_into), and whether its backend cannot
-                                 "caps_held": (int, False), "caps_unenforced": (bool, False),
-                                 # the held addresses its unranked traffic went to lately
-                                 # (the daemon counts a cap entry's senders from them)
-                                 "caps_sending": (list, False)}),
+                                 "caps_held": (int, False), "caps_unenforced": (bool, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
@@ -623,8 +617,7 @@ def flow_entry(flow: str, peer: str, start_slot: int, rates_Bps: list[float], pr
     return e
 
 
-def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list[float],
-              senders: int = 1) -> dict:
+def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list[float]) -> dict:
     """One cap entry of a schedule body (:data:`CAP_ENTRY`).
 
     Parameters
@@ -639,15 +632,8 @@ def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list
         Length of each of ``left_Bps``'s slots, seconds.
     left_Bps : list of float
         Bytes/s of the host's ingress the reservations leave, per slot.
-    senders : int
-        Hosts whose unranked traffic goes to ``addr`` now, the receiving agent counted
-        (at least 1): the agent takes this share of its background floor there. Left
-        out of the entry when 1.
     """
-    e = {"host": host, "addr": addr, "epoch_ns": int(epoch_ns), "slot_s": float(slot_s), "left_Bps": left_Bps}
-    if senders > 1:
-        e["senders"] = int(senders)
-    return e
+    return {"host": host, "addr": addr, "epoch_ns": int(epoch_ns), "slot_s": float(slot_s), "left_Bps": left_Bps}
 
 
 def flow_id(job_id: str, transfer_id: str) -> str:

@@ -68,33 +68,6 @@ def test_caps_into_reserved_hosts_follow_their_slots_and_reach_the_backend():
     assert a.backend.caps == {"198.18.0.2": 300.0} and not a.caps_unenforced
 
 
-def test_caps_share_the_floor_among_senders_and_the_agent_says_where_it_sends():
-    from jitsched.agents.agent import CAP_SENDING_HOLD_S, CAP_SENDING_MIN
-
-    a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"))
-    a.backend = load_backend("record", 1000.0)
-    a.line_rate_Bps = 1000.0
-    now = time.time_ns()
-    caps = [{"host": "h1", "addr": "198.18.0.2", "epoch_ns": now - 10**8, "slot_s": 30.0, "left_Bps": [0.0],
-             "senders": 3},
-            {"host": "h2", "addr": "198.18.0.3", "epoch_ns": now - 10**8, "slot_s": 30.0, "left_Bps": [0.0]}]
-    a._install(_schedule(now) | {"caps_into": caps})
-    a._tick()
-    assert a.backend.caps == {"198.18.0.2": 0.0, "198.18.0.3": 0.0} and a.backend.senders == {"198.18.0.2": 3}
-    # the count alone changes: the backend hears it
-    a._install(_schedule(now) | {"seq": 4, "caps_into": [dict(caps[0], senders=2), caps[1]]})
-    a._tick()
-    assert a.backend.senders == {"198.18.0.2": 2}
-    # sending: the class of .2 carries 2x the threshold, .3's a tenth of it
-    a.backend.capped = {"198.18.0.2": 0, "198.18.0.3": 0}
-    assert a.caps_sending(100.0) == []  # a first reading: no rate yet
-    a.backend.capped = {"198.18.0.2": int(2 * CAP_SENDING_MIN * 1000.0), "198.18.0.3": 0}
-    assert a.caps_sending(101.0) == ["198.18.0.2"]
-    # it pauses: still counted for the hold, then not
-    assert a.caps_sending(101.0 + CAP_SENDING_HOLD_S - 0.5) == ["198.18.0.2"]
-    assert a.caps_sending(101.0 + CAP_SENDING_HOLD_S + 0.5) == []
-
-
 def test_caps_a_backend_cannot_hold_are_reported():
     from jitsched.agents.backends.record import RecordBackend
 

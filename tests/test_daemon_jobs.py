@@ -344,12 +344,6 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
         assert wait_until(lambda: set(agents["h0"].backend.caps) == {"198.18.0.2"}
                           and set(agents["h1"].backend.caps) == {"198.18.0.1"}, 3.0)
         assert wait_until(lambda: d.state.agents["h2"].caps_held == 2, 3.0)
-        # h2 and h3 send unranked traffic into h1 (their classes' counters grow): each of
-        # them takes half the floor there, h0 a third
-        for h in ("h2", "h3"):
-            agents[h].backend.capped_bytes = lambda: {"198.18.0.2": int(time.monotonic() * 1e8)}
-        assert wait_until(lambda: agents["h0"].backend.senders == {"198.18.0.2": 3}
-                          and agents["h2"].backend.senders == {"198.18.0.2": 2}, 5.0)
         assert main(["status", "--daemon", d.job_endpoint]) == 0
         # past the reservation's window (1.2 s and its 5 %) the transfer is still due: h1 stays held
         time.sleep(1.5)

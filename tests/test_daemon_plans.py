@@ -48,7 +48,7 @@ def test_a_plan_in_force_with_caps_since_lifted_asks_for_an_increment():
     from tests.test_daemon import config
 
     book = SchedulerState(config(policy="jit")).plan_book
-    caps = [((1, 0.0, 0.0, frozenset()),)]
+    caps = [((1, 0.0, 0.0),)]
     book._caps_now = lambda: caps[0]
     book.plan_seq = book.inflight[FULL] = 5
     assert book._caps() == {"caps_into": caps[0], "caps_changed": True}
@@ -58,7 +58,7 @@ def test_a_plan_in_force_with_caps_since_lifted_asks_for_an_increment():
     book._caps_installed(PlanResult(6, None, {}, 0.0, ()))
     assert not book.caps_due
     book._caps_installed(PlanResult(5, None, {}, 0.0, ()))
-    assert book.caps_due and book.caps_requested == ((1, 0.0, 0.0, frozenset()),)
+    assert book.caps_due and book.caps_requested == ((1, 0.0, 0.0),)
     book.inflight[FULL] = 0
     book.plan_seq = 7
     assert book._caps() == {"caps_into": (), "caps_changed": True}
@@ -71,7 +71,7 @@ def test_caps_a_failed_plan_carried_are_asked_for_again():
     from tests.test_daemon import config
 
     book = SchedulerState(config(policy="jit")).plan_book
-    caps = [((1, 0.0, 0.0, frozenset({"h2"})),)]
+    caps = [((1, 0.0, 0.0, ("a",)),)]
     book._caps_now = lambda: caps[0]
     book.plan_seq = book.inflight[INCREMENTAL] = 3
     assert book._caps()["caps_changed"] and not book.caps_due

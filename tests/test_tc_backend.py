@@ -573,15 +573,6 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         capped = (after[minor] - before[minor]) / line
         assert 0.12 < capped < 0.3, capped
         assert after[BG_MINOR] - before[BG_MINOR] < 0.02 * line
-        # the agent reads what went to each capped address from the class counters
-        got = b.capped_bytes()
-        assert set(got) == {"198.18.200.2", "198.18.200.9"} and got["198.18.200.2"] >= after[minor]
-        assert got["198.18.200.9"] == 0
-        # two hosts send into .9: this one's floor there is half the background floor
-        b.cap_destinations({"198.18.200.2": 0.2 * line, "198.18.200.9": 0.0}, {"198.18.200.9": 2})
-        b.apply([], 0.0)
-        assert classes(src)[ROOT_HANDLE | other][2] == int(0.025 * line)
-        assert classes(src)[ROOT_HANDLE | minor][2] == int(0.2 * line * wire)
         # the cap lifted: its class and filters go, the file takes the link through the background
         b.cap_destinations({})
         b.apply([], line)

@@ -87,16 +87,10 @@ class Backend(ABC):
     # Whether cap_destinations holds anything back (False: the caps are not enforced here).
     caps_destinations: ClassVar[bool] = False
 
-    def cap_destinations(self, caps: dict[str, float], senders: dict[str, int] | None = None) -> None:
+    def cap_destinations(self, caps: dict[str, float]) -> None:
         """From the next :meth:`apply` on, hold the traffic no flow class takes towards each
-        address of ``caps`` to its bytes/s (the backend's background floor, over the
-        address's ``senders`` (default 1), at least); traffic to other addresses is not
-        held. Default: nothing is held."""
-
-    def capped_bytes(self) -> dict[str, int]:
-        """Bytes so far of the traffic held towards each capped address (the addresses of
-        the last :meth:`cap_destinations` whose traffic the backend counts). Default: none."""
-        return {}
+        address of ``caps`` to its bytes/s (the backend's background floor at least);
+        traffic to other addresses is not held. Default: nothing is held."""
 
     def attach(self, flow_id: str, sock) -> None:
         """A local process registered ``sock`` (a connected TCP socket) as flow ``flow_id``."""

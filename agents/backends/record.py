@@ -22,22 +22,14 @@ class RecordBackend(Backend):
         self.last: list[FlowRate] = []  # the flows of the last apply, with their endpoints and levels
         self.closed = False
         self.caps: dict[str, float] = {}  # the caps of the last cap_destinations
-        self.senders: dict[str, int] = {}  # ... and their senders
-        self.capped: dict[str, int] = {}  # what capped_bytes says (tests set it)
         self._lock = threading.Lock()
 
     caps_destinations = True
 
-    def cap_destinations(self, caps: dict[str, float], senders: dict[str, int] | None = None) -> None:
-        """Record the caps on unranked traffic per destination address (bytes/s) and their senders."""
+    def cap_destinations(self, caps: dict[str, float]) -> None:
+        """Record the caps on unranked traffic per destination address (bytes/s)."""
         with self._lock:
             self.caps = dict(caps)
-            self.senders = dict(senders or {})
-
-    def capped_bytes(self) -> dict[str, int]:
-        """:attr:`capped`, of the capped addresses."""
-        with self._lock:
-            return {a: b for a, b in self.capped.items() if a in self.caps}
 
     def apply(self, flows: list[FlowRate], leftover_Bps: float) -> None:
         """Record the slot's rates (bytes/s)."""

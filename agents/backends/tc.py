@@ -168,7 +168,6 @@ class TcBackend(Backend):
         # capped destinations: address -> its class's minor and (rate, ceil); wanted: address -> bytes/s
         self.caps: dict[str, tuple[int, tuple[int, int]]] = {}
         self.want_caps: dict[str, float] = {}
-        self.want_senders: dict[str, int] = {}  # ... and how many hosts send there
         self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
         self.closed = False
         qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
@@ -248,29 +247,17 @@ class TcBackend(Backend):
 
     caps_destinations = True
 
-    def cap_destinations(self, caps: dict[str, float], senders: dict[str, int] | None = None) -> None:
+    def cap_destinations(self, caps: dict[str, float]) -> None:
         """Hold what no flow class takes towards each address of ``caps`` to its bytes/s.
 
         From the next :meth:`apply` on, each address gets a class of its own, at the
-        background's last borrowing prio, whose ceiling is its cap (payload rate; at
-        least the background floor over the address's ``senders``, default 1) and whose
-        guaranteed rate is an equal share of the background floor (the background class
-        keeps one share): traffic towards a host whose ingress a critical job holds
-        meets the reserved flows in no switch queue, and is never starved, while the
-        floors of several senders add up to one floor in the held port.
+        background's last borrowing prio, whose ceiling is its cap (payload rate, the
+        background floor at least) and whose guaranteed rate is an equal share of the
+        background floor (the background class keeps one share): traffic towards a
+        host whose ingress a critical job holds meets the reserved flows in no switch
+        queue, and is never starved.
         """
         self.want_caps = {a: float(r) for a, r in caps.items()}
-        self.want_senders = {a: max(int(n), 1) for a, n in (senders or {}).items()}
-
-    def capped_bytes(self) -> dict[str, int]:
-        """Bytes so far through each capped address's class (whole frames)."""
-        if self.closed or not self.caps:
-            return {}
-        try:
-            got = self.nl.class_bytes(self.ifindex)
-        except NetlinkError:
-            return {}
-        return {a: got[ROOT_HANDLE | minor] for a, (minor, _) in self.caps.items() if ROOT_HANDLE | minor in got}
 
     def _cap_msgs(self, change: int, create: int) -> tuple[list[tuple[bytes, str, bool]], int]:
         """The netlink messages that make the capped destinations' classes and filters
@@ -280,7 +267,7 @@ class TcBackend(Backend):
         share = self.bg_floor_Bps / (n + 1)
         rates = {}
         for addr, cap in want.items():
-            ceil = int(max(cap * self.wire_factor, self.bg_floor_Bps / self.want_senders.get(addr, 1), 1))
+            ceil = int(max(cap * self.wire_factor, self.bg_floor_Bps, 1))
             rates[addr] = (max(1, min(ceil, int(share))), ceil)
         if set(want) != set(self.caps):
             # the filters go together (one prio) and come back for the new set

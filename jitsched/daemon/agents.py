@@ -24,9 +24,6 @@ log = logging.getLogger("jitsched.daemon")
 RESEND_TRIES = 8
 RESEND_BACKOFF_MAX = 16
 AGENT_ID_CHARS = 64  # of an agent's id kept (agents send 32 hex digits)
-# held addresses one heartbeat may name as its unranked traffic's destinations; critical
-# jobs hold far fewer hosts, and a longer list is refused as a hostile or broken client's
-MAX_CAPS_SENDING = 4096
 
 
 @dataclass
@@ -57,7 +54,6 @@ class AgentState:
     clock_off: bool = False  # the offset is over a slot
     caps_held: int = 0  # destinations whose unranked traffic the agent holds (its heartbeat)
     caps_unenforced: bool = False  # caps came that its backend cannot hold
-    caps_sending: frozenset = frozenset()  # held addresses its unranked traffic goes to (its heartbeat)
 
 
 class AgentTable:
@@ -101,8 +97,6 @@ class AgentTable:
         # its last heartbeat says, and another agent may take its host at once.
         self.source: Callable[[], object] = lambda: None
         self.source_open: Callable[[object], bool] = lambda source: True
-        # called when the held addresses an up agent sends unranked traffic to change
-        self.on_senders: Callable[[], None] = lambda: None
         # since start: agents marked down, registrations and acks refused, schedule bodies
         # re-sent and hosts whose re-sends stopped unacked (status' agent_counts)
         self.counts = {"agents_marked_down": 0, "registrations_refused": 0, "acks_refused": 0,
@@ -228,13 +222,6 @@ class AgentTable:
         a.attached = dict(body.get("attached", {}))
         a.caps_held = int(body.get("caps_held", 0))
         a.caps_unenforced = bool(body.get("caps_unenforced", False))
-        sending = body.get("caps_sending", ())
-        if len(sending) > MAX_CAPS_SENDING or not all(isinstance(x, str) for x in sending):
-            return Reject(ErrorCode.INVALID_BODY,
-                          f"body.caps_sending: expected at most {MAX_CAPS_SENDING} addresses (strings)")
-        if frozenset(sending) != a.caps_sending:
-            a.caps_sending = frozenset(sending)
-            self.on_senders()
         offset = body.get("clock_offset_s")
         if offset is not None and math.isfinite(offset):
             self._clock(a, float(offset), float(body.get("clock_rtt_s", 0.0)))
@@ -297,18 +284,7 @@ class AgentTable:
         if down:
             self.counts["agents_marked_down"] += len(down)
             self._on_change("agent_down", now)
-            self.on_senders()  # a silent agent's unranked traffic counts no more
         return down
-
-    def cap_senders(self) -> dict[str, frozenset[str]]:
-        """Per held address, the hosts whose up agents send unranked traffic there (their
-        heartbeats' ``caps_sending``)."""
-        out: dict[str, set[str]] = {}
-        for a in self.agents.values():
-            if a.up:
-                for addr in a.caps_sending:
-                    out.setdefault(addr, set()).add(a.host)
-        return {addr: frozenset(hosts) for addr, hosts in out.items()}
 
     def down(self) -> set[str]:
         """The hosts whose registered agent is down."""

@@ -50,9 +50,7 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     (:meth:`~jitsched.plan.reserve.ReservationBook.ingress_held`): every other host's
     body lists what the unfinished reserved transfers leave of each ingress they hold
     (``caps_into``, entries of :func:`~jitsched.protocol.cap_entry`; a host with no
-    address cannot be matched and is left out), and how many hosts send unranked traffic
-    there: those ``caps_into`` names (hosts, by name, from their agents' heartbeats) and
-    the body's own host.
+    address cannot be matched and is left out).
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
@@ -96,31 +94,22 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
             for h in idx}
 
 
-def cap_entries(caps_into: tuple, cluster: Cluster, t0_wall_s: float) -> list[tuple[dict, frozenset[str]]]:
-    """The cap entries of ``caps_into`` (per held host: its index, start, what is left of
-    its ingress and the names of the hosts sending unranked traffic into it; see
-    :meth:`~jitsched.daemon.plans.PlanBook._caps_now`) whose host has an address, times on
-    the wall clock of a daemon started at ``t0_wall_s``, each beside its senders; each holds
+def cap_entries(caps_into: tuple, cluster: Cluster, t0_wall_s: float) -> list[dict]:
+    """The cap entries of ``caps_into`` (:meth:`ReservationBook.ingress_held`) whose host has
+    an address, times on the wall clock of a daemon started at ``t0_wall_s``; each holds
     for :data:`CAP_HOLD_S` unless a later body lifts it."""
     out = []
-    for h, start_s, left, senders in caps_into:
+    for h, start_s, left in caps_into:
         if h >= len(cluster) or not cluster.hosts[h].address:
             continue
         host = cluster.hosts[h]
-        out.append((cap_entry(host.name, host.address, int((t0_wall_s + start_s) * 1e9), CAP_HOLD_S, [left]),
-                    frozenset(senders)))
+        out.append(cap_entry(host.name, host.address, int((t0_wall_s + start_s) * 1e9), CAP_HOLD_S, [left]))
     return out
 
 
-def _caps_of(caps: list[tuple[dict, frozenset[str]]], host: str) -> dict:
-    # a host's body: the caps on its traffic into the other held hosts (none: no key), each
-    # with the hosts that send there, this one counted
-    mine = []
-    for c, senders in caps:
-        if c["host"] == host:
-            continue
-        n = len(senders | {host})
-        mine.append(c if n == 1 else c | {"senders": n})
+def _caps_of(caps: list[dict], host: str) -> dict:
+    # a host's body: the caps on its traffic into the other held hosts (none: no key)
+    mine = [c for c in caps if c["host"] != host]
     return {"caps_into": mine} if mine else {}
 
 

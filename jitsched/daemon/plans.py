@@ -243,9 +243,6 @@ class PlanBook:
         self.caps_in_force: tuple = ()  # the caps_into of the bodies the agents were sent last
         self.caps_due = False  # a reserved transfer arrived: the caps may lift (an increment tells)
         self._caps_of: dict[int, tuple] = {}  # the caps_into of each request in flight, by seq
-        # address -> names of the hosts whose agents say their unranked traffic goes there
-        # (AgentTable.cap_senders; SchedulerState sets it)
-        self.cap_senders: Callable[[], dict[str, frozenset[str]]] = dict
 
     def held_hosts(self) -> tuple:
         """The hosts critical jobs' unfinished reserved transfers hold now, with what they
@@ -254,23 +251,7 @@ class PlanBook:
         return book.ingress_held({jid: jobs[jid].done for jid in book.held if jid in jobs})
 
     def _caps_now(self) -> tuple:
-        """The ``caps_into`` of a request now: per held host (:meth:`held_hosts`) its start,
-        what is left of its ingress, and the names of the hosts that send unranked traffic
-        into it (:attr:`cap_senders`)."""
-        if not self.config.critical_caps:
-            return ()
-        held = self.held_hosts()
-        if not held:
-            return ()
-        senders, hosts = self.cap_senders(), self.cluster.hosts
-        return tuple((h, start, left, senders.get(hosts[h].address, frozenset()) if h < len(hosts) else frozenset())
-                     for h, start, left in held)
-
-    def senders_changed(self) -> None:
-        """The hosts that send unranked traffic into a held host changed: an increment sends
-        the caps' new shares of the floor (as :meth:`transfer_done` does a lifted cap)."""
-        if self.caps_requested and self._caps_now() != self.caps_requested:
-            self.caps_due = True
+        return self.held_hosts() if self.config.critical_caps else ()
 
     def _caps(self) -> dict:
         """A request's ``caps_into`` and ``caps_changed`` (against the last request's)."""

@@ -97,8 +97,6 @@ class SchedulerState:
         self.background = BackgroundTable(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
         self.agent_table = AgentTable(config, self.t0_wall_s, self.plan_book.trigger)
-        self.plan_book.cap_senders = self.agent_table.cap_senders
-        self.agent_table.on_senders = self.plan_book.senders_changed
         self.templates = TemplateBook(config)  # recurring jobs (daemon/templates.py)
         self.hosts = HostTable(config)  # hosts of the configuration, joined and left
         self._next_leave_check_s = -math.inf
