@@ -91,16 +91,15 @@ def _port_passes(order: list[str], near: dict[str, list[str]], dur: dict[str, fl
             for k in range(len(ports)):
                 got = [held[m][k] for m in preds if held[m][k][0] is not None]
                 own = [i for m in preds for kk, i in slot.get(m, ()) if kk == k]
-                if not got and not own:
-                    mine.append(empty)
+                if len(got) <= 1 and not own:  # nothing before it there, or one predecessor's set
+                    mine.append(got[0] if got else empty)
                     continue
                 widest = max(got, key=lambda g: g[1]) if got else empty
                 if len(got) > 1:
                     mask = np.logical_or.reduce([g[0] for g in got])
                 else:
                     mask = np.zeros(count[k], dtype=bool) if widest[0] is None else widest[0].copy()
-                if own:
-                    mask[own] = True
+                mask[own] = True
                 size = int(mask.sum())
                 if size == widest[1]:  # a predecessor had them all before it already
                     mine.append(widest)
@@ -128,8 +127,8 @@ def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index)
     """
     h = len(egress_Bps)
     dur: dict[str, float] = {c.id: float(c.duration_s) for c in job.computes}
-    ports_of: dict[str, tuple[int, int]] = {}
     on_port: dict[str, list[tuple[int, float]]] = {}  # transfer -> (port, seconds it keeps it busy)
+    carried: dict[int, list[str]] = {}  # port -> the transfers on it
     load = np.zeros(2 * h)
     cap = np.concatenate([egress_Bps, ingress_Bps])
     for t in job.transfers:
@@ -137,10 +136,10 @@ def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index)
         rate = math.inf if s == d else min(egress_Bps[s], ingress_Bps[d])
         dur[t.id] = float(t.bytes) / rate
         if s != d:
-            ports_of[t.id] = (s, h + d)
             on_port[t.id] = [(s, float(t.bytes) / cap[s]), (h + d, float(t.bytes) / cap[h + d])]
-            load[s] += t.bytes
-            load[h + d] += t.bytes
+            for p in (s, h + d):
+                load[p] += t.bytes
+                carried.setdefault(p, []).append(t.id)
     order, succ, pred = _order(job)
     used = [int(p) for p in np.flatnonzero(load > 0)]
     est = _port_passes(order, pred, dur, on_port, used)
@@ -149,9 +148,8 @@ def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index)
     busy = load / cap
     ports = []
     for p in used:
-        on = [tid for tid, pp in ports_of.items() if p in pp]
-        head = min(est[tid] for tid in on)
-        ports.append((p, float(busy[p]), head, min(tail[tid] for tid in on)))
+        on = carried[p]
+        ports.append((p, float(busy[p]), min(est[tid] for tid in on), min(tail[tid] for tid in on)))
     # a port's bytes cannot start before its head, keep it busy for busy_s, and the job
     # needs its tail after the last of them, whichever transfer carries it
     alone = max([alone] + [head + b + t for _, b, head, t in ports])
@@ -163,29 +161,25 @@ def _shared_job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray
     """:func:`job_bounds`, shared between jobs that differ only in their hosts' names and
     numbers (the same model placed elsewhere on ports of the same rates): ``cache`` keeps
     each shape's bounds with its hosts numbered in order of first use."""
+    ends = [(index(t.src), index(t.dst)) for t in job.transfers]
     local: dict[int, int] = {}
-    for t in job.transfers:
-        for name in (t.src, t.dst):
-            local.setdefault(index(name), len(local))
+    for pair in ends:
+        for x in pair:
+            local.setdefault(x, len(local))
     hosts = list(local)
     key = (tuple((c.id, c.duration_s) for c in job.computes),
-           tuple((t.id, t.bytes, local[index(t.src)], local[index(t.dst)]) for t in job.transfers),
+           tuple((t.id, t.bytes, local[s], local[d]) for t, (s, d) in zip(job.transfers, ends, strict=True)),
            tuple(job.edges), tuple(float(egress_Bps[x]) for x in hosts), tuple(float(ingress_Bps[x]) for x in hosts))
     got = cache.get(key)
     h, n = len(egress_Bps), len(hosts)
     if got is None:
-        names = {x: f"{k}" for x, k in local.items()}
-        sub = job_bounds(_renamed(job, index, names), egress_Bps[hosts], ingress_Bps[hosts], int)
-        got = cache[key] = sub
+        # the job on its own hosts only, named by their local numbers
+        renamed = replace(job, transfers=tuple(replace(t, src=str(local[s]), dst=str(local[d]))
+                                               for t, (s, d) in zip(job.transfers, ends, strict=True)))
+        got = cache[key] = job_bounds(renamed, egress_Bps[hosts], ingress_Bps[hosts], int)
     # the shape's ports (egress 0..n-1, ingress n..2n-1 of its own hosts) back on the cluster's
     ports = sorted((hosts[p] if p < n else h + hosts[p - n], busy, head, tail) for p, busy, head, tail in got.ports)
     return JobBounds(got.alone, tuple(ports))
-
-
-def _renamed(job: Job, index, names: dict[int, str]) -> Job:
-    """``job`` with each transfer's hosts named by ``names`` (cluster number -> new name)."""
-    return replace(job, transfers=tuple(replace(t, src=names[index(t.src)], dst=names[index(t.dst)])
-                                        for t in job.transfers))
 
 
 def srpt_total(release: np.ndarray, work: np.ndarray) -> np.ndarray:
