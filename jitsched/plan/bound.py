@@ -1,4 +1,4 @@
-"""A lower bound on the mean JCT any policy can reach on a workload: each job's time alone (its chains and the port time before and after each node) and per-port SRPT."""
+"""A lower bound on the mean JCT any policy can reach on a workload: each job's time alone (its chains and the port time before and after each node), per-port SRPT, and a time-indexed LP relaxation (jitsched.plan.lpbound)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.dag.model import Job, Workload
+from jitsched.plan.lpbound import lp_sum_bound
+
+# A job's bands (JobBounds.bands) hold at most this share of a pair of hosts' bytes each:
+# on the 10 Gbit/s regime workloads 8 or 16 gave the same bound as 4 in 3-10 times the time.
+BANDS = 4
 
 
 @dataclass(frozen=True)
@@ -22,10 +27,16 @@ class JobBounds:
     ``ports``: per port the job uses, ``(port, busy_s, head_s, tail_s)``: the
     seconds its bytes keep that port busy, the earliest any of them can start,
     and the least time the job needs after the last.
+    ``bands``: the job's transfers between each pair of hosts in groups of
+    close earliest starts (:func:`_bands`), ``(egress port, ingress port,
+    bytes, head_s, tail_s)``: their bytes, the earliest any of them can start
+    and the least time the job needs after the last of them
+    (:func:`jitsched.plan.lpbound.lp_sum_bound`), sorted.
     """
 
     alone: float
     ports: tuple[tuple[int, float, float, float], ...]
+    bands: tuple[tuple[int, int, float, float, float], ...] = ()
 
 
 def _order(job: Job) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]]]:
@@ -153,7 +164,31 @@ def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index)
     # a port's bytes cannot start before its head, keep it busy for busy_s, and the job
     # needs its tail after the last of them, whichever transfer carries it
     alone = max([alone] + [head + b + t for _, b, head, t in ports])
-    return JobBounds(alone, tuple(ports))
+    pairs: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+    for t in job.transfers:
+        if t.id in on_port:
+            (s, _), (i, _) = on_port[t.id]
+            pairs.setdefault((s, i), []).append((tail[t.id], est[t.id], float(t.bytes)))
+    bands = tuple(sorted(b for (s, i), rows in pairs.items() for b in _bands(s, i, rows, alone / (4 * BANDS))))
+    return JobBounds(alone, tuple(ports), bands)
+
+
+def _bands(egress: int, ingress: int, rows: list[tuple[float, float, float]], span: float) -> list[tuple]:
+    """``rows`` ``(tail_s, head_s, bytes)`` of one pair of hosts in groups of consecutive heads
+    (then largest tails first), each up to a :data:`BANDS`-th of the bytes, and no group's
+    heads more than ``span`` seconds apart: a transfer that can start early does not
+    let a group of later ones start with it."""
+    rows = sorted(rows, key=lambda r: (r[1], -r[0]))
+    quota = sum(r[2] for r in rows) / BANDS
+    groups: list[list[tuple[float, float, float]]] = []
+    held = 0.0
+    for r in rows:
+        if not groups or held >= quota or r[1] > groups[-1][0][1] + span:
+            groups.append([])
+            held = 0.0
+        groups[-1].append(r)
+        held += r[2]
+    return [(egress, ingress, sum(r[2] for r in g), g[0][1], min(r[0] for r in g)) for g in groups]
 
 
 def _shared_job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index,
@@ -178,8 +213,12 @@ def _shared_job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray
                                                for t, (s, d) in zip(job.transfers, ends, strict=True)))
         got = cache[key] = job_bounds(renamed, egress_Bps[hosts], ingress_Bps[hosts], int)
     # the shape's ports (egress 0..n-1, ingress n..2n-1 of its own hosts) back on the cluster's
-    ports = sorted((hosts[p] if p < n else h + hosts[p - n], busy, head, tail) for p, busy, head, tail in got.ports)
-    return JobBounds(got.alone, tuple(ports))
+    def port(p: int) -> int:
+        return hosts[p] if p < n else h + hosts[p - n]
+
+    ports = sorted((port(p), busy, head, tail) for p, busy, head, tail in got.ports)
+    bands = tuple(sorted((port(e), port(i), b, head, tail) for e, i, b, head, tail in got.bands))
+    return JobBounds(got.alone, tuple(ports), bands)
 
 
 def srpt_total(release: np.ndarray, work: np.ndarray) -> np.ndarray:
@@ -223,10 +262,10 @@ def srpt_total(release: np.ndarray, work: np.ndarray) -> np.ndarray:
     return done
 
 
-def lower_bound_mean_jct(workload: Workload) -> float:
+def lower_bound_mean_jct(workload: Workload, lp: bool = True) -> float:
     """A lower bound on the mean JCT (seconds) of ``workload``'s jobs under any schedule.
 
-    The best of three valid bounds:
+    The best of four valid bounds (three without ``lp``):
     - the mean of each job's JCT alone (:func:`job_bounds`);
     - for each port, the jobs that use it scheduled on it as one machine by
       SRPT (released when their first byte there can start, each followed by
@@ -235,7 +274,12 @@ def lower_bound_mean_jct(workload: Workload) -> float:
     - every job given to one of its ports (the one its time alone comes from),
       and each port's jobs scheduled on it by SRPT as above: a job's JCT is at
       least its completion on its own port, and each port's sum is at least
-      SRPT's for the jobs given to it, whatever the others do.
+      SRPT's for the jobs given to it, whatever the others do;
+    - the time-indexed LP relaxation of :func:`jitsched.plan.lpbound.lp_sum_bound`
+      on the jobs' bands, which sees jobs that need one port at the same time
+      (a job's pull into a host while another pushes its gradients there)
+      where the others see each port's bytes as free to move anywhere after
+      their first can start.
     Compute never contends (hosts run any number of ops at once, as the
     simulator models), background flows are left out, and durations are the
     declared ones.
@@ -266,6 +310,9 @@ def lower_bound_mean_jct(workload: Workload) -> float:
     ks = [r[0] for rows in given.values() for r in rows]
     partitioned = float(alone.sum() - alone[ks].sum()) + sum(
         max(float(alone[[r[0] for r in rows]].sum()), _port_sum(rows, jobs)) for rows in given.values())
+    if lp:
+        cap = np.concatenate([eg, ig])
+        best = max(best, lp_sum_bound(np.array([j.arrival_s for j in jobs]), alone, [b.bands for b in bounds], cap))
     return max(best, partitioned) / len(jobs)
 
 

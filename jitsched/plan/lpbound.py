@@ -1,0 +1,125 @@
+"""A lower bound on the sum of JCTs from a time-indexed LP relaxation solved by HiGHS: jobs' bands of bytes share each port slot by slot, and a job ends no sooner than each set of its bands' mean busy time plus half their time on the port plus the least time it needs after them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+# linprog's statuses other than 0 (optimal); the LP is always feasible and bounded
+# (bytes may wait past the window, a job may end late), so any of these is a solver fault
+LP_STATUS = {1: "iteration limit", 2: "infeasible", 3: "unbounded", 4: "numerical difficulties"}
+
+
+def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequence[tuple]], cap_Bps: np.ndarray,
+                 slots_per_job: int = 100, window: float = 4.0) -> float:
+    """A lower bound (seconds) on the sum over jobs of JCT under any schedule.
+
+    Time is cut into slots of ``mean(alone) / slots_per_job`` seconds. Each band
+    of a job carries its bytes in the slots from its earliest start on: on
+    every port and in every slot, the bands there carry at most the port's
+    rate times the slot. For each port and each set of a job's bands on it with
+    the largest least tails, the job ends no sooner than the set's mean busy
+    time (each slot's bytes counted at the slot's start), plus half the time
+    the port takes to carry its bytes, plus its least tail: bytes carried at
+    most at the port's rate have their last byte at least that long after their
+    mean. A job ends no sooner than its arrival plus ``alone`` either. Bytes a
+    band has not carried ``window`` times its job's time alone after its
+    earliest start count at that instant and take no capacity, so every
+    schedule, however late, is a solution of the LP.
+
+    Parameters
+    ----------
+    arrival, alone : ndarray, shape (n_jobs,)
+        Each job's arrival and least JCT alone, seconds.
+    bands : sequence of sequences of (egress port, ingress port, bytes, head_s, tail_s)
+        Each job's bands (:attr:`jitsched.plan.bound.JobBounds.bands`); ports
+        index ``cap_Bps``.
+    cap_Bps : ndarray, shape (n_ports,)
+        Each port's rate, bytes/s.
+    slots_per_job : int
+        Slots in the mean time alone (the bound loses at most a slot per job to them).
+    window : float
+        Each band's slots, in times its job's time alone.
+
+    Returns
+    -------
+    float
+        Seconds: at least ``alone.sum()``.
+
+    Raises
+    ------
+    RuntimeError
+        If HiGHS does not solve the LP.
+    """
+    arrival, alone = np.asarray(arrival, dtype=float), np.asarray(alone, dtype=float)
+    cap = np.asarray(cap_Bps, dtype=float)
+    n = len(alone)
+    if n == 0 or not any(bands):
+        return float(alone.sum())
+    unit = float(cap.max())  # bytes in the LP are seconds at this rate
+    dt = float(alone.mean()) / slots_per_job
+    nvar = n  # each job's end C_j first, then per band its slots and its overflow
+    ub: list[np.ndarray] = [np.full(n, np.inf)]
+    eq: list[tuple[np.ndarray, float]] = []  # per band: its columns, its bytes
+    cap_p, cap_t, cap_c = [], [], []  # capacity triplets: port, slot, column
+    set_r, set_c, set_v, set_rhs = [], [], [], []
+    for j, job_bands in enumerate(bands):
+        if not job_bands:
+            continue
+        w = max(1, math.ceil(window * alone[j] / dt))
+        cols_of, times_of = [], []
+        for e, i, nbytes, head, _ in job_bands:
+            start = arrival[j] + head
+            first = math.floor(start / dt + 1e-9)
+            slots = np.arange(first, first + w)
+            rate = min(cap[e], cap[i]) / unit
+            ub.append(np.append(rate * np.maximum((slots + 1) * dt - np.maximum(slots * dt, start), 0.0), np.inf))
+            cols = np.arange(nvar, nvar + w + 1)
+            nvar += w + 1
+            cols_of.append(cols)
+            times_of.append(np.append(slots * dt, (first + w) * dt))
+            eq.append((cols, nbytes / unit))
+            for p in (e, i):
+                cap_p.append(np.full(w, p))
+                cap_t.append(slots)
+                cap_c.append(cols[:-1])
+        for p in sorted({x for band in job_bands for x in band[:2]}):
+            on = sorted((k for k, band in enumerate(job_bands) if p in band[:2]), key=lambda k: -job_bands[k][4])
+            total = 0.0
+            for m, k in enumerate(on):
+                total += job_bands[k][2] / unit
+                # total * C_j - sum(t * x) >= total**2 * unit / (2 cap_p) + tau * total, as <=
+                r = len(set_rhs)
+                cols = np.concatenate([cols_of[x] for x in on[:m + 1]])
+                set_r.append(np.full(len(cols) + 1, r))
+                set_c.append(np.append(cols, j))
+                set_v.append(np.append(np.concatenate([times_of[x] for x in on[:m + 1]]), -total))
+                set_rhs.append(-(total * total * unit / (2.0 * cap[p]) + job_bands[k][4] * total))
+    pt = np.stack([np.concatenate(cap_p), np.concatenate(cap_t)])
+    keys, row = np.unique(pt, axis=1, return_inverse=True)
+    ncap = keys.shape[1]
+    a_ub = sparse.vstack([
+        sparse.csr_matrix((np.ones(len(row)), (row.ravel(), np.concatenate(cap_c))), shape=(ncap, nvar)),
+        sparse.csr_matrix((np.concatenate(set_v), (np.concatenate(set_r), np.concatenate(set_c))),
+                          shape=(len(set_rhs), nvar)),
+    ]).tocsr()
+    b_ub = np.concatenate([cap[keys[0]] / unit * dt, set_rhs])
+    a_eq = sparse.csr_matrix((np.ones(sum(len(c) for c, _ in eq)),
+                              (np.repeat(np.arange(len(eq)), [len(c) for c, _ in eq]),
+                               np.concatenate([c for c, _ in eq]))), shape=(len(eq), nvar))
+    c = np.zeros(nvar)
+    c[:n] = 1.0
+    lb = np.zeros(nvar)
+    lb[:n] = arrival + alone
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.array([b for _, b in eq]),
+                  bounds=np.column_stack([lb, np.concatenate(ub)]), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"the lower bound's LP: {LP_STATUS.get(res.status, res.status)}: {res.message}")
+    return max(float(alone.sum()), float(res.fun - arrival.sum()))
+
+
+__all__ = ["lp_sum_bound"]
