@@ -346,9 +346,15 @@ def test_metrics_endpoint():
         with Client(d.job_endpoint) as c:
             c.submit_job(layer_chain_job("m", "h0", "h1"))
             assert wait_until(lambda: d.state.n_plans >= 1, 5.0)
-        want = ("jitsched_solve_seconds_count 1.0", 'jitsched_jobs{state="running"} 1.0',
+            # a critical job that finishes at once: within its guarantee
+            from tests.test_daemon_limits import tiny_job
+            assert c.submit(tiny_job("crit", 1.25e6, src="h1", dst="h0") | {"class": "critical"})["class"] == "critical"
+            assert c.job_finished("crit")["guarantee"] == "met"
+        want = ("jitsched_solve_seconds_count", 'jitsched_jobs{state="running"} 1.0',
+                'jitsched_critical_jobs{outcome="met"} 1.0',
+                'jitsched_critical_jobs{outcome="missed"} 0.0',
                 'jitsched_agents{up="true"} 2.0', "jitsched_lat_misses 0.0",
-                'jitsched_requests_total{outcome="ok",type="submit_job"} 1.0')
+                'jitsched_requests_total{outcome="ok",type="submit_job"} 2.0')
         # gauges refresh on the loop's housekeeping tick (50 ms)
         assert wait_until(lambda: all(w in _get(port) for w in want), 3.0), _get(port)
 

@@ -201,8 +201,8 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     assert "b" not in reg.reservations.held and reg.critical_demoted == 1
     # a holds h0 and h1, which have no address here: no agent can cap traffic into them
     assert st.status({}, 0.5)["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
-                                              "admitted_as_normal": 1, "hosts_held": 2,
-                                              "hosts_unaddressed": ["h0", "h1"]}
+                                              "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [],
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"]}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
     assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
     assert "job_id" in submit(st, "n", None, 0.6)
@@ -217,6 +217,31 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     reg.end(reg.jobs["a"], "cancelled", 0.6)
     assert reg.reservations.held["a"].end_slot == 6
     assert st.submit_job({"job": critical("b2", "h0", "h2")}, 0.6) == {"job_id": "b2", "class": "critical"}
+
+
+def test_a_critical_job_is_told_and_counted_as_within_its_guarantee_or_not():
+    st = SchedulerState(config(policy="jit"))
+    reg = st.job_registry
+    assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
+    assert "job_id" in st.submit_job({"job": critical("c", "h2", "h3")}, 0.0)
+    assert "job_id" in submit(st, "n", None, 0.0)
+    # deadline 1.3 s (1.05 x 1.2 s, up to the 0.1-s slot), a finish within a slot of it meets it
+    jobs = st.status({}, 1.35)["jobs"]
+    assert (jobs["a"]["deadline_s"], jobs["a"]["guarantee"]) == (pytest.approx(1.3), "on time")
+    assert "guarantee" not in jobs["n"]
+    assert st.job_finished({"job_id": "c"}, 1.35) == {"jct_s": pytest.approx(1.35), "guarantee": "met"}
+    # a runs on past it: overdue in status and in the metrics, then missed when it ends
+    crit = st.status({}, 1.5)["critical"]
+    assert (crit["overdue"], crit["met"], crit["missed"]) == (["a"], 1, 0)
+    assert st.job_finished({"job_id": "a"}, 1.5)["guarantee"] == "missed"
+    assert st.job_finished({"job_id": "n"}, 1.5) == {"jct_s": pytest.approx(1.5)}
+    crit = st.status({}, 1.6)["critical"]
+    assert (crit["overdue"], crit["met"], crit["missed"]) == ([], 1, 1)
+    assert st.status({}, 1.6)["jobs"]["a"]["guarantee"] == "missed"
+    # a cancelled critical job holds no verdict
+    assert "job_id" in st.submit_job({"job": critical("x", "h0", "h1")}, 2.0)
+    reg.end(reg.jobs["x"], "cancelled", 2.1)
+    assert "guarantee" not in st.status({}, 2.2)["jobs"]["x"] and reg.critical_missed == 1
 
 
 def test_a_journalled_critical_job_is_reserved_for_again():
@@ -247,8 +272,10 @@ def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start
             assert got["class"] == "normal" and got["unguaranteed"]["bottleneck"] == "h0 egress"
             assert got["unguaranteed"]["earliest_start_s"] > 0
             assert c.status()["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
-                                              "admitted_as_normal": 1, "hosts_held": 2,
-                                              "hosts_unaddressed": ["h0", "h1"]}
+                                              "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [],
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"]}
+            assert c.job_finished("a")["guarantee"] == "met"
+            assert c.status()["critical"]["met"] == 1
     finally:
         d.stop()
 
@@ -281,7 +308,8 @@ def test_a_real_daemon_guarantees_within_its_critical_epsilon(tmp_path):
             assert err.value.detail["isolated_jct_s"] == pytest.approx(1.2)
             assert err.value.detail["target_jct_s"] == pytest.approx(2.4)
             assert c.status()["critical"] == {"epsilon": 1.0, "reserved": 2, "refused": 1,
-                                              "admitted_as_normal": 0, "hosts_held": 3,
+                                              "admitted_as_normal": 0, "met": 0, "missed": 0, "overdue": [],
+                                              "hosts_held": 3,
                                               "hosts_unaddressed": ["h0", "h1", "h2"]}
         assert d.state.job_registry.reservations.options.eps == 1.0
     finally:

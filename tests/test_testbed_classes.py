@@ -51,10 +51,13 @@ STATS = {"epsilon": 0.05, "refused": 0, "admitted_as_normal": 0, "classes": {"c"
 
 
 def test_admission_reads_the_daemons_decision():
-    assert admission(STATS, "c") == {"decision": "admitted", "epsilon": 0.05, "isolated_jct_s": 4.0,
-                                     "target_jct_s": 4.2, "start_s": 0.2}
+    assert admission(STATS, "c") == {"decision": "admitted", "epsilon": 0.05, "guarantee": None,
+                                     "isolated_jct_s": 4.0, "target_jct_s": 4.2, "start_s": 0.2}
+    # the daemon's verdict on its finish
+    assert admission(STATS | {"met": 0, "missed": 1}, "c")["guarantee"] == "missed"
+    assert admission(STATS | {"met": 1, "missed": 0}, "c")["guarantee"] == "met"
     demoted = STATS | {"classes": {"c": "normal"}, "reservations": {}, "admitted_as_normal": 1}
-    assert admission(demoted, "c") == {"decision": "admitted as normal", "epsilon": 0.05}
+    assert admission(demoted, "c") == {"decision": "admitted as normal", "epsilon": 0.05, "guarantee": None}
     refused = STATS | {"classes": {}, "reservations": {}, "refused": 1}
     assert admission(refused, "c")["decision"] == "refused"
     assert admission({}, "c") == {"decision": None}
@@ -103,6 +106,7 @@ def test_a_critical_job_is_admitted_and_its_flows_carry_their_reserved_rates(tin
     for adm in (out["admission"], out["details"]["isolated"]["admission"], out["details"]["with_files"]["admission"]):
         assert adm["decision"] == "admitted" and adm["epsilon"] == 0.05
         assert adm["target_jct_s"] >= 1.05 * adm["isolated_jct_s"] > 0
+        assert adm["guarantee"] in ("met", "missed")  # the daemon judged its finish
     # the agents gave its scheduled transfers their reserved rates
     res = out["critical_reserved"]
     assert res["transfers"] > 0 and 0 < res["carried"] <= res["registered"] <= res["transfers"], res

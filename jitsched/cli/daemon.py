@@ -392,11 +392,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  ({st['jobs_pruned']} ended jobs pruned after their retention, "
               f"{st.get('pages', 1)} status pages)")
     crit = st.get("critical") or {}
-    if crit.get("reserved") or crit.get("refused") or crit.get("admitted_as_normal"):
+    if any(crit.get(k) for k in ("reserved", "refused", "admitted_as_normal", "met", "missed")):
         print(f"  critical jobs (JCT within {1 + crit.get('epsilon', 0.0):g}x isolated): "
               f"{crit.get('reserved', 0)} holding reservations, {crit.get('refused', 0)} refused (no reservation "
               f"on what other critical jobs reserve could hold them), {crit.get('admitted_as_normal', 0)} admitted "
-              "as normal instead"
+              f"as normal instead; {crit.get('met', 0)} finished within it, {crit.get('missed', 0)} did not"
+              + (f", OVERDUE now: {', '.join(escape(j) for j in crit['overdue'])}" if crit.get("overdue") else "")
               + (f"; {_count(crit['hosts_held'], 'host')} held" if crit.get("hosts_held") else "")
               + (f", NOT CAPPED (no address): {', '.join(escape(h) for h in crit['hosts_unaddressed'])}"
                  if crit.get("hosts_unaddressed") else ""))

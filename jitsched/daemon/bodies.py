@@ -211,8 +211,11 @@ def _grid_free(body: dict) -> bool:
                 or any(f["rates_Bps"] for f in body.get("in_flows", ())))
 
 
-def job_summary(js: JobState) -> dict:
-    """One job's entry in the status reply (times in seconds)."""
+def job_summary(js: JobState, now: float, slot_s: float) -> dict:
+    """One job's entry in the status reply at ``now`` (times in seconds); a critical job's
+    also has its ``deadline_s`` (daemon clock) and where it stands against it
+    (:meth:`JobState.guarantee`)."""
+    verdict = js.guarantee(now, slot_s)
     return {
         "seq": js.seq, "state": js.state, "submitted_s": js.submitted_s,
         "transfers_done": sum(1 for t in js.job.transfers if t.id in js.done),
@@ -221,6 +224,7 @@ def job_summary(js: JobState) -> dict:
         "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
         "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
     } | ({"error": js.error} if js.error else {}) | (
+        {"deadline_s": js.guard_until_s, "guarantee": verdict} if verdict is not None else {}) | (
         {"owner": js.owner, "id": js.name} if js.owner is not None else {})
 
 
@@ -268,7 +272,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
     size = 0
     last = after
     for js in page:
-        entry = job_summary(js)
+        entry = job_summary(js, now, config.slot_s)
         # ids are at most max_id_chars long, errors are clipped: ~100 bytes besides them
         size += 100 + len(js.job.id) + len(js.error) + len(js.owner or "")
         if jobs and size > STATUS_PAGE_BYTES:

@@ -92,6 +92,19 @@ class JobState:
     guard_until_s: float = -math.inf
     # a critical job admitted as normal: the bottleneck port and earliest guaranteed start
     unguaranteed: dict | None = None
+    # a critical job that finished: whether it did so by guard_until_s (None: not yet, or never)
+    met: bool | None = None
+
+    def guarantee(self, now: float, slot_s: float) -> str | None:
+        """Where a critical job stands against its guarantee at ``now``: ``met`` or ``missed``
+        once finished, ``on time`` or ``overdue`` while running, None if it holds no guarantee
+        (not critical, or ended otherwise than finished). A finish within ``slot_s`` of the
+        deadline meets it: the reservation's grid rounds it up by less than a slot."""
+        if self.met is not None:
+            return "met" if self.met else "missed"
+        if self.guard_until_s == -math.inf or not self.active:
+            return None
+        return "on time" if now <= self.guard_until_s + slot_s else "overdue"
 
     @property
     def active(self) -> bool:
@@ -161,6 +174,9 @@ class JobRegistry:
         self._forgotten: list[JobState] = []  # dropped outside prune: the next prune returns them
         self.critical_refused = 0  # critical submissions refused: no reservation could hold them
         self.critical_demoted = 0  # critical submissions admitted as normal, as their clients asked
+        # admitted critical jobs that finished within their guarantee, and those that did not
+        self.critical_met = 0
+        self.critical_missed = 0
         # the critical jobs' reservations, on the daemon's clock and slot, each holding its
         # job within (1 + [daemon] critical_epsilon) of its isolated JCT
         self.reservations = ReservationBook(
@@ -491,6 +507,12 @@ class JobRegistry:
     def end(self, js: JobState, state: str, now: float, error: str = "") -> None:
         """The running job ``js`` ends ``now`` as ``state`` (``finished``, ``cancelled``, or
         ``failed`` for ``error``)."""
+        if state == "finished" and js.guard_until_s != -math.inf:
+            js.met = js.guarantee(now, self.config.slot_s) == "on time"
+            if js.met:
+                self.critical_met += 1
+            else:
+                self.critical_missed += 1
         js.state = state
         js.error = error
         js.finished_s = now

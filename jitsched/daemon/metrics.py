@@ -62,6 +62,10 @@ class Metrics(Endpoint):
             "1 while full re-solves run in a thread because the planner process failed", registry=r)
         self.request_s = Histogram("jitsched_request_seconds", "Handling time of accepted requests",
                                    buckets=(1e-5, 1e-4, 1e-3, 1e-2, 0.1), registry=r)
+        self.critical = Gauge("jitsched_critical_jobs",
+                              "Critical jobs since start: refused, admitted as normal, finished within "
+                              "their guarantee (met) or not (missed), and running past it (overdue)",
+                              ["outcome"], registry=r)
         self.jobs_pruned = Gauge("jitsched_jobs_pruned", "Ended jobs forgotten after their retention",
                                  registry=r)
         # the socket loop's counts (status' loop): refused and closed connections, replies
@@ -107,8 +111,8 @@ class Metrics(Endpoint):
         """Count one failed plan of ``mode``."""
         self.plans_failed.labels(mode).inc()
 
-    def update(self, state: SchedulerState) -> None:
-        """Refresh the gauges from the scheduler state."""
+    def update(self, state: SchedulerState, now: float) -> None:
+        """Refresh the gauges from the scheduler state at ``now`` (daemon clock, seconds)."""
         self.epoch.set(state.epoch)
         counts = {"running": 0, "finished": 0, "cancelled": 0, "failed": 0}
         for js in state.jobs.values():
@@ -120,7 +124,13 @@ class Metrics(Endpoint):
         self.agents.labels("false").set(len(state.agents) - up)
         self.lat_misses.set(state.lat_misses)
         self.planner_fallback.set(1.0 if state.planner.startswith("thread (") else 0.0)
-        self.jobs_pruned.set(state.job_registry.pruned)
+        reg = state.job_registry
+        self.jobs_pruned.set(reg.pruned)
+        slot = state.config.slot_s
+        for name, value in (("refused", reg.critical_refused), ("admitted_as_normal", reg.critical_demoted),
+                            ("met", reg.critical_met), ("missed", reg.critical_missed),
+                            ("overdue", sum(js.guarantee(now, slot) == "overdue" for js in reg.active.values()))):
+            self.critical.labels(name).set(value)
         self.journal_errors.set(state.journal_errors)
         for name, value in state.loop.items():
             self.loop.labels(name).set(value)

@@ -556,7 +556,7 @@ class Daemon:
                         for h in self.state.check_agents(self.now()):
                             log.warning(kv("agent_down", host=h))
                     self._housekeeping(now)
-                    self.metrics.update(self.state)
+                    self.metrics.update(self.state, self.now())
                     self.logs.flush()
                 # bodies of plans installed above go out before the next plan's request is
                 # made: an increment's "order" trigger starts a joint re-solve right here,

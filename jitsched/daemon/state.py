@@ -383,14 +383,17 @@ class SchedulerState:
         return refused if refused is not None else {"results": results}
 
     def job_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
-        """Mark a job finished; its JCT is ``jct_s`` if given, else measured by the daemon."""
+        """Mark a job finished; its JCT is ``jct_s`` if given, else measured by the daemon. A
+        critical job's reply says whether it finished within its guarantee (``guarantee``:
+        ``met`` or ``missed``, :meth:`jitsched.daemon.jobs.JobState.guarantee`)."""
         js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
         if js.active:
             js.jct_s = float(body.get("jct_s", now - js.submitted_s))
             self._end(js, "finished", now)
-        return {"jct_s": js.jct_s}
+        verdict = js.guarantee(now, self.config.slot_s)
+        return {"jct_s": js.jct_s} | ({"guarantee": verdict} if verdict is not None else {})
 
     def renew_lease(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Renew the leases of the sender's running jobs ``body["job_ids"]``; returns
@@ -557,6 +560,9 @@ class SchedulerState:
         out["critical"] = {"epsilon": self.config.critical_epsilon, "reserved": len(self.job_registry.reservations.held),
                            "refused": self.job_registry.critical_refused,
                            "admitted_as_normal": self.job_registry.critical_demoted,
+                           "met": self.job_registry.critical_met, "missed": self.job_registry.critical_missed,
+                           "overdue": sorted(jid for jid, js in self.job_registry.active.items()
+                                             if js.guarantee(now, self.config.slot_s) == "overdue"),
                            "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address]}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error

@@ -124,7 +124,8 @@ def admission(critical: dict, job_id: str) -> dict:
         ``decision`` (``admitted``, ``admitted as normal``, ``refused``; None
         when the daemon sent no stats), ``epsilon``, and when reserved for
         ``isolated_jct_s`` and ``target_jct_s`` (the daemon's, simulated at the line
-        rate) and ``start_s`` (daemon clock).
+        rate) and ``start_s`` (daemon clock); ``guarantee``: ``met`` or ``missed`` as the
+        daemon judged the job's finish against its target (None: it did not finish as critical).
     """
     if not critical:
         return {"decision": None}
@@ -132,7 +133,8 @@ def admission(critical: dict, job_id: str) -> dict:
     decision = {"critical": "admitted", None: "refused" if critical.get("refused") else None}.get(
         cls, "admitted as normal")
     res = critical.get("reservations", {}).get(job_id) or {}
-    return {"decision": decision, "epsilon": critical.get("epsilon")} | {
+    verdict = "met" if critical.get("met") else "missed" if critical.get("missed") else None
+    return {"decision": decision, "epsilon": critical.get("epsilon"), "guarantee": verdict} | {
         k: res[k] for k in ("isolated_jct_s", "target_jct_s", "start_s") if k in res}
 
 
