@@ -190,3 +190,32 @@ def test_group_priority_job_scale_by_hand():
     with pytest.raises(ValidationError, match="job_scale"):
         priority.GroupPriority(size, need, np.array([0, 1, 2]), np.array([0.0, 4.0, 3.0]), job, src, dst,
                                np.zeros(0), np.full(2, 10.0), job_scale=np.array([0.0, 1.0]), **ok)
+
+
+def test_lenders_by_hand():
+    # flows: job 0's group 0 (two flows), job 0's group 1, job 1's group 2, a background flow
+    need = np.array([1.0, 2.0, 0.3, 0.5, np.inf])
+    job = np.array([0, 0, 0, 1, -1])
+    group = np.array([0, 0, 1, 2, -1])
+    t_left = np.array([0.1, 0.1, 0.1, 0.2, 1.0])
+    late = np.zeros(2)
+    threshold = np.full(5, 0.05)
+    lend, wake = priority.lenders(need, job, group, 3, t_left, late, threshold, now=0.0)
+    # slack: 0.9, 1.9, 0.2, 0.3 (job 0 and 1 on plan); every job group lends, background never
+    assert lend.tolist() == [True, True, True, True, False]
+    assert wake == pytest.approx(0.2 - 0.05)  # group 1's slack runs out first
+    # at 0.45 s job 0 runs 0.25 s behind (group 1 still needs 0.1 s, LAT 0.3 s) and job 1
+    # 0.15 s: their flows' LATs move that much later; the most behind have no slack left,
+    # group 0's first flow 0.7 s
+    lend, wake = priority.lenders(need, job, group, 3, t_left, late, threshold, now=0.45)
+    assert late.tolist() == pytest.approx([0.25, 0.15])
+    assert lend.tolist() == [True, True, False, False, False]
+    assert wake == pytest.approx(0.45 + (1.0 + 0.25 - 0.45 - 0.1) - 0.05)
+    # a group lends only if all its live flows can wait: one urgent flow holds its group
+    lend, _ = priority.lenders(np.array([0.12, 5.0]), np.array([0, 0]), np.array([0, 0]), 1, np.array([0.1, 0.1]),
+                               np.zeros(1), np.full(2, 0.05), now=0.0)
+    assert lend.tolist() == [False, False]
+    # no job flows, or no plan (need inf): nothing lends, no wake
+    lend, wake = priority.lenders(np.array([np.inf]), np.array([0]), np.array([0]), 1, np.array([0.1]),
+                                  np.zeros(1), np.array([0.05]), now=0.0)
+    assert not lend.any() and wake == np.inf

@@ -118,6 +118,7 @@ def test_dl_share_is_validated():
     ("backfill", "yes"), ("replan_on_drift", 1), ("replan_on_arrival", None),
     ("slot_s", 1e-9), ("slot_s", 0.0009),
     ("be_age", -1.0), ("be_age", float("nan")), ("be_age", "ten"), ("be_age", True),
+    ("lend_slack", -0.1), ("lend_slack", float("nan")), ("lend_slack", "some"), ("lend_slack", False),
 ])
 def test_each_option_of_the_wrong_type_or_range_is_named(option, bad):
     from jitsched.policies.jit import JitOptions, JitPolicy
@@ -677,3 +678,26 @@ def test_job_size_is_checked():
 
     with pytest.raises(ValidationError, match="job_size"):
         JitOptions(job_size="ports")
+
+
+def test_a_group_with_slack_lets_another_jobs_urgent_transfer_go_first():
+    # a pulls 0.1 s of parameters, then after 0.1 s of compute pushes g1 (0.1 s), which
+    # nothing waits for before a ends at 0.8 s (after 0.5 s more compute and g2): g1 has
+    # 0.5 s of slack at 0.2 s. b arrives then and pulls 0.4 s into the same host, which its
+    # compute needs at once. Without lending a's smaller group goes first and b waits 0.1 s
+    mb = 1e6
+    a = Job("a", (Compute("c1", "h1", 0.1), Compute("c2", "h1", 0.5), Compute("f", "h1", 0.0)),
+            (Transfer("p", "h0", "h1", 12.5 * mb), Transfer("g1", "h1", "h0", 12.5 * mb),
+             Transfer("g2", "h1", "h0", 12.5 * mb)),
+            (("p", "f"), ("f", "c1"), ("c1", "g1"), ("c1", "c2"), ("c2", "g2")))
+    b = Job("b", (Compute("f", "h0", 0.1),), (Transfer("p", "h2", "h0", 50 * mb), Transfer("g", "h0", "h2", 50 * mb)),
+            (("p", "f"), ("f", "g")), arrival_s=0.2)
+    wl = Workload(Cluster.uniform(3, bps=1e9), (a, b))
+    lent = Simulator(wl, "jit").run()
+    assert lent.jct_s.tolist() == pytest.approx([0.8, 0.9])  # both as alone
+    held = Simulator(wl, "jit", policy_options={"lend_slack": float("inf")}).run()
+    assert held.jct_s.tolist() == pytest.approx([0.8, 1.0])
+    # g1 went after b's pull, and still arrived before a needed it
+    g1 = np.flatnonzero(lent.transfer_job == 0)[1]  # a's transfers in node order: p, g1, g2
+    assert lent.transfer_arrival_s[g1] == pytest.approx(0.7)
+    assert held.transfer_arrival_s[g1] == pytest.approx(0.3)

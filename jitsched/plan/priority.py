@@ -1,4 +1,4 @@
-"""The default JIT policy's strict-priority allocation in one kernel call per allocation, and its numpy reference.
+"""The default JIT policy's strict-priority allocation in one kernel call per allocation, its numpy reference, and the flows whose slack lets them yield.
 
 Apart from :mod:`jitsched.plan.alloc` (the kernels every policy shares): this
 order is the JIT policy's alone, and its reference spells out the numpy code
@@ -236,3 +236,54 @@ def group_priority_reference(src, dst, node, job, bg, remaining, size, need, gro
         ident = np.where(is_job, job, n_jobs + bg)
         order = np.lexsort((bg, node, np.where(is_job, need[jnode], 0.0), ident, key))
     return priority_greedy_reference(order, src, dst, np.maximum(free_e, 0.0), np.maximum(free_i, 0.0))
+
+
+def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int, t_left: np.ndarray,
+            late: np.ndarray, threshold: np.ndarray, now: float) -> tuple[np.ndarray, float]:
+    """Which job flows have slack to lend their ports, and when the first of them stops having it.
+
+    A flow's slack is its LAT in its job's isolated plan (``need``), moved later by
+    as much as its job has run behind that plan so far, less ``now`` and the
+    time it needs alone at its line rate (``t_left``): how long it could wait
+    without delaying its job further. A (job, src, dst) group lends when every
+    live flow in it has more slack than its ``threshold``: the policy then
+    ranks it after the flows that do not lend.
+
+    Parameters
+    ----------
+    need : ndarray, shape (F,)
+        Each flow's LAT in its job's isolated plan, seconds (absolute; not
+        finite: not a job flow, or no plan: never lends).
+    job, group : ndarray of int, shape (F,)
+        Each flow's job and group, in ``[0, n_groups)`` (both -1: not a job flow).
+    n_groups : int
+    t_left : ndarray, shape (F,)
+        Seconds each flow needs alone at its line rate.
+    late : ndarray, shape (n_jobs,)
+        How far each job has run behind its isolated plan so far, seconds;
+        raised in place to what the flows show ``now``.
+    threshold : ndarray, shape (F,)
+        The slack, seconds, a flow must exceed to lend.
+    now : float
+        Seconds.
+
+    Returns
+    -------
+    lend : ndarray of bool, shape (F,)
+    wake : float
+        The instant (seconds) the first lender's slack falls to its threshold; inf if none lends.
+    """
+    is_job = (job >= 0) & np.isfinite(need)
+    if not is_job.any():
+        return np.zeros(len(need), dtype=bool), math.inf
+    j = job[is_job]
+    np.maximum.at(late, j, now + t_left[is_job] - need[is_job])
+    slack = np.full(len(need), -math.inf)
+    slack[is_job] = need[is_job] + late[j] - now - t_left[is_job]
+    lend = slack > threshold
+    held = np.zeros(n_groups + 1, dtype=bool)  # groups with a live flow that cannot wait; -1 last
+    held[group[(job >= 0) & ~lend]] = True
+    lend &= ~held[group]
+    if not lend.any():
+        return lend, math.inf
+    return lend, now + float(np.min(slack[lend] - threshold[lend]))
