@@ -8,7 +8,7 @@
 # a .pxd, neither inlined nor optimised across the call.
 
 from libc.math cimport INFINITY, NAN, isfinite, pow
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 
 
 cdef inline void _push(double* hkey, int* hport, Py_ssize_t* size,
@@ -1341,3 +1341,62 @@ cdef class GroupPriority:
         self._rates(nf, h, &src[0], &dst[0], &node[0], &job[0], &bg[0], &remaining[0],
                     &free_e[0], &free_i[0], &rate[0])
         return 0
+
+
+def lenders(const double[::1] need,
+            const long long[::1] job,
+            const long long[::1] group,
+            Py_ssize_t n_groups,
+            const double[::1] t_left,
+            double[::1] late,
+            const double[::1] threshold,
+            double now,
+            unsigned char[::1] lend):
+    """The job flows whose (job, src, dst) group can wait: jitsched.plan.priority.lenders.
+
+    # IN  need, t_left, threshold (F,): seconds; need not finite: never lends
+    # IN  job, group (F,): -1 for a background flow, else in [0, len(late)), [0, n_groups)
+    # IN/OUT late (J,): each job's lateness, raised to what its flows show at now
+    # OUT lend (F,): 1 where the flow's group lends
+    # returns the instant the first lender's slack reaches its threshold (inf: none
+    # lends), NaN if a job or group index is out of range (nothing written)
+    """
+    cdef Py_ssize_t f, nf = need.shape[0], nj = late.shape[0]
+    cdef long long j, g
+    cdef double v, s, wake = INFINITY
+    for f in range(nf):
+        j = job[f]
+        if j >= nj or (j >= 0 and (group[f] < 0 or group[f] >= n_groups)):
+            return NAN
+    cdef unsigned char* held = <unsigned char*> calloc(n_groups + 1, 1)
+    cdef double* slack = <double*> malloc((nf + 1) * sizeof(double))
+    if held == NULL or slack == NULL:
+        free(held)
+        free(slack)
+        raise MemoryError()
+    for f in range(nf):
+        j = job[f]
+        if j >= 0 and isfinite(need[f]):
+            v = now + t_left[f] - need[f]
+            if v > late[j]:
+                late[j] = v
+    for f in range(nf):
+        j = job[f]
+        lend[f] = 0
+        if j < 0:
+            continue
+        s = need[f] + late[j] - now - t_left[f] if isfinite(need[f]) else -INFINITY
+        slack[f] = s
+        if s > threshold[f]:
+            lend[f] = 1
+        else:
+            held[group[f]] = 1
+    for f in range(nf):
+        if lend[f]:
+            if held[group[f]]:
+                lend[f] = 0
+            elif slack[f] - threshold[f] < wake:
+                wake = slack[f] - threshold[f]
+    free(held)
+    free(slack)
+    return now + wake if wake < INFINITY else INFINITY

@@ -192,7 +192,8 @@ def test_group_priority_job_scale_by_hand():
                                np.zeros(0), np.full(2, 10.0), job_scale=np.array([0.0, 1.0]), **ok)
 
 
-def test_lenders_by_hand():
+@pytest.mark.parametrize("lenders", [priority.lenders, priority.lenders_reference])
+def test_lenders_by_hand(lenders):
     # flows: job 0's group 0 (two flows), job 0's group 1, job 1's group 2, a background flow
     need = np.array([1.0, 2.0, 0.3, 0.5, np.inf])
     job = np.array([0, 0, 0, 1, -1])
@@ -200,22 +201,54 @@ def test_lenders_by_hand():
     t_left = np.array([0.1, 0.1, 0.1, 0.2, 1.0])
     late = np.zeros(2)
     threshold = np.full(5, 0.05)
-    lend, wake = priority.lenders(need, job, group, 3, t_left, late, threshold, now=0.0)
+    lend, wake = lenders(need, job, group, 3, t_left, late, threshold, now=0.0)
     # slack: 0.9, 1.9, 0.2, 0.3 (job 0 and 1 on plan); every job group lends, background never
     assert lend.tolist() == [True, True, True, True, False]
     assert wake == pytest.approx(0.2 - 0.05)  # group 1's slack runs out first
     # at 0.45 s job 0 runs 0.25 s behind (group 1 still needs 0.1 s, LAT 0.3 s) and job 1
     # 0.15 s: their flows' LATs move that much later; the most behind have no slack left,
     # group 0's first flow 0.7 s
-    lend, wake = priority.lenders(need, job, group, 3, t_left, late, threshold, now=0.45)
+    lend, wake = lenders(need, job, group, 3, t_left, late, threshold, now=0.45)
     assert late.tolist() == pytest.approx([0.25, 0.15])
     assert lend.tolist() == [True, True, False, False, False]
     assert wake == pytest.approx(0.45 + (1.0 + 0.25 - 0.45 - 0.1) - 0.05)
     # a group lends only if all its live flows can wait: one urgent flow holds its group
-    lend, _ = priority.lenders(np.array([0.12, 5.0]), np.array([0, 0]), np.array([0, 0]), 1, np.array([0.1, 0.1]),
+    lend, _ = lenders(np.array([0.12, 5.0]), np.array([0, 0]), np.array([0, 0]), 1, np.array([0.1, 0.1]),
                                np.zeros(1), np.full(2, 0.05), now=0.0)
     assert lend.tolist() == [False, False]
     # no job flows, or no plan (need inf): nothing lends, no wake
-    lend, wake = priority.lenders(np.array([np.inf]), np.array([0]), np.array([0]), 1, np.array([0.1]),
+    lend, wake = lenders(np.array([np.inf]), np.array([0]), np.array([0]), 1, np.array([0.1]),
                                   np.zeros(1), np.array([0.05]), now=0.0)
     assert not lend.any() and wake == np.inf
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_lenders_kernel_matches_reference(data):
+    n = data.draw(st.integers(0, 30))
+    n_jobs, n_groups = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 6))
+    job = np.array(data.draw(st.lists(st.integers(-1, n_jobs - 1), min_size=n, max_size=n)), dtype=np.int64)
+    group = np.where(job >= 0, data.draw(st.lists(st.integers(0, n_groups - 1), min_size=n, max_size=n)) or 0, -1)
+    times = st.floats(0.0, 5.0)
+    need = np.array(data.draw(st.lists(st.one_of(times, st.just(np.inf)), min_size=n, max_size=n)), dtype=float)
+    t_left = np.array(data.draw(st.lists(times, min_size=n, max_size=n)), dtype=float)
+    threshold = np.array(data.draw(st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n)), dtype=float)
+    late0 = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n_jobs, max_size=n_jobs)), dtype=float)
+    now = data.draw(times)
+    late_k, late_r = late0.copy(), late0.copy()
+    got = priority.lenders(need, job, group, n_groups, t_left, late_k, threshold, now)
+    want = priority.lenders_reference(need, job, group, n_groups, t_left, late_r, threshold, now)
+    assert got[0].tolist() == want[0].tolist() and got[1] == want[1]
+    assert late_k.tolist() == late_r.tolist()
+
+
+def test_lenders_bad_input():
+    one = np.ones(1)
+    with pytest.raises(ValidationError, match="expected shape"):
+        priority.lenders(one, np.zeros(2, dtype=np.int64), np.zeros(1), 1, one, np.zeros(1), one, 0.0)
+    with pytest.raises(ValidationError, match="late: expected a contiguous float64"):
+        priority.lenders(one, np.zeros(1), np.zeros(1), 1, one, [0.0], one, 0.0)
+    with pytest.raises(ValidationError, match="index out of range"):
+        priority.lenders(one, np.zeros(1), np.array([3]), 1, one, np.zeros(1), one, 0.0)
+    with pytest.raises(ValidationError, match="index out of range"):
+        priority.lenders(one, np.array([2]), np.zeros(1), 1, one, np.zeros(1), one, 0.0)

@@ -247,7 +247,8 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
     time it needs alone at its line rate (``t_left``): how long it could wait
     without delaying its job further. A (job, src, dst) group lends when every
     live flow in it has more slack than its ``threshold``: the policy then
-    ranks it after the flows that do not lend.
+    ranks it after the flows that do not lend. One kernel call
+    (:func:`lenders_reference` spells it out in numpy).
 
     Parameters
     ----------
@@ -261,7 +262,7 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
         Seconds each flow needs alone at its line rate.
     late : ndarray, shape (n_jobs,)
         How far each job has run behind its isolated plan so far, seconds;
-        raised in place to what the flows show ``now``.
+        raised in place to what the flows show ``now`` (contiguous float64).
     threshold : ndarray, shape (F,)
         The slack, seconds, a flow must exceed to lend.
     now : float
@@ -272,7 +273,30 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
     lend : ndarray of bool, shape (F,)
     wake : float
         The instant (seconds) the first lender's slack falls to its threshold; inf if none lends.
+
+    Raises
+    ------
+    ValidationError
+        If shapes disagree, ``late`` is not a contiguous float64 array, or a job
+        flow's job or group is out of range.
     """
+    f64 = [np.ascontiguousarray(a, dtype=np.float64) for a in (need, t_left, threshold)]
+    i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (job, group)]
+    n = len(f64[0])
+    if any(a.shape != (n,) for a in f64 + i64):
+        raise ValidationError(f"need/job/group/t_left/threshold: expected shape ({n},)")
+    if not (isinstance(late, np.ndarray) and late.dtype == np.float64 and late.ndim == 1 and late.flags.c_contiguous):
+        raise ValidationError("late: expected a contiguous float64 array (raised in place)")
+    lend = np.zeros(n, dtype=np.uint8)
+    wake = _kernels().lenders(f64[0], i64[0], i64[1], int(n_groups), f64[1], late, f64[2], float(now), lend)
+    if math.isnan(wake):
+        raise ValidationError("job/group: index out of range")
+    return lend.view(bool), wake
+
+
+def lenders_reference(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int, t_left: np.ndarray,
+                      late: np.ndarray, threshold: np.ndarray, now: float) -> tuple[np.ndarray, float]:
+    """:func:`lenders` in numpy, the kernel's reference: the same results, bit for bit."""
     is_job = (job >= 0) & np.isfinite(need)
     if not is_job.any():
         return np.zeros(len(need), dtype=bool), math.inf
