@@ -731,19 +731,24 @@ class JitPolicy(Policy):
         lend = self._lending(view)
         if tiers is None and lend is None:
             return prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, free_e, free_i, in_range=f.checked)
-        tier = 2 * np.where(f.job >= 0, tiers[np.maximum(f.job, 0)] if tiers is not None else NORMAL, NORMAL)
-        if lend is not None:
-            tier += lend | (f.job < 0)
+        if tiers is None:  # normal and background flows only: those that cannot wait, then the rest
+            later = lend | (f.job < 0)
+            sels = [np.flatnonzero(~later), np.flatnonzero(later)]
+        else:
+            tier = 2 * np.where(f.job >= 0, tiers[np.maximum(f.job, 0)], NORMAL)
+            if lend is not None:
+                tier += lend | (f.job < 0)
+            sels = [np.flatnonzero(tier == t) for t in np.flatnonzero(np.bincount(tier)).tolist()]
         rates = np.zeros(len(f))
         free_e, free_i = np.maximum(free_e, 0.0), np.maximum(free_i, 0.0)
         h = len(free_e)
-        for t in np.flatnonzero(np.bincount(tier)).tolist():
-            sel = np.flatnonzero(tier == t)
+        for k, sel in enumerate(sels):
             r = prio.rates(f.src[sel], f.dst[sel], f.node[sel], f.job[sel], f.bg[sel], f.remaining[sel],
                            free_e, free_i, in_range=f.checked)
             rates[sel] = r
-            free_e = np.maximum(free_e - np.bincount(f.src[sel], weights=r, minlength=h), 0.0)
-            free_i = np.maximum(free_i - np.bincount(f.dst[sel], weights=r, minlength=h), 0.0)
+            if k + 1 < len(sels):
+                free_e = np.maximum(free_e - np.bincount(f.src[sel], weights=r, minlength=h), 0.0)
+                free_i = np.maximum(free_i - np.bincount(f.dst[sel], weights=r, minlength=h), 0.0)
         return rates
 
     def _lending(self, view: SchedulerView) -> np.ndarray | None:
@@ -752,15 +757,13 @@ class JitPolicy(Policy):
         if math.isinf(self.lend_slack):
             return None
         f = view.flows
-        is_job = (f.job >= 0) & (f.node >= 0)
-        if not is_job.any():
+        if not (f.job >= 0).any():
             return None
-        node = np.where(is_job, f.node, 0)
-        job = np.where(is_job, f.job, -1)
+        # a background flow's job and node are -1: what they pick up there the kernel never reads
         cap_e, cap_i = self._capacities(view.cluster)
         t_left = f.remaining / np.minimum(cap_e[f.src], cap_i[f.dst])
-        lend, wake = lenders(np.where(is_job, self._need[node], np.inf), job, np.where(is_job, self._group[node], -1),
-                             len(self._pair_left), t_left, self._late, self.lend_slack * self._iso_jct[np.maximum(job, 0)], float(view.now))
+        lend, wake = lenders(self._need[f.node], f.job, self._group[f.node], len(self._pair_left), t_left,
+                             self._late, self.lend_slack * self._iso_jct[f.job], float(view.now))
         self._lend_wake = min(self._lend_wake, wake)
         return lend if lend.any() else None
 
