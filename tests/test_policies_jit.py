@@ -701,3 +701,13 @@ def test_a_group_with_slack_lets_another_jobs_urgent_transfer_go_first():
     g1 = np.flatnonzero(lent.transfer_job == 0)[1]  # a's transfers in node order: p, g1, g2
     assert lent.transfer_arrival_s[g1] == pytest.approx(0.7)
     assert held.transfer_arrival_s[g1] == pytest.approx(0.3)
+
+
+def test_a_job_that_computes_before_its_first_transfer_has_no_slack_to_lend():
+    # three jobs compute 0.5 s, send 1 s over one port, compute 0.5 s: one at a time is best
+    # (2, 3 and 4 s). The first transfers appear at 0.5 s; their LATs count from the jobs'
+    # arrival (1.5 s), not from then (2 s), or each would seem to have 0.5 s to lend
+    jobs = tuple(Job(f"j{k}", (Compute("a", "h0", 0.5), Compute("b", "h1", 0.5)),
+                     (Transfer("t", "h0", "h1", 125e6),), (("a", "t"), ("t", "b"))) for k in range(3))
+    r = Simulator(Workload(Cluster.uniform(2, bps=1e9), jobs), "jit").run()
+    assert sorted(r.jct_s.tolist()) == pytest.approx([2.0, 3.0, 4.0])

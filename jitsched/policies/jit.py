@@ -1,6 +1,6 @@
 """The JIT policies: jit ranks jobs and their transfers by need (strict priority, work-conserving); jit-paper plans the first alpha of each job's transfers with the LAT + time-slotted LP."""
 
-# One module although long (~900 lines): most of it is one class, JitPolicy,
+# One module although long (~1300 lines): most of it is one class, JitPolicy,
 # whose hooks, re-plans and two leftovers read and write the same per-node
 # state (plan arrays, LATs, need order, bytes left per host pair) with the
 # invariants between them set in _clear/_replan/_sync_priority; split across
@@ -655,8 +655,10 @@ class JitPolicy(Policy):
         dag = view.dag
         if np.count_nonzero(view.job_arrived) != self._n_need_done:
             todo = np.flatnonzero(view.job_arrived & ~self._need_done)
-            nodes, need = isolated_need(dag, view.cluster, todo,
-                                        np.maximum(dag.arrival[todo], float(view.now)), self.k_std,
+            # planned from each job's arrival, not from now: the computes it ran before its
+            # first transfer count, so the LATs are those of its isolated plan (lend_slack
+            # reads them as instants; the in-job order and the isolated JCT are the same)
+            nodes, need = isolated_need(dag, view.cluster, todo, dag.arrival[todo], self.k_std,
                                         jct_out=self._iso_jct)
             self._need[nodes] = need
             self._need_done[todo] = True
