@@ -1358,8 +1358,9 @@ def lenders(const double[::1] need,
     # IN  job, group (F,): -1 for a background flow, else in [0, len(late)), [0, n_groups)
     # IN/OUT late (J,): each job's lateness, raised to what its flows show at now
     # OUT lend (F,): 1 where the flow's group lends
-    # returns the instant the first lender's slack reaches its threshold (inf: none
-    # lends), NaN if a job or group index is out of range (nothing written)
+    # returns the instant to look again: the first at which a lender's slack reaches its
+    # threshold, but at least half a threshold away (inf: none lends); NaN if a job or
+    # group index is out of range (nothing written)
     """
     cdef Py_ssize_t f, nf = need.shape[0], nj = late.shape[0]
     cdef long long j, g
@@ -1395,8 +1396,12 @@ def lenders(const double[::1] need,
         if lend[f]:
             if held[group[f]]:
                 lend[f] = 0
-            elif slack[f] - threshold[f] < wake:
-                wake = slack[f] - threshold[f]
+            else:
+                v = slack[f] - threshold[f]
+                if v < 0.5 * threshold[f]:
+                    v = 0.5 * threshold[f]
+                if v < wake:
+                    wake = v
     free(held)
     free(slack)
     return now + wake if wake < INFINITY else INFINITY

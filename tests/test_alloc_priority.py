@@ -216,6 +216,11 @@ def test_lenders_by_hand(lenders):
     lend, _ = lenders(np.array([0.12, 5.0]), np.array([0, 0]), np.array([0, 0]), 1, np.array([0.1, 0.1]),
                                np.zeros(1), np.full(2, 0.05), now=0.0)
     assert lend.tolist() == [False, False]
+    # slack just above the threshold (a lender sending at line rate keeps it there): look
+    # again half a threshold later, not at once
+    lend, wake = lenders(np.array([1.151]), np.array([0]), np.array([0]), 1, np.array([0.1]), np.zeros(1),
+                         np.array([0.05]), now=1.0)
+    assert lend.tolist() == [True] and wake == pytest.approx(1.025)
     # no job flows, or no plan (need inf): nothing lends, no wake
     lend, wake = lenders(np.array([np.inf]), np.array([0]), np.array([0]), 1, np.array([0.1]),
                                   np.zeros(1), np.array([0.05]), now=0.0)

@@ -118,7 +118,7 @@ def test_dl_share_is_validated():
     ("backfill", "yes"), ("replan_on_drift", 1), ("replan_on_arrival", None),
     ("slot_s", 1e-9), ("slot_s", 0.0009),
     ("be_age", -1.0), ("be_age", float("nan")), ("be_age", "ten"), ("be_age", True),
-    ("lend_slack", -0.1), ("lend_slack", float("nan")), ("lend_slack", "some"), ("lend_slack", False),
+    ("lend_slack", -0.1), ("lend_slack", 0.0), ("lend_slack", float("nan")), ("lend_slack", "some"), ("lend_slack", False),
 ])
 def test_each_option_of_the_wrong_type_or_range_is_named(option, bad):
     from jitsched.policies.jit import JitOptions, JitPolicy

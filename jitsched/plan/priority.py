@@ -272,7 +272,10 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
     -------
     lend : ndarray of bool, shape (F,)
     wake : float
-        The instant (seconds) the first lender's slack falls to its threshold; inf if none lends.
+        When to look again (seconds): the first instant a lender's slack falls to its
+        threshold, but at least half its threshold from ``now``, so that a lender whose
+        slack holds just above it (one sending at line rate) does not ask at every
+        instant; it has half its threshold of slack left then. inf if none lends.
 
     Raises
     ------
@@ -310,4 +313,4 @@ def lenders_reference(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_gr
     lend &= ~held[group]
     if not lend.any():
         return lend, math.inf
-    return lend, now + float(np.min(slack[lend] - threshold[lend]))
+    return lend, now + float(np.min(np.maximum(slack[lend] - threshold[lend], 0.5 * threshold[lend])))
