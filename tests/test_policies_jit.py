@@ -1,5 +1,7 @@
 """Tests of the JIT policy's re-plan triggers: on arrival, periodic and drift-triggered."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -701,6 +703,11 @@ def test_a_group_with_slack_lets_another_jobs_urgent_transfer_go_first():
     g1 = np.flatnonzero(lent.transfer_job == 0)[1]  # a's transfers in node order: p, g1, g2
     assert lent.transfer_arrival_s[g1] == pytest.approx(0.7)
     assert held.transfer_arrival_s[g1] == pytest.approx(0.3)
+    # a job of more than one host pair each way (here a's worker also reports to h3) never
+    # lends: its isolated plan's LATs do not see its own flows sharing its ports
+    many = replace(a, transfers=a.transfers + (Transfer("r", "h1", "h3", 1e3),), edges=a.edges + (("f", "r"),))
+    wl4 = Workload(Cluster.uniform(4, bps=1e9), (many, b))
+    assert Simulator(wl4, "jit").run().jct_s[1] == pytest.approx(1.0)
 
 
 def test_a_job_that_computes_before_its_first_transfer_has_no_slack_to_lend():
