@@ -524,6 +524,11 @@ class JobRegistry:
         u.running -= 1
         u.ended.append(js)
 
+    def overdue(self, now: float) -> list[str]:
+        """The running critical jobs past their guarantee's deadline at ``now``, sorted ids."""
+        return sorted(jid for jid, js in self.active.items()
+                      if js.guarantee(now, self.config.slot_s) == "overdue")
+
     def prune(self, now: float) -> list[JobState]:
         """Drop the ended jobs older than ``ended_retention_s`` at ``now``, the oldest
         beyond ``max_ended_jobs`` and beyond ``max_ended_bytes``; returns them and those

@@ -126,10 +126,9 @@ class Metrics(Endpoint):
         self.planner_fallback.set(1.0 if state.planner.startswith("thread (") else 0.0)
         reg = state.job_registry
         self.jobs_pruned.set(reg.pruned)
-        slot = state.config.slot_s
         for name, value in (("refused", reg.critical_refused), ("admitted_as_normal", reg.critical_demoted),
                             ("met", reg.critical_met), ("missed", reg.critical_missed),
-                            ("overdue", sum(js.guarantee(now, slot) == "overdue" for js in reg.active.values()))):
+                            ("overdue", len(reg.overdue(now)))):
             self.critical.labels(name).set(value)
         self.journal_errors.set(state.journal_errors)
         for name, value in state.loop.items():

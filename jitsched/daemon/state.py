@@ -561,8 +561,7 @@ class SchedulerState:
                            "refused": self.job_registry.critical_refused,
                            "admitted_as_normal": self.job_registry.critical_demoted,
                            "met": self.job_registry.critical_met, "missed": self.job_registry.critical_missed,
-                           "overdue": sorted(jid for jid, js in self.job_registry.active.items()
-                                             if js.guarantee(now, self.config.slot_s) == "overdue"),
+                           "overdue": self.job_registry.overdue(now),
                            "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address]}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
