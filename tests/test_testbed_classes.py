@@ -54,8 +54,9 @@ def test_admission_reads_the_daemons_decision():
     assert admission(STATS, "c") == {"decision": "admitted", "epsilon": 0.05, "guarantee": None,
                                      "isolated_jct_s": 4.0, "target_jct_s": 4.2, "start_s": 0.2}
     # the daemon's verdict on its finish
-    assert admission(STATS | {"met": 0, "missed": 1}, "c")["guarantee"] == "missed"
-    assert admission(STATS | {"met": 1, "missed": 0}, "c")["guarantee"] == "met"
+    assert admission(STATS | {"verdicts": {"c": "missed"}}, "c")["guarantee"] == "missed"
+    assert admission(STATS | {"verdicts": {"c": "met", "d": "missed"}}, "c")["guarantee"] == "met"
+    assert admission(STATS | {"verdicts": {"d": "missed"}}, "c")["guarantee"] is None  # another job's
     demoted = STATS | {"classes": {"c": "normal"}, "reservations": {}, "admitted_as_normal": 1}
     assert admission(demoted, "c") == {"decision": "admitted as normal", "epsilon": 0.05, "guarantee": None}
     refused = STATS | {"classes": {}, "reservations": {}, "refused": 1}

@@ -133,8 +133,8 @@ def admission(critical: dict, job_id: str) -> dict:
     decision = {"critical": "admitted", None: "refused" if critical.get("refused") else None}.get(
         cls, "admitted as normal")
     res = critical.get("reservations", {}).get(job_id) or {}
-    verdict = "met" if critical.get("met") else "missed" if critical.get("missed") else None
-    return {"decision": decision, "epsilon": critical.get("epsilon"), "guarantee": verdict} | {
+    return {"decision": decision, "epsilon": critical.get("epsilon"),
+            "guarantee": critical.get("verdicts", {}).get(job_id)} | {
         k: res[k] for k in ("isolated_jct_s", "target_jct_s", "start_s") if k in res}
 
 

@@ -459,8 +459,9 @@ def critical_stats(st) -> dict:
     Returns
     -------
     dict
-        ``epsilon`` (``[daemon] critical_epsilon``), ``refused``, ``admitted_as_normal``, ``met``
-        and ``missed`` (counts: finished within the guarantee or not), ``classes`` (each job that
+        ``epsilon`` (``[daemon] critical_epsilon``), ``refused`` and ``admitted_as_normal``
+        (counts), ``verdicts`` (each critical job that finished: ``met`` or ``missed``, within
+        its guarantee or not, :meth:`jitsched.daemon.jobs.JobState.guarantee`), ``classes`` (each job that
         asked to be critical and was admitted: the class it ran in) and ``reservations``
         (per job still holding one: its start, the isolated JCT and the JCT target it
         was reserved for, and each transfer's largest reserved rate, bytes/s).
@@ -469,7 +470,7 @@ def critical_stats(st) -> dict:
     book = reg.reservations
     slot = book.options.slot_s
     return {"epsilon": book.options.eps, "refused": reg.critical_refused, "admitted_as_normal": reg.critical_demoted,
-            "met": reg.critical_met, "missed": reg.critical_missed,
+            "verdicts": {jid: "met" if js.met else "missed" for jid, js in reg.jobs.items() if js.met is not None},
             "classes": {jid: js.job.job_class for jid, js in reg.jobs.items()
                         if js.job.job_class == "critical" or js.unguaranteed is not None},
             "reservations": {jid: {"start_s": h.start_slot * slot, "isolated_jct_s": h.windows.isolated_s,
