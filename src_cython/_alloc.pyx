@@ -1351,6 +1351,7 @@ def lenders(const double[::1] need,
             double[::1] late,
             const double[::1] threshold,
             double now,
+            double recheck,
             unsigned char[::1] lend):
     """The job flows whose (job, src, dst) group can wait: jitsched.plan.priority.lenders.
 
@@ -1358,17 +1359,19 @@ def lenders(const double[::1] need,
     # IN  job, group (F,): -1 for a background flow, else in [0, len(late)), [0, n_groups)
     # IN/OUT late (J,): each job's lateness, raised to what its flows show at now
     # OUT lend (F,): 1 where the flow's group lends
+    # IN  recheck: the least wait, in thresholds, before a lender is looked at again
     # returns the instant to look again: the first at which a lender's slack reaches its
-    # threshold, but at least half a threshold away (inf: none lends); NaN if a job or
+    # threshold, but at least recheck thresholds away (inf: none lends); NaN if a job or
     # group index is out of range (nothing written)
     """
     cdef Py_ssize_t f, nf = need.shape[0], nj = late.shape[0]
-    cdef long long j, g
+    cdef long long j
     cdef double v, s, wake = INFINITY
     for f in range(nf):
         j = job[f]
         if j >= nj or (j >= 0 and (group[f] < 0 or group[f] >= n_groups)):
             return NAN
+    # one more than needed of each: an allocation of 0 bytes may return NULL
     cdef unsigned char* held = <unsigned char*> calloc(n_groups + 1, 1)
     cdef double* slack = <double*> malloc((nf + 1) * sizeof(double))
     if held == NULL or slack == NULL:
@@ -1398,8 +1401,8 @@ def lenders(const double[::1] need,
                 lend[f] = 0
             else:
                 v = slack[f] - threshold[f]
-                if v < 0.5 * threshold[f]:
-                    v = 0.5 * threshold[f]
+                if v < recheck * threshold[f]:
+                    v = recheck * threshold[f]
                 if v < wake:
                     wake = v
     free(held)

@@ -15,6 +15,11 @@ import numpy as np
 from jitsched.errors import ValidationError
 from jitsched.plan.alloc import _check_flows, _kernels, priority_greedy_reference
 
+# A lender is looked at again no sooner than this many of its thresholds later (lenders):
+# one sending at line rate keeps its slack just above its threshold, and would otherwise
+# ask at every instant; it still has half its threshold of slack when looked at.
+LEND_RECHECK = 0.5
+
 
 class GroupPriority:
     """The default JIT policy's strict-priority order, checked once, for many allocations (:meth:`rates`).
@@ -273,9 +278,8 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
     lend : ndarray of bool, shape (F,)
     wake : float
         When to look again (seconds): the first instant a lender's slack falls to its
-        threshold, but at least half its threshold from ``now``, so that a lender whose
-        slack holds just above it (one sending at line rate) does not ask at every
-        instant; it has half its threshold of slack left then. inf if none lends.
+        threshold, but at least :data:`LEND_RECHECK` of its threshold from ``now``; inf
+        if none lends.
 
     Raises
     ------
@@ -291,7 +295,8 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
     if not (isinstance(late, np.ndarray) and late.dtype == np.float64 and late.ndim == 1 and late.flags.c_contiguous):
         raise ValidationError("late: expected a contiguous float64 array (raised in place)")
     lend = np.zeros(n, dtype=np.uint8)
-    wake = _kernels().lenders(f64[0], i64[0], i64[1], int(n_groups), f64[1], late, f64[2], float(now), lend)
+    wake = _kernels().lenders(f64[0], i64[0], i64[1], int(n_groups), f64[1], late, f64[2], float(now),
+                              LEND_RECHECK, lend)
     if math.isnan(wake):
         raise ValidationError("job/group: index out of range")
     return lend.view(bool), wake
@@ -313,4 +318,4 @@ def lenders_reference(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_gr
     lend &= ~held[group]
     if not lend.any():
         return lend, math.inf
-    return lend, now + float(np.min(np.maximum(slack[lend] - threshold[lend], 0.5 * threshold[lend])))
+    return lend, now + float(np.min(np.maximum(slack[lend] - threshold[lend], LEND_RECHECK * threshold[lend])))
