@@ -11,9 +11,12 @@ import numpy as np
 from jitsched.dag.model import Job, Workload
 from jitsched.plan.lpbound import lp_sum_bound
 
-# A job's bands (JobBounds.bands) hold at most this share of a pair of hosts' bytes each:
+# A job's band (JobBounds.bands) closes once it holds a BANDS-th of its pair of hosts' bytes:
 # on the 10 Gbit/s regime workloads 8 or 16 gave the same bound as 4 in 3-10 times the time.
 BANDS = 4
+# ... or when the next transfer's earliest start is this share of the job's time alone past
+# the band's first
+BAND_SPAN = 1 / 16
 
 
 @dataclass(frozen=True)
@@ -169,15 +172,15 @@ def job_bounds(job: Job, egress_Bps: np.ndarray, ingress_Bps: np.ndarray, index)
         if t.id in on_port:
             (s, _), (i, _) = on_port[t.id]
             pairs.setdefault((s, i), []).append((tail[t.id], est[t.id], float(t.bytes)))
-    bands = tuple(sorted(b for (s, i), rows in pairs.items() for b in _bands(s, i, rows, alone / (4 * BANDS))))
+    bands = tuple(sorted(b for (s, i), rows in pairs.items() for b in _bands(s, i, rows, BAND_SPAN * alone)))
     return JobBounds(alone, tuple(ports), bands)
 
 
 def _bands(egress: int, ingress: int, rows: list[tuple[float, float, float]], span: float) -> list[tuple]:
     """``rows`` ``(tail_s, head_s, bytes)`` of one pair of hosts in groups of consecutive heads
-    (then largest tails first), each up to a :data:`BANDS`-th of the bytes, and no group's
-    heads more than ``span`` seconds apart: a transfer that can start early does not
-    let a group of later ones start with it."""
+    (then largest tails first), each closed once it holds a :data:`BANDS`-th of the bytes,
+    and no group's heads more than ``span`` seconds apart: a transfer that can start early
+    does not let a group of later ones start with it."""
     rows = sorted(rows, key=lambda r: (r[1], -r[0]))
     quota = sum(r[2] for r in rows) / BANDS
     groups: list[list[tuple[float, float, float]]] = []

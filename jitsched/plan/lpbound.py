@@ -62,6 +62,8 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
         return float(alone.sum())
     unit = float(cap.max())  # bytes in the LP are seconds at this rate
     dt = float(alone.mean()) / slots_per_job
+    if dt <= 0:  # no job takes any time alone: nothing to share
+        return float(alone.sum())
     nvar = n  # each job's end C_j first, then per band its slots and its overflow
     ub: list[np.ndarray] = [np.full(n, np.inf)]
     eq: list[tuple[np.ndarray, float]] = []  # per band: its columns, its bytes

@@ -700,10 +700,9 @@ class JitPolicy(Policy):
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
             self._job_scale = self._job_scales(dag, h)
-            # jobs of one server and one worker (a host pair each way) may lend their slack
-            group_job = np.zeros(len(self._pair_left), dtype=np.int64)
-            group_job[self._group[tr]] = dag.job_of[tr]
-            self._may_lend = np.bincount(group_job[np.unique(self._group[tr])], minlength=dag.n_jobs) <= 2
+            # jobs of at most two host pairs (one server and one worker: one each way) may lend
+            _, first = np.unique(self._group[tr], return_index=True)
+            self._may_lend = np.bincount(dag.job_of[tr][first], minlength=dag.n_jobs) <= 2
 
     def _job_scales(self, dag, n_hosts: int) -> np.ndarray:
         """Per job of ``dag``, the factor ``job_size`` puts on its bytes left: its
