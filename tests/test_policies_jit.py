@@ -718,3 +718,20 @@ def test_a_job_that_computes_before_its_first_transfer_has_no_slack_to_lend():
                      (Transfer("t", "h0", "h1", 125e6),), (("a", "t"), ("t", "b"))) for k in range(3))
     r = Simulator(Workload(Cluster.uniform(2, bps=1e9), jobs), "jit").run()
     assert sorted(r.jct_s.tolist()) == pytest.approx([2.0, 3.0, 4.0])
+
+
+def test_isolated_jct_ends_with_a_last_transfer_no_compute_waits_for():
+    # pull 1 s, compute 2 s, push 3 s with nothing after it (a gradient a parameter server
+    # takes in): alone the job takes 6 s, not the 3 s its last compute ends at
+    from jitsched.dag.model import compile_jobs
+    from jitsched.policies.jit import isolated_need
+
+    cluster = Cluster.uniform(2, bps=8e8)  # 1e8 bytes/s
+    job = Job("j", (Compute("c", "h1", 2.0),), (Transfer("pull", "h0", "h1", 1e8), Transfer("push", "h1", "h0", 3e8)),
+              (("pull", "c"), ("c", "push")), 0.5)
+    dag = compile_jobs([job], cluster)
+    jct = np.full(1, np.nan)
+    nodes, need = isolated_need(dag, cluster, np.array([0]), dag.arrival, jct_out=jct)
+    assert jct[0] == pytest.approx(6.0)
+    assert dict(zip([dag.node_ids[n] for n in nodes], need.tolist(), strict=True)) == pytest.approx(
+        {"pull": 1.5, "push": 6.5})
