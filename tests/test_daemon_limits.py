@@ -400,3 +400,31 @@ def test_log_limiter_logs_a_burst_then_a_count():
     lim.log(logging.ERROR, "plan_failed", seq=99)  # the next window starts with the count
     assert seen[-2:] == ["event=log_suppressed of=plan_failed count=2 interval_s=10",
                          "event=plan_failed seq=99"]
+
+
+def test_log_limiter_counts_lines_at_their_own_level():
+    # a daemon at WARNING hides INFO lines (a job's workers polling attach_job before the
+    # job registers): the count of the ones held back is hidden with them
+    now = [0.0]
+    log = logging.getLogger("jitsched.test.limiter_level")
+    seen: list[tuple[int, str]] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            seen.append((record.levelno, record.getMessage()))
+
+    log.addHandler(Grab())
+    log.setLevel(logging.WARNING)
+    lim = LogLimiter(log, burst=2, interval_s=10.0, clock=lambda: now[0])
+    for k in range(6):
+        lim.log(logging.INFO, "rejected", id=k)
+    now[0] = 11.0
+    lim.flush()
+    assert seen == []
+    log.setLevel(logging.INFO)
+    for k in range(4):
+        lim.log(logging.INFO, "rejected", id=k)
+    lim.log(logging.WARNING, "rejected", id=9)  # held back with a louder one: the count at its level
+    now[0] = 22.0
+    lim.flush()
+    assert seen[-1] == (logging.WARNING, "event=log_suppressed of=rejected count=3 interval_s=10")

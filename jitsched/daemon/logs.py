@@ -40,7 +40,8 @@ def kv(event: str, **fields: Any) -> str:
 
 class LogLimiter:
     """Rate-limited log lines: per event, the first ``burst`` in each ``interval_s`` seconds,
-    then a count of the ones held back.
+    then a count of the ones held back, at the level of the lines it counts (a count of
+    lines an operator's level hides is hidden with them).
 
     Parameters
     ----------
@@ -59,29 +60,30 @@ class LogLimiter:
         self.burst = burst
         self.interval_s = interval_s
         self.clock = clock
-        self._window: dict[str, tuple[float, int, int]] = {}  # event -> (start, logged, held back)
+        # event -> (start, logged, held back, the highest level held back)
+        self._window: dict[str, tuple[float, int, int, int]] = {}
 
     def log(self, level: int, event: str, exc_info: BaseException | None = None, **fields: Any) -> bool:
         """Log ``kv(event, **fields)`` at ``level`` (with ``exc_info``'s traceback) unless
         ``event`` used up its burst; returns whether it was logged."""
         now = self.clock()
-        start, logged, held = self._window.get(event, (now, 0, 0))
+        start, logged, held, top = self._window.get(event, (now, 0, 0, logging.NOTSET))
         if now - start >= self.interval_s:
-            self._summary(event, held, level)
-            start, logged, held = now, 0, 0
+            self._summary(event, held, top)
+            start, logged, held, top = now, 0, 0, logging.NOTSET
         if logged >= self.burst:
-            self._window[event] = (start, logged, held + 1)
+            self._window[event] = (start, logged, held + 1, max(top, level))
             return False
-        self._window[event] = (start, logged + 1, held)
+        self._window[event] = (start, logged + 1, held, top)
         self.logger.log(level, kv(event, **fields), exc_info=exc_info)
         return True
 
-    def flush(self, level: int = logging.WARNING) -> None:
+    def flush(self) -> None:
         """Log the count of every event whose interval is over and had lines held back."""
         now = self.clock()
-        for event, (start, _, held) in list(self._window.items()):
+        for event, (start, _, held, top) in list(self._window.items()):
             if now - start >= self.interval_s:
-                self._summary(event, held, level)
+                self._summary(event, held, top)
                 del self._window[event]
 
     def _summary(self, event: str, held: int, level: int) -> None:
