@@ -154,8 +154,9 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float 
     k_std : float
         Compute durations are ``duration + k_std * std`` (as in every LAT pass of the policy).
     jct_out : ndarray, shape (n_jobs,), optional
-        Receives, at each job's index, its isolated JCT estimate: the LAT
-        pass's finish less ``now`` (seconds).
+        Receives, at each job's index, its isolated JCT estimate: the later
+        of the LAT pass's last compute finish and its last transfer arrival,
+        less ``now`` (seconds).
 
     Returns
     -------
@@ -175,7 +176,7 @@ def isolated_need(dag, cluster, jobs: np.ndarray, now: np.ndarray, k_std: float 
             continue
         lat = estimated_lats(sub, cluster, cluster, np.where(act, sub.size, 0.0), act, now=t,
                              ordered=True, k_std=k_std)
-        if jct_out is not None:  # the job ends with its last compute or its last transfer's arrival
+        if jct_out is not None:
             jct_out[j] = max(float(lat.job_finish[0]), float(lat.done[act].max())) - t
         out_n.append(nodes[act])
         out_v.append(lat.lat[act])
