@@ -693,7 +693,7 @@ class JitPolicy(Policy):
             left = tr & (view.node_state != DONE)
             h = len(view.cluster)
             code = (dag.job_of.astype(np.int64) * h + dag.src) * h + dag.dst
-            _, grp = np.unique(np.where(tr, code, -1), return_inverse=True)
+            codes, grp = np.unique(np.where(tr, code, -1), return_inverse=True)
             self._group = grp.astype(np.int64).ravel()
             self._job_left = np.bincount(dag.job_of[left], weights=dag.size[left],
                                          minlength=dag.n_jobs).astype(np.float64)
@@ -701,9 +701,9 @@ class JitPolicy(Policy):
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
             self._job_scale = self._job_scales(dag, h)
-            # jobs of at most two host pairs (one server and one worker: one each way) may lend
-            _, first = np.unique(self._group[tr], return_index=True)
-            self._may_lend = np.bincount(dag.job_of[tr][first], minlength=dag.n_jobs) <= 2
+            # jobs of at most two host pairs (one server and one worker: one each way) may lend;
+            # a group's code holds its job as its quotient by h * h
+            self._may_lend = np.bincount(codes[codes >= 0] // (h * h), minlength=dag.n_jobs) <= 2
 
     def _job_scales(self, dag, n_hosts: int) -> np.ndarray:
         """Per job of ``dag``, the factor ``job_size`` puts on its bytes left: its
