@@ -101,10 +101,15 @@ class JobState:
         (not critical, or ended otherwise than finished). A finish within ``slot_s`` of the
         deadline meets it: the reservation's grid rounds it up by less than a slot."""
         if self.met is not None:
-            return "met" if self.met else "missed"
+            return self.verdict
         if self.guard_until_s == -math.inf or not self.active:
             return None
         return "on time" if now <= self.guard_until_s + slot_s else "overdue"
+
+    @property
+    def verdict(self) -> str | None:
+        """``met`` or ``missed`` for a critical job that finished, else None."""
+        return None if self.met is None else "met" if self.met else "missed"
 
     @property
     def active(self) -> bool:

@@ -470,7 +470,7 @@ def critical_stats(st) -> dict:
     book = reg.reservations
     slot = book.options.slot_s
     return {"epsilon": book.options.eps, "refused": reg.critical_refused, "admitted_as_normal": reg.critical_demoted,
-            "verdicts": {jid: "met" if js.met else "missed" for jid, js in reg.jobs.items() if js.met is not None},
+            "verdicts": {jid: js.verdict for jid, js in reg.jobs.items() if js.verdict is not None},
             "classes": {jid: js.job.job_class for jid, js in reg.jobs.items()
                         if js.job.job_class == "critical" or js.unguaranteed is not None},
             "reservations": {jid: {"start_s": h.start_slot * slot, "isolated_jct_s": h.windows.isolated_s,
