@@ -960,6 +960,7 @@ class _Workload:
         self.lock = threading.Lock()
         self.submitted = self.completed = 0
         self.errors: collections.Counter = collections.Counter()
+        self.samples: dict[str, str] = {}  # the first whole error of each kind
         self.threads = [threading.Thread(target=self._loop, args=(k,), name=f"faults-runner-{k}", daemon=True)
                         for k in range(threads)]
 
@@ -988,7 +989,10 @@ class _Workload:
                 err = f"{type(exc).__name__}: {exc}"
             with self.lock:
                 if err:
-                    self.errors[err.split(":")[0] if not err.startswith("report") else err[:60]] += 1
+                    # the exception's type and, for a refusal, its code ("RemoteError: unavailable")
+                    kind = ":".join(err.split(":")[:2]) if not err.startswith("report") else err[:60]
+                    self.errors[kind] += 1
+                    self.samples.setdefault(kind, err[:300])
                 else:
                     self.completed += 1
             self.stop.wait(0.05)
@@ -1114,6 +1118,8 @@ def kill_cycles(n_cycles: int, seed: int, workdir: Path, *, runners: int = 3,
         d.stop()
     lost = work.submitted - work.completed if work else 0
     log(f"kill cycles: lost jobs by first error: {dict(work.errors.most_common(6)) if work else {}}")
+    for kind, text in (work.samples.items() if work else ()):
+        log(f"kill cycles: first {kind}: {text}")
     stale = (max(watch.intervals, default=0.0) if watch.supported else None) if watch else None
     return {"kill_cycles": n_cycles, "journal": journal,
             "jobs_submitted": work.submitted if work else 0, "jobs_completed": work.completed if work else 0,

@@ -81,6 +81,9 @@ class Client:
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.leader_moves = 0  # switches to another replica, since start
+        # sends of the last request that no reply answered: a replica may have acted on
+        # one and died before answering, so a refusal of a resend may be of this request
+        self.unanswered_sends = 0
         self._open(self.endpoint)
 
     def _open(self, endpoint: str) -> None:
@@ -135,6 +138,7 @@ class Client:
         TimeoutError
             No reply within ``timeout_s`` (with replicas: none of them led in that time).
         """
+        self.unanswered_sends = 0
         if len(self.endpoints) == 1:
             return self._request_once(data, req_id, self.timeout_s)
         deadline = time.monotonic() + self.timeout_s
@@ -155,6 +159,7 @@ class Client:
                 else:  # no leader yet: this replica learns of the next one first
                     time.sleep(NOT_LEADER_RETRY_S)
             except TimeoutError:
+                self.unanswered_sends += 1
                 if time.monotonic() >= deadline - 0.01:
                     raise
                 i = self.endpoints.index(self.endpoint) if self.endpoint in self.endpoints else -1
