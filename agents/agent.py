@@ -352,8 +352,11 @@ class Agent:
     def _register(self, s: zmq.Socket, again: bool = False) -> None:
         # the daemon's status shows it: whether this host's ingress is ordered too
         backend = self.backend_name + ("+tc-ingress" if self.ingress_options is not None else "")
+        # the share of each port its backend keeps for unranked traffic: the daemon reserves
+        # for critical jobs on what it leaves (only the tc backend keeps one)
+        floor = self.options.background_floor if self.backend_name == "tc" else 0.0
         body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq,
-                "agent_id": self.agent_id} | self.join
+                "agent_id": self.agent_id, "background_floor": floor} | self.join
         self._register_id = next_id()
         if not again:
             self._register_at = time.monotonic()

@@ -640,3 +640,17 @@ def test_an_agent_takes_its_options_object_and_the_backends_plumbing_beside_it()
     assert a.rto_max_ms == 0 and a.port_dev == "eth2"
     with pytest.raises(TypeError, match="Agent takes an AgentOptions, got dict"):
         Agent("h0", "tcp://127.0.0.1:1", {"backend": "record"})
+
+
+@pytest.mark.parametrize(("backend", "floor", "sent"), [("tc", 0.1, 0.1), ("record", 0.1, 0.0)])
+def test_an_agent_registers_the_background_floor_its_backend_keeps(backend, floor, sent):
+    # the daemon reserves for critical jobs on what it leaves; only the tc backend keeps one
+    fake = _FakeDaemon()
+    a = Agent("h0", fake.endpoint, AgentOptions(backend=backend, background_floor=floor),
+              local_namespace=f"floor{id(fake)}").start()
+    try:
+        _, req, _ = fake.recv("register")
+        assert req.body["background_floor"] == sent
+    finally:
+        a.stop()
+        fake.close()

@@ -54,6 +54,7 @@ class AgentState:
     clock_off: bool = False  # the offset is over a slot
     caps_held: int = 0  # destinations whose unranked traffic the agent holds (its heartbeat)
     caps_unenforced: bool = False  # caps came that its backend cannot hold
+    background_floor: float = 0.0  # the share of each port it keeps for unranked traffic (its registration)
 
 
 class AgentTable:
@@ -121,7 +122,8 @@ class AgentTable:
             self.by_identity.pop(old.identity, None)
         a = AgentState(host, identity, str(body.get("backend", "")), now, peer,
                        str(body.get("agent_id", ""))[:AGENT_ID_CHARS], self.source(),
-                       applied_seq=int(body.get("applied_seq", 0)))
+                       applied_seq=int(body.get("applied_seq", 0)),
+                       background_floor=float(body.get("background_floor", 0.0)))
         self.agents[host] = a
         self.by_identity[identity] = host
         if self.host_seq.get(host, 0):
@@ -166,6 +168,10 @@ class AgentTable:
                joining: bool = False) -> None | Reject:
         """Why this registration is refused, if it is."""
         host = body["host"]
+        floor = body.get("background_floor", 0.0)
+        if not 0.0 <= floor < 1.0:
+            return Reject(ErrorCode.INVALID_BODY, f"body.background_floor: must be within [0, 1) (a share of "
+                                                  f"each port), got {floor!r}")
         if peer is not None and peer != host:
             return Reject(ErrorCode.FORBIDDEN, f"the key of host {peer!r} cannot register as host {host!r}")
         if host not in self.cluster and not joining:

@@ -289,7 +289,8 @@ class JobRegistry:
             out_left[s] = out_left.get(s, 0) + 1
             in_left[d] = in_left.get(d, 0) + 1
         # a critical job's isolated schedule is simulated here, off the daemon's loop
-        win = isolated_windows(job, self.cluster, self.reservations.options) if job.job_class == "critical" else None
+        book = self.reservations
+        win = isolated_windows(job, book.planning_cluster(), book.options) if job.job_class == "critical" else None
         return Prepared(job, index, ports, out_left, in_left, progress[0], progress[1], fallback, win)
 
     def admit(self, prep: Prepared, now: float, owner: str | None = None) -> JobState | Reject:
@@ -375,7 +376,8 @@ class JobRegistry:
             js.out_left[s] = js.out_left.get(s, 0) + 1
             js.in_left[d] = js.in_left.get(d, 0) + 1
         if job.job_class == "critical":  # admitted before: reserved again if its ports allow
-            d = self.reservations.admit(job.id, isolated_windows(job, self.cluster, self.reservations.options), now)
+            book = self.reservations
+            d = book.admit(job.id, isolated_windows(job, book.planning_cluster(), book.options), now)
             if d.admitted:
                 js.guard_until_s = d.start_s + d.target_s
         return self._insert(js)

@@ -242,6 +242,7 @@ class SchedulerState:
             if hasattr(part, "cluster"):
                 part.cluster = cluster
         self.hosts.config = cfg
+        self.job_registry.reservations.cluster = cluster
         self.agent_table.capacity.fit(cluster)
         self.plan_book.fit_cluster()
         if self.journal is not None:
@@ -626,6 +627,8 @@ class SchedulerState:
             self._set_cluster(got)
         back = host in self.hosts.absent or host not in self.hosts.members
         reply = self.agent_table.register(identity, body, now, peer)
+        # critical jobs admitted from now on are reserved on what the agent's floor leaves
+        self.job_registry.reservations.floors[host] = self.agent_table.agents[host].background_floor
         if got is not None or back:
             self.hosts.joined(host, now)
             self.job_registry.absent = self.hosts.absent

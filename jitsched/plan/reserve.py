@@ -367,20 +367,41 @@ class ReservationBook:
     ----------
     cluster : Cluster
     options : ReserveOptions
+    floors : dict of str to float
+        Per host, the share of each of its ports its agent keeps for traffic it does
+        not rank (its background floor; 0 for a host not named). Reservations and
+        isolated JCTs are planned on what the floors leave: a reservation above it
+        is one the agent would not give while that traffic is backlogged.
     """
 
     cluster: Cluster
     options: ReserveOptions = field(default_factory=ReserveOptions)
     held: dict[str, Held] = field(default_factory=dict)
+    floors: dict[str, float] = field(default_factory=dict)
     # ingress_held's part the reservations held decide, and the reservations it was made of
     _hosts_of: list = field(default_factory=list, init=False, repr=False, compare=False)
     _hosts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    def _kept(self) -> np.ndarray:
+        """Each host's share of its ports left to reservations (1 less its floor), shape (n_hosts,)."""
+        return 1.0 - np.array([self.floors.get(n, 0.0) for n in self.cluster.names], dtype=np.float64)
+
+    def planning_cluster(self) -> Cluster:
+        """The cluster with each port's rate what its floor leaves: where critical jobs run
+        alone for their isolated JCTs (the cluster itself when no floor is kept)."""
+        if not any(self.floors.get(n, 0.0) for n in self.cluster.names):
+            return self.cluster
+        return Cluster(tuple(replace(h, egress_bps=h.egress_bps * k, ingress_bps=h.ingress_bps * k)
+                             for h, k in zip(self.cluster.hosts, self._kept(), strict=True)))
+
     def free(self, first_slot: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
         """Bytes/s free per port, slots ``first_slot`` .. ``first_slot + n_slots - 1``:
-        the line rate less every reservation held there."""
-        e = np.repeat(np.asarray(self.cluster.egress_Bps, dtype=np.float64)[:, None], n_slots, axis=1)
-        i = np.repeat(np.asarray(self.cluster.ingress_Bps, dtype=np.float64)[:, None], n_slots, axis=1)
+        the line rate less its host's floor and every reservation held there."""
+        return self._free(first_slot, n_slots, self._kept())
+
+    def _free(self, first_slot: int, n_slots: int, kept: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        e = np.repeat((self.cluster.egress_Bps * kept)[:, None], n_slots, axis=1)
+        i = np.repeat((self.cluster.ingress_Bps * kept)[:, None], n_slots, axis=1)
         for h in self.held.values():
             lo, hi = max(h.start_slot, first_slot), min(h.end_slot, first_slot + n_slots)
             if lo >= hi:
@@ -448,7 +469,8 @@ class ReservationBook:
         if not first:
             return {}
         lo = min(first.values())
-        _, free = self.free(lo, self.horizon_slot() - lo)
+        # what the reservations leave of the whole line: the floor is unranked traffic's too
+        _, free = self._free(lo, self.horizon_slot() - lo, 1.0)
         out = {}
         for host in sorted(first):
             line = float(self.cluster.ingress_Bps[host])
