@@ -25,7 +25,7 @@ from pathlib import Path
 import zmq
 
 from jitsched.agents.attach import AttachTable
-from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate
+from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate, payload_share
 from jitsched.agents.capacity import UnscheduledMeter, bytes_received, tcp_info_u64
 from jitsched.agents.options import AgentOptions
 from jitsched.errors import JitschedError
@@ -352,11 +352,13 @@ class Agent:
     def _register(self, s: zmq.Socket, again: bool = False) -> None:
         # the daemon's status shows it: whether this host's ingress is ordered too
         backend = self.backend_name + ("+tc-ingress" if self.ingress_options is not None else "")
-        # the share of each port its backend keeps for unranked traffic: the daemon reserves
-        # for critical jobs on what it leaves (only the tc backend keeps one)
-        floor = self.options.background_floor if self.backend_name == "tc" else 0.0
+        # what the daemon reserves for critical jobs on: the share of each port the backend
+        # keeps for unranked traffic, and the share of the line a flow's payload takes
+        # (the tc backend shapes whole frames and keeps a floor; the others neither)
+        tc = self.backend_name == "tc"
         body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq,
-                "agent_id": self.agent_id, "background_floor": floor} | self.join
+                "agent_id": self.agent_id, "background_floor": self.options.background_floor if tc else 0.0,
+                "payload_share": payload_share() if tc else 1.0} | self.join
         self._register_id = next_id()
         if not again:
             self._register_at = time.monotonic()

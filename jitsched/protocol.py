@@ -156,10 +156,12 @@ MESSAGES: tuple[Message, ...] = (
     # egress_bps, ingress_bps (bits/s) and address: a host not in the daemon's configuration
     # joins the cluster with them ([daemon] host_join); background_floor: the share of each
     # of the host's ports its agent keeps for traffic it does not rank, in [0, 1) (0 if
-    # absent): critical jobs' reservations there are planned on what it leaves
+    # absent); payload_share: the share of the line a flow's payload takes, in (0, 1] (1 if
+    # absent): critical jobs' reservations there are planned on the payload rate the floor leaves
     Message("register", AGENT, {"host": (str, True), "backend": (str, False),
                                 "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
                                 "address": (str, False), "background_floor": (NUM, False),
+                                "payload_share": (NUM, False),
                                 "applied_seq": (int, False), "agent_id": (str, False)}),
     # the registered agent's host leaves the cluster: its jobs with work left on it end
     # failed, the rest are re-planned; registering again brings it back

@@ -642,15 +642,19 @@ def test_an_agent_takes_its_options_object_and_the_backends_plumbing_beside_it()
         Agent("h0", "tcp://127.0.0.1:1", {"backend": "record"})
 
 
-@pytest.mark.parametrize(("backend", "floor", "sent"), [("tc", 0.1, 0.1), ("record", 0.1, 0.0)])
-def test_an_agent_registers_the_background_floor_its_backend_keeps(backend, floor, sent):
-    # the daemon reserves for critical jobs on what it leaves; only the tc backend keeps one
+@pytest.mark.parametrize(("backend", "floor", "sent", "payload"),
+                         [("tc", 0.1, 0.1, 1448 / 1514), ("record", 0.1, 0.0, 1.0)])
+def test_an_agent_registers_the_background_floor_and_payload_share_its_backend_keeps(backend, floor, sent,
+                                                                                      payload):
+    # the daemon reserves for critical jobs on what they leave; only the tc backend keeps a
+    # floor and shapes whole frames (MTU 1500: 1448 bytes of TCP payload in 1514 of frame)
     fake = _FakeDaemon()
     a = Agent("h0", fake.endpoint, AgentOptions(backend=backend, background_floor=floor),
               local_namespace=f"floor{id(fake)}").start()
     try:
         _, req, _ = fake.recv("register")
         assert req.body["background_floor"] == sent
+        assert req.body["payload_share"] == pytest.approx(payload)
     finally:
         a.stop()
         fake.close()

@@ -392,38 +392,46 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
     assert "1 holding reservations, 0 refused" in out and "; 2 hosts held\n" in out
 
 
-def _register(st: SchedulerState, host: str, floor: float | None = None, **join) -> dict | Reject:
-    body = {"host": host, "backend": "tc"} | ({} if floor is None else {"background_floor": floor}) | join
+def _register(st: SchedulerState, host: str, floor: float | None = None, payload: float | None = None,
+              **join) -> dict | Reject:
+    body = ({"host": host, "backend": "tc"} | ({} if floor is None else {"background_floor": floor})
+            | ({} if payload is None else {"payload_share": payload}) | join)
     return st.register(host.encode(), body, 0.0)
 
 
-def test_critical_jobs_are_reserved_on_what_the_agents_background_floor_leaves():
-    # h0's agent keeps a fifth of each port for traffic it does not rank: a reservation
-    # above 0.8 of the line there is one it would not give while that traffic is backlogged
+def test_critical_jobs_are_reserved_on_what_the_agents_floor_and_frames_leave():
+    # h0's agent keeps a fifth of each port for traffic it does not rank, and a flow's
+    # payload takes 0.9 of the line: a reservation above 0.72 of the line there is one it
+    # would not give while that traffic is backlogged
     st = SchedulerState(config(policy="jit"))
     reg = st.job_registry
-    assert "seq" in _register(st, "h0", 0.2) and "seq" in _register(st, "h1")
-    assert st.status({}, 0.0)["agents"]["h0"]["background_floor"] == 0.2
-    assert st.status({}, 0.0)["agents"]["h1"]["background_floor"] == 0.0
+    assert "seq" in _register(st, "h0", 0.2, 0.9) and "seq" in _register(st, "h1")
+    agents = st.status({}, 0.0)["agents"]
+    assert (agents["h0"]["background_floor"], agents["h0"]["payload_share"]) == (0.2, 0.9)
+    assert (agents["h1"]["background_floor"], agents["h1"]["payload_share"]) == (0.0, 1.0)
     assert st.submit_job({"job": critical("a", "h0", "h1")}, 0.0) == {"job_id": "a", "class": "critical"}
     held = reg.reservations.held["a"]
-    # alone on what the floor leaves: 1 s on the wire at 0.8 Gbit/s is 1.25 s, plus 0.2 s of compute
-    assert held.windows.isolated_s == pytest.approx(1.45, abs=0.01)
-    assert reg.jobs["a"].guard_until_s == pytest.approx(1.6)  # 1.05 x 1.45 s, up to the 0.1-s slot
+    # alone on what it can have: 1 s on the wire at 0.72 Gbit/s is 1.389 s, plus 0.2 s of compute
+    assert held.windows.isolated_s == pytest.approx(1.589, abs=0.01)
+    assert reg.jobs["a"].guard_until_s == pytest.approx(1.7)  # 1.05 x 1.589 s, up to the 0.1-s slot
     line = st.cluster.hosts[0].egress_Bps
-    assert held.rates.max() <= 0.8 * line * (1 + 1e-6)
+    assert held.rates.max() <= 0.72 * line * (1 + 1e-6)
     assert held.rates.sum() * 0.1 == pytest.approx(1.25e8, rel=1e-5)
     # a job from h1 to h2 has no floor on its ports: alone it takes 1.2 s, as before
     assert "job_id" in st.submit_job({"job": critical("b", "h1", "h2")}, 0.0)
     assert reg.reservations.held["b"].windows.isolated_s == pytest.approx(1.2, abs=0.01)
 
 
-def test_a_floor_that_is_no_share_of_a_port_is_refused_at_registration():
+def test_a_floor_or_payload_share_that_is_no_share_is_refused_at_registration():
     st = SchedulerState(config(policy="jit"))
     for bad in (1.0, -0.1, float("nan")):
         got = _register(st, "h0", bad)
         assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_BODY
         assert "background_floor" in got.message
+    for bad in (0.0, 1.5, float("nan")):
+        got = _register(st, "h0", 0.05, bad)
+        assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_BODY
+        assert "payload_share" in got.message
     assert "h0" not in st.status({}, 0.0)["agents"]
 
 

@@ -148,3 +148,25 @@ def test_ingress_held_covers_both_ends_until_the_reserved_transfers_arrive():
     assert book.admit("again", isolated_windows(sends_first("again"), CL, OPTS), 0.0).admitted
     assert [x[0] for x in book.ingress_held({"first": {"t"}})] == [0, 1]
     assert book.ingress_held({"again": {"t"}}) == ()
+
+
+def test_shares_bound_what_is_reserved_and_the_isolated_jct_but_not_what_the_caps_leave():
+    # h0's and h1's agents can give reserved flows 0.8 of their ports: the job alone runs
+    # on that (0.5 s on the wire, not 0.4) and no slot reserves more
+    book = ReservationBook(CL, OPTS, shares={"h0": 0.8, "h1": 0.8})
+    assert book.planning_cluster().hosts[0].egress_Bps == pytest.approx(0.8 * CL.egress_Bps[0])
+    assert book.planning_cluster().hosts[2] == CL.hosts[2]
+    free_e, free_i = book.free(0, 3)
+    assert free_e[0] == pytest.approx([0.8 * CL.egress_Bps[0]] * 3) and free_i[2] == pytest.approx([CL.ingress_Bps[2]] * 3)
+    win = isolated_windows(sends_first(), book.planning_cluster(), OPTS)
+    assert win.isolated_s == pytest.approx(1.5) and isolated_windows(sends_first(), CL, OPTS).isolated_s == pytest.approx(1.4)
+    assert book.admit("first", win, 0.0).admitted
+    rates = book.held["first"].rates
+    assert rates.max() <= 0.8 * CL.egress_Bps[0] * (1 + 1e-6)
+    # what the reservation leaves of h1's whole line goes to the caps: the share that is not
+    # reservable is unranked traffic's as much as what the reservation does not take
+    (_, _, _), (h1, _, left1) = book.ingress_held({})
+    assert h1 == 1 and left1 == pytest.approx(CL.ingress_Bps[1] - rates[0].max())
+    assert left1 >= 0.2 * CL.ingress_Bps[1] * (1 - 1e-6)
+    # with every share 1 the planning cluster is the cluster itself
+    assert ReservationBook(CL, OPTS, shares={"h0": 1.0}).planning_cluster() is CL

@@ -33,6 +33,17 @@ INGRESS_SHARE = 0.98
 BACKGROUND_FLOOR = 0.05
 
 
+# The device MTU the tc backend assumes (bytes).
+MTU = 1500
+
+
+def payload_share(mtu: int = MTU) -> float:
+    """The share of a link's bytes a bulk TCP flow's payload takes: per MTU-sized segment,
+    ``mtu - 52`` bytes of payload (IPv4 and TCP with timestamps) in ``mtu + 14`` bytes of
+    frame (Ethernet header). 0.956 at MTU 1500."""
+    return (mtu - 52) / (mtu + 14)
+
+
 def check_background_floor(share: float) -> None:
     """Raise ValidationError unless ``share`` is a background floor: a number in [0, 1)."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from jitsched.agents.backends.base import (
     FLOW_LEVELS,
     INGRESS_SHARE,
+    MTU,
     Backend,
     FlowRate,
     check_background_floor,
+    payload_share,
     register_backend,
 )
 from jitsched.agents.backends.htb import (
@@ -138,7 +140,7 @@ class TcBackend(Backend):
     name = "tc"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
-                 min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = 1500,
+                 min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = MTU,
                  borrow: bool = False, spare: str = "background", dl_tos: int | None = None,
                  background_floor: float = 0.0, **options) -> None:
         if spare not in SPARE_MODES:
@@ -149,7 +151,7 @@ class TcBackend(Backend):
         self.borrow = bool(borrow)
         # the background class borrows at prio 1: flows after it, or beside it
         self.flow_prio = FLOW_BORROW_PRIO if spare == "background" else 1
-        self.wire_factor = (mtu + 14) / (mtu - 52)
+        self.wire_factor = 1.0 / payload_share(mtu)
         self.min_rate_Bps = float(min_rate_Bps if min_rate_Bps is not None else 0.005 * self.line_rate_Bps)
         self.ifindex = ifindex_in(netns, dev)
         self.nl = TcSocket(netns)

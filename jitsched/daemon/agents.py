@@ -55,6 +55,13 @@ class AgentState:
     caps_held: int = 0  # destinations whose unranked traffic the agent holds (its heartbeat)
     caps_unenforced: bool = False  # caps came that its backend cannot hold
     background_floor: float = 0.0  # the share of each port it keeps for unranked traffic (its registration)
+    payload_share: float = 1.0  # the share of the line a flow's payload takes (its registration)
+
+    @property
+    def reservable(self) -> float:
+        """The share of each port's line rate it can give reserved flows' payload while
+        unranked traffic is backlogged: its payload share of what its floor leaves."""
+        return self.payload_share * (1.0 - self.background_floor)
 
 
 class AgentTable:
@@ -123,7 +130,8 @@ class AgentTable:
         a = AgentState(host, identity, str(body.get("backend", "")), now, peer,
                        str(body.get("agent_id", ""))[:AGENT_ID_CHARS], self.source(),
                        applied_seq=int(body.get("applied_seq", 0)),
-                       background_floor=float(body.get("background_floor", 0.0)))
+                       background_floor=float(body.get("background_floor", 0.0)),
+                       payload_share=float(body.get("payload_share", 1.0)))
         self.agents[host] = a
         self.by_identity[identity] = host
         if self.host_seq.get(host, 0):
@@ -168,10 +176,13 @@ class AgentTable:
                joining: bool = False) -> None | Reject:
         """Why this registration is refused, if it is."""
         host = body["host"]
-        floor = body.get("background_floor", 0.0)
+        floor, payload = body.get("background_floor", 0.0), body.get("payload_share", 1.0)
         if not 0.0 <= floor < 1.0:
             return Reject(ErrorCode.INVALID_BODY, f"body.background_floor: must be within [0, 1) (a share of "
                                                   f"each port), got {floor!r}")
+        if not 0.0 < payload <= 1.0:
+            return Reject(ErrorCode.INVALID_BODY, f"body.payload_share: must be within (0, 1] (a share of "
+                                                  f"the line), got {payload!r}")
         if peer is not None and peer != host:
             return Reject(ErrorCode.FORBIDDEN, f"the key of host {peer!r} cannot register as host {host!r}")
         if host not in self.cluster and not joining:

@@ -627,8 +627,8 @@ class SchedulerState:
             self._set_cluster(got)
         back = host in self.hosts.absent or host not in self.hosts.members
         reply = self.agent_table.register(identity, body, now, peer)
-        # critical jobs admitted from now on are reserved on what the agent's floor leaves
-        self.job_registry.reservations.floors[host] = self.agent_table.agents[host].background_floor
+        # critical jobs admitted from now on are reserved on what the agent can give them
+        self.job_registry.reservations.shares[host] = self.agent_table.agents[host].reservable
         if got is not None or back:
             self.hosts.joined(host, now)
             self.job_registry.absent = self.hosts.absent

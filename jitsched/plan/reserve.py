@@ -367,36 +367,37 @@ class ReservationBook:
     ----------
     cluster : Cluster
     options : ReserveOptions
-    floors : dict of str to float
-        Per host, the share of each of its ports its agent keeps for traffic it does
-        not rank (its background floor; 0 for a host not named). Reservations and
-        isolated JCTs are planned on what the floors leave: a reservation above it
-        is one the agent would not give while that traffic is backlogged.
+    shares : dict of str to float
+        Per host, the share of each of its ports' line rate reservations may take, in
+        (0, 1] (1 for a host not named): what its agent can give a reserved flow's
+        payload while traffic it does not rank is backlogged
+        (:meth:`jitsched.daemon.agents.AgentState.reservable`). Isolated JCTs and
+        reserved rates are planned on it.
     """
 
     cluster: Cluster
     options: ReserveOptions = field(default_factory=ReserveOptions)
     held: dict[str, Held] = field(default_factory=dict)
-    floors: dict[str, float] = field(default_factory=dict)
+    shares: dict[str, float] = field(default_factory=dict)
     # ingress_held's part the reservations held decide, and the reservations it was made of
     _hosts_of: list = field(default_factory=list, init=False, repr=False, compare=False)
     _hosts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _kept(self) -> np.ndarray:
-        """Each host's share of its ports left to reservations (1 less its floor), shape (n_hosts,)."""
-        return 1.0 - np.array([self.floors.get(n, 0.0) for n in self.cluster.names], dtype=np.float64)
+        """Each host's share of its ports reservations may take, shape (n_hosts,)."""
+        return np.array([self.shares.get(n, 1.0) for n in self.cluster.names], dtype=np.float64)
 
     def planning_cluster(self) -> Cluster:
-        """The cluster with each port's rate what its floor leaves: where critical jobs run
-        alone for their isolated JCTs (the cluster itself when no floor is kept)."""
-        if not any(self.floors.get(n, 0.0) for n in self.cluster.names):
+        """The cluster with each port's rate the share reservations may take: where critical
+        jobs run alone for their isolated JCTs (the cluster itself when every share is 1)."""
+        if all(self.shares.get(n, 1.0) == 1.0 for n in self.cluster.names):
             return self.cluster
         return Cluster(tuple(replace(h, egress_bps=h.egress_bps * k, ingress_bps=h.ingress_bps * k)
                              for h, k in zip(self.cluster.hosts, self._kept(), strict=True)))
 
     def free(self, first_slot: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
         """Bytes/s free per port, slots ``first_slot`` .. ``first_slot + n_slots - 1``:
-        the line rate less its host's floor and every reservation held there."""
+        the line rate times its host's share less every reservation held there."""
         return self._free(first_slot, n_slots, self._kept())
 
     def _free(self, first_slot: int, n_slots: int, kept: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
@@ -469,7 +470,7 @@ class ReservationBook:
         if not first:
             return {}
         lo = min(first.values())
-        # what the reservations leave of the whole line: the floor is unranked traffic's too
+        # what the reservations leave of the whole line: the rest is unranked traffic's too
         _, free = self._free(lo, self.horizon_slot() - lo, 1.0)
         out = {}
         for host in sorted(first):
