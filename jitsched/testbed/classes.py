@@ -45,7 +45,8 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         it: the other jobs' share); ``normal_mean_jct_s``; ``admission``: the
         daemon's decision in the second run (``admitted``, ``admitted as
         normal``, ``refused``), its ``epsilon`` and the isolated JCT and target
-        it reserved for (the simulator's, at the line rate); ``critical_reserved``:
+        it reserved for (the simulator's, on the payload rate the agents can give it);
+        ``critical_reserved``:
         the job's transfers with reserved rates, those the agents scheduled
         (``registered``: a transfer under 10 ms at the line rate rides
         unregistered) and those the agents gave at least their largest reserved
@@ -123,8 +124,8 @@ def admission(critical: dict, job_id: str) -> dict:
     dict
         ``decision`` (``admitted``, ``admitted as normal``, ``refused``; None
         when the daemon sent no stats), ``epsilon``, and when reserved for
-        ``isolated_jct_s`` and ``target_jct_s`` (the daemon's, simulated at the line
-        rate) and ``start_s`` (daemon clock); ``guarantee``: ``met`` or ``missed`` as the
+        ``isolated_jct_s`` and ``target_jct_s`` (the daemon's, simulated on the payload
+        rate the agents can give it) and ``start_s`` (daemon clock); ``guarantee``: ``met`` or ``missed`` as the
         daemon judged the job's finish against its target (None: it did not finish as critical).
     """
     if not critical:
