@@ -282,10 +282,12 @@ def test_a_join_with_a_bad_name_or_capacity_or_past_max_hosts_is_refused_naming_
                              ({"host": "x" * 200, "egress_bps": GBIT, "ingress_bps": GBIT}, "body.host"),
                              ({"host": "n1", "egress_bps": 1e300, "ingress_bps": GBIT}, "body.egress_bps"),
                              ({"host": "n1", "egress_bps": GBIT, "ingress_bps": 0}, "body.ingress_bps"),
+                             # positive, but 0 bytes/s once divided by 8
+                             ({"host": "n1", "egress_bps": 5e-324, "ingress_bps": GBIT}, "body.egress_bps"),
                              ({"host": "n1", "egress_bps": GBIT}, "body.ingress_bps")):
             rep = ask(s, "register", body)
             assert rep.code == ErrorCode.INVALID_BODY and needle in rep.message, (body, rep)
-        assert len(d.state.cluster) == 1 and d.state.hosts.counts["joins_refused"] == 5
+        assert len(d.state.cluster) == 1 and d.state.hosts.counts["joins_refused"] == 6
         assert ask(s, "register", {"host": "n1", "egress_bps": GBIT, "ingress_bps": GBIT}).ok
         assert len(d.state.cluster) == 2
         # [limits] max_hosts: 2 here, so a third host is refused

@@ -81,6 +81,17 @@ def test_horizon_limit_follows_the_slot_length():
     assert isinstance(got, Reject) and "slots of 0.01 s" in got.message
 
 
+def test_a_job_through_a_port_of_no_usable_rate_is_refused_not_failed():
+    # a cluster made in code can hold a port of 0 bytes/s (configurations and joins cannot):
+    # the job's plan would never end, and it is refused as over the horizon
+    from jitsched.daemon.limits import check_job
+    from jitsched.dag.model import Cluster, Host, parse_job
+
+    cl = Cluster((Host("h0", 5e-324, 1e9), Host("h1", 1e9, 1e9)))
+    got = check_job(parse_job(tiny_job(), cl), config(cluster=cl))
+    assert isinstance(got, Reject) and "max_plan_slots" in got.message and "inf" in got.message
+
+
 def test_unknown_ids_are_quoted_only_in_part():
     st = SchedulerState(config())
     got = st.transfer_finished({"job_id": "z" * 100_000, "transfer": "t"}, 0.0)

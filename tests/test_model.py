@@ -53,7 +53,8 @@ def test_good_workload_parses():
 @pytest.mark.parametrize("mutate, message", [
     (lambda o: o["jobs"][0]["transfers"][0].update(bytes=0), r"jobs\[0\].transfers\[0\].bytes: size must be positive"),
     (lambda o: o["jobs"][0]["transfers"][0].update(bytes=-5), r"size must be positive.*'t1'"),
-    (lambda o: o["cluster"]["hosts"][0].update(egress_bps=0), r"cluster.hosts\[0\].egress_bps: capacity must be positive"),
+    (lambda o: o["cluster"]["hosts"][0].update(egress_bps=0), r"cluster.hosts\[0\].egress_bps: capacity must be at least 1 bit/s"),
+    (lambda o: o["cluster"]["hosts"][0].update(egress_bps=5e-324), r"cluster.hosts\[0\].egress_bps: capacity must be at least"),
     (lambda o: o["cluster"]["hosts"][1].update(ingress_bps=-1), r"hosts\[1\].ingress_bps"),
     (lambda o: o["jobs"][0]["computes"][0].update(duration_s=-0.1), r"computes\[0\].duration_s: negative duration.*'c1'"),
     (lambda o: o["jobs"][0]["computes"][0].update(host="h9"), r"computes\[0\].host: unknown host 'h9'"),

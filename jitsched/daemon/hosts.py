@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from jitsched.config import ALLOW_LIST, DaemonConfig
 from jitsched.daemon.reject import Reject
-from jitsched.dag.model import Cluster, Host
+from jitsched.dag.model import MIN_HOST_BPS, Cluster, Host
 from jitsched.errors import ValidationError
 from jitsched.keys import check_name
 from jitsched.protocol import ErrorCode
@@ -80,11 +80,11 @@ class HostTable:
             if v is None and host in cluster:  # one that left, back as it was
                 x = cluster.hosts[cluster.index(host)]
                 v = getattr(x, key)
-            if v is None or not 0 < float(v) <= MAX_HOST_BPS:
+            if v is None or not MIN_HOST_BPS <= float(v) <= MAX_HOST_BPS:
                 self.counts["joins_refused"] += 1
                 return Reject(ErrorCode.INVALID_BODY, f"body.{key}: host {host!r} is not in the daemon's "
-                              f"configuration and joins with its capacities (bits/s, positive and at most "
-                              f"{MAX_HOST_BPS:g}), got {v!r}")
+                              f"configuration and joins with its capacities (bits/s, at least "
+                              f"{MIN_HOST_BPS:g} and at most {MAX_HOST_BPS:g}), got {v!r}")
             caps.append(float(v))
         if host not in cluster and len(cluster) >= self.config.max_hosts:
             self.counts["joins_refused"] += 1

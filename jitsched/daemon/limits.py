@@ -55,7 +55,7 @@ def check_job(job: Job, config: DaemonConfig, path: str = "body.job") -> Reject 
             return _over(f"{where}.bytes", f"{t.bytes:g} bytes", f"{config.max_transfer_bytes:g} bytes",
                          "max_transfer_bytes")
     span_s, why = plan_span_s(job, config.cluster)
-    slots = math.ceil(span_s / config.slot_s)
+    slots = math.ceil(span_s / config.slot_s) if math.isfinite(span_s) else math.inf
     if slots > config.max_plan_slots:
         return _over(path, f"a plan of this job alone spans at least {span_s:.6g} s ({why}), "
                      f"{slots} slots of {config.slot_s:g} s", f"{config.max_plan_slots} slots",
@@ -72,7 +72,11 @@ def plan_span_s(job: Job, cluster: Cluster) -> tuple[float, str]:
     horizon covers at least this much, and so do its arrays.
     """
     index = cluster.index
-    egress, ingress = cluster.egress_Bps, cluster.ingress_Bps
+    egress, ingress = cluster.egress_Bps.tolist(), cluster.ingress_Bps.tolist()
+
+    def secs(nbytes: float, rate: float) -> float:  # a port of no rate never carries them
+        return nbytes / rate if rate > 0 else (math.inf if nbytes > 0 else 0.0)
+
     out = [0.0] * len(cluster)
     into = [0.0] * len(cluster)
     took = {c.id: c.duration_s for c in job.computes}
@@ -80,12 +84,12 @@ def plan_span_s(job: Job, cluster: Cluster) -> tuple[float, str]:
         s, d = index(t.src), index(t.dst)
         out[s] += t.bytes
         into[d] += t.bytes
-        took[t.id] = t.bytes / min(egress[s], ingress[d])
+        took[t.id] = secs(t.bytes, min(egress[s], ingress[d]))
     port_s, port = 0.0, ""
     for h, name in enumerate(cluster.names):
         for side, load, rate in (("egress", out[h], egress[h]), ("ingress", into[h], ingress[h])):
-            if load / rate > port_s:
-                port_s, port = load / rate, f"{name} {side}: {load:g} bytes at {rate:g} bytes/s"
+            if secs(load, rate) > port_s:
+                port_s, port = secs(load, rate), f"{name} {side}: {load:g} bytes at {rate:g} bytes/s"
     path_s = critical_path_s(took, job.edges)
     if path_s >= port_s:
         return path_s, "its critical path"

@@ -218,6 +218,9 @@ class Workload:
 
 # --------------------------------------------------------------------------- parsing
 
+# The least capacity a host's port may have, bits/s: a smaller positive one (5e-324, say)
+# is 0 bytes/s once divided by 8, and every transfer through it would take forever.
+MIN_HOST_BPS = 1.0
 _HOST_FIELDS = {"name": str, "egress_bps": "num", "ingress_bps": "num", "address": str}
 _HOST_REQUIRED = ("name", "egress_bps", "ingress_bps")
 _JOB_FIELDS = {"id": str, "arrival_s": "num", "priority": "num", "model": str, "class": str,
@@ -271,8 +274,9 @@ def parse_cluster(obj: Any, path: str = "cluster", *, empty_ok: bool = False) ->
             raise ValidationError(f"{where}.name: duplicate host name {h['name']!r}")
         seen.add(h["name"])
         for key in ("egress_bps", "ingress_bps"):
-            if h[key] <= 0:
-                raise ValidationError(f"{where}.{key}: capacity must be positive, got {h[key]!r}")
+            if h[key] < MIN_HOST_BPS:
+                raise ValidationError(f"{where}.{key}: capacity must be at least {MIN_HOST_BPS:g} bit/s, "
+                                      f"got {h[key]!r}")
         hosts.append(Host(h["name"], float(h["egress_bps"]), float(h["ingress_bps"]), h.get("address")))
     return Cluster(tuple(hosts))
 
