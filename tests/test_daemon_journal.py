@@ -528,3 +528,24 @@ def test_submissions_and_ends_are_fsynced_progress_is_not(tmp_path):
     assert seen[4] == "PRAGMA synchronous=FULL" and seen[-1] == "PRAGMA synchronous=NORMAL"
     j.db = j.db._db
     j.close()
+
+
+def test_a_restarted_daemon_reserves_its_critical_jobs_on_the_shares_its_agents_registered(tmp_path):
+    # its agents have not registered again when it takes the job back: it reserves on what
+    # they last said they could give (h0 keeps a fifth of its ports), not on the whole line
+    from jitsched.daemon.state import SchedulerState
+    from tests.test_daemon_jobs import _register, critical
+
+    cfg = config(journal=str(tmp_path / "journal.db"), policy="jit")
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    assert "seq" in _register(st, "h0", 0.2)
+    assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
+    before = st.job_registry.reservations.held["a"].windows.isolated_s
+    assert before == pytest.approx(1.45, abs=0.01)  # 1 s at 0.8 of the line, plus 0.2 s of compute
+    st.journal.close()
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    try:
+        assert st.restored == ["a"] and st.job_registry.reservations.shares == {"h0": pytest.approx(0.8)}
+        assert st.job_registry.reservations.held["a"].windows.isolated_s == pytest.approx(before)
+    finally:
+        st.journal.close()

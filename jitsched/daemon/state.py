@@ -170,6 +170,7 @@ class SchedulerState:
         assert self.journal is not None
         self._journal(self.journal.compact)
         self._restore_hosts(now)
+        self._restore_shares()
         for jj in self._journal(self.journal.unfinished) or []:
             if jj.error:
                 js = Reject(ErrorCode.INVALID_JOB, f"its journal row is unreadable: {jj.error}")
@@ -231,6 +232,16 @@ class SchedulerState:
                 self.hosts.joined(h.name, now)
         if cluster is not self.cluster:
             self._set_cluster(cluster)
+
+    def _restore_shares(self) -> None:
+        """Take back the share of each port its agent last registered it could give reserved flows."""
+        got = self._journal(self.journal.get, "reservable_shares") if self.journal is not None else None
+        try:
+            rows = {str(h): float(v) for h, v in (json.loads(got) if got else {}).items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.error(kv("reservable_shares_unreadable", error=str(exc)))
+            return
+        self.job_registry.reservations.shares.update({h: v for h, v in rows.items() if 0.0 < v <= 1.0})
 
     def _set_cluster(self, cluster: Cluster) -> None:
         """Plan on ``cluster`` from now on: hosts joined or registered new capacities
@@ -627,8 +638,15 @@ class SchedulerState:
             self._set_cluster(got)
         back = host in self.hosts.absent or host not in self.hosts.members
         reply = self.agent_table.register(identity, body, now, peer)
-        # critical jobs admitted from now on are reserved on what the agent can give them
-        self.job_registry.reservations.shares[host] = self.agent_table.agents[host].reservable
+        # critical jobs admitted from now on are reserved on what the agent can give them;
+        # the journal keeps it, so that a restarted daemon reserves its critical jobs again on
+        # it before their agents register
+        shares = self.job_registry.reservations.shares
+        share = self.agent_table.agents[host].reservable
+        if shares.get(host, 1.0) != share:
+            shares[host] = share
+            if self.journal is not None:
+                self._journal(self.journal.put, "reservable_shares", json.dumps(shares))
         if got is not None or back:
             self.hosts.joined(host, now)
             self.job_registry.absent = self.hosts.absent
