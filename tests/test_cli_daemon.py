@@ -226,6 +226,8 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
         try:
             assert wait_until(lambda: d.state.agents.get("h0") is not None and d.state.agents["h0"].clock_off, 5.0)
             d.state.agents["h2"].resends_stopped = True  # as after RESEND_TRIES unacked re-sends
+            # as a tc agent registers: a 5 % floor, and payload in whole frames
+            d.state.agents["h2"].background_floor, d.state.agents["h2"].payload_share = 0.05, 1448 / 1514
             d.state.agent_table.counts["schedule_resends_stopped"] = 1
             assert main(["status", "--daemon", d.job_endpoint]) == 0
         finally:
@@ -237,6 +239,7 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
     assert m and abs(float(m.group(1)) + 30.0) < 0.1, h0
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert "NOT ACKING" in h2
+    assert "reserves 0.909 of its ports (floor 0.05, payload 0.956)" in h2 and "reserves" not in h0
     assert "  agents: schedule_resends_stopped 1" in out
 
 
