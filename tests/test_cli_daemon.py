@@ -275,3 +275,15 @@ def test_daemon_command_exits_1_when_its_loop_dies(monkeypatch, tmp_path, capsys
     assert len(turns) == 3
     err = capsys.readouterr().err
     assert "jitsched daemon: stopped: RuntimeError: housekeeping broke" in err
+
+
+def test_submit_through_a_replica_that_died_after_taking_the_job_says_it_was_submitted(tmp_path, capsys):
+    import json
+
+    from tests.test_client import dead_then_duplicate
+
+    f = tmp_path / "j.json"
+    f.write_text(json.dumps({"id": "x", "computes": [{"id": "c", "host": "h0", "duration_s": 1}]}))
+    with dead_then_duplicate() as (endpoint, seen):
+        assert main(["submit", str(f), "--daemon", endpoint]) == 0
+    assert capsys.readouterr().out == "submitted x\n" and seen == ["submit_job"]

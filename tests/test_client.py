@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 
 import pytest
@@ -83,3 +85,53 @@ def test_a_request_to_an_endpoint_nobody_serves_times_out_instead_of_blocking():
         with pytest.raises(TimeoutError, match="no (connection to|reply from)"):
             c.status()
         assert _time.monotonic() - t0 < 2.0
+
+
+@contextlib.contextmanager
+def dead_then_duplicate():
+    """Two replicas' job endpoints ("A,B") and the request types B got: A takes every request
+    and never answers (it died after acting on it); B already holds the job (A's state
+    reached etcd), so it refuses a submission ``duplicate_job`` and answers the rest."""
+    from jitsched.protocol import MsgType, decode_request, encode_error, encode_ok
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER)
+    ends = [f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}" for s in (a, b)]
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            if not b.poll(50):
+                continue
+            peer, data = b.recv_multipart()
+            req = decode_request(data)
+            seen.append(req.type)
+            if req.type == MsgType.SUBMIT_JOB:
+                rep = encode_error(req.id, ErrorCode.DUPLICATE_JOB, f"job {req.body['job']['id']!r} is already running")
+            else:
+                rep = encode_ok(req.id, {"results": [{}] * len(req.body.get("events", []))})
+            b.send_multipart([peer, rep])
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield ",".join(ends), seen
+    finally:
+        stop.set()
+        t.join(5)
+        for s in (a, b):
+            s.close(0)
+        ctx.term()
+
+
+def test_a_submission_a_dead_replica_took_is_this_clients_own_when_the_leader_has_it():
+    with dead_then_duplicate() as (endpoint, seen), Client(endpoint, timeout_s=5.0) as c:
+        assert c.submit({"id": "x", "computes": [{"id": "c", "host": "h0", "duration_s": 1}]}) == {
+            "job_id": "x", "resent": True}
+        assert c.unanswered_sends == 1 and seen == ["submit_job"]
+        # a refusal of a first send that was answered is another's job of that id
+        with pytest.raises(RemoteError) as ei:
+            c._move(endpoint.split(",")[1])
+            c.submit_job({"id": "x", "computes": [{"id": "c", "host": "h0", "duration_s": 1}]})
+        assert ei.value.code == ErrorCode.DUPLICATE_JOB and c.unanswered_sends == 0

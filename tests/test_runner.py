@@ -214,45 +214,11 @@ def test_a_runner_runs_a_template_as_iterations_and_the_daemon_learns_its_timing
 
 @pytest.mark.parametrize("async_reports", [False, True])
 def test_a_submission_that_reached_a_replica_before_it_died_counts_as_made(async_reports):
-    # replica A takes the submission and dies before answering (silent here); the client
-    # sends it again to replica B, which already holds the job (A's state reached etcd) and
-    # answers duplicate_job: that is this run's own submission, not another's
-    import threading
+    from jitsched.protocol import MsgType
+    from tests.test_client import dead_then_duplicate
 
-    import zmq
-
-    from jitsched.protocol import ErrorCode, MsgType, decode_request, encode_error, encode_ok
-
-    ctx = zmq.Context()
-    a, b = ctx.socket(zmq.ROUTER), ctx.socket(zmq.ROUTER)
-    ends = [f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}" for s in (a, b)]
-    seen: list[str] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            if not b.poll(50):
-                continue
-            peer, data = b.recv_multipart()
-            req = decode_request(data)
-            seen.append(req.type)
-            if req.type == MsgType.SUBMIT_JOB:
-                rep = encode_error(req.id, ErrorCode.DUPLICATE_JOB, "job 'lonely' is already running")
-            else:
-                rep = encode_ok(req.id, {"results": [{}] * len(req.body.get("events", []))})
-            b.send_multipart([peer, rep])
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
+    with dead_then_duplicate() as (endpoint, seen):
         job = Job("lonely", (Compute("c0", "h0", 0.01),), (), ())
-        r = JobRunner(job, ",".join(ends), {}, async_reports=async_reports,
-                      request_timeout_s=5.0).run(timeout_s=20.0)
-    finally:
-        stop.set()
-        t.join(5)
-        for s in (a, b):
-            s.close(0)
-        ctx.term()
+        r = JobRunner(job, endpoint, {}, async_reports=async_reports, request_timeout_s=5.0).run(timeout_s=20.0)
     assert r.error == ""
     assert seen[0] == MsgType.SUBMIT_JOB and MsgType.JOB_FINISHED in seen

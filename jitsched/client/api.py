@@ -207,13 +207,22 @@ class Client:
         ``if_unguaranteed`` ("refuse", the daemon's default, or "normal"): what a critical
         job no reservation can hold becomes. Refused, :class:`RemoteError`'s ``detail``
         names the bottleneck port and the earliest start; admitted as normal, the reply's
-        ``class`` is "normal" and its ``unguaranteed`` says the same."""
+        ``class`` is "normal" and its ``unguaranteed`` says the same.
+
+        With replicas, a ``duplicate_job`` refusal after a send no reply answered is this
+        submission's own (a replica acted on it, then died or answered too late): the
+        reply is then ``{"job_id": ..., "resent": True}``."""
         body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
         if cluster is not None:
             body["cluster"] = dict(cluster)
         if if_unguaranteed is not None:
             body["if_unguaranteed"] = if_unguaranteed
-        return self.request(MsgType.SUBMIT_JOB, body)
+        try:
+            return self.request(MsgType.SUBMIT_JOB, body)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.DUPLICATE_JOB or not self.unanswered_sends:
+                raise
+            return {"job_id": str(body["job"].get("id")), "resent": True}
 
     def submit_graph(self, graph_path: str | Path, *, ps_host: str, worker_host: str,
                      job_id: str | None = None) -> str:

@@ -139,10 +139,9 @@ class _Session:
                 first = False
                 continue
             except RemoteError as exc:
-                if exc.code == ErrorCode.DUPLICATE_JOB and name == "submit" and (
-                        not first or self.client.unanswered_sends):
-                    # an earlier try got there (to this daemon, or to a replica that died
-                    # before answering and whose state the leader took over); its reply did not
+                if exc.code == ErrorCode.DUPLICATE_JOB and name == "submit" and not first:
+                    # an earlier try got there; its reply did not (the client itself counts
+                    # the sends it made within one try: Client.submit)
                     return {"job_id": self.runner.job.id}
                 if exc.code == ErrorCode.UNKNOWN_JOB and resubmit and name not in ("submit", "register_template"):
                     self._resubmit()
