@@ -23,7 +23,7 @@ from jitsched.bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.dag.model import Background, parse_cluster
 from jitsched.plan.learn import learned_job
-from jitsched.protocol import MsgType, decode_reply, encode_request
+from jitsched.protocol import LEADER, MsgType, decode_reply, encode_request
 from jitsched.sim.recurring import ESTIMATES, RecurringJob, simulate_recurring
 from jitsched.workloads.paper import MODELS, load_model_job
 
@@ -45,7 +45,7 @@ def _hosts_toml(n: int, bps: float) -> list[str]:
 class _DaemonProcess:
     """``jitsched daemon`` in its own session (its planner child with it), on free ports."""
 
-    def __init__(self, workdir: Path, n_hosts: int, policy: str) -> None:
+    def __init__(self, workdir: Path, n_hosts: int, policy: str, etcd: str | None = None) -> None:
         ports = free_ports(2)
         self.job_endpoint = f"tcp://127.0.0.1:{ports[0]}"
         self.agent_endpoint = f"tcp://127.0.0.1:{ports[1]}"
@@ -54,8 +54,11 @@ class _DaemonProcess:
                   f'agent_endpoint = "{self.agent_endpoint}"', "heartbeat_s = 1.0",
                   "heartbeat_timeout_s = 30.0", "resend_s = 0.5", "",
                   "[scheduler]", f'policy = "{policy}"', "", "[limits]", f"max_jobs = {100_000}"]
+        if etcd is not None:  # one replica on etcd: its state goes there as it changes
+            lines += ["", "[ha]", f'etcd_endpoints = ["{etcd}"]', 'etcd_prefix = "/bench-recurring"']
         self.config = workdir / "daemon.toml"
         self.config.write_text("\n".join(lines) + "\n")
+        self.replica = etcd is not None
         self.log = workdir / "daemon.log"
         self.proc: subprocess.Popen | None = None
 
@@ -70,8 +73,11 @@ class _DaemonProcess:
                 raise RuntimeError(f"the daemon exited (log {self.log})")
             with Client(self.job_endpoint, timeout_s=0.5) as c:
                 with contextlib.suppress(TimeoutError):
-                    c.request(MsgType.STATUS, {"limit": 1})
-                    return self
+                    # a replica answers before it is elected: it is ready once it leads
+                    st = c.request(MsgType.STATUS, {"replica": True} if self.replica else {"limit": 1})
+                    if not self.replica or st.get("role") == LEADER:
+                        return self
+            time.sleep(0.05)
         raise RuntimeError(f"the daemon did not answer within 60 s (log {self.log})")
 
     def cpu_s(self) -> float:
@@ -122,17 +128,23 @@ def _sched_messages(status: dict) -> int:
 
 
 def daemon_run(n_jobs: int, iterations: int, rate: float, models: list[str], policy: str = "jit",
-               seed: int = 0, n_hosts: int | None = None) -> dict:
+               seed: int = 0, n_hosts: int | None = None, etcd: bool = False) -> dict:
     """N recurring jobs (models mixed) against a daemon process with record agents.
 
     Each job registers its template, then reports ``iterations`` iterations at
     ``rate`` per second (one ``iteration`` message each, with every compute's
-    measured time), one DEALER socket per job, all driven by one poller.
+    measured time), one DEALER socket per job, all driven by one poller. With
+    ``etcd`` the daemon is one replica on a one-member etcd of its own.
     """
+    from jitsched.daemon.ha import LocalEtcd
+
     n_hosts = n_hosts or max(4, 2 * n_jobs)
     rng = np.random.default_rng(seed)
-    with tempfile.TemporaryDirectory(prefix="bench-recurring-") as tmp:
-        d = _DaemonProcess(Path(tmp), n_hosts, policy).start()
+    store = LocalEtcd(*free_ports(2)) if etcd else None
+    with tempfile.TemporaryDirectory(prefix="bench-recurring-") as tmp, contextlib.ExitStack() as stack:
+        if store is not None:
+            stack.callback(store.stop)
+        d = _DaemonProcess(Path(tmp), n_hosts, policy, store.endpoint if store else None).start()
         agents = None
         ctx = zmq.Context()
         socks = []
@@ -222,7 +234,7 @@ def daemon_run(n_jobs: int, iterations: int, rate: float, models: list[str], pol
                     "estimate_error_after_20": float(np.mean(errs)) if errs else None,
                     "daemon_cpu_cores": cpu / wall, "iterations_unranked": unranked,
                     "iteration_errors": errors, "register_s": register_s, "wall_s": wall,
-                    "policy": policy, "rate_per_job": rate}
+                    "policy": policy, "rate_per_job": rate, "etcd": etcd}
         finally:
             for s in socks:
                 s.close(0)
@@ -293,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the simulator's table instead: iterations to 5 %% and mean iteration time with "
                          "declared, learned and exact estimates, per model")
     ap.add_argument("--sim-policies", default="jit,jit-paper", help="policies of --convergence")
+    ap.add_argument("--etcd", action="store_true",
+                    help="the daemon as one replica on a one-member etcd of its own (Debian's etcd-server)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args(argv)
@@ -314,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _print_convergence(rows)
         return 0
-    out = daemon_run(args.jobs, args.iterations, args.rate, models, args.policy, args.seed, args.hosts or None)
+    out = daemon_run(args.jobs, args.iterations, args.rate, models, args.policy, args.seed, args.hosts or None,
+                     args.etcd)
     if args.json:
         keys = ("jobs", "iterations", "iterations_per_s", "daemon_cpu_per_iteration_ms", "ranks_latency_p99_ms",
                 "messages_per_iteration", "estimate_error_after_20")

@@ -19,6 +19,15 @@ def test_recurring_jobs_against_a_daemon_at_one_message_per_iteration(capsys):
     assert out["daemon_cpu_per_iteration_ms"] > 0 and out["ranks_latency_p99_ms"] > 0
 
 
+def test_recurring_jobs_against_a_replica_on_etcd(capsys):
+    # the daemon as one replica on a real etcd: its iterations' counts go to etcd too
+    assert bench_recurring.main(["--jobs", "2", "--iterations", "21", "--rate", "20", "--models", "lenet",
+                                 "--etcd", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["etcd"] is True and out["iterations"] == 42 and not out["iteration_errors"]
+    assert out["messages_per_iteration"] == 1.0
+
+
 def test_convergence_table_and_bad_arguments(capsys):
     assert bench_recurring.main(["--convergence", "--models", "lenet", "--iterations", "3",
                                  "--sim-policies", "jit", "--json"]) == 0

@@ -71,6 +71,31 @@ def test_store_round_trip(etcd):
     el.resign()
 
 
+def test_counts_held_back_go_with_the_next_write_or_flush_in_one_transaction(etcd):
+    # a recurring job's count at each JOURNAL_EVERY-th iteration is no reply's promise: 100 of
+    # them, reached in one loop turn, are one transaction, not 100 on the daemon's loop
+    client, el = _elected(etcd, "/t-later")
+    s = EtcdStore(client, el)
+    rows = [s.submitted(f"j{i}", {"id": f"j{i}"}, None, 0.0) for i in range(100)]
+    writes = s.writes
+    for r in rows:
+        s.template(r, 20, b"L", later=True)
+    def stored() -> dict:  # another replica's reading: the running jobs first, then their counts
+        other = EtcdStore(client, el)
+        other.unfinished()
+        return other.templates()
+
+    assert s.writes == writes and stored() == {}
+    s.flush()
+    assert s.writes == writes + 1 and s.flush() is None and s.writes == writes + 1
+    assert stored() == {r: (20, b"L") for r in rows}
+    # held back, then another write: they go first, in the same transaction
+    s.template(rows[0], 40, later=True)
+    s.ended(rows[1], "done", 1.0)
+    assert s.writes == writes + 2 and stored()[rows[0]] == (40, b"L")
+    el.resign()
+
+
 def test_deposed_writer_is_refused(etcd):
     client, a = _elected(etcd, "/t-fence")
     store = EtcdStore(client, a)

@@ -213,8 +213,8 @@ def test_templates_and_their_counts_survive_a_daemon_restart(tmp_path):
     try:
         t = d.state.templates.get("rec")
         assert d.state.restored == ["rec"] and t.iterations == n_it
-        # the statistics as of the last journalled iteration (every JOURNAL_EVERY)
-        assert t.model.compute.n == JOURNAL_EVERY
+        # a clean stop journalled the count and statistics of the last iteration
+        assert t.model.compute.n == n_it
         assert np.allclose(t.model.compute.mean, learned)
         assert [c.duration_s for c in d.state.jobs["rec"].job.computes] == pytest.approx(learned.tolist())
         with Client(d.job_endpoint, timeout_s=5.0) as c:
@@ -228,3 +228,36 @@ def test_templates_and_their_counts_survive_a_daemon_restart(tmp_path):
             assert err.value.code == ErrorCode.JOB_ENDED
     finally:
         d.stop()
+
+
+def test_a_killed_daemon_resumes_a_recurring_job_from_its_last_journalled_iteration(tmp_path):
+    # the count and statistics go to the journal every JOURNAL_EVERY iterations (each would
+    # be an etcd transaction on a replica's loop): a daemon killed in between loses the
+    # iterations since, and the job's next report sets the count again
+    from jitsched.daemon.journal import Journal
+
+    cfg = config(journal=str(tmp_path / "journal.db"), policy="jit")
+    job = _job("rec", "h0", "h1")
+    nc = len(job.computes)
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    st.templates.ranks_only = True  # as the daemon sets it for jit: an iteration re-plans nothing
+    assert st.register_template({"job": job.to_dict()}, 0.0)["job_id"] == "rec"
+    for n in range(1, JOURNAL_EVERY + 4):
+        assert st.iteration({"job_id": "rec", "n": n, "compute_s": [0.02] * nc, "step_s": 0.1}, 0.1 * n)["counted"]
+    st.journal.close()  # killed: no flush_iterations
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    st.templates.ranks_only = True
+    try:
+        t = st.templates.get("rec")
+        assert t.iterations == JOURNAL_EVERY and t.model.compute.n == JOURNAL_EVERY
+        got = st.iteration({"job_id": "rec", "n": JOURNAL_EVERY + 4, "compute_s": [0.02] * nc}, 5.0)
+        assert got["counted"] and got["n"] == JOURNAL_EVERY + 4
+        # a clean stop writes what moved since: the next start has it exactly
+        assert st.flush_iterations() == 1 and st.flush_iterations() == 0
+    finally:
+        st.journal.close()
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    try:
+        assert st.templates.get("rec").iterations == JOURNAL_EVERY + 4
+    finally:
+        st.journal.close()

@@ -294,6 +294,10 @@ class EtcdStore:
         self._jobs: dict[int, dict] = {}  # running rows: their job record without the map
         self._batching = 0  # open batch() blocks
         self._pending: list[dict] = []  # progress events a batch holds back, in order
+        # recurring jobs' counts and learned states held back for the next write or flush():
+        # an iteration's write would be one transaction on the loop (3.1 ms), and jobs started
+        # together reach their JOURNAL_EVERY-th iteration together
+        self._later: list[dict] = []
 
     def _k(self, *parts: object) -> str:
         return "/".join([self.prefix, *map(str, parts)])
@@ -321,6 +325,8 @@ class EtcdStore:
                 self._write([])
 
     def _write(self, ops: list[dict]) -> None:
+        if self._later:
+            ops, self._later = self._later + ops, []
         if self._pending:
             ops, self._pending = self._pending + ops, []
         if not self.election.leading():
@@ -388,12 +394,21 @@ class EtcdStore:
         """Forget announced background flows."""
         self._write([delete_op(self._k("bg", n)) for n in names])
 
-    def template(self, row: int, iterations: int, learned: bytes | None = None) -> None:
-        """Record recurring job ``row``'s iteration count and, if given, its learned state."""
+    def template(self, row: int, iterations: int, learned: bytes | None = None, *, later: bool = False) -> None:
+        """Record recurring job ``row``'s iteration count and, if given, its learned state;
+        ``later``: with the next write or :meth:`flush`."""
         ops = [put_op(self._k("tpl", self._row(row), "n"), str(iterations))]
         if learned is not None:
             ops.append(put_op(self._k("tpl", self._row(row), "learned"), learned))
-        self._write(ops)
+        if later:
+            self._later += ops
+        else:
+            self._write(ops)
+
+    def flush(self) -> None:
+        """Write the counts and learned states :meth:`template` held back, if any."""
+        if self._later and not self._batching:
+            self._write([])
 
     def templates(self) -> dict[int, tuple[int, bytes | None]]:
         """Every running recurring job's row -> (iteration count, learned state or None)."""

@@ -275,8 +275,9 @@ class Journal:
         self.db.executemany("DELETE FROM background WHERE name = ?", [(n,) for n in names])
         self.writes += 1
 
-    def template(self, row: int, iterations: int, learned: bytes | None = None) -> None:
-        """Record recurring job ``row``'s iteration count and, if given, its learned state."""
+    def template(self, row: int, iterations: int, learned: bytes | None = None, *, later: bool = False) -> None:
+        """Record recurring job ``row``'s iteration count and, if given, its learned state
+        (at once whatever ``later`` says: a row of sqlite costs little)."""
         if learned is None:
             cur = self.db.execute("UPDATE templates SET iterations = ? WHERE row = ?", (iterations, row))
             if cur.rowcount:
@@ -286,6 +287,9 @@ class Journal:
                         "COALESCE(?, (SELECT learned FROM templates WHERE row = ?)))",
                         (row, iterations, learned, row))
         self.writes += 1
+
+    def flush(self) -> None:
+        """Nothing is held back (:meth:`template` writes at once)."""
 
     # ------------------------------------------------------------------ restart
 

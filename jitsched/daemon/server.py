@@ -563,6 +563,9 @@ class Daemon:
                 # and its bodies should not wait behind that request's snapshot
                 self._flush_outbox(agents, now)
                 self._maybe_plan(now)
+                self.state.flush_journal()
+            # a clean stop: what the journal holds only every few iterations goes now
+            self.state.flush_iterations()
         except BaseException as exc:
             # the loop is the daemon: without it nothing is served. Record why and end,
             # so that the process exits non-zero (``running`` turns False) and is restarted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -487,13 +488,36 @@ class SchedulerState:
                 replan = True
             if replan:
                 self.plan_book.trigger("iteration", now)
-            if self.journal is not None and js.journal_row:
-                learned = None
-                if t.iterations - t.journalled_at >= JOURNAL_EVERY or replan:
-                    learned, t.journalled_at = t.state(), t.iterations
-                self._journal(self.journal.template, js.journal_row, t.iterations, learned)
+            if self.journal is not None and js.journal_row and (
+                    t.iterations - t.journalled_at >= JOURNAL_EVERY or replan):
+                t.journalled_at = t.iterations
+                # no promise of the reply's: it goes with the loop turn's other writes
+                self._journal(functools.partial(self.journal.template, later=True), js.journal_row,
+                              t.iterations, t.state())
         return {"n": t.iterations, "counted": counted, "ranked": js.job.id in self.plan_book.covered,
                 "seq": self.plan_book.schedule_seq}
+
+    def flush_iterations(self) -> int:
+        """Journal each recurring job's iteration count and learned statistics where they moved
+        since they were last journalled (a clean stop: the next start resumes them exactly);
+        returns how many jobs' were written (a failed write is a journal error, as any is)."""
+        n = 0
+        if self.journal is None:
+            return n
+        for jid, t in self.templates.templates.items():
+            js = self.job_registry.jobs.get(jid)
+            if js is not None and js.active and js.journal_row and t.iterations > t.journalled_at:
+                t.journalled_at = t.iterations
+                self._journal(functools.partial(self.journal.template, later=True), js.journal_row,
+                              t.iterations, t.state())
+                n += 1
+        self.flush_journal()
+        return n
+
+    def flush_journal(self) -> None:
+        """Write what the journal was allowed to hold back (once a loop turn)."""
+        if self.journal is not None:
+            self._journal(self.journal.flush)
 
     def _end(self, js: JobState, state: str, now: float, error: str = "") -> None:
         self.job_registry.end(js, state, now, error)

@@ -54,8 +54,12 @@ class Store(Protocol):
     def background_gone(self, names: list[str]) -> None:
         """Forget announced background flows."""
 
-    def template(self, row: int, iterations: int, learned: bytes | None = None) -> None:
-        """Record recurring job ``row``'s iteration count and, if given, its learned state."""
+    def template(self, row: int, iterations: int, learned: bytes | None = None, *, later: bool = False) -> None:
+        """Record recurring job ``row``'s iteration count and, if given, its learned state;
+        ``later``: it may wait for the next write or :meth:`flush` (it is no answer's promise)."""
+
+    def flush(self) -> None:
+        """Write what :meth:`template` was allowed to hold back (raising as a write does)."""
 
     def templates(self) -> dict[int, tuple[int, bytes | None]]:
         """Every running recurring job's row -> (iteration count, learned state or None)."""
