@@ -8,7 +8,15 @@ import pytest
 
 from jitsched.bench.bench_faults import free_ports
 from jitsched.config import DaemonConfig, parse_config
-from jitsched.daemon.ha import Election, Etcd, EtcdStore, EtcdUnavailable, LocalEtcd
+from jitsched.daemon.ha import (
+    Election,
+    Etcd,
+    EtcdStore,
+    EtcdUnavailable,
+    LocalEtcd,
+    put_op,
+    txn_chunks,
+)
 from jitsched.daemon.journal import DONE, STARTED, JournalFlow
 from jitsched.daemon.state import SchedulerState
 from jitsched.daemon.store import FencedError
@@ -94,6 +102,21 @@ def test_counts_held_back_go_with_the_next_write_or_flush_in_one_transaction(etc
     s.ended(rows[1], "done", 1.0)
     assert s.writes == writes + 2 and stored()[rows[0]] == (40, b"L")
     el.resign()
+
+
+def test_transactions_stay_under_etcds_operation_and_request_limits():
+    # 30 learned states of a ResNet152's size (98 kB) held back together: one transaction
+    # would be 3 MB, over etcd's default 1.5 MiB request
+    big = [put_op(f"/p/tpl/{i}/learned", b"x" * 98_000) for i in range(30)]
+    chunks = txn_chunks(big)
+    assert [op for c in chunks for op in c] == big
+    assert all(sum(len(op["request_put"]["value"]) for op in c) <= 1 << 20 for c in chunks)
+    assert len(chunks) == 4  # 130,668 bytes of base64 each: 8 a transaction
+    small = [put_op(f"/p/ev/{i}", b"e") for i in range(250)]
+    assert [len(c) for c in txn_chunks(small)] == [100, 100, 50]
+    assert txn_chunks([]) == [[]]  # a write of nothing still checks the fence
+    huge = [put_op("/p/one", b"y" * 2_000_000), put_op("/p/two", b"z")]
+    assert [len(c) for c in txn_chunks(huge)] == [1, 1]
 
 
 def test_deposed_writer_is_refused(etcd):

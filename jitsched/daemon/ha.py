@@ -26,6 +26,10 @@ log = logging.getLogger("jitsched.daemon.ha")
 
 # etcd refuses a transaction of more operations than its --max-txn-ops (128 by default)
 TXN_OPS = 100
+# ... or of a request larger than its --max-request-bytes (1.5 MiB by default): a
+# transaction carries at most this many bytes of base64 keys and values (3/4 of it raw),
+# or one operation if that alone is more. A ResNet152's learned state is 98 kB.
+TXN_BYTES = 1 << 20
 # seconds one etcd request may take before the next endpoint is tried
 REQUEST_TIMEOUT_S = 1.0
 
@@ -135,6 +139,23 @@ def put_op(key: str, value: bytes | str, lease: int = 0) -> dict:
     if lease:
         put["lease"] = lease
     return {"request_put": put}
+
+
+def txn_chunks(ops: list[dict], most_ops: int = TXN_OPS, most_bytes: int = TXN_BYTES) -> list[list[dict]]:
+    """``ops`` in order, cut into transactions of at most ``most_ops`` operations and
+    ``most_bytes`` bytes of encoded keys and values (an operation larger than that alone);
+    one empty transaction for no operations (a write of nothing still checks the fence)."""
+    out: list[list[dict]] = [[]]
+    size = 0
+    for op in ops:
+        body = next(iter(op.values()))
+        n = len(body.get("key", "")) + len(body.get("value", ""))
+        if out[-1] and (len(out[-1]) >= most_ops or size + n > most_bytes):
+            out.append([])
+            size = 0
+        out[-1].append(op)
+        size += n
+    return out
 
 
 def delete_op(key: str, prefix: bool = False) -> dict:
@@ -332,8 +353,8 @@ class EtcdStore:
         if not self.election.leading():
             self.fenced += 1
             raise FencedError("this replica no longer leads: its writes are refused")
-        for i in range(0, max(len(ops), 1), TXN_OPS):
-            if not self.etcd.txn(self.election.fence(), ops[i:i + TXN_OPS]):
+        for chunk in txn_chunks(ops):
+            if not self.etcd.txn(self.election.fence(), chunk):
                 self.fenced += 1
                 self.election.depose("a write was refused: another replica leads")
                 raise FencedError("this replica no longer leads: etcd refused its write")
@@ -529,4 +550,5 @@ class LocalEtcd:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-__all__ = ["Election", "Etcd", "EtcdStore", "EtcdUnavailable", "Leader", "LocalEtcd", "delete_op", "put_op"]
+__all__ = ["Election", "Etcd", "EtcdStore", "EtcdUnavailable", "Leader", "LocalEtcd", "delete_op", "put_op",
+           "txn_chunks"]
