@@ -242,6 +242,8 @@ def test_a_killed_daemon_resumes_a_recurring_job_from_its_last_journalled_iterat
     st = SchedulerState(cfg, journal=Journal(cfg.journal))
     st.templates.ranks_only = True  # as the daemon sets it for jit: an iteration re-plans nothing
     assert st.register_template({"job": job.to_dict()}, 0.0)["job_id"] == "rec"
+    # its first write comes within JOURNAL_EVERY iterations, at a phase its row sets
+    first = JOURNAL_EVERY - st.jobs["rec"].journal_row % JOURNAL_EVERY
     for n in range(1, JOURNAL_EVERY + 4):
         assert st.iteration({"job_id": "rec", "n": n, "compute_s": [0.02] * nc, "step_s": 0.1}, 0.1 * n)["counted"]
     st.journal.close()  # killed: no flush_iterations
@@ -249,7 +251,8 @@ def test_a_killed_daemon_resumes_a_recurring_job_from_its_last_journalled_iterat
     st.templates.ranks_only = True
     try:
         t = st.templates.get("rec")
-        assert t.iterations == JOURNAL_EVERY and t.model.compute.n == JOURNAL_EVERY
+        assert 3 < first < JOURNAL_EVERY + 4 <= first + JOURNAL_EVERY
+        assert t.iterations == first and t.model.compute.n == first
         got = st.iteration({"job_id": "rec", "n": JOURNAL_EVERY + 4, "compute_s": [0.02] * nc}, 5.0)
         assert got["counted"] and got["n"] == JOURNAL_EVERY + 4
         # a clean stop writes what moved since: the next start has it exactly
@@ -261,3 +264,34 @@ def test_a_killed_daemon_resumes_a_recurring_job_from_its_last_journalled_iterat
         assert st.templates.get("rec").iterations == JOURNAL_EVERY + 4
     finally:
         st.journal.close()
+
+
+def test_jobs_registered_together_journal_their_counts_at_iterations_of_their_own(tmp_path):
+    from jitsched.daemon.journal import Journal
+
+    cfg = config(journal=str(tmp_path / "journal.db"), policy="jit")
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    st.templates.ranks_only = True
+    written: list[tuple[str, int]] = []
+    real = st.journal.template
+
+    def template(row, iterations, learned=None, *, later=False):
+        if iterations:
+            written.append((row, iterations))
+        return real(row, iterations, learned, later=later)
+
+    st.journal.template = template
+    jobs = [_job(f"r{i}", "h0", "h1") for i in range(JOURNAL_EVERY)]
+    for job in jobs:
+        assert "job_id" in st.register_template({"job": job.to_dict()}, 0.0)
+    nc = len(jobs[0].computes)
+    for n in range(1, 2 * JOURNAL_EVERY + 1):
+        for job in jobs:
+            st.iteration({"job_id": job.id, "n": n, "compute_s": [0.02] * nc}, 0.1 * n)
+    firsts = {}
+    for row, n in written:
+        firsts.setdefault(row, n)
+    # each job once within its first JOURNAL_EVERY iterations, then every JOURNAL_EVERY; no
+    # two jobs at the same iteration
+    assert sorted(firsts.values()) == list(range(1, JOURNAL_EVERY + 1))
+    assert all(sorted(n for r, n in written if r == row) == [f, f + JOURNAL_EVERY] for row, f in firsts.items())

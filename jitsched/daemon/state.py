@@ -452,13 +452,16 @@ class SchedulerState:
         js = self.job_registry.submit(body, now, peer)
         if isinstance(js, Reject):
             return js
-        self.templates.register(js, now)
+        t = self.templates.register(js, now)
         reply = self._submitted(js, body, now)
         if isinstance(reply, Reject):  # not journalled: not taken
             self.templates.forget(js.job.id)
             return reply
         if self.journal is not None and js.journal_row:
             self._journal(self.journal.template, js.journal_row, 0, None)
+            # each job's writes every JOURNAL_EVERY iterations at a phase of its own: jobs
+            # started together do not all write at the same iteration
+            t.journalled_at = -(js.journal_row % JOURNAL_EVERY)
         return reply
 
     def iteration(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
