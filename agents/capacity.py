@@ -6,13 +6,13 @@ import struct
 import time
 from collections.abc import Callable
 
+from jitsched.agents.backends.base import payload_share
 from jitsched.netns import in_netns
 
 # Scheduled flows are counted in TCP payload (tcp_info), interfaces in frames: a full
-# 1500-byte frame carries 1448 bytes of payload (20 IP, 20 TCP, 12 timestamp option
-# bytes) in 1514 bytes counted (the 14-byte Ethernet header). Payload bytes times this
-# are the frames they went in; smaller segments make it a little low.
-WIRE_PER_PAYLOAD = 1514 / 1448
+# 1500-byte frame carries 1448 bytes of payload in 1514 bytes counted (payload_share).
+# Payload bytes times this are the frames they went in; smaller segments make it a little low.
+WIRE_PER_PAYLOAD = 1.0 / payload_share()
 TCPI_BYTES_RECEIVED = 128  # offset of tcpi_bytes_received (u64) in struct tcp_info
 TCP_INFO_LEN = 232
 

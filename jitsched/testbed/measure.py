@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 
-from jitsched.agents.backends.base import FlowRate
+from jitsched.agents.backends.base import FlowRate, payload_share
 from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.testbed import Testbed
 from jitsched.testbed.bgtraffic import Receiver, connect, send_bytes
 
-GOODPUT = 1448 / 1514  # TCP payload per wire byte at MTU 1500 with timestamps
+GOODPUT = payload_share()  # TCP payload per wire byte at MTU 1500 with timestamps
 WINDOW_S = 0.005  # window for "the new rate shows on the wire"
 
 
