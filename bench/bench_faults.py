@@ -997,6 +997,12 @@ class _Workload:
                     self.completed += 1
             self.stop.wait(0.05)
 
+    def log_errors(self, what: str) -> None:
+        """Log the lost jobs counted by their first error, and the first whole error of each kind."""
+        log(f"{what}: lost jobs by first error: {dict(self.errors.most_common(6))}")
+        for kind, text in self.samples.items():
+            log(f"{what}: first {kind}: {text}")
+
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
@@ -1117,9 +1123,10 @@ def kill_cycles(n_cycles: int, seed: int, workdir: Path, *, runners: int = 3,
             a.stop()
         d.stop()
     lost = work.submitted - work.completed if work else 0
-    log(f"kill cycles: lost jobs by first error: {dict(work.errors.most_common(6)) if work else {}}")
-    for kind, text in (work.samples.items() if work else ()):
-        log(f"kill cycles: first {kind}: {text}")
+    if work is not None:
+        work.log_errors("kill cycles")
+    else:
+        log("kill cycles: lost jobs by first error: {}")
     stale = (max(watch.intervals, default=0.0) if watch.supported else None) if watch else None
     return {"kill_cycles": n_cycles, "journal": journal,
             "jobs_submitted": work.submitted if work else 0, "jobs_completed": work.completed if work else 0,

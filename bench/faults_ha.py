@@ -157,9 +157,7 @@ def leader_kills(n: int, seed: int, workdir: Path, *, runners: int = 3, ttl_s: f
         etcd.stop()
     lost = work.submitted - work.completed if work else 0
     if work is not None and work.errors:
-        log(f"leader kills: lost jobs by first error: {dict(work.errors.most_common(6))}")
-        for kind, text in work.samples.items():
-            log(f"leader kills: first {kind}: {text}")
+        work.log_errors("leader kills")
     return {"leader_kills": n, "ha_jobs_submitted": work.submitted if work else 0,
             "ha_jobs_completed": work.completed if work else 0, "ha_jobs_lost": lost,
             "failover_s_p50": statistics.median(failovers) if failovers else None,

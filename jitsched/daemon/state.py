@@ -32,7 +32,7 @@ from jitsched.daemon.plans import (
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.solver import build_view, run_increment, run_plan
 from jitsched.daemon.store import Store, StoreError
-from jitsched.daemon.templates import JOURNAL_EVERY, TemplateBook
+from jitsched.daemon.templates import JOURNAL_EVERY, Template, TemplateBook
 from jitsched.dag.model import Cluster, Host
 from jitsched.errors import JitschedError
 from jitsched.protocol import LEADER, SINGLE, ErrorCode, report_bodies
@@ -493,10 +493,7 @@ class SchedulerState:
                 self.plan_book.trigger("iteration", now)
             if self.journal is not None and js.journal_row and (
                     t.iterations - t.journalled_at >= JOURNAL_EVERY or replan):
-                t.journalled_at = t.iterations
-                # no promise of the reply's: it goes with the loop turn's other writes
-                self._journal(functools.partial(self.journal.template, later=True), js.journal_row,
-                              t.iterations, t.state())
+                self._journal_template(js, t)
         return {"n": t.iterations, "counted": counted, "ranked": js.job.id in self.plan_book.covered,
                 "seq": self.plan_book.schedule_seq}
 
@@ -510,12 +507,17 @@ class SchedulerState:
         for jid, t in self.templates.templates.items():
             js = self.job_registry.jobs.get(jid)
             if js is not None and js.active and js.journal_row and t.iterations > t.journalled_at:
-                t.journalled_at = t.iterations
-                self._journal(functools.partial(self.journal.template, later=True), js.journal_row,
-                              t.iterations, t.state())
+                self._journal_template(js, t)
                 n += 1
         self.flush_journal()
         return n
+
+    def _journal_template(self, js: JobState, t: Template) -> None:
+        """Journal recurring job ``js``'s count and learned statistics as they are now; no
+        reply promises them, so they may go with the loop turn's other writes."""
+        t.journalled_at = t.iterations
+        self._journal(functools.partial(self.journal.template, later=True), js.journal_row,
+                      t.iterations, t.state())
 
     def flush_journal(self) -> None:
         """Write what the journal was allowed to hold back (once a loop turn)."""
