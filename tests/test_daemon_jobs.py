@@ -408,6 +408,7 @@ def test_critical_jobs_are_reserved_on_what_the_agents_floor_and_frames_leave():
     assert "seq" in _register(st, "h0", 0.2, 0.9) and "seq" in _register(st, "h1")
     agents = st.status({}, 0.0)["agents"]
     assert (agents["h0"]["background_floor"], agents["h0"]["payload_share"]) == (0.2, 0.9)
+    assert agents["h0"]["reservable"] == pytest.approx(0.72) and agents["h1"]["reservable"] == 1.0
     assert (agents["h1"]["background_floor"], agents["h1"]["payload_share"]) == (0.0, 1.0)
     assert st.submit_job({"job": critical("a", "h0", "h1")}, 0.0) == {"job_id": "a", "class": "critical"}
     held = reg.reservations.held["a"]

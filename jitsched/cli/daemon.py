@@ -357,9 +357,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
               f"acked {a['acked_seq']}"
               # what critical jobs' reservations on its ports are planned on
-              + (f", reserves {a.get('payload_share', 1.0) * (1 - a.get('background_floor', 0.0)):.3g} of its "
-                 f"ports (floor {a.get('background_floor', 0.0):g}, payload {a.get('payload_share', 1.0):.3g})"
-                 if a.get("background_floor") or a.get("payload_share", 1.0) != 1.0 else "")
+              + (f", reserves {a['reservable']:.3g} of its ports (floor {a['background_floor']:g}, "
+                 f"payload {a['payload_share']:.3g})" if a["reservable"] != 1.0 else "")
               + (f" CLOCK OFF by {a['clock_offset_s']:+.3f} s (corrected by the agent)" if a.get("clock_off") else "")
               + (f" NOT ACKING seq {a['seq']} (re-sends stopped after {a['resends']})"
                  if a.get("resends_stopped") else "")

@@ -288,7 +288,9 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
                   "last_seen_age_s": now - a.last_seen_s, "total_Bps": a.total_Bps,
                   "clock_offset_s": a.clock_offset_s, "clock_rtt_s": a.clock_rtt_s, "clock_off": a.clock_off,
                   "attached": a.attached, "caps_held": a.caps_held, "caps_unenforced": a.caps_unenforced,
+                  # and the share of its ports critical jobs' reservations are planned on
                   "background_floor": a.background_floor, "payload_share": a.payload_share,
+                  "reservable": a.reservable,
                   # the port's unscheduled traffic as the agent measured it, bytes/s per direction,
                   # its smoothed mean and the capacity plans use (jitsched.daemon.capacity)
                   "unscheduled_Bps": a.unscheduled_Bps, **table.capacity.host_view(h)}
