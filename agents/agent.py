@@ -774,7 +774,7 @@ class Agent:
             body["caps_unenforced"] = self.caps_unenforced
         if self.meter is not None:
             errors = self.meter.errors
-            self.unscheduled_Bps = self.meter.sample(self.scheduled_bytes(body.get("attached")))
+            self.unscheduled_Bps = self.meter.sample(lambda: self.scheduled_bytes(body.get("attached")))
             if self.meter.errors > errors and (errors == 0 or self.meter.errors % 1000 == 0):
                 # no sample goes: the daemon's status shows the agent's unscheduled_Bps empty
                 log.warning("event=agent_port_unmeasured dev=%s errors=%d error=%r", self.port_dev,
