@@ -193,6 +193,11 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # unfinished reserved transfers hold to what they leave (its background floor at
     # least), so that it meets them in no switch queue; False: only the receiver orders it
     critical_caps: bool = _in("daemon", True)
+    # a host whose agent has not registered (and that the journal has no share for) is
+    # reserved on this share of its ports' line rate; once its agent registers, on what that
+    # agent can give (its payload share less its background floor). 0.9 is at most what a
+    # tc agent gives with its defaults (1448 of each 1514-byte frame, 5 % floor: 0.909)
+    critical_assumed_share: float = _in("daemon", 0.9)
     policy: str = _in("scheduler", "jit")
     slot_s: float = _in("scheduler", DEFAULT_SLOT_S)
     # None: the policy's own default (jit: 0, no LP reservations; jit-paper: 0.4)
@@ -399,6 +404,9 @@ def check_config(cfg: DaemonConfig) -> None:
     if not 0 <= cfg.critical_epsilon < math.inf:
         raise ValidationError(f"[daemon].critical_epsilon: must be a finite number >= 0 (a critical job's JCT "
                               f"bound over its isolated JCT, less 1), got {cfg.critical_epsilon!r}")
+    if not 0 < cfg.critical_assumed_share <= 1:
+        raise ValidationError(f"[daemon].critical_assumed_share: must be within (0, 1] (the share of a port "
+                              f"reserved on before its agent registers), got {cfg.critical_assumed_share!r}")
     if cfg.planning not in PLANNING_MODES:
         raise ValidationError(f"planning: expected incremental or full, got {cfg.planning!r}")
     if not cfg.joint_replan_s >= 0:

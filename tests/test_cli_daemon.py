@@ -199,6 +199,7 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
                 c.iteration(jid, n, step_s=0.5 + 0.1 * n)
             assert c.submit(tiny_job("crit", 1.25e8, src="h2", dst="h3") | {"class": "critical"})["class"] == "critical"
         d.state.journal_errors, d.state.journal_last_error = 2, "database or disk is full"
+        d.state.job_registry.active["crit"].at_risk = "reserved on 1 of host h3's ports; its agent can give 0.8"
         assert main(["status", "--daemon", d.job_endpoint]) == 0
     finally:
         d.stop()
@@ -207,8 +208,8 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
     assert "JOURNAL: 2 writes failed (last: database or disk is full)" in out
     assert "critical jobs (JCT within 1.05x isolated): 1 holding reservations, 0 refused" in out
     # its hosts have no address in this cluster: the agents cannot cap traffic into them
-    assert ("as normal instead; 0 finished within it, 0 did not; 2 hosts held, NOT CAPPED (no address): h2, h3"
-            in out)
+    assert ("as normal instead; 0 finished within it, 0 did not, AT RISK (reserved on more than an agent can "
+            "give): crit; 2 hosts held, NOT CAPPED (no address): h2, h3" in out)
 
 
 def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):

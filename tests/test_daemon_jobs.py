@@ -178,7 +178,7 @@ def critical(job_id: str, src: str, dst: str, **kw) -> dict:
 
 
 def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_port_and_start():
-    st = SchedulerState(config(policy="jit"))
+    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0))
     reg = st.job_registry
     assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
     # its reservation holds 1.05 x 1.2 s, up to the 0.1-s slot
@@ -201,7 +201,7 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     assert "b" not in reg.reservations.held and reg.critical_demoted == 1
     # a holds h0 and h1, which have no address here: no agent can cap traffic into them
     assert st.status({}, 0.5)["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
-                                              "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [],
+                                              "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
                                               "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"]}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
     assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
@@ -220,7 +220,7 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
 
 
 def test_a_critical_job_is_told_and_counted_as_within_its_guarantee_or_not():
-    st = SchedulerState(config(policy="jit"))
+    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0))
     reg = st.job_registry
     assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
     assert "job_id" in st.submit_job({"job": critical("c", "h2", "h3")}, 0.0)
@@ -245,7 +245,7 @@ def test_a_critical_job_is_told_and_counted_as_within_its_guarantee_or_not():
 
 
 def test_a_journalled_critical_job_is_reserved_for_again():
-    st = SchedulerState(config(policy="jit"))
+    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0))
     reg = st.job_registry
     js = reg.restore(critical("a", "h0", "h1"), None, 0.0)
     assert js.job.job_class == "critical" and js.guard_until_s == pytest.approx(1.3)
@@ -259,7 +259,7 @@ def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start
     from jitsched.daemon import Daemon
     from jitsched.errors import RemoteError
 
-    d = Daemon(config(planner_process=False, policy="jit")).start()
+    d = Daemon(config(planner_process=False, policy="jit", critical_assumed_share=1.0)).start()
     try:
         with Client(d.job_endpoint, timeout_s=10.0) as c:
             assert c.submit(critical("a", "h0", "h1"))["class"] == "critical"
@@ -272,7 +272,7 @@ def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start
             assert got["class"] == "normal" and got["unguaranteed"]["bottleneck"] == "h0 egress"
             assert got["unguaranteed"]["earliest_start_s"] > 0
             assert c.status()["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
-                                              "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [],
+                                              "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
                                               "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"]}
             assert c.job_finished("a")["guarantee"] == "met"
             assert c.status()["critical"]["met"] == 1
@@ -290,7 +290,7 @@ def test_a_real_daemon_guarantees_within_its_critical_epsilon(tmp_path):
 
     # the setting as an operator writes it, read back from the TOML
     p = tmp_path / "d.toml"
-    p.write_text(tomli_w.dumps(config_doc(config(planner_process=False, policy="jit", critical_epsilon=1.0))))
+    p.write_text(tomli_w.dumps(config_doc(config(planner_process=False, policy="jit", critical_assumed_share=1.0, critical_epsilon=1.0))))
     cfg = load_config(p)
     assert cfg.critical_epsilon == 1.0
     d = Daemon(cfg).start()
@@ -308,7 +308,7 @@ def test_a_real_daemon_guarantees_within_its_critical_epsilon(tmp_path):
             assert err.value.detail["isolated_jct_s"] == pytest.approx(1.2)
             assert err.value.detail["target_jct_s"] == pytest.approx(2.4)
             assert c.status()["critical"] == {"epsilon": 1.0, "reserved": 2, "refused": 1,
-                                              "admitted_as_normal": 0, "met": 0, "missed": 0, "overdue": [],
+                                              "admitted_as_normal": 0, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
                                               "hosts_held": 3,
                                               "hosts_unaddressed": ["h0", "h1", "h2"]}
         assert d.state.job_registry.reservations.options.eps == 1.0
@@ -403,7 +403,7 @@ def test_critical_jobs_are_reserved_on_what_the_agents_floor_and_frames_leave():
     # h0's agent keeps a fifth of each port for traffic it does not rank, and a flow's
     # payload takes 0.9 of the line: a reservation above 0.72 of the line there is one it
     # would not give while that traffic is backlogged
-    st = SchedulerState(config(policy="jit"))
+    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0))
     reg = st.job_registry
     assert "seq" in _register(st, "h0", 0.2, 0.9) and "seq" in _register(st, "h1")
     agents = st.status({}, 0.0)["agents"]
@@ -445,3 +445,52 @@ def test_a_critical_job_on_a_host_that_joined_is_reserved_on_the_grown_cluster()
     assert st.job_registry.reservations.held["a"].windows.dst[0] == n
     got = st.submit_job({"job": critical("b", "h1", "new")}, 0.2)
     assert isinstance(got, Reject) and got.detail["bottleneck"] == "new ingress"
+
+
+def test_before_its_agent_registers_a_host_is_reserved_on_the_assumed_share_then_on_its_agents():
+    # the default assumes what a tc agent gives with its defaults, at most
+    from agents.backends.base import BACKGROUND_FLOOR, payload_share
+
+    st = SchedulerState(config(policy="jit"))
+    assert st.config.critical_assumed_share <= payload_share() * (1 - BACKGROUND_FLOOR)
+    reg = st.job_registry
+    assert st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)["class"] == "critical"
+    # 1 s on the wire at 0.9 Gbit/s is 1.111 s, plus 0.2 s of compute
+    assert reg.reservations.held["a"].windows.isolated_s == pytest.approx(1.311, abs=0.01)
+    assert reg.reservations.held["a"].rates.max() <= 0.9 * st.cluster.hosts[0].egress_Bps * (1 + 1e-6)
+    # h2 and h3's agents can give the whole line (no floor, whole-frame payload): alone as on it
+    assert "seq" in _register(st, "h2", 0.0, 1.0) and "seq" in _register(st, "h3", 0.0, 1.0)
+    assert st.submit_job({"job": critical("b", "h2", "h3")}, 0.0)["class"] == "critical"
+    assert reg.reservations.held["b"].windows.isolated_s == pytest.approx(1.2, abs=0.01)
+    # more than the assumed share puts no running job at risk
+    assert st.status({}, 0.0)["critical"]["at_risk"] == []
+
+
+def test_a_job_reserved_on_more_than_its_hosts_agent_can_give_now_is_shown_at_risk():
+    from prometheus_client import generate_latest
+
+    from jitsched.daemon.metrics import Metrics
+
+    st = SchedulerState(config(policy="jit"))
+    reg = st.job_registry
+    for h in ("h0", "h1", "h2", "h3"):
+        assert "seq" in _register(st, h, 0.0, 1.0)
+    assert st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)["class"] == "critical"
+    assert st.submit_job({"job": critical("b", "h2", "h3")}, 0.0)["class"] == "critical"
+    assert reg.reservations.held["a"].rates.max() > 0.9 * st.cluster.hosts[0].egress_Bps
+    # h1's agent comes back with a 20 % floor: a's transfer into it is reserved on the whole line
+    assert "seq" in _register(st, "h1", 0.2, 1.0)
+    # a change within 0.1 % of the line puts nothing at risk: b's hosts
+    assert "seq" in _register(st, "h3", 0.0, 0.9995)
+    st_ = st.status({}, 0.3)
+    assert st_["critical"]["at_risk"] == ["a"]
+    assert "h1" in st_["jobs"]["a"]["at_risk"] and "0.8" in st_["jobs"]["a"]["at_risk"]
+    assert "at_risk" not in st_["jobs"]["b"]
+    m = Metrics()
+    m.update(st, 0.3)
+    assert 'jitsched_critical_jobs{outcome="at_risk"} 1.0' in generate_latest(m.registry).decode()
+    # jobs admitted from now on are reserved on what h1's agent gives
+    assert st.job_finished({"job_id": "a"}, 1.2)["guarantee"] == "met"
+    assert st.status({}, 1.3)["critical"]["at_risk"] == []
+    assert st.submit_job({"job": critical("c", "h0", "h1")}, 1.3)["class"] == "critical"
+    assert reg.reservations.held["c"].rates.max() <= 0.8 * st.cluster.hosts[1].ingress_Bps * (1 + 1e-6)

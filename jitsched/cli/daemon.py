@@ -401,6 +401,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"on what other critical jobs reserve could hold them), {crit.get('admitted_as_normal', 0)} admitted "
               f"as normal instead; {crit.get('met', 0)} finished within it, {crit.get('missed', 0)} did not"
               + (f", OVERDUE now: {', '.join(escape(j) for j in crit['overdue'])}" if crit.get("overdue") else "")
+              + (f", AT RISK (reserved on more than an agent can give): "
+                 f"{', '.join(escape(j) for j in crit['at_risk'])}" if crit.get("at_risk") else "")
               + (f"; {_count(crit['hosts_held'], 'host')} held" if crit.get("hosts_held") else "")
               + (f", NOT CAPPED (no address): {', '.join(escape(h) for h in crit['hosts_unaddressed'])}"
                  if crit.get("hosts_unaddressed") else ""))

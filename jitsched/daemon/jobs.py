@@ -94,6 +94,9 @@ class JobState:
     unguaranteed: dict | None = None
     # a critical job that finished: whether it did so by guard_until_s (None: not yet, or never)
     met: bool | None = None
+    # a critical job whose reservation takes more of a host than its agent now says it can
+    # give: why ("": none)
+    at_risk: str = ""
 
     def guarantee(self, now: float, slot_s: float) -> str | None:
         """Where a critical job stands against its guarantee at ``now``: ``met`` or ``missed``
@@ -185,7 +188,8 @@ class JobRegistry:
         # the critical jobs' reservations, on the daemon's clock and slot, each holding its
         # job within (1 + [daemon] critical_epsilon) of its isolated JCT
         self.reservations = ReservationBook(
-            self.cluster, ReserveOptions(eps=config.critical_epsilon, slot_s=config.slot_s))
+            self.cluster, ReserveOptions(eps=config.critical_epsilon, slot_s=config.slot_s),
+            default_share=config.critical_assumed_share)
 
     def submit(self, body: dict, now: float, owner: str | None = None) -> JobState | Reject:
         """Validate the ``submit_job`` body and store its job, arriving ``now`` (seconds),
@@ -530,6 +534,10 @@ class JobRegistry:
         u = self.usage[js.owner]
         u.running -= 1
         u.ended.append(js)
+
+    def at_risk(self) -> list[str]:
+        """The running critical jobs reserved on more of a host than its agent can give, sorted ids."""
+        return sorted(jid for jid, js in self.active.items() if js.at_risk)
 
     def overdue(self, now: float) -> list[str]:
         """The running critical jobs past their guarantee's deadline at ``now``, sorted ids."""

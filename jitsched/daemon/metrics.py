@@ -64,7 +64,8 @@ class Metrics(Endpoint):
                                    buckets=(1e-5, 1e-4, 1e-3, 1e-2, 0.1), registry=r)
         self.critical = Gauge("jitsched_critical_jobs",
                               "Critical jobs since start: refused, admitted as normal, finished within "
-                              "their guarantee (met) or not (missed), and running past it (overdue)",
+                              "their guarantee (met) or not (missed), running past it (overdue) and running on a "
+                              "reservation larger than an agent can give (at_risk)",
                               ["outcome"], registry=r)
         self.jobs_pruned = Gauge("jitsched_jobs_pruned", "Ended jobs forgotten after their retention",
                                  registry=r)
@@ -128,7 +129,7 @@ class Metrics(Endpoint):
         self.jobs_pruned.set(reg.pruned)
         for name, value in (("refused", reg.critical_refused), ("admitted_as_normal", reg.critical_demoted),
                             ("met", reg.critical_met), ("missed", reg.critical_missed),
-                            ("overdue", len(reg.overdue(now)))):
+                            ("overdue", len(reg.overdue(now))), ("at_risk", len(reg.at_risk()))):
             self.critical.labels(name).set(value)
         self.journal_errors.set(state.journal_errors)
         for name, value in state.loop.items():

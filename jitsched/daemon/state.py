@@ -602,7 +602,7 @@ class SchedulerState:
                            "refused": self.job_registry.critical_refused,
                            "admitted_as_normal": self.job_registry.critical_demoted,
                            "met": self.job_registry.critical_met, "missed": self.job_registry.critical_missed,
-                           "overdue": self.job_registry.overdue(now),
+                           "overdue": self.job_registry.overdue(now), "at_risk": self.job_registry.at_risk(),
                            "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address]}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
@@ -670,18 +670,33 @@ class SchedulerState:
         # critical jobs admitted from now on are reserved on what the agent can give them;
         # the journal keeps it, so that a restarted daemon reserves its critical jobs again on
         # it before their agents register
-        shares = self.job_registry.reservations.shares
-        share = self.agent_table.agents[host].reservable
-        if shares.get(host, 1.0) != share:
-            shares[host] = share
+        book = self.job_registry.reservations
+        share, was = self.agent_table.agents[host].reservable, book.shares.get(host, book.default_share)
+        if was != share:
+            book.shares[host] = share
             if self.journal is not None:
-                self._journal(self.journal.put, "reservable_shares", json.dumps(shares))
+                self._journal(self.journal.put, "reservable_shares", json.dumps(book.shares))
+        if share < was:
+            self._mark_at_risk(host, share, was, now)
         if got is not None or back:
             self.hosts.joined(host, now)
             self.job_registry.absent = self.hosts.absent
             log.info(kv("host_joined", host=host, hosts=len(self.cluster) - len(self.hosts.absent)))
             self.plan_book.trigger("host_joined", now)
         return reply
+
+    def _mark_at_risk(self, host: str, share: float, was: float, now: float) -> None:
+        """Host ``host``'s agent can give reserved flows ``share`` of its ports, less than the
+        ``was`` running critical jobs were reserved on: those whose reservations take more
+        than it are marked at risk (status, metrics). Their reservations stay: the agents
+        give them what they can, and the jobs admitted from now on are reserved on the rest."""
+        for jid in self.job_registry.reservations.overbooked(host, now):
+            js = self.job_registry.active.get(jid)
+            if js is None or js.at_risk:
+                continue
+            js.at_risk = (f"reserved on {was:.3g} of host {host}'s ports; its agent can give "
+                          f"{share:.3g} (payload share less its background floor)")
+            log.warning(kv("critical_at_risk", job=jid, host=host, share=share, reserved_on=was))
 
     def leave(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """The registered agent of ``body["host"]`` says its host leaves the cluster."""

@@ -29,6 +29,11 @@ EARLY_COST = 1e-6
 ACK_SHARE = 0.03
 
 
+# A reservation more than this share of a port's line rate above what its agent can give
+# is overbooked; less is within the rounding of the agent's own payload share, and the
+# reservation's (1 + eps) margin takes it.
+OVERBOOKED = 1e-3
+
 @dataclass(frozen=True)
 class ReserveOptions:
     """How critical jobs are reserved for.
@@ -373,24 +378,27 @@ class ReservationBook:
         payload while traffic it does not rank is backlogged
         (:meth:`jitsched.daemon.agents.AgentState.reservable`). Isolated JCTs and
         reserved rates are planned on it.
+    default_share : float
+        The share for a host ``shares`` does not name, in (0, 1].
     """
 
     cluster: Cluster
     options: ReserveOptions = field(default_factory=ReserveOptions)
     held: dict[str, Held] = field(default_factory=dict)
     shares: dict[str, float] = field(default_factory=dict)
+    default_share: float = 1.0
     # ingress_held's part the reservations held decide, and the reservations it was made of
     _hosts_of: list = field(default_factory=list, init=False, repr=False, compare=False)
     _hosts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _kept(self) -> np.ndarray:
         """Each host's share of its ports reservations may take, shape (n_hosts,)."""
-        return np.array([self.shares.get(n, 1.0) for n in self.cluster.names], dtype=np.float64)
+        return np.array([self.shares.get(n, self.default_share) for n in self.cluster.names], dtype=np.float64)
 
     def planning_cluster(self) -> Cluster:
         """The cluster with each port's rate the share reservations may take: where critical
         jobs run alone for their isolated JCTs (the cluster itself when every share is 1)."""
-        if all(self.shares.get(n, 1.0) == 1.0 for n in self.cluster.names):
+        if all(self.shares.get(n, self.default_share) == 1.0 for n in self.cluster.names):
             return self.cluster
         return Cluster(tuple(replace(h, egress_bps=h.egress_bps * k, ingress_bps=h.ingress_bps * k)
                              for h, k in zip(self.cluster.hosts, self._kept(), strict=True)))
@@ -480,6 +488,31 @@ class ReservationBook:
                          [(jid, tid) for _, jid, tid in sorted(tids[host], reverse=True)])
         return out
 
+    def overbooked(self, host: str, now: float) -> list[str]:
+        """The jobs whose reservations through ``host`` take more than its ports' share
+        (``shares``) by more than :data:`OVERBOOKED` of its line rate in some slot from
+        ``now`` on (book clock, seconds), sorted: those held on a larger share than its
+        agent can give now."""
+        if host not in self.cluster:
+            return []
+        k = self.cluster.index(host)
+        first = math.floor(now / self.options.slot_s + 1e-9)
+        n = self.horizon_slot() - first
+        if n <= 0:
+            return []
+        free_e, free_i = self.free(first, n)
+        line = max(float(self.cluster.egress_Bps[k]), float(self.cluster.ingress_Bps[k]))
+        over = np.flatnonzero((free_e[k] < -OVERBOOKED * line) | (free_i[k] < -OVERBOOKED * line)) + first
+        if not len(over):
+            return []
+        out = []
+        for jid, h in self.held.items():
+            s = over[(over >= h.start_slot) & (over < h.end_slot)] - h.start_slot
+            through = (h.windows.src == k) | (h.windows.dst == k)
+            if len(s) and np.any(h.rates[np.ix_(through, s)] > 0):
+                out.append(jid)
+        return sorted(out)
+
     def horizon_slot(self) -> int:
         """The first slot no reservation holds."""
         return max((h.end_slot for h in self.held.values()), default=0)
@@ -564,5 +597,5 @@ class ReservationBook:
         return float(h.rates[k, s]) if 0 <= s < h.rates.shape[1] else 0.0
 
 
-__all__ = ["ACK_SHARE", "Decision", "Held", "Isolated", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
+__all__ = ["ACK_SHARE", "OVERBOOKED", "Decision", "Held", "Isolated", "ReservationBook", "ReserveOptions", "Reservation", "Windows", "delayed",
            "job_windows", "solve_reservation"]
