@@ -225,3 +225,75 @@ def test_a_reports_events_go_to_etcd_together_and_in_order(etcd):
     got = state.report({"job_id": "a", "events": [["finished", f"t{n}", 1e3]]}, 4.0)
     assert state.journal_errors == 1 and "no longer leads" in state.journal_last_error
     client.txn = real
+
+
+def test_a_turn_of_one_event_reports_goes_in_few_writes_each_reply_after_its_event(etcd):
+    # 40 clients each report one transfer started while the store's writes are slowed
+    # (50 ms each): the reports that wait meanwhile go together in the next turn's write,
+    # and each client's reply comes only once its event is in etcd
+    import base64
+
+    import zmq
+
+    from jitsched.client import Client
+    from jitsched.daemon.server import Daemon
+    from jitsched.protocol import MsgType, decode_any, encode_request
+
+    client, el = _elected(etcd, "/t-turn", ttl_s=30.0)
+    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
+                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
+    ports = free_ports(2)
+    store = EtcdStore(client, el)
+    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
+               store=store, epoch=el.me.epoch, leading=el.leading).start()
+    n = 40
+    ctx = zmq.Context()
+    socks = []
+    try:
+        job = {"id": "a", "computes": [],
+               "transfers": [{"id": f"t{i}", "src": "h1", "dst": "h2", "bytes": 1e3} for i in range(n)]}
+        with Client(d.job_endpoint, timeout_s=5) as c:
+            assert c.submit_job(job) == "a"
+        events_in: list[int] = []
+        real = client.txn
+
+        def slow_txn(compare, ops):
+            time.sleep(0.05)
+            ok = real(compare, ops)
+            events_in.append(sum("/ev/" in base64.b64decode(op["request_put"]["key"]).decode()
+                                 for op in ops if "request_put" in op))
+            return ok
+
+        client.txn = slow_txn
+        for _ in range(n):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(d.job_endpoint)
+            socks.append(s)
+        for i, s in enumerate(socks):
+            s.send(encode_request(MsgType.REPORT, {"job_id": "a", "events": [["started", f"t{i}", None]]}))
+        poller = zmq.Poller()
+        for s in socks:
+            poller.register(s, zmq.POLLIN)
+        answered: set[int] = set()
+        deadline = time.monotonic() + 20
+        while len(answered) < n:
+            assert time.monotonic() < deadline, f"{n - len(answered)} reports unanswered"
+            for s, _ in poller.poll(100):
+                i = socks.index(s)
+                got = decode_any(s.recv())
+                assert got.ok, got
+                # the reply follows the write of its event
+                assert f"t{i}" in EtcdStore(client, el).unfinished()[0].started
+                answered.add(i)
+        client.txn = real
+        assert sum(events_in) == n and d.state.journal_errors == 0
+        assert len([e for e in events_in if e]) <= n // 4, events_in
+    finally:
+        client.txn = real
+        for s in socks:
+            s.close(0)
+        ctx.term()
+        d.stop()
+        el.resign()

@@ -305,6 +305,8 @@ class EtcdStore:
     deposes the replica.
     """
 
+    holds_batches = True
+
     def __init__(self, etcd: Etcd, election: Election) -> None:
         self.etcd = etcd
         self.election = election

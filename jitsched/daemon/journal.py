@@ -232,6 +232,8 @@ class Journal:
                         (row, node, kind, t_s, measured_s))
         self.writes += 1
 
+    holds_batches = False  # each event is its own commit: a batch holds nothing back
+
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Nothing held back: each event is already one unsynced commit."""
         return contextlib.nullcontext()

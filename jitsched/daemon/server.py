@@ -288,6 +288,9 @@ class Daemon:
         # requests of one peer waiting behind one of its being decoded off the loop,
         # by (socket name, routing identity)
         self._deferred: dict[tuple[str, bytes], deque[tuple[list[bytes], str | None]]] = {}
+        # while a turn of job messages writes its progress events to the store as one write
+        # (_serve_jobs): that socket and the replies held until the write is done
+        self._held_replies: tuple[zmq.Socket, list[tuple]] | None = None
         self._offload_q: queue.Queue[Decoded | None] = queue.Queue()
         self._offload_bytes = 0  # of the requests handed to the decoding worker, not yet back
         # each job client's requests held in the loop (handed to the decoding worker or
@@ -634,15 +637,30 @@ class Daemon:
     def _serve_jobs(self, jobs: zmq.Socket, agents: zmq.Socket, client_names: dict[str, str] | None,
                     host_names: dict[str, str] | None) -> None:
         """Serve job messages for up to JOB_TURN_S (at most JOB_BATCH), the agents' socket
-        after each one that left agent messages waiting."""
-        end = time.perf_counter() + JOB_TURN_S
-        for _ in range(JOB_BATCH):
-            if self._serve_batch(jobs, 1, client_names, JOB_TYPES, "jobs"):
-                return
-            if agents.get(zmq.EVENTS) & zmq.POLLIN:
-                self._serve_batch(agents, AGENT_BATCH, host_names, AGENT_TYPES, "agents")
-            if time.perf_counter() >= end:
-                return
+        after each one that left agent messages waiting.
+
+        On a store that holds batches (etcd) the turn's progress events go in one write
+        as it ends, and the job messages' replies after that write: each reply still
+        follows what it acknowledges, and a report of one event costs a share of one
+        transaction instead of a whole one (about 2 ms on a one-member etcd on loopback).
+        """
+        held: list[tuple] = []
+        if self.state.journal is not None and self.state.journal.holds_batches:
+            self._held_replies = (jobs, held)
+        try:
+            with self.state.journal_turn():
+                end = time.perf_counter() + JOB_TURN_S
+                for _ in range(JOB_BATCH):
+                    if self._serve_batch(jobs, 1, client_names, JOB_TYPES, "jobs"):
+                        break
+                    if agents.get(zmq.EVENTS) & zmq.POLLIN:
+                        self._serve_batch(agents, AGENT_BATCH, host_names, AGENT_TYPES, "agents")
+                    if time.perf_counter() >= end:
+                        break
+        finally:
+            self._held_replies = None
+            for args in held:
+                self._send_reply(*args)
 
     def _contained(self, where: str, exc: BaseException) -> None:
         """Count and log (rate-limited, with the traceback) a failure kept to one message."""
@@ -808,7 +826,12 @@ class Daemon:
 
     def _send_reply(self, sock: zmq.Socket, identity: bytes, reply: bytes, client: str | None = None) -> None:
         """Send ``reply`` to ``identity`` (of job client ``client``), or a short ``overloaded``
-        error if the bytes of replies that peer or client has not taken would pass its cap."""
+        error if the bytes of replies that peer or client has not taken would pass its cap.
+        Held until the store's write is done while a turn of job messages batches it
+        (:meth:`_serve_jobs`)."""
+        if self._held_replies is not None and sock is self._held_replies[0]:
+            self._held_replies[1].append((sock, identity, reply, client))
+            return
         try:
             if sock is None or not hasattr(sock, "copy_threshold") or sock.copy_threshold != TRACK_BYTES:
                 sock.send_multipart([identity, reply], zmq.NOBLOCK)

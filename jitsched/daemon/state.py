@@ -10,7 +10,7 @@ import math
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from jitsched.config import ALLOW_LIST, DaemonConfig
@@ -159,6 +159,20 @@ class SchedulerState:
         except (sqlite3.Error, StoreError) as exc:
             self._journal_failed(exc)
             return None
+
+    @contextlib.contextmanager
+    def journal_turn(self) -> Iterator[None]:
+        """A block whose progress events go to a store that holds batches
+        (:attr:`jitsched.daemon.store.Store.holds_batches`) in one write as it ends; a write
+        that fails is counted as :meth:`_journal` counts it."""
+        if self.journal is None or not self.journal.holds_batches:
+            yield
+            return
+        try:
+            with self.journal.batch():
+                yield
+        except (sqlite3.Error, StoreError) as exc:
+            self._journal_failed(exc)
 
     def _journal_failed(self, exc: BaseException) -> None:
         self.journal_errors += 1

@@ -25,6 +25,9 @@ class Store(Protocol):
     """
 
     writes: int
+    # whether batch() holds progress events back until it ends (then the daemon serves a
+    # turn of job messages inside one batch and sends their replies after it)
+    holds_batches: bool
 
     def get(self, key: str) -> str | None:
         """A stored setting, or None."""
