@@ -297,3 +297,39 @@ def test_a_turn_of_one_event_reports_goes_in_few_writes_each_reply_after_its_eve
         ctx.term()
         d.stop()
         el.resign()
+
+
+def test_replies_wait_for_the_turns_write_only_from_the_first_that_left_events_held(etcd):
+    from jitsched.daemon.ha import put_op as op
+    from jitsched.daemon.server import Daemon
+
+    client, el = _elected(etcd, "/t-held", ttl_s=30.0)
+    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9}]})
+    ports = free_ports(2)
+    store = EtcdStore(client, el)
+    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
+               store=store, epoch=el.me.epoch, leading=el.leading)
+
+    class Sock:
+        def __init__(self):
+            self.sent = []
+
+        def send_multipart(self, frames, flags=0):
+            self.sent.append(frames[1])
+
+    jobs, agents = Sock(), Sock()
+    held: list = []
+    try:
+        d._held_replies = (jobs, held)
+        d._send_reply(jobs, b"c1", b"r1")  # nothing held in the store: at once
+        assert jobs.sent == [b"r1"] and not held
+        store._pending.append(op("/t-held/ev/x", "1"))  # a message left an event held
+        d._send_reply(jobs, b"c2", b"r2")
+        store._pending.clear()  # written by another write: still after the held one, in order
+        d._send_reply(jobs, b"c3", b"r3")
+        d._send_reply(agents, b"h1", b"a1")  # the agents' socket never waits
+        assert jobs.sent == [b"r1"] and [h[2] for h in held] == [b"r2", b"r3"] and agents.sent == [b"a1"]
+    finally:
+        d.stop()
+        el.resign()

@@ -347,6 +347,11 @@ class EtcdStore:
             if not self._batching and self._pending:
                 self._write([])
 
+    @property
+    def holding(self) -> bool:
+        """Whether an open batch holds progress events not yet written."""
+        return bool(self._pending)
+
     def _write(self, ops: list[dict]) -> None:
         if self._later:
             ops, self._later = self._later + ops, []

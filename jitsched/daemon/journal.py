@@ -233,6 +233,7 @@ class Journal:
         self.writes += 1
 
     holds_batches = False  # each event is its own commit: a batch holds nothing back
+    holding = False
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Nothing held back: each event is already one unsynced commit."""

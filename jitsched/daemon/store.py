@@ -29,6 +29,10 @@ class Store(Protocol):
     # turn of job messages inside one batch and sends their replies after it)
     holds_batches: bool
 
+    @property
+    def holding(self) -> bool:
+        """Whether an open batch holds progress events not yet written."""
+
     def get(self, key: str) -> str | None:
         """A stored setting, or None."""
 
