@@ -199,7 +199,7 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
                 c.iteration(jid, n, step_s=0.5 + 0.1 * n)
             assert c.submit(tiny_job("crit", 1.25e8, src="h2", dst="h3") | {"class": "critical"})["class"] == "critical"
         d.state.journal_errors, d.state.journal_last_error = 2, "database or disk is full"
-        d.state.job_registry.active["crit"].at_risk = "reserved on 1 of host h3's ports; its agent can give 0.8"
+        d.state.job_registry.active["crit"].at_risk["h3"] = "reserved on more than the 0.8 of host h3's ports"
         assert main(["status", "--daemon", d.job_endpoint]) == 0
     finally:
         d.stop()

@@ -484,11 +484,17 @@ def test_a_job_reserved_on_more_than_its_hosts_agent_can_give_now_is_shown_at_ri
     assert "seq" in _register(st, "h3", 0.0, 0.9995)
     st_ = st.status({}, 0.3)
     assert st_["critical"]["at_risk"] == ["a"]
-    assert "h1" in st_["jobs"]["a"]["at_risk"] and "0.8" in st_["jobs"]["a"]["at_risk"]
+    assert st_["jobs"]["a"]["at_risk"] == ("reserved on more than the 0.8 of host h1's ports its agent can give "
+                                           "(payload share less its background floor)")
     assert "at_risk" not in st_["jobs"]["b"]
     m = Metrics()
     m.update(st, 0.3)
     assert 'jitsched_critical_jobs{outcome="at_risk"} 1.0' in generate_latest(m.registry).decode()
+    # its agent back with no floor: a fits again
+    assert "seq" in _register(st, "h1", 0.0, 1.0)
+    assert st.status({}, 0.4)["critical"]["at_risk"] == [] and "at_risk" not in st.status({}, 0.4)["jobs"]["a"]
+    assert "seq" in _register(st, "h1", 0.2, 1.0)
+    assert st.status({}, 0.5)["critical"]["at_risk"] == ["a"]
     # jobs admitted from now on are reserved on what h1's agent gives
     assert st.job_finished({"job_id": "a"}, 1.2)["guarantee"] == "met"
     assert st.status({}, 1.3)["critical"]["at_risk"] == []

@@ -225,7 +225,7 @@ def job_summary(js: JobState, now: float, slot_s: float) -> dict:
         "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,
     } | ({"error": js.error} if js.error else {}) | (
         {"deadline_s": js.guard_until_s, "guarantee": verdict} if verdict is not None else {}) | (
-        {"at_risk": js.at_risk} if js.at_risk and js.active else {}) | (
+        {"at_risk": "; ".join(js.at_risk[h] for h in sorted(js.at_risk))} if js.at_risk and js.active else {}) | (
         {"owner": js.owner, "id": js.name} if js.owner is not None else {})
 
 

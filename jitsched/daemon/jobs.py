@@ -95,8 +95,8 @@ class JobState:
     # a critical job that finished: whether it did so by guard_until_s (None: not yet, or never)
     met: bool | None = None
     # a critical job whose reservation takes more of a host than its agent now says it can
-    # give: why ("": none)
-    at_risk: str = ""
+    # give: per such host, why
+    at_risk: dict[str, str] = field(default_factory=dict)
 
     def guarantee(self, now: float, slot_s: float) -> str | None:
         """Where a critical job stands against its guarantee at ``now``: ``met`` or ``missed``

@@ -690,8 +690,8 @@ class SchedulerState:
             book.shares[host] = share
             if self.journal is not None:
                 self._journal(self.journal.put, "reservable_shares", json.dumps(book.shares))
-        if share < was:
-            self._mark_at_risk(host, share, was, now)
+        if share != was:
+            self._check_at_risk(host, share, was, now)
         if got is not None or back:
             self.hosts.joined(host, now)
             self.job_registry.absent = self.hosts.absent
@@ -699,18 +699,20 @@ class SchedulerState:
             self.plan_book.trigger("host_joined", now)
         return reply
 
-    def _mark_at_risk(self, host: str, share: float, was: float, now: float) -> None:
-        """Host ``host``'s agent can give reserved flows ``share`` of its ports, less than the
-        ``was`` running critical jobs were reserved on: those whose reservations take more
-        than it are marked at risk (status, metrics). Their reservations stay: the agents
-        give them what they can, and the jobs admitted from now on are reserved on the rest."""
-        for jid in self.job_registry.reservations.overbooked(host, now):
-            js = self.job_registry.active.get(jid)
-            if js is None or js.at_risk:
-                continue
-            js.at_risk = (f"reserved on {was:.3g} of host {host}'s ports; its agent can give "
-                          f"{share:.3g} (payload share less its background floor)")
-            log.warning(kv("critical_at_risk", job=jid, host=host, share=share, reserved_on=was))
+    def _check_at_risk(self, host: str, share: float, was: float, now: float) -> None:
+        """Host ``host``'s agent can now give reserved flows ``share`` of its ports, not ``was``:
+        the running critical jobs whose reservations there take more than it are at risk
+        (status, metrics), and those it had put at risk that now fit are not. Reservations
+        stay as they are: the agents give them what they can, and the jobs admitted from now
+        on are reserved on the rest."""
+        over = set(self.job_registry.reservations.overbooked(host, now))
+        for jid, js in self.job_registry.active.items():
+            if jid in over and host not in js.at_risk:
+                js.at_risk[host] = (f"reserved on more than the {share:.3g} of host {host}'s ports its "
+                                    f"agent can give (payload share less its background floor)")
+                log.warning(kv("critical_at_risk", job=jid, host=host, share=share, was=was))
+            elif jid not in over and js.at_risk.pop(host, None) is not None:
+                log.info(kv("critical_not_at_risk", job=jid, host=host, share=share))
 
     def leave(self, identity: bytes, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """The registered agent of ``body["host"]`` says its host leaves the cluster."""
