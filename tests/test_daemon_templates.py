@@ -295,3 +295,27 @@ def test_jobs_registered_together_journal_their_counts_at_iterations_of_their_ow
     # two jobs at the same iteration
     assert sorted(firsts.values()) == list(range(1, JOURNAL_EVERY + 1))
     assert all(sorted(n for r, n in written if r == row) == [f, f + JOURNAL_EVERY] for row, f in firsts.items())
+
+
+def test_a_best_effort_job_is_ranked_as_normal_once_it_has_waited_with_no_other_event():
+    # h0's egress: a normal job of 1 GB and a best-effort job of 100 MB (0.8 s on the wire,
+    # 1.0 s alone with its computes). First the normal one ranks first; after be_age (10)
+    # times the best-effort job's time alone a re-solve is due with no event, and it ranks
+    # as normal: smaller, first
+    from tests.test_daemon_limits import tiny_job
+
+    st, pol = _state("jit")
+    assert "job_id" in st.submit_job({"job": tiny_job("n", 1e9, src="h0", dst="h1")}, 0.0)
+    assert "job_id" in st.submit_job({"job": tiny_job("b", 1e8, src="h0", dst="h2") | {"class": "best-effort"}},
+                                     0.0)
+    assert _plan(st, pol, 0.0) >= 1
+
+    def ranks() -> dict[str, int]:
+        return {job: st.schedule.prio[(job, "t")] for job in ("n", "b")}
+
+    assert ranks()["n"] < ranks()["b"]
+    assert _plan(st, pol, 9.5) == 0  # nothing to do before it
+    assert ranks()["n"] < ranks()["b"]
+    assert _plan(st, pol, 10.5) == 1
+    assert ranks()["b"] < ranks()["n"] and st.plan_summary["reasons"] == ["ranks_due"]
+    assert st.plan_book.changes_at_s == math.inf  # no best-effort job left to age

@@ -112,6 +112,9 @@ class PlanResult:
     flow_index: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     ready_wall_s: float = math.nan
     bodies_s: float = 0.0
+    # when the plan's schedule changes with no event (daemon clock; a best-effort job aging
+    # into the normal class; an incremental plan's: its added jobs'): a full re-solve is due then
+    changes_at_s: float = math.inf
     poisoned: dict[str, str] = field(default_factory=dict)
     planner_broken: bool = False
 
@@ -229,6 +232,8 @@ class PlanBook:
         self.n_plans = 0
         self.plans_by_mode = {FULL: 0, INCREMENTAL: 0}
         self.last_plan_s = -math.inf  # the last full re-solve
+        # when the last full plan's schedule changes with no event (PlanResult.changes_at_s)
+        self.changes_at_s = math.inf
         self.last_full_solve_s = 0.0  # how long it took (max_planner_duty)
         self.incremental_ok = True  # False once the policy said it cannot plan incrementally
         self.plans_failed = {FULL: 0, INCREMENTAL: 0}
@@ -407,6 +412,9 @@ class PlanBook:
         if (self.config.replan_period_s > 0 and self.active
                 and now - self.last_plan_s >= self.config.replan_period_s):
             self.trigger("tick", now)
+        if now >= self.changes_at_s:
+            self.changes_at_s = math.inf
+            self.trigger("ranks_due", now)
         if (self.incremental and self.config.joint_replan_s > 0
                 and now - self.dirty_since >= self.config.joint_replan_s):
             self.trigger("joint", now)
@@ -524,6 +532,7 @@ class PlanBook:
                 self.plan_summary = {"seq": res.seq, "error": res.error, "solve_s": res.solve_s}
                 self._caps_failed(res)
                 return False
+            self.changes_at_s = res.changes_at_s
             self.bulk.difference_update(res.jobs)
             # jobs planned meanwhile (in the schedule in force, or in an incremental plan
             # in flight) must not lose their flows: hold it until they are rebased on it
@@ -567,6 +576,7 @@ class PlanBook:
         else:
             self.added_since_full.update(res.added)
         self._update_dirty(now)
+        self.changes_at_s = min(self.changes_at_s, res.changes_at_s)
         if provisional:
             self.trigger("order", now)
         self._caps_installed(res)

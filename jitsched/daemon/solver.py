@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import math
 import os
 import pickle
 import socket
@@ -147,13 +148,14 @@ def _full_plan(policy: Policy, req: PlanRequest, cluster: Cluster, t0_wall_s: fl
         policy.on_tick(view)
     # announced flows alone still take ranks among themselves (jit, Sincronia)
     sched = policy.schedule(view) if view.dag.n_jobs or view.bg_ids else None
+    changes_at = policy.schedule_changes_at(view) if sched is not None else math.inf
     sched = with_reservations(sched, req.reserved, cluster)
     new = {job_id for kind, job_id, _ in req.events if kind == "arrival"}
     lats = _lats(view, new, view.cluster)
     solve_s = time.perf_counter() - t0
     ready = time.time()
     res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, mode=FULL,
-                     jobs=frozenset(kidx), ready_wall_s=ready)
+                     jobs=frozenset(kidx), ready_wall_s=ready, changes_at_s=changes_at)
     _attach_bodies(res, None, cluster, t0_wall_s, req)
     return res
 
@@ -245,13 +247,14 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
     kw = dict(mode=INCREMENTAL, added=added, removed=req.removed, rebase=req.rebase)
     try:
         base, gone_hosts = prune_schedule(req.base, req.live, cluster)
-        sched, changed, lats, late = base, set(gone_hosts), {}, 0
+        sched, changed, lats, late, changes_at = base, set(gone_hosts), {}, 0, math.inf
         if req.jobs:
             view, _ = build_view(req, live_cluster(cluster, req.capacity))
             inc = policy.schedule_increment(view, base, req.busy_egress, req.busy_ingress)
             if inc is None:
                 return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
                                   unsupported=True, **kw)
+            changes_at = policy.schedule_changes_at(view)  # the added jobs' own (their aging)
             inc = with_reservations(inc, req.reserved, cluster)
             sched = merge_schedules(base, inc)
             changed.update(h for f in inc.flows for h in (f[2], f[3]))
@@ -261,7 +264,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
         ready = time.time()
         jobs = (req.covered - req.removed) | frozenset(added)
         res = PlanResult(req.seq, sched, lats, solve_s, req.reasons, jobs=jobs, added_late=late,
-                         ready_wall_s=ready, **kw)
+                         ready_wall_s=ready, changes_at_s=changes_at, **kw)
         regrid = sched is not None and (req.base is None or sched.epoch_s != req.base.epoch_s)
         # A rebase installs a held full result, whose bodies were never sent: every host's
         # (the agents' table sends only those that differ from what each agent holds).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
@@ -249,6 +250,11 @@ class Policy(ABC):
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
         """The time-slotted plan agents should enforce, or None if the policy has none."""
         return None
+
+    def schedule_changes_at(self, view: SchedulerView) -> float:
+        """When (``view``'s clock, seconds) the :meth:`schedule` just made would change with no
+        event: a daemon re-solves then. inf: never (the default)."""
+        return math.inf
 
     def schedule_increment(self, view: SchedulerView, base: SlotSchedule | None,
                            busy_egress: np.ndarray, busy_ingress: np.ndarray) -> SlotSchedule | None:

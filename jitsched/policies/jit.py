@@ -1076,6 +1076,11 @@ class JitPolicy(Policy):
             return self._priority_schedule(view)
         return self._plan_schedule(view)
 
+    def schedule_changes_at(self, view: SchedulerView) -> float:
+        """The next instant a live best-effort job starts to rank as normal (inf: none): a
+        daemon's ranks change then with no event."""
+        return self._next_aging(view)
+
     def schedule_increment(self, view: SchedulerView, base: SlotSchedule | None,
                            busy_egress: np.ndarray, busy_ingress: np.ndarray) -> SlotSchedule | None:
         """Plan the jobs of ``view`` alone against the capacity ``base`` leaves (LAT + LP).
