@@ -333,3 +333,34 @@ def test_replies_wait_for_the_turns_write_only_from_the_first_that_left_events_h
     finally:
         d.stop()
         el.resign()
+
+
+def test_a_report_whose_events_a_deposed_replica_could_not_write_is_answered_not_leader(etcd):
+    # the replica loses its lease; a report's events then go to no store, and the client is
+    # told to ask the leader rather than that they are recorded
+    from jitsched.client import Client
+    from jitsched.daemon.server import Daemon
+    from jitsched.errors import RemoteError
+
+    client, el = _elected(etcd, "/t-deposed", ttl_s=30.0)
+    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
+                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
+    ports = free_ports(2)
+    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
+               store=EtcdStore(client, el), epoch=el.me.epoch, leading=el.leading).start()
+    try:
+        job = {"id": "a", "computes": [],
+               "transfers": [{"id": f"t{i}", "src": "h1", "dst": "h2", "bytes": 1e3} for i in range(2)]}
+        with Client(d.job_endpoint, timeout_s=5) as c:
+            assert c.submit_job(job) == "a"
+            assert c.request("report", {"job_id": "a", "events": [["started", "t0", None]]})["results"] == [{}]
+            el.resign()
+            with pytest.raises(RemoteError) as err:
+                c.request("report", {"job_id": "a", "events": [["started", "t1", None]]})
+            assert err.value.code == "not_leader"
+            # what needs no write is answered as before
+            assert c.status()["jobs"]["a"]["state"] == "running"
+        assert d.state.journal_errors == 1 and "no longer leads" in d.state.journal_last_error
+    finally:
+        d.stop()

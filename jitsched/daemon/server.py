@@ -55,6 +55,7 @@ from jitsched.protocol import (
     encode_ok,
     encode_packed_request,
     is_reply,
+    not_leader_message,
     peek_id,
 )
 
@@ -643,7 +644,10 @@ class Daemon:
         as it ends, and the replies of job messages from the first that left events held
         on, after that write: each reply still follows what it acknowledges, in order,
         and a report of one event costs a share of one transaction instead of a whole one
-        (about 2 ms on a one-member etcd on loopback). Replies before it go at once.
+        (about 2 ms on a one-member etcd on loopback). Replies before it go at once. If
+        the replica no longer leads as the turn ends, its writes were refused: the replies
+        held with events unwritten become ``not_leader``, and their clients send them again
+        to the leader (reports are idempotent).
         """
         held: list[tuple] = []
         if self.state.journal is not None and self.state.journal.holds_batches:
@@ -660,8 +664,11 @@ class Daemon:
                         break
         finally:
             self._held_replies = None
-            for args in held:
-                self._send_reply(*args)
+            deposed = bool(held) and self.leading is not None and not self.leading()
+            for sock, identity, reply, client, unwritten in held:
+                if deposed and unwritten:
+                    reply = encode_error(peek_id(reply), ErrorCode.NOT_LEADER, not_leader_message())
+                self._send_reply(sock, identity, reply, client)
 
     def _contained(self, where: str, exc: BaseException) -> None:
         """Count and log (rate-limited, with the traceback) a failure kept to one message."""
@@ -831,9 +838,11 @@ class Daemon:
         Held until the store's write is done while a turn of job messages batches it
         (:meth:`_serve_jobs`)."""
         held = self._held_replies
-        if held is not None and sock is held[0] and (held[1] or self.state.journal.holding):
-            held[1].append((sock, identity, reply, client))
-            return
+        if held is not None and sock is held[0]:
+            unwritten = self.state.journal.holding  # events of this message or before it
+            if held[1] or unwritten:
+                held[1].append((sock, identity, reply, client, unwritten))
+                return
         try:
             if sock is None or not hasattr(sock, "copy_threshold") or sock.copy_threshold != TRACK_BYTES:
                 sock.send_multipart([identity, reply], zmq.NOBLOCK)
