@@ -322,14 +322,16 @@ def test_replies_wait_for_the_turns_write_only_from_the_first_that_left_events_h
     held: list = []
     try:
         d._held_replies = (jobs, held)
-        d._send_reply(jobs, b"c1", b"r1")  # nothing held in the store: at once
+        d._send_reply(jobs, b"c1", b"r1", promises=True)  # nothing held in the store: at once
         assert jobs.sent == [b"r1"] and not held
         store._pending.append(op("/t-held/ev/x", "1"))  # a message left an event held
-        d._send_reply(jobs, b"c2", b"r2")
+        d._send_reply(jobs, b"c0", b"s0")  # a status: it says nothing of events
+        d._send_reply(jobs, b"c2", b"r2", promises=True)
         store._pending.clear()  # written by another write: still after the held one, in order
         d._send_reply(jobs, b"c3", b"r3")
         d._send_reply(agents, b"h1", b"a1")  # the agents' socket never waits
-        assert jobs.sent == [b"r1"] and [h[2] for h in held] == [b"r2", b"r3"] and agents.sent == [b"a1"]
+        assert jobs.sent == [b"r1", b"s0"] and [h[2] for h in held] == [b"r2", b"r3"]
+        assert agents.sent == [b"a1"]
     finally:
         d.stop()
         el.resign()
@@ -364,3 +366,83 @@ def test_a_report_whose_events_a_deposed_replica_could_not_write_is_answered_not
         assert d.state.journal_errors == 1 and "no longer leads" in d.state.journal_last_error
     finally:
         d.stop()
+
+
+def test_a_report_whose_events_etcd_did_not_take_is_answered_unavailable_and_taken_when_sent_again(
+        etcd, monkeypatch):
+    import jitsched.daemon.ha as ha
+    from jitsched.client import Client
+    from jitsched.daemon.server import Daemon
+    from jitsched.errors import RemoteError
+
+    client, el = _elected(etcd, "/t-unavailable", ttl_s=30.0)
+    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
+                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
+    ports = free_ports(2)
+    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
+               store=EtcdStore(client, el), epoch=el.me.epoch, leading=el.leading).start()
+    real = client.txn
+    try:
+        job = {"id": "a", "computes": [], "transfers": [{"id": "t0", "src": "h1", "dst": "h2", "bytes": 1e3}]}
+        with Client(d.job_endpoint, timeout_s=5) as c:
+            assert c.submit_job(job) == "a"
+
+            def down(compare, ops):
+                raise EtcdUnavailable("no etcd endpoint answered")
+
+            client.txn = down
+            with pytest.raises(RemoteError) as err:
+                c.request("report", {"job_id": "a", "events": [["started", "t0", None]]})
+            assert err.value.code == "unavailable" and "no etcd endpoint answered" in err.value.message
+            assert d.state.journal_errors == 1
+            # the store holds the event: sent again within WRITE_RETRY_S, it is not tried yet
+            with pytest.raises(RemoteError) as err:
+                c.request("report", {"job_id": "a", "events": [["started", "t0", None]]})
+            assert err.value.code == "unavailable" and d.state.journal_errors == 1
+            # a status says nothing of events: answered meanwhile
+            assert c.status()["jobs"]["a"]["state"] == "running"
+            client.txn = real
+            monkeypatch.setattr(ha, "WRITE_RETRY_S", 0.0)
+            d.state.journal._retry_at = 0.0
+            # sent again: the held event goes, then the reply
+            assert c.request("report", {"job_id": "a", "events": [["started", "t0", None]]})["results"] == [{}]
+        assert "t0" in EtcdStore(client, el).unfinished()[0].started
+    finally:
+        client.txn = real
+        d.stop()
+        el.resign()
+
+
+def test_events_a_failed_write_could_not_take_stay_held_in_order_and_go_with_the_next(etcd):
+    client, el = _elected(etcd, "/t-retain", ttl_s=30.0)
+    s = EtcdStore(client, el)
+    row = s.submitted("j", {"id": "j"}, None, 0.0)
+    real, calls = client.txn, []
+
+    def one_then_down(compare, ops):
+        calls.append(len(ops))
+        if len(calls) > 1:
+            raise EtcdUnavailable("down")
+        return real(compare, ops)
+
+    client.txn = one_then_down
+    try:
+        # 150 events: the first transaction (100) goes, the second fails
+        with pytest.raises(EtcdUnavailable), s.batch():
+            for i in range(150):
+                s.event(row, f"t{i}", STARTED, float(i))
+        assert s.holding and len(s._pending) == 50 and calls == [100, 50]
+        # within WRITE_RETRY_S a batch's end leaves them held
+        with s.batch():
+            s.event(row, "t150", STARTED, 150.0)
+        assert len(s._pending) == 51 and calls == [100, 50]
+        client.txn = real
+        s.put("k", "v")  # any other write takes them first
+        assert not s.holding
+        [jj] = s.unfinished()
+        assert set(jj.started) == {f"t{i}" for i in range(151)}
+        assert list(jj.started)[:3] == ["t0", "t1", "t2"]
+    finally:
+        client.txn = real
+        el.resign()

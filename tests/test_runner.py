@@ -222,3 +222,53 @@ def test_a_submission_that_reached_a_replica_before_it_died_counts_as_made(async
         r = JobRunner(job, endpoint, {}, async_reports=async_reports, request_timeout_s=5.0).run(timeout_s=20.0)
     assert r.error == ""
     assert seen[0] == MsgType.SUBMIT_JOB and MsgType.JOB_FINISHED in seen
+
+
+@pytest.mark.parametrize("async_reports", [False, True])
+def test_a_report_the_daemon_could_not_record_goes_again_until_it_is(async_reports):
+    # a daemon whose store does not take the first two progress messages answers them
+    # "unavailable"; the runner sends them again and the job finishes
+    import threading
+
+    import zmq
+
+    from jitsched.protocol import ErrorCode, MsgType, decode_request, encode_error, encode_ok
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
+    seen: list[tuple[str, bool]] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        refused = 0
+        while not stop.is_set():
+            if not sock.poll(50):
+                continue
+            peer, data = sock.recv_multipart()
+            req = decode_request(data)
+            progress = req.type in (MsgType.REPORT, MsgType.COMPUTE_FINISHED)
+            if progress and refused < 2:
+                refused += 1
+                rep = encode_error(req.id, ErrorCode.UNAVAILABLE, "its events are not recorded yet; send them again")
+            elif req.type == MsgType.SUBMIT_JOB:
+                rep = encode_ok(req.id, {"job_id": req.body["job"]["id"], "class": "normal"})
+            else:
+                rep = encode_ok(req.id, {"results": [{}] * len(req.body.get("events", []))})
+            seen.append((req.type, progress))
+            sock.send_multipart([peer, rep])
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        job = Job("j", (Compute("c0", "h0", 0.01),), (), ())
+        r = JobRunner(job, endpoint, {}, async_reports=async_reports, request_timeout_s=5.0).run(timeout_s=20.0)
+    finally:
+        stop.set()
+        t.join(5)
+        sock.close(0)
+        ctx.term()
+    assert r.error == ""
+    progress = [ty for ty, p in seen if p]
+    assert len(progress) == 3  # refused twice, then taken
+    assert seen[-1][0] == MsgType.JOB_FINISHED

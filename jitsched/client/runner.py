@@ -31,6 +31,9 @@ log = logging.getLogger("jitsched.client.runner")
 # alternating, two each): mean JCT 1.82, 1.83 s registering every transfer, 1.65,
 # 1.61 s with 10 ms; its Inception-v3 jobs 1.75-1.95 s against 0.81-0.94 s.
 UNREGISTERED_MAX_S = 0.01
+# A request the daemon answered ``unavailable`` (it could not record it: its journal or etcd
+# could not be written) goes again after this pause, until the run's deadline.
+UNAVAILABLE_RETRY_S = 0.2
 
 
 def unregistered_max_bytes(line_Bps: float) -> int:
@@ -118,10 +121,14 @@ class _Session:
     def call(self, name: str, *args, resubmit: bool = True, **kwargs):
         """``Client.<name>(*args)``, retried until the deadline through a restart.
 
+        A request answered ``unavailable`` (the daemon could not record it) goes
+        again after :data:`UNAVAILABLE_RETRY_S`.
+
         Raises
         ------
         TimeoutError
-            The daemon did not answer before the run's deadline.
+            The daemon did not answer before the run's deadline, or still could not
+            record the request then.
         RemoteError
             The daemon refused the request for another reason than a restart.
         """
@@ -145,6 +152,14 @@ class _Session:
                     return {"job_id": self.runner.job.id}
                 if exc.code == ErrorCode.UNKNOWN_JOB and resubmit and name not in ("submit", "register_template"):
                     self._resubmit()
+                    first = False
+                    continue
+                if exc.code == ErrorCode.UNAVAILABLE:
+                    left = self.deadline - time.monotonic()
+                    if left <= UNAVAILABLE_RETRY_S:
+                        raise TimeoutError(f"the daemon could not record {name} before the run's timeout: "
+                                           f"{exc.message}") from None
+                    time.sleep(UNAVAILABLE_RETRY_S)
                     first = False
                     continue
                 raise

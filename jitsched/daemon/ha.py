@@ -6,6 +6,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -32,6 +33,9 @@ TXN_OPS = 100
 TXN_BYTES = 1 << 20
 # seconds one etcd request may take before the next endpoint is tried
 REQUEST_TIMEOUT_S = 1.0
+# after a failed write, a batch's end leaves the events it holds for this long before it
+# tries them again: an unreachable etcd holds the daemon's loop up to REQUEST_TIMEOUT_S a try
+WRITE_RETRY_S = 1.0
 
 
 class EtcdUnavailable(StoreError, JitschedError):
@@ -321,6 +325,7 @@ class EtcdStore:
         # an iteration's write would be one transaction on the loop (3.1 ms), and jobs started
         # together reach their JOURNAL_EVERY-th iteration together
         self._later: list[dict] = []
+        self._retry_at = -math.inf  # a batch's end writes its events no sooner (WRITE_RETRY_S)
 
     def _k(self, *parts: object) -> str:
         return "/".join([self.prefix, *map(str, parts)])
@@ -337,14 +342,16 @@ class EtcdStore:
         etcd on loopback, and a report's events each took one.
 
         Raises :class:`StoreError` (or :class:`FencedError`) when the block ends if they
-        could not be written.
+        could not be written. Events a failed write could not take stay held
+        (:attr:`holding`) and go with the next write; a block ending within
+        :data:`WRITE_RETRY_S` of the failure leaves them held without trying.
         """
         self._batching += 1
         try:
             yield
         finally:
             self._batching -= 1
-            if not self._batching and self._pending:
+            if not self._batching and self._pending and time.monotonic() >= self._retry_at:
                 self._write([])
 
     @property
@@ -353,18 +360,25 @@ class EtcdStore:
         return bool(self._pending)
 
     def _write(self, ops: list[dict]) -> None:
-        if self._later:
-            ops, self._later = self._later + ops, []
-        if self._pending:
-            ops, self._pending = self._pending + ops, []
-        if not self.election.leading():
-            self.fenced += 1
-            raise FencedError("this replica no longer leads: its writes are refused")
-        for chunk in txn_chunks(ops):
-            if not self.etcd.txn(self.election.fence(), chunk):
+        """Write what is held back, then ``ops``; what is held back and not written stays
+        held (its order kept) when this raises."""
+        held, self._later, self._pending = self._later + self._pending, [], []
+        done = 0
+        try:
+            if not self.election.leading():
                 self.fenced += 1
-                self.election.depose("a write was refused: another replica leads")
-                raise FencedError("this replica no longer leads: etcd refused its write")
+                raise FencedError("this replica no longer leads: its writes are refused")
+            for chunk in txn_chunks(held + ops):
+                if not self.etcd.txn(self.election.fence(), chunk):
+                    self.fenced += 1
+                    self.election.depose("a write was refused: another replica leads")
+                    raise FencedError("this replica no longer leads: etcd refused its write")
+                done += len(chunk)
+        except BaseException:
+            self._pending = held[done:] + self._pending
+            self._retry_at = time.monotonic() + WRITE_RETRY_S
+            raise
+        self._retry_at = -math.inf
         self.writes += 1
 
     def _next(self) -> int:

@@ -50,6 +50,7 @@ from jitsched.protocol import (
     ErrorCode,
     MsgType,
     ProtocolError,
+    decode_reply,
     decode_request,
     encode_error,
     encode_ok,
@@ -121,6 +122,10 @@ DECODED_PER_BYTE = 10
 # registrations never queue behind job traffic: with 256 job messages read before the
 # agents' socket, a client pipelining 4,096-event reports (75 kB, ~10 ms each) marked
 # 30 of 30 agents down in 8 s (python bench/bench_flood.py --flood-s 8 --agents 30).
+# the job messages whose replies say their progress events are recorded (``report`` and the
+# single events it stands for): on a store that holds batches, their replies wait for its write
+PROGRESS_TYPES = frozenset({MsgType.REPORT, MsgType.TRANSFER_STARTED, MsgType.TRANSFER_FINISHED,
+                            MsgType.COMPUTE_FINISHED})
 AGENT_BATCH = 1024  # agent messages per read of their socket at most
 JOB_BATCH = 256  # job messages per loop turn at most ...
 JOB_TURN_S = 0.02  # ... and for about this long: timers and planning run between turns
@@ -292,6 +297,7 @@ class Daemon:
         # while a turn of job messages writes its progress events to the store as one write
         # (_serve_jobs): that socket and the replies held until the write is done
         self._held_replies: tuple[zmq.Socket, list[tuple]] | None = None
+        self._handled_type = ""  # the type of the request handle() last decoded
         self._offload_q: queue.Queue[Decoded | None] = queue.Queue()
         self._offload_bytes = 0  # of the requests handed to the decoding worker, not yet back
         # each job client's requests held in the loop (handed to the decoding worker or
@@ -641,16 +647,19 @@ class Daemon:
         after each one that left agent messages waiting.
 
         On a store that holds batches (etcd) the turn's progress events go in one write
-        as it ends, and the replies of job messages from the first that left events held
-        on, after that write: each reply still follows what it acknowledges, in order,
-        and a report of one event costs a share of one transaction instead of a whole one
-        (about 2 ms on a one-member etcd on loopback). Replies before it go at once. If
-        the replica no longer leads as the turn ends, its writes were refused: the replies
-        held with events unwritten become ``not_leader``, and their clients send them again
-        to the leader (reports are idempotent).
+        as it ends, and the replies of job messages from the first progress message
+        (:data:`PROGRESS_TYPES`) that found events held on, after that write: each reply
+        still follows what it acknowledges, in order, and a report of one event costs a
+        share of one transaction instead of a whole one (about 2 ms on a one-member etcd
+        on loopback). Replies before it go at once. If events are still held as the turn
+        ends, the progress messages' replies that said "recorded" become ``not_leader``
+        when the replica no longer leads (its clients go to the leader) and
+        ``unavailable`` otherwise (etcd did not take them; the store tries them again
+        with its next write, and the clients send them again, idempotent).
         """
         held: list[tuple] = []
-        if self.state.journal is not None and self.state.journal.holds_batches:
+        store = self.state.journal
+        if store is not None and store.holds_batches:
             self._held_replies = (jobs, held)
         try:
             with self.state.journal_turn():
@@ -664,10 +673,15 @@ class Daemon:
                         break
         finally:
             self._held_replies = None
-            deposed = bool(held) and self.leading is not None and not self.leading()
-            for sock, identity, reply, client, unwritten in held:
-                if deposed and unwritten:
-                    reply = encode_error(peek_id(reply), ErrorCode.NOT_LEADER, not_leader_message())
+            unwritten = bool(held) and store.holding
+            deposed = unwritten and self.leading is not None and not self.leading()
+            for sock, identity, reply, client, promises in held:
+                # a refusal stays what it is: only a reply that said "recorded" was not so
+                if unwritten and promises and decode_reply(reply).ok:
+                    reply = encode_error(peek_id(reply), ErrorCode.NOT_LEADER, not_leader_message()) if deposed \
+                        else encode_error(peek_id(reply), ErrorCode.UNAVAILABLE,
+                                          f"its events are not recorded yet ({self.state.journal_last_error}); "
+                                          "send them again")
                 self._send_reply(sock, identity, reply, client)
 
     def _contained(self, where: str, exc: BaseException) -> None:
@@ -711,7 +725,8 @@ class Daemon:
         if len(data) > self.config.offload_bytes:
             self._offload(sock, key, data, allowed, peer)
             return
-        self._send_reply(sock, identity, self.handle(identity, data, allowed, peer), client)
+        reply = self.handle(identity, data, allowed, peer)
+        self._send_reply(sock, identity, reply, client, promises=self._handled_type in PROGRESS_TYPES)
 
     @staticmethod
     def _client(name: str, peer: str | None) -> str | None:
@@ -832,17 +847,17 @@ class Daemon:
                     self._deferred[job.key].extend(waiting)
                     break
 
-    def _send_reply(self, sock: zmq.Socket, identity: bytes, reply: bytes, client: str | None = None) -> None:
+    def _send_reply(self, sock: zmq.Socket, identity: bytes, reply: bytes, client: str | None = None,
+                    promises: bool = False) -> None:
         """Send ``reply`` to ``identity`` (of job client ``client``), or a short ``overloaded``
         error if the bytes of replies that peer or client has not taken would pass its cap.
         Held until the store's write is done while a turn of job messages batches it
-        (:meth:`_serve_jobs`)."""
+        (:meth:`_serve_jobs`); ``promises``: it says the request's progress events are
+        recorded."""
         held = self._held_replies
-        if held is not None and sock is held[0]:
-            unwritten = self.state.journal.holding  # events of this message or before it
-            if held[1] or unwritten:
-                held[1].append((sock, identity, reply, client, unwritten))
-                return
+        if held is not None and sock is held[0] and (held[1] or (promises and self.state.journal.holding)):
+            held[1].append((sock, identity, reply, client, promises))
+            return
         try:
             if sock is None or not hasattr(sock, "copy_threshold") or sock.copy_threshold != TRACK_BYTES:
                 sock.send_multipart([identity, reply], zmq.NOBLOCK)
@@ -923,13 +938,14 @@ class Daemon:
         """
         t0 = time.perf_counter()
         rid = 0
-        type_ = "?"
+        type_ = self._handled_type = "?"
         try:
             if decoded is not None and decoded.error is not None:
                 raise decoded.error
             req = decoded.req if decoded is not None else decode_request(
                 data, max_bytes=self.config.max_message_bytes, allowed=allowed)
             rid, type_ = req.id, req.type
+            self._handled_type = type_
             method, with_identity, with_peer = DISPATCH[req.type]
             if self.keys is not None and peer is None:
                 # ZAP lets in known keys only: this is a key the tables lost, never a guest
