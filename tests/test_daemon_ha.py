@@ -40,6 +40,21 @@ def _elected(etcd: LocalEtcd, prefix: str, ttl_s: float = 2.0) -> tuple[Etcd, El
     return client, el
 
 
+def _replica(etcd: LocalEtcd, prefix: str, hosts: tuple[str, ...] = ("h1", "h2")):
+    """A daemon (not started) leading on ``etcd`` under ``prefix``, lease 30 s: its etcd
+    client, election, store and itself."""
+    from jitsched.daemon.server import Daemon
+
+    client, el = _elected(etcd, prefix, ttl_s=30.0)
+    cluster = parse_cluster({"hosts": [{"name": h, "egress_bps": 1e9, "ingress_bps": 1e9} for h in hosts]})
+    ports = free_ports(2)
+    store = EtcdStore(client, el)
+    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
+               store=store, epoch=el.me.epoch, leading=el.leading)
+    return client, el, store, d
+
+
 def test_one_replica_wins_and_epochs_rise(etcd):
     a = Election(Etcd([etcd.endpoint]), "/t-elect", 2)
     b = Election(Etcd([etcd.endpoint]), "/t-elect", 2)
@@ -236,17 +251,10 @@ def test_a_turn_of_one_event_reports_goes_in_few_writes_each_reply_after_its_eve
     import zmq
 
     from jitsched.client import Client
-    from jitsched.daemon.server import Daemon
     from jitsched.protocol import MsgType, decode_any, encode_request
 
-    client, el = _elected(etcd, "/t-turn", ttl_s=30.0)
-    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
-                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
-    ports = free_ports(2)
-    store = EtcdStore(client, el)
-    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
-                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
-               store=store, epoch=el.me.epoch, leading=el.leading).start()
+    client, el, store, d = _replica(etcd, "/t-turn")
+    d.start()
     n = 40
     ctx = zmq.Context()
     socks = []
@@ -301,15 +309,8 @@ def test_a_turn_of_one_event_reports_goes_in_few_writes_each_reply_after_its_eve
 
 def test_replies_wait_for_the_turns_write_only_from_the_first_that_left_events_held(etcd):
     from jitsched.daemon.ha import put_op as op
-    from jitsched.daemon.server import Daemon
 
-    client, el = _elected(etcd, "/t-held", ttl_s=30.0)
-    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9}]})
-    ports = free_ports(2)
-    store = EtcdStore(client, el)
-    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
-                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
-               store=store, epoch=el.me.epoch, leading=el.leading)
+    client, el, store, d = _replica(etcd, "/t-held", ("h1",))
 
     class Sock:
         def __init__(self):
@@ -341,16 +342,10 @@ def test_a_report_whose_events_a_deposed_replica_could_not_write_is_answered_not
     # the replica loses its lease; a report's events then go to no store, and the client is
     # told to ask the leader rather than that they are recorded
     from jitsched.client import Client
-    from jitsched.daemon.server import Daemon
     from jitsched.errors import RemoteError
 
-    client, el = _elected(etcd, "/t-deposed", ttl_s=30.0)
-    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
-                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
-    ports = free_ports(2)
-    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
-                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
-               store=EtcdStore(client, el), epoch=el.me.epoch, leading=el.leading).start()
+    client, el, store, d = _replica(etcd, "/t-deposed")
+    d.start()
     try:
         job = {"id": "a", "computes": [],
                "transfers": [{"id": f"t{i}", "src": "h1", "dst": "h2", "bytes": 1e3} for i in range(2)]}
@@ -372,16 +367,10 @@ def test_a_report_whose_events_etcd_did_not_take_is_answered_unavailable_and_tak
         etcd, monkeypatch):
     import jitsched.daemon.ha as ha
     from jitsched.client import Client
-    from jitsched.daemon.server import Daemon
     from jitsched.errors import RemoteError
 
-    client, el = _elected(etcd, "/t-unavailable", ttl_s=30.0)
-    cluster = parse_cluster({"hosts": [{"name": "h1", "egress_bps": 1e9, "ingress_bps": 1e9},
-                                       {"name": "h2", "egress_bps": 1e9, "ingress_bps": 1e9}]})
-    ports = free_ports(2)
-    d = Daemon(DaemonConfig(cluster=cluster, job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
-                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False),
-               store=EtcdStore(client, el), epoch=el.me.epoch, leading=el.leading).start()
+    client, el, store, d = _replica(etcd, "/t-unavailable")
+    d.start()
     real = client.txn
     try:
         job = {"id": "a", "computes": [], "transfers": [{"id": "t0", "src": "h1", "dst": "h2", "bytes": 1e3}]}
