@@ -210,6 +210,7 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
     # its hosts have no address in this cluster: the agents cannot cap traffic into them
     assert ("as normal instead; 0 finished within it, 0 did not, AT RISK (reserved on more than an agent can "
             "give): crit; 2 hosts held, NOT CAPPED (no address): h2, h3" in out)
+    assert "critical: on time AT RISK: reserved on more than the 0.8 of host h3's ports" in out
 
 
 def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):

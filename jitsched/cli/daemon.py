@@ -376,6 +376,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         jct = f"JCT {s['jct_s']:.2f} s" if s["jct_s"] is not None else ""
         print(f"  job {escape(j):<20} {s['state']:<10} transfers {s['transfers_done']}/{s['transfers']} {jct}"
               + (f" owner {escape(s['owner'])}" if s.get("owner") else "")
+              + (f" critical: {s['guarantee']}" if s.get("guarantee") else "")
+              + (f" AT RISK: {escape(s['at_risk'])}" if s.get("at_risk") else "")
               + (f" ERROR {escape(s['error'])}" if s.get("error") else ""))
         rec = s.get("recurring")
         if rec:
