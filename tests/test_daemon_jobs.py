@@ -500,3 +500,29 @@ def test_a_job_reserved_on_more_than_its_hosts_agent_can_give_now_is_shown_at_ri
     assert st.status({}, 1.3)["critical"]["at_risk"] == []
     assert st.submit_job({"job": critical("c", "h0", "h1")}, 1.3)["class"] == "critical"
     assert reg.reservations.held["c"].rates.max() <= 0.8 * st.cluster.hosts[1].ingress_Bps * (1 + 1e-6)
+
+
+def test_a_job_whose_hosts_agent_gives_less_is_reserved_again_on_it_where_its_windows_let_it():
+    # epsilon 1: a's 125 MB may take until 2.4 s; reserved on the whole line it takes
+    # 0.1-1.1 s. At 0.3 s h1's agent keeps a fifth for unranked traffic: what is left goes
+    # at 0.8 of the line in the rest of the window, and a is not at risk
+    st = SchedulerState(config(policy="jit", critical_epsilon=1.0, critical_assumed_share=1.0))
+    reg = st.job_registry
+    for h in ("h0", "h1"):
+        assert "seq" in _register(st, h, 0.0, 1.0)
+    assert st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)["class"] == "critical"
+    held = reg.reservations.held["a"]
+    before = held.rates.copy()
+    line = st.cluster.hosts[1].ingress_Bps
+    assert before.max() > 0.8 * line * 1.01
+    st.plan_book.reasons.clear()
+    body = {"host": "h1", "backend": "tc", "background_floor": 0.2, "payload_share": 1.0}
+    assert "seq" in st.register(b"h1", body, 0.3)
+    assert st.status({}, 0.3)["critical"]["at_risk"] == []
+    after = reg.reservations.held["a"].rates
+    first = 3 - held.start_slot  # the slot holding 0.3 s, from the reservation's start
+    assert np.array_equal(after[:, :first], before[:, :first])  # what went before stays
+    assert after[:, first:].max() <= 0.8 * line * (1 + 1e-6)
+    assert after.sum() * 0.1 == pytest.approx(1.25e8, rel=1e-5)  # every byte still reserved
+    assert (held.start_slot + after.shape[1]) * 0.1 <= reg.jobs["a"].guard_until_s + 1e-9
+    assert "reserved" in st.plan_book.reasons  # the agents get the new rates

@@ -170,3 +170,29 @@ def test_shares_bound_what_is_reserved_and_the_isolated_jct_but_not_what_the_cap
     assert left1 >= 0.2 * CL.ingress_Bps[1] * (1 - 1e-6)
     # with every share 1 the planning cluster is the cluster itself
     assert ReservationBook(CL, OPTS, shares={"h0": 1.0}).planning_cluster() is CL
+
+
+def test_refit_reserves_what_is_left_of_unfinished_transfers_in_the_rest_of_their_windows():
+    # two transfers out of h0 in one window; eps 1 leaves room. At 0.2 s h0's share falls
+    # to 0.5: "t" is done and needs nothing more, "u" gets the rest of its bytes at 0.5
+    two = parse_job(job("two", computes=[("c", "h1", 0.2)], transfers=[("t", "h0", "h1", 2e8),
+                                                                       ("u", "h0", "h2", 2e8)],
+                        edges=[("t", "c"), ("u", "c")]) | {"class": "critical"}, CL)
+    opts = ReserveOptions(eps=1.0, slot_s=SLOT)
+    book = ReservationBook(CL, opts)
+    assert book.admit("two", isolated_windows(two, CL, opts), 0.0).admitted
+    before = book.held["two"].rates.copy()
+    book.shares["h0"] = 0.5
+    assert book.overbooked("h0", 0.2) == ["two"]
+    assert book.refit("two", 0.2, done={"t"})
+    after = book.held["two"].rates
+    k_t, k_u = book.held["two"].windows.ids.index("t"), book.held["two"].windows.ids.index("u")
+    assert np.array_equal(after[:, :4], before[:, :4])  # slots before 0.2 s stay
+    assert not after[k_t, 4:].any()  # done: nothing more
+    assert after[k_u].sum() * SLOT == pytest.approx(2e8, rel=1e-5)
+    assert after[:, 4:].max() <= 0.5 * CL.egress_Bps[0] * (1 + 1e-6)
+    assert book.overbooked("h0", 0.2) == []
+    # with no room left in the windows it does not fit, and the reservation stays as it was
+    book.shares["h0"] = 0.01
+    kept = book.held["two"].rates
+    assert not book.refit("two", 0.2, done={"t"}) and book.held["two"].rates is kept

@@ -700,12 +700,21 @@ class SchedulerState:
         return reply
 
     def _check_at_risk(self, host: str, share: float, was: float, now: float) -> None:
-        """Host ``host``'s agent can now give reserved flows ``share`` of its ports, not ``was``:
-        the running critical jobs whose reservations there take more than it are at risk
-        (status, metrics), and those it had put at risk that now fit are not. Reservations
-        stay as they are: the agents give them what they can, and the jobs admitted from now
-        on are reserved on the rest."""
-        over = set(self.job_registry.reservations.overbooked(host, now))
+        """Host ``host``'s agent can now give reserved flows ``share`` of its ports, not ``was``.
+        Each running critical job whose reservation there takes more than that is reserved
+        again from now on what is free (the rest of its windows); one that does not fit
+        keeps its reservation and is at risk (status, metrics). Those it had put at risk that
+        fit now are not. The jobs admitted from now on are reserved on the new share."""
+        book = self.job_registry.reservations
+        refitted = []
+        for jid in book.overbooked(host, now):
+            js = self.job_registry.active.get(jid)
+            if js is not None and book.refit(jid, now, js.done):
+                refitted.append(jid)
+        if refitted:
+            log.info(kv("critical_reserved_again", jobs=",".join(refitted), host=host, share=share))
+            self.plan_book.trigger("reserved", now)  # the agents get the new reserved rates
+        over = set(book.overbooked(host, now))
         for jid, js in self.job_registry.active.items():
             if jid in over and host not in js.at_risk:
                 js.at_risk[host] = (f"reserved on more than the {share:.3g} of host {host}'s ports its "

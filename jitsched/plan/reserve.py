@@ -513,6 +513,45 @@ class ReservationBook:
                 out.append(jid)
         return sorted(out)
 
+    def refit(self, job_id: str, now: float, done: Iterable[str] = ()) -> bool:
+        """Reserve job ``job_id`` again from ``now`` (book clock, seconds) on what is free now:
+        after its hosts' shares fell, the rest of each unfinished transfer's bytes in the
+        rest of its window. Its rates before ``now`` stay. Returns whether it fits (else the
+        reservation stays as it was).
+
+        Parameters
+        ----------
+        done : iterable of str
+            Its transfers that have arrived: they need nothing more.
+        """
+        h = self.held.get(job_id)
+        if h is None:
+            return False
+        slot, win = self.options.slot_s, h.windows
+        off = max(math.ceil(now / slot - 1e-9) - h.start_slot, 0)
+        if off >= h.rates.shape[1]:
+            return True  # nothing of it is left to reserve
+        gone = set(done)
+        sent = h.rates[:, :off].sum(axis=1) * slot  # what its reservation carried before now
+        keep = np.array([tid not in gone for tid in win.ids], dtype=bool) & (win.last >= off) & (
+            win.size - sent > MARGIN * win.size)
+        rest = Windows(tuple(t for t, k in zip(win.ids, keep, strict=True) if k), win.src[keep], win.dst[keep],
+                       (win.size - sent)[keep], np.maximum(win.first - off, 0)[keep], win.last[keep] - off,
+                       win.isolated_s, win.target_s, win.finish_s[keep], win.start_s[keep], win.delay_s)
+        del self.held[job_id]
+        try:
+            res = self._try(rest, h.start_slot + off) if len(rest.ids) else None
+        finally:
+            self.held[job_id] = h
+        if res is not None and not res.feasible:
+            return False
+        rates = np.zeros((len(win.ids), off + (res.rates.shape[1] if res is not None else 0)))
+        rates[:, :off] = h.rates[:, :off]
+        if res is not None:
+            rates[np.flatnonzero(keep), off:] = res.rates
+        h.rates = rates
+        return True
+
     def horizon_slot(self) -> int:
         """The first slot no reservation holds."""
         return max((h.end_slot for h in self.held.values()), default=0)
