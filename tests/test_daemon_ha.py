@@ -364,9 +364,13 @@ def test_a_report_whose_events_a_deposed_replica_could_not_write_is_answered_not
 
 
 def test_a_report_whose_events_etcd_did_not_take_is_answered_unavailable_and_taken_when_sent_again(
-        etcd, monkeypatch):
+        etcd, monkeypatch, capsys):
+    from prometheus_client import generate_latest
+
     import jitsched.daemon.ha as ha
+    from jitsched.cli import main
     from jitsched.client import Client
+    from jitsched.daemon.metrics import Metrics
     from jitsched.errors import RemoteError
 
     client, el, store, d = _replica(etcd, "/t-unavailable")
@@ -389,13 +393,21 @@ def test_a_report_whose_events_etcd_did_not_take_is_answered_unavailable_and_tak
             with pytest.raises(RemoteError) as err:
                 c.request("report", {"job_id": "a", "events": [["started", "t0", None]]})
             assert err.value.code == "unavailable" and d.state.journal_errors == 1
-            # a status says nothing of events: answered meanwhile
-            assert c.status()["jobs"]["a"]["state"] == "running"
+            # a status says nothing of events: answered meanwhile, with what is held
+            st = c.status()
+            assert st["jobs"]["a"]["state"] == "running" and st["journal_held"] == 1
+            assert main(["status", "--daemon", d.job_endpoint]) == 0
+            assert ("JOURNAL: 1 writes failed (last: no etcd endpoint answered); submissions are refused until "
+                    "it can be written; 1 writes held, not yet durable") in capsys.readouterr().out
+            m = Metrics()
+            m.update(d.state, d.now())
+            assert "jitsched_journal_held 1.0" in generate_latest(m.registry).decode()
             client.txn = real
             monkeypatch.setattr(ha, "WRITE_RETRY_S", 0.0)
             d.state.journal._retry_at = 0.0
             # sent again: the held event goes, then the reply
             assert c.request("report", {"job_id": "a", "events": [["started", "t0", None]]})["results"] == [{}]
+            assert c.status()["journal_held"] == 0
         assert "t0" in EtcdStore(client, el).unfinished()[0].started
     finally:
         client.txn = real

@@ -410,7 +410,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                  if crit.get("hosts_unaddressed") else ""))
     if st.get("journal_errors"):
         print(f"  JOURNAL: {st['journal_errors']} writes failed (last: {escape(st.get('journal_last_error', ''))}); "
-              "submissions are refused until it can be written")
+              "submissions are refused until it can be written"
+              + (f"; {st['journal_held']} writes held, not yet durable" if st.get("journal_held") else ""))
     for j, why in (st.get("jobs_not_resumed") or {}).items():
         print(f"  job {escape(j)} not resumed after the restart: {escape(why)}")
     loop = st.get("loop") or {}

@@ -359,6 +359,12 @@ class EtcdStore:
         """Whether an open batch holds progress events not yet written."""
         return bool(self._pending)
 
+    @property
+    def held_writes(self) -> int:
+        """Operations held back and not yet written: progress events after a failed write,
+        recurring jobs' counts until the loop turn's write."""
+        return len(self._pending) + len(self._later)
+
     def _write(self, ops: list[dict]) -> None:
         """Write what is held back, then ``ops``; what is held back and not written stays
         held (its order kept) when this raises."""

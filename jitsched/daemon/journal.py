@@ -234,6 +234,7 @@ class Journal:
 
     holds_batches = False  # each event is its own commit: a batch holds nothing back
     holding = False
+    held_writes = 0
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         """Nothing held back: each event is already one unsynced commit."""

@@ -73,6 +73,8 @@ class Metrics(Endpoint):
         # refused for a peer's unread bytes, requests decoded off the loop, ...
         self.journal_errors = Gauge("jitsched_journal_errors", "Journal writes that failed since start",
                                     registry=r)
+        self.journal_held = Gauge("jitsched_journal_held", "Journal writes held back, not yet durable "
+                                  "(a replica's progress events while etcd does not take them)", registry=r)
         self.loop = Gauge("jitsched_loop", "Socket loop counts, by name (status.loop)", ["count"], registry=r)
         # announced background flows: held now, and the totals announced, resumed from the journal
         # (restored), finished and expired (an expired flow's sender never said it finished: a
@@ -132,6 +134,7 @@ class Metrics(Endpoint):
                             ("overdue", len(reg.overdue(now))), ("at_risk", len(reg.at_risk()))):
             self.critical.labels(name).set(value)
         self.journal_errors.set(state.journal_errors)
+        self.journal_held.set(state.journal.held_writes if state.journal is not None else 0)
         for name, value in state.loop.items():
             self.loop.labels(name).set(value)
         for name, value in state.agent_table.counts.items():

@@ -33,6 +33,11 @@ class Store(Protocol):
     def holding(self) -> bool:
         """Whether an open batch holds progress events not yet written."""
 
+    @property
+    def held_writes(self) -> int:
+        """Operations held back and not yet written: progress events after a failed write,
+        recurring jobs' counts until the loop turn's write."""
+
     def get(self, key: str) -> str | None:
         """A stored setting, or None."""
 
