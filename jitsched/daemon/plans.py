@@ -232,7 +232,8 @@ class PlanBook:
         self.n_plans = 0
         self.plans_by_mode = {FULL: 0, INCREMENTAL: 0}
         self.last_plan_s = -math.inf  # the last full re-solve
-        # when the last full plan's schedule changes with no event (PlanResult.changes_at_s)
+        # when the schedule in force changes with no event: the last full plan's instant, or
+        # an incremental plan's if sooner (PlanResult.changes_at_s)
         self.changes_at_s = math.inf
         self.last_full_solve_s = 0.0  # how long it took (max_planner_duty)
         self.incremental_ok = True  # False once the policy said it cannot plan incrementally

@@ -687,12 +687,11 @@ class SchedulerState:
         # the journal keeps it, so that a restarted daemon reserves its critical jobs again on
         # it before their agents register
         book = self.job_registry.reservations
-        share, was = self.agent_table.agents[host].reservable, book.shares.get(host, book.default_share)
-        if was != share:
+        share, was = self.agent_table.agents[host].reservable, book.share(host)
+        if share != was:
             book.shares[host] = share
             if self.journal is not None:
                 self._journal(self.journal.put, "reservable_shares", json.dumps(book.shares))
-        if share != was:
             self._check_at_risk(host, share, was, now)
         if got is not None or back:
             self.hosts.joined(host, now)
@@ -708,15 +707,16 @@ class SchedulerState:
         keeps its reservation and is at risk (status, metrics). Those it had put at risk that
         fit now are not. The jobs admitted from now on are reserved on the new share."""
         book = self.job_registry.reservations
+        over = book.overbooked(host, now)
         refitted = []
-        for jid in book.overbooked(host, now):
+        for jid in over:
             js = self.job_registry.active.get(jid)
             if js is not None and book.refit(jid, now, js.done):
                 refitted.append(jid)
         if refitted:
             log.info(kv("critical_reserved_again", jobs=",".join(refitted), host=host, share=share))
             self.plan_book.trigger("reserved", now)  # the agents get the new reserved rates
-        over = set(book.overbooked(host, now))
+            over = book.overbooked(host, now)
         for jid, js in self.job_registry.active.items():
             if jid in over and host not in js.at_risk:
                 js.at_risk[host] = (f"reserved on more than the {share:.3g} of host {host}'s ports its "

@@ -27,12 +27,11 @@ EARLY_COST = 1e-6
 # (ReservationBook.ingress_held): ~1.7 % for the delayed ACKs of a full link, with room
 # for SACK blocks, as the agents' ACK class has (jitsched.agents.backends.htb.ACK_RESERVE).
 ACK_SHARE = 0.03
-
-
 # A reservation more than this share of a port's line rate above what its agent can give
 # is overbooked; less is within the rounding of the agent's own payload share, and the
 # reservation's (1 + eps) margin takes it.
 OVERBOOKED = 1e-3
+
 
 @dataclass(frozen=True)
 class ReserveOptions:
@@ -391,17 +390,22 @@ class ReservationBook:
     _hosts_of: list = field(default_factory=list, init=False, repr=False, compare=False)
     _hosts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    def share(self, host: str) -> float:
+        """The share of host ``host``'s ports reservations may take (``shares``, else ``default_share``)."""
+        return self.shares.get(host, self.default_share)
+
     def _kept(self) -> np.ndarray:
         """Each host's share of its ports reservations may take, shape (n_hosts,)."""
-        return np.array([self.shares.get(n, self.default_share) for n in self.cluster.names], dtype=np.float64)
+        return np.array([self.share(n) for n in self.cluster.names], dtype=np.float64)
 
     def planning_cluster(self) -> Cluster:
         """The cluster with each port's rate the share reservations may take: where critical
         jobs run alone for their isolated JCTs (the cluster itself when every share is 1)."""
-        if all(self.shares.get(n, self.default_share) == 1.0 for n in self.cluster.names):
+        kept = self._kept()
+        if np.all(kept == 1.0):
             return self.cluster
         return Cluster(tuple(replace(h, egress_bps=h.egress_bps * k, ingress_bps=h.ingress_bps * k)
-                             for h, k in zip(self.cluster.hosts, self._kept(), strict=True)))
+                             for h, k in zip(self.cluster.hosts, kept, strict=True)))
 
     def free(self, first_slot: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
         """Bytes/s free per port, slots ``first_slot`` .. ``first_slot + n_slots - 1``:
