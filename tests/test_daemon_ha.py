@@ -119,6 +119,41 @@ def test_counts_held_back_go_with_the_next_write_or_flush_in_one_transaction(etc
     el.resign()
 
 
+def test_counts_held_while_etcd_is_down_stay_two_per_job_and_the_newest_goes(etcd):
+    # recurring jobs iterate on while etcd refuses every write: each job's newer count and
+    # state replace the held ones, so what is held does not grow with the outage's length
+    client, el = _elected(etcd, "/t-outage", ttl_s=30.0)
+    s = EtcdStore(client, el)
+    rows = [s.submitted(f"j{i}", {"id": f"j{i}"}, None, 0.0) for i in range(3)]
+    real = client.txn
+
+    def down(compare, ops):
+        raise EtcdUnavailable("down")
+
+    client.txn = down
+    try:
+        for n in range(20, 2020, 20):
+            for r in rows:
+                s.template(r, n, f"L{n}".encode(), later=True)
+            with pytest.raises(EtcdUnavailable):
+                s.flush()
+            s._retry_at = 0.0  # the next write is tried at once
+        with pytest.raises(EtcdUnavailable), s.batch():
+            s.event(rows[0], "t0", STARTED, 1.0)
+            s.event(rows[0], "t1", STARTED, 2.0)
+        assert s.held_writes == 2 * len(rows) + 2 and s.holding  # the events are held, in order
+        client.txn = real
+        s.flush()
+        assert s.held_writes == 0 and not s.holding
+        other = EtcdStore(client, el)
+        jobs = {jj.row: jj for jj in other.unfinished()}
+        assert other.templates() == {r: (2000, b"L2000") for r in rows}
+        assert list(jobs[rows[0]].started) == ["t0", "t1"]
+    finally:
+        client.txn = real
+        el.resign()
+
+
 def test_transactions_stay_under_etcds_operation_and_request_limits():
     # 30 learned states of a ResNet152's size (98 kB) held back together: one transaction
     # would be 3 MB, over etcd's default 1.5 MiB request

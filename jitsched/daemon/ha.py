@@ -323,8 +323,10 @@ class EtcdStore:
         self._pending: list[dict] = []  # progress events a batch holds back, in order
         # recurring jobs' counts and learned states held back for the next write or flush():
         # an iteration's write would be one transaction on the loop (3.1 ms), and jobs started
-        # together reach their JOURNAL_EVERY-th iteration together
-        self._later: list[dict] = []
+        # together reach their JOURNAL_EVERY-th iteration together. By key: a newer count or
+        # state replaces the one held, so while etcd is down they stay two per job however
+        # long the jobs iterate.
+        self._later: dict[str, dict] = {}
         self._retry_at = -math.inf  # a batch's end writes its events no sooner (WRITE_RETRY_S)
 
     def _k(self, *parts: object) -> str:
@@ -368,7 +370,8 @@ class EtcdStore:
     def _write(self, ops: list[dict]) -> None:
         """Write what is held back, then ``ops``; what is held back and not written stays
         held (its order kept) when this raises."""
-        held, self._later, self._pending = self._later + self._pending, [], []
+        later = list(self._later.values())
+        held, self._later, self._pending = later + self._pending, {}, []
         done = 0
         try:
             if not self.election.leading():
@@ -381,7 +384,10 @@ class EtcdStore:
                     raise FencedError("this replica no longer leads: etcd refused its write")
                 done += len(chunk)
         except BaseException:
-            self._pending = held[done:] + self._pending
+            # counts and states not written go back to be replaced by newer ones; events stay in order
+            for op in later[done:]:
+                self._later.setdefault(op["request_put"]["key"], op)
+            self._pending = held[max(done, len(later)):] + self._pending
             self._retry_at = time.monotonic() + WRITE_RETRY_S
             raise
         self._retry_at = -math.inf
@@ -449,7 +455,10 @@ class EtcdStore:
         if learned is not None:
             ops.append(put_op(self._k("tpl", self._row(row), "learned"), learned))
         if later:
-            self._later += ops
+            for op in ops:
+                key = op["request_put"]["key"]
+                self._later.pop(key, None)  # the newer goes last, after what was held before it
+                self._later[key] = op
         else:
             self._write(ops)
 
