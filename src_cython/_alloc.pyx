@@ -1077,6 +1077,10 @@ cdef class GroupPriority:
     # IN  job_scale (J,): each job's bytes left count times this (1: as they are)
     # IN  job_exp: a group's key is scaled by (its job's bytes left times its
     #     job_scale / bg_ref_s of the line rate) ** job_exp (0: not scaled)
+    # IN  comp_ptr (C + 1,), comp_groups (G,): the groups of each component, CSR; a
+    #     group's bytes left in its key are the largest of its component's groups'
+    #     (a group alone in its component: its own)
+    # IN  group_comp (G,): each group's component, in [0, C)
     """
 
     cdef const double[::1] size
@@ -1089,6 +1093,9 @@ cdef class GroupPriority:
     cdef const long long[::1] group_job
     cdef const double[::1] job_left
     cdef const double[::1] job_scale
+    cdef const long long[::1] comp_ptr
+    cdef const long long[::1] comp_groups
+    cdef const long long[::1] group_comp
     cdef double* jsent  # per job: bytes its live transfers sent (zeros between calls)
     cdef long long n_jobs
     cdef Py_ssize_t n_groups
@@ -1116,7 +1123,10 @@ cdef class GroupPriority:
                  const long long[::1] group_job,
                  const double[::1] job_left,
                  const double[::1] job_scale,
-                 double job_exp):
+                 double job_exp,
+                 const long long[::1] comp_ptr,
+                 const long long[::1] comp_groups,
+                 const long long[::1] group_comp):
         self.size = size
         self.need = need
         self.group = group
@@ -1131,6 +1141,9 @@ cdef class GroupPriority:
         self.job_left = job_left
         self.job_scale = job_scale
         self.job_exp = job_exp
+        self.comp_ptr = comp_ptr
+        self.comp_groups = comp_groups
+        self.group_comp = group_comp
         cdef Py_ssize_t j, g, ng = pair_left.shape[0]
         self.jsent = <double*> malloc((n_jobs + 1) * sizeof(double))
         if self.jsent == NULL:
@@ -1202,7 +1215,7 @@ cdef class GroupPriority:
         # only (a few dozen heads instead of thousands of flows at paper scale, measured
         # 1700 flows in ~22 groups per allocation at 200 jobs), in order.
         cdef Py_ssize_t f, i, m = 0, ng = 0, w, lo, mid, hi, a, b, k
-        cdef long long v, g, s, d, x
+        cdef long long v, g, s, d, x, c, q
         cdef double sz, r, fe, fi
         cdef double* key = self.key
         cdef long long* cand = self.cand
@@ -1261,11 +1274,19 @@ cdef class GroupPriority:
                 key[f] = r * (sz / (self.bg_ref_s * egress[src[f]])) * self.bg_weight if r > 0.0 else 0.0
                 cand[m] = f
                 m += 1
-        for i in range(ng):
+        cdef const long long* comp_ptr = &self.comp_ptr[0]
+        cdef const long long* comp_groups = &self.comp_groups[0] if self.comp_groups.shape[0] else NULL
+        cdef const long long* group_comp = &self.group_comp[0] if self.group_comp.shape[0] else NULL
+        for i in range(ng):  # the heads' keys, every group's bytes sent counted first
             g = groups[i]
             x = head[g]
             if x >= 0:
+                c = group_comp[g]
                 key[x] = pair_left[g] - gsent[g]
+                for q in range(comp_ptr[c], comp_ptr[c + 1]):  # the component's largest
+                    v = comp_groups[q]
+                    if pair_left[v] - gsent[v] > key[x]:
+                        key[x] = pair_left[v] - gsent[v]
                 if self.job_exp != 0.0:
                     fe = self.job_left[self.group_job[g]] - self.jsent[self.group_job[g]]
                     if fe < 0.0:
@@ -1274,6 +1295,8 @@ cdef class GroupPriority:
                     key[x] = key[x] * pow(fe / (self.bg_ref_s * egress[src[x]]), self.job_exp)
                 cand[m] = x
                 m += 1
+        for i in range(ng):
+            g = groups[i]
             head[g] = -1
             gsent[g] = 0.0
         if self.job_exp != 0.0:

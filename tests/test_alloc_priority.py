@@ -72,17 +72,25 @@ def cases(draw):
     # a factor per job on its bytes left (job_size "bottleneck"), or none (ones)
     job_scale = (np.array([draw(st.sampled_from([1.0, 0.5, 1 / 3, 0.75])) for _ in range(nj)])
                  if draw(st.booleans()) else None)
+    # each group alone, a job's groups into one host together (the JIT policy's), or any merge
+    ng = len(pair_left)
+    g_job, g_src, g_dst = (np.zeros(ng, dtype=np.int64) for _ in range(3))
+    g_job[group], g_src[group], g_dst[group] = job, src, dst
+    comp = draw(st.sampled_from(["alone", "ingress", "any"]))
+    group_comp = {"alone": None, "ingress": priority.ingress_components(g_job, g_src, g_dst),
+                  "any": np.array([draw(st.integers(0, ng - 1)) for _ in range(ng)])}[comp]
     return dict(src=f_src, dst=f_dst, node=f_node, job=f_job, bg=f_bg, remaining=np.array(rem), size=size,
                 need=need, group=group, pair_left=pair_left, bg_bytes=bg_bytes, egress=egress, bg_ref_s=8.0,
                 bg_weight=bg_weight, crumb_rtol=1e-6, n_jobs=nj, free_e=np.array(draw(caps)),
-                free_i=np.array(draw(caps)), job_left=job_left, job_exp=job_exp, job_scale=job_scale), (job, src, dst)
+                free_i=np.array(draw(caps)), job_left=job_left, job_exp=job_exp, job_scale=job_scale,
+                group_comp=group_comp), (job, src, dst)
 
 
 def kernel(c, nodes_of):
     return priority.GroupPriority(c["size"], c["need"], c["group"], c["pair_left"], *nodes_of, c["bg_bytes"],
                                c["egress"], bg_ref_s=c["bg_ref_s"], bg_weight=c["bg_weight"],
                                crumb_rtol=c["crumb_rtol"], n_jobs=c["n_jobs"], job_left=c["job_left"],
-                               job_exp=c["job_exp"], job_scale=c["job_scale"])
+                               job_exp=c["job_exp"], job_scale=c["job_scale"], group_comp=c["group_comp"])
 
 
 def flows_of(c):

@@ -219,6 +219,32 @@ def test_default_jit_orders_a_jobs_transfers_by_need():
     assert Simulator(wl, "tensorflow").run().jct_s[0] == pytest.approx(3.0)
 
 
+def test_a_receiver_takes_one_jobs_transfers_from_several_senders_in_need_order():
+    # a worker (h2) of a job sharded over two servers: c1 needs 3 s of bytes from h1,
+    # then c2 needs 1 s from h0, then 0.5 s of gradients go back to each server (four
+    # host pairs: the job lends no slack). Need order: the large read lands at 3 s, c1
+    # runs 3-4, the small one lands at 4 s, c2 runs 4-4.5, the pushes share h2's egress
+    # to 5.5 s. Ranked by each sender's bytes left the small read went first: c1 at 4-5
+    # and the job at 6.5 s, as under fair sharing.
+    job = Job("j", (Compute("c1", "h2", 1.0), Compute("c2", "h2", 0.5)),
+              (Transfer("small", "h0", "h2", C), Transfer("big", "h1", "h2", 3 * C),
+               Transfer("g0", "h2", "h0", C / 2), Transfer("g1", "h2", "h1", C / 2)),
+              (("big", "c1"), ("small", "c2"), ("c1", "c2"), ("c2", "g0"), ("c2", "g1")), 0.0)
+    wl = Workload(Cluster.uniform(3), (job,))
+    assert Simulator(wl, "jit").run().jct_s[0] == pytest.approx(5.5)
+    assert Simulator(wl, "tensorflow").run().jct_s[0] == pytest.approx(6.5)
+
+
+def test_ingress_components_put_one_jobs_groups_into_a_host_together():
+    from jitsched.plan.priority import ingress_components
+
+    # groups: a h0->h2, a h1->h2 (together), a h2->h0 (alone), b h3->h2 (another job),
+    # a h2->h2 (stays on its host), no transfer (job -1)
+    comp = ingress_components(np.array([0, 0, 0, 1, 0, -1]), np.array([0, 1, 2, 3, 2, 0]),
+                              np.array([2, 2, 0, 2, 2, 0]))
+    assert comp[0] == comp[1] and len(set(comp.tolist())) == 5
+
+
 @pytest.mark.parametrize("file_bytes,file_first", [(1e9, True), (2e9, False)])
 def test_background_ranks_against_jobs_by_smiths_rule(file_bytes, file_first):
     # a DL job with 0.8 GB on h0->h1 and a file on the same pair, both at 0.
@@ -397,6 +423,30 @@ def test_priority_ranks_order_job_pairs_by_bytes_left_across_hosts():
     assert sched.prio == got and all(len(f[5]) == 0 for f in sched.flows)
     # increments: ranked (alpha 0) yes; with reservations under the priority leftover, no
     assert pol.plans_increments() and not JitPolicy(JitOptions(alpha=0.4)).plans_increments()
+
+
+def test_priority_ranks_give_one_jobs_groups_into_a_host_its_largest_key():
+    from jitsched.policies.jit import JitPolicy, group_ranks
+
+    # job a reads 10 MB from h0 and 300 MB from h1 on h2; job b 100 MB from h3 on h2. Ranked
+    # by each sender's bytes left a's 10 MB went first; as one, a ranks by its 300 MB: b
+    # first, then a's two groups (by source)
+    cluster = Cluster.uniform(4)
+    a = Job("a", (Compute("c", "h2", 0.0),), (Transfer("t0", "h0", "h2", 1e7), Transfer("t1", "h1", "h2", 3e8)),
+            (("t0", "c"), ("t1", "c")), 0.0)
+    jobs = [a, one_transfer_job("b", 1e8, "h3", "h2")]
+    pol = JitPolicy()
+    pol.reset(cluster)
+    view = _view(jobs, cluster)
+    nodes, ranks = pol.priority_ranks(view)
+    got = {(view.dag.job_ids[view.dag.job_of[n]], view.dag.node_ids[n]): int(r)
+           for n, r in zip(nodes, ranks, strict=True)}
+    assert got == {("b", "t"): 0, ("a", "t0"): 1, ("a", "t1"): 2}
+    dag = view.dag
+    scratch = group_ranks(dag.job_of[nodes], dag.src[nodes].astype(np.int64), dag.dst[nodes].astype(np.int64),
+                          view.remaining[nodes], 4, egress=np.full(4, 1.25e8), job_exp=pol.job_exp,
+                          job_scale=pol._job_scale)
+    assert scratch.tolist() == ranks.tolist()
 
 
 def test_ranked_increment_places_new_jobs_after_the_base_in_their_own_order():

@@ -70,6 +70,11 @@ class GroupPriority:
     job_scale : array, shape (J,), optional
         A positive factor per job on its bytes left in the key (None: 1 for
         every job, the bytes as they are); copied.
+    group_comp : array of int, shape (G,), optional
+        Each group's component: a group's bytes left in its key are the
+        largest of its component's groups' (None: each group alone, its
+        own). The JIT policy puts a job's groups into one host together
+        (:func:`ingress_components`); copied.
 
     Raises
     ------
@@ -81,7 +86,7 @@ class GroupPriority:
     def __init__(self, size, need, group, pair_left, node_job, node_src, node_dst, bg_bytes, egress, *,
                  bg_ref_s: float, bg_weight: float, crumb_rtol: float, n_jobs: int,
                  job_left: np.ndarray | None = None, job_exp: float = 0.0,
-                 job_scale: np.ndarray | None = None) -> None:
+                 job_scale: np.ndarray | None = None, group_comp: np.ndarray | None = None) -> None:
         for name, a in (("need", need), ("pair_left", pair_left)):
             if not (isinstance(a, np.ndarray) and a.dtype == np.float64 and a.ndim == 1
                     and a.flags.c_contiguous):
@@ -126,10 +131,15 @@ class GroupPriority:
             job_left = np.zeros(self.n_jobs)
         self.job_left, self.job_exp, self.group_job = job_left, float(job_exp), group_job
         self.job_scale = _job_scale(job_scale, self.n_jobs)
+        self.group_comp = _group_comp(group_comp, ng)
+        count = np.bincount(self.group_comp, minlength=int(self.group_comp.max()) + 1 if ng else 0)
+        comp_ptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
+        comp_groups = np.argsort(self.group_comp, kind="stable").astype(np.int64)
         self._kernel = _kernels().GroupPriority(self.size, need, self.group, pair_left, self.bg_bytes,
                                                 self.egress, float(bg_ref_s), float(bg_weight),
                                                 float(crumb_rtol), self.n_jobs, group_job, job_left,
-                                                self.job_scale, float(job_exp))
+                                                self.job_scale, float(job_exp), comp_ptr, comp_groups,
+                                                self.group_comp)
 
     def rates(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range: bool = False) -> np.ndarray:
         """Strict-priority rates of the flows in this order over the free capacity, bit-identical to the reference.
@@ -194,6 +204,61 @@ def _job_scale(job_scale, n_jobs: int) -> np.ndarray:
     return a
 
 
+def _group_comp(group_comp, n_groups: int) -> np.ndarray:
+    """``group_comp`` checked (shape (n_groups,), non-negative integers) as a contiguous int64 copy;
+    None: each group its own component."""
+    if group_comp is None:
+        return np.arange(n_groups, dtype=np.int64)
+    a = np.array(group_comp)
+    if a.shape != (n_groups,) or (n_groups and (a.dtype.kind not in "iu" or a.min() < 0)):
+        raise ValidationError(f"group_comp: expected {n_groups} non-negative integers")
+    return a.astype(np.int64)
+
+
+def ingress_components(group_job: np.ndarray, group_src: np.ndarray, group_dst: np.ndarray) -> np.ndarray:
+    """Each (job, src, dst) group's component: the groups of one job into one host from other hosts.
+
+    A receiver that needs one job's transfers from several senders (a worker
+    reading from sharded parameter servers, a server taking gradients from
+    several workers) should take them in the job's need order, not the
+    sender with fewer bytes left first: with one key for them all, ties go to
+    the need order. A job's only group into a host, and a group whose
+    transfers stay on one host, is a component of its own.
+
+    Parameters
+    ----------
+    group_job, group_src, group_dst : ndarray of int, shape (G,)
+        Each group's job and hosts (negative job: no transfer, alone).
+
+    Returns
+    -------
+    ndarray of int, shape (G,)
+        Component ids in ``[0, G)``.
+    """
+    g = len(group_job)
+    out = np.arange(g, dtype=np.int64)
+    net = (np.asarray(group_job) >= 0) & (np.asarray(group_src) != np.asarray(group_dst))
+    if not net.any():
+        return out
+    idx = np.flatnonzero(net)
+    key = np.stack([np.asarray(group_job)[idx], np.asarray(group_dst)[idx]])
+    _, first = np.unique(key, axis=1, return_inverse=True)
+    first = first.ravel()
+    lead = np.full(first.max() + 1, g, dtype=np.int64)
+    np.minimum.at(lead, first, idx)  # each (job, dst)'s lowest group names it
+    out[idx] = lead[first]
+    return out
+
+
+def component_max(left: np.ndarray, comp: np.ndarray) -> np.ndarray:
+    """Each group's bytes ``left`` replaced by the largest of its component's (``comp``, shape (G,))."""
+    if not len(comp):
+        return left
+    most = np.full(int(comp.max()) + 1, -np.inf)
+    np.maximum.at(most, comp, left)
+    return most[comp]
+
+
 def background_key(remaining, size, egress_Bps, bg_ref_s: float, bg_weight: float) -> np.ndarray:
     """The JIT order's key of background flows (Smith's rule): bytes left times size over
     ``bg_ref_s`` seconds of the source's line rate, times ``bg_weight`` (bytes).
@@ -210,7 +275,7 @@ def background_key(remaining, size, egress_Bps, bg_ref_s: float, bg_weight: floa
 
 def group_priority_reference(src, dst, node, job, bg, remaining, size, need, group, pair_left, bg_bytes,
                              egress, bg_ref_s, bg_weight, crumb_rtol, n_jobs, free_e, free_i,
-                             job_left=None, job_exp=0.0, job_scale=None) -> np.ndarray:
+                             job_left=None, job_exp=0.0, job_scale=None, group_comp=None) -> np.ndarray:
     """The JIT policy's strict-priority rates as numpy had them (lexsort, then a greedy); :class:`GroupPriority` must agree bit for bit."""
     src, dst, node, job, bg = (np.asarray(a, dtype=np.int64) for a in (src, dst, node, job, bg))
     remaining, size, need = (np.asarray(a, dtype=np.float64) for a in (remaining, size, need))
@@ -228,6 +293,7 @@ def group_priority_reference(src, dst, node, job, bg, remaining, size, need, gro
         grp = np.asarray(group, dtype=np.int64)[jnode]
         sent = np.where(is_job, size[jnode] - remaining, 0.0)
         left = pair_left - np.bincount(grp, weights=sent, minlength=len(pair_left))
+        left = component_max(left, _group_comp(group_comp, len(pair_left)))
         key = np.where(is_job, left[grp], bg_key)
         if job_exp:
             jl = np.asarray(job_left, dtype=np.float64) - np.bincount(job[is_job], weights=sent[is_job],

@@ -31,7 +31,13 @@ from jitsched.plan.planner import (
     scale_cluster,
     shared_cluster,
 )
-from jitsched.plan.priority import GroupPriority, background_key, lenders
+from jitsched.plan.priority import (
+    GroupPriority,
+    background_key,
+    component_max,
+    ingress_components,
+    lenders,
+)
 from jitsched.policies.base import (
     DONE,
     Allocation,
@@ -484,6 +490,7 @@ class JitPolicy(Policy):
         self._need = np.zeros(0)  # per node: LAT of the job planned alone (s), the in-job order
         self._pair_left = np.zeros(0)  # per (job, src, dst) group: bytes of its transfers not yet done
         self._group = np.zeros(0, dtype=np.int64)  # per node: its (job, src, dst) group
+        self._group_comp = np.zeros(0, dtype=np.int64)  # per group: its ingress component
         self._need_done = np.zeros(0, dtype=bool)  # per job: _need computed
         self._iso_jct = np.zeros(0)  # per job: isolated JCT estimate (s), set with _need
         self._n_need_done = 0  # jobs with _need computed
@@ -701,6 +708,10 @@ class JitPolicy(Policy):
                                          minlength=int(self._group.max()) + 1 if len(grp) else 0
                                          ).astype(np.float64)
             self._job_scale = self._job_scales(dag, h)
+            # a job's groups into one host from several senders rank as one (their largest
+            # bytes left), so the receiver takes them in the job's need order
+            gjob = np.where(codes >= 0, codes // (h * h), -1)
+            self._group_comp = ingress_components(gjob, (codes // h) % h, codes % h)
             # jobs of at most two host pairs (one server and one worker: one each way) may lend;
             # a group's code holds its job as its quotient by h * h
             self._may_lend = np.bincount(codes[codes >= 0] // (h * h), minlength=dag.n_jobs) <= 2
@@ -787,11 +798,13 @@ class JitPolicy(Policy):
         return lend if lend.any() else None
 
     def _group_left(self, grp: np.ndarray, sent: np.ndarray) -> np.ndarray:
-        """Bytes each (job, src, dst) group has not sent, given live transfers' groups and bytes sent.
+        """Bytes each (job, src, dst) group has not sent, given live transfers' groups and bytes sent,
+        each the largest of its ingress component's (:func:`~jitsched.plan.priority.ingress_components`).
 
         Done transfers left ``_pair_left`` when they finished; live ones count what they sent.
         """
-        return self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
+        left = self._pair_left - np.bincount(grp, weights=sent, minlength=len(self._pair_left))
+        return component_max(left, self._group_comp)
 
     def _priority(self, view: SchedulerView) -> GroupPriority:
         """The kernel of the priority order (see :data:`LEFTOVERS`) on this DAG, cluster and background.
@@ -824,7 +837,8 @@ class JitPolicy(Policy):
                                        *(np.where(tr, a, -1) for a in (dag.job_of, dag.src, dag.dst)),
                                        view.bg_bytes, cap_e, bg_ref_s=BG_REF_S, bg_weight=self.bg_weight,
                                        crumb_rtol=DRIFT_RTOL, n_jobs=dag.n_jobs, job_left=self._job_left,
-                                       job_exp=self.job_exp, job_scale=self._job_scale)
+                                       job_exp=self.job_exp, job_scale=self._job_scale,
+                                       group_comp=self._group_comp)
         return self._prio
 
     def _priority_rates(self, view: SchedulerView, k: int | None, cap_e, cap_i) -> tuple[np.ndarray, int]:
@@ -1219,9 +1233,11 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     if not len(job):
         return np.zeros(0, dtype=np.int64)
     code = (job.astype(np.int64) * n_hosts + src) * n_hosts + dst
-    _, grp = np.unique(code, return_inverse=True)
+    codes, grp = np.unique(code, return_inverse=True)
     grp = grp.ravel()
-    left = np.bincount(grp, weights=remaining)
+    left = component_max(np.bincount(grp, weights=remaining),
+                         ingress_components(codes // (n_hosts * n_hosts), (codes // n_hosts) % n_hosts,
+                                            codes % n_hosts))
     if job_exp:
         left = _job_scaled(left, grp, job, src, remaining, egress, job_exp, job_scale)
     return _rank_groups(grp, left, job, src, dst, tier)
