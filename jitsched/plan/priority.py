@@ -26,7 +26,8 @@ class GroupPriority:
 
     Flows go in ``np.lexsort((bg, node, need, ident, key))`` order (see
     :func:`group_priority_reference`, which spells it out in numpy): a job
-    transfer's key is the bytes its (job, src, dst) group has not sent yet,
+    transfer's key is the bytes its (job, src, dst) group has not sent yet
+    (the largest of its component's groups', ``group_comp``),
     its ident its job and then its node's ``need``; a transfer with at most
     ``crumb_rtol`` of its size left is a crumb, key -1; a background flow's
     key is its remaining bytes times its size over ``bg_ref_s`` seconds of

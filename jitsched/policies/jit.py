@@ -302,7 +302,7 @@ class JitOptions:
         plan, less now and its time alone at line rate. Only jobs of one host
         pair each way (one server, one worker) lend: on the mixed-shape point
         (``bench.paper --mixed``, seeds 0-2) lending by jobs of four workers
-        raised their mean JCT by 12-22 %. Positive; default
+        raised the mean JCT by 9-24 %. Positive; default
         :data:`DEFAULT_LEND_SLACK`; inf: never. A daemon's ranks do not lend.
     lp_workers : int
         Processes solving the LP's independent components at once (default 1);
@@ -965,7 +965,9 @@ class JitPolicy(Policy):
 
         The simulator's job order as numbers: a job's transfers to one
         destination form a group; groups rank by the bytes the job still has
-        on that host pair, then job index, then source, then destination, and
+        on that host pair (the largest of its groups into that destination:
+        :func:`~jitsched.plan.priority.ingress_components`), then job index, then
+        source, then destination, and
         a transfer has its group's rank. One global order rather than one per
         source host: a receiver's agent orders its ingress by the ranks of
         flows from several senders, and per-host ranks (each host's first
@@ -1202,7 +1204,8 @@ class JitPolicy(Policy):
 def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np.ndarray,
                 n_hosts: int, egress: np.ndarray | None = None, job_exp: float = 0.0,
                 tier: np.ndarray | None = None, job_scale: np.ndarray | None = None) -> np.ndarray:
-    """Dense ranks of transfers by their job's class, their (job, src, dst) group's bytes left, then job, src, dst.
+    """Dense ranks of transfers by their job's class, their (job, src, dst) group's bytes left (the largest of
+    the job's groups into that dst), then job, src, dst.
 
     :meth:`JitPolicy.priority_ranks`'s order computed from scratch (it keeps
     the groups' bytes between calls instead).
