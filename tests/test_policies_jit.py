@@ -389,6 +389,19 @@ def _view(jobs, cluster, now=0.0):
     return build_view(PlanRequest(1, now, tuple((j, {}, {}) for j in jobs), (), ()), cluster)[0]
 
 
+def _ranks_by_name(jobs, cluster):
+    """A fresh default jit's priority ranks of ``jobs``: {(job, transfer): rank}, its view, nodes and ranks."""
+    from jitsched.policies.jit import JitPolicy
+
+    pol = JitPolicy()
+    pol.reset(cluster)
+    view = _view(jobs, cluster)
+    nodes, ranks = pol.priority_ranks(view)
+    got = {(view.dag.job_ids[view.dag.job_of[n]], view.dag.node_ids[n]): int(r)
+           for n, r in zip(nodes, ranks, strict=True)}
+    return got, pol, view, nodes, ranks
+
+
 def two_transfer_job(name: str, a: float, b: float, src: str, dst: str) -> Job:
     return Job(name, (Compute("c", dst, 0.0),),
                (Transfer("t1", src, dst, a), Transfer("t2", src, dst, b)), (("t1", "c"), ("t2", "c")), 0.0)
@@ -404,12 +417,7 @@ def test_priority_ranks_order_job_pairs_by_bytes_left_across_hosts():
     # h3, serves a, c, then d (with a rank per source host d was 0, first there)
     jobs = [two_transfer_job("a", 1e8, 5e7, "h0", "h1"), one_transfer_job("b", 3e7, "h0", "h2"),
             one_transfer_job("c", 5e8, "h0", "h1"), one_transfer_job("d", 9e8, "h3", "h1")]
-    pol = JitPolicy()
-    pol.reset(cluster)
-    view = _view(jobs, cluster)
-    nodes, ranks = pol.priority_ranks(view)
-    got = {(view.dag.job_ids[view.dag.job_of[n]], view.dag.node_ids[n]): int(r)
-           for n, r in zip(nodes, ranks, strict=True)}
+    got, pol, *_ = _ranks_by_name(jobs, cluster)
     assert got == {("a", "t1"): 1, ("a", "t2"): 1, ("b", "t"): 0, ("c", "t"): 2, ("d", "t"): 3}
     # half of c sent: 250 MB left, still behind a's 150 MB; then 100 MB left: ahead of a
     view = _view(jobs, cluster)
@@ -426,7 +434,7 @@ def test_priority_ranks_order_job_pairs_by_bytes_left_across_hosts():
 
 
 def test_priority_ranks_give_one_jobs_groups_into_a_host_its_largest_key():
-    from jitsched.policies.jit import JitPolicy, group_ranks
+    from jitsched.policies.jit import group_ranks
 
     # job a reads 10 MB from h0 and 300 MB from h1 on h2; job b 100 MB from h3 on h2. Ranked
     # by each sender's bytes left a's 10 MB went first; as one, a ranks by its 300 MB: b
@@ -434,13 +442,7 @@ def test_priority_ranks_give_one_jobs_groups_into_a_host_its_largest_key():
     cluster = Cluster.uniform(4)
     a = Job("a", (Compute("c", "h2", 0.0),), (Transfer("t0", "h0", "h2", 1e7), Transfer("t1", "h1", "h2", 3e8)),
             (("t0", "c"), ("t1", "c")), 0.0)
-    jobs = [a, one_transfer_job("b", 1e8, "h3", "h2")]
-    pol = JitPolicy()
-    pol.reset(cluster)
-    view = _view(jobs, cluster)
-    nodes, ranks = pol.priority_ranks(view)
-    got = {(view.dag.job_ids[view.dag.job_of[n]], view.dag.node_ids[n]): int(r)
-           for n, r in zip(nodes, ranks, strict=True)}
+    got, pol, view, nodes, ranks = _ranks_by_name([a, one_transfer_job("b", 1e8, "h3", "h2")], cluster)
     assert got == {("b", "t"): 0, ("a", "t0"): 1, ("a", "t1"): 2}
     dag = view.dag
     scratch = group_ranks(dag.job_of[nodes], dag.src[nodes].astype(np.int64), dag.dst[nodes].astype(np.int64),
