@@ -117,10 +117,10 @@ DEFAULT_JOB_EXP = 1.5
 # A job's size in Smith's rule (JitOptions.job_size, JOB_SIZES). The mixed-shape
 # point (python -m bench.paper --mixed --mixed-seeds 3; ring all-reduce, sharded
 # and unsharded parameter-server jobs of 4 workers), with job_exp 1.5: "bottleneck"
-# 1.017 s mean JCT, all-reduce jobs 0.525 s, mean speed-up 2.075; "bytes" ranks a
-# ring by all of its 2(N-1) gradient copies, twice its busiest port's bytes, behind
-# parameter-server jobs whose bottleneck carries more (job_exp 1: 0.697 s all-reduce,
-# "bottleneck" 0.558). Jobs of one unsharded server rank the same under both.
+# 1.001 s mean JCT, all-reduce jobs 0.559 s, mean speed-up 2.130; "bytes" 1.006 s,
+# 0.626 s, 2.118: it ranks a ring by all of its 2(N-1) gradient copies, twice its
+# busiest port's bytes, behind parameter-server jobs whose bottleneck carries more.
+# Jobs of one unsharded server rank the same under both.
 DEFAULT_JOB_SIZE = "bottleneck"
 # Per-solve LP iteration budget: machine-independent, unlike a time limit, so
 # a simulation's plans are the same on any machine. The largest solve of the
