@@ -134,7 +134,7 @@ class Metrics(Endpoint):
                             ("overdue", len(reg.overdue(now))), ("at_risk", len(reg.at_risk()))):
             self.critical.labels(name).set(value)
         self.journal_errors.set(state.journal_errors)
-        self.journal_held.set(state.journal.held_writes if state.journal is not None else 0)
+        self.journal_held.set(state.journal_held)
         for name, value in state.loop.items():
             self.loop.labels(name).set(value)
         for name, value in state.agent_table.counts.items():

@@ -151,6 +151,11 @@ class SchedulerState:
 
     # ------------------------------------------------------------------ journal
 
+    @property
+    def journal_held(self) -> int:
+        """Writes the store holds back until it can write them (etcd away): not yet durable."""
+        return self.journal.held_writes if self.journal is not None else 0
+
     def _journal(self, write: Callable, *args) -> object:
         """One journal write, or None when it failed: logged, counted and shown in
         ``status`` and the metrics (``journal_errors``)."""
@@ -620,8 +625,7 @@ class SchedulerState:
                            "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address]}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
-        # what the store holds back until it can write it (etcd away): not yet durable
-        out["journal_held"] = self.journal.held_writes if self.journal is not None else 0
+        out["journal_held"] = self.journal_held
         out["jobs_not_resumed"] = dict(self.not_restored[:50])
         out["hosts"] = self.hosts.summary(self.cluster)
         for jid, entry in out["jobs"].items():

@@ -710,8 +710,7 @@ class JitPolicy(Policy):
             self._job_scale = self._job_scales(dag, h)
             # a job's groups into one host from several senders rank as one (their largest
             # bytes left), so the receiver takes them in the job's need order
-            gjob = np.where(codes >= 0, codes // (h * h), -1)
-            self._group_comp = ingress_components(gjob, (codes // h) % h, codes % h)
+            self._group_comp = _code_components(codes, h)
             # jobs of at most two host pairs (one server and one worker: one each way) may lend;
             # a group's code holds its job as its quotient by h * h
             self._may_lend = np.bincount(codes[codes >= 0] // (h * h), minlength=dag.n_jobs) <= 2
@@ -1238,12 +1237,17 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     code = (job.astype(np.int64) * n_hosts + src) * n_hosts + dst
     codes, grp = np.unique(code, return_inverse=True)
     grp = grp.ravel()
-    left = component_max(np.bincount(grp, weights=remaining),
-                         ingress_components(codes // (n_hosts * n_hosts), (codes // n_hosts) % n_hosts,
-                                            codes % n_hosts))
+    left = component_max(np.bincount(grp, weights=remaining), _code_components(codes, n_hosts))
     if job_exp:
         left = _job_scaled(left, grp, job, src, remaining, egress, job_exp, job_scale)
     return _rank_groups(grp, left, job, src, dst, tier)
+
+
+def _code_components(codes: np.ndarray, n_hosts: int) -> np.ndarray:
+    """:func:`~jitsched.plan.priority.ingress_components` of groups given by their codes
+    ``(job * n_hosts + src) * n_hosts + dst`` (negative: no transfer, alone)."""
+    job = np.where(codes >= 0, codes // (n_hosts * n_hosts), -1)
+    return ingress_components(job, (codes // n_hosts) % n_hosts, codes % n_hosts)
 
 
 def _job_scaled(left: np.ndarray, grp: np.ndarray, job: np.ndarray, src: np.ndarray, remaining: np.ndarray,
