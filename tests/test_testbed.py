@@ -254,6 +254,32 @@ def test_scenarios_are_the_papers_jobs_and_files_scaled_to_the_link_and_seeded()
         build_workload(4, 100.0, "nope")
 
 
+def test_sharded_scenario_spreads_each_job_over_two_servers_and_two_workers():
+    from jitsched.testbed.scenario import SCENARIOS, build_workload
+    from jitsched.workloads.paper import model_template
+
+    sc = SCENARIOS["sharded"]
+    wl, bg = build_workload(sc.hosts, 100.0, "sharded", seed=3)
+    assert wl.to_dict() == build_workload(sc.hosts, 100.0, "sharded", seed=3)[0].to_dict() and bg == []
+    assert sorted(j.model for j in wl.jobs) == sorted(list(sc.models) * (sc.jobs // len(sc.models)))
+    placements = set()
+    for j in wl.jobs:
+        template = model_template(j.model).transfers
+        pull_ids = {t.id for t in template if t.src == "ps"}
+        # expanded ids: w<worker>/<template id>#<shard>
+        pulls = [t for t in j.transfers if t.id.split("/", 1)[1].rsplit("#", 1)[0] in pull_ids]
+        servers, workers = {t.src for t in pulls}, {t.dst for t in pulls}
+        assert len(servers) == len(workers) == 2 and not servers & workers
+        assert {t.src for t in j.transfers if t not in pulls} == workers
+        # every worker takes every tensor (sliced over both servers), its bytes scaled to the link
+        full = sum(t.bytes for t in template if t.src == "ps")
+        assert abs(sum(t.bytes for t in pulls) / (2 * full) - 0.1) < 1e-3
+        placements.add(tuple(sorted(servers)))
+    assert len(placements) > 1  # the servers are drawn per job
+    with pytest.raises(testbed.TestbedError, match="need at least 3 hosts"):
+        build_workload(2, 100.0, "sharded")
+
+
 def test_predict_runs_jit_on_the_shaped_ingress(monkeypatch):
     from jitsched.errors import ValidationError
     from jitsched.testbed.measure import GOODPUT

@@ -63,6 +63,12 @@ class Scenario:
         server, into its worker, out of its worker, into its server; the other
         end one of the remaining hosts), and :func:`jitsched.testbed.e2e.run_scenario`
         runs it alone first for its isolated JCT (:mod:`jitsched.testbed.classes`).
+    servers : int
+        Parameter servers per DL job: above 1, each job's tensors are sharded
+        over that many servers and it has ``hosts - servers`` workers, on the
+        hosts in a seeded random order
+        (:func:`jitsched.workloads.shapes.expand_job`, ``ps-sharded``); 1: one
+        server and one worker.
     """
 
     hosts: int
@@ -75,6 +81,7 @@ class Scenario:
     link_mbit: float = DEFAULT_LINK_MBIT
     bulk_share: float = 0.0
     critical_model: str = ""
+    servers: int = 1
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -93,6 +100,10 @@ SCENARIOS: dict[str, Scenario] = {
     # the link each), one on each of its ports; measured alone first, then among them
     "classes": Scenario(hosts=4, jobs=6, rate_per_s=0.5, models=("lenet", "alexnet", "vgg16"),
                         files=4, file_gbit=(20.0,), critical_model="vgg16"),
+    # jobs of two parameter servers and two workers on the four hosts: a worker takes its
+    # tensors from both servers at once, which per-sender ranks would serve one after the other
+    "sharded": Scenario(hosts=4, jobs=4, rate_per_s=0.5, models=("alexnet", "vgg16"), files=0,
+                        servers=2),
 }
 
 # Modules of the daemon side that `testbed run` drives.
@@ -171,11 +182,22 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
             bg.append(BackgroundFlow(f"file-{k}", names[s], names[d], gbit * 1e9 / 8 * scale, at))
     jobs = [scale_job(load_model_job(m, names[ps], names[w], f"{m}-{k}", float(a)), scale)
             for k, (m, (ps, w), a) in enumerate(zip(models, hosts, arrivals, strict=True))]
+    if sc.servers > 1:
+        jobs = [_sharded(job, [names[i] for i in rng.permutation(len(names))], sc.servers) for job in jobs]
     if sc.critical_model:
         at = float(np.median(arrivals)) if len(arrivals) else lead
         crit = load_model_job(sc.critical_model, names[0], names[1], f"{sc.critical_model}-critical", at)
         jobs.append(replace(scale_job(crit, scale), job_class="critical"))
     return Workload(cluster, tuple(jobs)), bg
+
+
+def _sharded(job: Job, hosts: list[str], servers: int) -> Job:
+    """``job`` (one server, one worker) sharded over the first ``servers`` of ``hosts``, the rest its workers."""
+    from jitsched.workloads.shapes import expand_job
+
+    if len(hosts) <= servers:
+        raise TestbedError(f"{servers} parameter servers need at least {servers + 1} hosts, got {len(hosts)}")
+    return expand_job(job, "ps-sharded", hosts[:servers], hosts[servers:])
 
 
 def critical_files(names: list[str], sizes: list[float]) -> list[BackgroundFlow]:
