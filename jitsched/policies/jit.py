@@ -967,7 +967,10 @@ class JitPolicy(Policy):
         on that host pair (the largest of its groups into that destination:
         :func:`~jitsched.plan.priority.ingress_components`), then job index, then
         source, then destination, and
-        a transfer has its group's rank. One global order rather than one per
+        a transfer has its group's rank; the groups of one ingress component
+        share a rank, so the receiver's agent puts them on one level and shares
+        its ingress among them (a rank is per group, so need order across
+        senders, the simulator's, is not in reach). One global order rather than one per
         source host: a receiver's agent orders its ingress by the ranks of
         flows from several senders, and per-host ranks (each host's first
         group 0) put a sender's 900 MB group level with another sender's
@@ -1020,7 +1023,7 @@ class JitPolicy(Policy):
         tiers = self._job_tiers(view)
         tier = tiers[job] if tiers is not None else None
         if not nb:
-            return nodes, _rank_groups(grp, left, job, src, dst, tier), np.zeros(0, dtype=np.int64)
+            return nodes, _rank_groups(grp, left, job, src, dst, tier, self._group_comp), np.zeros(0, dtype=np.int64)
         # each background flow a group of its own after the DAG's, ident n_jobs + its index
         b = np.arange(nb)
         bsize, bsrc = view.bg_bytes, view.bg_src
@@ -1032,7 +1035,8 @@ class JitPolicy(Policy):
         g0 = len(left)
         ranks = _rank_groups(np.r_[grp, g0 + b], np.r_[left, bkey], np.r_[job, dag.n_jobs + b],
                              np.r_[src, bsrc], np.r_[dst, view.bg_dst],
-                             None if tier is None else np.r_[tier, np.full(nb, NORMAL, dtype=np.int8)])
+                             None if tier is None else np.r_[tier, np.full(nb, NORMAL, dtype=np.int8)],
+                             np.r_[self._group_comp, g0 + b])
         return nodes, ranks[:len(nodes)], ranks[len(nodes):]
 
     def _priority_schedule(self, view: SchedulerView) -> SlotSchedule | None:
@@ -1237,10 +1241,11 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     code = (job.astype(np.int64) * n_hosts + src) * n_hosts + dst
     codes, grp = np.unique(code, return_inverse=True)
     grp = grp.ravel()
-    left = component_max(np.bincount(grp, weights=remaining), _code_components(codes, n_hosts))
+    comp = _code_components(codes, n_hosts)
+    left = component_max(np.bincount(grp, weights=remaining), comp)
     if job_exp:
         left = _job_scaled(left, grp, job, src, remaining, egress, job_exp, job_scale)
-    return _rank_groups(grp, left, job, src, dst, tier)
+    return _rank_groups(grp, left, job, src, dst, tier, comp)
 
 
 def _code_components(codes: np.ndarray, n_hosts: int) -> np.ndarray:
@@ -1300,14 +1305,16 @@ def bottleneck_scale(dag, n_hosts: int) -> np.ndarray:
 
 
 def _rank_groups(grp: np.ndarray, left: np.ndarray, job: np.ndarray, src: np.ndarray,
-                 dst: np.ndarray, tier: np.ndarray | None = None) -> np.ndarray:
+                 dst: np.ndarray, tier: np.ndarray | None = None, comp: np.ndarray | None = None) -> np.ndarray:
     """Dense ranks of transfers (group ``grp``, shape (T,)) by their class ``tier`` (None: one class),
-    their group's bytes ``left[grp]``, then job, src, dst."""
-    keys = (dst, src, job, left[grp]) if tier is None else (dst, src, job, left[grp], tier)
+    their group's bytes ``left[grp]``, then job, component ``comp[grp]`` (None: each group its own),
+    src and dst; the groups of one component with equal bytes left share a rank."""
+    unit = grp if comp is None else np.asarray(comp, dtype=np.int64)[grp]
+    keys = (dst, src, unit, job, left[grp]) if tier is None else (dst, src, unit, job, left[grp], tier)
     o = np.lexsort(keys)
-    g = grp[o]
+    u, lo = unit[o], left[grp][o]
     ranks = np.empty(len(grp), dtype=np.int64)
-    ranks[o] = np.cumsum(np.r_[True, g[1:] != g[:-1]]) - 1
+    ranks[o] = np.cumsum(np.r_[True, (u[1:] != u[:-1]) | (lo[1:] != lo[:-1])]) - 1
     return ranks
 
 
