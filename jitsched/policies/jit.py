@@ -1234,7 +1234,8 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     Returns
     -------
     ndarray of int, shape (T,)
-        0 first; equal within a group, dense over the groups.
+        0 first; equal within a group and within an ingress component of equal bytes left,
+        dense over the ranks.
     """
     if not len(job):
         return np.zeros(0, dtype=np.int64)
