@@ -787,3 +787,53 @@ def test_isolated_jct_ends_with_a_last_transfer_no_compute_waits_for():
     assert jct[0] == pytest.approx(6.0)
     assert dict(zip([dag.node_ids[n] for n in nodes], need.tolist(), strict=True)) == pytest.approx(
         {"pull": 1.5, "push": 6.5})
+
+
+def _ring_and_sharded_jobs():
+    from jitsched.workloads.paper import load_model_job
+    from jitsched.workloads.shapes import expand_job
+
+    # an AlexNet sharded over h0, h1 with workers h2-h5, and an AlexNet ring all-reduce over
+    # h5-h8 arriving 0.14 s later: they share h5
+    sharded = expand_job(load_model_job("alexnet", "ps", "worker", "sharded"), "ps-sharded",
+                         ["h0", "h1"], ["h2", "h3", "h4", "h5"])
+    ring = expand_job(load_model_job("alexnet", "ps", "worker", "ring", 0.14), "allreduce", [],
+                      ["h5", "h6", "h7", "h8"])
+    return Workload(Cluster.uniform(9, 1e10), (sharded, ring))
+
+
+def test_ring_hosts_names_rings_of_three_or_more_hosts_only():
+    from jitsched.dag.model import compile_jobs
+    from jitsched.policies.jit import ring_hosts
+    from jitsched.workloads.paper import load_model_job
+    from jitsched.workloads.shapes import expand_job
+
+    wl = _ring_and_sharded_jobs()
+    tmpl = load_model_job("lenet", "ps", "worker", "t")
+    jobs = wl.jobs + (
+        expand_job(tmpl, "ps", ["h0"], ["h1", "h2", "h3"], job_id="ps"),
+        expand_job(tmpl, "allreduce", [], ["h0", "h1"], job_id="ring2"),  # a server and a worker in shape
+        expand_job(tmpl, "allreduce", [], ["h2", "h3", "h4"], job_id="ring3"),
+        load_model_job("lenet", "h0", "h1", "one"),
+    )
+    dag = compile_jobs(jobs, wl.cluster)
+    assert ring_hosts(dag, 9).tolist() == [1.0, 4.0, 1.0, 1.0, 3.0, 1.0]
+    # under the default job_size its key is divided by its hosts; "bytes" leaves it
+    from jitsched.policies.jit import JitOptions, JitPolicy, bottleneck_scale
+
+    pol = JitPolicy()
+    ratio = pol._job_scales(dag, 9) / bottleneck_scale(dag, 9)
+    assert np.allclose(ratio ** pol.job_exp, [1, 1 / 4, 1, 1, 1 / 3, 1])
+    assert np.all(JitPolicy(JitOptions(job_size="bytes"))._job_scales(dag, 9) == 1.0)
+
+
+def test_a_ring_ranks_by_its_ports_not_behind_a_sharded_job_of_the_same_bytes(monkeypatch):
+    import jitsched.policies.jit as jit_mod
+
+    # each ring pair carries its port's bytes, each of the sharded job's a quarter of its
+    # server's: ranked by pair bytes the ring waited at h5 behind the bigger sharded job
+    wl = _ring_and_sharded_jobs()
+    now = Simulator(wl, "jit").run().jct_s
+    monkeypatch.setattr(jit_mod, "ring_hosts", lambda dag, n: np.ones(dag.n_jobs))
+    before = Simulator(wl, "jit").run().jct_s
+    assert now[1] < 0.8 * before[1] and now.sum() < before.sum()

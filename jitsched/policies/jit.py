@@ -117,10 +117,11 @@ DEFAULT_JOB_EXP = 1.5
 # A job's size in Smith's rule (JitOptions.job_size, JOB_SIZES). The mixed-shape
 # point (python -m bench.paper --mixed --mixed-seeds 3; ring all-reduce, sharded
 # and unsharded parameter-server jobs of 4 workers), with job_exp 1.5: "bottleneck"
-# 1.001 s mean JCT, all-reduce jobs 0.559 s, mean speed-up 2.130; "bytes" 1.006 s,
-# 0.626 s, 2.118: it ranks a ring by all of its 2(N-1) gradient copies, twice its
-# busiest port's bytes, behind parameter-server jobs whose bottleneck carries more.
-# Jobs of one unsharded server rank the same under both.
+# (with rings' keys over their hosts, ring_hosts) 0.979 s mean JCT, all-reduce jobs
+# 0.440 s, mean speed-up 2.185; "bytes" 1.006 s, 0.626 s, 2.118: it ranks a ring by
+# all of its 2(N-1) gradient copies, twice its busiest port's bytes, behind
+# parameter-server jobs whose bottleneck carries more. Jobs of one unsharded server
+# rank the same under both.
 DEFAULT_JOB_SIZE = "bottleneck"
 # Per-solve LP iteration budget: machine-independent, unlike a time limit, so
 # a simulation's plans are the same on any machine. The largest solve of the
@@ -716,9 +717,16 @@ class JitPolicy(Policy):
             self._may_lend = np.bincount(codes[codes >= 0] // (h * h), minlength=dag.n_jobs) <= 2
 
     def _job_scales(self, dag, n_hosts: int) -> np.ndarray:
-        """Per job of ``dag``, the factor ``job_size`` puts on its bytes left: its
-        :func:`bottleneck_scale`, or 1."""
-        return bottleneck_scale(dag, n_hosts) if self.job_size == "bottleneck" else np.ones(dag.n_jobs)
+        """Per job of ``dag``, the factor ``job_size`` puts on its bytes left: under
+        ``"bottleneck"`` its :func:`bottleneck_scale`, and for a ring of N hosts
+        (:func:`ring_hosts`) times N ** (-1 / job_exp), which divides its key by N;
+        under ``"bytes"`` 1."""
+        if self.job_size != "bottleneck":
+            return np.ones(dag.n_jobs)
+        scale = bottleneck_scale(dag, n_hosts)
+        if self.job_exp:
+            scale = scale * ring_hosts(dag, n_hosts) ** (-1.0 / self.job_exp)
+        return scale
 
     def _job_tiers(self, view: SchedulerView) -> np.ndarray | None:
         """Each job's class as it ranks now (aged best-effort jobs as normal), or None if all rank as normal.
@@ -1303,6 +1311,48 @@ def bottleneck_scale(dag, n_hosts: int) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         share = 2.0 * busiest / total
     return np.where(total > 0, np.minimum(share, 1.0), 1.0)
+
+
+def ring_hosts(dag, n_hosts: int) -> np.ndarray:
+    """Per job, N if its transfers between hosts go around rings of N >= 3 hosts in all, else 1.
+
+    A ring: every host of the job sends to exactly one other host of it and
+    receives from exactly one, and no two hosts send to each other (that is a
+    server and a worker). Each of a ring's host pairs carries a whole port's
+    bytes of the job, where a job of one server and N workers splits its
+    server's port over N pairs; jit's first key is a host pair's bytes, so a
+    ring's key is divided by N (:meth:`JitPolicy._job_scales`) to put the two
+    on one scale. On the mixed-shape point (``bench.paper.mixed``, seeds 0-6)
+    that lowered jit's mean JCT on every seed (0.5-11 %) and raised its mean
+    speed-up on every seed (0.5-4.4 %).
+
+    Parameters
+    ----------
+    dag : DagArrays
+    n_hosts : int
+
+    Returns
+    -------
+    ndarray of float, shape (dag.n_jobs,)
+    """
+    out = np.ones(dag.n_jobs)
+    tr = (dag.kind == TRANSFER) & (dag.src != dag.dst)
+    if not tr.any():
+        return out
+    h = np.int64(n_hosts)
+    codes = np.unique((dag.job_of[tr].astype(np.int64) * h + dag.src[tr]) * h + dag.dst[tr])
+    gj, gs, gd = codes // (h * h), (codes // h) % h, codes % h
+    paired = np.zeros(dag.n_jobs, dtype=bool)
+    paired[gj[np.isin((gj * h + gd) * h + gs, codes)]] = True
+    groups = np.bincount(gj, minlength=dag.n_jobs)
+    most = np.zeros(dag.n_jobs, dtype=np.int64)
+    for ends in (gs, gd):  # each host of a ring is one group's source and one group's destination
+        port, count = np.unique(gj * h + ends, return_counts=True)
+        np.maximum.at(most, port // h, count)
+    hosts = np.bincount(np.unique(np.concatenate([gj * h + gs, gj * h + gd])) // h, minlength=dag.n_jobs)
+    ring = (most == 1) & (groups == hosts) & (groups >= 3) & ~paired
+    out[ring] = hosts[ring]
+    return out
 
 
 def _rank_groups(grp: np.ndarray, left: np.ndarray, job: np.ndarray, src: np.ndarray,
