@@ -1329,11 +1329,14 @@ def ring_hosts(dag, n_hosts: int) -> np.ndarray:
     Parameters
     ----------
     dag : DagArrays
+        The jobs; transfers within one host are left out.
     n_hosts : int
+        Hosts of the cluster (every host index is below it).
 
     Returns
     -------
     ndarray of float, shape (dag.n_jobs,)
+        N for a ring of N hosts, 1 for any other job.
     """
     out = np.ones(dag.n_jobs)
     tr = (dag.kind == TRANSFER) & (dag.src != dag.dst)
