@@ -280,6 +280,29 @@ def test_sharded_scenario_spreads_each_job_over_two_servers_and_two_workers():
         build_workload(2, 100.0, "sharded")
 
 
+def test_rings_scenario_makes_each_job_a_ring_over_every_host():
+    from jitsched.testbed.scenario import SCENARIOS, build_workload
+
+    sc = SCENARIOS["rings"]
+    wl, bg = build_workload(sc.hosts, 100.0, "rings", seed=3)
+    assert bg == [] and len(wl.jobs) == sc.jobs
+    orders = set()
+    for j in wl.jobs:
+        pairs = {(t.src, t.dst) for t in j.transfers}
+        # each host sends to one host and receives from one: a single cycle over all four
+        nxt = dict(pairs)
+        assert len(pairs) == len(nxt) == sc.hosts and sorted(nxt.values()) == sorted(nxt)
+        h, seen = "h0", []
+        while h not in seen:
+            seen.append(h)
+            h = nxt[h]
+        assert len(seen) == sc.hosts
+        orders.add(tuple(seen))
+    assert len(orders) > 1  # the ring's order is drawn per job
+    with pytest.raises(testbed.TestbedError, match="at least 3 hosts"):
+        build_workload(2, 100.0, "rings")
+
+
 def test_predict_runs_jit_on_the_shaped_ingress(monkeypatch):
     from jitsched.errors import ValidationError
     from jitsched.testbed.measure import GOODPUT

@@ -63,12 +63,14 @@ class Scenario:
         server, into its worker, out of its worker, into its server; the other
         end one of the remaining hosts), and :func:`jitsched.testbed.e2e.run_scenario`
         runs it alone first for its isolated JCT (:mod:`jitsched.testbed.classes`).
+    shape : str
+        ``"ps"``: each DL job one parameter server and one worker; ``"ps-sharded"``:
+        its tensors sharded over ``servers`` servers with the other hosts its
+        workers; ``"allreduce"``: a ring all-reduce over all the hosts. Hosts
+        in a seeded random order per job
+        (:func:`jitsched.workloads.shapes.expand_job`).
     servers : int
-        Parameter servers per DL job: above 1, each job's tensors are sharded
-        over that many servers and it has ``hosts - servers`` workers, on the
-        hosts in a seeded random order
-        (:func:`jitsched.workloads.shapes.expand_job`, ``ps-sharded``); 1: one
-        server and one worker.
+        Parameter servers of a ``ps-sharded`` job.
     """
 
     hosts: int
@@ -81,6 +83,7 @@ class Scenario:
     link_mbit: float = DEFAULT_LINK_MBIT
     bulk_share: float = 0.0
     critical_model: str = ""
+    shape: str = "ps"
     servers: int = 1
 
 
@@ -103,7 +106,10 @@ SCENARIOS: dict[str, Scenario] = {
     # jobs of two parameter servers and two workers on the four hosts: a worker takes its
     # tensors from both servers at once, which per-sender ranks would serve one after the other
     "sharded": Scenario(hosts=4, jobs=4, rate_per_s=0.5, models=("alexnet", "vgg16"), files=0,
-                        servers=2),
+                        shape="ps-sharded", servers=2),
+    # the same jobs as ring all-reduces over the four hosts, in a random order per job
+    "rings": Scenario(hosts=4, jobs=4, rate_per_s=0.5, models=("alexnet", "vgg16"), files=0,
+                      shape="allreduce"),
 }
 
 # Modules of the daemon side that `testbed run` drives.
@@ -182,8 +188,9 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
             bg.append(BackgroundFlow(f"file-{k}", names[s], names[d], gbit * 1e9 / 8 * scale, at))
     jobs = [scale_job(load_model_job(m, names[ps], names[w], f"{m}-{k}", float(a)), scale)
             for k, (m, (ps, w), a) in enumerate(zip(models, hosts, arrivals, strict=True))]
-    if sc.servers > 1:
-        jobs = [_sharded(job, [names[i] for i in rng.permutation(len(names))], sc.servers) for job in jobs]
+    if sc.shape != "ps":
+        jobs = [_shaped(job, [names[i] for i in rng.permutation(len(names))], sc.shape, sc.servers)
+                for job in jobs]
     if sc.critical_model:
         at = float(np.median(arrivals)) if len(arrivals) else lead
         crit = load_model_job(sc.critical_model, names[0], names[1], f"{sc.critical_model}-critical", at)
@@ -191,13 +198,18 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     return Workload(cluster, tuple(jobs)), bg
 
 
-def _sharded(job: Job, hosts: list[str], servers: int) -> Job:
-    """``job`` (one server, one worker) sharded over the first ``servers`` of ``hosts``, the rest its workers."""
+def _shaped(job: Job, hosts: list[str], shape: str, servers: int) -> Job:
+    """``job`` (one server, one worker) as ``shape``: sharded over the first ``servers`` of
+    ``hosts`` with the rest its workers, or a ring all-reduce over ``hosts`` in their order."""
     from jitsched.workloads.shapes import expand_job
 
+    if shape == "allreduce":
+        if len(hosts) < 3:
+            raise TestbedError(f"a ring all-reduce scenario needs at least 3 hosts, got {len(hosts)}")
+        return expand_job(job, "allreduce", [], hosts)
     if len(hosts) <= servers:
         raise TestbedError(f"{servers} parameter servers need at least {servers + 1} hosts, got {len(hosts)}")
-    return expand_job(job, "ps-sharded", hosts[:servers], hosts[servers:])
+    return expand_job(job, shape, hosts[:servers], hosts[servers:])
 
 
 def critical_files(names: list[str], sizes: list[float]) -> list[BackgroundFlow]:
