@@ -580,11 +580,17 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         b.apply([], line)
         assert minor not in class_bytes(src) and other not in class_bytes(src)
         assert "c612c802" not in filters_text(src)
-        time.sleep(0.5)
-        before = class_bytes(src)
-        time.sleep(1.0)
-        after = class_bytes(src)
-        assert (after[BG_MINOR] - before[BG_MINOR]) / line > 0.8
+        # TCP regrows its window from the capped rate: on a loaded machine the first second
+        # after the lift read 0.71 of the line, so it gets up to four one-second windows
+        rates = []
+        for _ in range(4):
+            before = class_bytes(src)
+            time.sleep(1.0)
+            after = class_bytes(src)
+            rates.append((after[BG_MINOR] - before[BG_MINOR]) / line)
+            if rates[-1] > 0.8:
+                break
+        assert max(rates) > 0.8, rates
     finally:
         _kill(source, sink)
         b.close()
