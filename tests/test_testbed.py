@@ -303,6 +303,31 @@ def test_rings_scenario_makes_each_job_a_ring_over_every_host():
         build_workload(2, 100.0, "rings")
 
 
+def test_mixed_scenario_has_each_shape_twice_on_every_host():
+    from jitsched.dag.model import compile_jobs
+    from jitsched.policies.jit import ring_hosts
+    from jitsched.testbed.scenario import SCENARIOS, build_workload
+
+    sc = SCENARIOS["mixed"]
+    wl, bg = build_workload(sc.hosts, 100.0, "mixed", seed=0)
+    assert bg == [] and len(wl.jobs) == sc.jobs
+    shapes = []
+    for j in wl.jobs:
+        senders = {t.src for t in j.transfers}
+        receivers = {t.dst for t in j.transfers}
+        assert senders == receivers == {h.name for h in wl.cluster.hosts}  # every job on all four hosts
+        out = {h: {t.dst for t in j.transfers if t.src == h} for h in senders}
+        fan = sorted(len(d) for d in out.values())
+        # a server with three workers, two servers with two workers each way, a ring
+        shapes.append({(1, 1, 1, 3): "ps", (2, 2, 2, 2): "ps-sharded", (1, 1, 1, 1): "allreduce"}[tuple(fan)])
+    assert sorted(shapes) == sorted(["ps", "ps-sharded", "allreduce"] * 2)
+    rings = ring_hosts(compile_jobs(wl.jobs, wl.cluster), sc.hosts)
+    assert [int(n) for n in rings] == [4 if s == "allreduce" else 1 for s in shapes]
+    assert build_workload(sc.hosts, 100.0, "mixed", seed=1)[0].to_dict() != wl.to_dict()
+    with pytest.raises(testbed.TestbedError, match="at least 3 hosts"):
+        build_workload(2, 100.0, "mixed")
+
+
 def test_predict_runs_jit_on_the_shaped_ingress(monkeypatch):
     from jitsched.errors import ValidationError
     from jitsched.testbed.measure import GOODPUT

@@ -14,6 +14,7 @@ from jitsched.plan.planner import DEFAULT_SLOT_S
 from jitsched.testbed import DEFAULT_LINK_MBIT, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
+from jitsched.workloads.shapes import SHAPES
 
 PAPER_LINK_BPS = 1e9  # the paper's links; byte sizes scale by link rate / this
 PAPER_MODELS = ("lenet", "alexnet", "vgg16", "inception_v3", "resnet152")
@@ -66,9 +67,10 @@ class Scenario:
     shape : str
         ``"ps"``: each DL job one parameter server and one worker; ``"ps-sharded"``:
         its tensors sharded over ``servers`` servers with the other hosts its
-        workers; ``"allreduce"``: a ring all-reduce over all the hosts. Hosts
-        in a seeded random order per job
-        (:func:`jitsched.workloads.shapes.expand_job`).
+        workers; ``"allreduce"``: a ring all-reduce over all the hosts;
+        ``"mixed"``: the three in equal shares, a ``ps`` job then one server
+        with every other host its worker. Hosts in a seeded random order per
+        job (:func:`jitsched.workloads.shapes.expand_job`).
     servers : int
         Parameter servers of a ``ps-sharded`` job.
     """
@@ -110,6 +112,11 @@ SCENARIOS: dict[str, Scenario] = {
     # the same jobs as ring all-reduces over the four hosts, in a random order per job
     "rings": Scenario(hosts=4, jobs=4, rate_per_s=0.5, models=("alexnet", "vgg16"), files=0,
                       shape="allreduce"),
+    # two jobs of each shape: a server with three workers, two servers with two workers, a
+    # ring of four; a ring's pairs each carry a whole port's bytes where a server's port is
+    # split over its workers, which jit's keys weigh (jitsched.policies.jit.ring_hosts)
+    "mixed": Scenario(hosts=4, jobs=6, rate_per_s=0.5, models=("alexnet", "vgg16"), files=0,
+                      shape="mixed", servers=2),
 }
 
 # Modules of the daemon side that `testbed run` drives.
@@ -188,7 +195,12 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
             bg.append(BackgroundFlow(f"file-{k}", names[s], names[d], gbit * 1e9 / 8 * scale, at))
     jobs = [scale_job(load_model_job(m, names[ps], names[w], f"{m}-{k}", float(a)), scale)
             for k, (m, (ps, w), a) in enumerate(zip(models, hosts, arrivals, strict=True))]
-    if sc.shape != "ps":
+    if sc.shape == "mixed":
+        shapes = _equal_shares(rng, SHAPES, sc.jobs)
+        jobs = [_shaped(job, [names[i] for i in rng.permutation(len(names))], shape,
+                        sc.servers if shape == "ps-sharded" else 1, all_workers=True)
+                for job, shape in zip(jobs, shapes, strict=True)]
+    elif sc.shape != "ps":
         jobs = [_shaped(job, [names[i] for i in rng.permutation(len(names))], sc.shape, sc.servers)
                 for job in jobs]
     if sc.critical_model:
@@ -198,11 +210,14 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     return Workload(cluster, tuple(jobs)), bg
 
 
-def _shaped(job: Job, hosts: list[str], shape: str, servers: int) -> Job:
+def _shaped(job: Job, hosts: list[str], shape: str, servers: int, all_workers: bool = False) -> Job:
     """``job`` (one server, one worker) as ``shape``: sharded over the first ``servers`` of
-    ``hosts`` with the rest its workers, or a ring all-reduce over ``hosts`` in their order."""
+    ``hosts`` with the rest its workers, or a ring all-reduce over ``hosts`` in their order;
+    a ``ps`` job stays one server and one worker unless ``all_workers``."""
     from jitsched.workloads.shapes import expand_job
 
+    if shape == "ps" and not all_workers:
+        return job
     if shape == "allreduce":
         if len(hosts) < 3:
             raise TestbedError(f"a ring all-reduce scenario needs at least 3 hosts, got {len(hosts)}")
