@@ -153,3 +153,52 @@ def test_run_exits_1_when_a_job_or_an_agent_failed(monkeypatch, capsys, complete
     assert main(["testbed", "run", "--scenario", "quick", "--json"]) == rc
     err = capsys.readouterr().err
     assert ("agents stopped with an error: {'h3': 'OSError: gone'}" in err) == bool(failed)
+
+
+def _file_workload(tmp_path, bps=1e9):
+    from jitsched.dag.model import Background, Cluster, Workload, save_workload
+    from jitsched.workloads.paper import load_model_job
+
+    cluster = Cluster.uniform(3, bps, prefix="node")
+    wl = Workload(cluster, (load_model_job("lenet", "node2", "node0", "mine", 0.5),),
+                  (Background("copy", "node1", "node2", 4e6, 0.0),))
+    path = tmp_path / "mine.json"
+    save_workload(wl, path)
+    return path
+
+
+def test_run_workload_file_runs_it_and_predicts_the_same_jobs(monkeypatch, capsys, tmp_path):
+    path = _file_workload(tmp_path)
+    ran, predicted = [], []
+    monkeypatch.setattr(e2e, "run_workload_file", lambda p, options: ran.append((p, options)) or {
+        "policy": options.policy, "jobs": 1, "completed": 1, "agents_failed": {}, "details": {}})
+
+    def fake_predict(name, seed=0, *, workload=None, **kw):
+        predicted.append((workload, kw["link_mbit"]))
+        return {pol: {"mean_jct_s": 1.0, "background_mbit_mean": 2.0} for pol in ("jit", "tensorflow")}
+
+    monkeypatch.setattr(scenario, "predict", fake_predict)
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    assert main(["testbed", "run", "--workload", str(path), "--link-mbit", "50", "--json"]) == 0
+    assert ran == [(str(path), TestbedOptions(link_mbit=50.0))]
+    [((wl, bg), link)] = predicted
+    # the file's hosts as h0.. in order, its bytes scaled by 50 Mbit/s over its 1 Gbit/s
+    assert link == 50.0 and wl.cluster.names == ["h0", "h1", "h2"]
+    assert {(t.src, t.dst) for t in wl.jobs[0].transfers} == {("h2", "h0"), ("h0", "h2")}
+    assert [(b.id, b.src, b.dst, b.bytes) for b in bg] == [("copy", "h1", "h2", 2e5)]
+    assert json.loads(capsys.readouterr().out)["sim"]["jit"]["mean_jct_s"] == 1.0
+
+
+@pytest.mark.parametrize("argv_extra, message", [
+    (["--scenario", "quick"], "--scenario and --workload name two workloads"),
+    ([], "no such file"),
+])
+def test_run_workload_file_errors_exit_2_before_anything_runs(monkeypatch, capsys, tmp_path, argv_extra, message):
+    ran = []
+    monkeypatch.setattr(e2e, "run_workload_file", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(e2e, "run_scenario", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    path = _file_workload(tmp_path) if argv_extra else tmp_path / "missing.json"
+    assert main(["testbed", "run", "--workload", str(path), *argv_extra]) == 2
+    assert message in capsys.readouterr().err
+    assert ran == []

@@ -328,6 +328,38 @@ def test_mixed_scenario_has_each_shape_twice_on_every_host():
         build_workload(2, 100.0, "mixed")
 
 
+def test_on_testbed_puts_the_files_hosts_in_order_and_scales_its_bytes_to_the_link():
+    from jitsched.dag.model import Background, Cluster, Host, Workload
+    from jitsched.errors import ValidationError
+    from jitsched.testbed.scenario import file_scenario, on_testbed
+    from jitsched.workloads.paper import load_model_job
+
+    cluster = Cluster.uniform(3, 1e10, prefix="gpu")
+    job = load_model_job("alexnet", "gpu2", "gpu1", "a", 1.5)
+    wl = Workload(cluster, (job,), (Background("f", "gpu0", "gpu1", 1e9, 2.0),))
+    placed, bg = on_testbed(wl, 3, 100.0)
+    assert placed.cluster.names == ["h0", "h1", "h2"]
+    assert all(h.egress_bps == h.ingress_bps == 100e6 for h in placed.cluster.hosts)
+    [moved] = placed.jobs
+    assert moved.id == "a" and moved.arrival_s == 1.5 and moved.edges == job.edges
+    assert [(c.host, c.duration_s) for c in moved.computes] == [
+        ({"gpu1": "h1", "gpu2": "h2"}[c.host], c.duration_s) for c in job.computes]
+    # every transfer takes as long at 100 Mbit/s as at 10 Gbit/s
+    assert [(t.src, t.dst, t.bytes) for t in moved.transfers] == [
+        ({"gpu1": "h1", "gpu2": "h2"}[t.src], {"gpu1": "h1", "gpu2": "h2"}[t.dst], max(1.0, round(t.bytes / 100)))
+        for t in job.transfers]
+    assert [(b.id, b.src, b.dst, b.bytes, b.arrival_s) for b in bg] == [("f", "h0", "h1", 1e7, 2.0)]
+    sc = file_scenario(wl, 100.0)
+    assert (sc.hosts, sc.jobs, sc.files, sc.link_mbit, sc.bulk_share) == (3, 1, 1, 100.0, 0.0)
+    with pytest.raises(testbed.TestbedError, match="the workload has 3 hosts, the testbed 4"):
+        on_testbed(wl, 4, 100.0)
+    mixed = Cluster(cluster.hosts[:2] + (Host("gpu2", 1e10, 4e10),))
+    with pytest.raises(ValidationError, match="all of one rate"):
+        on_testbed(Workload(mixed, (job,)), 3, 100.0)
+    with pytest.raises(ValidationError, match="no jobs"):
+        on_testbed(Workload(cluster), 3, 100.0)
+
+
 def test_predict_runs_jit_on_the_shaped_ingress(monkeypatch):
     from jitsched.errors import ValidationError
     from jitsched.testbed.measure import GOODPUT

@@ -113,6 +113,27 @@ def test_announced_files_reach_the_daemon_and_finish_whole(tiny, policy):
     assert not netns_mod.list_netns(tiny)
 
 
+def test_a_workload_file_runs_on_the_testbed_with_its_hosts_in_order(tiny, tmp_path):
+    from jitsched.dag.model import Background, Cluster, Workload, save_workload
+    from jitsched.workloads.paper import load_model_job
+
+    # a file of one's own at 1 Gbit/s: a LeNet job and a copy, on hosts of other names
+    wl = Workload(Cluster.uniform(3, 1e9, prefix="gpu"), (load_model_job("lenet", "gpu2", "gpu0", "mine", 0.5),),
+                  (Background("copy", "gpu1", "gpu0", 25e6, 0.0),))
+    path = tmp_path / "mine.json"
+    save_workload(wl, path)
+    out = e2e.run_workload_file(str(path), policy="jit", prefix=tiny, timeout_s=60.0, measure_slots=0)
+    assert out["details"]["scenario"] == str(path) and out["details"]["byte_scale"] == 0.1
+    assert out["jobs"] == out["completed"] == 1, out["details"]["errors"]
+    # its bytes at a tenth: no faster than its busier direction at 100 Mbit/s
+    job = wl.jobs[0]
+    floor = max(sum(t.bytes for t in job.transfers if t.src == h) for h in ("gpu0", "gpu2")) * 0.1 * 8 / 100e6
+    assert floor <= out["details"]["jct_s"]["mine"] < 60.0
+    assert out["background_completed"] == "1/1"
+    assert out["details"]["background"]["copy"]["bytes"] == 2_500_000
+    assert not netns_mod.list_netns(tiny)
+
+
 def test_failed_run_still_tears_down(tiny, monkeypatch):
     import jitsched.testbed.scenario as scenario
 

@@ -34,9 +34,13 @@ def _args(cls: type, **kw) -> list:
         help="up: build; down: remove (idempotent); run: scenario end to end; measure: tc enforcement"),
     arg("--hosts", type=int, default=4, help="number of hosts for up (default 4)"),
     arg("--cluster-file", default=None, help="where up writes the TOML cluster file"),
-    arg("--scenario", choices=(*SCENARIOS, *TORCH_SCENARIOS), default="quick",
-        help="workload for run (classes: a critical job alone, alone beside files on its ports, then among "
-             "normal jobs and those files; torch-ps: real PyTorch jobs over Gloo, needs torch)"),
+    arg("--scenario", choices=(*SCENARIOS, *TORCH_SCENARIOS), default=None,
+        help="workload for run (default quick; classes: a critical job alone, alone beside files on its ports, "
+             "then among normal jobs and those files; torch-ps: real PyTorch jobs over Gloo, needs torch)"),
+    arg("--workload", default=None, metavar="FILE",
+        help="run a workload file's jobs and background flows instead of a scenario (native format: "
+             "jitsched gen-workload, import-tf): its i-th host runs as h<i>, its byte counts scaled by the "
+             "testbed's link rate over its own"),
     *_args(TestbedOptions, exclude=CLI_EXCLUDE),
     *_args(MeasureOptions),
     arg("--json", action="store_true", help="print the result as JSON"),
@@ -84,6 +88,13 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.e2e import run_scenario
     from jitsched.testbed.scenario import require_daemon_side
 
+    if args.workload is not None:
+        if args.scenario is not None:
+            print("testbed run: --scenario and --workload name two workloads; give one", file=sys.stderr)
+            return 2
+        require_daemon_side()
+        return _run_file(args, options)
+    args.scenario = args.scenario or "quick"
     require_daemon_side()
     if args.scenario in TORCH_SCENARIOS:
         return _run_torch(args, options)
@@ -94,6 +105,23 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     # a baseline's run is predicted beside jit and tensorflow: its order as the agents enforce it
     baseline = (options.policy,) if options.policy in BASELINES else ()
     pred = predict(args.scenario, options.seed, **options.prediction_options(), baselines=baseline)
+    out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
+                  for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"], *baseline)}
+    return _report(out, args.json)
+
+
+def _run_file(args: argparse.Namespace, options: TestbedOptions) -> int:
+    """``testbed run --workload FILE``, with the simulator's prediction of the same jobs and files."""
+    from jitsched.dag.model import load_workload
+    from jitsched.testbed.e2e import run_workload_file
+    from jitsched.testbed.scenario import on_testbed, predict
+
+    wl = load_workload(args.workload)
+    link_mbit = options.link_mbit or DEFAULT_LINK_MBIT
+    placed = on_testbed(wl, len(wl.cluster), link_mbit)  # checked before the testbed comes up
+    out = run_workload_file(args.workload, options)
+    baseline = (options.policy,) if options.policy in BASELINES else ()
+    pred = predict("", **options.prediction_options(), baselines=baseline, workload=placed)
     out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
                   for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"], *baseline)}
     return _report(out, args.json)

@@ -113,6 +113,38 @@ def run_scenario(scenario: str = "quick", options: TestbedOptions | None = None,
         return run_workload(sc, scenario, options)
 
 
+def run_workload_file(path: str, options: TestbedOptions | None = None, **overrides) -> dict:
+    """Bring the testbed up, run a workload file's jobs and background flows, tear down.
+
+    The file (native format, :func:`jitsched.dag.model.load_workload`) runs as
+    :func:`jitsched.testbed.scenario.on_testbed` places it: a host of the testbed
+    per host of the file, byte counts scaled to the testbed's link rate
+    (``options.link_mbit``, else :data:`jitsched.testbed.DEFAULT_LINK_MBIT`).
+
+    Returns
+    -------
+    dict
+        As :func:`run_scenario`; ``details.scenario`` is the file's path and
+        ``details.byte_scale`` the factor on its byte counts.
+    """
+    from jitsched.dag.model import load_workload
+    from jitsched.testbed.scenario import file_scenario, on_testbed
+
+    options = TestbedOptions(**overrides) if options is None else replace(options, **overrides)
+    wl = load_workload(path)
+    link_mbit = options.link_mbit or testbed.DEFAULT_LINK_MBIT
+    on_testbed(wl, len(wl.cluster), link_mbit)  # a bad workload fails before any namespace exists
+    sc = file_scenario(wl, link_mbit)
+    with _sigterm_as_exit():
+        tb = scenario_testbed(sc, options)
+        try:
+            out = run_workload(sc, str(path), options, tb=tb, workload=on_testbed(wl, tb, link_mbit))
+        finally:
+            testbed.down(options.prefix)
+    out["details"]["byte_scale"] = link_mbit * 1e6 / wl.cluster.hosts[0].egress_bps
+    return out
+
+
 @contextlib.contextmanager
 def _sigterm_as_exit() -> Iterator[None]:
     # SIGTERM's default action ends the process at once, skipping every ``finally``:
@@ -698,4 +730,4 @@ def _time_slot_changes(agent, late_ms: list[float], watch: tuple[str, ...] = (),
 
 __all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "UNREGISTERED_MAX_S",
            "unregistered_max_bytes",
-           "run_scenario"]
+           "run_scenario", "run_workload_file"]

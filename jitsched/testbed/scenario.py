@@ -210,6 +210,72 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     return Workload(cluster, tuple(jobs)), bg
 
 
+def file_scenario(wl: Workload, link_mbit: float) -> Scenario:
+    """The :class:`Scenario` a workload of one's own (:func:`on_testbed`) runs as: its hosts,
+    jobs and background flows at ``link_mbit``."""
+    arrivals = sorted(j.arrival_s for j in wl.jobs)
+    span = arrivals[-1] - arrivals[0] if len(arrivals) > 1 else 0.0
+    return Scenario(hosts=len(wl.cluster), jobs=len(wl.jobs),
+                    rate_per_s=(len(arrivals) - 1) / span if span > 0 else 0.0,
+                    models=tuple(sorted({j.model or "custom" for j in wl.jobs})), files=len(wl.background),
+                    link_mbit=link_mbit)
+
+
+def on_testbed(wl: Workload, tb_or_hosts: Testbed | int, link_mbit: float
+               ) -> tuple[Workload, list[BackgroundFlow]]:
+    """A workload of one's own (native format) as a testbed runs it.
+
+    Its i-th host runs as the testbed's i-th (``h<i>``); every byte count, of
+    transfers and background flows alike, is multiplied by ``link_mbit`` over
+    the workload's link rate, so each transfer takes as long on the testbed as
+    on the workload's links (compute times and arrivals kept), as the
+    scenarios' bytes are.
+
+    Parameters
+    ----------
+    wl : Workload
+        Its hosts all of one link rate, the same each way.
+    tb_or_hosts : Testbed or int
+        A testbed of ``len(wl.cluster)`` hosts, or that count (names ``h0..``).
+    link_mbit : float
+        The testbed's link rate, Mbit/s.
+
+    Returns
+    -------
+    (Workload, list of BackgroundFlow)
+        The jobs (ids kept) and the background flows as the testbed's files.
+
+    Raises
+    ------
+    ValidationError
+        If the hosts' rates differ or the workload has no jobs.
+    TestbedError
+        If the testbed's host count is not the workload's.
+    """
+    names = [h.name for h in tb_or_hosts.hosts] if isinstance(tb_or_hosts, Testbed) else [
+        f"h{i}" for i in range(tb_or_hosts)]
+    addrs = [h.address for h in tb_or_hosts.hosts] if isinstance(tb_or_hosts, Testbed) else [None] * len(names)
+    if len(names) != len(wl.cluster):
+        raise TestbedError(f"the workload has {len(wl.cluster)} hosts, the testbed {len(names)}")
+    if not wl.jobs:
+        raise ValidationError("the workload has no jobs to run")
+    rates = {r for h in wl.cluster.hosts for r in (h.egress_bps, h.ingress_bps)}
+    if len(rates) != 1:
+        raise ValidationError("a testbed's links are all of one rate, the same each way; the workload's hosts "
+                              f"have {', '.join(f'{r:g}' for r in sorted(rates))} bit/s")
+    scale = link_mbit * 1e6 / rates.pop()
+    name = dict(zip(wl.cluster.names, names, strict=True))
+    jobs = tuple(scale_job(replace(
+        j, computes=tuple(replace(c, host=name[c.host]) for c in j.computes),
+        transfers=tuple(replace(t, src=name[t.src], dst=name[t.dst]) for t in j.transfers)), scale)
+        for j in wl.jobs)
+    bps = link_mbit * 1e6
+    cluster = Cluster(tuple(Host(n, bps, bps, a) for n, a in zip(names, addrs, strict=True)))
+    bg = [BackgroundFlow(b.id, name[b.src], name[b.dst], max(1.0, float(round(b.bytes * scale))), b.arrival_s)
+          for b in wl.background]
+    return Workload(cluster, jobs), bg
+
+
 def _shaped(job: Job, hosts: list[str], shape: str, servers: int, all_workers: bool = False) -> Job:
     """``job`` (one server, one worker) as ``shape``: sharded over the first ``servers`` of
     ``hosts`` with the rest its workers, or a ring all-reduce over ``hosts`` in their order;
@@ -328,7 +394,7 @@ def background_contention(wl: Workload, bg: list[BackgroundFlow], spans: dict[st
 def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slot_s: float = DEFAULT_SLOT_S,
             alpha: float | None = None, job_order: str | None = None, dl_share: float | None = None,
             ingress_share: float = 1.0, baselines: tuple[str, ...] = (), announce_files: bool = False,
-            background_floor: float = 0.0) -> dict:
+            background_floor: float = 0.0, workload: tuple[Workload, list[BackgroundFlow]] | None = None) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
     The same jobs and files as :func:`build_workload`, under each testbed
@@ -354,6 +420,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     share of each port they use while DL flows are backlogged there
     (``bg_floor`` of the simulator's jit and baselines; files the daemon
     ranks are not in the agents' background class and get no floor).
+    ``workload``, the jobs and files of :func:`on_testbed`, stands for the
+    scenario's (``scenario``, ``seed`` and ``link_mbit`` are then not read).
 
     Returns
     -------
@@ -368,9 +436,10 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     from jitsched.sim import simulate
     from jitsched.testbed.options import BASELINES, DAEMON_POLICY
 
-    sc = get_scenario(scenario)
-    wl, bg = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
-    w = sim_workload(wl, bg)
+    if workload is None:
+        sc = get_scenario(scenario)
+        workload = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
+    w = sim_workload(*workload)
     out: dict = {}
     jit_opts = {"slot_s": slot_s} if announce_files else {"slot_s": slot_s, "bg_weight": math.inf,
                                                           "bg_floor": background_floor}
