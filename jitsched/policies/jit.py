@@ -712,9 +712,8 @@ class JitPolicy(Policy):
             # a job's groups into one host from several senders rank as one (their largest
             # bytes left), so the receiver takes them in the job's need order
             self._group_comp = _code_components(codes, h)
-            # jobs of at most two host pairs (one server and one worker: one each way) may lend;
-            # a group's code holds its job as its quotient by h * h
-            self._may_lend = np.bincount(codes[codes >= 0] // (h * h), minlength=dag.n_jobs) <= 2
+            # jobs of at most two host pairs (one server and one worker: one each way) may lend
+            self._may_lend = np.bincount(_decode_groups(codes[codes >= 0], h)[0], minlength=dag.n_jobs) <= 2
 
     def _job_scales(self, dag, n_hosts: int) -> np.ndarray:
         """Per job of ``dag``, the factor ``job_size`` puts on its bytes left: under
@@ -1257,11 +1256,17 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     return _rank_groups(grp, left, job, src, dst, tier, comp)
 
 
+def _decode_groups(codes: np.ndarray, n_hosts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (job, src, dst) of groups given by their codes ``(job * n_hosts + src) * n_hosts + dst``;
+    a negative code (no transfer) has job -1."""
+    h = np.int64(n_hosts)
+    return np.where(codes >= 0, codes // (h * h), -1), (codes // h) % h, codes % h
+
+
 def _code_components(codes: np.ndarray, n_hosts: int) -> np.ndarray:
     """:func:`~jitsched.plan.priority.ingress_components` of groups given by their codes
-    ``(job * n_hosts + src) * n_hosts + dst`` (negative: no transfer, alone)."""
-    job = np.where(codes >= 0, codes // (n_hosts * n_hosts), -1)
-    return ingress_components(job, (codes // n_hosts) % n_hosts, codes % n_hosts)
+    (:func:`_decode_groups`; negative: no transfer, alone)."""
+    return ingress_components(*_decode_groups(codes, n_hosts))
 
 
 def _job_scaled(left: np.ndarray, grp: np.ndarray, job: np.ndarray, src: np.ndarray, remaining: np.ndarray,
@@ -1344,7 +1349,7 @@ def ring_hosts(dag, n_hosts: int) -> np.ndarray:
         return out
     h = np.int64(n_hosts)
     codes = np.unique((dag.job_of[tr].astype(np.int64) * h + dag.src[tr]) * h + dag.dst[tr])
-    gj, gs, gd = codes // (h * h), (codes // h) % h, codes % h
+    gj, gs, gd = _decode_groups(codes, n_hosts)
     paired = np.zeros(dag.n_jobs, dtype=bool)
     paired[gj[np.isin((gj * h + gd) * h + gs, codes)]] = True
     groups = np.bincount(gj, minlength=dag.n_jobs)
