@@ -202,3 +202,14 @@ def test_run_workload_file_errors_exit_2_before_anything_runs(monkeypatch, capsy
     assert main(["testbed", "run", "--workload", str(path), *argv_extra]) == 2
     assert message in capsys.readouterr().err
     assert ran == []
+
+
+def test_run_without_a_scenario_or_a_workload_runs_quick(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(e2e, "run_scenario", lambda name, options: ran.append(name) or {
+        "policy": options.policy, "jobs": 1, "completed": 1, "agents_failed": {}, "details": {}})
+    monkeypatch.setattr(scenario, "predict", lambda name, seed, **kw: {
+        pol: {"mean_jct_s": 1.0, "background_mbit_mean": 1.0} for pol in ("jit", "tensorflow")})
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    assert main(["testbed", "run", "--json"]) == 0
+    assert ran == ["quick"]

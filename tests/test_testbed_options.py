@@ -123,7 +123,8 @@ def test_cli_flags_and_defaults_are_the_ones_before_the_options_classes():
               "spare": "background"}
     args = cli_testbed_parser().parse_args(["run"])
     assert {k: getattr(args, k) for k in before} == before
-    assert (args.hosts, args.cluster_file, args.scenario, args.json) == (4, None, "quick", False)
+    # no --scenario: None, so that one given beside --workload is an error; run takes it as quick
+    assert (args.hosts, args.cluster_file, args.scenario, args.workload, args.json) == (4, None, None, None, False)
     text = cli_testbed_parser().format_help()
     for flag in ("--link-mbit", "--no-ingress", "--alpha", "--dl-share", "--max-planner-duty", "--slot-s"):
         assert flag in text
