@@ -31,7 +31,8 @@ def _args(cls: type, **kw) -> list:
 @register(
     "testbed", "Emulated cluster on this machine (network namespaces, HTB-shaped links; needs root).",
     arg("action", choices=("up", "down", "run", "measure"),
-        help="up: build; down: remove (idempotent); run: scenario end to end; measure: tc enforcement"),
+        help="up: build; down: remove (idempotent); run: a scenario or a workload file end to end; "
+             "measure: tc enforcement"),
     arg("--hosts", type=int, default=4, help="number of hosts for up (default 4)"),
     arg("--cluster-file", default=None, help="where up writes the TOML cluster file"),
     arg("--scenario", choices=(*SCENARIOS, *TORCH_SCENARIOS), default=None,
