@@ -1,5 +1,9 @@
 """Bandwidth reservations for critical jobs: per-slot rates from a time-slotted HiGHS LP on the capacity other reservations leave, holding each job within (1 + eps) of its isolated JCT."""
 
+# One module although past 600 lines: a critical job's windows, its reservation LP
+# and the book of reservations held are one admission rule; the book re-solves with
+# the same LP on what the held reservations leave.
+
 from __future__ import annotations
 
 import math
