@@ -1,4 +1,4 @@
-"""``testbed run``: the scenario end to end on the namespace testbed, JIT scheduling or none.
+"""``testbed run``: a scenario or a workload file end to end on the namespace testbed, JIT scheduling or none.
 
 Separate processes, as on a real cluster where the daemon, the host agents
 and the jobs do not share an interpreter (in one they would share one GIL:

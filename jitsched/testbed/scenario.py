@@ -1,4 +1,4 @@
-"""Testbed scenarios: the paper's DL jobs and file transfers, byte sizes scaled to the link rate, and their fluid-simulator prediction."""
+"""Testbed workloads: the scenarios (the paper's DL jobs and file transfers) and workload files, byte sizes scaled to the link rate, and their fluid-simulator prediction."""
 
 from __future__ import annotations
 
