@@ -329,7 +329,7 @@ def test_mixed_scenario_has_each_shape_twice_on_every_host():
 
 
 def test_on_testbed_puts_the_files_hosts_in_order_and_scales_its_bytes_to_the_link():
-    from jitsched.dag.model import Background, Cluster, Host, Workload
+    from jitsched.dag.model import Background, Cluster, Compute, Host, Job, Workload
     from jitsched.errors import ValidationError
     from jitsched.testbed.scenario import file_scenario, on_testbed
     from jitsched.workloads.paper import load_model_job
@@ -353,6 +353,9 @@ def test_on_testbed_puts_the_files_hosts_in_order_and_scales_its_bytes_to_the_li
     assert (sc.hosts, sc.jobs, sc.files, sc.link_mbit, sc.bulk_share) == (3, 1, 1, 100.0, 0.0)
     with pytest.raises(testbed.TestbedError, match="the workload has 3 hosts, the testbed 4"):
         on_testbed(wl, 4, 100.0)
+    one = Workload(Cluster.uniform(1, 1e10, prefix="gpu"), (Job("c", (Compute("a", "gpu0", 1.0),), (), ()),))
+    with pytest.raises(testbed.TestbedError, match="2 to 200 hosts; the workload has 1"):
+        on_testbed(one, 1, 100.0)
     mixed = Cluster(cluster.hosts[:2] + (Host("gpu2", 1e10, 4e10),))
     with pytest.raises(ValidationError, match="all of one rate"):
         on_testbed(Workload(mixed, (job,)), 3, 100.0)

@@ -11,7 +11,7 @@ import numpy as np
 from jitsched.dag.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.errors import ValidationError
 from jitsched.plan.planner import DEFAULT_SLOT_S
-from jitsched.testbed import DEFAULT_LINK_MBIT, Testbed, TestbedError
+from jitsched.testbed import DEFAULT_LINK_MBIT, MAX_HOSTS, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
 from jitsched.workloads.shapes import SHAPES
@@ -250,13 +250,15 @@ def on_testbed(wl: Workload, tb_or_hosts: Testbed | int, link_mbit: float
     ValidationError
         If the hosts' rates differ or the workload has no jobs.
     TestbedError
-        If the testbed's host count is not the workload's.
+        If the testbed's host count is not the workload's, or a testbed cannot have it.
     """
     names = [h.name for h in tb_or_hosts.hosts] if isinstance(tb_or_hosts, Testbed) else [
         f"h{i}" for i in range(tb_or_hosts)]
     addrs = [h.address for h in tb_or_hosts.hosts] if isinstance(tb_or_hosts, Testbed) else [None] * len(names)
     if len(names) != len(wl.cluster):
         raise TestbedError(f"the workload has {len(wl.cluster)} hosts, the testbed {len(names)}")
+    if not 2 <= len(names) <= MAX_HOSTS:
+        raise TestbedError(f"a testbed has 2 to {MAX_HOSTS} hosts; the workload has {len(names)}")
     if not wl.jobs:
         raise ValidationError("the workload has no jobs to run")
     rates = {r for h in wl.cluster.hosts for r in (h.egress_bps, h.ingress_bps)}
