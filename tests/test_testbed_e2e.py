@@ -113,6 +113,28 @@ def test_announced_files_reach_the_daemon_and_finish_whole(tiny, policy):
     assert not netns_mod.list_netns(tiny)
 
 
+@pytest.mark.parametrize("policy", ["jit", "sincronia"])
+def test_jobs_of_many_workers_run_on_the_testbed(monkeypatch, tiny, policy):
+    # a server with two workers, two sharded servers with one worker, a ring over the three
+    # hosts: every transfer of every shape moves its bytes over the links and the jobs end
+    monkeypatch.setitem(SCENARIOS, "shapes", Scenario(hosts=3, jobs=3, rate_per_s=4.0, models=("lenet",),
+                                                      files=0, shape="mixed", servers=2))
+    out = run_scenario("shapes", policy=policy, seed=0, prefix=tiny, timeout_s=60.0, measure_slots=0)
+    assert out["jobs"] == out["completed"] == 3, out["details"]["errors"]
+    wl, _ = build_workload(3, 100.0, "shapes", seed=0)
+    for job in wl.jobs:
+        spans = out["details"]["transfers"][job.id]
+        assert set(spans) == {t.id for t in job.transfers}
+        # no faster than its busiest port at 100 Mbit/s
+        ports: dict = {}
+        for t in job.transfers:
+            for p in (("out", t.src), ("in", t.dst)):
+                ports[p] = ports.get(p, 0.0) + t.bytes
+        assert max(ports.values()) * 8 / 100e6 <= out["details"]["jct_s"][job.id] < 60.0
+    assert out["details"]["daemon"]["plans"] >= 1
+    assert not netns_mod.list_netns(tiny)
+
+
 def test_a_workload_file_runs_on_the_testbed_with_its_hosts_in_order(tiny, tmp_path):
     from jitsched.dag.model import Background, Cluster, Workload, save_workload
     from jitsched.workloads.paper import load_model_job
