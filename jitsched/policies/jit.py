@@ -700,7 +700,7 @@ class JitPolicy(Policy):
             tr = dag.kind == TRANSFER
             left = tr & (view.node_state != DONE)
             h = len(view.cluster)
-            code = (dag.job_of.astype(np.int64) * h + dag.src) * h + dag.dst
+            code = _encode_groups(dag.job_of, dag.src, dag.dst, h)
             codes, grp = np.unique(np.where(tr, code, -1), return_inverse=True)
             self._group = grp.astype(np.int64).ravel()
             self._job_left = np.bincount(dag.job_of[left], weights=dag.size[left],
@@ -1246,7 +1246,7 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     """
     if not len(job):
         return np.zeros(0, dtype=np.int64)
-    code = (job.astype(np.int64) * n_hosts + src) * n_hosts + dst
+    code = _encode_groups(job, src, dst, n_hosts)
     codes, grp = np.unique(code, return_inverse=True)
     grp = grp.ravel()
     comp = _code_components(codes, n_hosts)
@@ -1256,8 +1256,14 @@ def group_ranks(job: np.ndarray, src: np.ndarray, dst: np.ndarray, remaining: np
     return _rank_groups(grp, left, job, src, dst, tier, comp)
 
 
+def _encode_groups(job: np.ndarray, src: np.ndarray, dst: np.ndarray, n_hosts: int) -> np.ndarray:
+    """Each (job, src, dst) group's code, ``(job * n_hosts + src) * n_hosts + dst`` (int64)."""
+    h = np.int64(n_hosts)
+    return (np.asarray(job).astype(np.int64) * h + src) * h + dst
+
+
 def _decode_groups(codes: np.ndarray, n_hosts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The (job, src, dst) of groups given by their codes ``(job * n_hosts + src) * n_hosts + dst``;
+    """The (job, src, dst) of groups given by their codes (:func:`_encode_groups`);
     a negative code (no transfer) has job -1."""
     h = np.int64(n_hosts)
     return np.where(codes >= 0, codes // (h * h), -1), (codes // h) % h, codes % h
@@ -1348,10 +1354,10 @@ def ring_hosts(dag, n_hosts: int) -> np.ndarray:
     if not tr.any():
         return out
     h = np.int64(n_hosts)
-    codes = np.unique((dag.job_of[tr].astype(np.int64) * h + dag.src[tr]) * h + dag.dst[tr])
+    codes = np.unique(_encode_groups(dag.job_of[tr], dag.src[tr], dag.dst[tr], n_hosts))
     gj, gs, gd = _decode_groups(codes, n_hosts)
     paired = np.zeros(dag.n_jobs, dtype=bool)
-    paired[gj[np.isin((gj * h + gd) * h + gs, codes)]] = True
+    paired[gj[np.isin(_encode_groups(gj, gd, gs, n_hosts), codes)]] = True  # the reverse pair is a group too
     groups = np.bincount(gj, minlength=dag.n_jobs)
     most = np.zeros(dag.n_jobs, dtype=np.int64)
     for ends in (gs, gd):  # each host of a ring is one group's source and one group's destination
