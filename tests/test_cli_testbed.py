@@ -169,9 +169,14 @@ def _file_workload(tmp_path, bps=1e9):
 
 def test_run_workload_file_runs_it_and_predicts_the_same_jobs(monkeypatch, capsys, tmp_path):
     path = _file_workload(tmp_path)
-    ran, predicted = [], []
-    monkeypatch.setattr(e2e, "run_workload_file", lambda p, options: ran.append((p, options)) or {
-        "policy": options.policy, "jobs": 1, "completed": 1, "agents_failed": {}, "details": {}})
+    ran, predicted, given = [], [], []
+
+    def fake_run(p, options, loaded):
+        ran.append((p, options))
+        given.append(loaded)
+        return {"policy": options.policy, "jobs": 1, "completed": 1, "agents_failed": {}, "details": {}}
+
+    monkeypatch.setattr(e2e, "run_workload_file", fake_run)
 
     def fake_predict(name, seed=0, *, workload=None, **kw):
         predicted.append((workload, kw["link_mbit"]))
@@ -181,6 +186,8 @@ def test_run_workload_file_runs_it_and_predicts_the_same_jobs(monkeypatch, capsy
     monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
     assert main(["testbed", "run", "--workload", str(path), "--link-mbit", "50", "--json"]) == 0
     assert ran == [(str(path), TestbedOptions(link_mbit=50.0))]
+    # the file is read once: the run gets the workload the command read
+    assert [[j.id for j in w.jobs] for w in given] == [["mine"]]
     [((wl, bg), link)] = predicted
     # the file's hosts as h0.. in order, its bytes scaled by 50 Mbit/s over its 1 Gbit/s
     assert link == 50.0 and wl.cluster.names == ["h0", "h1", "h2"]

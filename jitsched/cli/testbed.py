@@ -89,43 +89,41 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.e2e import run_scenario
     from jitsched.testbed.scenario import require_daemon_side
 
-    if args.workload is not None:
-        if args.scenario is not None:
-            print("testbed run: --scenario and --workload name two workloads; give one", file=sys.stderr)
-            return 2
-        require_daemon_side()
-        return _run_file(args, options)
-    args.scenario = args.scenario or "quick"
+    if args.workload is not None and args.scenario is not None:
+        print("testbed run: --scenario and --workload name two workloads; give one", file=sys.stderr)
+        return 2
     require_daemon_side()
-    if args.scenario in TORCH_SCENARIOS:
+    if args.workload is not None:
+        return _run_file(args, options)
+    scenario = args.scenario or "quick"
+    if scenario in TORCH_SCENARIOS:
         return _run_torch(args, options)
-    out = run_scenario(args.scenario, options)
-    # what the fluid simulator expects of the same workload under the same settings
-    from jitsched.testbed.scenario import predict
-
-    # a baseline's run is predicted beside jit and tensorflow: its order as the agents enforce it
-    baseline = (options.policy,) if options.policy in BASELINES else ()
-    pred = predict(args.scenario, options.seed, **options.prediction_options(), baselines=baseline)
-    out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
-                  for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"], *baseline)}
-    return _report(out, args.json)
+    return _report(_predicted(run_scenario(scenario, options), options, scenario, options.seed), args.json)
 
 
 def _run_file(args: argparse.Namespace, options: TestbedOptions) -> int:
     """``testbed run --workload FILE``, with the simulator's prediction of the same jobs and files."""
     from jitsched.dag.model import load_workload
     from jitsched.testbed.e2e import run_workload_file
-    from jitsched.testbed.scenario import on_testbed, predict
+    from jitsched.testbed.scenario import on_testbed
 
     wl = load_workload(args.workload)
-    link_mbit = options.link_mbit or DEFAULT_LINK_MBIT
-    placed = on_testbed(wl, len(wl.cluster), link_mbit)  # checked before the testbed comes up
-    out = run_workload_file(args.workload, options)
+    out = run_workload_file(args.workload, options, loaded=wl)
+    placed = on_testbed(wl, len(wl.cluster), options.link_mbit or DEFAULT_LINK_MBIT)
+    return _report(_predicted(out, options, "", workload=placed), args.json)
+
+
+def _predicted(out: dict, options: TestbedOptions, *args, **kwargs) -> dict:
+    """``out`` with ``sim``: what the fluid simulator expects of the same workload under the same
+    settings (:func:`jitsched.testbed.scenario.predict` of ``args`` and ``kwargs``), under jit,
+    fair sharing and, for a baseline's run, that baseline: its order as the agents enforce it."""
+    from jitsched.testbed.scenario import predict
+
     baseline = (options.policy,) if options.policy in BASELINES else ()
-    pred = predict("", **options.prediction_options(), baselines=baseline, workload=placed)
+    pred = predict(*args, **options.prediction_options(), baselines=baseline, **kwargs)
     out["sim"] = {pol: {k: pred[pol][k] for k in ("mean_jct_s", "background_mbit_mean")}
                   for pol in (DAEMON_POLICY["jit"], DAEMON_POLICY["none"], *baseline)}
-    return _report(out, args.json)
+    return out
 
 
 def _report(out: dict, as_json: bool) -> int:

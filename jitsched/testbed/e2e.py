@@ -41,6 +41,7 @@ from jitsched import testbed
 from jitsched.agents.backends.htb import MIN_BURST_B
 from jitsched.client.runner import UNREGISTERED_MAX_S
 from jitsched.client.runner import unregistered_max_bytes as runner_unregistered_max_bytes
+from jitsched.dag.model import Workload, load_workload
 from jitsched.netns import in_netns
 from jitsched.testbed.measure import GOODPUT
 from jitsched.testbed.options import (
@@ -113,13 +114,16 @@ def run_scenario(scenario: str = "quick", options: TestbedOptions | None = None,
         return run_workload(sc, scenario, options)
 
 
-def run_workload_file(path: str, options: TestbedOptions | None = None, **overrides) -> dict:
+def run_workload_file(path: str, options: TestbedOptions | None = None, *, loaded: Workload | None = None,
+                      **overrides) -> dict:
     """Bring the testbed up, run a workload file's jobs and background flows, tear down.
 
     The file (native format, :func:`jitsched.dag.model.load_workload`) runs as
     :func:`jitsched.testbed.scenario.on_testbed` places it: a host of the testbed
     per host of the file, byte counts scaled to the testbed's link rate
     (``options.link_mbit``, else :data:`jitsched.testbed.DEFAULT_LINK_MBIT`).
+    ``loaded`` is the file's workload when the caller has read it already (it is
+    not read again).
 
     Returns
     -------
@@ -127,11 +131,10 @@ def run_workload_file(path: str, options: TestbedOptions | None = None, **overri
         As :func:`run_scenario`; ``details.scenario`` is the file's path and
         ``details.byte_scale`` the factor on its byte counts.
     """
-    from jitsched.dag.model import load_workload
     from jitsched.testbed.scenario import file_scenario, on_testbed
 
     options = TestbedOptions(**overrides) if options is None else replace(options, **overrides)
-    wl = load_workload(path)
+    wl = load_workload(path) if loaded is None else loaded
     link_mbit = options.link_mbit or testbed.DEFAULT_LINK_MBIT
     on_testbed(wl, len(wl.cluster), link_mbit)  # a bad workload fails before any namespace exists
     sc = file_scenario(wl, link_mbit)
