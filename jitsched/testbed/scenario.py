@@ -198,7 +198,7 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
     if sc.shape == "mixed":
         shapes = _equal_shares(rng, SHAPES, sc.jobs)
         jobs = [_shaped(job, [names[i] for i in rng.permutation(len(names))], shape,
-                        sc.servers if shape == "ps-sharded" else 1, all_workers=True)
+                        sc.servers if shape == "ps-sharded" else 1)
                 for job, shape in zip(jobs, shapes, strict=True)]
     elif sc.shape != "ps":
         jobs = [_shaped(job, [names[i] for i in rng.permutation(len(names))], sc.shape, sc.servers)
@@ -278,14 +278,12 @@ def on_testbed(wl: Workload, tb_or_hosts: Testbed | int, link_mbit: float
     return Workload(cluster, jobs), bg
 
 
-def _shaped(job: Job, hosts: list[str], shape: str, servers: int, all_workers: bool = False) -> Job:
-    """``job`` (one server, one worker) as ``shape``: sharded over the first ``servers`` of
-    ``hosts`` with the rest its workers, or a ring all-reduce over ``hosts`` in their order;
-    a ``ps`` job stays one server and one worker unless ``all_workers``."""
+def _shaped(job: Job, hosts: list[str], shape: str, servers: int) -> Job:
+    """``job`` (one server, one worker) as ``shape``: its tensors on the first ``servers`` of
+    ``hosts`` (one for ``ps``) with the rest its workers, or a ring all-reduce over ``hosts``
+    in their order."""
     from jitsched.workloads.shapes import expand_job
 
-    if shape == "ps" and not all_workers:
-        return job
     if shape == "allreduce":
         if len(hosts) < 3:
             raise TestbedError(f"a ring all-reduce scenario needs at least 3 hosts, got {len(hosts)}")
