@@ -212,13 +212,9 @@ def build_workload(tb_or_hosts: Testbed | int, link_mbit: float, scenario: str, 
 
 def file_scenario(wl: Workload, link_mbit: float) -> Scenario:
     """The :class:`Scenario` a workload of one's own (:func:`on_testbed`) runs as: its hosts,
-    jobs and background flows at ``link_mbit``."""
-    arrivals = sorted(j.arrival_s for j in wl.jobs)
-    span = arrivals[-1] - arrivals[0] if len(arrivals) > 1 else 0.0
-    return Scenario(hosts=len(wl.cluster), jobs=len(wl.jobs),
-                    rate_per_s=(len(arrivals) - 1) / span if span > 0 else 0.0,
-                    models=tuple(sorted({j.model or "custom" for j in wl.jobs})), files=len(wl.background),
-                    link_mbit=link_mbit)
+    jobs and background flows at ``link_mbit`` (no arrival rate or models: the jobs are the file's)."""
+    return Scenario(hosts=len(wl.cluster), jobs=len(wl.jobs), rate_per_s=0.0, models=(),
+                    files=len(wl.background), link_mbit=link_mbit)
 
 
 def on_testbed(wl: Workload, tb_or_hosts: Testbed | int, link_mbit: float
