@@ -245,17 +245,18 @@ class LPSolution:
         return np.flatnonzero(self.lateness_s > 0)
 
 
-_highs_made = False  # this process has built a Highs object (its banner is printed)
+_highs_made = False  # this process has built a Highs object (its banner is past)
 _highs_lock = threading.Lock()  # the daemon's planner threads may build their first at once
 
 
 def _new_highs() -> highspy.Highs:
-    """A Highs object; the first in a process prints HiGHS's banner on stderr, not stdout.
+    """A Highs object; the banner the first in a process prints is dropped.
 
     HiGHS writes its version banner to the process's standard output when the
     first Highs object is built, before any option can turn logging off; it
     would corrupt what this process prints there (``jitsched plan --json``,
-    bench ``--json`` outputs). Later objects print nothing.
+    bench ``--json`` outputs), and on stderr it would be noise in every
+    daemon's and CLI's error stream. Later objects print nothing.
     """
     global _highs_made
     if _highs_made:
@@ -269,8 +270,9 @@ def _new_highs() -> highspy.Highs:
             return highspy.Highs()
         sys.stdout.flush()
         saved = os.dup(1)
+        null = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(2, 1)
+            os.dup2(null, 1)
             try:
                 return highspy.Highs()
             finally:
@@ -279,6 +281,7 @@ def _new_highs() -> highspy.Highs:
                 _highs_made = True
         finally:
             os.close(saved)
+            os.close(null)
 
 
 def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, options: LPOptions,
