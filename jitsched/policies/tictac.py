@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 from jitsched.dag.model import COMPUTE, TRANSFER, DagArrays
 from jitsched.errors import ValidationError
@@ -24,6 +25,9 @@ from jitsched.policies.common import (
 from jitsched.policies.tensorflow import pair_maxmin
 
 MODES = ("auto", "tac", "tic")
+# TAC's tie-break (M+) compares summed communication times to this many seconds
+TIE_QUANTUM_S = 1e-12
+NONE = np.iinfo(np.int64).max  # M+ of a transfer no op waits on
 BACKGROUNDS = ("fair", "fifo", "last")
 
 
@@ -103,30 +107,125 @@ def tictac_order(dag: DagArrays, job: int, comm_s: np.ndarray, mode: str = "auto
     dep, dur = dep[keep], dur[keep]
     # ops with the same dependency set behave as one op with their summed time
     if len(dep):
-        uniq, inv = np.unique(dep, axis=0, return_inverse=True)
-        dep = uniq
-        dur = np.bincount(inv.ravel(), weights=dur, minlength=len(uniq))
+        # rows compared as packed bytes: a sort of C bytes strings of T / 8 bytes, not of T bools
+        packed = np.ascontiguousarray(np.packbits(dep, axis=1))
+        _, at, inv = np.unique(packed.view(np.dtype((np.void, packed.shape[1]))).ravel(),
+                               return_index=True, return_inverse=True)
+        dep = dep[at]
+        dur = np.bincount(inv.ravel(), weights=dur, minlength=len(at))
     if mode == "tic":
         m = np.ones(nt)
         mplus = _props(dep, np.zeros(len(dep)), m, np.ones(nt, dtype=bool))[1]
         _, ranks = np.unique(mplus, return_inverse=True)
         return ranks.ravel().astype(np.int64)
-    m = np.asarray(comm_s, dtype=np.float64)[transfers]
-    outstanding = np.ones(nt, dtype=bool)
+    return _tac(dep, dur, np.asarray(comm_s, dtype=np.float64)[transfers])
+
+
+def _tac(dep: np.ndarray, dur: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """TAC's ranks for transfers of times ``m`` (shape (T,)) and ops of times ``dur`` (shape
+    (C,)) waiting on the transfers ``dep`` (bool, shape (C, T)).
+
+    Each step changes only the ops that wait on the transfer it takes, so the
+    ops' outstanding counts and summed ``M``, and every transfer's ``P``, are
+    kept up to date as it goes, and ``M+``, only a tie-break, is looked up for
+    the tied transfers alone (:class:`_Waits`): a ResNet-152 job of four
+    workers and two servers (9112 transfers, 1884 distinct sets of them
+    waited on) is ordered in a few seconds, where recomputing every op's
+    properties at every step took minutes.
+    """
+    nt = len(m)
+    w = _Waits(dep, m)
+    p = np.zeros(nt)  # P: summed time of the ops waiting on the transfer alone
+    for i in np.flatnonzero(w.cnt == 1).tolist():
+        p[w.r_idx[w.r_ptr[i]]] += dur[i]
     ranks = np.empty(nt, dtype=np.int64)
     for step in range(nt):
-        live = dep[:, outstanding].any(axis=1)
-        dep, dur = dep[live], dur[live]
-        p, mplus = _props(dep, dur, m, outstanding)
-        cand = np.flatnonzero(outstanding)
-        first = cand[m[cand] <= p[cand]]
-        if len(first):
-            pick = first[np.lexsort((first, mplus[first], m[first]))[0]]
-        else:
-            pick = cand[np.lexsort((cand, mplus[cand], -p[cand]))[0]]
+        cand = np.flatnonzero(w.outstanding)
+        mc, pc = m[cand], p[cand]
+        first = mc <= pc
+        key = np.where(first, mc, np.inf) if first.any() else -pc
+        tied = cand[key == key.min()]
+        pick = int(tied[0]) if len(tied) == 1 else w.least_mplus(tied)
         ranks[pick] = step
-        outstanding[pick] = False
+        for i, r in w.take(pick):  # ops now waiting on one transfer, r
+            p[r] += dur[i]
     return ranks
+
+
+class _Waits:
+    """The ops' waits on outstanding transfers, kept as transfers are taken, and ``M+`` from them."""
+
+    # a tie among transfers whose ops number more than this is settled by walking the ops in
+    # order of summed M instead of reading every tied transfer's ops
+    GATHER_OPS = 20000
+
+    def __init__(self, dep: np.ndarray, m: np.ndarray) -> None:
+        rows = sparse.csr_matrix(dep)
+        cols = rows.tocsc()
+        self.r_ptr, self.r_idx = rows.indptr, rows.indices
+        self.c_ptr, self.c_idx = cols.indptr, cols.indices
+        # M in whole picoseconds (TIE_QUANTUM_S): sums kept as transfers are taken stay exact, so
+        # transfers whose ops' summed M are equal tie whatever order the sums were formed in
+        self.m = np.rint(m / TIE_QUANTUM_S).astype(np.int64)
+        self.cnt = np.diff(self.r_ptr).astype(np.int64)  # each op's outstanding transfers
+        # ... their summed M (an op waiting on none would read a neighbour's first: zeroed)
+        self.total = np.add.reduceat(np.append(self.m[self.r_idx], 0), np.minimum(self.r_ptr[:-1], len(self.r_idx)))
+        self.total[self.cnt == 0] = 0
+        # each transfer's ops waiting on others too
+        self.multi = np.bincount(self.r_idx[np.repeat(self.cnt > 1, self.cnt)], minlength=len(m))
+        self.alone = np.zeros(len(m), dtype=bool)  # some op waits on the transfer alone
+        self.alone[self.r_idx[self.r_ptr[:-1][self.cnt == 1]]] = True
+        self.outstanding = np.ones(len(m), dtype=bool)
+
+    def take(self, pick: int) -> list[tuple[int, int]]:
+        """Mark transfer ``pick`` taken; the ops left waiting on one transfer, as (op, transfer)."""
+        self.outstanding[pick] = False
+        ops = self.c_idx[self.c_ptr[pick]:self.c_ptr[pick + 1]]
+        self.cnt[ops] -= 1
+        self.total[ops] -= self.m[pick]
+        out = []
+        for i in ops[self.cnt[ops] == 1].tolist():
+            row = self.r_idx[self.r_ptr[i]:self.r_ptr[i + 1]]
+            self.multi[row] -= 1
+            r = int(row[self.outstanding[row]][0])
+            self.alone[r] = True
+            out.append((i, r))
+        return out
+
+    def least_mplus(self, tied: np.ndarray) -> int:
+        """The transfer of ``tied`` (ascending) with the least ``M+``, the lowest index among equals.
+
+        ``M+`` of a transfer: the least summed ``M`` of an op waiting on it and on
+        others, else its own ``M`` if an op waits on it alone, else infinity.
+        """
+        lens = self.c_ptr[tied + 1] - self.c_ptr[tied]
+        if lens.sum() <= self.GATHER_OPS:
+            ends = np.cumsum(lens)
+            # each tied transfer's ops, one after another, then each one's least over its own run
+            ops = self.c_idx[np.arange(ends[-1]) + np.repeat(self.c_ptr[tied] - ends + lens, lens)]
+            vals = np.append(np.where(self.cnt[ops] > 1, self.total[ops], NONE), NONE)
+            least = np.where(lens > 0, np.minimum.reduceat(vals, np.minimum(ends - lens, len(vals) - 1)), NONE)
+            mplus = np.where((least == NONE) & self.alone[tied], self.m[tied], least)
+            return int(tied[np.lexsort((tied, mplus))[0]])
+        # the ops waiting on two transfers or more, least summed M first: the first holding a
+        # tied transfer gives the least M+ any of them has through an op
+        in_tied = np.zeros(len(self.m), dtype=bool)
+        in_tied[tied] = True
+        multi = np.flatnonzero(self.cnt > 1)
+        best, hits = NONE, []
+        for i in multi[np.argsort(self.total[multi], kind="stable")].tolist():
+            if self.total[i] > best:
+                break
+            row = self.r_idx[self.r_ptr[i]:self.r_ptr[i + 1]]
+            hit = row[in_tied[row]]
+            if len(hit):
+                best = self.total[i]
+                hits.append(hit)
+        own = tied[(self.multi[tied] == 0) & self.alone[tied]]  # M+ is their own M
+        if len(own) and self.m[own].min() <= best:
+            low = self.m[own].min()
+            hits = ([] if low < best else hits) + [own[self.m[own] == low]]
+        return int(min(int(h.min()) for h in hits)) if hits else int(tied[0])
 
 
 def _props(dep: np.ndarray, dur: np.ndarray, m: np.ndarray,
