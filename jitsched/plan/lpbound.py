@@ -64,26 +64,34 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     dt = float(alone.mean()) / slots_per_job
     if dt <= 0:  # no job takes any time alone: nothing to share
         return float(alone.sum())
-    nvar = n  # each job's end C_j first, then per band its slots and its overflow
+    # each job's end C_j first, then per band its slots, its overflow and its moment (the sum
+    # over its columns of bytes times their time): the sets' rows read the moments, so a row
+    # holds one column per band in the set instead of every slot of it (at the mixed-shape
+    # point's seed 1, 378k columns, the rows held 6.4M nonzeros)
+    nvar = n
     ub: list[np.ndarray] = [np.full(n, np.inf)]
     eq: list[tuple[np.ndarray, float]] = []  # per band: its columns, its bytes
     cap_p, cap_t, cap_c = [], [], []  # capacity triplets: port, slot, column
     set_r, set_c, set_v, set_rhs = [], [], [], []
+    mom_c, mom_v = [], []  # per band: its slots' and overflow's columns and times, then -1 on its moment
     for j, job_bands in enumerate(bands):
         if not job_bands:
             continue
         w = max(1, math.ceil(window * alone[j] / dt))
-        cols_of, times_of = [], []
+        moment_of = []
         for e, i, nbytes, head, _ in job_bands:
             start = arrival[j] + head
             first = math.floor(start / dt + 1e-9)
             slots = np.arange(first, first + w)
             rate = min(cap[e], cap[i]) / unit
             ub.append(np.append(rate * np.maximum((slots + 1) * dt - np.maximum(slots * dt, start), 0.0), np.inf))
-            cols = np.arange(nvar, nvar + w + 1)
-            nvar += w + 1
-            cols_of.append(cols)
-            times_of.append(np.append(slots * dt, (first + w) * dt))
+            cols = np.arange(nvar, nvar + w + 2)
+            nvar += w + 2
+            ub.append(np.array([np.inf]))
+            moment_of.append(cols[-1])
+            mom_c.append(cols)
+            mom_v.append(np.concatenate([slots * dt, [(first + w) * dt, -1.0]]))
+            cols = cols[:-1]
             eq.append((cols, nbytes / unit))
             for p in (e, i):
                 cap_p.append(np.full(w, p))
@@ -96,10 +104,9 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
                 total += job_bands[k][2] / unit
                 # total * C_j - sum(t * x) >= total**2 * unit / (2 cap_p) + tau * total, as <=
                 r = len(set_rhs)
-                cols = np.concatenate([cols_of[x] for x in on[:m + 1]])
-                set_r.append(np.full(len(cols) + 1, r))
-                set_c.append(np.append(cols, j))
-                set_v.append(np.append(np.concatenate([times_of[x] for x in on[:m + 1]]), -total))
+                set_r.append(np.full(m + 2, r))
+                set_c.append(np.append([moment_of[x] for x in on[:m + 1]], j))
+                set_v.append(np.append(np.ones(m + 1), -total))
                 set_rhs.append(-(total * total * unit / (2.0 * cap[p]) + job_bands[k][4] * total))
     pt = np.stack([np.concatenate(cap_p), np.concatenate(cap_t)])
     keys, row = np.unique(pt, axis=1, return_inverse=True)
@@ -110,14 +117,18 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
                           shape=(len(set_rhs), nvar)),
     ]).tocsr()
     b_ub = np.concatenate([cap[keys[0]] / unit * dt, set_rhs])
-    a_eq = sparse.csr_matrix((np.ones(sum(len(c) for c, _ in eq)),
-                              (np.repeat(np.arange(len(eq)), [len(c) for c, _ in eq]),
-                               np.concatenate([c for c, _ in eq]))), shape=(len(eq), nvar))
+    a_eq = sparse.vstack([
+        sparse.csr_matrix((np.ones(sum(len(c) for c, _ in eq)),
+                           (np.repeat(np.arange(len(eq)), [len(c) for c, _ in eq]),
+                            np.concatenate([c for c, _ in eq]))), shape=(len(eq), nvar)),
+        sparse.csr_matrix((np.concatenate(mom_v), (np.repeat(np.arange(len(mom_c)), [len(c) for c in mom_c]),
+                                                   np.concatenate(mom_c))), shape=(len(mom_c), nvar)),
+    ]).tocsr()
     c = np.zeros(nvar)
     c[:n] = 1.0
-    lb = np.zeros(nvar)
+    lb = np.zeros(nvar)  # a moment too: every slot's time is >= 0
     lb[:n] = arrival + alone
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.array([b for _, b in eq]),
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.concatenate([[b for _, b in eq], np.zeros(len(mom_c))]),
                   bounds=np.column_stack([lb, np.concatenate(ub)]), method="highs")
     if res.status != 0:
         raise RuntimeError(f"the lower bound's LP: {LP_STATUS.get(res.status, res.status)}: {res.message}")
