@@ -221,6 +221,37 @@ def test_unread_replies_are_capped_per_peer():
             assert c.status(limit=1)["loop"]["replies_refused_queued"] == len(refused)
 
 
+def test_a_first_message_read_before_its_accept_event_marks_the_connection_spoken():
+    # the loop reads messages before it takes the monitor's events: a client's first
+    # message may come while its connection is not yet tracked, and it must still count
+    # as spoken (else the cap closes it first, as a raw connect that never spoke)
+    import logging
+
+    from jitsched.daemon.conns import Connections
+    from jitsched.daemon.logs import LogLimiter
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind("tcp://127.0.0.1:*")
+    conns = Connections(router, "jobs", 16, 10.0, LogLimiter(logging.getLogger("test")))
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(router.getsockopt(zmq.LAST_ENDPOINT).decode())
+    try:
+        dealer.send(b"hello")
+        assert router.poll(5000)
+        frames = router.recv_multipart(copy=False)
+        fd = frames[-1].get(zmq.SRCFD)
+        assert fd not in conns.open  # no event taken yet
+        got = conns.seen(fd, 1.0)
+        assert got is not None and got[0] == fd
+        assert conns.open[fd].spoke and fd not in conns.unspoken
+    finally:
+        conns.close()
+        dealer.close(0)
+        router.close(0)
+        ctx.term()
+
+
 def test_idle_scans_run_at_most_every_twentieth_of_the_timeout():
     import logging
 

@@ -220,7 +220,14 @@ class Connections:
         None if untracked."""
         conn = self.open.get(fd)
         if conn is None:
-            return None
+            # the loop reads messages before it takes the monitor's events, so a client's
+            # first message can come before its accept is taken: take them now, or its
+            # connection would be tracked later as one that never spoke, and closed first
+            # over the cap (with its client's requests)
+            self.events(now_s)
+            conn = self.open.get(fd)
+            if conn is None:
+                return None
         conn.last_s = now_s
         if not conn.spoke:
             conn.spoke = True
