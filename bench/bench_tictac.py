@@ -19,7 +19,7 @@ import numpy as np
 
 from jitsched.bench.common import median_time
 from jitsched.dag.model import TRANSFER, Cluster, compile_jobs
-from jitsched.policies.tictac import tictac_order
+from jitsched.policies.tictac import tictac_order, transfer_times
 from jitsched.workloads.paper import MODELS, load_shaped_job
 from jitsched.workloads.shapes import SHAPES
 
@@ -34,9 +34,7 @@ def shaped(model: str, shape: str, workers: int, servers: int):
     cl = Cluster.uniform(len(names), BPS)
     dag = compile_jobs([job], cl)
     t = np.flatnonzero(dag.kind == TRANSFER)
-    comm = np.zeros(dag.n_nodes)
-    comm[t] = dag.size[t] / np.minimum(cl.egress_Bps[dag.src[t]], cl.ingress_Bps[dag.dst[t]])
-    return dag, comm, len(t)
+    return dag, transfer_times(dag, cl, t), len(t)
 
 
 def main(argv: list[str] | None = None) -> int:

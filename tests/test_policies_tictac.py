@@ -79,8 +79,6 @@ def model_jobs():
 def test_tictac_order_equals_the_definition_on_model_jobs(job):
     cl = Cluster.uniform(4, 1e10)
     dag = compile_jobs([job], cl)
-    t = np.flatnonzero(dag.kind == TRANSFER)
-    comm = np.zeros(dag.n_nodes)
-    comm[t] = dag.size[t] / cl.egress_Bps[dag.src[t]]
+    comm = tictac.transfer_times(dag, cl, np.flatnonzero(dag.kind == TRANSFER))
     transfers, dep, computes = tictac._dependencies(dag, 0)
     assert tictac_order(dag, 0, comm, "tac").tolist() == tac_by_definition(dep, dag.duration[computes], comm[transfers])

@@ -60,6 +60,20 @@ def _dependencies(dag: DagArrays, job: int) -> tuple[np.ndarray, np.ndarray, np.
     return transfers, anc[computes - lo], computes
 
 
+def transfer_times(dag: DagArrays, cluster, nodes: np.ndarray) -> np.ndarray:
+    """TicTac's communication time ``M`` of the transfer nodes ``nodes``: bytes over the
+    slower of their source's egress and destination's ingress, seconds; zero elsewhere.
+
+    Returns
+    -------
+    ndarray, shape (n_nodes,)
+    """
+    comm = np.zeros(dag.n_nodes)
+    comm[nodes] = dag.size[nodes] / np.minimum(cluster.egress_Bps[dag.src[nodes]],
+                                               cluster.ingress_Bps[dag.dst[nodes]])
+    return comm
+
+
 def tictac_order(dag: DagArrays, job: int, comm_s: np.ndarray, mode: str = "auto",
                  k_std: float = 0.0) -> np.ndarray:
     """Priority rank of each transfer of ``job`` (0 = first), TAC or TIC.
@@ -135,32 +149,29 @@ def _tac(dep: np.ndarray, dur: np.ndarray, m: np.ndarray) -> np.ndarray:
     163 s on it.
     """
     nt = len(m)
-    w = _Waits(dep, m)
-    p = np.zeros(nt)  # P: summed time of the ops waiting on the transfer alone
-    for i in np.flatnonzero(w.cnt == 1).tolist():
-        p[w.r_idx[w.r_ptr[i]]] += dur[i]
+    w = _Waits(dep, dur, m)
     ranks = np.empty(nt, dtype=np.int64)
     for step in range(nt):
         cand = np.flatnonzero(w.outstanding)
-        mc, pc = m[cand], p[cand]
+        mc, pc = m[cand], w.p[cand]
         first = mc <= pc
         key = np.where(first, mc, np.inf) if first.any() else -pc
         tied = cand[key == key.min()]
         pick = int(tied[0]) if len(tied) == 1 else w.least_mplus(tied)
         ranks[pick] = step
-        for i, r in w.take(pick):  # ops now waiting on one transfer, r
-            p[r] += dur[i]
+        w.take(pick)
     return ranks
 
 
 class _Waits:
-    """The ops' waits on outstanding transfers, kept as transfers are taken, and ``M+`` from them."""
+    """The ops' waits on outstanding transfers, kept as transfers are taken: each transfer's
+    ``P`` (``p``), and ``M+`` from them."""
 
     # a tie among transfers whose ops number more than this is settled by walking the ops in
     # order of summed M instead of reading every tied transfer's ops
     GATHER_OPS = 20000
 
-    def __init__(self, dep: np.ndarray, m: np.ndarray) -> None:
+    def __init__(self, dep: np.ndarray, dur: np.ndarray, m: np.ndarray) -> None:
         rows = sparse.csr_matrix(dep)
         cols = rows.tocsc()
         self.r_ptr, self.r_idx = rows.indptr, rows.indices
@@ -174,24 +185,26 @@ class _Waits:
         self.total[self.cnt == 0] = 0
         # each transfer's ops waiting on others too
         self.multi = np.bincount(self.r_idx[np.repeat(self.cnt > 1, self.cnt)], minlength=len(m))
+        self.dur = dur
+        single = self.cnt == 1
+        # P: summed time of the ops waiting on the transfer alone
+        self.p = np.bincount(self.r_idx[self.r_ptr[:-1][single]], dur[single], minlength=len(m))
         self.alone = np.zeros(len(m), dtype=bool)  # some op waits on the transfer alone
-        self.alone[self.r_idx[self.r_ptr[:-1][self.cnt == 1]]] = True
+        self.alone[self.r_idx[self.r_ptr[:-1][single]]] = True
         self.outstanding = np.ones(len(m), dtype=bool)
 
-    def take(self, pick: int) -> list[tuple[int, int]]:
-        """Mark transfer ``pick`` taken; the ops left waiting on one transfer, as (op, transfer)."""
+    def take(self, pick: int) -> None:
+        """Mark transfer ``pick`` taken: an op it leaves waiting on one transfer adds to that one's ``P``."""
         self.outstanding[pick] = False
         ops = self.c_idx[self.c_ptr[pick]:self.c_ptr[pick + 1]]
         self.cnt[ops] -= 1
         self.total[ops] -= self.m[pick]
-        out = []
         for i in ops[self.cnt[ops] == 1].tolist():
             row = self.r_idx[self.r_ptr[i]:self.r_ptr[i + 1]]
             self.multi[row] -= 1
             r = int(row[self.outstanding[row]][0])
+            self.p[r] += self.dur[i]
             self.alone[r] = True
-            out.append((i, r))
-        return out
 
     def least_mplus(self, tied: np.ndarray) -> int:
         """The transfer of ``tied`` (ascending) with the least ``M+``, the lowest index among equals.
@@ -348,8 +361,7 @@ class TicTacPolicy(Policy):
         dag, cl = view.dag, view.cluster
         lo, hi = int(dag.job_ptr[job]), int(dag.job_ptr[job + 1])
         t = np.arange(lo, hi)[dag.kind[lo:hi] == TRANSFER]
-        comm = np.zeros(dag.n_nodes)
-        comm[t] = dag.size[t] / np.minimum(cl.egress_Bps[dag.src[t]], cl.ingress_Bps[dag.dst[t]])
+        comm = transfer_times(dag, cl, t)
         key = _job_key(dag, job, comm)
         ranks = self._cache.get(key)
         if ranks is None:
