@@ -144,7 +144,7 @@ def _tac(dep: np.ndarray, dur: np.ndarray, m: np.ndarray) -> np.ndarray:
     kept up to date as it goes, and ``M+``, only a tie-break, is looked up for
     the tied transfers alone (:class:`_Waits`): a ResNet-152 job of four
     workers and two servers (9112 transfers, 1884 distinct sets of them
-    waited on) is ordered in 0.74 s (``python bench/bench_tictac.py``);
+    waited on) is ordered in 0.68 s (``python bench/bench_tictac.py``);
     recomputing every op's properties at every step, transfers^2 x ops, takes
     163 s on it.
     """
