@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jitsched.agents.backends.base import BACKGROUND_FLOOR, INGRESS_SHARE, check_background_floor
+from jitsched.agents.backends.base import (
+    BACKGROUND_FLOOR,
+    FLOW_FLOOR,
+    INGRESS_SHARE,
+    check_background_floor,
+    check_floor,
+)
 from jitsched.errors import ValidationError
 from jitsched.optspec import check_choice, check_range, check_types, option
 
@@ -14,9 +20,9 @@ from jitsched.optspec import check_choice, check_range, check_types, option
 CLI_BACKENDS = ("pacing", "tc", "record")
 
 # A flow the schedule holds behind higher ranks has its window queued at its floor
-# rate (0.5 % of the line); its retransmission timer fires, the retransmissions
+# rate (FLOW_FLOOR); its retransmission timer fires, the retransmissions
 # wait or are dropped too, and the timer doubles each time. On the quick testbed
-# scenario (ss -ti every 0.25 s) promoted flows then sat idle with cwnd 1 for 1.8
+# scenario with floors of 0.5 % of the line (ss -ti every 0.25 s) promoted flows then sat idle with cwnd 1 for 1.8
 # to 5.5 s, their timers at 1.8-9.6 s; capped at the kernel's floor of 1 s, a
 # promoted flow resumes within a second. Quick scenario, quiet machine, runs
 # alternating: mean JCT 7.88/8.28/7.90 s with the cap against 8.67/8.32/8.06 s without.
@@ -70,6 +76,10 @@ class AgentOptions:
         BACKGROUND_FLOOR, "tc backend: share of each port, in [0, 1), guaranteed to traffic jitsched does not "
                           "rank while ranked flows are backlogged (they borrow it back when that traffic "
                           "leaves it idle; default %(default)s)", metavar="SHARE")
+    flow_floor: float = option(
+        FLOW_FLOOR, "tc backend: share of each port, in [0, 1), a ranked flow held behind higher ranks is "
+                    "still guaranteed, so its connection keeps its ACK clock (the held flows' floors come out "
+                    "of the flows ranked above them; default %(default)s)", metavar="SHARE")
     leave_on_exit: bool = option(
         False, "on exit, tell the daemon this host leaves the cluster (its jobs with work left here end failed)")
     port_dev: str | None = option(
@@ -92,6 +102,7 @@ class AgentOptions:
                                   f"got {self.rto_min_ms}")
         check_range(self, "reconnect_s", 0.0, open_lo=True)
         check_background_floor(self.background_floor)
+        check_floor(self.flow_floor, "flow_floor")
 
     @property
     def enforce_ingress(self) -> bool:
@@ -99,13 +110,15 @@ class AgentOptions:
         return self.backend == "tc" if self.ingress is None else self.ingress
 
     def backend_options(self) -> dict:
-        """Keywords of the backend's constructor these options set (the tc backend's ``dev``, ``borrow``, ``background_floor``)."""
+        """Keywords of the backend's constructor these options set (the tc backend's ``dev``, ``borrow``,
+        ``background_floor``, ``flow_floor``)."""
         tc = {"dev": self.dev} if self.dev else {}
         if self.backend == "tc":
             # the plan is a floor and flows borrow what it leaves, as the policies' backfill
             # has it; ranked flows borrow by their level whatever this says
             tc["borrow"] = True
             tc["background_floor"] = self.background_floor
+            tc["flow_floor"] = self.flow_floor
         return tc
 
     def ingress_options(self) -> dict | None:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from jitsched.agents.backends.base import BACKGROUND_FLOOR
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR
 from jitsched.agents.options import RTO_MAX_MS, RTO_MIN_MS, AgentOptions
 from jitsched.errors import ValidationError
 from jitsched.optspec import add_options, options_from_args
@@ -31,7 +31,7 @@ def test_the_flags_defaults_are_the_agents():
 def test_the_tc_backend_orders_the_ingress_too_by_default():
     # the configuration the testbed measures jit with: plans as floors, ingress
     # ordered on an IFB at 98 % of the host's ingress rate
-    tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR}
+    tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR}
     o = parse("--backend", "tc", "--dev", "eth1")
     assert o.backend_options() == tc
     assert o.ingress_options() == tc | {"share": 0.98}
@@ -43,7 +43,7 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     assert not off.enforce_ingress and off.ingress_options() is None
     # the tc backend's own device default (eth0) serves both directions
     assert AgentOptions(backend="tc").ingress_options() == {
-        "borrow": True, "background_floor": BACKGROUND_FLOOR, "share": 0.98}
+        "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR, "share": 0.98}
     assert not AgentOptions(backend="record").enforce_ingress
 
 
@@ -65,6 +65,10 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     ({"backend": "tc", "background_floor": 1.0}, r"background_floor: must be within \[0, 1\), got 1.0"),
     ({"backend": "tc", "background_floor": -0.1}, r"background_floor: must be within \[0, 1\)"),
     ({"backend": "tc", "background_floor": math.nan}, "background_floor: must be within"),
+    ({"backend": "tc", "flow_floor": 1.0}, r"flow_floor: must be within \[0, 1\), got 1.0"),
+    ({"backend": "tc", "flow_floor": -0.001}, r"flow_floor: must be within \[0, 1\)"),
+    ({"flow_floor": math.nan}, "flow_floor: must be within"),
+    ({"flow_floor": True}, "flow_floor: "),
 ])
 def test_bad_options_are_refused_naming_the_field(kw, message):
     with pytest.raises(ValidationError, match=message):
@@ -77,3 +81,11 @@ def test_the_background_floor_reaches_both_tc_backends():
     assert parse("--backend", "tc", "--background-floor", "0").backend_options()["background_floor"] == 0.0
     # the other backends have no background class to guarantee
     assert "background_floor" not in parse("--background-floor", "0.3").backend_options()
+
+
+def test_the_flow_floor_reaches_both_tc_backends():
+    o = parse("--backend", "tc", "--flow-floor", "0.004")
+    assert o.backend_options()["flow_floor"] == o.ingress_options()["flow_floor"] == 0.004
+    assert parse("--backend", "tc", "--flow-floor", "0").backend_options()["flow_floor"] == 0.0
+    # pacing floors its flows itself
+    assert "flow_floor" not in parse("--flow-floor", "0.01").backend_options()

@@ -16,11 +16,12 @@ import uuid
 import pytest
 from pyroute2 import IPRoute
 
-from jitsched.agents.backends.base import BACKENDS, FlowRate
+from jitsched.agents.backends.base import BACKENDS, FLOW_FLOOR, FlowRate, payload_share
 from jitsched.agents.backends.htb import (
     BG_MINOR,
     FLOW_MINOR_BASE,
     LINK_CLASS,
+    MIN_BURST_B,
     ROOT_HANDLE,
     ack_keys,
     install_shaper,
@@ -144,7 +145,7 @@ def test_creates_layout_classes_filters_and_removes_everything(ns):
 
 
 def test_zero_rate_is_floored_and_oversubscription_scaled_to_line(ns):
-    b = TcBackend(LINE, dev="a0", netns=ns, min_rate_Bps=50_000)
+    b = TcBackend(LINE, dev="a0", netns=ns, flow_floor=0.004)
     try:
         b.apply([flow("j/a", 0.0, 40000), flow("j/b", LINE, 40001), flow("j/c", LINE, 40002)], 0.0)
         cl = classes(ns)
@@ -153,6 +154,20 @@ def test_zero_rate_is_floored_and_oversubscription_scaled_to_line(ns):
         # HTB lets classes under their own rate ignore the parent: the sum must fit the link.
         assert sum(rates) + cl[ROOT_HANDLE | BG_MINOR][1] <= LINE * 1.001
         assert rates[1] == rates[2] > 40 * rates[0]
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("floor", [None, 0.002, 0.0])
+def test_a_held_flow_gets_its_flow_floor(ns, floor):
+    # ranked flows (rate zero: they borrow by level) keep classes at their floor, in whole frames
+    b = TcBackend(LINE, dev="a0", netns=ns, **({} if floor is None else {"flow_floor": floor}))
+    try:
+        b.apply([FlowRate("j/a", 0.0, "198.18.0.1", 40000, "198.18.0.2", 5001, prio=0),
+                 FlowRate("j/b", 0.0, "198.18.0.1", 40001, "198.18.0.2", 5001, prio=1)], 0.0)
+        held = classes(ns)[ROOT_HANDLE | 0x11][1]
+        share = FLOW_FLOOR if floor is None else floor
+        assert held == int(max(MIN_BURST_B, share * LINE) / payload_share())
     finally:
         b.close()
 

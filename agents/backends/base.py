@@ -31,6 +31,20 @@ INGRESS_SHARE = 0.98
 # while the jobs paid for it (the simulator's mean JCT, quick: 5.32 s at 0, 5.47 at
 # 0.05, 5.69 at 0.1, 7.51 at 0.3).
 BACKGROUND_FLOOR = 0.05
+# Share of each port a ranked flow held behind higher ranks is still guaranteed (its HTB
+# class's rate), so its connection keeps an ACK clock and a bounded retransmission
+# timer. Every held flow takes its floor from the flows ranked above it, so the floors
+# of many held flows add up. Testbed, jit, runs alternating by floor, mean JCT (`jitsched
+# testbed run --scenario S --flow-floor F --json`):
+#   mixed seed 0: 19.17, 19.43 s at 0.005; 18.91, 18.86 s at 0.001; 18.50, 18.61 s at 0.0002
+#   mixed seed 1: 16.30, 16.30 s; 16.04, 16.09 s; 15.84, 16.08 s
+#   sharded:      12.35, 12.43 s; 11.81, 11.99 s; 12.01 s
+#   rings:        11.55, 11.96 s; 11.37, 11.19 s; 10.67, 11.81 s
+#   paper-mini:   5.98, 5.98 s;   6.08, 5.94 s;   6.33, 5.99 s
+# quick 5.90 s at 0.005 and 0.0002 alike. On classes the normal jobs' mean JCT was 10.26,
+# 10.45 s at 0.001 against 11.48, 11.45 s at 0.005, the critical job 1.126, 1.126x its JCT
+# alone against 1.108, 1.112x. Below 0.001 paper-mini's many held flows lose.
+FLOW_FLOOR = 0.001
 
 
 # The device MTU the tc backend assumes (bytes).
@@ -44,10 +58,15 @@ def payload_share(mtu: int = MTU) -> float:
     return (mtu - 52) / (mtu + 14)
 
 
+def check_floor(share: float, name: str = "background_floor") -> None:
+    """Raise ValidationError naming ``name`` unless ``share`` is a floor: a number in [0, 1)."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
+        raise ValidationError(f"{name}: must be within [0, 1), got {share!r}")
+
+
 def check_background_floor(share: float) -> None:
     """Raise ValidationError unless ``share`` is a background floor: a number in [0, 1)."""
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
-        raise ValidationError(f"background_floor: must be within [0, 1), got {share!r}")
+    check_floor(share, "background_floor")
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,14 @@ import time
 from dataclasses import dataclass
 
 from jitsched.agents.backends.base import (
+    FLOW_FLOOR,
     FLOW_LEVELS,
     INGRESS_SHARE,
     MTU,
     Backend,
     FlowRate,
     check_background_floor,
+    check_floor,
     payload_share,
     register_backend,
 )
@@ -98,11 +100,12 @@ class TcBackend(Backend):
         Egress device (default ``eth0``, the testbed hosts' link).
     netns : str or None
         Named network namespace of ``dev`` (None: the agent's own).
-    min_rate_Bps : float or None
-        Floor of a scheduled flow's rate, bytes/s (default 0.5 % of the line
-        rate): a class at rate zero would stall the TCP connection into
-        exponential retransmission back-off, delaying it long after its rate
-        comes back.
+    flow_floor : float
+        Floor of a scheduled flow's rate, a share of ``line_rate_Bps`` in
+        [0, 1) (default :data:`jitsched.agents.backends.base.FLOW_FLOOR`): a
+        class at rate zero would stall the TCP connection into exponential
+        retransmission back-off, delaying it long after its rate comes back.
+        0: two full frames' worth, the least HTB class.
     burst_s : float
         Token-bucket depth of each class in seconds of its rate.
     mtu : int
@@ -143,19 +146,20 @@ class TcBackend(Backend):
     name = "tc"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
-                 min_rate_Bps: float | None = None, burst_s: float = 0.001, mtu: int = MTU,
+                 flow_floor: float = FLOW_FLOOR, burst_s: float = 0.001, mtu: int = MTU,
                  borrow: bool = False, spare: str = "background", dl_tos: int | None = None,
                  background_floor: float = 0.0, **options) -> None:
         if spare not in SPARE_MODES:
             raise ValueError(f"tc backend: spare must be one of {SPARE_MODES}, got {spare!r}")
         check_background_floor(background_floor)
+        check_floor(flow_floor, "flow_floor")
         super().__init__(line_rate_Bps, **options)
         self.dev, self.netns, self.burst_s = dev, netns, float(burst_s)
         self.borrow = bool(borrow)
         # the background class borrows at prio 1: flows after it, or beside it
         self.flow_prio = FLOW_BORROW_PRIO if spare == "background" else 1
         self.wire_factor = 1.0 / payload_share(mtu)
-        self.min_rate_Bps = float(min_rate_Bps if min_rate_Bps is not None else 0.005 * self.line_rate_Bps)
+        self.min_rate_Bps = reserve_Bps(flow_floor, self.line_rate_Bps)
         self.ifindex = ifindex_in(netns, dev)
         self.nl = TcSocket(netns)
         self.flows: dict[str, _Installed] = {}
@@ -547,7 +551,7 @@ class TcIngressBackend(TcBackend):
         Planned inbound floors the daemon made for the whole rate are scaled
         down together to the shaped rate (:meth:`TcBackend.apply`).
     **options
-        :class:`TcBackend`'s (``borrow``, ``spare``, ``min_rate_Bps``, ``burst_s``, ``mtu``).
+        :class:`TcBackend`'s (``borrow``, ``spare``, ``flow_floor``, ``burst_s``, ``mtu``).
     """
 
     name = "tc-ingress"

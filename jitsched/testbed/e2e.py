@@ -39,6 +39,7 @@ import numpy as np
 
 from jitsched import testbed
 from jitsched.agents.backends.htb import MIN_BURST_B
+from jitsched.agents.options import AgentOptions
 from jitsched.client.runner import UNREGISTERED_MAX_S
 from jitsched.client.runner import unregistered_max_bytes as runner_unregistered_max_bytes
 from jitsched.dag.model import Workload, load_workload
@@ -245,8 +246,8 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
             # registrations at once, not behind the other hosts' slot changes
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
-                                       ([(h.name, h.netns, h.dev)], agent_ep, f"tb{os.getpid()}", ingress,
-                                        options.spare, options.background_floor, watch)))
+                                       ([(h.name, h.netns, options.agent_options(h.dev))], agent_ep,
+                                        f"tb{os.getpid()}", options.spare, watch)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
@@ -594,22 +595,21 @@ def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: i
     _tell(conn, ("stats", {}))
 
 
-def _agents_main(hosts: list[tuple[str, str, str]], endpoint: str, ns_tag: str, ingress: bool, spare: str,
-                 floor: float, watch: tuple[str, ...], conn) -> None:
-    """Child process: one tc agent per host, each in its host's namespace; sends their socket names."""
+def _agents_main(hosts: list[tuple[str, str, AgentOptions]], endpoint: str, ns_tag: str, spare: str,
+                 watch: tuple[str, ...], conn) -> None:
+    """Child process: one tc agent per host (name, namespace, its options), each in its host's
+    namespace; sends their socket names."""
     from jitsched.agents.agent import Agent
-    from jitsched.agents.options import AgentOptions
     from jitsched.daemon.server import wait_until
 
     agents = []
     late_ms: list[float] = []
     watched: dict[str, float] = {}
     try:
-        for name, netns, dev in hosts:
+        for name, netns, opts in hosts:
             with in_netns(netns):
                 # threads inherit the creator's namespace: the agent's local socket
-                # (abstract, per namespace) and tc calls live in the host's namespace
-                opts = AgentOptions(backend="tc", dev=dev, ingress=ingress, background_floor=floor)
+                # (abstract, per namespace) and tc calls live in the host's namespace;
                 # the agent command's defaults, and the testbed's plumbing: the namespace,
                 # who borrows spare capacity, and the DL packets' mark (the job runners set it)
                 plumbing = {"netns": netns, "spare": spare, "dl_tos": SCHEDULED_TOS}

@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jitsched.agents.backends.base import BACKGROUND_FLOOR, INGRESS_SHARE, check_background_floor
+from jitsched.agents.backends.base import (
+    BACKGROUND_FLOOR,
+    FLOW_FLOOR,
+    INGRESS_SHARE,
+    check_background_floor,
+    check_floor,
+)
+from jitsched.agents.options import AgentOptions
 from jitsched.config import PLANNING_MODES
 from jitsched.errors import ValidationError
 from jitsched.optspec import (
@@ -114,6 +121,9 @@ class TestbedOptions:
         Share of each port, in [0, 1), the agents guarantee the traffic they
         do not rank (the unannounced files) while ranked flows are backlogged
         (``jitsched agent --background-floor``; every policy with agents).
+    flow_floor : float
+        Share of each port, in [0, 1), the agents still guarantee a ranked
+        flow held behind higher ranks (``jitsched agent --flow-floor``).
     planning : str or None
         jit: the daemon's planning mode (None: ``full``, :data:`DAEMON_DEFAULTS`).
     max_planner_duty : float or None
@@ -194,6 +204,9 @@ class TestbedOptions:
     background_floor: float = option(
         BACKGROUND_FLOOR, "run: share of each port the agents guarantee the traffic they do not rank while "
                           "ranked flows are backlogged, in [0, 1) (default %(default)s)", metavar="SHARE")
+    flow_floor: float = option(
+        FLOW_FLOOR, "run: share of each port the agents still guarantee a ranked flow held behind higher "
+                    "ranks, in [0, 1) (default %(default)s)", metavar="SHARE")
     planning: str | None = option(
         None, "run, jit: the daemon's planning mode (default full, as the simulator plans)",
         choices=PLANNING_MODES)
@@ -239,6 +252,7 @@ class TestbedOptions:
             check_range(self, "link_mbit", lo=LINK_MBIT_RANGE[0], hi=LINK_MBIT_RANGE[1])
         check_choice(self, "spare")
         check_background_floor(self.background_floor)
+        check_floor(self.flow_floor, "flow_floor")
         check_range(self, "timeout_s", lo=0.0, open_lo=True)
         check_range(self, "slot_s", lo=MIN_SLOT_S)
         check_range(self, "measure_slots", lo=0)
@@ -260,6 +274,12 @@ class TestbedOptions:
     def enforce_ingress(self) -> bool:
         """Whether the agents order their hosts' ingress in this run (``ingress``, on by default where agents run)."""
         return (True if self.ingress is None else self.ingress) and self.enforced
+
+    def agent_options(self, dev: str) -> AgentOptions:
+        """The options of this run's agent on a host whose link is ``dev``: the tc backend, the
+        ingress as :attr:`enforce_ingress`, this run's floors, the agent command's other defaults."""
+        return AgentOptions(backend="tc", dev=dev, ingress=self.enforce_ingress,
+                            background_floor=self.background_floor, flow_floor=self.flow_floor)
 
     @property
     def enforced(self) -> bool:

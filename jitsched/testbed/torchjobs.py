@@ -160,8 +160,8 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
             if options.enforced:
                 for h in hosts:
                     children.append(_Child(f"agent-{h.name}", _agents_main,
-                                           ([(h.name, h.netns, h.dev)], agent_ep, ns_tag,
-                                            options.enforce_ingress, options.spare, options.background_floor, ())))
+                                           ([(h.name, h.netns, options.agent_options(h.dev))], agent_ep,
+                                            ns_tag, options.spare, ())))
                 for c in children[1:]:
                     c.ready()
             file_bytes = sc.file_link_s * bps / 8
