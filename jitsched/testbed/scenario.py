@@ -393,8 +393,11 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
             background_floor: float = 0.0, workload: tuple[Workload, list[BackgroundFlow]] | None = None) -> dict:
     """What the fluid simulator expects of the scenario: ``tensorflow`` (fair sharing) vs ``jit``.
 
-    The same jobs and files as :func:`build_workload`, under each testbed
-    policy's daemon policy (:data:`jitsched.testbed.options.DAEMON_POLICY`):
+    The same jobs and files as :func:`build_workload`, on links that carry
+    TCP payload at :data:`jitsched.testbed.measure.GOODPUT` of their rate
+    (whole frames at MTU 1500: the testbed's byte counts are payload), under
+    each testbed policy's daemon policy
+    (:data:`jitsched.testbed.options.DAEMON_POLICY`):
     ``tensorflow``, the reference, is the simulator's per-flow max-min fair
     network, the ideal of the testbed's ``none`` policy, and ``jit`` the
     daemon's policy with the testbed's settings (None: the policy's default)
@@ -435,7 +438,11 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     if workload is None:
         sc = get_scenario(scenario)
         workload = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
+    # the testbed's transfers count TCP payload, which takes GOODPUT of each link's bytes
     w = sim_workload(*workload)
+    w = replace(w, cluster=replace(w.cluster, hosts=tuple(
+        replace(h, egress_bps=h.egress_bps * GOODPUT, ingress_bps=h.ingress_bps * GOODPUT)
+        for h in w.cluster.hosts)))
     out: dict = {}
     jit_opts = {"slot_s": slot_s} if announce_files else {"slot_s": slot_s, "bg_weight": math.inf,
                                                           "bg_floor": background_floor}
@@ -460,8 +467,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
                     "jct_s": {j: float(x) for j, x in zip(r.job_ids, r.jct_s, strict=True)},
                     "jct_by_model_s": r.jct_by_model(),
                     "background_slowdown": float(np.mean(r.bg_slowdown)) if len(r.bg_slowdown) else None,
-                    # files' mean goodput as the testbed measures it: payload, at GOODPUT of the wire
-                    "background_mbit_mean": (float(np.mean(r.bg_size * 8 / r.bg_jct_s)) / 1e6 * GOODPUT
+                    # files' mean goodput as the testbed measures it: payload
+                    "background_mbit_mean": (float(np.mean(r.bg_size * 8 / r.bg_jct_s)) / 1e6
                                              if len(r.bg_jct_s) else None)}
     tf, jit = out[sim_none], out[sim_jit]
     out["jct_ratio_tf_over_jit"] = tf["mean_jct_s"] / jit["mean_jct_s"]
