@@ -181,22 +181,34 @@ def run_jobs(scenario: str, options: TestbedOptions, repeat: int, say, baselines
                                            for a in x["jit"]["agents"].values())
     med["jit_apply_late_ms_p95"] = _median(a.get("apply_late_ms_p95") for x in runs
                                            for a in x["jit"]["agents"].values())
-    sim_by_model = {m: pred[SIM_NONE]["jct_by_model_s"][m] / pred[SIM_JIT]["jct_by_model_s"][m]
-                    for m in pred[SIM_JIT]["jct_by_model_s"]}
     settings = {f.name: getattr(options, f.name) for f in flag_fields(TestbedOptions) if f.name not in RUN_EXCLUDE}
     return {"scenario": scenario, "repeat": repeat, **settings, "baselines": list(baselines), "median": med,
-            "simulator": {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
-                          "mean_speedup": pred["mean_speedup"],
-                          "tensorflow_mean_jct_s": pred[SIM_NONE]["mean_jct_s"],
-                          "jit_mean_jct_s": pred[SIM_JIT]["mean_jct_s"],
-                          "speedup_by_model": sim_by_model,
-                          **{f"{b}_mean_jct_s": pred[DAEMON_POLICY[b]]["mean_jct_s"] for b in baselines},
-                          **{f"jct_ratio_{b}_over_jit": pred[DAEMON_POLICY[b]]["mean_jct_s"]
-                             / pred[SIM_JIT]["mean_jct_s"] for b in baselines},
-                          "background_slowdown": {p: pred[p]["background_slowdown"] for p in sim_pols},
-                          "background_mbit": {p: pred[p]["background_mbit_mean"] for p in sim_pols},
-                          "jct_s": {p: pred[p]["jct_s"] for p in sim_pols}},
-            "runs": runs}
+            "simulator": simulator_summary(pred, baselines), "runs": runs}
+
+
+def simulator_summary(pred: dict, baselines: tuple[str, ...] | list[str]) -> dict:
+    """A scenario's ``simulator`` entry: what :func:`predict` (``pred``, with ``baselines``) expects.
+
+    Returns
+    -------
+    dict
+        Ratios and mean JCTs (s) of jit, fair sharing and each baseline, jit's speed-up by
+        model, the files' slowdown and goodput (Mbit/s) and every job's JCT (s) per policy.
+    """
+    sim_pols = SIM_POLICIES + tuple(DAEMON_POLICY[b] for b in baselines)
+    sim_by_model = {m: pred[SIM_NONE]["jct_by_model_s"][m] / pred[SIM_JIT]["jct_by_model_s"][m]
+                    for m in pred[SIM_JIT]["jct_by_model_s"]}
+    return {"jct_ratio_tf_over_jit": pred["jct_ratio_tf_over_jit"],
+            "mean_speedup": pred["mean_speedup"],
+            "tensorflow_mean_jct_s": pred[SIM_NONE]["mean_jct_s"],
+            "jit_mean_jct_s": pred[SIM_JIT]["mean_jct_s"],
+            "speedup_by_model": sim_by_model,
+            **{f"{b}_mean_jct_s": pred[DAEMON_POLICY[b]]["mean_jct_s"] for b in baselines},
+            **{f"jct_ratio_{b}_over_jit": pred[DAEMON_POLICY[b]]["mean_jct_s"]
+               / pred[SIM_JIT]["mean_jct_s"] for b in baselines},
+            "background_slowdown": {p: pred[p]["background_slowdown"] for p in sim_pols},
+            "background_mbit": {p: pred[p]["background_mbit_mean"] for p in sim_pols},
+            "jct_s": {p: pred[p]["jct_s"] for p in sim_pols}}
 
 
 def plot_jobs(result: dict, path: str) -> None:

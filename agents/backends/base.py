@@ -28,8 +28,8 @@ INGRESS_SHARE = 0.98
 # machine; docs/figures/floor.json): with none, a file stalled 2.1 s on quick and 4.8 s
 # on paper-mini; with 0.05, 0.38 s and 0.78 s (plain TCP's own: 0.44 s, 0.79 s). The
 # files' mean goodput barely moved with the share (quick 44.9-46.3 Mbit/s from 0 to 0.3)
-# while the jobs paid for it (the simulator's mean JCT, quick: 5.32 s at 0, 5.47 at
-# 0.05, 5.69 at 0.1, 7.51 at 0.3).
+# while the jobs paid for it (the simulator's mean JCT, quick: 5.58 s at 0, 5.74 at
+# 0.05, 5.97 at 0.1, 8.23 at 0.3).
 BACKGROUND_FLOOR = 0.05
 # Share of each port a ranked flow held behind higher ranks is still guaranteed (its HTB
 # class's rate), so its connection keeps an ACK clock and a bounded retransmission
