@@ -43,9 +43,9 @@ BACKGROUND_FLOOR = 0.05
 #   paper-mini:   5.98, 5.98 s   / 6.08, 5.94 s   / 6.33, 5.99 s
 #   classes, the normal jobs: 11.48, 11.45 s / 10.26, 10.45 s; the critical job over its
 #   JCT alone 1.108, 1.112 / 1.126, 1.126
-# but on quick 0.001 is bimodal: in 4 runs of 10 (5.90-5.94 s in the others) a VGG16
+# but on quick 0.001 is bimodal: in 3 runs of 6 (5.90-5.91 s in the others) a VGG16
 # job's last forward bytes end up held for 5 s behind the other VGG16 job's gradients
-# (its JCT 17.6-17.8 s against 12.4-12.7 s; mean JCT 6.49-6.83 s), in none of 7 runs at
+# (its JCT 17.8 s against 12.4-12.5 s; mean JCT 6.49-6.83 s), in none of 7 runs at
 # 0.005 (5.89-5.96 s). The lower floor helps many-flow workloads by 2-10 % and costs
 # quick 6 % in expectation, so the default stays at 0.005.
 FLOW_FLOOR = 0.005
