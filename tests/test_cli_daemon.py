@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jitsched.agents.backends.base import BACKGROUND_FLOOR
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR
 from jitsched.cli import main
 from jitsched.errors import ValidationError
 
@@ -48,16 +48,17 @@ def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path, c
     assert err.startswith(f"jitsched agent: error: {message}")
 
 
-TC = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR}
+TC = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR}
 
 
-@pytest.mark.parametrize("extra, ingress, floor", [
-    ([], TC | {"share": 0.98}, BACKGROUND_FLOOR),
-    (["--ingress-share", "0.9"], TC | {"share": 0.9}, BACKGROUND_FLOOR),
-    (["--no-ingress"], None, BACKGROUND_FLOOR),
-    (["--background-floor", "0.2"], TC | {"background_floor": 0.2, "share": 0.98}, 0.2),
+@pytest.mark.parametrize("extra, ingress, egress", [
+    ([], TC | {"share": 0.98}, TC),
+    (["--ingress-share", "0.9"], TC | {"share": 0.9}, TC),
+    (["--no-ingress"], None, TC),
+    (["--background-floor", "0.2"], TC | {"background_floor": 0.2, "share": 0.98}, TC | {"background_floor": 0.2}),
+    (["--flow-floor", "0.001"], TC | {"flow_floor": 0.001, "share": 0.98}, TC | {"flow_floor": 0.001}),
 ])
-def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_path, extra, ingress, floor, capsys):
+def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_path, extra, ingress, egress, capsys):
     import jitsched.agents.agent as agent_mod
 
     made = {}
@@ -72,7 +73,7 @@ def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_pa
     assert "stop here" in _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1",
                                             "--local-dir", str(tmp_path), "--backend", "tc", "--dev", "eth1",
                                             *extra])
-    assert made["agent"].backend_options == TC | {"background_floor": floor}
+    assert made["agent"].backend_options == egress
     assert made["agent"].ingress_options == ingress
 
 
@@ -117,7 +118,7 @@ def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monke
         return RecordBackend(line)
 
     assert _agent_against_fake_daemon(monkeypatch, tmp_path, egress_only, "--backend", "tc", "--dev", "eth9") == 1
-    tc = {"dev": "eth9", "borrow": True, "background_floor": BACKGROUND_FLOOR}
+    tc = {"dev": "eth9", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR}
     assert loaded == [("tc", tc), ("tc-ingress", tc | {"share": 0.98})]
     err = capsys.readouterr().err
     assert "stopped: OSError: ip link add jsi-eth9 type ifb: Operation not supported" in err
