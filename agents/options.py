@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from jitsched.agents.backends.base import (
     BACKGROUND_FLOOR,
     FLOW_FLOOR,
+    FLOW_FLOORS_SUM,
     INGRESS_SHARE,
     check_background_floor,
     check_floor,
@@ -80,6 +81,10 @@ class AgentOptions:
         FLOW_FLOOR, "tc backend: share of each port, in [0, 1), a ranked flow held behind higher ranks is "
                     "still guaranteed, so its connection keeps its ACK clock (the held flows' floors come out "
                     "of the flows ranked above them; default %(default)s)", metavar="SHARE")
+    flow_floors_sum: float = option(
+        FLOW_FLOORS_SUM, "tc backend: share of each port, in [0, 1), the ranked flows' floors add up to at "
+                         "most: past it each gets an equal part (default %(default)s; 0: no bound)",
+        metavar="SHARE")
     leave_on_exit: bool = option(
         False, "on exit, tell the daemon this host leaves the cluster (its jobs with work left here end failed)")
     port_dev: str | None = option(
@@ -103,6 +108,7 @@ class AgentOptions:
         check_range(self, "reconnect_s", 0.0, open_lo=True)
         check_background_floor(self.background_floor)
         check_floor(self.flow_floor, "flow_floor")
+        check_floor(self.flow_floors_sum, "flow_floors_sum")
 
     @property
     def enforce_ingress(self) -> bool:
@@ -111,7 +117,7 @@ class AgentOptions:
 
     def backend_options(self) -> dict:
         """Keywords of the backend's constructor these options set (the tc backend's ``dev``, ``borrow``,
-        ``background_floor``, ``flow_floor``)."""
+        ``background_floor``, ``flow_floor``, ``flow_floors_sum``)."""
         tc = {"dev": self.dev} if self.dev else {}
         if self.backend == "tc":
             # the plan is a floor and flows borrow what it leaves, as the policies' backfill
@@ -119,6 +125,7 @@ class AgentOptions:
             tc["borrow"] = True
             tc["background_floor"] = self.background_floor
             tc["flow_floor"] = self.flow_floor
+            tc["flow_floors_sum"] = self.flow_floors_sum
         return tc
 
     def ingress_options(self) -> dict | None:

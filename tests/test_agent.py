@@ -631,12 +631,12 @@ def test_an_agent_takes_its_options_object_and_the_backends_plumbing_beside_it()
     assert a.options == AgentOptions() and a.backend_name == "pacing"
     assert (a.rto_max_ms, a.rto_min_us) == (RTO_MAX_MS, RTO_MIN_MS * 1000) and a.ingress_options is None
     assert (a.reconnect_s, a.leave_on_exit, a.port_dev) == (3.0, False, None)
-    from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR
+    from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR, FLOW_FLOORS_SUM
 
     a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="tc", dev="eth1", rto_max_ms=0, port_dev="eth2"),
               backend_options={"netns": "ns0"})
     tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR,
-          "netns": "ns0"}
+          "flow_floors_sum": FLOW_FLOORS_SUM, "netns": "ns0"}
     assert a.backend_options == tc and a.ingress_options == tc | {"share": 0.98}
     assert a.rto_max_ms == 0 and a.port_dev == "eth2"
     with pytest.raises(TypeError, match="Agent takes an AgentOptions, got dict"):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR, FLOW_FLOORS_SUM
 from jitsched.agents.options import RTO_MAX_MS, RTO_MIN_MS, AgentOptions
 from jitsched.errors import ValidationError
 from jitsched.optspec import add_options, options_from_args
@@ -31,7 +31,8 @@ def test_the_flags_defaults_are_the_agents():
 def test_the_tc_backend_orders_the_ingress_too_by_default():
     # the configuration the testbed measures jit with: plans as floors, ingress
     # ordered on an IFB at 98 % of the host's ingress rate
-    tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR}
+    tc = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR,
+          "flow_floors_sum": FLOW_FLOORS_SUM}
     o = parse("--backend", "tc", "--dev", "eth1")
     assert o.backend_options() == tc
     assert o.ingress_options() == tc | {"share": 0.98}
@@ -43,7 +44,8 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     assert not off.enforce_ingress and off.ingress_options() is None
     # the tc backend's own device default (eth0) serves both directions
     assert AgentOptions(backend="tc").ingress_options() == {
-        "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR, "share": 0.98}
+        "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR,
+        "flow_floors_sum": FLOW_FLOORS_SUM, "share": 0.98}
     assert not AgentOptions(backend="record").enforce_ingress
 
 
@@ -69,6 +71,7 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     ({"backend": "tc", "flow_floor": -0.001}, r"flow_floor: must be within \[0, 1\)"),
     ({"flow_floor": math.nan}, "flow_floor: must be within"),
     ({"flow_floor": True}, "flow_floor: "),
+    ({"backend": "tc", "flow_floors_sum": 1.0}, r"flow_floors_sum: must be within \[0, 1\), got 1.0"),
 ])
 def test_bad_options_are_refused_naming_the_field(kw, message):
     with pytest.raises(ValidationError, match=message):
@@ -87,5 +90,7 @@ def test_the_flow_floor_reaches_both_tc_backends():
     o = parse("--backend", "tc", "--flow-floor", "0.004")
     assert o.backend_options()["flow_floor"] == o.ingress_options()["flow_floor"] == 0.004
     assert parse("--backend", "tc", "--flow-floor", "0").backend_options()["flow_floor"] == 0.0
+    o = parse("--backend", "tc", "--flow-floors-sum", "0")
+    assert o.backend_options()["flow_floors_sum"] == o.ingress_options()["flow_floors_sum"] == 0.0
     # pacing floors its flows itself
     assert "flow_floor" not in parse("--flow-floor", "0.01").backend_options()

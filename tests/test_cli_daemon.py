@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR
+from jitsched.agents.backends.base import BACKGROUND_FLOOR, FLOW_FLOOR, FLOW_FLOORS_SUM
 from jitsched.cli import main
 from jitsched.errors import ValidationError
 
@@ -48,7 +48,8 @@ def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path, c
     assert err.startswith(f"jitsched agent: error: {message}")
 
 
-TC = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR}
+TC = {"dev": "eth1", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR,
+      "flow_floors_sum": FLOW_FLOORS_SUM}
 
 
 @pytest.mark.parametrize("extra, ingress, egress", [
@@ -118,7 +119,8 @@ def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monke
         return RecordBackend(line)
 
     assert _agent_against_fake_daemon(monkeypatch, tmp_path, egress_only, "--backend", "tc", "--dev", "eth9") == 1
-    tc = {"dev": "eth9", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR}
+    tc = {"dev": "eth9", "borrow": True, "background_floor": BACKGROUND_FLOOR, "flow_floor": FLOW_FLOOR,
+          "flow_floors_sum": FLOW_FLOORS_SUM}
     assert loaded == [("tc", tc), ("tc-ingress", tc | {"share": 0.98})]
     err = capsys.readouterr().err
     assert "stopped: OSError: ip link add jsi-eth9 type ifb: Operation not supported" in err

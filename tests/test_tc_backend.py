@@ -16,7 +16,13 @@ import uuid
 import pytest
 from pyroute2 import IPRoute
 
-from jitsched.agents.backends.base import BACKENDS, FLOW_FLOOR, FlowRate, payload_share
+from jitsched.agents.backends.base import (
+    BACKENDS,
+    FLOW_FLOOR,
+    FLOW_FLOORS_SUM,
+    FlowRate,
+    payload_share,
+)
 from jitsched.agents.backends.htb import (
     BG_MINOR,
     FLOW_MINOR_BASE,
@@ -168,6 +174,26 @@ def test_a_held_flow_gets_its_flow_floor(ns, floor):
         held = classes(ns)[ROOT_HANDLE | 0x11][1]
         share = FLOW_FLOOR if floor is None else floor
         assert held == int(max(MIN_BURST_B, share * LINE) / payload_share())
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("n, floors_sum", [(3, None), (10, None), (10, 0.0), (10, 0.01)])
+def test_ranked_flows_floors_add_up_to_their_sum_at_most(ns, n, floors_sum):
+    # past FLOW_FLOORS_SUM / FLOW_FLOOR ranked flows each gets an equal part of the sum;
+    # a planned flow (no level) keeps the whole floor
+    kw = {} if floors_sum is None else {"flow_floors_sum": floors_sum}
+    b = TcBackend(LINE, dev="a0", netns=ns, borrow=True, **kw)
+    try:
+        ranked = [FlowRate(f"j/{k}", 0.0, "198.18.0.1", 40000 + k, "198.18.0.2", 5001, prio=k % 7)
+                  for k in range(n)]
+        b.apply([*ranked, FlowRate("j/planned", 0.0, "198.18.0.1", 39999, "198.18.0.2", 5001)], 0.0)
+        cl = classes(ns)
+        rates = [cl[ROOT_HANDLE | (FLOW_MINOR_BASE + k)][1] for k in range(n + 1)]
+        total = FLOW_FLOORS_SUM if floors_sum is None else floors_sum
+        each = FLOW_FLOOR * LINE if not total else max(MIN_BURST_B, min(FLOW_FLOOR * LINE, total * LINE / n))
+        assert rates[:n] == [int(each / payload_share())] * n
+        assert rates[n] == int(FLOW_FLOOR * LINE / payload_share())
     finally:
         b.close()
 

@@ -159,6 +159,7 @@ def test_cli_flags_and_defaults_are_the_ones_before_the_options_classes():
     ({"background_floor": 1.0}, "background_floor: must be within [0, 1), got 1.0"),
     ({"background_floor": -0.01, "policy": "none"}, "background_floor: must be within [0, 1)"),
     ({"flow_floor": 1.0}, "flow_floor: must be within [0, 1), got 1.0"),
+    ({"flow_floors_sum": -0.1}, "flow_floors_sum: must be within [0, 1)"),
 ])
 def test_bad_testbed_options_name_the_field(kw, message):
     with pytest.raises(ValidationError, match=re.escape(message)):
@@ -250,13 +251,14 @@ def test_the_background_floor_is_the_agents_and_the_predictions():
 
 
 def test_the_agents_options_are_the_runs():
-    o = TestbedOptions(background_floor=0.1, flow_floor=0.004, ingress=False)
+    o = TestbedOptions(background_floor=0.1, flow_floor=0.004, flow_floors_sum=0.0, ingress=False)
     a = o.agent_options("js-h0-e")
-    assert (a.backend, a.dev, a.enforce_ingress, a.background_floor, a.flow_floor) == (
-        "tc", "js-h0-e", False, 0.1, 0.004)
+    assert (a.backend, a.dev, a.enforce_ingress, a.background_floor, a.flow_floor, a.flow_floors_sum) == (
+        "tc", "js-h0-e", False, 0.1, 0.004, 0.0)
     assert TestbedOptions().agent_options("d").flow_floor == FLOW_FLOOR
     assert TestbedOptions().agent_options("d").enforce_ingress
     assert cli_testbed_parser().parse_args(["run", "--flow-floor", "0.002"]).flow_floor == 0.002
+    assert cli_testbed_parser().parse_args(["run", "--flow-floors-sum", "0"]).flow_floors_sum == 0.0
 
 
 def test_critical_caps_reach_the_daemon_under_every_policy_when_set():

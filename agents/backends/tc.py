@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from jitsched.agents.backends.base import (
     FLOW_FLOOR,
+    FLOW_FLOORS_SUM,
     FLOW_LEVELS,
     INGRESS_SHARE,
     MTU,
@@ -41,6 +42,7 @@ from jitsched.agents.backends.htb import (
     FLOW_MINOR_BASE,
     FLOW_MINOR_MAX,
     LINK_CLASS,
+    MIN_BURST_B,
     ROOT_HANDLE,
     burst_bytes,
     install_ack_class,
@@ -106,6 +108,10 @@ class TcBackend(Backend):
         class at rate zero would stall the TCP connection into exponential
         retransmission back-off, delaying it long after its rate comes back.
         0: two full frames' worth, the least HTB class.
+    flow_floors_sum : float
+        Share of ``line_rate_Bps``, in [0, 1), the floors of the flows ranked
+        by level (``FlowRate.prio``) add up to at most: past it each gets an
+        equal part (two full frames' worth at least). 0: no such bound.
     burst_s : float
         Token-bucket depth of each class in seconds of its rate.
     mtu : int
@@ -146,13 +152,15 @@ class TcBackend(Backend):
     name = "tc"
 
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
-                 flow_floor: float = FLOW_FLOOR, burst_s: float = 0.001, mtu: int = MTU,
+                 flow_floor: float = FLOW_FLOOR, flow_floors_sum: float = FLOW_FLOORS_SUM,
+                 burst_s: float = 0.001, mtu: int = MTU,
                  borrow: bool = False, spare: str = "background", dl_tos: int | None = None,
                  background_floor: float = 0.0, **options) -> None:
         if spare not in SPARE_MODES:
             raise ValueError(f"tc backend: spare must be one of {SPARE_MODES}, got {spare!r}")
         check_background_floor(background_floor)
         check_floor(flow_floor, "flow_floor")
+        check_floor(flow_floors_sum, "flow_floors_sum")
         super().__init__(line_rate_Bps, **options)
         self.dev, self.netns, self.burst_s = dev, netns, float(burst_s)
         self.borrow = bool(borrow)
@@ -160,6 +168,7 @@ class TcBackend(Backend):
         self.flow_prio = FLOW_BORROW_PRIO if spare == "background" else 1
         self.wire_factor = 1.0 / payload_share(mtu)
         self.min_rate_Bps = reserve_Bps(flow_floor, self.line_rate_Bps)
+        self.floors_sum_Bps = flow_floors_sum * self.line_rate_Bps
         self.ifindex = ifindex_in(netns, dev)
         self.nl = TcSocket(netns)
         self.flows: dict[str, _Installed] = {}
@@ -390,7 +399,13 @@ class TcBackend(Backend):
             msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
             msgs.append((self._del_class(inst.minor), f"delete class of {fid}", False))
             self.free_minors.append(inst.minor)
-        wire = {fid: max(self.min_rate_Bps, f.rate_Bps) * self.wire_factor for fid, f in wanted.items()}
+        ranked = sum(1 for f in wanted.values() if f.prio is not None)
+        ranked_floor = self.min_rate_Bps
+        if self.floors_sum_Bps and ranked:
+            # every ranked flow held behind higher ranks takes its floor from those above it
+            ranked_floor = max(MIN_BURST_B, min(self.min_rate_Bps, self.floors_sum_Bps / ranked))
+        wire = {fid: max(ranked_floor if f.prio is not None else self.min_rate_Bps, f.rate_Bps) * self.wire_factor
+                for fid, f in wanted.items()}
         total = sum(wire.values())
         room = line - self.bg_floor_Bps - self.ack_reserve_Bps - self.dl_reserve_Bps
         scale = min(1.0, room / total) if total > 0 else 1.0

@@ -10,6 +10,7 @@ from typing import Any
 from jitsched.agents.backends.base import (
     BACKGROUND_FLOOR,
     FLOW_FLOOR,
+    FLOW_FLOORS_SUM,
     INGRESS_SHARE,
     check_background_floor,
     check_floor,
@@ -124,6 +125,9 @@ class TestbedOptions:
     flow_floor : float
         Share of each port, in [0, 1), the agents still guarantee a ranked
         flow held behind higher ranks (``jitsched agent --flow-floor``).
+    flow_floors_sum : float
+        Share of each port, in [0, 1), the ranked flows' floors add up to at
+        most (``jitsched agent --flow-floors-sum``; 0: no bound).
     planning : str or None
         jit: the daemon's planning mode (None: ``full``, :data:`DAEMON_DEFAULTS`).
     max_planner_duty : float or None
@@ -207,6 +211,9 @@ class TestbedOptions:
     flow_floor: float = option(
         FLOW_FLOOR, "run: share of each port the agents still guarantee a ranked flow held behind higher "
                     "ranks, in [0, 1) (default %(default)s)", metavar="SHARE")
+    flow_floors_sum: float = option(
+        FLOW_FLOORS_SUM, "run: share of each port the ranked flows' floors add up to at most, in [0, 1) "
+                         "(default %(default)s; 0: no bound)", metavar="SHARE")
     planning: str | None = option(
         None, "run, jit: the daemon's planning mode (default full, as the simulator plans)",
         choices=PLANNING_MODES)
@@ -253,6 +260,7 @@ class TestbedOptions:
         check_choice(self, "spare")
         check_background_floor(self.background_floor)
         check_floor(self.flow_floor, "flow_floor")
+        check_floor(self.flow_floors_sum, "flow_floors_sum")
         check_range(self, "timeout_s", lo=0.0, open_lo=True)
         check_range(self, "slot_s", lo=MIN_SLOT_S)
         check_range(self, "measure_slots", lo=0)
@@ -279,7 +287,8 @@ class TestbedOptions:
         """The options of this run's agent on a host whose link is ``dev``: the tc backend, the
         ingress as :attr:`enforce_ingress`, this run's floors, the agent command's other defaults."""
         return AgentOptions(backend="tc", dev=dev, ingress=self.enforce_ingress,
-                            background_floor=self.background_floor, flow_floor=self.flow_floor)
+                            background_floor=self.background_floor, flow_floor=self.flow_floor,
+                            flow_floors_sum=self.flow_floors_sum)
 
     @property
     def enforced(self) -> bool:
