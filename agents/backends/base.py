@@ -53,8 +53,9 @@ FLOW_FLOOR = 0.005
 # than FLOW_FLOORS_SUM / FLOW_FLOOR on a port, each gets an equal part of it. Testbed, jit,
 # runs alternating (`jitsched testbed run --scenario S --policy jit --seed 0
 # [--flow-floors-sum 0] --json`), mean JCT with this sum / without one: quick 5.90, 5.94,
-# 5.90 s / 5.95, 5.92, 5.90 s (no 5-s hold, as at 0.005 alone); mixed 19.28, 18.91 s /
-# 19.21, 19.68 s; sharded 11.84, 11.67 s / 12.26, 12.50 s.
+# 5.90, 5.93 s / 5.95, 5.92, 5.90 s (no 5-s hold, as at 0.005 alone); sharded 11.84, 11.67,
+# 11.90, 12.18 s / 12.26, 12.50, 12.33, 12.38 s; mixed seed 0 19.28, 18.91, 19.43 s /
+# 19.21, 19.68 s, seed 1 15.99, 15.91 s / 16.19, 16.57 s.
 FLOW_FLOORS_SUM = 0.025
 
 
