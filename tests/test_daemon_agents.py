@@ -90,7 +90,8 @@ def test_an_agent_refused_for_good_stops_after_a_few_backed_off_tries(caplog):
         assert len(waits) == REGISTER_TRIES - 1
         for k, w in enumerate(waits):
             assert 0.25 * 2**k * 0.5 - 0.005 <= w <= 0.25 * 2**k + 0.005, waits
-        assert took >= sum(waits)
+        # the log gives each wait to 0.01 s
+        assert took >= sum(waits) - 0.005 * len(waits)
 
 
 def test_another_hosts_key_ends_the_agent(tmp_path):
