@@ -12,8 +12,6 @@ from jitsched.agents.backends.base import (
     FLOW_FLOOR,
     FLOW_FLOORS_SUM,
     INGRESS_SHARE,
-    check_background_floor,
-    check_floor,
 )
 from jitsched.agents.options import AgentOptions
 from jitsched.config import PLANNING_MODES
@@ -258,9 +256,7 @@ class TestbedOptions:
         if self.link_mbit is not None:
             check_range(self, "link_mbit", lo=LINK_MBIT_RANGE[0], hi=LINK_MBIT_RANGE[1])
         check_choice(self, "spare")
-        check_background_floor(self.background_floor)
-        check_floor(self.flow_floor, "flow_floor")
-        check_floor(self.flow_floors_sum, "flow_floors_sum")
+        self.agent_options("")  # the agents' own checks of the floors, naming the field
         check_range(self, "timeout_s", lo=0.0, open_lo=True)
         check_range(self, "slot_s", lo=MIN_SLOT_S)
         check_range(self, "measure_slots", lo=0)
