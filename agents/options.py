@@ -21,10 +21,10 @@ from jitsched.optspec import check_choice, check_range, check_types, option
 CLI_BACKENDS = ("pacing", "tc", "record")
 
 # A flow the schedule holds behind higher ranks has its window queued at its floor
-# rate (FLOW_FLOOR); its retransmission timer fires, the retransmissions
-# wait or are dropped too, and the timer doubles each time. On the quick testbed
-# scenario with floors of 0.5 % of the line (ss -ti every 0.25 s) promoted flows then sat idle with cwnd 1 for 1.8
-# to 5.5 s, their timers at 1.8-9.6 s; capped at the kernel's floor of 1 s, a
+# rate (FLOW_FLOOR); its retransmission timer fires, the retransmissions wait or are
+# dropped too, and the timer doubles each time. On the quick testbed scenario with floors
+# of 0.5 % of the line (ss -ti every 0.25 s) promoted flows then sat idle with cwnd 1 for
+# 1.8 to 5.5 s, their timers at 1.8-9.6 s; capped at the kernel's floor of 1 s, a
 # promoted flow resumes within a second. Quick scenario, quiet machine, runs
 # alternating: mean JCT 7.88/8.28/7.90 s with the cap against 8.67/8.32/8.06 s without.
 RTO_MAX_MS = 1000

@@ -45,8 +45,8 @@ BACKGROUND_FLOOR = 0.05
 #   JCT alone 1.108, 1.112 / 1.126, 1.126
 # but on quick 0.001 is bimodal: in 3 runs of 6 (5.90-5.91 s in the others) a VGG16
 # job's last forward bytes end up held for 5 s behind the other VGG16 job's gradients
-# (17.8 s in the run looked into, against 12.4-12.5 s; mean JCT 6.49-6.83 s), in none of 7 runs at
-# 0.005 (5.89-5.96 s). The lower floor helps many-flow workloads by 2-10 % and costs
+# (17.8 s in the run looked into, against 12.4-12.5 s; mean JCT 6.49-6.83 s), in none of
+# 7 runs at 0.005 (5.89-5.96 s). The lower floor helps many-flow workloads by 2-10 % and costs
 # quick 6 % in expectation, so the default stays at 0.005.
 FLOW_FLOOR = 0.005
 # Share of each port the ranked flows' floors add up to at most: with more ranked flows
@@ -70,7 +70,7 @@ def payload_share(mtu: int = MTU) -> float:
     return (mtu - 52) / (mtu + 14)
 
 
-def check_floor(share: float, name: str = "background_floor") -> None:
+def check_floor(share: float, name: str) -> None:
     """Raise ValidationError naming ``name`` unless ``share`` is a floor: a number in [0, 1)."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
         raise ValidationError(f"{name}: must be within [0, 1), got {share!r}")

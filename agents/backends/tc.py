@@ -42,7 +42,6 @@ from jitsched.agents.backends.htb import (
     FLOW_MINOR_BASE,
     FLOW_MINOR_MAX,
     LINK_CLASS,
-    MIN_BURST_B,
     ROOT_HANDLE,
     burst_bytes,
     install_ack_class,
@@ -167,8 +166,8 @@ class TcBackend(Backend):
         # the background class borrows at prio 1: flows after it, or beside it
         self.flow_prio = FLOW_BORROW_PRIO if spare == "background" else 1
         self.wire_factor = 1.0 / payload_share(mtu)
+        self.flow_floor, self.flow_floors_sum = float(flow_floor), float(flow_floors_sum)
         self.min_rate_Bps = reserve_Bps(flow_floor, self.line_rate_Bps)
-        self.floors_sum_Bps = flow_floors_sum * self.line_rate_Bps
         self.ifindex = ifindex_in(netns, dev)
         self.nl = TcSocket(netns)
         self.flows: dict[str, _Installed] = {}
@@ -401,9 +400,9 @@ class TcBackend(Backend):
             self.free_minors.append(inst.minor)
         ranked = sum(1 for f in wanted.values() if f.prio is not None)
         ranked_floor = self.min_rate_Bps
-        if self.floors_sum_Bps and ranked:
+        if self.flow_floors_sum and ranked:
             # every ranked flow held behind higher ranks takes its floor from those above it
-            ranked_floor = max(MIN_BURST_B, min(self.min_rate_Bps, self.floors_sum_Bps / ranked))
+            ranked_floor = reserve_Bps(min(self.flow_floor, self.flow_floors_sum / ranked), self.line_rate_Bps)
         wire = {fid: max(ranked_floor if f.prio is not None else self.min_rate_Bps, f.rate_Bps) * self.wire_factor
                 for fid, f in wanted.items()}
         total = sum(wire.values())

@@ -16,7 +16,7 @@ from scipy.sparse import csc_matrix
 from jitsched.dag.model import Cluster, Job
 from jitsched.errors import ValidationError
 from jitsched.plan.lp import _new_highs
-from jitsched.plan.planner import DEFAULT_SLOT_S
+from jitsched.plan.planner import DEFAULT_SLOT_S, scale_cluster
 
 # A reservation is feasible when the LP leaves at most this fraction of any
 # transfer's bytes unmet (HiGHS's feasibility tolerance is 1e-7 on rows of unit scale).
@@ -408,8 +408,7 @@ class ReservationBook:
         kept = self._kept()
         if np.all(kept == 1.0):
             return self.cluster
-        return Cluster(tuple(replace(h, egress_bps=h.egress_bps * k, ingress_bps=h.ingress_bps * k)
-                             for h, k in zip(self.cluster.hosts, kept, strict=True)))
+        return scale_cluster(self.cluster, kept, kept)
 
     def free(self, first_slot: int, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
         """Bytes/s free per port, slots ``first_slot`` .. ``first_slot + n_slots - 1``:

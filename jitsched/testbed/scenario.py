@@ -10,7 +10,7 @@ import numpy as np
 
 from jitsched.dag.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.errors import ValidationError
-from jitsched.plan.planner import DEFAULT_SLOT_S
+from jitsched.plan.planner import DEFAULT_SLOT_S, scale_cluster
 from jitsched.testbed import DEFAULT_LINK_MBIT, MAX_HOSTS, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
@@ -440,9 +440,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         workload = build_workload(sc.hosts, link_mbit or sc.link_mbit, scenario, seed)
     # the testbed's transfers count TCP payload, which takes GOODPUT of each link's bytes
     w = sim_workload(*workload)
-    w = replace(w, cluster=replace(w.cluster, hosts=tuple(
-        replace(h, egress_bps=h.egress_bps * GOODPUT, ingress_bps=h.ingress_bps * GOODPUT)
-        for h in w.cluster.hosts)))
+    w = replace(w, cluster=scale_cluster(w.cluster, GOODPUT, GOODPUT))
     out: dict = {}
     jit_opts = {"slot_s": slot_s} if announce_files else {"slot_s": slot_s, "bg_weight": math.inf,
                                                           "bg_floor": background_floor}
@@ -452,8 +450,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     sim_jit, sim_none = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
     if not 0.0 < ingress_share <= 1.0:
         raise ValidationError(f"ingress_share: must be within (0, 1], got {ingress_share!r}")
-    w_jit = w if ingress_share == 1.0 else replace(w, cluster=replace(w.cluster, hosts=tuple(
-        replace(h, ingress_bps=h.ingress_bps * ingress_share) for h in w.cluster.hosts)))
+    w_jit = w if ingress_share == 1.0 else replace(w, cluster=scale_cluster(w.cluster, 1.0, ingress_share))
     runs = [(sim_jit, w_jit, jit_opts), (sim_none, w, {})]
     for name in baselines:
         if name not in BASELINES:
