@@ -83,3 +83,26 @@ def test_an_early_message_does_not_let_later_bytes_start_with_it():
     cut = _bands(0, 1, rows, span=10.0)
     assert len(cut) == BANDS and [b[2] for b in cut] == pytest.approx([100e6 / BANDS] * BANDS)
     assert [b[4] for b in cut] == sorted((b[4] for b in cut), reverse=True)
+
+
+def test_simplex_out_of_time_hands_the_lp_to_the_interior_point_method(monkeypatch):
+    wl = _crossing()
+    eg = np.full(3, 125e6)
+    bounds = [job_bounds(j, eg, eg, wl.cluster.index) for j in wl.jobs]
+    args = (np.array([0.0, 1.0]), np.array([b.alone for b in bounds]), [b.bands for b in bounds], np.full(6, 125e6))
+    methods = []
+    real = lpbound.linprog
+
+    def spy(*a, **k):
+        res = real(*a, **k)
+        methods.append((k["method"], res.status))
+        return res
+
+    monkeypatch.setattr(lpbound, "linprog", spy)
+    quick = lpbound.lp_sum_bound(*args)
+    assert methods == [("highs-ds", 0)]
+    methods.clear()
+    late = lpbound.lp_sum_bound(*args, simplex_s=0.0)
+    assert methods == [("highs-ds", 1), ("highs-ipm", 0)]
+    assert late == pytest.approx(quick, rel=1e-8)
+    assert quick > float(args[1].sum())  # the LP binds here: both methods solved it

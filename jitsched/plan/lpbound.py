@@ -11,11 +11,16 @@ from scipy.optimize import linprog
 
 # linprog's statuses other than 0 (optimal); the LP is always feasible and bounded
 # (bytes may wait past the window, a job may end late), so any of these is a solver fault
-LP_STATUS = {1: "iteration limit", 2: "infeasible", 3: "unbounded", 4: "numerical difficulties"}
+LP_STATUS = {1: "iteration or time limit", 2: "infeasible", 3: "unbounded", 4: "numerical difficulties"}
+# Dual simplex solves the regime sweep's LPs in 0.7-2.1 s where the interior point method takes
+# 6.7-18.8 s, but on some LPs of the mixed-shape point it stalls: seed 1 took 956 s, the
+# interior point method 66 s (seeds 0-3: simplex 23.6, 956, 84.7, 5.9 s; IPM 26.2, 66.1,
+# 32.8, 56.5 s). So simplex gets this long, then the IPM (with crossover: an optimal basis).
+SIMPLEX_S = 30.0
 
 
 def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequence[tuple]], cap_Bps: np.ndarray,
-                 slots_per_job: int = 100, window: float = 4.0) -> float:
+                 slots_per_job: int = 100, window: float = 4.0, simplex_s: float = SIMPLEX_S) -> float:
     """A lower bound (seconds) on the sum over jobs of JCT under any schedule.
 
     Time is cut into slots of ``mean(alone) / slots_per_job`` seconds. Each band
@@ -44,6 +49,9 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
         Slots in the mean time alone (the bound loses at most a slot per job to them).
     window : float
         Each band's slots, in times its job's time alone.
+    simplex_s : float
+        Seconds dual simplex gets before the interior point method solves the
+        LP instead (both to optimality: the bound does not depend on which).
 
     Returns
     -------
@@ -128,8 +136,11 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     c[:n] = 1.0
     lb = np.zeros(nvar)  # a moment too: every slot's time is >= 0
     lb[:n] = arrival + alone
-    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.concatenate([[b for _, b in eq], np.zeros(len(mom_c))]),
-                  bounds=np.column_stack([lb, np.concatenate(ub)]), method="highs")
+    lp = dict(A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.concatenate([[b for _, b in eq], np.zeros(len(mom_c))]),
+              bounds=np.column_stack([lb, np.concatenate(ub)]))
+    res = linprog(c, **lp, method="highs-ds", options={"time_limit": simplex_s})
+    if res.status == 1:  # out of time
+        res = linprog(c, **lp, method="highs-ipm")
     if res.status != 0:
         raise RuntimeError(f"the lower bound's LP: {LP_STATUS.get(res.status, res.status)}: {res.message}")
     return max(float(alone.sum()), float(res.fun - arrival.sum()))
