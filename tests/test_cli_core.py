@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,14 @@ def test_plan_json_stdout_is_only_json_in_a_fresh_process():
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "optimal"
     assert "HiGHS" not in proc.stderr, proc.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    # `jitsched lat FILE --json | head -c 1`: the pipe closes before the output is written
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run([sys.executable, "-m", "jitsched", "lat", str(EXAMPLE), "--json"],
+                          stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    os.close(write)
+    assert proc.returncode == 141
+    assert proc.stderr == ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from jitsched import __version__
@@ -58,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"jitsched {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # whoever read stdout has gone (``| head``): stop quietly with a shell's SIGPIPE status,
+        # stdout pointed at /dev/null so that the interpreter's last flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover
