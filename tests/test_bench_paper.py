@@ -256,6 +256,26 @@ def test_regime_summary_pairs_seeds_and_divides_by_the_bound():
     assert row["seeds"] == [0, 1, 2] and row["bound_mean_jct_s"] == 1.0
 
 
+def test_regime_figure_labels_each_bar_with_its_percent_above_the_bound(tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    from jitsched.bench.paper import regimes
+
+    runs = [{"bps": 1e9, "seed": s, "bound": 2.0, "jct": {"sincronia": [2.2, 2.2], "jit": [2.05, 2.05]}}
+            for s in range(12)]
+    summary = regimes.summarize(runs, ("sincronia", "jit"), "sincronia", "jit")
+    labels, titles = [], []
+    real_label, real_title = matplotlib.axes.Axes.bar_label, matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar_label",
+                        lambda ax, bars, texts, **k: labels.append(list(texts)) or real_label(ax, bars, texts, **k))
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                        lambda ax, text, **k: titles.append(text) or real_title(ax, text, **k))
+    regimes.figure(summary, ("sincronia", "jit"), tmp_path / "r.png")
+    assert labels == [["10.0"], ["2.5"]]
+    assert titles and titles[0].endswith("seeds 0-11 (12 per rate)")
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_a_regime_run_is_never_under_its_bound(monkeypatch):
     from jitsched.bench.paper import regimes
 

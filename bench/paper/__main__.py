@@ -27,6 +27,7 @@ import numpy as np
 
 from jitsched.bench.common import require_matplotlib
 from jitsched.bench.paper.metrics import dominance_line, point_metrics, pooled
+from jitsched.bench.paper.regimes import REGIME_SEEDS
 from jitsched.bench.paper.report import figures, legacy_summary, markdown, write_csv
 from jitsched.bench.paper.spec import (
     BASELINES,
@@ -415,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--regimes", action="store_true",
                     help="only the regime sweep: every policy at 1, 10, 40 and 100 Gbit/s links (load 0.5, "
                          "60 jobs, 20 hosts) against the lower bound, with 95 %% confidence intervals")
-    ap.add_argument("--regime-seeds", type=int, default=10, metavar="N",
-                    help="seeds per link rate in the regime sweep (default 10)")
+    ap.add_argument("--regime-seeds", type=int, default=REGIME_SEEDS, metavar="N",
+                    help=f"seeds per link rate in the regime sweep (default {REGIME_SEEDS})")
     ap.add_argument("--mixed", action="store_true",
                     help="only the mixed-shape point: parameter-server (4 workers), sharded (2 servers) and "
                          "ring all-reduce jobs in one stream (load 0.5, 20 hosts, 10 Gbit/s), every policy, "
