@@ -207,8 +207,14 @@ def test_shaped_workloads_are_valid_and_place_the_jobs_on_the_drawn_hosts(shape)
 
 
 def test_shaped_streams_need_hosts_for_every_server_and_worker():
-    with pytest.raises(ValidationError, match="need at least 6 hosts"):
+    with pytest.raises(ValidationError, match=r"need at least 6 hosts for ps-sharded jobs of 4 workers "
+                                              r"\(hosts per job: ps-sharded 6\), got 5"):
         generate_arrivals(0.5, n_jobs=5, n_hosts=5, shapes=ShapeOptions("ps-sharded", 4, 2))
+    # a mixed stream says which shape needs the hosts; a ring has no server to count
+    with pytest.raises(ValidationError, match=r"of 4 workers \(hosts per job: ps 5, ps-sharded 6, allreduce 4\)"):
+        generate_arrivals(0.5, n_jobs=5, n_hosts=4, shapes=ShapeOptions("mixed", 4, 2))
+    with pytest.raises(ValidationError, match=r"ps-sharded jobs of 1 worker \("):
+        generate_arrivals(0.5, n_jobs=5, n_hosts=4, shapes=ShapeOptions("ps-sharded", 1, 4))
     # files alone need two hosts whatever the shape
     assert generate_arrivals(0.5, n_jobs=5, n_hosts=2, background_share=1.0,
                              shapes=ShapeOptions("allreduce", 4))

@@ -264,8 +264,10 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
     if shaped and background_share < 1:
         need = max(shapes.n_hosts(sh) for sh in shapes.shapes())
         if n_hosts < need:
-            raise ValidationError(f"need at least {need} hosts for {shapes.shape} jobs of "
-                                  f"{shapes.workers} workers and {shapes.servers} servers, got {n_hosts}")
+            per_job = ", ".join(f"{sh} {shapes.n_hosts(sh)}" for sh in shapes.shapes())
+            workers = f"{shapes.workers} worker" + ("s" if shapes.workers != 1 else "")
+            raise ValidationError(f"need at least {need} hosts for {shapes.shape} jobs of {workers} "
+                                  f"(hosts per job: {per_job}), got {n_hosts}")
     rate = arrival_rate(load, n_hosts=n_hosts, bps=bps, background_share=background_share,
                         models=models, file_sizes_bits=file_sizes_bits, shapes=shapes)
     rng = np.random.default_rng(seed)
