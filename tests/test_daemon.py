@@ -146,7 +146,7 @@ def test_create_policy_passes_the_daemons_settings_only_to_policies_declaring_th
     # the configured options win over the daemon's, and an undeclared one is refused naming the declared
     pol = create_policy(config(policy="sincronia", slot_s=0.05, policy_options={"slot_s": 0.2}))
     assert pol.slot_s == 0.2
-    with pytest.raises(ValidationError, match=r"policy 'varys': unknown option\(s\) alpha; it takes: slot_s"):
+    with pytest.raises(ValidationError, match=r"policy 'varys': unknown option\(s\) alpha; it takes: background, bg_floor, madd, slot_s$"):
         create_policy(config(policy="varys", policy_options={"alpha": 0.4}))
 
 

@@ -189,7 +189,7 @@ def test_an_option_a_policy_does_not_take_is_refused_with_those_it_takes():
         policies_base.make_policy("jit-paper", nope=1, zzz=2, slot_s=0.1)
     assert policies_base.make_policy("jit-paper", slot_s=0.2).slot_s == 0.2
     # a field the class fixes is no option (varys: Sincronia's recompute)
-    with pytest.raises(ValidationError, match=r"policy 'varys': unknown option\(s\) recompute; it takes: slot_s$"):
+    with pytest.raises(ValidationError, match=r"policy 'varys': unknown option\(s\) recompute; it takes: background, bg_floor, madd, slot_s$"):
         policies_base.make_policy("varys", recompute="flows")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jitsched.dag.model import Cluster, Job, Transfer, Workload
+from jitsched.dag.model import Background, Cluster, Job, Transfer, Workload
 from jitsched.policies.varys import effective_bottleneck, madd_rates
 from jitsched.sim import simulate
 
@@ -67,3 +67,39 @@ def test_varys_beats_fair_sharing_on_contended_coflows():
     mean = {p: float(np.mean(simulate(wl, p).jct_s)) for p in ("varys", "sincronia", "tensorflow")}
     assert mean["varys"] < 0.8 * mean["tensorflow"]
     assert mean["sincronia"] < 0.8 * mean["tensorflow"]
+
+
+def test_without_madd_the_order_is_strict_priority_as_a_daemons_agents_enforce_it():
+    cl = Cluster.uniform(3, bps=800.0)  # 100 bytes/s each way
+    wl = Workload(cl, (_coflow("a", [("h0", "h1", 200.0), ("h0", "h2", 100.0)]),))
+    arrived = {}
+    for madd in (True, False):
+        res = simulate(wl, "varys", policy_options={"madd": madd})
+        arrived[madd] = res.transfer_arrival_s.tolist()
+        assert res.jct_s.tolist() == pytest.approx([3.0])
+    # MADD ends both flows with the coflow's bottleneck; strict priority sends them in node order
+    assert arrived[True] == pytest.approx([3.0, 3.0])
+    assert arrived[False] == pytest.approx([2.0, 3.0])
+
+
+def test_background_last_with_a_floor_as_the_testbeds_agents_put_unknown_files():
+    cl = Cluster.uniform(3, bps=800.0)
+    wl = Workload(cl, (_coflow("job", [("h0", "h1", 300.0)]),), (Background("file", "h0", "h2", 100.0),))
+
+    def run(**opts):
+        res = simulate(wl, "varys", policy_options=opts)
+        return res.jct_s[0], res.bg_jct_s[0]
+
+    # a coflow of its own, the file's smaller bottleneck goes first
+    assert run() == pytest.approx((4.0, 1.0))
+    # after every job; with a floor it keeps a tenth of h0 while the job is backlogged
+    assert run(background="last") == pytest.approx((3.0, 4.0))
+    assert run(background="last", bg_floor=0.1) == pytest.approx((300 / 90, 4.0))
+
+
+def test_madd_must_be_a_bool():
+    from jitsched.errors import ValidationError
+    from jitsched.policies.varys import VarysOptions
+
+    with pytest.raises(ValidationError, match="madd: expected true or false, got 'no'"):
+        VarysOptions(madd="no")

@@ -377,9 +377,9 @@ def test_predict_runs_jit_on_the_shaped_ingress(monkeypatch):
     assert p["jit"]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
     assert predict("alone")["jit"]["background_mbit_mean"] == pytest.approx(100.0 * GOODPUT)
     # the baselines as the testbed enforces them: through the same shaped ingress
-    b = predict("alone", ingress_share=0.5, baselines=("sincronia", "tictac"))
-    assert b["sincronia"]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
-    assert b["tictac"]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
+    b = predict("alone", ingress_share=0.5, baselines=("sincronia", "tictac", "varys"))
+    for name in ("sincronia", "tictac", "varys"):
+        assert b[name]["background_mbit_mean"] == pytest.approx(50.0 * GOODPUT)
     assert b["sincronia"]["jct_s"].keys() == b["jit"]["jct_s"].keys()
     with pytest.raises(ValidationError, match="ingress_share"):
         predict("alone", ingress_share=0.0)
@@ -395,9 +395,9 @@ def test_predict_ranks_announced_files_as_jit_and_sincronia_do(monkeypatch):
     # (8 ms for Smith's key of the file against the job's tens of MB: the file first)
     monkeypatch.setitem(SCENARIOS, "pair", Scenario(hosts=2, jobs=1, rate_per_s=1.0, models=("alexnet",),
                                                     files=1, file_gbit=(1.0,), file_lead_s=0.5))
-    quiet = predict("pair", baselines=("sincronia", "tictac"))
-    told = predict("pair", baselines=("sincronia", "tictac"), announce_files=True)
-    for name in ("jit", "sincronia"):
+    quiet = predict("pair", baselines=("sincronia", "tictac", "varys"))
+    told = predict("pair", baselines=("sincronia", "tictac", "varys"), announce_files=True)
+    for name in ("jit", "sincronia", "varys"):
         # unannounced, behind the job wherever they share a port; announced, at the line rate
         # throughout, and the job starts its sends when the file is done
         assert quiet[name]["background_mbit_mean"] < 0.5 * 100.0 * GOODPUT
@@ -405,6 +405,25 @@ def test_predict_ranks_announced_files_as_jit_and_sincronia_do(monkeypatch):
         assert told[name]["mean_jct_s"] == pytest.approx(quiet[name]["mean_jct_s"] + 1.0 / GOODPUT - 0.5, abs=1e-3)
     # TicTac's order knows no files; fair sharing does not depend on being told
     assert told["tictac"] == quiet["tictac"] and told["tensorflow"] == quiet["tensorflow"]
+
+
+def test_predict_simulates_varys_as_its_agents_enforce_it(monkeypatch):
+    import jitsched.sim
+    from jitsched.testbed.scenario import predict
+
+    seen = {}
+    real = jitsched.sim.simulate
+
+    def spy(wl, policy, **kw):
+        seen[policy] = kw.get("policy_options")
+        return real(wl, policy, **kw)
+
+    monkeypatch.setattr(jitsched.sim, "simulate", spy)
+    predict("quick", baselines=("varys",), background_floor=0.05)
+    # its order as ranks (no MADD rates), the files after every job with the agents' floor
+    assert seen["varys"] == {"background": "last", "bg_floor": 0.05, "madd": False}
+    predict("quick", baselines=("varys",), announce_files=True)
+    assert seen["varys"] == {"background": "coflows", "madd": False}
 
 
 def test_predict_runs_the_same_workload_in_the_fluid_simulator(monkeypatch):

@@ -171,7 +171,7 @@ def test_failed_run_still_tears_down(tiny, monkeypatch):
     assert len(seen[0]) == 4  # 3 hosts + switch
     assert not netns_mod.list_netns(tiny)
     assert not multiprocessing.active_children()
-    with pytest.raises(ValidationError, match="policy: expected one of jit, jit-paper, sincronia, tictac, none"):
+    with pytest.raises(ValidationError, match="policy: expected one of jit, jit-paper, sincronia, tictac, varys, none"):
         run_scenario("tiny", policy="nonsense", prefix=tiny)
 
 

@@ -132,7 +132,7 @@ def test_cli_flags_and_defaults_are_the_ones_before_the_options_classes():
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"policy": "tensorflow"}, "policy: expected one of jit, jit-paper, sincronia, tictac, none"),
+    ({"policy": "tensorflow"}, "policy: expected one of jit, jit-paper, sincronia, tictac, varys, none"),
     ({"seed": -1}, "seed: must be within [0, inf)"),
     ({"seed": 1.5}, "seed: expected an int"),
     ({"seed": True}, "seed: expected an int"),

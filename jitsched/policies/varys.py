@@ -6,8 +6,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from jitsched.errors import ValidationError
+from jitsched.optspec import option
 from jitsched.plan.alloc import priority_greedy
 from jitsched.policies.base import Allocation, SchedulerView, register_policy
+from jitsched.policies.common import floored_background_shares
 from jitsched.policies.sincronia import SincroniaOptions, SincroniaPolicy
 
 
@@ -78,12 +81,18 @@ def madd_rates(src: np.ndarray, dst: np.ndarray, remaining: np.ndarray, group: n
 
 @dataclass(frozen=True)
 class VarysOptions(SincroniaOptions):
-    """:class:`VarysPolicy`'s options: Sincronia's slot length; the order is recomputed
-    at coflow arrivals and completions and each background flow is a coflow, always."""
+    """:class:`VarysPolicy`'s options: Sincronia's slot length, background and floor (the
+    order is always recomputed at coflow arrivals and completions), and whether the
+    rates inside the order are MADD's."""
 
     recompute: str = field(default="events", init=False)
-    background: str = field(default="coflows", init=False)
-    bg_floor: float = field(default=0.0, init=False)
+    madd: bool = option(True, "MADD rates inside the coflow order (false: strict priority in it, as "
+                              "a daemon's agents enforce the order)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.madd, bool):
+            raise ValidationError(f"madd: expected true or false, got {self.madd!r}")
 
 
 @register_policy
@@ -96,13 +105,17 @@ class VarysPolicy(SincroniaPolicy):
     allocation, MADD on the flows that may send now, then a greedy pass in
     coflow order over what MADD left (work conservation, Varys's backfilling).
     A daemon's agents get the order as ranks (MADD's equal finishing inside a
-    coflow is not enforced there).
+    coflow is not enforced there); ``madd`` false simulates that.
 
     Parameters
     ----------
     options : VarysOptions, optional
-        ``slot_s``: slot length of the schedules a daemon asks for (ranks
-        only), seconds. None: the defaults.
+        None: the defaults. ``slot_s``: slot length of the schedules a daemon
+        asks for (ranks only), seconds; ``background`` and ``bg_floor`` as
+        :class:`jitsched.policies.sincronia.SincroniaPolicy`'s (``last``:
+        background flows after every job, as the testbed's agents put the
+        files the daemon does not know); ``madd``: MADD rates (default) or
+        strict priority in the order.
     """
 
     name = "varys"
@@ -110,23 +123,36 @@ class VarysPolicy(SincroniaPolicy):
     role_rank = 2
     Options = VarysOptions
 
+    def __init__(self, options: VarysOptions | None = None) -> None:
+        super().__init__(options)
+        self.madd = self.options.madd
+
     def _order(self, load: np.ndarray) -> np.ndarray:
         return np.argsort(effective_bottleneck(load), kind="stable")
 
     def allocate(self, view: SchedulerView) -> Allocation:
-        """MADD rates in SEBF order, then spare capacity greedily in the same order (bytes/s)."""
+        """MADD rates in SEBF order, then spare capacity greedily in the same order (bytes/s); with
+        ``madd`` false, strict priority in that order; background as ``background`` says."""
         f = view.flows
         rank = self.flow_ranks(view)
         if len(f) == 0:
             return Allocation(np.zeros(0))
+        order = np.lexsort((f.bg, f.node, rank))
         # dense groups in rank order (flows that arrived since the ordering share the last)
         _, group = np.unique(rank, return_inverse=True)
+
+        def rates(cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
+            if not self.madd:
+                return priority_greedy(order, f.src, f.dst, cap_e, cap_i)
+            got = madd_rates(f.src, f.dst, f.remaining, group, int(group.max()) + 1, cap_e, cap_i)
+            left_e = np.maximum(cap_e - np.bincount(f.src, weights=got, minlength=len(cap_e)), 0.0)
+            left_i = np.maximum(cap_i - np.bincount(f.dst, weights=got, minlength=len(cap_i)), 0.0)
+            return got + priority_greedy(order, f.src, f.dst, left_e, left_i)
+
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
-        rates = madd_rates(f.src, f.dst, f.remaining, group, int(group.max()) + 1, cap_e, cap_i)
-        left_e = np.maximum(cap_e - np.bincount(f.src, weights=rates, minlength=len(cap_e)), 0.0)
-        left_i = np.maximum(cap_i - np.bincount(f.dst, weights=rates, minlength=len(cap_i)), 0.0)
-        order = np.lexsort((f.bg, f.node, rank))
-        return Allocation(rates + priority_greedy(order, f.src, f.dst, left_e, left_i))
+        if self.background != "last":
+            return Allocation(rates(cap_e, cap_i))
+        return Allocation(floored_background_shares(rates, f, cap_e, cap_i, self.bg_floor))
 
 
 __all__ = ["VarysOptions", "VarysPolicy", "effective_bottleneck", "madd_rates"]

@@ -40,10 +40,12 @@ from jitsched.testbed import LINK_MBIT_RANGE, TestbedError, check_prefix
 # policy (``tensorflow``, max-min fair), what speedups are measured against.
 # ``sincronia`` is the baseline's coflow order as ranks (SincroniaPolicy.schedule)
 # through the same agents as jit's, and ``tictac`` TicTac's (first come first
-# served across jobs, TicTac's order inside one: TicTacPolicy.schedule): the
-# orders on real TCP, side by side. Under all three the agents put background
-# traffic after every ranked flow.
-DAEMON_POLICY = {"jit": "jit", "jit-paper": "jit-paper", "sincronia": "sincronia", "tictac": "tictac", "none": reference_policy()}
+# served across jobs, TicTac's order inside one: TicTacPolicy.schedule) and
+# ``varys`` Varys's (smallest effective bottleneck first; its MADD rates are not
+# enforced, VarysPolicy): the orders on real TCP, side by side. Under all of
+# them the agents put background traffic after every ranked flow.
+DAEMON_POLICY = {"jit": "jit", "jit-paper": "jit-paper", "sincronia": "sincronia", "tictac": "tictac",
+                 "varys": "varys", "none": reference_policy()}
 POLICIES = tuple(DAEMON_POLICY)
 # the enforced baselines' orders: what runs beside jit and plain TCP, and what
 # scenario.predict simulates with the files last, as their agents enforce them
@@ -85,11 +87,11 @@ class TestbedOptions:
         Link rate each way, Mbit/s (None: the scenario's; it scales the byte sizes).
     prefix : str
         Testbed name prefix (namespaces ``<prefix>-h<i>``, bridge ``<prefix>-br0``).
-    policy : {"jit", "sincronia", "tictac", "none"}
+    policy : {"jit", "jit-paper", "sincronia", "tictac", "varys", "none"}
         ``jit``: the daemon's ``jit`` policy enforced by tc agents (a flow's
         planned rate is a floor; flows borrow what background leaves idle,
-        the policy's backfill); ``sincronia``, ``tictac``: those baselines'
-        orders as ranks through the same agents; ``none``: the same jobs with
+        the policy's backfill); ``sincronia``, ``tictac``, ``varys``: those
+        baselines' orders as ranks through the same agents; ``none``: the same jobs with
         no agents, so flows share the shaped links as plain TCP (the
         TensorFlow baseline).
     seed : int

@@ -408,9 +408,9 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     :data:`jitsched.agents.backends.base.INGRESS_SHARE`; the agents lift
     it while a host has no inbound flow to order, which the simulator does
     not, so it predicts the files a little low). Each testbed policy in
-    ``baselines`` (``sincronia``, ``tictac``) is simulated as its agents
-    enforce it too: its order, background after every job
-    (``background="last"``), the same ingress. With ``announce_files`` the
+    ``baselines`` (``sincronia``, ``tictac``, ``varys``) is simulated as its
+    agents enforce it too: its order (Varys's without its MADD rates),
+    background after every job (``background="last"``), the same ingress. With ``announce_files`` the
     files told the daemon their sizes (:class:`TestbedOptions`'s
     ``announce_files``): jit ranks them with its own ``bg_weight`` and
     Sincronia as coflows, as they do in the simulator; TicTac still puts
@@ -457,7 +457,9 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
             raise ValidationError(f"baselines: expected testbed baselines, got {name!r}")
         ranks_files = announce_files and make_policy(DAEMON_POLICY[name]).ranks_background()
         last = {"background": "last"} | ({} if announce_files else {"bg_floor": background_floor})
-        runs.append((DAEMON_POLICY[name], w_jit, {"background": "coflows"} if ranks_files else last))
+        # the agents enforce Varys's order, not its MADD rates
+        enforced = {"madd": False} if DAEMON_POLICY[name] == "varys" else {}
+        runs.append((DAEMON_POLICY[name], w_jit, ({"background": "coflows"} if ranks_files else last) | enforced))
     for pol, wl_pol, opts in runs:
         r = simulate(wl_pol, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
