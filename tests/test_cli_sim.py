@@ -25,3 +25,50 @@ def test_coflow_mode_runs_sincronia(capsys):
     assert main(["sim", "--coflow-trace", str(synthetic_trace_path()), "--policy", "sincronia", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["coflows"] > 0 and out["avg_cct_s"] > 0
+
+
+def _small_workload(tmp_path):
+    from jitsched.workloads.paper import generate_workload
+
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(generate_workload(0.5, n_jobs=6, n_hosts=3, bps=1e10, seed=0).to_dict()))
+    return path
+
+
+def test_sim_reports_the_lower_bound_unless_told_not_to(tmp_path, capsys, monkeypatch):
+    import jitsched.plan.bound
+
+    path = _small_workload(tmp_path)
+    assert main(["sim", str(path), "--policy", "jit", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["lower_bound_mean_jct_s"] <= out["mean_jct_s"] * (1 + 1e-9)
+
+    def no_lp(wl):
+        raise AssertionError("the bound was computed")
+
+    monkeypatch.setattr(jitsched.plan.bound, "lower_bound_mean_jct", no_lp)
+    assert main(["sim", str(path), "--policy", "jit", "--json", "--no-bound"]) == 0
+    assert json.loads(capsys.readouterr().out)["lower_bound_mean_jct_s"] is None
+    assert main(["sim", str(path), "--policy", "jit", "--no-bound"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "mean JCT" in first and "lower bound" not in first
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_sim_shows_progress_only_on_a_terminal(tmp_path, capsys, monkeypatch, tty):
+    import jitsched.sim
+
+    path = _small_workload(tmp_path)
+    seen = []
+    real = jitsched.sim.simulate
+
+    def spy(*a, **k):
+        seen.append(k.get("progress"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(jitsched.sim, "simulate", spy)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: tty)
+    assert main(["sim", str(path), "--policy", "jit", "--json"]) == 0
+    assert seen == [tty]
+    err = capsys.readouterr().err
+    assert ("the lower bound on mean JCT (" in err) is tty
