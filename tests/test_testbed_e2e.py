@@ -41,7 +41,7 @@ def tiny(monkeypatch, netns_available):
 @pytest.mark.parametrize("policy,ingress,spare,procs,channels", [
     ("jit", False, "background", 1, False), ("jit", True, "shared", 2, True),
     ("none", False, "background", 2, True), ("sincronia", True, "background", 2, False),
-    ("tictac", True, "background", 1, False)])
+    ("tictac", True, "background", 1, False), ("varys", False, "background", 1, True)])
 def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs, channels, capfd):
     # procs 2: each of the two jobs in a runner process of its own; 1: both in one;
     # channels: the small transfers on kept connections
@@ -257,3 +257,10 @@ def test_process_cpu_counts_this_process_working_and_nan_when_gone():
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     assert math.isnan(e2e.process_cpu_s(p.pid))
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_run_says_where_it_is_only_on_a_terminal(monkeypatch, capsys, tty):
+    monkeypatch.setattr(e2e.sys.stderr, "isatty", lambda: tty)
+    e2e._progress("quick: jobs done in 5.9 s")
+    assert capsys.readouterr().err == ("testbed: quick: jobs done in 5.9 s\n" if tty else "")

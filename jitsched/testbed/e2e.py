@@ -149,6 +149,13 @@ def run_workload_file(path: str, options: TestbedOptions | None = None, *, loade
     return out
 
 
+def _progress(message: str) -> None:
+    """Say where a run is, on stderr when it is a terminal (a run takes minutes; a pipe or a
+    log gets nothing)."""
+    if sys.stderr.isatty():
+        print(f"testbed: {message}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def _sigterm_as_exit() -> Iterator[None]:
     # SIGTERM's default action ends the process at once, skipping every ``finally``:
@@ -291,9 +298,12 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         gen.start(t0)
         for c in runners:
             c.conn.send(("go", t0))
+        _progress(f"{scenario}: {len(jobs)} jobs under {policy} arriving over "
+                  f"{max((j.arrival_s for j in jobs), default=0.0):.1f} s, {len(bg)} files")
         for c in runners:
             results.update(c.results(timeout_s + 30.0))
         t_jobs = time.monotonic() - t0
+        _progress(f"{scenario}: jobs done in {t_jobs:.1f} s" + (f"; the files next (up to {timeout_s:g} s)" if bg else ""))
         busy = cpu_busy(busy0, machine_cpu_ticks())
         # where it went, per role (CPU seconds while the jobs ran)
         for name, pid in pids.items():
