@@ -103,3 +103,12 @@ def test_madd_must_be_a_bool():
 
     with pytest.raises(ValidationError, match="madd: expected true or false, got 'no'"):
         VarysOptions(madd="no")
+
+
+def test_what_the_agents_enforce_is_varys_without_madd():
+    from jitsched.policies import make_policy
+
+    # the daemon's agents get Varys's order as ranks; Sincronia's schedule carries all it decides
+    assert make_policy("varys").ranked_options() == {"madd": False}
+    assert make_policy("sincronia").ranked_options() == {}
+    assert make_policy("varys", **make_policy("varys").ranked_options()).madd is False

@@ -290,6 +290,13 @@ class Policy(ABC):
         """
         return False
 
+    def ranked_options(self) -> dict:
+        """Options under which this policy simulates what a daemon's agents enforce of its
+        :meth:`schedule` (for a prediction beside a testbed run): {} (default) when the
+        schedule carries all the policy decides; a policy whose simulated rates its ranks
+        do not carry names the options that drop them."""
+        return {}
+
     def ranks_only(self) -> bool:
         """Whether :meth:`schedule` is ranks alone, which neither compute durations nor the
         passing of time move (no per-slot rates): a recurring job's next iteration then

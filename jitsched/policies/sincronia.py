@@ -197,9 +197,14 @@ class SincroniaPolicy(Policy):
         order = np.lexsort((f.bg, f.node, rank))
         cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
         if self.background != "last":
-            return Allocation(priority_greedy(order, f.src, f.dst, cap_e, cap_i))
-        return Allocation(floored_background_shares(lambda e, i: priority_greedy(order, f.src, f.dst, e, i),
+            return Allocation(self._rates(f, rank, order, cap_e, cap_i))
+        return Allocation(floored_background_shares(lambda e, i: self._rates(f, rank, order, e, i),
                                                     f, cap_e, cap_i, self.bg_floor))
+
+    def _rates(self, f, rank: np.ndarray, order: np.ndarray, cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
+        """Every flow's rate on ports of ``cap_e``/``cap_i`` bytes/s, given each flow's coflow
+        ``rank`` and the flows in ``order``: strict priority in that order."""
+        return priority_greedy(order, f.src, f.dst, cap_e, cap_i)
 
     def schedule(self, view: SchedulerView) -> SlotSchedule | None:
         """Every unfinished transfer of the active jobs with its job's rank in BSSI order, for host agents.

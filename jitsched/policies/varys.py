@@ -9,8 +9,7 @@ import numpy as np
 from jitsched.errors import ValidationError
 from jitsched.optspec import option
 from jitsched.plan.alloc import priority_greedy
-from jitsched.policies.base import Allocation, SchedulerView, register_policy
-from jitsched.policies.common import floored_background_shares
+from jitsched.policies.base import register_policy
 from jitsched.policies.sincronia import SincroniaOptions, SincroniaPolicy
 
 
@@ -130,29 +129,21 @@ class VarysPolicy(SincroniaPolicy):
     def _order(self, load: np.ndarray) -> np.ndarray:
         return np.argsort(effective_bottleneck(load), kind="stable")
 
-    def allocate(self, view: SchedulerView) -> Allocation:
-        """MADD rates in SEBF order, then spare capacity greedily in the same order (bytes/s); with
-        ``madd`` false, strict priority in that order; background as ``background`` says."""
-        f = view.flows
-        rank = self.flow_ranks(view)
-        if len(f) == 0:
-            return Allocation(np.zeros(0))
-        order = np.lexsort((f.bg, f.node, rank))
+    def _rates(self, f, rank: np.ndarray, order: np.ndarray, cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
+        """MADD rates coflow by coflow in SEBF order, then spare capacity greedily in the same
+        order (bytes/s); with ``madd`` false, strict priority in that order."""
+        if not self.madd:
+            return super()._rates(f, rank, order, cap_e, cap_i)
         # dense groups in rank order (flows that arrived since the ordering share the last)
         _, group = np.unique(rank, return_inverse=True)
+        got = madd_rates(f.src, f.dst, f.remaining, group, int(group.max()) + 1, cap_e, cap_i)
+        left_e = np.maximum(cap_e - np.bincount(f.src, weights=got, minlength=len(cap_e)), 0.0)
+        left_i = np.maximum(cap_i - np.bincount(f.dst, weights=got, minlength=len(cap_i)), 0.0)
+        return got + priority_greedy(order, f.src, f.dst, left_e, left_i)
 
-        def rates(cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
-            if not self.madd:
-                return priority_greedy(order, f.src, f.dst, cap_e, cap_i)
-            got = madd_rates(f.src, f.dst, f.remaining, group, int(group.max()) + 1, cap_e, cap_i)
-            left_e = np.maximum(cap_e - np.bincount(f.src, weights=got, minlength=len(cap_e)), 0.0)
-            left_i = np.maximum(cap_i - np.bincount(f.dst, weights=got, minlength=len(cap_i)), 0.0)
-            return got + priority_greedy(order, f.src, f.dst, left_e, left_i)
-
-        cap_e, cap_i = view.cluster.egress_Bps, view.cluster.ingress_Bps
-        if self.background != "last":
-            return Allocation(rates(cap_e, cap_i))
-        return Allocation(floored_background_shares(rates, f, cap_e, cap_i, self.bg_floor))
+    def ranked_options(self) -> dict:
+        # the agents get the order as ranks, not MADD's rates
+        return {"madd": False}
 
 
 __all__ = ["VarysOptions", "VarysPolicy", "effective_bottleneck", "madd_rates"]

@@ -455,11 +455,11 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     for name in baselines:
         if name not in BASELINES:
             raise ValidationError(f"baselines: expected testbed baselines, got {name!r}")
-        ranks_files = announce_files and make_policy(DAEMON_POLICY[name]).ranks_background()
+        pol = make_policy(DAEMON_POLICY[name])
+        ranks_files = announce_files and pol.ranks_background()
         last = {"background": "last"} | ({} if announce_files else {"bg_floor": background_floor})
-        # the agents enforce Varys's order, not its MADD rates
-        enforced = {"madd": False} if DAEMON_POLICY[name] == "varys" else {}
-        runs.append((DAEMON_POLICY[name], w_jit, ({"background": "coflows"} if ranks_files else last) | enforced))
+        runs.append((DAEMON_POLICY[name], w_jit,
+                     ({"background": "coflows"} if ranks_files else last) | pol.ranked_options()))
     for pol, wl_pol, opts in runs:
         r = simulate(wl_pol, pol, policy_options=opts)
         out[pol] = {"mean_jct_s": float(np.mean(r.jct_s)),
