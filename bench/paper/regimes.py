@@ -104,12 +104,10 @@ def table(summary: dict, policies: tuple[str, ...], candidate: str) -> str:
 def figure(summary: dict, policies: tuple[str, ...], path) -> None:
     """Per link rate and policy, how far the mean JCT is above the lower bound, in % (lower is
     better; 0 is the bound), each bar labelled with its value."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    from jitsched.bench.common import pyplot
     from jitsched.bench.paper.report import _seeds
+
+    plt = pyplot()
 
     rates = list(summary)
     x = np.arange(len(rates))
