@@ -44,3 +44,38 @@ def test_nothing_reserved_is_the_same_schedule():
     assert with_reservations(s, {}, CL) is s
     assert with_reservations(None, {("j", "t"): (0.0, 0.1, np.ones(1))}, CL) is None
     assert with_reservations(s, {("x", "y"): (0.0, 0.1, np.ones(1))}, CL) is s
+
+
+def ranks(epoch_s: float) -> SlotSchedule:
+    # ranks alone (the default jit's daemon schedule): no rates, no leftover
+    return SlotSchedule(epoch_s, 0.1, [("j", "t", 0, 1, 0, np.zeros(0)), ("n", "v", 3, 1, 0, np.zeros(0))],
+                        np.zeros((4, 0)), np.zeros((4, 0)), prio={("j", "t"): 0, ("n", "v"): 1})
+
+
+def test_a_schedule_of_ranks_alone_moves_onto_the_reservations_slots():
+    # reserved 0.3-0.4 s at 1e8 and 0.4-0.5 s at 5e8; the plan made at 0.34 s
+    reserved = {("j", "t"): (0.3, 0.1, np.array([1e8, 5e8]))}
+    got = with_reservations(ranks(0.34), reserved, CL)
+    assert got.epoch_s == pytest.approx(0.3)
+    by = {(f[0], f[1]): f for f in got.flows}
+    # each reserved rate in its own slot, from the slot holding the plan's instant
+    assert by[("j", "t")][4] == 0 and by[("j", "t")][5].tolist() == [1e8, 5e8]
+    assert got.leftover_egress[0].tolist() == pytest.approx([1e9 - 1e8, 1e9 - 5e8])
+    assert got.prio == {("j", "t"): 0, ("n", "v"): 1}
+    # on the plan's own grid (an increment's: keep_epoch) the slot 0.39-0.49 s takes the
+    # 0.4-0.5 s rate, 0.01 s early, and the last 0.01 s of the 1e8 is gone
+    kept = with_reservations(ranks(0.39), reserved, CL, keep_epoch=True)
+    assert kept.epoch_s == 0.39
+    assert {(f[0], f[1]): f for f in kept.flows}[("j", "t")][5].tolist() == [5e8, 0.0]
+    assert with_reservations(ranks(0.39), reserved, CL).epoch_s == pytest.approx(0.3)
+
+
+def test_a_schedule_with_rates_or_another_grid_keeps_its_epoch():
+    reserved = {("j", "t"): (0.3, 0.1, np.array([1e8]))}
+    assert with_reservations(schedule(), reserved, CL).epoch_s == 0.05  # rates of its own
+    off = {("j", "t"): (0.32, 0.1, np.array([1e8]))}  # a reservation off the 0.1-s grid from 0
+    assert with_reservations(ranks(0.34), off, CL).epoch_s == 0.34
+    assert with_reservations(ranks(0.34), {("j", "t"): (0.3, 0.04, np.ones(3))}, CL).epoch_s == 0.34
+    # nothing of it reserved: the schedule as it was
+    s = ranks(0.34)
+    assert with_reservations(s, {("x", "y"): (0.3, 0.1, np.ones(1))}, CL) is s

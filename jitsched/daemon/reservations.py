@@ -11,11 +11,13 @@ from jitsched.dag.model import Cluster
 from jitsched.policies.base import SlotSchedule
 
 
-def with_reservations(sched: SlotSchedule | None, reserved: dict, cluster: Cluster) -> SlotSchedule | None:
+def with_reservations(sched: SlotSchedule | None, reserved: dict, cluster: Cluster,
+                      keep_epoch: bool = False) -> SlotSchedule | None:
     """``sched`` with each reserved flow's rates raised to its reservation on ``sched``'s grid.
 
     A flow's rates become the larger of the policy's and the reservation's in each
-    slot (each schedule slot takes the reserved rate at its middle), and every
+    slot (each schedule slot takes the reserved rate at its middle; a schedule of
+    ranks alone first moves its epoch back onto the reservations' slot boundaries), and every
     port's leftover loses what the reservation adds: the agents enforce the
     reserved rates as the flow's floor, and nothing unscheduled takes them.
 
@@ -26,6 +28,9 @@ def with_reservations(sched: SlotSchedule | None, reserved: dict, cluster: Clust
         Each reserved transfer's rates (bytes/s) per ``slot_s`` from ``start_s``, on
         ``sched``'s clock (:meth:`jitsched.plan.reserve.ReservationBook.flows`).
     cluster : Cluster
+    keep_epoch : bool, optional
+        Keep ``sched``'s epoch however it lies: an increment merged onto the schedule
+        in force shares that schedule's grid.
 
     Returns
     -------
@@ -33,6 +38,7 @@ def with_reservations(sched: SlotSchedule | None, reserved: dict, cluster: Clust
     """
     if sched is None or not reserved:
         return sched
+    given, sched = sched, sched if keep_epoch else _on_reserved_grid(sched, reserved)
     s, ep = sched.slot_s, sched.epoch_s
     flows = list(sched.flows)
     adds: list[tuple[int, int, int, np.ndarray]] = []  # src, dst, first slot, added rates
@@ -55,7 +61,7 @@ def with_reservations(sched: SlotSchedule | None, reserved: dict, cluster: Clust
         flows[i] = (job, tid, src, dst, lo, new)
         adds.append((src, dst, lo, new - old))
     if not adds:
-        return sched
+        return given
     n = max(sched.leftover_egress.shape[1], max(lo + len(a) for _, _, lo, a in adds))
     le = _widened(sched.leftover_egress, n, cluster.egress_Bps)
     li = _widened(sched.leftover_ingress, n, cluster.ingress_Bps)
@@ -63,6 +69,25 @@ def with_reservations(sched: SlotSchedule | None, reserved: dict, cluster: Clust
         le[src, lo:lo + len(a)] -= a
         li[dst, lo:lo + len(a)] -= a
     return replace(sched, flows=flows, leftover_egress=np.maximum(le, 0.0), leftover_ingress=np.maximum(li, 0.0))
+
+
+def _on_reserved_grid(sched: SlotSchedule, reserved: dict) -> SlotSchedule:
+    """``sched`` started at the reservations' slot boundary at or before its epoch, when it
+    has no rates of its own (ranks alone) and the same slot length as they have.
+
+    A plan starts when it is made, anywhere inside a reservation's slot; a schedule slot
+    then straddles two reserved slots and carries one of them up to half a slot early or
+    late. Ranks have no grid of their own to keep, so such a schedule takes the
+    reservations' and each reserved rate reaches the agents in its own slot.
+    """
+    s = sched.slot_s
+    if sched.leftover_egress.shape[1] or sched.leftover_ingress.shape[1] or any(len(f[5]) for f in sched.flows):
+        return sched
+    grids = {(r_slot, r_start / r_slot - round(r_start / r_slot)) for r_start, r_slot, _ in reserved.values()}
+    if any(abs(r_slot - s) > 1e-12 or abs(phase) > 1e-9 for r_slot, phase in grids):
+        return sched  # not on one grid of this slot length from 0
+    ep = math.floor(sched.epoch_s / s + 1e-9) * s
+    return sched if ep == sched.epoch_s else replace(sched, epoch_s=ep)
 
 
 def _widened(left: np.ndarray, n: int, line: np.ndarray) -> np.ndarray:

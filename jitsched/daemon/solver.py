@@ -255,7 +255,7 @@ def run_increment(policy: Policy, req: PlanRequest, cluster: Cluster,
                 return PlanResult(req.seq, None, {}, time.perf_counter() - t0, req.reasons,
                                   unsupported=True, **kw)
             changes_at = policy.schedule_changes_at(view)  # the added jobs' own (their aging)
-            inc = with_reservations(inc, req.reserved, cluster)
+            inc = with_reservations(inc, req.reserved, cluster, keep_epoch=base is not None)
             sched = merge_schedules(base, inc)
             changed.update(h for f in inc.flows for h in (f[2], f[3]))
             late = len(inc.late)
