@@ -58,6 +58,14 @@ def pyplot():
     return plt
 
 
+def seed_label(seeds) -> str:
+    """Seeds as a figure names them: ``0-5`` when more than two run consecutively, else comma-separated."""
+    seeds = list(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(str(x) for x in seeds)
+
+
 def policy_default(policy: str, option: str):
     """The default of ``option`` in the declared options of the registered ``policy``: what a run that sets none gets.
 

@@ -224,10 +224,10 @@ def test_quick_scale_policy_order_at_load_half():
 
 
 def test_figure_seed_labels():
-    from jitsched.bench.paper.report import _seeds
+    from jitsched.bench.common import seed_label
 
-    assert _seeds((0, 1, 2, 3, 4, 5)) == "0-5"
-    assert _seeds([0]) == "0" and _seeds([0, 1]) == "0,1" and _seeds([0, 2, 3]) == "0,2,3"
+    assert seed_label((0, 1, 2, 3, 4, 5)) == "0-5"
+    assert seed_label([0]) == "0" and seed_label([0, 1]) == "0,1" and seed_label([0, 2, 3]) == "0,2,3"
 
 
 # ---------------------------------------------------------------------- the regime sweep

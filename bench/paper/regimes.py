@@ -104,8 +104,7 @@ def table(summary: dict, policies: tuple[str, ...], candidate: str) -> str:
 def figure(summary: dict, policies: tuple[str, ...], path) -> None:
     """Per link rate and policy, how far the mean JCT is above the lower bound, in % (lower is
     better; 0 is the bound), each bar labelled with its value."""
-    from jitsched.bench.common import pyplot
-    from jitsched.bench.paper.report import _seeds
+    from jitsched.bench.common import pyplot, seed_label
 
     plt = pyplot()
 
@@ -121,7 +120,7 @@ def figure(summary: dict, policies: tuple[str, ...], path) -> None:
     ax.set_ylabel("mean JCT above the lower bound, %")
     ax.margins(y=0.15)
     seeds = summary[rates[0]]["seeds"]
-    ax.set_title(f"load {LOAD}, {N_JOBS} jobs, {N_HOSTS} hosts, seeds {_seeds(seeds)} ({len(seeds)} per rate)")
+    ax.set_title(f"load {LOAD}, {N_JOBS} jobs, {N_HOSTS} hosts, seeds {seed_label(seeds)} ({len(seeds)} per rate)")
     ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

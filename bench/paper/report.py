@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jitsched.bench.common import pyplot
+from jitsched.bench.common import pyplot, seed_label
 from jitsched.bench.paper.metrics import point_metrics, pooled, speedup_table
 from jitsched.bench.paper.spec import (
     BASELINES,
@@ -236,14 +236,14 @@ def figures(out: Path, summary: dict, results: dict, pols, seeds) -> None:
         curve = [m for m in knob["points"].get(p, []) if m.get("bg_slowdown_mean") is not None]
         if curve:
             ax.plot([m["bg_slowdown_mean"] for m in curve], [m["speedup_mean"] for m in curve], "--",
-                    color="grey", lw=1, label=f"{knob['policy']} over {knob['option']} (seeds {_seeds(knob['seeds'])})")
+                    color="grey", lw=1, label=f"{knob['policy']} over {knob['option']} (seeds {seed_label(knob['seeds'])})")
             for m in curve:
                 ax.annotate(f"{m['value']:g}", (m["bg_slowdown_mean"], m["speedup_mean"]), fontsize=7,
                             xytext=(3, 3), textcoords="offset points")
         ax.set_xlabel("mean background slowdown (lower is better)")
         # the curve runs fewer seeds than the points (runtime): a point need not sit on it
         ax.set_title(f"{p} (load {summary['points'][p]['load']:.3g}; points: seeds "
-                     f"{_seeds(summary['points'][p]['seeds'])})", fontsize=9)
+                     f"{seed_label(summary['points'][p]['seeds'])})", fontsize=9)
     axes[0].set_ylabel("mean DL speedup vs TensorFlow")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -265,14 +265,6 @@ def figures(out: Path, summary: dict, results: dict, pols, seeds) -> None:
     fig.tight_layout()
     fig.savefig(out / "figL_load_sweep.png", dpi=120)
     plt.close(fig)
-
-
-def _seeds(seeds) -> str:
-    """Seeds as a figure names them: ``0-5`` when consecutive, else comma-separated."""
-    seeds = list(seeds)
-    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ",".join(str(x) for x in seeds)
 
 
 def _fmt(v) -> str:
