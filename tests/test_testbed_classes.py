@@ -111,13 +111,8 @@ def test_a_critical_job_is_admitted_and_its_flows_carry_their_reserved_rates(tin
     # the agents gave its scheduled transfers their reserved rates
     res = out["critical_reserved"]
     assert res["transfers"] > 0 and 0 < res["carried"] <= res["registered"] <= res["transfers"], res
-    # alone, its transfers register with the agents; whether one of them meets its largest
-    # reserved rate depends on the machine's load: the schedule's slots lie up to half a slot
-    # off the reservation's (a plan starts when it is made), so a transfer done within half a
-    # slot of its window gets its rate in the neighbouring slot, and a job running ahead of
-    # or behind its reservation on a loaded machine misses its windows (with two busy
-    # cores: 7 to 12 of the 12 registered carried it in six runs, idle or loaded; 0 once in the suite)
-    assert out["details"]["isolated"]["critical_reserved"]["registered"] > 0
+    # and alone (11, 12 and 12 of the 12 registered in three runs, idle or with two busy cores)
+    assert out["details"]["isolated"]["critical_reserved"]["carried"] > 0
     # the files were on its ports during the shared run, and none in the run alone
     assert out["background_completed"] == "2/2"
     assert set(out["details"]["isolated"]["jct_s"]) == {"alexnet-critical"}
