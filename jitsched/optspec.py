@@ -10,6 +10,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import MISSING, Field, field, fields
 from typing import Any
 
+import numpy as np
+
 from jitsched.errors import ValidationError
 
 
@@ -48,6 +50,14 @@ def check_choice(opts, name: str) -> None:
     choices = _field(type(opts), name).metadata["choices"]
     if value not in choices:
         raise ValidationError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+def check_flag(opts, name: str) -> bool:
+    """``opts``'s field ``name`` as a bool: true or false (a numpy bool too), else a ValidationError."""
+    value = getattr(opts, name)
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValidationError(f"{name}: expected true or false, got {value!r}")
+    return bool(value)
 
 
 def check_types(opts) -> None:

@@ -103,6 +103,13 @@ def test_madd_must_be_a_bool():
 
     with pytest.raises(ValidationError, match="madd: expected true or false, got 'no'"):
         VarysOptions(madd="no")
+    with pytest.raises(ValidationError, match="madd: expected true or false, got 0"):
+        VarysOptions(madd=0)
+    # a numpy bool (an option read from an array) is one, and is kept as Python's
+    import numpy as np
+
+    got = VarysOptions(madd=np.bool_(False)).madd
+    assert got is False
 
 
 def test_what_the_agents_enforce_is_varys_without_madd():

@@ -18,6 +18,7 @@ import numpy as np
 
 from jitsched.dag.model import BEST_EFFORT, NORMAL, TRANSFER
 from jitsched.errors import ValidationError
+from jitsched.optspec import check_flag
 from jitsched.plan.alloc import SlotPlan, fit_fixed, fixed_then_maxmin
 from jitsched.plan.planner import (
     DEFAULT_ALPHA,
@@ -371,10 +372,7 @@ class JitOptions:
             raise ValidationError(f"drift_min_interval_s: must be a number of seconds >= 0, got {gap!r}")
         put("drift_min_interval_s", float(gap))
         for name in ("backfill", "replan_on_drift", "replan_on_arrival"):
-            flag = getattr(self, name)
-            if not isinstance(flag, (bool, np.bool_)):
-                raise ValidationError(f"{name}: expected true or false, got {flag!r}")
-            put(name, bool(flag))
+            put(name, check_flag(self, name))
         dl_share = self.dl_share
         if isinstance(dl_share, bool) or not (isinstance(dl_share, (int, float)) and 0.0 < dl_share <= 1.0):
             raise ValidationError(f"dl_share: must be within (0, 1], got {dl_share!r}")

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jitsched.errors import ValidationError
-from jitsched.optspec import option
+from jitsched.optspec import check_flag, option
 from jitsched.plan.alloc import priority_greedy
 from jitsched.policies.base import register_policy
 from jitsched.policies.sincronia import SincroniaOptions, SincroniaPolicy
@@ -90,8 +89,7 @@ class VarysOptions(SincroniaOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.madd, bool):
-            raise ValidationError(f"madd: expected true or false, got {self.madd!r}")
+        object.__setattr__(self, "madd", check_flag(self, "madd"))
 
 
 @register_policy
