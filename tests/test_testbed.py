@@ -8,6 +8,7 @@ Every test uses its own prefix and tears its testbed down in a ``finally``.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import signal
 import subprocess
@@ -407,8 +408,9 @@ def test_predict_ranks_announced_files_as_jit_and_sincronia_do(monkeypatch):
     assert told["tictac"] == quiet["tictac"] and told["tensorflow"] == quiet["tensorflow"]
 
 
-def test_predict_simulates_varys_as_its_agents_enforce_it(monkeypatch):
+def test_predict_simulates_varys_and_jit_as_their_agents_enforce_them(monkeypatch):
     import jitsched.sim
+    from jitsched.policies import make_policy
     from jitsched.testbed.scenario import predict
 
     seen = {}
@@ -424,6 +426,9 @@ def test_predict_simulates_varys_as_its_agents_enforce_it(monkeypatch):
     assert seen["varys"] == {"background": "last", "bg_floor": 0.05, "madd": False}
     predict("quick", baselines=("varys",), announce_files=True)
     assert seen["varys"] == {"background": "coflows", "madd": False}
+    # jit as its daemon ranks: strict priority with no group lending its slack
+    assert seen["jit"]["lend_slack"] == math.inf
+    assert make_policy("jit").ranked_options() == {"lend_slack": math.inf}
 
 
 def test_predict_runs_the_same_workload_in_the_fluid_simulator(monkeypatch):

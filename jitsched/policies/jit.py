@@ -1176,6 +1176,10 @@ class JitPolicy(Policy):
         return SlotSchedule(epoch_s=view.now, slot_s=self.slot_s, flows=flows,
                             leftover_egress=np.zeros((h, 0)), leftover_ingress=np.zeros((h, 0)), prio=prio)
 
+    def ranked_options(self) -> dict:
+        # a daemon's ranks do not lend slack (they take no LAT pass per job: _ranks)
+        return {"lend_slack": math.inf}
+
     def ranks_background(self) -> bool:
         """With the priority leftover and a finite ``bg_weight`` (:meth:`_ranks`)."""
         return self.leftover == "priority" and not math.isinf(self.bg_weight)

@@ -401,7 +401,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
     ``tensorflow``, the reference, is the simulator's per-flow max-min fair
     network, the ideal of the testbed's ``none`` policy, and ``jit`` the
     daemon's policy with the testbed's settings (None: the policy's default)
-    as its agents enforce it: DL transfers by strict priority, background
+    as its agents enforce it: DL transfers by strict priority (no group
+    lends its slack: a daemon's ranks do not, ``ranked_options``), background
     after all of them (``bg_weight=inf``: the daemon does not know the files),
     sharing what the DL flows leave max-min fair, with every host's ingress
     at ``ingress_share`` of its link rate (the agents' ingress shaping,
@@ -448,6 +449,7 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
                  if v is not None}
     # the simulator's counterpart of each testbed policy is its daemon's policy
     sim_jit, sim_none = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
+    jit_opts |= make_policy(sim_jit).ranked_options()
     if not 0.0 < ingress_share <= 1.0:
         raise ValidationError(f"ingress_share: must be within (0, 1], got {ingress_share!r}")
     w_jit = w if ingress_share == 1.0 else replace(w, cluster=scale_cluster(w.cluster, 1.0, ingress_share))
