@@ -453,6 +453,72 @@ def class_bytes(ns: str) -> dict[int, int]:
         return {c["handle"] & 0xFFFF: int(c.get_attr("TCA_STATS")["bytes"]) for c in ip.get_classes(idx)}
 
 
+def test_shaper_critical_band_is_served_before_the_scheduled_band(ns):
+    from jitsched.agents.backends.htb import BG_RESERVE, CRIT_LEAF_HANDLE, CRIT_MINOR, PRIO_MINOR
+
+    install_shaper("a0", LINE, netns=ns, priority_tos=0x88, critical_tos=0xB8)
+    cl = classes(ns)
+    assert set(cl) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR, ROOT_HANDLE | PRIO_MINOR, ROOT_HANDLE | CRIT_MINOR}
+    assert cl[ROOT_HANDLE | CRIT_MINOR][1:] == (int(LINE * (1 - BG_RESERVE)), int(LINE))
+    assert cl[ROOT_HANDLE | BG_MINOR][1:] == (int(LINE * BG_RESERVE), int(LINE))
+    assert qdisc_kinds(ns)[CRIT_LEAF_HANDLE] == "bfifo"
+    text = filters_text(ns)
+    assert "match 00b80000/00fc0000 at 0" in text and "flowid 1:6" in text
+    assert "match 00880000/00fc0000 at 0" in text and "flowid 1:3" in text
+    # HTB serves the classes under their rates by prio: critical, scheduled, background
+    shown = subprocess.run(["ip", "netns", "exec", ns, "tc", "class", "show", "dev", "a0"],
+                           capture_output=True, text=True, check=True).stdout
+    prio = {line.split()[2]: int(line.split("prio ")[1].split()[0]) for line in shown.splitlines() if "prio " in line}
+    assert (prio["1:6"], prio["1:3"], prio["1:2"]) == (0, 1, 2)
+    # the critical band alone: background right after it
+    install_shaper("a0", LINE, netns=ns, critical_tos=0xB8)
+    assert set(classes(ns)) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR, ROOT_HANDLE | CRIT_MINOR}
+
+
+# Two bulk TCP flows out of argv[1] to argv[2]:5201 for argv[3] seconds, the one from port
+# 40000 marked DSCP EF (TOS 0xB8)
+MARKED_SOURCE = """
+import socket, sys, threading, time
+src, dst, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
+def send(sport, tos):
+    s = socket.socket(); s.bind((src, sport))
+    if tos:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    s.connect((dst, 5201))
+    buf = b"x" * (1 << 16)
+    while time.monotonic() < end:
+        s.send(buf)
+    s.close()
+ts = [threading.Thread(target=send, args=a) for a in ((40000, 0xB8), (40001, 0))]
+[t.start() for t in ts]; [t.join() for t in ts]
+"""
+
+
+def test_the_critical_band_takes_the_port_from_unmarked_traffic(ns_pair):
+    import time
+
+    from jitsched.agents.backends.htb import CRIT_MINOR
+
+    src, dst = ns_pair
+    line = 1.25e6  # 10 Mbit/s
+    install_shaper("a0", line, netns=src, critical_tos=0xB8)
+    sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", BULK_SINK, "198.18.200.2"])
+    source = None
+    try:
+        time.sleep(0.3)  # the sink listens
+        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", MARKED_SOURCE,
+                                   "198.18.200.1", "198.18.200.2", "4"])
+        time.sleep(1.0)
+        before = class_bytes(src)
+        time.sleep(1.5)
+        after = class_bytes(src)
+        crit, bg = (after[m] - before[m] for m in (CRIT_MINOR, BG_MINOR))
+        # the marked flow takes what the background's 2 % reserve leaves; unmarked, they share
+        assert crit / (1.5 * line) > 0.85 and bg / (1.5 * line) < 0.1, (crit, bg)
+    finally:
+        _kill(source, sink)
+
+
 def test_a_running_flow_moved_to_a_higher_level_gets_the_link(ns_pair):
     # HTB files a busy class under the prio it became busy with; a prio changed in
     # place counts only once the class's queue empties, which a bulk TCP flow's

@@ -45,6 +45,16 @@ def test_critical_files_need_a_third_host_and_take_turns_on_the_others():
         critical_files(["a", "b"], [1.0])
 
 
+def test_a_critical_jobs_own_connections_carry_the_critical_mark():
+    from jitsched.testbed.e2e import CRITICAL_TOS, SCHEDULED_TOS, transfer_tos
+
+    assert transfer_tos("critical", False, SCHEDULED_TOS, CRITICAL_TOS) == CRITICAL_TOS
+    # its small transfers ride the channels every job shares; other classes keep the common mark
+    assert transfer_tos("critical", True, SCHEDULED_TOS, CRITICAL_TOS) == SCHEDULED_TOS
+    assert transfer_tos("normal", False, SCHEDULED_TOS, CRITICAL_TOS) == SCHEDULED_TOS
+    assert transfer_tos("best-effort", False, None, None) is None
+
+
 STATS = {"epsilon": 0.05, "refused": 0, "admitted_as_normal": 0, "classes": {"c": "critical"},
          "reservations": {"c": {"start_s": 0.2, "isolated_jct_s": 4.0, "target_jct_s": 4.2,
                                 "max_rate_Bps": {"t0": 1e7, "t1": 5e6, "t2": 0.0, "t3": 1e6}}}}
@@ -80,14 +90,26 @@ def tiny_classes(monkeypatch, netns_available):
         hosts=3, jobs=1, rate_per_s=2.0, models=("lenet",), files=2, file_gbit=(5.0,), file_lead_s=1.0,
         critical_model="alexnet"))
     prefix = "c" + uuid.uuid4().hex[:6]
+    bands = []
+    real_up = testbed.up
+
+    def up(*a, **kw):  # the switch ports' critical band of each testbed the run builds
+        bands.append(kw.get("critical_tos"))
+        return real_up(*a, **kw)
+
+    monkeypatch.setattr(testbed, "up", up)
     try:
-        yield prefix
+        yield prefix, bands
     finally:
         testbed.down(prefix)
 
 
 def test_a_critical_job_is_admitted_and_its_flows_carry_their_reserved_rates(tiny_classes):
-    out = run_scenario("tiny-classes", policy="jit", seed=0, prefix=tiny_classes, timeout_s=90.0, measure_slots=0)
+    from jitsched.testbed.e2e import CRITICAL_TOS
+
+    prefix, bands = tiny_classes
+    out = run_scenario("tiny-classes", policy="jit", seed=0, prefix=prefix, timeout_s=90.0, measure_slots=0)
+    assert bands == [CRITICAL_TOS]  # one testbed for the three runs, its switch ports with the band
     # the critical job alone, alone beside the files, then with the LeNet
     assert out["jobs"] == 4 and out["completed"] == 4, out["details"]["errors"]
     assert out["agents_failed"] == {}
@@ -116,5 +138,5 @@ def test_a_critical_job_is_admitted_and_its_flows_carry_their_reserved_rates(tin
     # the files were on its ports during the shared run, and none in the run alone
     assert out["background_completed"] == "2/2"
     assert set(out["details"]["isolated"]["jct_s"]) == {"alexnet-critical"}
-    assert not netns_mod.list_netns(tiny_classes)
+    assert not netns_mod.list_netns(prefix)
     assert not multiprocessing.active_children()

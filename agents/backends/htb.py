@@ -54,6 +54,9 @@ MIN_BURST_B = 3028  # two full-size Ethernet frames
 PRIO_MINOR = 3  # 1:3, the scheduled-traffic band of a switch port (install_shaper(priority_tos=...))
 PRIO_LEAF_HANDLE = 0x30000  # 3:
 BG_RESERVE = 0.02  # with a priority band, background keeps this fraction of the line rate
+CRIT_MINOR = 6  # 1:6, a switch port's critical band (install_shaper(critical_tos=...))
+CRIT_LEAF_HANDLE = 0x60000  # 6:
+CRIT_FILTER_PRIO = 4  # its filter: after the scheduled band's (1), the ACK (2) and ARP (3) filters
 DSCP_MASK = 0xFC  # the TOS byte's DSCP bits (ECN bits ignored)
 ACK_MINOR = 4  # 1:4, pure TCP ACKs (install_shaper(ack_priority=True))
 ACK_LEAF_HANDLE = 0x40000  # 4:
@@ -163,21 +166,23 @@ def install_ack_class(nl: TcSocket, ifindex: int, line: float, burst_s: float) -
     ])
 
 
-def _install_priority_band(nl: TcSocket, ifindex: int, line: float, burst_s: float, tos: int) -> None:
+def _install_priority_bands(nl: TcSocket, ifindex: int, line: float, burst_s: float,
+                            bands: list[tuple[int, int, int, int, str]]) -> None:
+    # bands: (tos, minor, leaf handle, filter prio, name), first served first; background after them all
     reserve = reserve_Bps(BG_RESERVE, line)
     b_reserve, b_line = burst_bytes(reserve, burst_s), burst_bytes(line, burst_s)
-    nl.transact([
-        (tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR,
-               LINK_CLASS, attrs=htb_class_attrs(reserve, line, b_reserve, b_line, prio=1)),
-         "background class 1:2 (reserve)", False),
-        *leaf_class_msgs(nl, ifindex, PRIO_MINOR, PRIO_LEAF_HANDLE, line - reserve, b_line, line,
-                         burst_s, prio=0, filter_prio=1, keys=tos_keys(tos), name="priority"),
-    ])
+    msgs = [(tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR,
+                   LINK_CLASS, attrs=htb_class_attrs(reserve, line, b_reserve, b_line, prio=len(bands))),
+             "background class 1:2 (reserve)", False)]
+    for level, (tos, minor, leaf, filter_prio, name) in enumerate(bands):
+        msgs += leaf_class_msgs(nl, ifindex, minor, leaf, line - reserve, b_line, line, burst_s, prio=level,
+                                filter_prio=filter_prio, keys=tos_keys(tos), name=name)
+    nl.transact(msgs)
 
 
 def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
                    burst_s: float = 0.001, priority_tos: int | None = None,
-                   ack_priority: bool = False) -> None:
+                   critical_tos: int | None = None, ack_priority: bool = False) -> None:
     """Shape ``dev``'s egress to ``line_rate_Bps`` with the backend's HTB layout and no flow classes.
 
     Replaces whatever root qdisc ``dev`` had. Background class 1:2 gets the
@@ -201,6 +206,11 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
         to the background class, whose guaranteed rate drops to that reserve.
         HTB then serves the band like a switch's strict-priority queue while
         background keeps a trickle. None (default): one class, one FIFO.
+    critical_tos : int or None
+        A switch port's band for critical jobs' packets (these DSCP bits): class
+        1:6, laid out as the scheduled-traffic band and served before it (HTB
+        serves the classes under their rates by priority: critical, then
+        scheduled, then background).
     ack_priority : bool
         Pure TCP ACKs leaving ``dev`` go to class 1:4 (guaranteed
         :data:`ACK_RESERVE` of the line rate, borrowing first): a host whose
@@ -211,8 +221,11 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
     nl = TcSocket(netns)
     try:
         install_root(nl, ifindex, line_rate_Bps, burst_s)
-        if priority_tos is not None:
-            _install_priority_band(nl, ifindex, line_rate_Bps, burst_s, int(priority_tos))
+        bands = [(int(tos), minor, leaf, fprio, name) for tos, minor, leaf, fprio, name in (
+            (critical_tos, CRIT_MINOR, CRIT_LEAF_HANDLE, CRIT_FILTER_PRIO, "critical"),
+            (priority_tos, PRIO_MINOR, PRIO_LEAF_HANDLE, 1, "priority")) if tos is not None]
+        if bands:
+            _install_priority_bands(nl, ifindex, line_rate_Bps, burst_s, bands)
         if ack_priority:
             install_ack_class(nl, ifindex, line_rate_Bps, burst_s)
     finally:

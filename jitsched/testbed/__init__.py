@@ -100,6 +100,7 @@ class Testbed:
     bridge: str
     hosts: list[TestbedHost] = field(default_factory=list)
     cluster_file: str = ""
+    critical_tos: int | None = None  # the switch ports' critical band's TOS byte (None: no band)
 
     @property
     def link_Bps(self) -> float:
@@ -145,7 +146,8 @@ def cluster_doc(tb: Testbed) -> dict:
 
 
 def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str | Path | None = None,
-       burst_s: float = 0.001, priority_tos: int | None = None, ack_priority: bool = True) -> Testbed:
+       burst_s: float = 0.001, priority_tos: int | None = None, critical_tos: int | None = None,
+       ack_priority: bool = True) -> Testbed:
     """Build the emulated cluster, replacing any earlier one with the same prefix.
 
     Parameters
@@ -164,6 +166,9 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
         Give the switch ports a strict-priority band for packets with this
         TOS byte's DSCP bits (:func:`jitsched.agents.backends.htb.install_shaper`),
         as datacenter switches do for a scheduled traffic class. None: one FIFO.
+    critical_tos : int or None
+        Give the switch ports a band for critical jobs' packets (these DSCP
+        bits), served before every other.
     ack_priority : bool
         Hosts send pure TCP ACKs ahead of their data (default True): without
         it, a host whose link is busy both ways delays the ACKs of its inbound
@@ -188,7 +193,7 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
     require_netns()
     down(prefix)
     sw = f"{prefix}-sw"
-    tb = Testbed(prefix, float(link_mbit), sw, f"{prefix}-br0")
+    tb = Testbed(prefix, float(link_mbit), sw, f"{prefix}-br0", critical_tos=critical_tos)
     for i in range(n_hosts):
         addr = ADDRESS_NET.network_address + i + 1
         assert addr in ALLOWED_NET
@@ -215,7 +220,7 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
                  f"printf {TCP_CC} > /proc/sys/net/ipv4/tcp_congestion_control"])
             install_shaper(h.dev, tb.link_Bps, netns=h.netns, burst_s=burst_s, ack_priority=ack_priority)
             install_shaper(h.switch_port, tb.link_Bps, netns=sw, burst_s=burst_s,
-                           priority_tos=priority_tos)
+                           priority_tos=priority_tos, critical_tos=critical_tos)
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         path = Path(cluster_file) if cluster_file else STATE_DIR / f"{prefix}-cluster.toml"
         path.write_text(f"# jitsched testbed {prefix!r}: {n_hosts} hosts, {link_mbit:g} Mbit/s links\n"

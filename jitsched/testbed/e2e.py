@@ -73,6 +73,13 @@ BULK_LEAD_S = 2.0
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy, zmq and the planner first
 # DSCP AF41 in the TOS byte: DL transfers' class when switch ports have a priority band
 SCHEDULED_TOS = 0x88
+# DSCP EF in the TOS byte: a critical job's transfers on connections of their own, served
+# first at the switch ports (TestbedOptions.critical_band). Beside the four files of the
+# classes scenario the critical job took 1.071 times its JCT alone in two runs with the band
+# against 1.083 in three without, and 1.097 and 1.094 in the whole run against 1.099-1.148
+# (`jitsched testbed run --scenario classes --policy jit --seed 0 --json`): the files into
+# its hosts had met its packets in the switch ports' FIFO.
+CRITICAL_TOS = 0xB8
 
 
 def run_scenario(scenario: str = "quick", options: TestbedOptions | None = None, **overrides) -> dict:
@@ -140,7 +147,7 @@ def run_workload_file(path: str, options: TestbedOptions | None = None, *, loade
     on_testbed(wl, len(wl.cluster), link_mbit)  # a bad workload fails before any namespace exists
     sc = file_scenario(wl, link_mbit)
     with _sigterm_as_exit():
-        tb = scenario_testbed(sc, options)
+        tb = scenario_testbed(sc, options, critical=any(j.job_class == "critical" for j in wl.jobs))
         try:
             out = run_workload(sc, str(path), options, tb=tb, workload=on_testbed(wl, tb, link_mbit))
         finally:
@@ -170,12 +177,16 @@ def _sigterm_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def scenario_testbed(sc, options: TestbedOptions) -> testbed.Testbed:
+def scenario_testbed(sc, options: TestbedOptions, critical: bool | None = None) -> testbed.Testbed:
     """Bring up the testbed a run of scenario ``sc`` needs: its hosts at the run's link rate
     (``options.link_mbit``, else the scenario's), named by ``options.prefix``, with the
-    switch ports' priority band when ``options.switch_priority``."""
+    switch ports' priority band when ``options.switch_priority``, and their critical band
+    (:data:`CRITICAL_TOS`) when ``options.critical_band`` under a policy with agents for a
+    workload with a critical job (``critical``; None: the scenario has one)."""
+    band = options.critical_band and options.enforced and (bool(sc.critical_model) if critical is None else critical)
     return testbed.up(sc.hosts, options.link_mbit or sc.link_mbit, prefix=options.prefix,
-                      priority_tos=SCHEDULED_TOS if options.switch_priority else None)
+                      priority_tos=SCHEDULED_TOS if options.switch_priority else None,
+                      critical_tos=CRITICAL_TOS if band else None)
 
 
 def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Testbed | None = None,
@@ -217,6 +228,8 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
     own = tb is None
     if own:
         tb = scenario_testbed(sc, options)
+    # critical jobs' transfers carry the mark of the switch ports' critical band, if they have one
+    crit_tos = tos if tb.critical_tos is None else tb.critical_tos
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     bulk, bulk_stats = None, {}
@@ -277,8 +290,8 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         k = max(1, min(options.runner_procs, len(jobs)))
         for i in range(k):
             children.append(_Child(f"runners-{i}", _runners_main,
-                                   (jobs[i::k], job_ep, addrs, agent_names, netns_of, reg_max, tos, timeout_s,
-                                    options.channels)))
+                                   (jobs[i::k], job_ep, addrs, agent_names, netns_of, reg_max, (tos, crit_tos),
+                                    timeout_s, options.channels)))
         runners = children[-k:]
         for c in runners:
             c.ready()
@@ -526,8 +539,15 @@ def critical_stats(st) -> dict:
                              for jid, h in book.held.items()}}
 
 
+def transfer_tos(job_class: str, small: bool, tos: int | None, critical_tos: int | None) -> int | None:
+    """The TOS byte a job runner marks a transfer with: ``critical_tos`` for a critical job's
+    transfer on a connection of its own, else ``tos`` (the small ones of every job ride the
+    channels all jobs share, with the common mark)."""
+    return critical_tos if job_class == "critical" and not small else tos
+
+
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
-                  tos: int | None, timeout_s: float, use_channels: bool, conn) -> None:
+                  tos: tuple[int | None, int | None], timeout_s: float, use_channels: bool, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
     from jitsched.client.runner import JobRunner
     from jitsched.client.transfer import Channels, send_bytes
@@ -539,11 +559,14 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
     # policy); a larger one has a connection of its own (jit's agents rank it by its ports).
     channels = {h: Channels() for h in netns_of} if use_channels else {}
 
-    def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
-        small = nbytes <= reg_max
-        with spaces.entered(netns_of[src]):
-            return send_bytes(addr, nbytes, flow, agent=None if small else agent, timeout_s=timeout_s,
-                              tos=tos, channels=channels.get(src) if small else None)
+    def sender(job_class: str):
+        def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
+            small = nbytes <= reg_max
+            with spaces.entered(netns_of[src]):
+                return send_bytes(addr, nbytes, flow, agent=None if small else agent, timeout_s=timeout_s,
+                                  tos=transfer_tos(job_class, small, *tos),
+                                  channels=channels.get(src) if small else None)
+        return send
 
     results: dict = {}
     lock = threading.Lock()
@@ -557,7 +580,7 @@ def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns
         # small transfers of every job share one unregistered DL class per port, and
         # a ResNet152's ~1000 pulls at once fill it.
         r = JobRunner(job, job_ep, addrs, agents=agent_names, max_threads=32,
-                      send=send, async_reports=True).run(timeout_s=timeout_s)
+                      send=sender(job.job_class), async_reports=True).run(timeout_s=timeout_s)
         with lock:
             results[job.id] = r
 
@@ -741,6 +764,6 @@ def _time_slot_changes(agent, late_ms: list[float], watch: tuple[str, ...] = (),
     backend.apply = timed
 
 
-__all__ = ["DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "UNREGISTERED_MAX_S",
+__all__ = ["CRITICAL_TOS", "DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "transfer_tos", "UNREGISTERED_MAX_S",
            "unregistered_max_bytes",
            "run_scenario", "run_workload_file"]

@@ -139,6 +139,12 @@ class TestbedOptions:
         ``[daemon] critical_caps`` under every policy (None: the daemon's
         default, on): the agents hold the traffic they do not rank towards
         the hosts a critical job holds to what its reservation leaves.
+    critical_band : bool
+        Under a policy with agents, a critical job's transfers on connections of
+        their own carry :data:`jitsched.testbed.e2e.CRITICAL_TOS` (DSCP EF), and
+        the switch ports serve it in a band before every other (default True),
+        as a datacenter switch's strict-priority queue: the traffic into a
+        critical job's hosts from senders that do not rank it meets it there.
     switch_priority : bool
         Mark every DL transfer with :data:`jitsched.testbed.e2e.SCHEDULED_TOS`
         and give the switch ports a strict-priority band for it, so DL traffic
@@ -231,6 +237,8 @@ class TestbedOptions:
     critical_caps: bool | None = option(
         None, "run: the agents hold their unranked traffic into a critical job's hosts to what its reservation "
               "leaves (default on), or not (--no-critical-caps)")
+    critical_band: bool = option(
+        True, "run: a critical job's transfers ahead of all else at the switch ports (DSCP EF; with agents)")
     switch_priority: bool = option(
         False, "run: DL transfers in a strict-priority band at the switch ports (both policies)")
     channels: bool = option(
