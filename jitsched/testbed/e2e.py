@@ -181,9 +181,9 @@ def scenario_testbed(sc, options: TestbedOptions, critical: bool | None = None) 
     """Bring up the testbed a run of scenario ``sc`` needs: its hosts at the run's link rate
     (``options.link_mbit``, else the scenario's), named by ``options.prefix``, with the
     switch ports' priority band when ``options.switch_priority``, and their critical band
-    (:data:`CRITICAL_TOS`) when ``options.critical_band`` under a policy with agents for a
-    workload with a critical job (``critical``; None: the scenario has one)."""
-    band = options.critical_band and options.enforced and (bool(sc.critical_model) if critical is None else critical)
+    (:data:`CRITICAL_TOS`) when ``options.critical_band`` for a workload with a critical job
+    (``critical``; None: the scenario has one), under every policy: it is the network's."""
+    band = options.critical_band and (bool(sc.critical_model) if critical is None else critical)
     return testbed.up(sc.hosts, options.link_mbit or sc.link_mbit, prefix=options.prefix,
                       priority_tos=SCHEDULED_TOS if options.switch_priority else None,
                       critical_tos=CRITICAL_TOS if band else None)

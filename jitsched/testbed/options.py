@@ -140,7 +140,7 @@ class TestbedOptions:
         default, on): the agents hold the traffic they do not rank towards
         the hosts a critical job holds to what its reservation leaves.
     critical_band : bool
-        Under a policy with agents, a critical job's transfers on connections of
+        Under every policy, a critical job's transfers on connections of
         their own carry :data:`jitsched.testbed.e2e.CRITICAL_TOS` (DSCP EF), and
         the switch ports serve it in a band before every other (default True),
         as a datacenter switch's strict-priority queue: the traffic into a
@@ -238,7 +238,7 @@ class TestbedOptions:
         None, "run: the agents hold their unranked traffic into a critical job's hosts to what its reservation "
               "leaves (default on), or not (--no-critical-caps)")
     critical_band: bool = option(
-        True, "run: a critical job's transfers ahead of all else at the switch ports (DSCP EF; with agents)")
+        True, "run: a critical job's transfers ahead of all else at the switch ports (DSCP EF; every policy)")
     switch_priority: bool = option(
         False, "run: DL transfers in a strict-priority band at the switch ports (both policies)")
     channels: bool = option(
