@@ -160,7 +160,8 @@ def list_netns(prefix: str = "") -> list[str]:
 
 # A one-link experiment's traffic, for ``python -c``: a sink draining every connection
 # to port 5201 of argv[1]; a source sending two bulk flows from argv[1] (ports 40000 and
-# 40001) to argv[2] for argv[3] seconds.
+# 40001) to argv[2] for argv[3] seconds, the one from port 40000 with the TOS byte argv[4]
+# if given.
 BULK_SINK = """
 import socket, sys, threading
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -175,13 +176,17 @@ while True:
 BULK_SOURCE = """
 import socket, sys, threading, time
 src, dst, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
-def send(sport):
-    s = socket.socket(); s.bind((src, sport)); s.connect((dst, 5201))
+tos = int(sys.argv[4], 0) if len(sys.argv) > 4 else 0
+def send(sport, mark):
+    s = socket.socket(); s.bind((src, sport))
+    if mark:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, mark)
+    s.connect((dst, 5201))
     buf = b"x" * (1 << 16)
     while time.monotonic() < end:
         s.send(buf)
     s.close()
-ts = [threading.Thread(target=send, args=(p,)) for p in (40000, 40001)]
+ts = [threading.Thread(target=send, args=a) for a in ((40000, tos), (40001, 0))]
 [t.start() for t in ts]; [t.join() for t in ts]
 """
 

@@ -475,25 +475,6 @@ def test_shaper_critical_band_is_served_before_the_scheduled_band(ns):
     assert set(classes(ns)) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR, ROOT_HANDLE | CRIT_MINOR}
 
 
-# Two bulk TCP flows out of argv[1] to argv[2]:5201 for argv[3] seconds, the one from port
-# 40000 marked DSCP EF (TOS 0xB8)
-MARKED_SOURCE = """
-import socket, sys, threading, time
-src, dst, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
-def send(sport, tos):
-    s = socket.socket(); s.bind((src, sport))
-    if tos:
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
-    s.connect((dst, 5201))
-    buf = b"x" * (1 << 16)
-    while time.monotonic() < end:
-        s.send(buf)
-    s.close()
-ts = [threading.Thread(target=send, args=a) for a in ((40000, 0xB8), (40001, 0))]
-[t.start() for t in ts]; [t.join() for t in ts]
-"""
-
-
 def test_the_critical_band_takes_the_port_from_unmarked_traffic(ns_pair):
     import time
 
@@ -506,8 +487,9 @@ def test_the_critical_band_takes_the_port_from_unmarked_traffic(ns_pair):
     source = None
     try:
         time.sleep(0.3)  # the sink listens
-        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", MARKED_SOURCE,
-                                   "198.18.200.1", "198.18.200.2", "4"])
+        # two bulk flows, the one from port 40000 marked DSCP EF
+        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", BULK_SOURCE,
+                                   "198.18.200.1", "198.18.200.2", "4", "0xB8"])
         time.sleep(1.0)
         before = class_bytes(src)
         time.sleep(1.5)
