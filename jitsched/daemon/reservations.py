@@ -83,8 +83,8 @@ def _on_reserved_grid(sched: SlotSchedule, reserved: dict) -> SlotSchedule:
     s = sched.slot_s
     if sched.leftover_egress.shape[1] or sched.leftover_ingress.shape[1] or any(len(f[5]) for f in sched.flows):
         return sched
-    grids = {(r_slot, r_start / r_slot - round(r_start / r_slot)) for r_start, r_slot, _ in reserved.values()}
-    if any(abs(r_slot - s) > 1e-12 or abs(phase) > 1e-9 for r_slot, phase in grids):
+    if any(abs(r_slot - s) > 1e-12 or abs(r_start / r_slot - round(r_start / r_slot)) > 1e-9
+           for r_start, r_slot, _ in reserved.values()):
         return sched  # not on one grid of this slot length from 0
     ep = math.floor(sched.epoch_s / s + 1e-9) * s
     return sched if ep == sched.epoch_s else replace(sched, epoch_s=ep)
