@@ -406,6 +406,42 @@ def class_packets(ns: str, minor: int) -> int:
     raise AssertionError(f"no class 1:{minor:x}")
 
 
+def test_every_dl_mark_goes_to_the_unregistered_dl_class(ns):
+    # A receiver registers an inbound flow once it has read the flow's name from its
+    # first bytes, so those bytes cross the receiver's ingress before any flow class
+    # matches them; a critical job's carry the critical mark, not the common one. In the
+    # background class at a floor of 0 they waited behind the files and the flow stalled
+    # for 13 s (classes scenario); in the unregistered-DL class they go first.
+    from jitsched.agents.backends.htb import DL_MINOR
+
+    install_shaper("a0", LINE, netns=ns)
+    subprocess.run(["ip", "-n", ns, "addr", "add", "198.18.250.1/24", "dev", "a0"], check=True)
+    subprocess.run(["ip", "-n", ns, "neigh", "add", "198.18.250.2", "lladdr", "02:00:00:00:00:02",
+                    "dev", "a0"], check=True)
+    subprocess.run(["ip", "-n", ns, "link", "set", "a1", "up"], check=True)
+    b = TcBackend(LINE, dev="a0", netns=ns, dl_tos=(0x88, 0xB8))
+    try:
+        text = filters_text(ns)
+        assert text.count("flowid 1:5") == 2
+        assert "match 00880000/00fc0000 at 0" in text and "match 00b80000/00fc0000 at 0" in text
+
+        def sent(tos: int) -> tuple[int, int]:
+            before = class_packets(ns, DL_MINOR), class_packets(ns, BG_MINOR)
+            poke = ("import socket\n"
+                    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                    f"s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, {tos})\n"
+                    "for _ in range(20): s.sendto(b'x' * 200, ('198.18.250.2', 9))")
+            subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", poke], check=True)
+            return class_packets(ns, DL_MINOR) - before[0], class_packets(ns, BG_MINOR) - before[1]
+
+        assert sent(0xB8) == (20, 0)  # the critical mark
+        assert sent(0x88) == (20, 0)  # the common one
+        assert sent(0x00)[0] == 0  # unmarked: not DL
+    finally:
+        b.close()
+    assert "flowid" not in filters_text(ns)  # closing removed both filters
+
+
 def test_arp_goes_through_the_ack_class_not_the_background(ns):
     # A ranked host serves its background class last; ARP left there went
     # unanswered behind DL and a new file failed with "No route to host".

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jitsched.agents.backends.base import (
@@ -133,11 +134,13 @@ class TcBackend(Backend):
         the line rate at that level (capped at :data:`MAX_FLOW_PRIO`) whatever
         ``borrow`` and ``spare`` say, and while any flow has one the background
         class borrows last (:data:`BG_LAST_PRIO`).
-    dl_tos : int or None
-        DL packets carry this TOS byte (DSCP bits matched): those no flow class
-        matches (transfers too small to register with the agent) go to a class
-        of their own (1:5) guaranteed :data:`DL_RESERVE` of the line rate (the
-        flows' rates are scaled to leave it) that borrows first, instead of
+    dl_tos : int, sequence of int, or None
+        DL packets carry this TOS byte, or one of these (DSCP bits matched):
+        those no flow class matches (transfers too small to register with the
+        agent, and a registered flow's packets before its registration reaches
+        the agent: a receiver learns a flow's name from its first bytes) go to a
+        class of their own (1:5) guaranteed :data:`DL_RESERVE` of the line rate
+        (the flows' rates are scaled to leave it) that borrows first, instead of
         queueing behind the background in class 1:2. None (default): no such class.
     background_floor : float
         Share of ``line_rate_Bps``, in [0, 1), the background class (traffic no
@@ -153,7 +156,7 @@ class TcBackend(Backend):
     def __init__(self, line_rate_Bps: float, *, dev: str = "eth0", netns: str | None = None,
                  flow_floor: float = FLOW_FLOOR, flow_floors_sum: float = FLOW_FLOORS_SUM,
                  burst_s: float = 0.001, mtu: int = MTU,
-                 borrow: bool = False, spare: str = "background", dl_tos: int | None = None,
+                 borrow: bool = False, spare: str = "background", dl_tos: int | Sequence[int] | None = None,
                  background_floor: float = 0.0, **options) -> None:
         if spare not in SPARE_MODES:
             raise ValueError(f"tc backend: spare must be one of {SPARE_MODES}, got {spare!r}")
@@ -179,7 +182,8 @@ class TcBackend(Backend):
         self.bg_rate_Bps = int(self.line_rate_Bps)
         self.bg_prio = 1
         self.link_Bps = int(self.line_rate_Bps)  # link class 1:1's rate and ceiling now
-        self.dl_tos = None if dl_tos is None else int(dl_tos)
+        self.dl_tos = None if dl_tos is None else (
+            (int(dl_tos),) if isinstance(dl_tos, int) else tuple(int(t) for t in dl_tos) or None)
         self.dl_reserve_Bps = 0.0 if dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
         self.bg_floor_Bps = reserve_Bps(background_floor, self.line_rate_Bps)
         # capped destinations: address -> its class's minor and (rate, ceil); wanted: address -> bytes/s
@@ -241,10 +245,15 @@ class TcBackend(Backend):
 
     def _install_dl_class(self) -> None:
         r = self.dl_reserve_Bps
-        self.nl.transact(leaf_class_msgs(self.nl, self.ifindex, DL_MINOR, DL_LEAF_HANDLE, r,
-                                         burst_bytes(r, self.burst_s), self.line_rate_Bps, self.burst_s, prio=0,
-                                         filter_prio=DL_FILTER_PRIO, keys=tos_keys(self.dl_tos),
-                                         name="unregistered DL"))
+        first, *more = self.dl_tos
+        create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+        self.nl.transact([
+            *leaf_class_msgs(self.nl, self.ifindex, DL_MINOR, DL_LEAF_HANDLE, r, burst_bytes(r, self.burst_s),
+                             self.line_rate_Bps, self.burst_s, prio=0, filter_prio=DL_FILTER_PRIO,
+                             keys=tos_keys(first), name="unregistered DL"),
+            # the other marks' filters share the prio: one delete removes them all
+            *((self._filter(DL_MINOR, tos_keys(tos), create, prio=DL_FILTER_PRIO),
+               f"unregistered-DL filter of TOS {tos:#x}", False) for tos in more)])
 
     def _remove_dl_class(self) -> list[tuple[bytes, str, bool]]:
         return [(self._del_filter(DL_FILTER_PRIO), "delete unregistered-DL filter", True),

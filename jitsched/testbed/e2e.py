@@ -230,6 +230,7 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         tb = scenario_testbed(sc, options)
     # critical jobs' transfers carry the mark of the switch ports' critical band, if they have one
     crit_tos = tos if tb.critical_tos is None else tb.critical_tos
+    marks = dl_marks(tos, crit_tos)
     tmp = tempfile.mkdtemp(prefix="jitsched-tb-")
     gen = None
     bulk, bulk_stats = None, {}
@@ -267,7 +268,7 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
             for h in tb.hosts:
                 children.append(_Child(f"agent-{h.name}", _agents_main,
                                        ([(h.name, h.netns, options.agent_options(h.dev))], agent_ep,
-                                        f"tb{os.getpid()}", options.spare, watch)))
+                                        f"tb{os.getpid()}", options.spare, marks, watch)))
             for c in children[1:]:
                 (names,) = c.ready()
                 agent_names.update(names)
@@ -546,6 +547,19 @@ def transfer_tos(job_class: str, small: bool, tos: int | None, critical_tos: int
     return critical_tos if job_class == "critical" and not small else tos
 
 
+def dl_marks(tos: int | None, critical_tos: int | None) -> tuple[int, ...]:
+    """The TOS bytes the agents take as DL packets': every mark :func:`transfer_tos` sets.
+
+    A registered flow's first packets cross the receiver's ingress before its
+    registration reaches the agent (the receiver reads the flow's name from
+    them), and a critical job's carry the critical mark: with only the common
+    one they waited in the background class, and at a background floor of 0 a
+    critical job's pulls stalled for 10-13 s (classes scenario, two runs; 1.042x
+    its JCT alone once both marks were DL's).
+    """
+    return tuple(dict.fromkeys(t for t in (tos, critical_tos) if t is not None))
+
+
 def _runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
                   tos: tuple[int | None, int | None], timeout_s: float, use_channels: bool, conn) -> None:
     """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
@@ -629,7 +643,7 @@ def _sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: i
 
 
 def _agents_main(hosts: list[tuple[str, str, AgentOptions]], endpoint: str, ns_tag: str, spare: str,
-                 watch: tuple[str, ...], conn) -> None:
+                 dl_marks: tuple[int, ...], watch: tuple[str, ...], conn) -> None:
     """Child process: one tc agent per host (name, namespace, its options), each in its host's
     namespace; sends their socket names."""
     from jitsched.agents.agent import Agent
@@ -644,8 +658,8 @@ def _agents_main(hosts: list[tuple[str, str, AgentOptions]], endpoint: str, ns_t
                 # threads inherit the creator's namespace: the agent's local socket
                 # (abstract, per namespace) and tc calls live in the host's namespace;
                 # the agent command's defaults, and the testbed's plumbing: the namespace,
-                # who borrows spare capacity, and the DL packets' mark (the job runners set it)
-                plumbing = {"netns": netns, "spare": spare, "dl_tos": SCHEDULED_TOS}
+                # who borrows spare capacity, and the DL packets' marks (the job runners set them)
+                plumbing = {"netns": netns, "spare": spare, "dl_tos": dl_marks}
                 agents.append(Agent(name, endpoint, opts, backend_options=plumbing,
                                     local_namespace=ns_tag).start())
         if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
@@ -764,6 +778,6 @@ def _time_slot_changes(agent, late_ms: list[float], watch: tuple[str, ...] = (),
     backend.apply = timed
 
 
-__all__ = ["CRITICAL_TOS", "DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "transfer_tos", "UNREGISTERED_MAX_S",
-           "unregistered_max_bytes",
+__all__ = ["CRITICAL_TOS", "DAEMON_DEFAULTS", "DAEMON_POLICY", "POLICIES", "SCHEDULED_TOS", "dl_marks",
+           "transfer_tos", "UNREGISTERED_MAX_S", "unregistered_max_bytes",
            "run_scenario", "run_workload_file"]

@@ -127,6 +127,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
     from jitsched.dag.model import Cluster, Host
     from jitsched.testbed.bgtraffic import BackgroundFlow, Generator
     from jitsched.testbed.e2e import (
+        SCHEDULED_TOS,
         _agents_main,
         _Child,
         _daemon_main,
@@ -161,7 +162,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
                 for h in hosts:
                     children.append(_Child(f"agent-{h.name}", _agents_main,
                                            ([(h.name, h.netns, options.agent_options(h.dev))], agent_ep,
-                                            ns_tag, options.spare, ())))
+                                            ns_tag, options.spare, (SCHEDULED_TOS,), ())))
                 for c in children[1:]:
                     c.ready()
             file_bytes = sc.file_link_s * bps / 8
