@@ -271,6 +271,7 @@ class Agent:
         self.attached = AttachTable(netns=self.backend_options.get("netns"))
         self.current_slot: int | None = None
         self.current_caps: dict[str, float] = {}  # the caps on unranked traffic in force, by address
+        self.current_floor: float | None = None  # the floor held for a critical job, in force (None: own)
         self.caps_unenforced = False  # caps came that this agent's backend cannot hold (logged once)
         self.applied_at_ns = 0
         self.port_dev = opts.port_dev or self.backend_options.get("dev")
@@ -772,6 +773,8 @@ class Agent:
         if self.current_caps or self.caps_unenforced:
             body["caps_held"] = len(self.current_caps)
             body["caps_unenforced"] = self.caps_unenforced
+        if self.current_floor is not None and self.backend is not None and self.backend.holds_floor:
+            body["floor_held"] = self.current_floor
         if self.meter is not None:
             errors = self.meter.errors
             self.unscheduled_Bps = self.meter.sample(lambda: self.scheduled_bytes(body.get("attached")))
@@ -915,6 +918,17 @@ class Agent:
                 out[c["addr"]] = float(c["left_Bps"][k])
         return out
 
+    def held_floor(self, now_ns: int | None = None) -> float | None:
+        """The share of the ports the schedule has this host keep for unranked traffic now
+        instead of its own floor, while a critical job's reserved transfers go into or out of
+        it (the body's ``floor_from``: the latest entry begun); None: its own floor."""
+        s = self.schedule
+        if not s or not s.get("floor_from"):
+            return None
+        now_ns = self.daemon_ns() if now_ns is None else now_ns
+        begun = [f for f in s["floor_from"] if f["epoch_ns"] <= now_ns]
+        return float(max(begun, key=lambda f: f["epoch_ns"])["share"]) if begun else None
+
     def _tick(self, force: bool = False, only: str | None = None) -> None:
         # only="out"/"in": a registration changed that direction's flows, within the slot
         if self.backend is None:
@@ -922,11 +936,17 @@ class Agent:
         # without a schedule yet, registered flows share the whole line (slot -1)
         k, flows, leftover = self.slot_rates()
         caps = self.dst_caps()
-        if k == self.current_slot and caps == self.current_caps and not force:
+        floor = self.held_floor()
+        if k == self.current_slot and caps == self.current_caps and floor == self.current_floor and not force:
             return
-        if k != self.current_slot or caps != self.current_caps:
+        if k != self.current_slot or caps != self.current_caps or floor != self.current_floor:
             only = None  # a new slot changes both directions
-        self.current_slot, self.current_caps = k, caps
+        if floor != self.current_floor:
+            self.backend.hold_floor(floor)
+            if self.in_backend is not None:
+                self.in_backend.hold_floor(floor)
+            log.info("event=agent_floor host=%s floor=%s", self.host, "own" if floor is None else f"{floor:g}")
+        self.current_slot, self.current_caps, self.current_floor = k, caps, floor
         if caps and not self.backend.caps_destinations and not self.caps_unenforced:
             self.caps_unenforced = True
             log.warning("event=agent_caps_unenforced host=%s backend=%s caps=%d", self.host,

@@ -193,6 +193,13 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # unfinished reserved transfers hold to what they leave (its background floor at
     # least), so that it meets them in no switch queue; False: only the receiver orders it
     critical_caps: bool = _in("daemon", True)
+    # while a critical job's unfinished reserved transfers go into or out of a host, its
+    # agent keeps this share of the host's ports for the traffic it does not rank instead
+    # of its own background floor (the smaller of the two), and the job is reserved on what
+    # that leaves. None: each agent's own floor. A network-bound critical job is slowed by
+    # the floor on its ports; the files there pay with stalls (docs/results.md, "The
+    # background floor against the critical job")
+    critical_floor: float | None = _in("daemon", None)
     # a host whose agent has not registered (and that the journal has no share for) is
     # reserved on this share of its ports' line rate; once its agent registers, on what that
     # agent can give (its payload share less its background floor). 0.9 is at most what a
@@ -404,6 +411,10 @@ def check_config(cfg: DaemonConfig) -> None:
     if not 0 <= cfg.critical_epsilon < math.inf:
         raise ValidationError(f"[daemon].critical_epsilon: must be a finite number >= 0 (a critical job's JCT "
                               f"bound over its isolated JCT, less 1), got {cfg.critical_epsilon!r}")
+    if cfg.critical_floor is not None and (isinstance(cfg.critical_floor, bool) or not (
+            isinstance(cfg.critical_floor, (int, float)) and 0 <= cfg.critical_floor < 1)):
+        raise ValidationError(f"[daemon].critical_floor: must be within [0, 1) (the share of a critical job's "
+                              f"ports kept for traffic the agents do not rank), got {cfg.critical_floor!r}")
     if not 0 < cfg.critical_assumed_share <= 1:
         raise ValidationError(f"[daemon].critical_assumed_share: must be within (0, 1] (the share of a port "
                               f"reserved on before its agent registers), got {cfg.critical_assumed_share!r}")

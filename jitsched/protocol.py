@@ -60,6 +60,11 @@ IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
 # switch queue.
 CAP_ENTRY: dict[str, tuple[Any, bool]] = {"host": (str, True), "addr": (str, True), "epoch_ns": (int, True),
                                           "slot_s": (NUM, True), "left_Bps": (NUMS, True)}
+# A schedule body's floor entry: from wall time ``epoch_ns`` on, while the body is in force,
+# the agent keeps ``share`` of its host's ports (or its own background floor, the smaller)
+# for the traffic it does not rank: a critical job's reserved transfers go into or out of
+# the host ([daemon] critical_floor).
+FLOOR_ENTRY: dict[str, tuple[Any, bool]] = {"epoch_ns": (int, True), "share": (NUM, True)}
 
 
 class Message(str):
@@ -184,7 +189,10 @@ MESSAGES: tuple[Message, ...] = (
                                  "clock_rtt_s": (NUM, False),
                                  # the destinations whose unranked traffic the agent holds now
                                  # (its body's caps_into), and whether its backend cannot
-                                 "caps_held": (int, False), "caps_unenforced": (bool, False)}),
+                                 "caps_held": (int, False), "caps_unenforced": (bool, False),
+                                 # the share of its ports it keeps for unranked traffic while a
+                                 # critical job holds them (its body's floor_from), if any
+                                 "floor_held": (NUM, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),
@@ -194,6 +202,7 @@ MESSAGES: tuple[Message, ...] = (
                                    "in_leftover_Bps": (list, False),
                                    "in_line_Bps": (NUM, False),
                                    "caps_into": (Entries(CAP_ENTRY), False),
+                                   "floor_from": (Entries(FLOOR_ENTRY), False),
                                    # the daemon process that planned it: seqs count anew in each
                                    "incarnation": (int, False),
                                    # the leader's epoch among daemon replicas (0: one daemon):
@@ -642,6 +651,19 @@ def cap_entry(host: str, addr: str, epoch_ns: int, slot_s: float, left_Bps: list
         Bytes/s of the host's ingress the reservations leave, per slot.
     """
     return {"host": host, "addr": addr, "epoch_ns": int(epoch_ns), "slot_s": float(slot_s), "left_Bps": left_Bps}
+
+
+def floor_entry(epoch_ns: int, share: float) -> dict:
+    """One floor entry of a schedule body (:data:`FLOOR_ENTRY`).
+
+    Parameters
+    ----------
+    epoch_ns : int
+        Wall time from which the floor holds, ns.
+    share : float
+        Share of each of the host's ports, in [0, 1), kept for unranked traffic.
+    """
+    return {"epoch_ns": int(epoch_ns), "share": float(share)}
 
 
 def flow_id(job_id: str, transfer_id: str) -> str:

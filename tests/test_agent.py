@@ -68,6 +68,29 @@ def test_caps_into_reserved_hosts_follow_their_slots_and_reach_the_backend():
     assert a.backend.caps == {"198.18.0.2": 300.0} and not a.caps_unenforced
 
 
+def test_a_held_floor_reaches_both_backends_from_its_start():
+    a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"))
+    a.backend = load_backend("record", 1000.0)
+    a.in_backend = load_backend("record", 1000.0)
+    a.line_rate_Bps = 1000.0
+    now = time.time_ns()
+    later = [{"epoch_ns": now + 60 * 10**9, "share": 0.01}]
+    a._install(_schedule(now) | {"floor_from": later})
+    assert a.held_floor(now) is None and a.held_floor(now + 60 * 10**9) == 0.01
+    a._tick(force=True)
+    assert a.backend.floor is None and a.in_backend.floor is None and a.current_floor is None
+    # begun: the latest entry begun holds
+    begun = [{"epoch_ns": now - 2 * 10**8, "share": 0.02}, {"epoch_ns": now - 10**8, "share": 0.0}]
+    a._install(_schedule(now) | {"seq": 4, "floor_from": begun + later})
+    assert a.held_floor(now - 15 * 10**7) == 0.02 and a.held_floor(now) == 0.0
+    a._tick()
+    assert a.backend.floor == 0.0 and a.in_backend.floor == 0.0 and a.current_floor == 0.0
+    # a body without it: the agents' own floor again
+    a._install(_schedule(now) | {"seq": 5})
+    a._tick()
+    assert a.backend.floor is None and a.in_backend.floor is None and a.current_floor is None
+
+
 def test_caps_a_backend_cannot_hold_are_reported():
     from jitsched.agents.backends.record import RecordBackend
 

@@ -110,3 +110,24 @@ def test_reserved_ingress_caps_go_to_every_other_host_with_an_address():
     plain = host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1)
     assert all("caps_into" not in b for b in plain.values())
     assert isinstance(pack_frames(plain)["h3"], IdleFrame)
+
+
+def test_a_held_host_keeps_the_critical_floor_from_its_first_reserved_slot():
+    # h1 is held from 0.5 s on, h2 (no address: no cap, but its own agent knows it) too
+    cl = Cluster(tuple(Host(f"h{i}", LINE * 8, LINE * 8, None if i == 2 else f"198.18.0.{i + 1}")
+                       for i in range(4)))
+    held = ((1, 0.5, LINE / 2), (2, 0.5, 0.0))
+    bodies = host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1, floors_at=held, held_floor=0.01)
+    want = [{"epoch_ns": int(100.5 * 1e9), "share": 0.01}]
+    assert bodies["h1"]["floor_from"] == want and bodies["h2"]["floor_from"] == want
+    assert "floor_from" not in bodies["h0"] and "floor_from" not in bodies["h3"]
+    assert all("caps_into" not in b for b in bodies.values())  # no caps asked for
+    # h2 plans nothing but holds a floor: not idle, and the floor changes its content
+    frames = pack_frames(bodies)
+    assert not isinstance(frames["h2"], IdleFrame)
+    assert unpacked(frames)["h1"]["floor_from"] == want
+    plain = pack_frames(host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1))
+    assert frames["h1"].content != plain["h1"].content
+    # no floor configured: the hosts held get none
+    assert all("floor_from" not in b for b in host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1,
+                                                            floors_at=held).values())

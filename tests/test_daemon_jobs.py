@@ -202,7 +202,7 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     # a holds h0 and h1, which have no address here: no agent can cap traffic into them
     assert st.status({}, 0.5)["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
                                               "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
-                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"]}
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": None}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
     assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
     assert "job_id" in submit(st, "n", None, 0.6)
@@ -273,7 +273,7 @@ def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start
             assert got["unguaranteed"]["earliest_start_s"] > 0
             assert c.status()["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
                                               "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
-                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"]}
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": None}
             assert c.job_finished("a")["guarantee"] == "met"
             assert c.status()["critical"]["met"] == 1
     finally:
@@ -310,7 +310,7 @@ def test_a_real_daemon_guarantees_within_its_critical_epsilon(tmp_path):
             assert c.status()["critical"] == {"epsilon": 1.0, "reserved": 2, "refused": 1,
                                               "admitted_as_normal": 0, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
                                               "hosts_held": 3,
-                                              "hosts_unaddressed": ["h0", "h1", "h2"]}
+                                              "hosts_unaddressed": ["h0", "h1", "h2"], "floor": None}
         assert d.state.job_registry.reservations.options.eps == 1.0
     finally:
         d.stop()
@@ -390,6 +390,55 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert h2.endswith("capping traffic to 2 reserved hosts")
     assert "1 holding reservations, 0 refused" in out and "; 2 hosts held\n" in out
+
+
+@pytest.mark.parametrize("caps", [True, False])
+def test_a_critical_jobs_agents_keep_the_critical_floor_while_it_holds_their_ports(caps, capsys):
+    # [daemon] critical_floor: h0's and h1's agents keep 0.01 of their ports for unranked
+    # traffic (their own floor otherwise) from the reservation's first slot until the
+    # transfer has arrived, and say so in status; h2's keeps its own; with or without caps
+    from jitsched.cli import main
+    from jitsched.client import Client
+    from jitsched.daemon.server import wait_until
+    from jitsched.dag.model import Cluster, Host
+    from tests.test_daemon import system
+
+    cl = Cluster(tuple(Host(f"h{i}", 1e9, 1e9, f"198.18.0.{i + 1}") for i in range(4)))
+    with system(cluster=cl, policy="jit", critical_floor=0.01, critical_caps=caps) as (d, agents):
+        assert all(a.backend.floor is None for a in agents.values())
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            assert c.submit(critical("a", "h0", "h1"))["class"] == "critical"
+        assert wait_until(lambda: agents["h0"].backend.floor == 0.01 and agents["h1"].backend.floor == 0.01, 5.0)
+        assert agents["h2"].backend.floor is None and agents["h3"].backend.floor is None
+        assert bool(agents["h2"].backend.caps) is caps  # the caps go their own way
+        assert wait_until(lambda: d.state.agents["h0"].floor_held == 0.01, 3.0)
+        assert d.state.agents["h2"].floor_held is None
+        assert main(["status", "--daemon", d.job_endpoint]) == 0
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            c.transfer_finished("a", "t")
+        assert wait_until(lambda: all(a.backend.floor is None for a in agents.values()), 5.0)
+        assert wait_until(lambda: d.state.agents["h0"].floor_held is None, 3.0)
+    out = capsys.readouterr().out
+    [h0] = [ln for ln in out.splitlines() if "agent h0" in ln]
+    assert "keeping 0.01 for unranked traffic while a critical job holds its ports" in h0
+    [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
+    assert "keeping" not in h2
+    assert "2 hosts held, their agents keeping 0.01 for unranked traffic" in out
+
+
+def test_with_a_critical_floor_critical_jobs_are_reserved_on_what_it_leaves():
+    # h0's agent keeps a fifth of each port for unranked traffic, but 0.05 where a critical
+    # job holds it: the job is reserved on 0.9 x 0.95 of the line there
+    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0, critical_floor=0.05))
+    assert "seq" in _register(st, "h0", 0.2, 0.9) and "seq" in _register(st, "h1", 0.01)
+    agents = st.status({}, 0.0)["agents"]
+    assert agents["h0"]["reservable"] == pytest.approx(0.855)
+    assert agents["h1"]["reservable"] == pytest.approx(0.99)  # its own floor is lower: it keeps that
+    assert st.job_registry.reservations.share("h0") == pytest.approx(0.855)
+    assert st.status({}, 0.0)["critical"]["floor"] == 0.05
+    assert st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)["class"] == "critical"
+    # alone on what it can have: 1 s on the wire at 0.855 Gbit/s is 1.170 s, plus 0.2 s of compute
+    assert st.job_registry.reservations.held["a"].windows.isolated_s == pytest.approx(1.370, abs=0.01)
 
 
 def _register(st: SchedulerState, host: str, floor: float | None = None, payload: float | None = None,

@@ -40,6 +40,14 @@ def test_merge_puts_the_increment_on_the_base_with_its_leftover():
     assert out.solve_s == 0.5 and out.epoch_s == 1.0
 
 
+def _caps_of(book) -> dict:
+    """A request's caps as :meth:`PlanBook._caps` gives them, the configuration's switches
+    (caps sent, no critical floor: the defaults) checked and left out."""
+    got = book._caps()
+    assert got["send_caps"] is True and got["held_floor"] is None
+    return {"caps_into": got["caps_into"], "caps_changed": got["caps_changed"]}
+
+
 def test_a_plan_in_force_with_caps_since_lifted_asks_for_an_increment():
     # a full re-solve asked for while h1 was held lands after the increment that lifted
     # the cap: its bodies put the cap back, so another increment must send them all again
@@ -51,17 +59,17 @@ def test_a_plan_in_force_with_caps_since_lifted_asks_for_an_increment():
     caps = [((1, 0.0, 0.0),)]
     book._caps_now = lambda: caps[0]
     book.plan_seq = book.inflight[FULL] = 5
-    assert book._caps() == {"caps_into": caps[0], "caps_changed": True}
+    assert _caps_of(book) == {"caps_into": caps[0], "caps_changed": True}
     caps[0] = ()
     book.plan_seq = 6
-    assert book._caps() == {"caps_into": (), "caps_changed": True}
+    assert _caps_of(book) == {"caps_into": (), "caps_changed": True}
     book._caps_installed(PlanResult(6, None, {}, 0.0, ()))
     assert not book.caps_due
     book._caps_installed(PlanResult(5, None, {}, 0.0, ()))
     assert book.caps_due and book.caps_requested == ((1, 0.0, 0.0),)
     book.inflight[FULL] = 0
     book.plan_seq = 7
-    assert book._caps() == {"caps_into": (), "caps_changed": True}
+    assert _caps_of(book) == {"caps_into": (), "caps_changed": True}
     assert book._caps_of == {7: ()}
 
 
@@ -79,4 +87,4 @@ def test_caps_a_failed_plan_carried_are_asked_for_again():
     # the agents never got h1's cap: the next increment asks for it and sends every body
     assert book.caps_due and book.caps_in_force == () and book.caps_requested == ()
     book.plan_seq = 4
-    assert book._caps() == {"caps_into": caps[0], "caps_changed": True}
+    assert _caps_of(book) == {"caps_into": caps[0], "caps_changed": True}

@@ -661,6 +661,31 @@ def test_background_floor_reaches_the_kernel_while_ranked_flows_hold_the_port(ns
         TcBackend(LINE, dev="a0", netns=ns, background_floor=1.0)
 
 
+def test_a_held_floor_replaces_the_background_floor_where_lower_and_goes_when_lifted(ns):
+    install_shaper("a0", LINE, netns=ns)
+    b = TcBackend(LINE, dev="a0", netns=ns, background_floor=0.05, borrow=True)
+    ranked = [FlowRate("j/a", LINE, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0)]
+    try:
+        b.apply(ranked, 0.0)
+        assert tc_class_rates(ns)["1:2"] == "5Mbit"
+        b.hold_floor(0.01)  # a critical job holds the port: the background keeps 1 %
+        b.apply(ranked, 0.0)
+        assert tc_class_rates(ns)["1:2"] == "1Mbit"
+        cl = classes(ns)
+        # the flows take what the lower floor leaves
+        assert sum(cl[ROOT_HANDLE | i.minor][1] for i in b.flows.values()) > 0.95 * LINE
+        b.hold_floor(0.2)  # above its own floor: its own holds
+        b.apply(ranked, 0.0)
+        assert tc_class_rates(ns)["1:2"] == "5Mbit"
+        b.hold_floor(0.0)
+        b.apply(ranked, 0.0)
+        b.hold_floor(None)  # lifted
+        b.apply(ranked, 0.0)
+        assert tc_class_rates(ns)["1:2"] == "5Mbit"
+    finally:
+        b.close()
+
+
 def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lifted(ns_pair):
     # traffic no flow class takes, towards a host whose ingress a critical job holds,
     # goes to a class of its own whose ceiling is what the reservation leaves

@@ -261,6 +261,14 @@ def test_the_agents_options_are_the_runs():
     assert cli_testbed_parser().parse_args(["run", "--flow-floors-sum", "0"]).flow_floors_sum == 0.0
 
 
+def test_the_critical_floor_reaches_the_daemon_under_every_policy_when_set():
+    assert "critical_floor" not in TestbedOptions().daemon_settings()
+    for policy in ("jit", "none", "sincronia"):
+        assert TestbedOptions(policy=policy, critical_floor=0.01).daemon_settings()["critical_floor"] == 0.01
+    with pytest.raises(ValidationError, match="critical_floor"):
+        TestbedOptions(critical_floor=1.0)
+
+
 def test_critical_caps_reach_the_daemon_under_every_policy_when_set():
     assert "critical_caps" not in TestbedOptions().daemon_settings()
     for policy in ("jit", "sincronia", "none"):

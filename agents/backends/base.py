@@ -134,6 +134,14 @@ class Backend(ABC):
         address of ``caps`` to its bytes/s (the backend's background floor at least);
         traffic to other addresses is not held. Default: nothing is held."""
 
+    # Whether hold_floor changes anything (False: the backend keeps no background floor).
+    holds_floor: ClassVar[bool] = False
+
+    def hold_floor(self, share: float | None) -> None:
+        """From the next :meth:`apply` on, keep ``share`` of the line rate for the traffic no
+        flow class takes, where that is below the backend's own background floor; None:
+        its own floor again. Default: nothing changes."""
+
     def attach(self, flow_id: str, sock) -> None:
         """A local process registered ``sock`` (a connected TCP socket) as flow ``flow_id``."""
 

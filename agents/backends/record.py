@@ -22,6 +22,7 @@ class RecordBackend(Backend):
         self.last: list[FlowRate] = []  # the flows of the last apply, with their endpoints and levels
         self.closed = False
         self.caps: dict[str, float] = {}  # the caps of the last cap_destinations
+        self.floor: float | None = None  # the share of the last hold_floor
         self._lock = threading.Lock()
 
     caps_destinations = True
@@ -30,6 +31,13 @@ class RecordBackend(Backend):
         """Record the caps on unranked traffic per destination address (bytes/s)."""
         with self._lock:
             self.caps = dict(caps)
+
+    holds_floor = True
+
+    def hold_floor(self, share: float | None) -> None:
+        """Record the floor held for unranked traffic (a share of the line; None: its own)."""
+        with self._lock:
+            self.floor = share
 
     def apply(self, flows: list[FlowRate], leftover_Bps: float) -> None:
         """Record the slot's rates (bytes/s)."""

@@ -185,7 +185,7 @@ class TcBackend(Backend):
         self.dl_tos = None if dl_tos is None else (
             (int(dl_tos),) if isinstance(dl_tos, int) else tuple(int(t) for t in dl_tos) or None)
         self.dl_reserve_Bps = 0.0 if dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
-        self.bg_floor_Bps = reserve_Bps(background_floor, self.line_rate_Bps)
+        self.own_floor_Bps = self.bg_floor_Bps = reserve_Bps(background_floor, self.line_rate_Bps)
         # capped destinations: address -> its class's minor and (rate, ceil); wanted: address -> bytes/s
         self.caps: dict[str, tuple[int, tuple[int, int]]] = {}
         self.want_caps: dict[str, float] = {}
@@ -270,6 +270,15 @@ class TcBackend(Backend):
             msgs.append((self._del_filter(m), f"stale filter prio {m}", True))
             msgs.append((self._del_class(m), f"stale class 1:{m:x}", True))
         self.nl.transact(msgs)
+
+    holds_floor = True
+
+    def hold_floor(self, share: float | None) -> None:
+        """From the next :meth:`apply` on, the background class (and the capped destinations'
+        classes, which share it) is guaranteed ``share`` of the line rate where that is
+        below ``background_floor``; None: ``background_floor`` again."""
+        own = self.own_floor_Bps
+        self.bg_floor_Bps = own if share is None else min(own, reserve_Bps(share, self.line_rate_Bps))
 
     caps_destinations = True
 

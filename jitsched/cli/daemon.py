@@ -362,6 +362,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               # what critical jobs' reservations on its ports are planned on
               + (f", reserves {a['reservable']:.3g} of its ports (floor {a['background_floor']:g}, "
                  f"payload {a['payload_share']:.3g})" if a["reservable"] != 1.0 else "")
+              + (f", keeping {a['floor_held']:g} for unranked traffic while a critical job holds its ports"
+                 if a.get("floor_held") is not None else "")
               + (f" CLOCK OFF by {a['clock_offset_s']:+.3f} s (corrected by the agent)" if a.get("clock_off") else "")
               + (f" NOT ACKING seq {a['seq']} (re-sends stopped after {a['resends']})"
                  if a.get("resends_stopped") else "")
@@ -409,6 +411,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f", AT RISK (reserved on more than an agent can give): "
                  f"{', '.join(escape(j) for j in crit['at_risk'])}" if crit.get("at_risk") else "")
               + (f"; {_count(crit['hosts_held'], 'host')} held" if crit.get("hosts_held") else "")
+              + (f", their agents keeping {crit['floor']:g} for unranked traffic" if crit.get("hosts_held")
+                 and crit.get("floor") is not None else "")
               + (f", NOT CAPPED (no address): {', '.join(escape(h) for h in crit['hosts_unaddressed'])}"
                  if crit.get("hosts_unaddressed") else ""))
     if st.get("journal_errors"):

@@ -54,6 +54,7 @@ class AgentState:
     clock_off: bool = False  # the offset is over a slot
     caps_held: int = 0  # destinations whose unranked traffic the agent holds (its heartbeat)
     caps_unenforced: bool = False  # caps came that its backend cannot hold
+    floor_held: float | None = None  # the floor it keeps for a critical job now (its heartbeat)
     background_floor: float = 0.0  # the share of each port it keeps for unranked traffic (its registration)
     payload_share: float = 1.0  # the share of the line a flow's payload takes (its registration)
 
@@ -62,6 +63,13 @@ class AgentState:
         """The share of each port's line rate it can give reserved flows' payload while
         unranked traffic is backlogged: its payload share of what its floor leaves."""
         return self.payload_share * (1.0 - self.background_floor)
+
+    def reservable_with(self, held_floor: float | None) -> float:
+        """:attr:`reservable` while it keeps ``held_floor`` for unranked traffic where that
+        is below its own floor ([daemon] critical_floor; None: its own floor)."""
+        if held_floor is None:
+            return self.reservable
+        return self.payload_share * (1.0 - min(self.background_floor, held_floor))
 
 
 class AgentTable:
@@ -239,6 +247,7 @@ class AgentTable:
         a.attached = dict(body.get("attached", {}))
         a.caps_held = int(body.get("caps_held", 0))
         a.caps_unenforced = bool(body.get("caps_unenforced", False))
+        a.floor_held = float(body["floor_held"]) if "floor_held" in body else None
         offset = body.get("clock_offset_s")
         if offset is not None and math.isfinite(offset):
             self._clock(a, float(offset), float(body.get("clock_rtt_s", 0.0)))

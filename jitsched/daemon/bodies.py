@@ -12,7 +12,7 @@ import numpy as np
 from jitsched.config import ANONYMOUS, KEYS, DaemonConfig
 from jitsched.dag.model import Cluster
 from jitsched.policies.base import SlotSchedule
-from jitsched.protocol import cap_entry, flow_entry, flow_id, pack_body
+from jitsched.protocol import cap_entry, floor_entry, flow_entry, flow_id, pack_body
 
 # A status page stops adding jobs past about this many bytes of them (a page of
 # status_page_jobs jobs with 256-character ids would be ~400 kB): the whole reply,
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: int,
                 t0_wall_s: float, cluster: Cluster, slot_s: float,
-                incarnation: int = 0, epoch: int = 0, caps_into: tuple = ()) -> dict[str, dict]:
+                incarnation: int = 0, epoch: int = 0, caps_into: tuple = (), floors_at: tuple = (),
+                held_floor: float | None = None) -> dict[str, dict]:
     """Schedule message bodies (idempotent by ``seq``) of ``hosts`` (indices; None: all).
 
     A host's body holds the flows it sends and its egress leftover, bytes/s,
@@ -50,17 +51,22 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
     (:meth:`~jitsched.plan.reserve.ReservationBook.ingress_held`): every other host's
     body lists what the unfinished reserved transfers leave of each ingress they hold
     (``caps_into``, entries of :func:`~jitsched.protocol.cap_entry`; a host with no
-    address cannot be matched and is left out).
+    address cannot be matched and is left out). ``floors_at``, entries of the same form:
+    each of those hosts' own body carries ``held_floor`` from the first slot the
+    reservations hold it (``floor_from``, entries of :func:`~jitsched.protocol.floor_entry`).
     """
     names = cluster.names
     idx = range(len(names)) if hosts is None else sorted(hosts)
     caps = cap_entries(caps_into, cluster, t0_wall_s)
+    floors = {} if held_floor is None else {
+        names[h]: {"floor_from": [floor_entry(int((t0_wall_s + start_s) * 1e9), held_floor)]}
+        for h, start_s, _ in floors_at if h < len(names)}
     if sched is None:
         epoch_ns = int(t0_wall_s * 1e9)
         return {names[h]: {"seq": seq, "slot_s": slot_s, "epoch_ns": epoch_ns, "flows": [],
                            "leftover_Bps": [], "line_Bps": cluster.hosts[h].egress_Bps,
                            "in_flows": [], "in_leftover_Bps": [], "in_line_Bps": cluster.hosts[h].ingress_Bps,
-                           "incarnation": incarnation, "epoch": epoch} | _caps_of(caps, names[h])
+                           "incarnation": incarnation, "epoch": epoch} | _caps_of(caps, names[h]) | floors.get(names[h], {})
                 for h in idx}
     out_of: dict[int, list] = {h: [] for h in idx}
     into: dict[int, list] = {h: [] for h in idx}
@@ -90,7 +96,7 @@ def host_bodies(sched: SlotSchedule | None, hosts: Iterable[int] | None, seq: in
                        "line_Bps": cluster.hosts[h].egress_Bps,
                        "in_flows": into[h], "in_leftover_Bps": left_i[h, :keep_i[h]].tolist(),
                        "in_line_Bps": cluster.hosts[h].ingress_Bps, "incarnation": incarnation,
-                       "epoch": epoch} | _caps_of(caps, names[h])
+                       "epoch": epoch} | _caps_of(caps, names[h]) | floors.get(names[h], {})
             for h in idx}
 
 
@@ -169,9 +175,9 @@ class RankFrame(bytes):
 
 def is_idle(body: dict) -> bool:
     """Whether a host's body plans nothing for it: no flow out or in, both leftovers
-    the line rate (empty lists) and no cap on its traffic into another host."""
+    the line rate (empty lists), no cap on its traffic into another host and no floor to hold."""
     return not (body["flows"] or body["leftover_Bps"] or body.get("in_flows") or body.get("in_leftover_Bps")
-                or body.get("caps_into"))
+                or body.get("caps_into") or body.get("floor_from"))
 
 
 def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
@@ -291,7 +297,9 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
                   "attached": a.attached, "caps_held": a.caps_held, "caps_unenforced": a.caps_unenforced,
                   # and the share of its ports critical jobs' reservations are planned on
                   "background_floor": a.background_floor, "payload_share": a.payload_share,
-                  "reservable": a.reservable,
+                  "reservable": a.reservable_with(config.critical_floor),
+                  # the floor it keeps for a critical job on its ports now ([daemon] critical_floor)
+                  "floor_held": a.floor_held,
                   # the port's unscheduled traffic as the agent measured it, bytes/s per direction,
                   # its smoothed mean and the capacity plans use (jitsched.daemon.capacity)
                   "unscheduled_Bps": a.unscheduled_Bps, **table.capacity.host_view(h)}

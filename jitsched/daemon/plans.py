@@ -74,8 +74,12 @@ class PlanRequest:
     # schedule's floor for their flows (reserve.with_reservations)
     reserved: dict = field(default_factory=dict)
     # the hosts unfinished reserved transfers hold and what they leave of their ingress
-    # (reserve.ReservationBook.ingress_held): every other host's body carries it
+    # (reserve.ReservationBook.ingress_held): with send_caps every other host's body carries
+    # it, and with held_floor (the share [daemon] critical_floor keeps) each held host's body
+    # carries that floor from its first reserved slot on
     caps_into: tuple = ()
+    send_caps: bool = True
+    held_floor: float | None = None
     # caps_into may differ from what the agents hold: an increment sends every host's body
     caps_changed: bool = False
 
@@ -257,7 +261,8 @@ class PlanBook:
         return book.ingress_held({jid: jobs[jid].done for jid in book.held if jid in jobs})
 
     def _caps_now(self) -> tuple:
-        return self.held_hosts() if self.config.critical_caps else ()
+        cfg = self.config
+        return self.held_hosts() if cfg.critical_caps or cfg.critical_floor is not None else ()
 
     def _caps(self) -> dict:
         """A request's ``caps_into`` and ``caps_changed`` (against the last request's)."""
@@ -266,7 +271,8 @@ class PlanBook:
         self.caps_requested = caps
         self.caps_due = False
         self._caps_of[self.plan_seq] = caps
-        return {"caps_into": caps, "caps_changed": changed}
+        return {"caps_into": caps, "caps_changed": changed, "send_caps": self.config.critical_caps,
+                "held_floor": self.config.critical_floor}
 
     def _caps_installed(self, res: PlanResult) -> None:
         """``res`` is in force: if its bodies carry caps that changed since it was asked

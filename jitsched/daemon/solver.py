@@ -304,7 +304,9 @@ def _attach_bodies(res: PlanResult, hosts: Iterable[int] | None, cluster: Cluste
     with gc_paused():
         res.frames = pack_frames(host_bodies(_unscheduled_kept(sched, cluster, req.capacity), hosts, res.seq,
                                              t0_wall_s, cluster, slot_s, req.incarnation, req.epoch,
-                                             caps_into=req.caps_into))
+                                             caps_into=req.caps_into if req.send_caps else (),
+                                             floors_at=req.caps_into if req.held_floor is not None else (),
+                                             held_floor=req.held_floor))
     if sched is not None:
         # planned flows only: a ranked one (no rates) has no finish to drift from or
         # to hold back to, and the default jit's 32k ranked flows at 1000 jobs took

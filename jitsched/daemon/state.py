@@ -626,7 +626,10 @@ class SchedulerState:
                            "admitted_as_normal": self.job_registry.critical_demoted,
                            "met": self.job_registry.critical_met, "missed": self.job_registry.critical_missed,
                            "overdue": self.job_registry.overdue(now), "at_risk": self.job_registry.at_risk(),
-                           "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address]}
+                           "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address],
+                           # the share of a held host's ports its agent keeps for unranked traffic
+                           # (None: each agent's own floor)
+                           "floor": self.config.critical_floor}
         out["journal_errors"] = self.journal_errors
         out["journal_last_error"] = self.journal_last_error
         out["journal_held"] = self.journal_held
@@ -695,7 +698,7 @@ class SchedulerState:
         # the journal keeps it, so that a restarted daemon reserves its critical jobs again on
         # it before their agents register
         book = self.job_registry.reservations
-        share, was = self.agent_table.agents[host].reservable, book.share(host)
+        share, was = self.agent_table.agents[host].reservable_with(self.config.critical_floor), book.share(host)
         if share != was:
             book.shares[host] = share
             if self.journal is not None:

@@ -139,6 +139,10 @@ class TestbedOptions:
         ``[daemon] critical_caps`` under every policy (None: the daemon's
         default, on): the agents hold the traffic they do not rank towards
         the hosts a critical job holds to what its reservation leaves.
+    critical_floor : float or None
+        ``[daemon] critical_floor`` under every policy: the share of a
+        critical job's ports its agents keep for the traffic they do not rank
+        while its reserved transfers run (None: their ``background_floor``).
     critical_band : bool
         Under every policy, a critical job's transfers on connections of
         their own carry :data:`jitsched.testbed.e2e.CRITICAL_TOS` (DSCP EF), and
@@ -237,6 +241,9 @@ class TestbedOptions:
     critical_caps: bool | None = option(
         None, "run: the agents hold their unranked traffic into a critical job's hosts to what its reservation "
               "leaves (default on), or not (--no-critical-caps)")
+    critical_floor: float | None = option(
+        None, "run: share of a critical job's ports its agents keep for the traffic they do not rank while its "
+              "reserved transfers run, in [0, 1) (default: --background-floor)", metavar="SHARE")
     critical_band: bool = option(
         True, "run: a critical job's transfers ahead of all else at the switch ports (DSCP EF; every policy)")
     switch_priority: bool = option(
@@ -326,6 +333,8 @@ class TestbedOptions:
             out |= self.jit_settings()
         if self.critical_caps is not None:
             out["critical_caps"] = self.critical_caps
+        if self.critical_floor is not None:
+            out["critical_floor"] = self.critical_floor
         if extra:
             more = dict(self.daemon_options)
             if "policy_options" in more and "policy_options" in out:
