@@ -212,7 +212,8 @@ def test_status_text_shows_recurring_jobs_and_journal_trouble(tmp_path, capsys):
     assert "critical jobs (JCT within 1.05x isolated): 1 holding reservations, 0 refused" in out
     # its hosts have no address in this cluster: the agents cannot cap traffic into them
     assert ("as normal instead; 0 finished within it, 0 did not, AT RISK (reserved on more than an agent can "
-            "give): crit; 2 hosts held, NOT CAPPED (no address): h2, h3" in out)
+            "give): crit; 2 hosts held, their agents keeping 0.01 for unranked traffic, NOT CAPPED (no "
+            "address): h2, h3" in out)
     assert "critical: on time AT RISK: reserved on more than the 0.8 of host h3's ports" in out
 
 
@@ -244,7 +245,9 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
     assert m and abs(float(m.group(1)) + 30.0) < 0.1, h0
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert "NOT ACKING" in h2
-    assert "reserves 0.909 of its ports (floor 0.05, payload 0.956)" in h2 and "reserves" not in h0
+    # a critical job is reserved on what the daemon's critical floor leaves there (0.99 of 0.956)
+    assert ("reserves 0.947 of its ports (floor 0.05, 0.01 while a critical job holds them, payload 0.956)"
+            in h2 and "reserves" not in h0)
     assert "  agents: schedule_resends_stopped 1" in out
 
 

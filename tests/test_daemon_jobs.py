@@ -202,7 +202,7 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     # a holds h0 and h1, which have no address here: no agent can cap traffic into them
     assert st.status({}, 0.5)["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
                                               "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
-                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": None}
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": 0.01}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
     assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
     assert "job_id" in submit(st, "n", None, 0.6)
@@ -273,7 +273,7 @@ def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start
             assert got["unguaranteed"]["earliest_start_s"] > 0
             assert c.status()["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
                                               "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
-                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": None}
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": 0.01}
             assert c.job_finished("a")["guarantee"] == "met"
             assert c.status()["critical"]["met"] == 1
     finally:
@@ -310,7 +310,7 @@ def test_a_real_daemon_guarantees_within_its_critical_epsilon(tmp_path):
             assert c.status()["critical"] == {"epsilon": 1.0, "reserved": 2, "refused": 1,
                                               "admitted_as_normal": 0, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
                                               "hosts_held": 3,
-                                              "hosts_unaddressed": ["h0", "h1", "h2"], "floor": None}
+                                              "hosts_unaddressed": ["h0", "h1", "h2"], "floor": 0.01}
         assert d.state.job_registry.reservations.options.eps == 1.0
     finally:
         d.stop()
@@ -389,7 +389,8 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
     out = capsys.readouterr().out
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert h2.endswith("capping traffic to 2 reserved hosts")
-    assert "1 holding reservations, 0 refused" in out and "; 2 hosts held\n" in out
+    assert "1 holding reservations, 0 refused" in out
+    assert "; 2 hosts held, their agents keeping 0.01 for unranked traffic\n" in out
 
 
 @pytest.mark.parametrize("caps", [True, False])
@@ -452,7 +453,7 @@ def test_critical_jobs_are_reserved_on_what_the_agents_floor_and_frames_leave():
     # h0's agent keeps a fifth of each port for traffic it does not rank, and a flow's
     # payload takes 0.9 of the line: a reservation above 0.72 of the line there is one it
     # would not give while that traffic is backlogged
-    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0))
+    st = SchedulerState(config(policy="jit", critical_floor=None, critical_assumed_share=1.0))
     reg = st.job_registry
     assert "seq" in _register(st, "h0", 0.2, 0.9) and "seq" in _register(st, "h1")
     agents = st.status({}, 0.0)["agents"]
@@ -520,7 +521,7 @@ def test_a_job_reserved_on_more_than_its_hosts_agent_can_give_now_is_shown_at_ri
 
     from jitsched.daemon.metrics import Metrics
 
-    st = SchedulerState(config(policy="jit"))
+    st = SchedulerState(config(policy="jit", critical_floor=None))
     reg = st.job_registry
     for h in ("h0", "h1", "h2", "h3"):
         assert "seq" in _register(st, h, 0.0, 1.0)
@@ -555,7 +556,7 @@ def test_a_job_whose_hosts_agent_gives_less_is_reserved_again_on_it_where_its_wi
     # epsilon 1: a's 125 MB may take until 2.4 s; reserved on the whole line it takes
     # 0.1-1.1 s. At 0.3 s h1's agent keeps a fifth for unranked traffic: what is left goes
     # at 0.8 of the line in the rest of the window, and a is not at risk
-    st = SchedulerState(config(policy="jit", critical_epsilon=1.0, critical_assumed_share=1.0))
+    st = SchedulerState(config(policy="jit", critical_floor=None, critical_epsilon=1.0, critical_assumed_share=1.0))
     reg = st.job_registry
     for h in ("h0", "h1"):
         assert "seq" in _register(st, h, 0.0, 1.0)

@@ -536,7 +536,8 @@ def test_a_restarted_daemon_reserves_its_critical_jobs_on_the_shares_its_agents_
     from jitsched.daemon.state import SchedulerState
     from tests.test_daemon_jobs import _register, critical
 
-    cfg = config(journal=str(tmp_path / "journal.db"), policy="jit")
+    # the agents' own floors ([daemon] critical_floor off)
+    cfg = config(journal=str(tmp_path / "journal.db"), policy="jit", critical_floor=None)
     st = SchedulerState(cfg, journal=Journal(cfg.journal))
     assert "seq" in _register(st, "h0", 0.2)
     assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)

@@ -42,9 +42,9 @@ def test_merge_puts_the_increment_on_the_base_with_its_leftover():
 
 def _caps_of(book) -> dict:
     """A request's caps as :meth:`PlanBook._caps` gives them, the configuration's switches
-    (caps sent, no critical floor: the defaults) checked and left out."""
+    (caps sent, the critical floor: the defaults) checked and left out."""
     got = book._caps()
-    assert got["send_caps"] is True and got["held_floor"] is None
+    assert got["send_caps"] is True and got["held_floor"] == book.config.critical_floor == 0.01
     return {"caps_into": got["caps_into"], "caps_changed": got["caps_changed"]}
 
 

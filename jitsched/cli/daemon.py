@@ -356,12 +356,15 @@ def cmd_status(args: argparse.Namespace) -> int:
               + "".join(f"\n  joined {escape(h)} {j['egress_bps'] / 1e9:g}/{j['ingress_bps'] / 1e9:g} Gbit/s"
                         for h, j in sorted(hs["joined"].items()))
               + "".join(f"\n  left   {escape(h)}: {escape(x['why'])}" for h, x in sorted(hs["left"].items())))
+    crit_floor = (st.get("critical") or {}).get("floor")
     for h, a in sorted(st["agents"].items()):
         print(f"  agent {h:<8} {'up' if a['up'] else 'DOWN':<5} backend {a['backend']:<7} "
               f"acked {a['acked_seq']}"
               # what critical jobs' reservations on its ports are planned on
-              + (f", reserves {a['reservable']:.3g} of its ports (floor {a['background_floor']:g}, "
-                 f"payload {a['payload_share']:.3g})" if a["reservable"] != 1.0 else "")
+              + (f", reserves {a['reservable']:.3g} of its ports (floor {a['background_floor']:g}"
+                 + (f", {crit_floor:g} while a critical job holds them"
+                    if crit_floor is not None and crit_floor < a["background_floor"] else "")
+                 + f", payload {a['payload_share']:.3g})" if a["reservable"] != 1.0 else "")
               + (f", keeping {a['floor_held']:g} for unranked traffic while a critical job holds its ports"
                  if a.get("floor_held") is not None else "")
               + (f" CLOCK OFF by {a['clock_offset_s']:+.3f} s (corrected by the agent)" if a.get("clock_off") else "")
