@@ -360,6 +360,11 @@ class Agent:
         body = {"host": self.host, "backend": backend, "applied_seq": self.applied_seq,
                 "agent_id": self.agent_id, "background_floor": self.options.background_floor if tc else 0.0,
                 "payload_share": payload_share() if tc else 1.0} | self.join
+        # whether it lowers its floor on a critical job's ports (the body's floor_from): the tc
+        # backends do only where they can keep DL packets out of the background class
+        # (their dl_tos: TcBackend.holds_floor)
+        if tc and self.backend_options.get("dl_tos"):
+            body["holds_floor"] = True
         self._register_id = next_id()
         if not again:
             self._register_at = time.monotonic()

@@ -171,6 +171,9 @@ MESSAGES: tuple[Message, ...] = (
                                 "egress_bps": (NUM, False), "ingress_bps": (NUM, False),
                                 "address": (str, False), "background_floor": (NUM, False),
                                 "payload_share": (NUM, False),
+                                # whether it keeps [daemon] critical_floor on a critical job's
+                                # ports (false if absent: its own floor there too)
+                                "holds_floor": (bool, False),
                                 "applied_seq": (int, False), "agent_id": (str, False)}),
     # the registered agent's host leaves the cluster: its jobs with work left on it end
     # failed, the rest are re-planned; registering again brings it back

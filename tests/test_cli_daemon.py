@@ -234,6 +234,7 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
             d.state.agents["h2"].resends_stopped = True  # as after RESEND_TRIES unacked re-sends
             # as a tc agent registers: a 5 % floor, and payload in whole frames
             d.state.agents["h2"].background_floor, d.state.agents["h2"].payload_share = 0.05, 1448 / 1514
+            d.state.agents["h2"].holds_floor = True  # and with the DL marks: it lowers it under a critical job
             d.state.agent_table.counts["schedule_resends_stopped"] = 1
             assert main(["status", "--daemon", d.job_endpoint]) == 0
         finally:

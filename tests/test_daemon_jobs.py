@@ -431,10 +431,13 @@ def test_with_a_critical_floor_critical_jobs_are_reserved_on_what_it_leaves():
     # h0's agent keeps a fifth of each port for unranked traffic, but 0.05 where a critical
     # job holds it: the job is reserved on 0.9 x 0.95 of the line there
     st = SchedulerState(config(policy="jit", critical_assumed_share=1.0, critical_floor=0.05))
-    assert "seq" in _register(st, "h0", 0.2, 0.9) and "seq" in _register(st, "h1", 0.01)
+    assert "seq" in _register(st, "h0", 0.2, 0.9, holds_floor=True)
+    assert "seq" in _register(st, "h1", 0.01, holds_floor=True) and "seq" in _register(st, "h2", 0.2, 0.9)
     agents = st.status({}, 0.0)["agents"]
-    assert agents["h0"]["reservable"] == pytest.approx(0.855)
+    assert agents["h0"]["reservable"] == pytest.approx(0.855) and agents["h0"]["holds_floor"]
     assert agents["h1"]["reservable"] == pytest.approx(0.99)  # its own floor is lower: it keeps that
+    # an agent that cannot keep DL packets out of its background class keeps its own floor
+    assert agents["h2"]["reservable"] == pytest.approx(0.72) and not agents["h2"]["holds_floor"]
     assert st.job_registry.reservations.share("h0") == pytest.approx(0.855)
     assert st.status({}, 0.0)["critical"]["floor"] == 0.05
     assert st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)["class"] == "critical"

@@ -418,6 +418,9 @@ def test_every_dl_mark_goes_to_the_unregistered_dl_class(ns):
     subprocess.run(["ip", "-n", ns, "addr", "add", "198.18.250.1/24", "dev", "a0"], check=True)
     subprocess.run(["ip", "-n", ns, "neigh", "add", "198.18.250.2", "lladdr", "02:00:00:00:00:02",
                     "dev", "a0"], check=True)
+    # no IPv6 chatter (router solicitations land in the background class), then a0 gets its carrier
+    subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1", "net.ipv6.conf.a0.disable_ipv6=1"], check=True)
     subprocess.run(["ip", "-n", ns, "link", "set", "a1", "up"], check=True)
     b = TcBackend(LINE, dev="a0", netns=ns, dl_tos=(0x88, 0xB8))
     try:
@@ -663,17 +666,32 @@ def test_background_floor_reaches_the_kernel_while_ranked_flows_hold_the_port(ns
 
 def test_a_held_floor_replaces_the_background_floor_where_lower_and_goes_when_lifted(ns):
     install_shaper("a0", LINE, netns=ns)
-    b = TcBackend(LINE, dev="a0", netns=ns, background_floor=0.05, borrow=True)
     ranked = [FlowRate("j/a", LINE, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0)]
+    # without the DL marks a flow's first packets would wait in the background class: no lower floor
+    b = TcBackend(LINE, dev="a0", netns=ns, background_floor=0.05, borrow=True)
     try:
+        assert not b.holds_floor
+        b.hold_floor(0.01)
         b.apply(ranked, 0.0)
         assert tc_class_rates(ns)["1:2"] == "5Mbit"
+    finally:
+        b.close()
+    b = TcBackend(LINE, dev="a0", netns=ns, background_floor=0.05, borrow=True, dl_tos=0x88)
+    try:
+        assert b.holds_floor
+
+        def flows_Bps() -> int:
+            cl = classes(ns)
+            return sum(cl[ROOT_HANDLE | i.minor][1] for i in b.flows.values())
+
+        b.apply(ranked, 0.0)
+        assert tc_class_rates(ns)["1:2"] == "5Mbit"
+        before = flows_Bps()
         b.hold_floor(0.01)  # a critical job holds the port: the background keeps 1 %
         b.apply(ranked, 0.0)
         assert tc_class_rates(ns)["1:2"] == "1Mbit"
-        cl = classes(ns)
-        # the flows take what the lower floor leaves
-        assert sum(cl[ROOT_HANDLE | i.minor][1] for i in b.flows.values()) > 0.95 * LINE
+        # the flows take what the lower floor leaves: 4 % of the line more
+        assert flows_Bps() - before == pytest.approx(0.04 * LINE, abs=2)
         b.hold_floor(0.2)  # above its own floor: its own holds
         b.apply(ranked, 0.0)
         assert tc_class_rates(ns)["1:2"] == "5Mbit"

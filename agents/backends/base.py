@@ -134,7 +134,8 @@ class Backend(ABC):
         address of ``caps`` to its bytes/s (the backend's background floor at least);
         traffic to other addresses is not held. Default: nothing is held."""
 
-    # Whether hold_floor changes anything (False: the backend keeps no background floor).
+    # Whether hold_floor changes anything (False: the backend keeps no background floor,
+    # or cannot keep DL packets out of it; a property where it depends on the instance).
     holds_floor: ClassVar[bool] = False
 
     def hold_floor(self, share: float | None) -> None:

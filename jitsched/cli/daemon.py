@@ -363,7 +363,8 @@ def cmd_status(args: argparse.Namespace) -> int:
               # what critical jobs' reservations on its ports are planned on
               + (f", reserves {a['reservable']:.3g} of its ports (floor {a['background_floor']:g}"
                  + (f", {crit_floor:g} while a critical job holds them"
-                    if crit_floor is not None and crit_floor < a["background_floor"] else "")
+                    if crit_floor is not None and crit_floor < a["background_floor"] and a.get("holds_floor")
+                    else "")
                  + f", payload {a['payload_share']:.3g})" if a["reservable"] != 1.0 else "")
               + (f", keeping {a['floor_held']:g} for unranked traffic while a critical job holds its ports"
                  if a.get("floor_held") is not None else "")

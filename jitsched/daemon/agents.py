@@ -57,6 +57,7 @@ class AgentState:
     floor_held: float | None = None  # the floor it keeps for a critical job now (its heartbeat)
     background_floor: float = 0.0  # the share of each port it keeps for unranked traffic (its registration)
     payload_share: float = 1.0  # the share of the line a flow's payload takes (its registration)
+    holds_floor: bool = False  # it keeps [daemon] critical_floor on a critical job's ports (its registration)
 
     @property
     def reservable(self) -> float:
@@ -66,8 +67,9 @@ class AgentState:
 
     def reservable_with(self, held_floor: float | None) -> float:
         """:attr:`reservable` while it keeps ``held_floor`` for unranked traffic where that
-        is below its own floor ([daemon] critical_floor; None: its own floor)."""
-        if held_floor is None:
+        is below its own floor and it :attr:`holds_floor` ([daemon] critical_floor; None:
+        its own floor)."""
+        if held_floor is None or not self.holds_floor:
             return self.reservable
         return self.payload_share * (1.0 - min(self.background_floor, held_floor))
 
@@ -139,7 +141,8 @@ class AgentTable:
                        str(body.get("agent_id", ""))[:AGENT_ID_CHARS], self.source(),
                        applied_seq=int(body.get("applied_seq", 0)),
                        background_floor=float(body.get("background_floor", 0.0)),
-                       payload_share=float(body.get("payload_share", 1.0)))
+                       payload_share=float(body.get("payload_share", 1.0)),
+                       holds_floor=bool(body.get("holds_floor", False)))
         self.agents[host] = a
         self.by_identity[identity] = host
         if self.host_seq.get(host, 0):

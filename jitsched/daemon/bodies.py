@@ -297,7 +297,7 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
                   "attached": a.attached, "caps_held": a.caps_held, "caps_unenforced": a.caps_unenforced,
                   # and the share of its ports critical jobs' reservations are planned on
                   "background_floor": a.background_floor, "payload_share": a.payload_share,
-                  "reservable": a.reservable_with(config.critical_floor),
+                  "reservable": a.reservable_with(config.critical_floor), "holds_floor": a.holds_floor,
                   # the floor it keeps for a critical job on its ports now ([daemon] critical_floor)
                   "floor_held": a.floor_held,
                   # the port's unscheduled traffic as the agent measured it, bytes/s per direction,
