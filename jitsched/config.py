@@ -196,7 +196,8 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # while a critical job's unfinished reserved transfers go into or out of a host, its
     # agent keeps this share of the host's ports for the traffic it does not rank instead
     # of its own background floor (the smaller of the two), and the job is reserved on what
-    # that leaves; None (or a share at or above the agents' floors): each agent's own. A
+    # that leaves; None (or a share at or above the agents' floors): each agent's own. Only
+    # agents that keep DL packets out of their background class lower it (TcBackend.holds_floor). A
     # network-bound critical VGG16 took 1.049-1.051x its JCT alone on real TCP at 0.01
     # against 1.086-1.090x at the agents' 0.05, and the files on its ports went 2.1-2.3 s
     # without a byte against 0.3-0.5 s (`jitsched testbed run --scenario classes --policy
