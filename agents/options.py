@@ -85,6 +85,12 @@ class AgentOptions:
         FLOW_FLOORS_SUM, "tc backend: share of each port, in [0, 1), the ranked flows' floors add up to at "
                          "most: past it each gets an equal part (default %(default)s; 0: no bound)",
         metavar="SHARE")
+    dl_dscp: str | None = option(
+        None, "tc backend: the DSCP values (0-63, comma-separated) the jobs' DL packets carry (a job "
+              "runner's tos): those no flow class takes yet -- small transfers, and a flow's first packets, "
+              "which reach its receiver before the receiver registers it -- go ahead of the background, "
+              "and the agent keeps [daemon] critical_floor on a critical job's ports; default: none",
+        metavar="LIST")
     leave_on_exit: bool = option(
         False, "on exit, tell the daemon this host leaves the cluster (its jobs with work left here end failed)")
     port_dev: str | None = option(
@@ -109,6 +115,19 @@ class AgentOptions:
         check_background_floor(self.background_floor)
         check_floor(self.flow_floor, "flow_floor")
         check_floor(self.flow_floors_sum, "flow_floors_sum")
+        self.dl_tos()
+
+    def dl_tos(self) -> tuple[int, ...]:
+        """The TOS bytes of :attr:`dl_dscp` (each DSCP value shifted past the ECN bits)."""
+        if self.dl_dscp is None:
+            return ()
+        try:
+            values = [int(v) for v in self.dl_dscp.split(",") if v.strip()]
+        except ValueError:
+            values = []
+        if not values or not all(0 <= v <= 63 for v in values):
+            raise ValidationError(f"dl_dscp: expected DSCP values 0-63 separated by commas, got {self.dl_dscp!r}")
+        return tuple(dict.fromkeys(v << 2 for v in values))
 
     @property
     def enforce_ingress(self) -> bool:
@@ -117,7 +136,7 @@ class AgentOptions:
 
     def backend_options(self) -> dict:
         """Keywords of the backend's constructor these options set (the tc backend's ``dev``, ``borrow``,
-        ``background_floor``, ``flow_floor``, ``flow_floors_sum``)."""
+        ``background_floor``, ``flow_floor``, ``flow_floors_sum``, ``dl_tos``)."""
         tc = {"dev": self.dev} if self.dev else {}
         if self.backend == "tc":
             # the plan is a floor and flows borrow what it leaves, as the policies' backfill
@@ -126,6 +145,8 @@ class AgentOptions:
             tc["background_floor"] = self.background_floor
             tc["flow_floor"] = self.flow_floor
             tc["flow_floors_sum"] = self.flow_floors_sum
+            if self.dl_dscp is not None:
+                tc["dl_tos"] = self.dl_tos()
         return tc
 
     def ingress_options(self) -> dict | None:

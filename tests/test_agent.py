@@ -684,13 +684,16 @@ def test_an_agent_registers_the_background_floor_and_payload_share_its_backend_k
         fake.close()
 
 
-@pytest.mark.parametrize(("backend", "plumbing", "holds"),
-                         [("tc", {"dl_tos": (0x88, 0xB8)}, True), ("tc", {}, False), ("record", {"dl_tos": 0x88}, False)])
-def test_an_agent_says_it_keeps_the_critical_floor_only_where_dl_packets_have_their_class(backend, plumbing, holds):
-    # a tc agent with the DL marks keeps the daemon's critical floor on a critical job's
-    # ports; without them a flow's first packets would wait in the background class at it
+@pytest.mark.parametrize(("backend", "dscp", "plumbing", "holds"),
+                         [("tc", None, {"dl_tos": (0x88, 0xB8)}, True), ("tc", "34", {}, True),
+                          ("tc", None, {}, False), ("record", None, {"dl_tos": 0x88}, False)])
+def test_an_agent_says_it_keeps_the_critical_floor_only_where_dl_packets_have_their_class(backend, dscp, plumbing,
+                                                                                          holds):
+    # a tc agent with the DL marks (its --dl-dscp, or the testbed's plumbing) keeps the
+    # daemon's critical floor on a critical job's ports; without them a flow's first packets
+    # would wait in the background class at it
     fake = _FakeDaemon()
-    a = Agent("h0", fake.endpoint, AgentOptions(backend=backend), backend_options=plumbing,
+    a = Agent("h0", fake.endpoint, AgentOptions(backend=backend, dl_dscp=dscp), backend_options=plumbing,
               local_namespace=f"hold{id(fake)}").start()
     try:
         _, req, _ = fake.recv("register")

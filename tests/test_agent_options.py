@@ -72,6 +72,9 @@ def test_the_tc_backend_orders_the_ingress_too_by_default():
     ({"flow_floor": math.nan}, "flow_floor: must be within"),
     ({"flow_floor": True}, "flow_floor: "),
     ({"backend": "tc", "flow_floors_sum": 1.0}, r"flow_floors_sum: must be within \[0, 1\), got 1.0"),
+    ({"backend": "tc", "dl_dscp": "64"}, "dl_dscp: expected DSCP values 0-63 separated by commas, got '64'"),
+    ({"backend": "tc", "dl_dscp": "af41"}, "dl_dscp: expected DSCP values 0-63"),
+    ({"backend": "tc", "dl_dscp": ","}, "dl_dscp: expected DSCP values 0-63"),
 ])
 def test_bad_options_are_refused_naming_the_field(kw, message):
     with pytest.raises(ValidationError, match=message):
@@ -84,6 +87,13 @@ def test_the_background_floor_reaches_both_tc_backends():
     assert parse("--backend", "tc", "--background-floor", "0").backend_options()["background_floor"] == 0.0
     # the other backends have no background class to guarantee
     assert "background_floor" not in parse("--background-floor", "0.3").backend_options()
+
+
+def test_the_dl_marks_reach_both_tc_backends_as_tos_bytes():
+    o = parse("--backend", "tc", "--dl-dscp", "34, 46")  # AF41 and EF
+    assert o.backend_options()["dl_tos"] == o.ingress_options()["dl_tos"] == (0x88, 0xB8)
+    assert "dl_tos" not in parse("--backend", "tc").backend_options()  # default: no DL class
+    assert "dl_tos" not in parse("--dl-dscp", "34").backend_options()  # pacing has no classes
 
 
 def test_the_flow_floor_reaches_both_tc_backends():

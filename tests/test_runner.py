@@ -188,6 +188,37 @@ def test_transfers_up_to_register_min_bytes_do_not_register_with_their_agent():
         JobRunner(job, "tcp://127.0.0.1:1", {}, register_min_bytes=-1)
 
 
+def test_a_runner_marks_its_transfers_connections_with_its_tos(monkeypatch):
+    # the agents' --dl-dscp class takes a transfer's packets before its flow is registered
+    # at the receiver only if they carry the mark
+    from jitsched.client import runner as runner_mod
+    from jitsched.client.runner import JobRunner
+    from jitsched.client.transfer import TransferSink
+    from jitsched.dag.model import Job, Transfer
+    from tests.test_daemon import system
+
+    marks = []
+    real = runner_mod.send_bytes
+
+    def send_bytes(*a, **kw):
+        marks.append(kw.get("tos"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(runner_mod, "send_bytes", send_bytes)
+    job = Job("marked", (), (Transfer("t", "h0", "h1", 10_000),), (), 0.0)
+    with system(hosts=("h0", "h1"), backend="record") as (d, _):
+        sinks = {h: TransferSink("127.0.0.1") for h in ("h0", "h1")}
+        try:
+            r = JobRunner(job, d.job_endpoint, {h: s.address for h, s in sinks.items()}, tos=0x88).run(timeout_s=30.0)
+        finally:
+            for s in sinks.values():
+                s.close()
+    assert r.error == "" and marks == [0x88]
+    for bad in (256, -1, True, 1.5):
+        with pytest.raises(ValueError, match="tos: must be a TOS byte"):
+            JobRunner(job, "tcp://127.0.0.1:1", {}, tos=bad)
+
+
 def test_a_runner_runs_a_template_as_iterations_and_the_daemon_learns_its_timings():
     """run_iterations registers the template once, reports one iteration message each."""
     job = layer_chain_job("rec", "h0", "h1", VGG16_LAYERS[:3], min_compute_s=0.01)

@@ -264,6 +264,12 @@ class JobRunner:
         the agent and a re-apply of its rates, longer than a small transfer
         takes; the testbed and the demo leave out those under 10 ms at the
         line rate (:func:`unregistered_max_bytes`).
+    tos : int, optional
+        The TOS byte of its transfers' connections (a DSCP value times four;
+        None: the system's): with the same DSCP in its hosts' agents'
+        ``--dl-dscp``, a transfer's packets that no flow class takes yet (its
+        first, before its receiver registers it) go ahead of the background
+        traffic there. Not used with ``send``, which marks its own.
     request_timeout_s : float
         How long a request waits for its reply before it is sent again on a
         fresh connection. Submission and reports are retried so through a
@@ -277,7 +283,7 @@ class JobRunner:
                  on_event: Callable[[str, str, str], None] | None = None,
                  send: Callable[..., float] | None = None, async_reports: bool = False,
                  keys: CurveKeys | str | Path | None = None, key_name: str = DEFAULT_CLIENT,
-                 request_timeout_s: float = 2.0, register_min_bytes: int = 0) -> None:
+                 request_timeout_s: float = 2.0, register_min_bytes: int = 0, tos: int | None = None) -> None:
         self.job = job
         self.request_timeout_s = request_timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)  # read once, not per run
@@ -295,6 +301,9 @@ class JobRunner:
         if register_min_bytes < 0:
             raise ValidationError(f"register_min_bytes: must be >= 0, got {register_min_bytes!r}")
         self.register_min_bytes = int(register_min_bytes)
+        if tos is not None and (isinstance(tos, bool) or not isinstance(tos, int) or not 0 <= tos <= 255):
+            raise ValidationError(f"tos: must be a TOS byte 0-255 (a DSCP value times four), got {tos!r}")
+        self.tos = tos
         self._lock = threading.Lock()
         # a recurring run (run_iterations): the template registered, the iteration under way,
         # the session kept across iterations, and each compute's factor in this iteration
@@ -437,7 +446,7 @@ class JobRunner:
                                                  self._flow_id(nid), agent=agent)
                             else:
                                 secs = send_bytes(self.sinks[t.dst], int(t.bytes), self._flow_id(nid),
-                                                  agent=agent)
+                                                  agent=agent, tos=self.tos)
                             result.transfer_s[nid] = secs
                             ends[nid] = time.perf_counter() - t0
                             client.node_done(nid)
