@@ -199,7 +199,7 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # that leaves; None (or a share at or above the agents' floors): each agent's own. Only
     # agents that keep DL packets out of their background class lower it (TcBackend.holds_floor). A
     # network-bound critical VGG16 took 1.049-1.051x its JCT alone on real TCP at 0.01
-    # against 1.086-1.090x at the agents' 0.05, and the files on its ports went 2.1-2.3 s
+    # against 1.086-1.090x at the agents' 0.05, and the files on its ports went 2.1-2.4 s
     # without a byte against 0.3-0.5 s (`jitsched testbed run --scenario classes --policy
     # jit --seed 0`, docs/results.md): the files are slowed, never stopped
     critical_floor: float | None = _in("daemon", 0.01)
