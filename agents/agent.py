@@ -950,7 +950,8 @@ class Agent:
             self.backend.hold_floor(floor)
             if self.in_backend is not None:
                 self.in_backend.hold_floor(floor)
-            log.info("event=agent_floor host=%s floor=%s", self.host, "own" if floor is None else f"{floor:g}")
+            if self.backend.holds_floor:
+                log.info("event=agent_floor host=%s floor=%s", self.host, "own" if floor is None else f"{floor:g}")
         self.current_slot, self.current_caps, self.current_floor = k, caps, floor
         if caps and not self.backend.caps_destinations and not self.caps_unenforced:
             self.caps_unenforced = True
