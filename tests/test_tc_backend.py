@@ -445,6 +445,22 @@ def test_every_dl_mark_goes_to_the_unregistered_dl_class(ns):
     assert "flowid" not in filters_text(ns)  # closing removed both filters
 
 
+def test_no_dl_marks_is_no_dl_class_and_no_reserve_for_one(ns):
+    # an empty list of marks (the testbed's dl_marks with none set) is no DL class at all:
+    # the flows are not scaled to leave a reserve to a class that is not there
+    from jitsched.agents.backends.htb import DL_MINOR
+
+    install_shaper("a0", LINE, netns=ns)
+    b = TcBackend(LINE, dev="a0", netns=ns, dl_tos=())
+    try:
+        assert b.dl_tos is None and b.dl_reserve_Bps == 0.0 and not b.holds_floor
+        b.apply([flow("j/x", LINE)], 0.0)
+        assert ROOT_HANDLE | DL_MINOR not in classes(ns)
+        assert classes(ns)[ROOT_HANDLE | b.flows["j/x"].minor][1] > 0.99 * LINE
+    finally:
+        b.close()
+
+
 def test_arp_goes_through_the_ack_class_not_the_background(ns):
     # A ranked host serves its background class last; ARP left there went
     # unanswered behind DL and a new file failed with "No route to host".

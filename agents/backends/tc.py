@@ -184,7 +184,7 @@ class TcBackend(Backend):
         self.link_Bps = int(self.line_rate_Bps)  # link class 1:1's rate and ceiling now
         self.dl_tos = None if dl_tos is None else (
             (int(dl_tos),) if isinstance(dl_tos, int) else tuple(int(t) for t in dl_tos) or None)
-        self.dl_reserve_Bps = 0.0 if dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
+        self.dl_reserve_Bps = 0.0 if self.dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
         self.own_floor_Bps = self.bg_floor_Bps = reserve_Bps(background_floor, self.line_rate_Bps)
         # capped destinations: address -> its class's minor and (rate, ceil); wanted: address -> bytes/s
         self.caps: dict[str, tuple[int, tuple[int, int]]] = {}

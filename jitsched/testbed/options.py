@@ -142,7 +142,7 @@ class TestbedOptions:
     critical_floor : float or None
         ``[daemon] critical_floor`` under every policy: the share of a
         critical job's ports its agents keep for the traffic they do not rank
-        while its reserved transfers run (None: their ``background_floor``).
+        while its reserved transfers run (None: the daemon's default, 0.01).
     critical_band : bool
         Under every policy, a critical job's transfers on connections of
         their own carry :data:`jitsched.testbed.e2e.CRITICAL_TOS` (DSCP EF), and
@@ -243,7 +243,8 @@ class TestbedOptions:
               "leaves (default on), or not (--no-critical-caps)")
     critical_floor: float | None = option(
         None, "run: share of a critical job's ports its agents keep for the traffic they do not rank while its "
-              "reserved transfers run, in [0, 1) (default: --background-floor)", metavar="SHARE")
+              "reserved transfers run, in [0, 1) (default: the daemon's, 0.01; at or above "
+              "--background-floor: that)", metavar="SHARE")
     critical_band: bool = option(
         True, "run: a critical job's transfers ahead of all else at the switch ports (DSCP EF; every policy)")
     switch_priority: bool = option(
