@@ -150,6 +150,34 @@ def test_ingress_held_covers_both_ends_until_the_reserved_transfers_arrive():
     assert book.ingress_held({"again": {"t"}}) == ()
 
 
+def test_ingress_held_counts_reserved_rates_on_the_wire_and_the_acks_only_where_they_leave():
+    # h0 sends t to h1, h1 computes, then sends u back: h0's ingress is reserved for u only
+    # after t has left, so the share of t's rate its ACKs take is off t's slots alone; with
+    # a payload share of 0.95 a reserved rate takes 1/0.95 of it on the wire
+    rt = parse_job(job("rt", computes=[("c", "h1", 0.2)], transfers=[("t", "h0", "h1", 2e8), ("u", "h1", "h0", 2e8)],
+                       edges=[("t", "c"), ("c", "u")]) | {"class": "critical"}, CL)
+    p = 0.95
+    book = ReservationBook(CL, OPTS, shares={"h0": 0.5, "h1": 0.5}, payloads={"h0": p, "h1": p})
+    assert book.admit("rt", isolated_windows(rt, book.planning_cluster(), OPTS), 0.0).admitted
+    held = book.held["rt"]
+    ids = list(held.windows.ids)
+    t, u = held.rates[ids.index("t")], held.rates[ids.index("u")]
+    assert not np.any((t > 0) & (u > 0))  # the two never share a slot
+    line = CL.ingress_Bps[0]
+    (h0, _, left0), (h1, _, left1) = book.ingress_held({})
+    assert (h0, h1) == (0, 1)
+    # each port's least: where the other way's transfer peaks on the wire, or its own ACKs
+    want0 = min(line - u.max() / p, line - ACK_SHARE * t.max() / p)
+    assert left0 == pytest.approx(max(want0, 0.0) * p)
+    assert left1 == pytest.approx(max(min(line - t.max() / p, line - ACK_SHARE * u.max() / p), 0.0) * p)
+    assert u.max() == pytest.approx(0.5 * line) and left0 < (line - u.max()) * p  # the wire's, not the payload's
+    assert left0 > (line - u.max() / p - ACK_SHARE * line) * p  # no ACKs in u's slots
+    # a payload share that changes after the first look is taken into account
+    book.payloads["h0"] = 1.0
+    (_, _, again0), _ = book.ingress_held({})
+    assert again0 == pytest.approx(max(min(line - u.max(), line - ACK_SHARE * t.max()), 0.0))
+
+
 def test_shares_bound_what_is_reserved_and_the_isolated_jct_but_not_what_the_caps_leave():
     # h0's and h1's agents can give reserved flows 0.8 of their ports: the job alone runs
     # on that (0.5 s on the wire, not 0.4) and no slot reserves more

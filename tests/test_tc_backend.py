@@ -700,22 +700,52 @@ def test_a_held_floor_replaces_the_background_floor_where_lower_and_goes_when_li
             cl = classes(ns)
             return sum(cl[ROOT_HANDLE | i.minor][1] for i in b.flows.values())
 
+        def bg_ceil() -> int:
+            return classes(ns)[ROOT_HANDLE | BG_MINOR][2]
+
         b.apply(ranked, 0.0)
-        assert tc_class_rates(ns)["1:2"] == "5Mbit"
+        assert tc_class_rates(ns)["1:2"] == "5Mbit" and bg_ceil() == int(LINE)
         before = flows_Bps()
-        b.hold_floor(0.01)  # a critical job holds the port: the background keeps 1 %
+        b.hold_floor(0.01)  # a critical job holds the port: the background keeps 1 %, and no more
         b.apply(ranked, 0.0)
-        assert tc_class_rates(ns)["1:2"] == "1Mbit"
+        assert tc_class_rates(ns)["1:2"] == "1Mbit" and bg_ceil() == int(0.01 * LINE)
         # the flows take what the lower floor leaves: 4 % of the line more
         assert flows_Bps() - before == pytest.approx(0.04 * LINE, abs=2)
-        b.hold_floor(0.2)  # above its own floor: its own holds
+        b.hold_floor(0.2)  # above its own floor: its own holds, borrowing as before
         b.apply(ranked, 0.0)
-        assert tc_class_rates(ns)["1:2"] == "5Mbit"
+        assert tc_class_rates(ns)["1:2"] == "5Mbit" and bg_ceil() == int(LINE)
         b.hold_floor(0.0)
         b.apply(ranked, 0.0)
+        assert bg_ceil() == MIN_BURST_B
         b.hold_floor(None)  # lifted
         b.apply(ranked, 0.0)
-        assert tc_class_rates(ns)["1:2"] == "5Mbit"
+        assert tc_class_rates(ns)["1:2"] == "5Mbit" and bg_ceil() == int(LINE)
+    finally:
+        b.close()
+
+
+def test_under_a_held_floor_the_ranked_flows_floors_add_up_to_it_at_most(ns):
+    # ten flows held back behind the first: the eleven ranked flows' floors share
+    # flow_floors_sum (2.5 %), and a critical job's lower floor (1 %) while it holds the port
+    install_shaper("a0", LINE, netns=ns)
+    ranked = [FlowRate("j/a", 0.5 * LINE, "198.18.0.1", 40000, "198.18.0.2", 5201, prio=0)] + [
+        FlowRate(f"k/{i}", 0.0, "198.18.0.1", 40001 + i, "198.18.0.3", 5201, prio=1) for i in range(10)]
+    b = TcBackend(LINE, dev="a0", netns=ns, background_floor=0.05, borrow=True, dl_tos=0x88)
+    wire = 1 / payload_share()
+
+    def held_back() -> list[int]:
+        cl = classes(ns)
+        return [cl[ROOT_HANDLE | b.flows[f"k/{i}"].minor][1] for i in range(10)]
+
+    try:
+        b.apply(ranked, 0.0)
+        assert held_back() == [int(0.025 / 11 * LINE * wire)] * 10
+        b.hold_floor(0.01)
+        b.apply(ranked, 0.0)
+        assert held_back() == [int(0.01 / 11 * LINE * wire)] * 10
+        b.hold_floor(None)
+        b.apply(ranked, 0.0)
+        assert held_back() == [int(0.025 / 11 * LINE * wire)] * 10
     finally:
         b.close()
 
@@ -739,8 +769,9 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         cl = classes(src)
         wire = (1500 + 14) / (1500 - 52)
         assert cl[ROOT_HANDLE | minor][2] == int(0.2 * line * wire)
-        # a cap under the background floor is raised to it; the floor is shared three ways
-        assert cl[ROOT_HANDLE | other][2] == int(0.05 * line)
+        # a cap is the receiver's part for this sender: not raised to this host's floor,
+        # only to two full frames' worth; the floor is shared three ways
+        assert cl[ROOT_HANDLE | other][2] == MIN_BURST_B
         assert cl[ROOT_HANDLE | BG_MINOR][1] + cl[ROOT_HANDLE | minor][1] + cl[ROOT_HANDLE | other][1] \
             <= 0.05 * line + 2
         txt = filters_text(src)

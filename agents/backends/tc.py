@@ -43,6 +43,7 @@ from jitsched.agents.backends.htb import (
     FLOW_MINOR_BASE,
     FLOW_MINOR_MAX,
     LINK_CLASS,
+    MIN_BURST_B,
     ROOT_HANDLE,
     burst_bytes,
     install_ack_class,
@@ -182,10 +183,12 @@ class TcBackend(Backend):
         self.bg_rate_Bps = int(self.line_rate_Bps)
         self.bg_prio = 1
         self.link_Bps = int(self.line_rate_Bps)  # link class 1:1's rate and ceiling now
+        self.bg_ceil_Bps = self.link_Bps  # the background class's ceiling now
         self.dl_tos = None if dl_tos is None else (
             (int(dl_tos),) if isinstance(dl_tos, int) else tuple(int(t) for t in dl_tos) or None)
         self.dl_reserve_Bps = 0.0 if self.dl_tos is None else reserve_Bps(DL_RESERVE, self.line_rate_Bps)
         self.own_floor_Bps = self.bg_floor_Bps = reserve_Bps(background_floor, self.line_rate_Bps)
+        self.held_share: float | None = None  # the lower floor a critical job holds here (hold_floor)
         # capped destinations: address -> its class's minor and (rate, ceil); wanted: address -> bytes/s
         self.caps: dict[str, tuple[int, tuple[int, int]]] = {}
         self.want_caps: dict[str, float] = {}
@@ -284,10 +287,21 @@ class TcBackend(Backend):
     def hold_floor(self, share: float | None) -> None:
         """From the next :meth:`apply` on, the background class (and the capped destinations'
         classes, which share it) is guaranteed ``share`` of the line rate where that is
-        below ``background_floor`` and :attr:`holds_floor`; None: ``background_floor`` again."""
+        below ``background_floor`` and :attr:`holds_floor`; None: ``background_floor`` again.
+
+        While that lower floor holds, it is also what the port gives the rest: the
+        background class's ceiling is its guaranteed rate, and the floors of the ranked
+        flows add up to ``share`` at most (``flow_floors_sum`` otherwise). On real TCP
+        beside a critical job's transfers, whatever else the port carries fills every
+        moment the job's own flows leave their queues empty: with the background class
+        free to borrow, the files took 4-5 % of the port (classes scenario, a 1 % floor;
+        tc class counters sampled every 0.5 s), and the held-back flows of the other
+        jobs their floors, 2.5 % of it.
+        """
         own = self.own_floor_Bps
-        lower = share is not None and self.holds_floor
-        self.bg_floor_Bps = min(own, reserve_Bps(share, self.line_rate_Bps)) if lower else own
+        lower = share is not None and self.holds_floor and reserve_Bps(share, self.line_rate_Bps) < own
+        self.bg_floor_Bps = reserve_Bps(share, self.line_rate_Bps) if lower else own
+        self.held_share = float(share) if lower else None
 
     caps_destinations = True
 
@@ -295,11 +309,15 @@ class TcBackend(Backend):
         """Hold what no flow class takes towards each address of ``caps`` to its bytes/s.
 
         From the next :meth:`apply` on, each address gets a class of its own, at the
-        background's last borrowing prio, whose ceiling is its cap (payload rate, the
-        background floor at least) and whose guaranteed rate is an equal share of the
+        background's last borrowing prio, whose ceiling is its cap (payload rate, two
+        full frames' worth at least) and whose guaranteed rate is an equal share of the
         background floor (the background class keeps one share): traffic towards a
         host whose ingress a critical job holds meets the reserved flows in no switch
-        queue, and is never starved.
+        queue, and is never starved. A cap is what the reservations leave of the
+        receiver's port, so it is not raised to this host's own floor: raised to it,
+        the other hosts of the classes scenario sent 5 % of the line each into a
+        critical job's worker, whose switch port gave the job's pulls 95 % of it (tc
+        class counters sampled every 0.5 s).
         """
         self.want_caps = {a: float(r) for a, r in caps.items()}
 
@@ -311,7 +329,7 @@ class TcBackend(Backend):
         share = self.bg_floor_Bps / (n + 1)
         rates = {}
         for addr, cap in want.items():
-            ceil = int(max(cap * self.wire_factor, self.bg_floor_Bps, 1))
+            ceil = int(max(cap * self.wire_factor, MIN_BURST_B))
             rates[addr] = (max(1, min(ceil, int(share))), ceil)
         if set(want) != set(self.caps):
             # the filters go together (one prio) and come back for the new set
@@ -427,9 +445,10 @@ class TcBackend(Backend):
             self.free_minors.append(inst.minor)
         ranked = sum(1 for f in wanted.values() if f.prio is not None)
         ranked_floor = self.min_rate_Bps
-        if self.flow_floors_sum and ranked:
+        floors_sum = self.flow_floors_sum if self.held_share is None else min(self.flow_floors_sum, self.held_share)
+        if floors_sum and ranked:
             # every ranked flow held behind higher ranks takes its floor from those above it
-            ranked_floor = reserve_Bps(min(self.flow_floor, self.flow_floors_sum / ranked), self.line_rate_Bps)
+            ranked_floor = reserve_Bps(min(self.flow_floor, floors_sum / ranked), self.line_rate_Bps)
         wire = {fid: max(ranked_floor if f.prio is not None else self.min_rate_Bps, f.rate_Bps) * self.wire_factor
                 for fid, f in wanted.items()}
         total = sum(wire.values())
@@ -484,9 +503,11 @@ class TcBackend(Backend):
             # before the flows' changes: a lower link rate is in place when they start
             msgs.insert(0, (tcmsg(RTM_NEWTCLASS, change, self.nl.next_seq(), self.ifindex, LINK_CLASS,
                                   ROOT_HANDLE, attrs=htb_class_attrs(link, link, b, b)), "link class 1:1", False))
-        if bg != self.bg_rate_Bps or bg_prio != self.bg_prio or link != self.link_Bps:
-            msgs.append((self._class(BG_MINOR, bg, link, change, prio=bg_prio), "background class", False))
-            self.bg_rate_Bps, self.bg_prio, self.link_Bps = bg, bg_prio, link
+        # under a critical job's lower floor the background takes that and no more (hold_floor)
+        bg_ceil = link if self.held_share is None else max(bg, 1)
+        if bg != self.bg_rate_Bps or bg_prio != self.bg_prio or link != self.link_Bps or bg_ceil != self.bg_ceil_Bps:
+            msgs.append((self._class(BG_MINOR, bg, bg_ceil, change, prio=bg_prio), "background class", False))
+            self.bg_rate_Bps, self.bg_prio, self.link_Bps, self.bg_ceil_Bps = bg, bg_prio, link, bg_ceil
         t0 = time.perf_counter()
         self.nl.transact(msgs)
         self.last_apply_s = time.perf_counter() - t0

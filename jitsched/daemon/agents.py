@@ -69,9 +69,15 @@ class AgentState:
         """:attr:`reservable` while it keeps ``held_floor`` for unranked traffic where that
         is below its own floor and it :attr:`holds_floor` ([daemon] critical_floor; None:
         its own floor)."""
+        return self.payload_share * (1.0 - self.kept_with(held_floor))
+
+    def kept_with(self, held_floor: float | None) -> float:
+        """The share of each port it keeps for unranked traffic while a critical job holds
+        it: ``held_floor`` where that is below its own floor and it :attr:`holds_floor`,
+        else its own floor."""
         if held_floor is None or not self.holds_floor:
-            return self.reservable
-        return self.payload_share * (1.0 - min(self.background_floor, held_floor))
+            return self.background_floor
+        return min(self.background_floor, held_floor)
 
 
 class AgentTable:

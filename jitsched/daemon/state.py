@@ -698,7 +698,9 @@ class SchedulerState:
         # the journal keeps it, so that a restarted daemon reserves its critical jobs again on
         # it before their agents register
         book = self.job_registry.reservations
-        share, was = self.agent_table.agents[host].reservable_with(self.config.critical_floor), book.share(host)
+        agent = self.agent_table.agents[host]
+        book.payloads[host] = agent.payload_share  # reserved rates on the wire (the caps)
+        share, was = agent.reservable_with(self.config.critical_floor), book.share(host)
         if share != was:
             book.shares[host] = share
             if self.journal is not None:

@@ -27,9 +27,9 @@ MARGIN = 1e-7
 # Each reserved byte costs this much per slot of delay, against 1 per unit of unmet
 # demand: a reservation fills its windows early, never at the price of a byte.
 EARLY_COST = 1e-6
-# The share of a host's ingress that the ACKs of the reserved transfers leaving it take
-# (ReservationBook.ingress_held): ~1.7 % for the delayed ACKs of a full link, with room
-# for SACK blocks, as the agents' ACK class has (jitsched.agents.backends.htb.ACK_RESERVE).
+# The share of the reserved rates out of a host that their ACKs take on its ingress
+# (ReservationBook.ingress_held): ~1.7 % for delayed ACKs, with room for SACK blocks, as
+# the agents' ACK class has of the line (jitsched.agents.backends.htb.ACK_RESERVE).
 ACK_SHARE = 0.03
 # A reservation more than this share of a port's line rate above what its agent can give
 # is overbooked; less is within the rounding of the agent's own payload share, and the
@@ -383,6 +383,10 @@ class ReservationBook:
         reserved rates are planned on it.
     default_share : float
         The share for a host ``shares`` does not name, in (0, 1].
+    payloads : dict of str to float
+        Per host, the share of the line a flow's payload takes, in (0, 1] (1 for a host
+        not named; :attr:`jitsched.daemon.agents.AgentState.payload_share`):
+        :meth:`ingress_held` counts the reserved rates on the wire with it.
     """
 
     cluster: Cluster
@@ -390,9 +394,11 @@ class ReservationBook:
     held: dict[str, Held] = field(default_factory=dict)
     shares: dict[str, float] = field(default_factory=dict)
     default_share: float = 1.0
+    payloads: dict[str, float] = field(default_factory=dict)
     # ingress_held's part the reservations held decide, and the reservations it was made of
     _hosts_of: list = field(default_factory=list, init=False, repr=False, compare=False)
     _hosts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _payloads_of: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def share(self, host: str) -> float:
         """The share of host ``host``'s ports reservations may take (``shares``, else ``default_share``)."""
@@ -441,10 +447,11 @@ class ReservationBook:
         tuple of (host index, start_s, left_Bps)
             One entry per host that an unfinished reserved transfer goes into or
             out of: ``start_s`` is the first slot's start (book clock, seconds) of
-            the reserved rates into or out of it, and ``left_Bps`` its ingress rate
-            less the largest sum of reserved rates into it in any slot, less
-            :data:`ACK_SHARE` of it when reserved transfers leave it (their ACKs
-            come in), at least 0. Both count the transfers that arrived too, so an
+            the reserved rates into or out of it, and ``left_Bps`` the payload rate
+            its ingress leaves unreserved in the slot that leaves least: the line rate
+            less the reserved rates into it and :data:`ACK_SHARE` of those out of it
+            (their ACKs come in), on the wire (over its payload share, ``payloads``),
+            at least 0. Both count the transfers that arrived too, so an
             entry changes only when a host starts or stops being held: a job
             running behind its reservation keeps its hosts held until its
             transfers there arrive (hashable, so that a change shows as one).
@@ -452,9 +459,9 @@ class ReservationBook:
         # the reservations the cache was made of, held by reference: a trimmed one
         # (release) has new rates, a new one is another object
         now_held = [(jid, h, h.rates) for jid, h in self.held.items()]
-        if len(now_held) != len(self._hosts_of) or any(
+        if len(now_held) != len(self._hosts_of) or self.payloads != self._payloads_of or any(
                 a[0] != b[0] or a[1] is not b[1] or a[2] is not b[2] for a, b in zip(now_held, self._hosts_of, strict=True)):
-            self._hosts_of, self._hosts = now_held, self._held_hosts()
+            self._hosts_of, self._payloads_of, self._hosts = now_held, dict(self.payloads), self._held_hosts()
         out = []
         for host, (start_s, left, tids) in self._hosts.items():
             if any(tid not in done.get(jid, ()) for jid, tid in tids):
@@ -471,26 +478,27 @@ class ReservationBook:
         daemon's loop over the job; from the cache, 0.02 s over the job."""
         first: dict[int, int] = {}
         tids: dict[int, list[tuple[int, str, str]]] = {}
-        sends: set[int] = set()
         for jid, h in self.held.items():
             for k, tid in enumerate(h.windows.ids):
                 nz = np.flatnonzero(h.rates[k] > 0)
                 if not len(nz):
                     continue
                 src, dst, a = int(h.windows.src[k]), int(h.windows.dst[k]), h.start_slot + int(nz[0])
-                sends.add(src)
                 for x in (src, dst):
                     first[x] = min(first.get(x, a), a)
                     tids.setdefault(x, []).append((a, jid, tid))
         if not first:
             return {}
         lo = min(first.values())
-        # what the reservations leave of the whole line: the rest is unranked traffic's too
-        _, free = self._free(lo, self.horizon_slot() - lo, 1.0)
+        # the reserved rates out of and into each port per slot (negated): what the
+        # reservations leave of the whole line is unranked traffic's
+        out_e, in_i = self._free(lo, self.horizon_slot() - lo, 0.0)
         out = {}
         for host in sorted(first):
             line = float(self.cluster.ingress_Bps[host])
-            left = max(float(free[host].min()) - (ACK_SHARE * line if host in sends else 0.0), 0.0)
+            p = self.payloads.get(self.cluster.hosts[host].name, 1.0)
+            wire = line + (in_i[host] + ACK_SHARE * out_e[host]) / p
+            left = max(float(wire.min()), 0.0) * p
             out[host] = (first[host] * self.options.slot_s, left,
                          [(jid, tid) for _, jid, tid in sorted(tids[host], reverse=True)])
         return out
