@@ -743,6 +743,9 @@ def test_under_a_held_floor_the_ranked_flows_floors_add_up_to_it_at_most(ns):
         b.hold_floor(0.01)
         b.apply(ranked, 0.0)
         assert held_back() == [int(0.01 / 11 * LINE * wire)] * 10
+        b.hold_floor(0.0)  # nothing for the rest: two full frames' worth each, not flow_floor
+        b.apply(ranked, 0.0)
+        assert held_back() == [int(MIN_BURST_B * wire)] * 10
         b.hold_floor(None)
         b.apply(ranked, 0.0)
         assert held_back() == [int(0.025 / 11 * LINE * wire)] * 10

@@ -445,8 +445,10 @@ class TcBackend(Backend):
             self.free_minors.append(inst.minor)
         ranked = sum(1 for f in wanted.values() if f.prio is not None)
         ranked_floor = self.min_rate_Bps
-        floors_sum = self.flow_floors_sum if self.held_share is None else min(self.flow_floors_sum, self.held_share)
-        if floors_sum and ranked:
+        floors_sum = self.flow_floors_sum
+        if self.held_share is not None:  # 0: two full frames' worth each, as the share is
+            floors_sum = min(floors_sum, self.held_share) if floors_sum else self.held_share
+        if ranked and (floors_sum or self.held_share is not None):
             # every ranked flow held behind higher ranks takes its floor from those above it
             ranked_floor = reserve_Bps(min(self.flow_floor, floors_sum / ranked), self.line_rate_Bps)
         wire = {fid: max(ranked_floor if f.prio is not None else self.min_rate_Bps, f.rate_Bps) * self.wire_factor
