@@ -54,16 +54,16 @@ FLOW_ENTRY: dict[str, tuple[Any, bool]] = {"flow": (str, True), "start_slot": (i
 OUT_FLOW_ENTRY = {**FLOW_ENTRY, "dst": (str, True)}
 IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
 # A schedule body's cap entry: what critical jobs' reserved transfers into or out of host
-# ``host`` leave of its ingress (address ``addr``), bytes/s per ``slot_s`` from wall time
-# ``epoch_ns`` on; the agent holds the traffic it does not rank towards ``addr`` to that (its
-# background floor at least) in those slots, so that it meets the reserved flows there in no
-# switch queue.
+# ``host`` leave of its ingress on the wire (address ``addr``), payload bytes/s per ``slot_s``
+# from wall time ``epoch_ns`` on; the agent holds the traffic it does not rank towards
+# ``addr`` to that in those slots, so that it meets the reserved flows there in no switch
+# queue.
 CAP_ENTRY: dict[str, tuple[Any, bool]] = {"host": (str, True), "addr": (str, True), "epoch_ns": (int, True),
                                           "slot_s": (NUM, True), "left_Bps": (NUMS, True)}
 # A schedule body's floor entry: from wall time ``epoch_ns`` on, while the body is in force,
 # the agent keeps ``share`` of its host's ports (or its own background floor, the smaller)
-# for the traffic it does not rank: a critical job's reserved transfers go into or out of
-# the host ([daemon] critical_floor).
+# for the traffic it does not rank, and gives that traffic no more: a critical job's reserved
+# transfers go into or out of the host ([daemon] critical_floor).
 FLOOR_ENTRY: dict[str, tuple[Any, bool]] = {"epoch_ns": (int, True), "share": (NUM, True)}
 
 

@@ -131,8 +131,8 @@ class Backend(ABC):
 
     def cap_destinations(self, caps: dict[str, float]) -> None:
         """From the next :meth:`apply` on, hold the traffic no flow class takes towards each
-        address of ``caps`` to its bytes/s (the backend's background floor at least);
-        traffic to other addresses is not held. Default: nothing is held."""
+        address of ``caps`` to its bytes/s (two full frames' worth at least); traffic to
+        other addresses is not held. Default: nothing is held."""
 
     # Whether hold_floor changes anything (False: the backend keeps no background floor,
     # or cannot keep DL packets out of it; a property where it depends on the instance).
