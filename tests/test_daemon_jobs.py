@@ -202,7 +202,8 @@ def test_a_critical_job_no_reservation_can_hold_is_refused_or_demoted_naming_por
     # a holds h0 and h1, which have no address here: no agent can cap traffic into them
     assert st.status({}, 0.5)["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
                                               "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
-                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": 0.01}
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "caps_Bps": {},
+                                              "floor": 0.01}
     # disjoint ports: guaranteed; a normal job on a's ports: never refused
     assert st.submit_job({"job": critical("c", "h2", "h3")}, 0.5) == {"job_id": "c", "class": "critical"}
     assert "job_id" in submit(st, "n", None, 0.6)
@@ -273,7 +274,8 @@ def test_a_real_daemon_refuses_or_demotes_a_critical_job_with_the_port_and_start
             assert got["unguaranteed"]["earliest_start_s"] > 0
             assert c.status()["critical"] == {"epsilon": 0.05, "reserved": 1, "refused": 1,
                                               "admitted_as_normal": 1, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
-                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "floor": 0.01}
+                                              "hosts_held": 2, "hosts_unaddressed": ["h0", "h1"], "caps_Bps": {},
+                                              "floor": 0.01}
             assert c.job_finished("a")["guarantee"] == "met"
             assert c.status()["critical"]["met"] == 1
     finally:
@@ -310,7 +312,7 @@ def test_a_real_daemon_guarantees_within_its_critical_epsilon(tmp_path):
             assert c.status()["critical"] == {"epsilon": 1.0, "reserved": 2, "refused": 1,
                                               "admitted_as_normal": 0, "met": 0, "missed": 0, "overdue": [], "at_risk": [],
                                               "hosts_held": 3,
-                                              "hosts_unaddressed": ["h0", "h1", "h2"], "floor": 0.01}
+                                              "hosts_unaddressed": ["h0", "h1", "h2"], "caps_Bps": {}, "floor": 0.01}
         assert d.state.job_registry.reservations.options.eps == 1.0
     finally:
         d.stop()
@@ -372,6 +374,10 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
         assert wait_until(lambda: set(agents["h0"].backend.caps) == {"198.18.0.2"}
                           and set(agents["h1"].backend.caps) == {"198.18.0.1"}, 3.0)
         assert wait_until(lambda: d.state.agents["h2"].caps_held == 2, 3.0)
+        with Client(d.job_endpoint, timeout_s=10.0) as c:
+            caps = c.status()["critical"]["caps_Bps"]
+        assert set(caps) == {"h0", "h1"} and caps["h0"] == pytest.approx((1 - ACK_SHARE) * line)
+        assert caps["h1"] < 0.1 * line
         assert main(["status", "--daemon", d.job_endpoint]) == 0
         # past the reservation's window (1.2 s and its 5 %) the transfer is still due: h1 stays held
         time.sleep(1.5)
@@ -390,7 +396,9 @@ def test_every_other_agent_caps_its_unranked_traffic_into_a_critical_jobs_hosts(
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert h2.endswith("capping traffic to 2 reserved hosts")
     assert "1 holding reservations, 0 refused" in out
-    assert "; 2 hosts held, their agents keeping 0.01 for unranked traffic\n" in out
+    assert (f"2 hosts held (the others' unranked traffic into each held to h0 "
+            f"{(1 - ACK_SHARE) * line * 8e-6:.3g} Mbit/s, h1 ") in out
+    assert " Mbit/s), their agents keeping 0.01 for unranked traffic\n" in out
 
 
 @pytest.mark.parametrize("caps", [True, False])
@@ -424,7 +432,8 @@ def test_a_critical_jobs_agents_keep_the_critical_floor_while_it_holds_their_por
     assert "keeping 0.01 for unranked traffic while a critical job holds its ports" in h0
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert "keeping" not in h2
-    assert "2 hosts held, their agents keeping 0.01 for unranked traffic" in out
+    held = "2 hosts held (the others' unranked traffic into each held to " if caps else "2 hosts held, "
+    assert held in out and "their agents keeping 0.01 for unranked traffic" in out
 
 
 def test_with_a_critical_floor_critical_jobs_are_reserved_on_what_it_leaves():

@@ -415,6 +415,9 @@ def cmd_status(args: argparse.Namespace) -> int:
               + (f", AT RISK (reserved on more than an agent can give): "
                  f"{', '.join(escape(j) for j in crit['at_risk'])}" if crit.get("at_risk") else "")
               + (f"; {_count(crit['hosts_held'], 'host')} held" if crit.get("hosts_held") else "")
+              + (" (the others' unranked traffic into each held to "
+                 + ", ".join(f"{escape(h)} {cap * 8e-6:.3g} Mbit/s" for h, cap in sorted(crit["caps_Bps"].items()))
+                 + ")" if crit.get("caps_Bps") else "")
               + (f", their agents keeping {crit['floor']:g} for unranked traffic" if crit.get("hosts_held")
                  and crit.get("floor") is not None else "")
               + (f", NOT CAPPED (no address): {', '.join(escape(h) for h in crit['hosts_unaddressed'])}"

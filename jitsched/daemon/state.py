@@ -620,13 +620,17 @@ class SchedulerState:
         out["role"] = self.role
         # the hosts the critical jobs hold now (the agents cap traffic into them), and those of
         # them with no address in the cluster: no agent can match their traffic
-        held = [self.cluster.hosts[h] for h, *_ in self.plan_book.held_hosts() if h < len(self.cluster)]
+        caps = [(self.cluster.hosts[h], cap) for h, _, cap in self.plan_book.held_hosts() if h < len(self.cluster)]
+        held = [x for x, _ in caps]
         out["critical"] = {"epsilon": self.config.critical_epsilon, "reserved": len(self.job_registry.reservations.held),
                            "refused": self.job_registry.critical_refused,
                            "admitted_as_normal": self.job_registry.critical_demoted,
                            "met": self.job_registry.critical_met, "missed": self.job_registry.critical_missed,
                            "overdue": self.job_registry.overdue(now), "at_risk": self.job_registry.at_risk(),
                            "hosts_held": len(held), "hosts_unaddressed": [x.name for x in held if not x.address],
+                           # what every other agent holds its unranked traffic into each held host to
+                           "caps_Bps": {x.name: float(cap) for x, cap in caps if x.address}
+                           if self.config.critical_caps else {},
                            # the share of a held host's ports its agent keeps for unranked traffic
                            # (None: each agent's own floor)
                            "floor": self.config.critical_floor}
