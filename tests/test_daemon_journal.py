@@ -539,14 +539,20 @@ def test_a_restarted_daemon_reserves_its_critical_jobs_on_the_shares_its_agents_
     # the agents' own floors ([daemon] critical_floor off)
     cfg = config(journal=str(tmp_path / "journal.db"), policy="jit", critical_floor=None)
     st = SchedulerState(cfg, journal=Journal(cfg.journal))
-    assert "seq" in _register(st, "h0", 0.2)
+    assert "seq" in _register(st, "h0", 0.2, payload=0.95)
     assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
+    caps = st.job_registry.reservations.ingress_held({})
     before = st.job_registry.reservations.held["a"].windows.isolated_s
-    assert before == pytest.approx(1.45, abs=0.01)  # 1 s at 0.8 of the line, plus 0.2 s of compute
+    assert before == pytest.approx(1.51, abs=0.01)  # 1 s at 0.8 x 0.95 of the line, plus 0.2 s of compute
     st.journal.close()
     st = SchedulerState(cfg, journal=Journal(cfg.journal))
     try:
-        assert st.restored == ["a"] and st.job_registry.reservations.shares == {"h0": pytest.approx(0.8)}
+        assert st.restored == ["a"] and st.job_registry.reservations.shares == {"h0": pytest.approx(0.76)}
         assert st.job_registry.reservations.held["a"].windows.isolated_s == pytest.approx(before)
+        # and the payload share the caps count the reserved rates on the wire with
+        assert st.job_registry.reservations.payloads == {"h0": 0.95}
+        again = st.job_registry.reservations.ingress_held({})
+        assert [h for h, *_ in again] == [h for h, *_ in caps] == [0, 1]
+        assert [x[2] for x in again] == pytest.approx([x[2] for x in caps])
     finally:
         st.journal.close()

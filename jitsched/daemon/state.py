@@ -258,14 +258,18 @@ class SchedulerState:
             self._set_cluster(cluster)
 
     def _restore_shares(self) -> None:
-        """Take back the share of each port its agent last registered it could give reserved flows."""
-        got = self._journal(self.journal.get, "reservable_shares") if self.journal is not None else None
-        try:
-            rows = {str(h): float(v) for h, v in (json.loads(got) if got else {}).items()}
-        except (ValueError, TypeError, AttributeError) as exc:
-            log.error(kv("reservable_shares_unreadable", error=str(exc)))
-            return
-        self.job_registry.reservations.shares.update({h: v for h, v in rows.items() if 0.0 < v <= 1.0})
+        """Take back the share of each port its agent last registered it could give reserved
+        flows, and the share of the line a flow's payload takes there (the caps count the
+        reserved rates on the wire with it)."""
+        book = self.job_registry.reservations
+        for key, into in (("reservable_shares", book.shares), ("payload_shares", book.payloads)):
+            got = self._journal(self.journal.get, key) if self.journal is not None else None
+            try:
+                rows = {str(h): float(v) for h, v in (json.loads(got) if got else {}).items()}
+            except (ValueError, TypeError, AttributeError) as exc:
+                log.error(kv(f"{key}_unreadable", error=str(exc)))
+                continue
+            into.update({h: v for h, v in rows.items() if 0.0 < v <= 1.0})
 
     def _set_cluster(self, cluster: Cluster) -> None:
         """Plan on ``cluster`` from now on: hosts joined or registered new capacities
@@ -703,7 +707,10 @@ class SchedulerState:
         # it before their agents register
         book = self.job_registry.reservations
         agent = self.agent_table.agents[host]
-        book.payloads[host] = agent.payload_share  # reserved rates on the wire (the caps)
+        if book.payloads.get(host) != agent.payload_share:
+            book.payloads[host] = agent.payload_share  # reserved rates on the wire (the caps)
+            if self.journal is not None:
+                self._journal(self.journal.put, "payload_shares", json.dumps(book.payloads))
         share, was = agent.reservable_with(self.config.critical_floor), book.share(host)
         if share != was:
             book.shares[host] = share
