@@ -190,18 +190,20 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # (1 + critical_epsilon) of its JCT alone in the cluster (jitsched.plan.reserve)
     critical_epsilon: float = _in("daemon", 0.05)
     # every agent holds its unranked traffic into a host whose ingress a critical job's
-    # unfinished reserved transfers hold to what they leave (its background floor at
-    # least), so that it meets them in no switch queue; False: only the receiver orders it
+    # unfinished reserved transfers hold to what they leave of it on the wire
+    # (ReservationBook.ingress_held), so that it meets them in no switch queue; False: only
+    # the receiver orders it
     critical_caps: bool = _in("daemon", True)
     # while a critical job's unfinished reserved transfers go into or out of a host, its
     # agent keeps this share of the host's ports for the traffic it does not rank instead
-    # of its own background floor (the smaller of the two), and the job is reserved on what
-    # that leaves; None (or a share at or above the agents' floors): each agent's own. Only
-    # agents that keep DL packets out of their background class lower it (TcBackend.holds_floor). A
-    # network-bound critical VGG16 took 1.049-1.051x its JCT alone on real TCP at 0.01
-    # against 1.086-1.090x at the agents' 0.05, and the files on its ports went 2.1-2.4 s
-    # without a byte against 0.3-0.5 s (`jitsched testbed run --scenario classes --policy
-    # jit --seed 0`, docs/results.md): the files are slowed, never stopped
+    # of its own background floor (the smaller of the two), and gives that traffic no more
+    # there; the job is reserved on what that leaves. None (or a share at or above the
+    # agents' floors): each agent's own. Only agents that keep DL packets out of their
+    # background class lower it (TcBackend.holds_floor). A network-bound critical VGG16 took
+    # 1.037-1.047x its JCT alone on real TCP at 0.01 (ten runs) against 1.086x at the
+    # agents' 0.05, and the files on its ports went at most 1.1-2.3 s without a byte against
+    # 0.4 s (`jitsched testbed run --scenario classes --policy jit --seed 0`,
+    # docs/results.md): the files are slowed, never stopped
     critical_floor: float | None = _in("daemon", 0.01)
     # a host whose agent has not registered (and that the journal has no share for) is
     # reserved on this share of its ports' line rate; once its agent registers, on what that
