@@ -148,6 +148,16 @@ def test_the_container_build_copies_what_exists_and_the_manifests_run_its_image(
     copied = [w for line in text.splitlines() if line.startswith("COPY ") and "--from" not in line
               for w in line.split()[1:-1]]
     assert copied and all((ROOT / w).exists() for w in copied), copied
+    # the wheel builds from the copied files alone: every package's directory (through
+    # pyproject's package-dir) and every kernel's source is among them
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    top = {w.rstrip("/").removeprefix("./") for w in copied}
+    dirs = tool["package-dir"]
+    for pkg in tool["packages"]:
+        root = next(p for p in sorted(dirs, key=len, reverse=True) if pkg == p or pkg.startswith(p + "."))
+        path = Path(dirs[root], *pkg.removeprefix(root).split(".")[1:])
+        assert path.parts[0] in top, f"{pkg} lives in {path}, which the build does not copy ({sorted(top)})"
+    assert "src_cython" in top and {"setup.py", "pyproject.toml", "MANIFEST.in"} <= top
     version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
     assert f"-t jitsched:{version} " in text
     images = {c["image"] for _, d in DOCS if "template" in d.get("spec", {})
