@@ -517,7 +517,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 @register(
     "demo", "End-to-end demo on loopback: daemon, pacing agents, a Poisson stream of model DAGs.",
-    arg("--quick", action="store_true", help="about 20 s instead of about a minute"),
+    arg("--quick", action="store_true", help="about 15 s instead of about 35 s"),
     arg("--seed", type=seed, default=0, help="workload seed"),
     arg("--json", action="store_true",
         help="print {jobs, completed, plans_failed, planner, lat_hit_rate, mean_jct_s, solve_s_p50} "

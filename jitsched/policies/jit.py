@@ -208,7 +208,7 @@ class JitOptions:
     alpha : float
         Fraction of each job's transfers the LP plans (default 0: none; the
         paper's 0.4 in ``jit-paper``). A daemon passes its ``[scheduler]
-        alpha`` (0.4): the host agents enforce planned rates only.
+        alpha`` when set (default: the policy's own).
     slot_s : float
         Slot length, seconds.
     objective : {"balanced", "minmax"}
