@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import sys
@@ -164,6 +165,9 @@ class DaemonConfig(HaOptions, SecurityOptions):
     job_endpoint: str = _in("daemon", "tcp://127.0.0.1:5555")
     agent_endpoint: str = _in("daemon", "tcp://127.0.0.1:5556")
     metrics_port: int = _in("daemon", 0)  # 0: no Prometheus endpoint
+    # The address the Prometheus endpoint listens on: loopback by default, since the metrics
+    # answer without keys; a pod's address (or 0.0.0.0) where a scraper must reach them.
+    metrics_address: str = _in("daemon", "127.0.0.1")
     heartbeat_s: float = _in("daemon", 0.5)
     heartbeat_timeout_s: float = _in("daemon", 2.0)
     resend_s: float = _in("daemon", 0.2)
@@ -449,6 +453,11 @@ def check_config(cfg: DaemonConfig) -> None:
         raise ValidationError("heartbeat_timeout_s: must exceed heartbeat_s")
     if not 0 <= cfg.metrics_port < 65536:
         raise ValidationError(f"metrics_port: out of range: {cfg.metrics_port}")
+    try:
+        ipaddress.ip_address(cfg.metrics_address)
+    except ValueError:
+        raise ValidationError(f"metrics_address: must be an IPv4 or IPv6 address (127.0.0.1, 0.0.0.0, ::), "
+                              f"got {cfg.metrics_address!r}") from None
     if not 0 < cfg.plan_retry_s <= cfg.plan_retry_max_s:
         raise ValidationError("plan_retry_s: must be positive and at most plan_retry_max_s, "
                               f"got {cfg.plan_retry_s!r} and {cfg.plan_retry_max_s!r}")

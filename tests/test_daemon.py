@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+import urllib.error
 import urllib.request
 
 import msgpack
@@ -359,9 +360,27 @@ def test_metrics_endpoint():
         assert wait_until(lambda: all(w in _get(port) for w in want), 3.0), _get(port)
 
 
-def _get(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+def _get(port: int, host: str = "127.0.0.1") -> str:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=2) as r:
         return r.read().decode()
+
+
+def test_metrics_url_names_where_the_endpoint_answers():
+    from jitsched.daemon.metrics import metrics_url
+    assert metrics_url("127.0.0.1", 9108) == "http://127.0.0.1:9108/metrics"
+    assert metrics_url("0.0.0.0", 9108) == "http://127.0.0.1:9108/metrics"
+    assert metrics_url("::", 9108) == "http://[::1]:9108/metrics"
+    assert metrics_url("fd00::5", 9108) == "http://[fd00::5]:9108/metrics"
+
+
+def test_metrics_endpoint_listens_on_its_address():
+    # another loopback address than the default: the endpoint answers there and not on 127.0.0.1
+    port = _free_port()
+    with system(hosts=("h0",), metrics_port=port, metrics_address="127.0.0.2") as (d, _):
+        assert d.metrics_port == port
+        assert "jitsched_agents" in _get(port, "127.0.0.2")
+        with pytest.raises(urllib.error.URLError):
+            _get(port)
 
 
 def test_replies_to_departed_clients_are_counted_and_logged_sparingly(caplog):

@@ -84,6 +84,7 @@ def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(ValidationError, match="not valid TOML"):
         load_config(p)
     assert DaemonConfig(cluster=Cluster.uniform(1)).metrics_port == 0
+    assert DaemonConfig(cluster=Cluster.uniform(1)).metrics_address == "127.0.0.1"
 
 
 def test_planning_settings(tmp_path):

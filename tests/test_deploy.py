@@ -136,7 +136,12 @@ def test_the_daemon_config_loads_and_names_the_etcd_members():
     mounts = {m["mountPath"] for m in _pod(daemon)["containers"][0]["volumeMounts"]}
     assert any(cfg.keys_dir.startswith(m) for m in mounts)
     ports = {p["containerPort"] for p in _pod(daemon)["containers"][0]["ports"]}
-    assert {int(cfg.job_endpoint.rsplit(":", 1)[1]), int(cfg.agent_endpoint.rsplit(":", 1)[1])} == ports
+    assert {int(cfg.job_endpoint.rsplit(":", 1)[1]), int(cfg.agent_endpoint.rsplit(":", 1)[1]),
+            cfg.metrics_port} == ports
+    # the metrics answer a scraper on the pod's address, where its annotations say
+    assert cfg.metrics_address == "0.0.0.0"
+    notes = daemon["spec"]["template"]["metadata"]["annotations"]
+    assert (notes["prometheus.io/scrape"], int(notes["prometheus.io/port"])) == ("true", cfg.metrics_port)
     agent_args = _expanded(_pod(_one("DaemonSet", "jitsched-agent"))["containers"][0])
     endpoints = next(a for a in agent_args if a.startswith("--daemon=")).split("=", 1)[1].split(",")
     assert endpoints == [f"tcp://jitsched-daemon-{i}.jitsched-daemon.jitsched.svc:5556"

@@ -87,6 +87,9 @@ def _until_signal(stop: threading.Event, alive=lambda: True) -> None:
     "daemon", "Run the scheduling daemon (job and agent ZeroMQ sockets, planner, metrics).",
     arg("--config", required=True, metavar="C.toml", help="TOML cluster and daemon configuration"),
     arg("--metrics-port", type=int, default=None, help="Prometheus port (overrides the config; 0 = off)"),
+    arg("--metrics-address", default=None, metavar="ADDRESS",
+        help="address the Prometheus port listens on (overrides the config; default 127.0.0.1: the "
+             "metrics answer without keys)"),
     arg("--keys", default=None, metavar="DIR",
         help="CURVE key directory (`jitsched keys init`; overrides [security] keys_dir): only its "
              "hosts' keys may register agents, only its clients' keys may submit"),
@@ -101,11 +104,14 @@ def _until_signal(stop: threading.Event, alive=lambda: True) -> None:
 def cmd_daemon(args: argparse.Namespace) -> int:
     from jitsched.config import load_config
     from jitsched.daemon import Daemon
+    from jitsched.daemon.metrics import metrics_url
 
     _logging(not args.quiet)
     over: dict = {}
     if args.metrics_port is not None:
         over["metrics_port"] = args.metrics_port
+    if args.metrics_address is not None:
+        over["metrics_address"] = args.metrics_address
     if args.keys:
         over["keys_dir"] = str(Path(args.keys).expanduser())
     if args.insecure:
@@ -123,7 +129,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         raise
     print(f"jitsched daemon: jobs {d.job_endpoint}, agents {d.agent_endpoint}, "
           + ("CURVE keys from " + cfg.keys_dir if cfg.keys_dir else "plaintext")
-          + (f", metrics http://127.0.0.1:{d.metrics_port}/metrics" if d.metrics_port else "")
+          + (f", metrics {metrics_url(cfg.metrics_address, d.metrics_port)}" if d.metrics_port else "")
           + (f", journal {cfg.journal} ({_count(len(d.state.restored), 'job')}, "
              f"{_count(d.state.background.counts['restored'], 'announced flow')} resumed)" if cfg.journal else ""),
           flush=True)

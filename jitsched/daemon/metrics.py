@@ -19,6 +19,13 @@ def leader_gauge(registry: CollectorRegistry, leads: bool) -> Gauge:
     return g
 
 
+def metrics_url(address: str, port: int) -> str:
+    """Where the endpoint on ``address``:``port`` answers: ``http://ADDRESS:PORT/metrics``, an
+    IPv6 address in brackets, and a wildcard address (``0.0.0.0``, ``::``) as loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(address, address)
+    return f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
+
+
 class Endpoint:
     """A registry and the HTTP endpoint serving it."""
 
@@ -26,9 +33,9 @@ class Endpoint:
         self.registry = registry
         self._server = None
 
-    def serve(self, port: int) -> int:
-        """Expose ``/metrics`` on 127.0.0.1:``port``; returns the port."""
-        self._server, _ = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, address: str = "127.0.0.1") -> int:
+        """Expose ``/metrics`` on ``address``:``port`` (0: any free port); returns the port."""
+        self._server, _ = start_http_server(port, addr=address, registry=self.registry)
         return self._server.server_port
 
     def shutdown(self) -> None:

@@ -70,10 +70,10 @@ class Follower:
                     raise bind_error(name, getattr(config, name), exc) from None
             if config.metrics_port:
                 try:
-                    self.metrics.serve(config.metrics_port)
+                    self.metrics.serve(config.metrics_port, config.metrics_address)
                 except OSError as exc:
-                    raise ValidationError(f"metrics_port {config.metrics_port}: cannot serve on 127.0.0.1 "
-                                          f"({exc.strerror})") from None
+                    raise ValidationError(f"metrics_port {config.metrics_port}: cannot serve on "
+                                          f"{config.metrics_address} ({exc.strerror})") from None
         except BaseException:
             self.close()
             raise

@@ -426,10 +426,11 @@ class Daemon:
         return jobs, agents, wake
 
     def _serve_metrics(self, port: int) -> int:
+        address = self.config.metrics_address
         try:
-            return self.metrics.serve(port)
+            return self.metrics.serve(port, address)
         except OSError as exc:
-            raise ValidationError(f"metrics_port {port}: cannot serve on 127.0.0.1 ({exc.strerror})") from None
+            raise ValidationError(f"metrics_port {port}: cannot serve on {address} ({exc.strerror})") from None
 
     def _agent_connection_open(self, source: tuple[int, tuple]) -> bool:
         conns = self.conns.get("agents")
