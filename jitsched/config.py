@@ -19,7 +19,7 @@ from jitsched.dag.model import Cluster, parse_cluster
 from jitsched.errors import ValidationError
 from jitsched.keys import is_local_endpoint
 from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions
-from jitsched.protocol import MAX_MESSAGE_BYTES
+from jitsched.protocol import MAX_MESSAGE_BYTES, endpoint_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -481,6 +481,7 @@ def check_config(cfg: DaemonConfig) -> None:
     if cfg.max_peer_queued_bytes < cfg.max_message_bytes:
         raise ValidationError("[limits].max_peer_queued_bytes: must be at least max_message_bytes "
                               f"({cfg.max_message_bytes}), got {cfg.max_peer_queued_bytes!r}")
+    check_endpoints(cfg)
     check_ha(cfg)
     check_exposure(cfg)
 
@@ -504,6 +505,18 @@ def check_ha(cfg: DaemonConfig) -> None:
     if cfg.etcd_endpoints and cfg.journal:
         raise ValidationError("[ha].etcd_endpoints and [daemon].journal: replicas keep their state in etcd; "
                               "set one of them")
+
+
+def check_endpoints(cfg: DaemonConfig) -> None:
+    """Refuse endpoints the daemon could not serve as written: ValidationError naming the setting."""
+    for name in ("job_endpoint", "agent_endpoint"):
+        why = endpoint_problem(getattr(cfg, name))
+        if why:
+            raise ValidationError(f"[daemon].{name} {getattr(cfg, name)!r}: {why}")
+    # a port of * or 0 is a free one, picked for each socket on its own
+    if cfg.job_endpoint == cfg.agent_endpoint and not cfg.job_endpoint.endswith((":*", ":0")):
+        raise ValidationError(f"[daemon].job_endpoint and agent_endpoint: both {cfg.job_endpoint!r}; the job "
+                              "and agent sockets need an endpoint each")
 
 
 def check_exposure(cfg: DaemonConfig) -> None:
@@ -564,4 +577,4 @@ def config_doc(cfg: DaemonConfig) -> dict:
 
 __all__ = ["ALLOW_LIST", "ANONYMOUS", "FULL", "HOST_JOIN_MODES", "OPEN", "INCREMENTAL", "KEYS", "MIN_HEARTBEAT_S",
            "PLANNING_MODES", "QUOTA_KEYS", "SECTIONS", "ClientQuota", "DaemonConfig", "HaOptions", "SecurityOptions",
-           "check_config", "check_exposure", "check_ha", "config_doc", "load_config", "parse_config"]
+           "check_config", "check_endpoints", "check_exposure", "check_ha", "config_doc", "load_config", "parse_config"]

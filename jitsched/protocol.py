@@ -298,6 +298,28 @@ def split_endpoints(endpoints: str) -> list[str]:
     return [e.strip() for e in endpoints.split(",") if e.strip()]
 
 
+# The transports the daemon's sockets serve on.
+ENDPOINT_SCHEMES = ("tcp", "ipc", "inproc")
+
+
+def endpoint_problem(endpoint: str) -> str | None:
+    """What is wrong with a ZeroMQ endpoint the daemon binds or an agent or client connects
+    to, or None: a scheme other than ``tcp://``, ``ipc://`` or ``inproc://``, or a TCP
+    endpoint without ``HOST:PORT``, the port ``*`` or within 0-65535 (ZeroMQ itself takes
+    a larger number modulo 65536, and binds a port nobody configured)."""
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep or scheme not in ENDPOINT_SCHEMES or not rest:
+        return "not an endpoint such as tcp://127.0.0.1:5555, tcp://*:5555 or ipc:///run/jitsched.sock"
+    if scheme != "tcp":
+        return None
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host:
+        return "a TCP endpoint needs HOST:PORT, such as tcp://127.0.0.1:5555"
+    if port != "*" and not (port.isdigit() and int(port) <= 65535):
+        return f"the port must be * or within 0-65535, got {port!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class Request:
     """A decoded request envelope."""

@@ -19,6 +19,7 @@ from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster
+from jitsched.errors import ValidationError
 from jitsched.policies import POLICIES
 from jitsched.protocol import ErrorCode, MsgType, RemoteError, decode_reply, encode_request
 from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
@@ -613,3 +614,12 @@ def test_jobs_of_many_workers_are_accepted_and_planned_on_every_senders_host(pol
             assert ring_on | shard_on
         else:  # every worker of the ring sends, and both servers and both workers of the shards
             assert ring_on == {"h1", "h2", "h3"} and shard_on == {"h0", "h1", "h2", "h3"}
+
+
+def test_a_daemon_built_in_code_refuses_an_endpoint_zeromq_would_misread():
+    # tcp://127.0.0.1:99999 would bind port 34463 without a word; the same endpoint twice
+    # would fail only at the second bind
+    with pytest.raises(ValidationError, match="the port must be"):
+        Daemon(config(job_endpoint="tcp://127.0.0.1:99999"))
+    with pytest.raises(ValidationError, match="need an endpoint each"):
+        Daemon(config(job_endpoint="tcp://127.0.0.1:5999", agent_endpoint="tcp://127.0.0.1:5999"))

@@ -9,6 +9,7 @@ import msgpack
 import pytest
 
 from jitsched import protocol
+from jitsched.errors import ValidationError
 from jitsched.protocol import (
     AGENT_TYPES,
     ERROR_CODES,
@@ -210,3 +211,24 @@ def test_flow_entries_follow_the_declared_schema_and_a_malformed_one_is_refused_
         assert ei.value.code == ErrorCode.INVALID_BODY
         with pytest.raises(ProtocolError, match=where):
             decode_any(encode_request(MsgType.SCHEDULE, bad))
+
+
+@pytest.mark.parametrize("endpoint, why", [
+    ("tcp://127.0.0.1:5555", None), ("tcp://*:5555", None), ("tcp://127.0.0.1:*", None),
+    ("tcp://[::1]:5555", None), ("tcp://eth0;198.18.0.1:5555", None), ("ipc:///run/j.sock", None),
+    ("inproc://j", None),
+    ("tcp://127.0.0.1:65536", "within 0-65535, got '65536'"), ("tcp://127.0.0.1:-5", "got '-5'"),
+    ("tcp://127.0.0.1:x", "got 'x'"), ("tcp://127.0.0.1", "needs HOST:PORT"), ("tcp://:5555", "needs HOST:PORT"),
+    ("garbage", "not an endpoint"), ("http://h:1", "not an endpoint"), ("tcp://", "not an endpoint"),
+])
+def test_endpoint_problem_names_what_zeromq_would_misread(endpoint, why):
+    from jitsched.protocol import endpoint_problem
+    got = endpoint_problem(endpoint)
+    assert got is None if why is None else why in got
+
+
+def test_a_client_refuses_a_port_zeromq_would_wrap():
+    # ZeroMQ connects tcp://host:70000 to port 70000 - 65536 without a word
+    from jitsched.client import Client
+    with pytest.raises(ValidationError, match="'tcp://127.0.0.1:70000': the port must be"):
+        Client("tcp://127.0.0.1:5555,tcp://127.0.0.1:70000")

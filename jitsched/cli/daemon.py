@@ -43,8 +43,12 @@ def check_endpoint(endpoint: str, flag: str) -> None:
     endpoints separated by commas (daemon replicas) are each checked."""
     import zmq
 
-    from jitsched.protocol import split_endpoints
+    from jitsched.protocol import endpoint_problem, split_endpoints
 
+    for ep in split_endpoints(endpoint) or [endpoint]:
+        why = endpoint_problem(ep)
+        if why:
+            raise ValidationError(f"{flag} {ep!r}: {why}")
     ctx = zmq.Context()
     try:
         for ep in split_endpoints(endpoint) or [endpoint]:
@@ -245,6 +249,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     jobs = _jobs_of(args, load_graph_job)
     ids = []
+    check_endpoint(args.daemon, "--daemon")
     with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
         for job in jobs:
             try:
@@ -336,6 +341,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from jitsched.client import Client
     from jitsched.daemon.logs import escape  # ids and errors come from clients: one line each
 
+    check_endpoint(args.daemon, "--daemon")
     if args.replicas:
         return _replicas(args)
     with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
@@ -498,6 +504,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if not (eq and addr and host):
             raise ValidationError(f"--peer {p!r}: expected ADDR[:PORT]=HOST")
         peers[addr] = host
+    check_endpoint(args.daemon, "--daemon")
     with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
         try:
             known = c.attach_job(args.job, args.host)

@@ -31,6 +31,7 @@ from jitsched.protocol import (
     background_flow_id,
     decode_reply,
     encode_request,
+    endpoint_problem,
     leader_named,
     next_id,
     split_endpoints,
@@ -75,6 +76,10 @@ class Client:
                                                and 0 < timeout_s < math.inf):
             raise ValidationError(f"timeout_s: must be a positive finite number of seconds, got {timeout_s!r}")
         self.endpoints = split_endpoints(endpoint) or [endpoint]
+        for ep in self.endpoints:
+            why = endpoint_problem(ep)
+            if why:
+                raise ValidationError(f"{ep!r}: {why}")
         self.endpoint = self.endpoints[0]
         self.timeout_s = timeout_s
         self.keys = curve_keys(keys, CLIENTS, key_name)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from jitsched.config import ANONYMOUS, INCREMENTAL, DaemonConfig, check_exposure
+from jitsched.config import ANONYMOUS, INCREMENTAL, DaemonConfig, check_endpoints, check_exposure
 from jitsched.daemon.conns import TRACK_BYTES, Connections, ReplyQueues, open_fds, raise_fd_limit
 from jitsched.daemon.jobs import Prepared
 from jitsched.daemon.journal import Journal
@@ -261,7 +261,8 @@ class Daemon:
 
     def __init__(self, config: DaemonConfig, policy: Policy | None = None, *, store: Store | None = None,
                  epoch: int = 0, leading: Callable[[], bool] | None = None) -> None:
-        check_exposure(config)  # configs built in code skip parse_config's checks
+        check_endpoints(config)  # configs built in code skip parse_config's checks
+        check_exposure(config)
         self.keys: DaemonKeys | None = load_daemon_keys(config.keys_dir) if config.keys_dir else None
         if self.keys is not None:
             unknown = sorted(set(config.clients) - set(self.keys.clients.values()))
