@@ -55,7 +55,7 @@ class AgentOptions:
     """
 
     backend: str = option("pacing", "enforcement backend (default %(default)s)", choices=CLI_BACKENDS)
-    dev: str | None = option(None, "tc backend: network device")
+    dev: str | None = option(None, "tc backend: the network device it shapes (required with --backend tc)")
     rto_max_ms: int | None = option(
         RTO_MAX_MS, "cap on the retransmission timeout of registered outbound sockets, 1000..120000 ms "
                     "(default %(default)s: a flow held behind higher ranks resumes within a second of its "

@@ -171,6 +171,8 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         ([*AGENT, "--rto-min-ms", "nan"], "rto_min_ms: must be in 1..200"),
         ([*AGENT, "--backend", "nope"], "argument --backend: invalid choice"),
         ([*AGENT, "--backend", "tc", "--ingress-share", "0"], "ingress_share: must be within (0, 1]"),
+        ([*AGENT, "--backend", "tc"], "--dev: the tc backend shapes one network device; name it"),
+        ([*AGENT, "--backend", "tc", "--dev", "nonexist0"], "--dev 'nonexist0': no such network interface on this host"),
         ([*AGENT, "--backend", "tc", "--background-floor", "1"], "background_floor: must be within [0, 1), got 1.0"),
         ([*AGENT, "--background-floor", "-0.5"], "background_floor: must be within [0, 1), got -0.5"),
         ([*AGENT, "--background-floor", "half"], "argument --background-floor: invalid float value: 'half'"),

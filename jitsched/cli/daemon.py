@@ -64,6 +64,19 @@ def check_endpoint(endpoint: str, flag: str) -> None:
         ctx.term()
 
 
+def _check_dev(dev: str | None) -> None:
+    # the tc backend rewrites the device's qdiscs: only the one the operator names, and one
+    # that exists, before the agent registers (a typo would fail only once a daemon answers)
+    import socket
+
+    if not dev:
+        raise ValidationError("--dev: the tc backend shapes one network device; name it (--dev eth0)")
+    try:
+        socket.if_nametoindex(dev)
+    except OSError:
+        raise ValidationError(f"--dev {dev!r}: no such network interface on this host") from None
+
+
 def _check_host(host: str) -> None:
     # the name is part of the agent's local socket's file name
     if not host or "/" in host or "\0" in host:
@@ -199,6 +212,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise ValidationError(f"--allow-uid: a user id is >= 0, got {bad_uids[0]}")
     check_endpoint(args.daemon, "--daemon")
     opts = options_from_args(args, AgentOptions)
+    if opts.backend == "tc":
+        _check_dev(opts.dev)
     for name in ("egress_bps", "ingress_bps"):
         v = getattr(args, name)
         if v is not None and not 0 < v < float("inf"):
