@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -117,3 +118,46 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     os.close(write)
     assert proc.returncode == 141
     assert proc.stderr == ""
+
+
+def one_error_line(capsys) -> str:
+    """The one line a refused command wrote on stderr (and nothing on stdout)."""
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("cmd", ["lat", "plan", "sim"])
+def test_a_truncated_or_corrupt_gzipped_workload_is_refused_in_one_line(tmp_path, capsys, cmd):
+    gz = gzip.compress(EXAMPLE.read_bytes(), mtime=0)
+    flipped = bytearray(gz)
+    flipped[len(gz) // 2] ^= 0xFF
+    flipped[len(gz) // 2 + 1] ^= 0xFF
+    for name, raw in (("trunc.json.gz", gz[: len(gz) // 2]), ("flip.json.gz", bytes(flipped))):
+        p = tmp_path / name
+        p.write_bytes(raw)
+        assert main([cmd, str(p)]) == 2
+        assert one_error_line(capsys).startswith(f"jitsched {cmd}: error: {p}: not a valid gzip file (")
+
+
+def test_a_directory_for_a_workload_is_named_a_directory(tmp_path, capsys):
+    assert main(["lat", str(tmp_path)]) == 2
+    line = one_error_line(capsys)
+    assert line == f"jitsched lat: error: {tmp_path}: cannot read (Is a directory)"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["sim", str(EXAMPLE), "--bogus"],
+     "jitsched sim: error: unrecognized arguments: --bogus (see jitsched sim --help)"),
+    (["plan", str(EXAMPLE), "--nope", "1"],
+     "jitsched plan: error: unrecognized arguments: --nope 1 (see jitsched plan --help)"),
+    (["--bogus"],
+     "jitsched: error: unrecognized arguments: --bogus; a COMMAND comes first (see jitsched --help)"),
+    ([], "jitsched: error: the following arguments are required: COMMAND (see jitsched --help)"),
+])
+def test_an_unknown_flag_points_to_the_help_of_its_command(capsys, argv, line):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert one_error_line(capsys) == line

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import json
+import re
 
 import numpy as np
 import pytest
@@ -18,6 +20,8 @@ from jitsched.dag.model import (
     critical_path_s,
     load_workload,
     parse_workload,
+    read_input_bytes,
+    read_json,
     save_workload,
 )
 from jitsched.errors import ValidationError
@@ -134,6 +138,47 @@ def test_load_reports_bad_json(tmp_path):
         load_workload(p)
     with pytest.raises(ValidationError, match="no such file"):
         load_workload(tmp_path / "missing.json")
+
+
+def corrupt_gzips(tmp_path, data: bytes) -> list:
+    """Gzip files of ``data`` broken four ways: truncated, deflate data or CRC bytes flipped, not gzip."""
+    gz = gzip.compress(data, mtime=0)
+    out = []
+    for name, flips, raw in (("trunc", (), gz[: len(gz) // 2]), ("flip", (len(gz) // 2,), gz),
+                             ("crc", (len(gz) - 8,), gz), ("plain", (), data)):
+        raw = bytearray(raw)
+        for i in flips:
+            raw[i] ^= 0xFF
+            raw[i + 1] ^= 0xFF
+        out.append(tmp_path / f"{name}.json.gz")
+        out[-1].write_bytes(bytes(raw))
+    return out
+
+
+def test_load_refuses_a_truncated_or_corrupt_gzip_in_words(tmp_path):
+    # digits compress poorly: the flipped bytes land inside a Huffman-coded block
+    # (zlib.error), not in a run the CRC alone would catch
+    data = json.dumps(mutated(lambda o: o["jobs"][0].update(
+        {"model": " ".join(str(i * i) for i in range(5000))}))).encode()
+    for p in corrupt_gzips(tmp_path, data):
+        with pytest.raises(ValidationError, match=rf"^{re.escape(str(p))}: not a valid gzip file \(.+\)$"):
+            load_workload(p)
+        # the reader the TensorFlow importer shares
+        with pytest.raises(ValidationError, match="not a valid gzip file"):
+            read_input_bytes(p)
+
+
+def test_load_says_a_directory_is_one(tmp_path):
+    with pytest.raises(ValidationError, match=r"cannot read \(Is a directory\)$") as err:
+        load_workload(tmp_path)
+    assert "JSON" not in str(err.value)
+
+
+def test_read_json_refuses_nesting_too_deep_to_decode(tmp_path):
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValidationError, match="not valid JSON \\(nested too deeply\\)"):
+        read_json(p)
 
 
 def test_repeated_edges_are_one_dependency():

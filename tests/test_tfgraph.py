@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -240,6 +241,31 @@ def test_step_stats_times_scale_and_floor(tmp_path):
     p2 = tmp_path / "ss.pbtxt"
     p2.write_text('dev_stats { device: "d" node_stats { node_name: "fwd" all_end_rel_micros: 7 } }')
     assert read_step_stats(p2) == {"fwd": 7e-6}
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"cluster": {"hosts": []}, "jobs": []}, "not RunMetadata or StepStats (no step_stats or dev_stats field)"),
+    ({"node": []}, "not RunMetadata or StepStats"),
+    ({"stepStats": {}}, "step_stats has no dev_stats: it times no op"),
+    ({"devStats": [{"device": WK, "nodeStats": [{"allEndRelMicros": "5"}]}]},
+     "the step stats time no op"),
+])
+def test_step_stats_that_time_no_op_are_refused(tmp_path, content, message):
+    p = tmp_path / "stats.json"
+    p.write_text(json.dumps(content))
+    with pytest.raises(ValidationError, match=re.escape(f"{p}: {message}")):
+        read_step_stats(p)
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        import_tf_graph(small_graph(), p)
+
+
+def test_step_stats_of_another_graph_are_refused(tmp_path):
+    p = tmp_path / "stats.json"
+    p.write_text(json.dumps({"devStats": [{"device": WK, "nodeStats": [
+        {"nodeName": "conv9", "allEndRelMicros": "5"}]}]}))
+    with pytest.raises(ValidationError, match="the step stats time none of the graph's ops "
+                                              "\\(they time 'conv9', ...\\)"):
+        import_tf_graph(small_graph(), p)
 
 
 def test_cost_model_counts_conv_flops():

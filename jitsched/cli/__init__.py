@@ -27,8 +27,20 @@ class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (exit 2): the usage of a command
     with many flags spans several lines, and ``--help`` shows it anyway."""
 
+    # the command line being parsed (main sets it): an unknown flag is the command's
+    argv: list[str] | None = None
+
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        prog = self.prog
+        if message.startswith("unrecognized arguments") and self.argv is not None:
+            # argparse reports a command's unknown flags from the top parser: name the
+            # command, whose --help lists its flags
+            command = next((a for a in self.argv if a in REGISTRY), None)
+            if command is None:
+                message += "; a COMMAND comes first"
+            else:
+                prog = f"{self.prog} {command}"
+        self.exit(2, f"{prog}: error: {message} (see {prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="jitsched", description="DAG-aware just-in-time network traffic scheduler")
     parser.add_argument("--version", action="version", version=f"jitsched {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # not required here: main() says it is missing, after an unknown flag given before
+    # any COMMAND is named (argparse's required check would hide it)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=False)
     for cmd in REGISTRY.values():
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         for a in cmd.args:
@@ -49,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jitsched`` console script; returns the exit code."""
     parser = build_parser()
+    parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("the following arguments are required: COMMAND")
     try:
         return int(args._run(args) or 0)
     except JitschedError as exc:

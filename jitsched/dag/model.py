@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -397,20 +398,71 @@ def parse_workload(obj: Any) -> Workload:
     return Workload(cluster, tuple(jobs), tuple(bgs))
 
 
-def load_workload(source: str | Path | Mapping[str, Any]) -> Workload:
-    """Load a native-format workload from a path (``.json`` or ``.json.gz``) or a map."""
-    if isinstance(source, Mapping):
-        return parse_workload(source)
-    p = Path(source)
+# The first two bytes of every gzip file (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_input_bytes(path: str | Path) -> bytes:
+    """The bytes of the file ``path``, gunzipped when it is gzip data.
+
+    A file is gzip data when it starts with the gzip magic bytes or its name
+    ends in ``.gz``. The workload loader and the TensorFlow graph and step
+    stats readers read their files through here, so each refuses a bad file
+    in the same words.
+
+    Raises
+    ------
+    ValidationError
+        ``FILE: no such file``; ``FILE: cannot read (REASON)`` (a directory, no
+        permission, ...); ``FILE: not a valid gzip file (REASON)`` (truncated,
+        corrupt, or named ``.gz`` but not gzip data).
+    """
+    p = Path(path)
     try:
-        opener = gzip.open if p.suffix == ".gz" else open
-        with opener(p, "rt", encoding="utf-8") as fh:
-            obj = json.load(fh)
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ValidationError(f"{p}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise ValidationError(f"{p}: not valid JSON ({exc})") from None
-    return parse_workload(obj)
+    except OSError as exc:
+        raise ValidationError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if raw[:2] == GZIP_MAGIC or p.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            # OSError: BadGzipFile (no gzip header, CRC or length mismatch);
+            # EOFError: truncated; zlib.error: corrupt deflate data
+            raise ValidationError(f"{p}: not a valid gzip file ({exc})") from None
+    return raw
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON value in the file ``path`` (``.json``, or gzipped as ``.json.gz``).
+
+    Raises
+    ------
+    ValidationError
+        As :func:`read_input_bytes`, or ``FILE: not valid JSON (REASON)``.
+    """
+    raw = read_input_bytes(path)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"{Path(path)}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValidationError(f"{Path(path)}: not valid JSON (nested too deeply)") from None
+
+
+def load_workload(source: str | Path | Mapping[str, Any]) -> Workload:
+    """Load a native-format workload from a path (``.json`` or ``.json.gz``) or a map.
+
+    Raises
+    ------
+    ValidationError
+        The file cannot be read (:func:`read_json`) or is not a valid workload
+        (:func:`parse_workload`).
+    """
+    if isinstance(source, Mapping):
+        return parse_workload(source)
+    return parse_workload(read_json(source))
 
 
 def save_workload(workload: Workload, path: str | Path) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jitsched.dag.model import read_input_bytes
 from jitsched.errors import ValidationError
 
 # Bytes per element of the TensorFlow dtypes whose size is fixed; DT_STRING,
@@ -34,17 +34,7 @@ _DTYPE_NUMBERS = {
 
 def _read_text(source: str | Path) -> str:
     p = Path(source)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ValidationError(f"{p}: no such file") from None
-    except OSError as exc:
-        raise ValidationError(f"{p}: cannot read ({exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise ValidationError(f"{p}: corrupt gzip data ({exc})") from None
+    raw = read_input_bytes(p)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -325,11 +315,25 @@ def read_step_stats(source: str | Path | Mapping[str, Any]) -> dict[str, float]:
     -------
     dict
         Node name -> duration in seconds.
+
+    Raises
+    ------
+    ValidationError
+        The file cannot be read or parsed, is neither RunMetadata nor StepStats
+        (it has no ``step_stats`` or ``dev_stats`` field), or times no op.
     """
     md = _parse_message(source, "RunMetadata")
     stats = md.get("step_stats")
     if stats is None:  # a bare StepStats message
         stats = _parse_message(source, "StepStats")
+    where = "step stats" if isinstance(source, Mapping) else str(source)
+    if "dev_stats" not in stats:
+        # the schema skips unknown fields, so any other message (a workload, a
+        # GraphDef) would read as stats of no op and silently measure nothing
+        if "step_stats" in md:
+            raise ValidationError(f"{where}: step_stats has no dev_stats: it times no op")
+        raise ValidationError(f"{where}: not RunMetadata or StepStats (no step_stats or "
+                              "dev_stats field)")
     out: dict[str, float] = {}
     for dev in stats.get("dev_stats", []):
         for ns in dev.get("node_stats", []):
@@ -341,5 +345,7 @@ def read_step_stats(source: str | Path | Mapping[str, Any]) -> dict[str, float]:
             else:
                 dur = ns.get("all_end_rel_micros", 0) * 1e-6
             out[name] = max(out.get(name, 0.0), float(dur))
+    if not out:
+        raise ValidationError(f"{where}: the step stats time no op (no node_stats with a node_name)")
     return out
 

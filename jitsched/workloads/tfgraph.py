@@ -299,6 +299,10 @@ def import_tf_graph(graph: str | Path | Mapping[str, Any] | list[dict[str, Any]]
         measured = step_stats
     else:
         measured = read_step_stats(step_stats)
+    if measured and not any(name in measured for name in g.nodes):
+        # stats of another graph would leave every op on the cost model unnoticed
+        raise ValidationError(f"the step stats time none of the graph's ops (they time "
+                              f"{next(iter(measured))!r}, ...): are they of another graph?")
     host_of = _host_map(hosts)
     passive = frozenset(passive_jobs)
 
