@@ -80,6 +80,10 @@ def test_mb_unit_is_configurable():
     ("8 1\n1 0 3 0 1\n", r"declares 3 mappers but the line ends"),
     ("8 1\n1 0 1 0 1 1:-2\n", r"size must be >= 0"),
     ("8 2\n1 0 1 0 1 1:1.0\n1 5 1 0 1 1:1.0\n", r":3: duplicate coflow id '1'"),
+    ("8 1\n1 0 1.5 0 1 1:1.0\n", r":2: mapper count '1.5' is not a whole number >= 0"),
+    ("8 1\n1 0 1 0 1e0 1:1.0\n", r":2: reducer count '1e0' is not a whole number >= 0"),
+    # one past the bound (10^8 would be refused as cheaply, before any host is built)
+    ("100001 1\n1 0 1 0 1 1:1.0\n", r":1: the header declares 100001 ports, more than 100000"),
 ])
 def test_malformed_traces(tmp_path, text, pattern):
     p = tmp_path / "t.txt"

@@ -155,6 +155,11 @@ def test_stream_properties(seed, share, n_hosts, load):
     ({"load": 0.5, "n_jobs": 3, "background_share": 1.5}, "background_share"),
     ({"load": 0.5, "n_jobs": 3, "n_hosts": 1}, "at least 2 hosts"),
     ({"load": 0.5, "n_jobs": -1}, "n_jobs must be >= 0"),
+    ({"load": float("inf"), "n_jobs": 3}, "load must be finite, got inf"),
+    # one host: a generator that let the infinite window through would stop at the
+    # host count, not run until memory is gone
+    ({"load": 0.5, "duration_s": float("inf"), "n_hosts": 1}, "duration_s must be a finite number >= 0"),
+    ({"load": 0.5, "duration_s": float("nan"), "n_hosts": 1}, "duration_s must be a finite number >= 0"),
     ({"load": 0.5, "n_jobs": 3, "models": ("lenet", "bert")}, "unknown model 'bert'"),
 ])
 def test_generator_errors(kwargs, pattern):

@@ -8,6 +8,7 @@ from collections import Counter
 from jitsched.cli.core import emit_json
 from jitsched.cli.registry import arg, non_negative, positive, register, seed
 from jitsched.dag.model import Cluster, Host, Workload, save_workload
+from jitsched.errors import ValidationError
 from jitsched.plan.coflow import coflow_workload, read_coflow_trace
 from jitsched.workloads.paper import MODELS, arrival_rate, generate_workload
 from jitsched.workloads.shapes import MIXED, SHAPES, ShapeOptions, expand_job, shape_hosts, shape_of
@@ -21,16 +22,38 @@ def shape_args(shapes: tuple[str, ...]) -> tuple:
             help="job shape: ps (one parameter server, N workers), ps-sharded (M servers), allreduce "
                  "(a ring of N workers)" + (", mixed (each job one of them)" if MIXED in shapes else "")
                  + " (default ps)"),
-        arg("--workers", type=int, default=1, help="workers per job (default 1; at least 2 for a ring)"),
+        arg("--workers", type=int, default=1,
+            help="workers per job (default 1; at least 2 for allreduce"
+                 + (" and mixed" if MIXED in shapes else "") + ")"),
         arg("--servers", type=int, default=None,
             help="parameter servers of a sharded job (default 2 for ps-sharded and mixed, else 1)"),
     )
 
 
 def shape_options(args: argparse.Namespace) -> ShapeOptions:
-    """The :class:`ShapeOptions` of ``--shape``, ``--workers`` and ``--servers``."""
-    servers = args.servers if args.servers is not None else (
-        2 if args.shape in ("ps-sharded", MIXED) else 1)
+    """The :class:`ShapeOptions` of ``--shape``, ``--workers`` and ``--servers``.
+
+    Raises
+    ------
+    ValidationError
+        Naming the flag at fault: fewer than 1 worker or server, a ring
+        (``allreduce``, ``mixed``) of fewer than 2 workers, the default
+        ``--workers 1`` included.
+    """
+    for flag, value in (("--workers", args.workers), ("--servers", args.servers)):
+        if value is not None and value < 1:
+            raise ValidationError(f"{flag}: expected an integer >= 1, got {value}")
+    if args.shape in ("allreduce", MIXED) and args.workers < 2:
+        raise ValidationError(f"--workers: shape {args.shape}: a ring needs at least 2 workers, "
+                              f"got {args.workers}; give --workers N with N >= 2")
+    sharded = args.shape in ("ps-sharded", MIXED)
+    if args.servers is not None and args.servers > 1 and not sharded:
+        raise ValidationError(f"--servers: only ps-sharded jobs have more than one server "
+                              f"(shape {args.shape})")
+    if args.servers is not None and args.servers < 2 and sharded:
+        raise ValidationError(f"--servers: shape {args.shape}: a sharded job needs at least 2 "
+                              f"servers, got {args.servers}")
+    servers = args.servers if args.servers is not None else (2 if sharded else 1)
     return ShapeOptions(args.shape, args.workers, servers)
 
 
@@ -108,11 +131,24 @@ def cmd_gen_workload(args: argparse.Namespace) -> int:
                                      + [b.arrival_s for b in w.background], default=0.0)}
     if args.json:
         emit_json(summary)
-    else:
-        print(f"{args.output}: {summary['jobs']} DL jobs {summary['models']} {summary['shapes']}, "
-              f"{summary['background']} file transfers; {rate:.3f} jobs/s, "
-              f"last arrival {summary['last_arrival_s']:.1f} s")
+        return 0
+    detail = ""
+    if summary["jobs"]:
+        detail = f" ({_counts(summary['models'], models)}"
+        if shapes.shape != "ps":
+            detail += f"; shapes {_counts(summary['shapes'], SHAPES)}"
+        detail += ")"
+    print(f"{args.output}: {summary['jobs']} DL jobs{detail}, "
+          f"{summary['background']} file transfers; {rate:.3f} jobs/s, "
+          f"last arrival {summary['last_arrival_s']:.1f} s")
     return 0
+
+
+def _counts(counts: dict[str, int], order: tuple[str, ...]) -> str:
+    """``counts`` as "name n, name n", in ``order`` (names outside it last, sorted)."""
+    rank = {name: i for i, name in enumerate(order)}
+    names = sorted(counts, key=lambda n: (rank.get(n, len(order)), n))
+    return ", ".join(f"{n} {counts[n]}" for n in names)
 
 
 @register(
@@ -126,14 +162,21 @@ def cmd_import_coflow(args: argparse.Namespace) -> int:
     trace = read_coflow_trace(args.trace)
     w = coflow_workload(trace, bps=args.bps)
     save_workload(w, args.output)
+    # a coflow with no flow across the network (all port-local or empty) is no job
+    no_job = [c.id for c in trace.coflows if not c.flows]
     summary = {"ports": trace.n_ports, "coflows": len(trace.coflows), "jobs": len(w.jobs),
                "flows": sum(len(j.transfers) for j in w.jobs),
                "bytes": sum(t.bytes for j in w.jobs for t in j.transfers),
-               "local_flows_dropped": trace.local_flows}
+               "local_flows_dropped": trace.local_flows,
+               "coflows_dropped": no_job}
     if args.json:
         emit_json(summary)
-    else:
-        print(f"{args.output}: {summary['jobs']} coflows on {trace.n_ports} ports, "
-              f"{summary['flows']} flows, {summary['bytes'] / 2**20:.1f} MiB "
-              f"({trace.local_flows} port-local flows dropped)")
+        return 0
+    dropped = f"{trace.local_flows} port-local flows dropped"
+    if no_job:
+        dropped += (f"; coflow{'s' if len(no_job) > 1 else ''} {', '.join(no_job)} left out: "
+                    "no flow crosses the network")
+    print(f"{args.output}: {summary['jobs']} of {summary['coflows']} coflows as jobs on "
+          f"{trace.n_ports} ports, {summary['flows']} flows, {summary['bytes'] / 2**20:.1f} MiB "
+          f"({dropped})")
     return 0

@@ -12,6 +12,9 @@ from jitsched.errors import ValidationError
 # The trace's "MB" is a mebibyte, as the public simulators of this line of
 # work read it.
 MB_BYTES = 1048576
+# The most ports a trace may declare: the public traces have 150, and a workload
+# of the trace holds one host per declared port.
+MAX_PORTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ def read_coflow_trace(path: str | Path, *, mb_bytes: float = MB_BYTES) -> Coflow
     n_ports, n_coflows = int(head[0]), int(head[1])
     if n_ports < 1:
         raise ValidationError(f"{p}:{head_no}: the trace has no ports")
+    if n_ports > MAX_PORTS:
+        raise ValidationError(f"{p}:{head_no}: the header declares {n_ports} ports, more than "
+                              f"{MAX_PORTS} (a workload has one host per port)")
     if len(body) - 1 != n_coflows:
         raise ValidationError(f"{p}: header says {n_coflows} coflows, found {len(body) - 1} lines")
     coflows = []
@@ -101,6 +107,13 @@ def read_coflow_trace(path: str | Path, *, mb_bytes: float = MB_BYTES) -> Coflow
     local_flows, local_bytes = 0, 0.0
     for line_no, tok in body[1:]:
         where = f"{p}:{line_no}"
+
+        def count(i: int, what: str, where: str = where, tok: list[str] = tok) -> int:
+            if i >= len(tok):
+                raise ValidationError(f"{where}: line ends before the {what}")
+            if not tok[i].isdigit():
+                raise ValidationError(f"{where}: {what} {tok[i]!r} is not a whole number >= 0")
+            return int(tok[i])
 
         def port(s: str, what: str, where: str = where) -> int:
             if not s.isdigit() or int(s) >= n_ports:
@@ -125,14 +138,14 @@ def read_coflow_trace(path: str | Path, *, mb_bytes: float = MB_BYTES) -> Coflow
             raise ValidationError(f"{where}: duplicate coflow id {cid!r}")
         seen.add(cid)
         arrival_s = number(1, "arrival time (ms)") / 1e3
-        m = int(number(2, "mapper count"))
+        m = count(2, "mapper count")
         if m < 1:
             raise ValidationError(f"{where}: coflow {cid!r} has no mappers")
         r_at = 3 + m
         if len(tok) <= r_at:
             raise ValidationError(f"{where}: coflow {cid!r} declares {m} mappers but the line ends before the reducers")
         mappers = tuple(port(tok[3 + k], "mapper") for k in range(m))
-        r = int(number(r_at, "reducer count"))
+        r = count(r_at, "reducer count")
         if len(tok) != r_at + 1 + r:
             raise ValidationError(f"{where}: coflow {cid!r} declares {r} reducers but lists {len(tok) - r_at - 1}")
         reducers = []

@@ -208,8 +208,10 @@ def arrival_rate(load: float, *, n_hosts: int = 100, bps: float = 1e9,
     float
         Jobs per second.
     """
-    if not (load > 0 and math.isfinite(load)):
+    if not load > 0:
         raise ValidationError(f"load must be positive, got {load!r}")
+    if not math.isfinite(load):
+        raise ValidationError(f"load must be finite, got {load!r}")
     if not 0 <= background_share <= 1:
         raise ValidationError(f"background_share must be in [0, 1], got {background_share!r}")
     if background_share < 1 and not models:
@@ -254,8 +256,9 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
         raise ValidationError("give exactly one of n_jobs and duration_s")
     if n_jobs is not None and n_jobs < 0:
         raise ValidationError(f"n_jobs must be >= 0, got {n_jobs!r}")
-    if duration_s is not None and not duration_s >= 0:
-        raise ValidationError(f"duration_s must be >= 0, got {duration_s!r}")
+    if duration_s is not None and not (duration_s >= 0 and math.isfinite(duration_s)):
+        # an infinite window never closes: the stream would grow until memory runs out
+        raise ValidationError(f"duration_s must be a finite number >= 0, got {duration_s!r}")
     if n_hosts < 2:
         raise ValidationError(f"need at least 2 hosts, got {n_hosts!r}")
     for m in models:
