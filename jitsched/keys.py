@@ -196,8 +196,9 @@ def init_keys(keys_dir: str | Path, hosts: list[str], clients: list[str], *,
     Raises
     ------
     ValidationError
-        A name cannot name a key file, or a key file exists and ``force`` is false
-        (the message lists them), or (``add``) the directory has no daemon key.
+        A name cannot name a key file, ``keys_dir`` is (or lies under) a file, a key
+        file exists and ``force`` is false (the message lists them), or (``add``) the
+        directory has no daemon key.
 
     With ``add`` only the hosts' and clients' pairs are written, beside the daemon's
     key pair already there: a running daemon lets in a new host's key on its first
@@ -211,6 +212,7 @@ def init_keys(keys_dir: str | Path, hosts: list[str], clients: list[str], *,
     for c in clients:
         check_name(c, "client")
     d = Path(keys_dir)
+    _check_is_directory(d)
     _check_tree(d, _subdirs(d))
     if add and not os.path.exists(secret_path(d, DAEMON)):
         raise ValidationError(f"{secret_path(d, DAEMON)}: no daemon key to add keys beside; "
@@ -234,6 +236,24 @@ def init_keys(keys_dir: str | Path, hosts: list[str], clients: list[str], *,
         where = f"{exc.filename}: " if exc.filename else f"{d}: "
         raise KeyFileError(f"{where}cannot write the key directory ({exc.strerror})") from None
     return written
+
+
+def _check_is_directory(d: Path) -> None:
+    """Refuse a key directory path that is, or lies under, something other than a directory.
+
+    The first existing path from ``d`` upwards decides: a directory is fine (those
+    between are made), anything else is refused.
+    """
+    for q in (d, *d.parents):
+        if not os.path.lexists(q):
+            continue
+        if os.path.isdir(q):
+            return
+        if q == d:
+            raise ValidationError(f"{d}: not a directory (a file of that name exists); "
+                                  "name a new or an existing key directory")
+        raise ValidationError(f"{d}: cannot make the key directory: {q} is not a directory "
+                              "(Not a directory)")
 
 
 def _subdirs(d: Path) -> tuple[Path, ...]:

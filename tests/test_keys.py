@@ -63,6 +63,32 @@ def test_keys_init_refuses_to_overwrite_without_force(tmp_path, capsys):
     assert secret_path(d, "clients", "client").exists()
 
 
+@pytest.mark.parametrize("action", ["init", "add"])
+def test_keys_refuses_a_name_given_twice(tmp_path, capsys, action):
+    d = tmp_path / "k"
+    if action == "add":
+        init_keys(d, [], ["client"])
+    for flag, names, twice in (("--hosts", "a,a,b,a", "'a'"), ("--clients", "c,d,d,c", "'c', 'd'")):
+        assert main(["keys", action, str(d), flag, names]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == (f"jitsched keys: error: {flag}: {twice} named more than once; "
+                                     "each name gets one key pair\n")
+    assert not (d / "hosts").exists() or not any((d / "hosts").iterdir())
+
+
+@pytest.mark.parametrize("action", ["init", "add"])
+def test_keys_refuses_a_file_where_the_directory_goes_in_words(tmp_path, capsys, action):
+    f = tmp_path / "file"
+    f.write_text("not keys\n")
+    assert main(["keys", action, str(f), "--hosts", "h0"]) == 2
+    assert capsys.readouterr().err == (f"jitsched keys: error: {f}: not a directory (a file of that "
+                                       "name exists); name a new or an existing key directory\n")
+    assert main(["keys", action, str(f / "sub" / "k"), "--hosts", "h0"]) == 2
+    assert capsys.readouterr().err == (f"jitsched keys: error: {f / 'sub' / 'k'}: cannot make the key "
+                                       f"directory: {f} is not a directory (Not a directory)\n")
+    assert f.read_text() == "not keys\n"
+
+
 def test_keys_init_tightens_an_existing_directory_and_checks_names(tmp_path):
     d = tmp_path / "open"
     d.mkdir(mode=0o755)

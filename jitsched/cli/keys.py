@@ -9,8 +9,14 @@ from jitsched.cli.registry import arg, register
 from jitsched.errors import ValidationError
 
 
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
+def _names(text: str, flag: str) -> list[str]:
+    """The comma-separated names of ``flag``; a name given twice is refused (one key each)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValidationError(f"{flag}: {', '.join(repr(n) for n in twice)} named more than once; "
+                              "each name gets one key pair")
+    return names
 
 
 @register(
@@ -32,8 +38,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
         raise ValidationError("--hosts and --hosts-count: give one")
     if args.hosts_count is not None and args.hosts_count < 0:
         raise ValidationError(f"--hosts-count: must be >= 0, got {args.hosts_count}")
-    hosts = _names(args.hosts) if args.hosts is not None else [f"h{i}" for i in range(args.hosts_count or 0)]
-    clients = _names(args.clients)
+    hosts = _names(args.hosts, "--hosts") if args.hosts is not None else [f"h{i}" for i in range(args.hosts_count or 0)]
+    clients = _names(args.clients, "--clients")
     if args.action == "add":
         clients = [] if args.clients == "client" else clients
         if not hosts and not clients:
