@@ -71,6 +71,7 @@ def test_agent_with_tc_orders_its_ingress_unless_told_not_to(monkeypatch, tmp_pa
             raise ValidationError("stop here")
 
     monkeypatch.setattr(agent_mod, "Agent", Stub)
+    monkeypatch.setattr("socket.if_nametoindex", lambda dev: 7)  # eth1 is the stub's, not this host's
     assert "stop here" in _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1",
                                             "--local-dir", str(tmp_path), "--backend", "tc", "--dev", "eth1",
                                             *extra])
@@ -108,6 +109,7 @@ def test_agent_command_exits_1_when_its_agent_fails(monkeypatch, tmp_path, capsy
 def test_agent_command_names_no_ingress_when_the_ingress_cannot_be_ordered(monkeypatch, tmp_path, capsys):
     # tc with its default ingress on a host whose IFB cannot be made: the egress backend
     # is installed, the ingress one fails, and the message names the way out
+    monkeypatch.setattr("socket.if_nametoindex", lambda dev: 7)  # eth9 is the stub's, not this host's
     from jitsched.agents.backends.record import RecordBackend
 
     loaded = []

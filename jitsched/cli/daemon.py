@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -259,50 +258,78 @@ def cmd_agent(args: argparse.Namespace) -> int:
     arg("--json", action="store_true", help="print {job_ids: [...]}"),
 )
 def cmd_submit(args: argparse.Namespace) -> int:
+    """Submit the jobs of ``args.file`` in order; stop at the first the daemon refuses.
+
+    Jobs before a refused one stay submitted: stdout (or ``--json``) lists them, and
+    the error line names the refused job and how many were not sent.
+    """
     from jitsched.client import Client, load_graph_job
     from jitsched.protocol import RemoteError
 
     jobs = _jobs_of(args, load_graph_job)
-    ids = []
+    ids: list[str] = []
+    failure: tuple[int, Exception] | None = None
     check_endpoint(args.daemon, "--daemon")
     with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
-        for job in jobs:
+        for k, job in enumerate(jobs):
             try:
                 ids.append(c.submit_job(job))
-            except RemoteError as exc:
-                raise ValidationError(f"daemon refused the job: {exc}") from None
-            except TimeoutError as exc:
-                print(f"jitsched submit: {exc}", file=sys.stderr)
-                return 1
+            except (RemoteError, TimeoutError) as exc:
+                failure = (k, exc)
+                break
+    if failure is None:
+        if args.json:
+            emit_json({"job_ids": ids})
+        else:
+            for i in ids:
+                print(f"submitted {i}")
+        return 0
+    k, exc = failure
+    name = jobs[k].get("id") if isinstance(jobs[k].get("id"), str) else None
+    what = f"job {name!r}" if name else f"job {k + 1}"
+    if len(jobs) > 1:
+        what += f" ({k + 1} of {len(jobs)})"
+    # a timeout leaves the job's fate unknown (exit 1); a refusal is the input's (exit 2)
+    verb = "got no reply for" if isinstance(exc, TimeoutError) else "daemon refused"
     if args.json:
-        emit_json({"job_ids": ids})
+        emit_json({"job_ids": ids, "failed": {"index": k, "id": name, "error": str(exc)},
+                   "not_sent": len(jobs) - k - 1})
     else:
         for i in ids:
             print(f"submitted {i}")
-    return 0
+    done = (f"; submitted before it: {', '.join(ids)}" if ids else "")
+    left = f"; not sent: {len(jobs) - k - 1}" if k + 1 < len(jobs) else ""
+    print(f"jitsched submit: error: {verb} {what}: {exc}{done}{left}", file=sys.stderr)
+    return 1 if isinstance(exc, TimeoutError) else 2
 
 
 def _jobs_of(args: argparse.Namespace, load_graph_job) -> list[dict]:
+    """The job maps ``submit`` sends: a native job, every job of a native workload (``.json``
+    or ``.json.gz``), or a GraphDef (JSON with ``node``, or protobuf text) as one job."""
+    from jitsched.dag.model import read_json
+
     p = Path(args.file)
-    if p.suffix == ".json":
-        try:
-            obj = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValidationError(f"{p}: no such file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValidationError(f"{p}: not valid JSON ({exc})") from None
-        except OSError as exc:
-            raise ValidationError(f"{p}: cannot read ({exc.strerror})") from None
-        if isinstance(obj, dict) and "jobs" in obj and "computes" not in obj:
+    if p.suffix == ".json" or p.name.endswith(".json.gz"):
+        obj = read_json(p)
+        if not isinstance(obj, dict):
+            raise ValidationError(f"{p}: expected a job, a workload or a GraphDef (a JSON object), "
+                                  f"got {type(obj).__name__ if obj is not None else 'null'}")
+        if "jobs" in obj and "computes" not in obj:
             # a workload file: submit each job
             jobs = obj["jobs"]
             if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
                 raise ValidationError(f"{p}: jobs: expected a list of job objects")
+            if not jobs:
+                raise ValidationError(f"{p}: the workload has no jobs to submit")
             return jobs
-        if isinstance(obj, dict) and obj.get("node") is None:
+        if "node" not in obj:
             return [obj]
+    elif p.is_dir():
+        raise ValidationError(f"{p}: cannot read (Is a directory)")
+    elif not p.exists():
+        raise ValidationError(f"{p}: no such file")
     if not (args.ps_host and args.worker_host):
-        raise ValidationError("a GraphDef needs --ps-host and --worker-host")
+        raise ValidationError(f"{p}: a GraphDef needs --ps-host and --worker-host")
     return [load_graph_job(p, ps_host=args.ps_host, worker_host=args.worker_host).to_dict()]
 
 
