@@ -298,3 +298,36 @@ def test_submit_through_a_replica_that_died_after_taking_the_job_says_it_was_sub
     with dead_then_duplicate() as (endpoint, seen):
         assert main(["submit", str(f), "--daemon", endpoint]) == 0
     assert capsys.readouterr().out == "submitted x\n" and seen == ["submit_job"]
+
+
+def test_cancel_ends_this_clients_running_jobs_and_names_what_it_could_not(capsys):
+    import json
+
+    from jitsched.client import Client
+    from jitsched.config import DaemonConfig
+    from jitsched.daemon import Daemon
+    from jitsched.dag.model import Cluster
+    from jitsched.workloads.synth import layer_chain_job
+
+    d = Daemon(DaemonConfig(cluster=Cluster.uniform(2, bps=1e9), job_endpoint="tcp://127.0.0.1:*",
+                            agent_endpoint="tcp://127.0.0.1:*"))
+    d.start()
+    try:
+        with Client(d.job_endpoint) as c:
+            # no agents: both jobs stay running until cancelled
+            for jid in ("a", "b"):
+                c.submit_job(layer_chain_job(jid, "h0", "h1"))
+        capsys.readouterr()
+        assert main(["cancel", "a", "--daemon", d.job_endpoint]) == 0
+        assert capsys.readouterr().out == "cancelled a\n"
+        assert d.state.job_registry.jobs["a"].state == "cancelled"
+        assert d.state.job_registry.jobs["b"].state == "running"
+        # an unknown id is refused and named; the known one is still cancelled; exit 2
+        assert main(["cancel", "nope", "b", "--daemon", d.job_endpoint, "--json"]) == 2
+        out, err = capsys.readouterr()
+        jobs = json.loads(out)["jobs"]
+        assert jobs["b"] == {"state": "cancelled"} and jobs["nope"]["error"] == "unknown_job"
+        assert err.startswith("jitsched cancel: error: nope: unknown_job: ") and len(err.splitlines()) == 1
+        assert d.state.job_registry.jobs["b"].state == "cancelled"
+    finally:
+        d.stop()

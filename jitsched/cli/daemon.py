@@ -368,6 +368,47 @@ def _replica_line(r: dict) -> str:
 
 
 @register(
+    "cancel", "Cancel running jobs this client submitted: their transfers leave the plan.",
+    arg("job_ids", nargs="+", metavar="JOB_ID", help="the id each job was submitted with"),
+    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
+                                                          "endpoints separated by commas"),
+    arg("--timeout-s", type=float, default=10.0, help="reply timeout in seconds"),
+    _keys_arg("this client"),
+    KEY_NAME_ARG,
+    arg("--json", action="store_true", help="print {jobs: {JOB_ID: {state} or {error, message}}}"),
+)
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Exit status 0 when every job was cancelled or had ended already, 2 when the daemon
+    refused one (an unknown id, another client's job), 1 when it did not answer."""
+    from jitsched.client import Client
+    from jitsched.daemon.logs import escape  # ids and errors come from clients: one line each
+    from jitsched.protocol import RemoteError
+
+    check_endpoint(args.daemon, "--daemon")
+    out: dict[str, dict] = {}
+    with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
+        for jid in args.job_ids:
+            try:
+                out[jid] = {"state": c.cancel_job(jid)["state"]}
+            except RemoteError as exc:
+                out[jid] = {"error": exc.code, "message": exc.message}
+            except TimeoutError as exc:
+                out[jid] = {"error": "timeout", "message": str(exc)}
+                break
+    if args.json:
+        emit_json({"jobs": out})
+    for jid, r in out.items():
+        if "error" in r:
+            print(f"jitsched cancel: error: {escape(jid)}: {r['error']}: {escape(r['message'])}", file=sys.stderr)
+        elif not args.json:
+            # a job that had finished or failed keeps that end
+            print(f"cancelled {escape(jid)}" if r["state"] == "cancelled" else f"{escape(jid)}: already {r['state']}")
+    if any(r.get("error") == "timeout" for r in out.values()):
+        return 1
+    return 2 if any("error" in r for r in out.values()) else 0
+
+
+@register(
     "status", "Jobs, agents and the last plan, as the daemon sees them.",
     arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
                                                           "endpoints separated by commas"),
