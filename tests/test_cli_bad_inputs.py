@@ -196,6 +196,14 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         ([*SUBMIT, "--keys", "{d}/keys", "--key-name", "nobody"], "nobody.secret: no such key file"),
         ([*SUBMIT, "--keys", "{d}/open/keys", "--key-name", "c"], "{d}/open is writable by"),
     ],
+    "cancel": [
+        (["cancel"], "the following arguments are required: JOB_ID"),
+        (["cancel", "j1", "--daemon", "garbage"], "--daemon 'garbage': not an endpoint such as"),
+        (["cancel", "j1", "--daemon", "tcp://127.0.0.1:{port}", "--timeout-s", "0"],
+         "timeout_s: must be a positive finite number of seconds"),
+        (["cancel", "j1", "--daemon", "tcp://127.0.0.1:{port}", "--keys", "{d}/open/keys", "--key-name", "c"],
+         "{d}/open is writable by"),
+    ],
     "status": [
         ([*STATUS, "--daemon", "garbage"], "--daemon 'garbage': not an endpoint such as"),
         ([*STATUS, "--daemon", "tcp://h:1,tcp://h:70000"], "--daemon 'tcp://h:70000': the port must be * or within"),
