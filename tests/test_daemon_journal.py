@@ -131,6 +131,29 @@ def test_a_directory_given_as_the_journal_is_refused_and_left_as_it_was(tmp_path
         Journal(folder)
     assert str(ei.value) == f"journal {folder}: a directory, not a file"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o755 and list(folder.iterdir()) == []
+    assert list(tmp_path.iterdir()) == [folder]  # no lock file beside it
+
+
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path):
+    # a mistyped --journal naming some other sqlite file: neither opened as a journal (its
+    # mode, tables and permissions kept), nor checked or salvaged as a damaged one
+    from jitsched.daemon.journal import check_journal, recover_journal
+
+    other = tmp_path / "app.db"
+    db = sqlite3.connect(other)
+    db.executescript("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users (name) VALUES ('x');")
+    db.close()
+    os.chmod(other, 0o644)
+    before = other.read_bytes()
+    want = f"journal {other}: an sqlite database but not a jitsched journal"
+    for open_it in (lambda: Journal(other), lambda: check_journal(other),
+                    lambda: recover_journal(other, tmp_path / "new.db")):
+        with pytest.raises(JournalError, match=want):
+            open_it()
+    assert other.read_bytes() == before and stat.S_IMODE(other.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+    with pytest.raises(JournalError, match="journal /dev/null: not a regular file"):
+        check_journal("/dev/null")
 
 
 def test_journal_resumes_announced_background_flows(tmp_path):

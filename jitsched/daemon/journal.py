@@ -114,6 +114,7 @@ class Journal:
         self.path = Path(path)
         self._lock_fd = -1
         self.writes = 0  # transactions since open
+        _check_file(self.path)
         if read_only:
             # a look at a journal some daemon may be writing: no lock, no writes
             if not self.path.is_file():
@@ -121,10 +122,14 @@ class Journal:
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
                                       check_same_thread=False)
             return
+        lock = self.path.with_name(self.path.name + ".lock")
+        made_lock = not lock.exists()
         self._lock_fd = self._lock()
         try:
             self.db = self._open()
         except BaseException:
+            if made_lock:
+                lock.unlink(missing_ok=True)  # no journal was opened: leave nothing beside the path
             self._unlock()
             raise
 
@@ -159,18 +164,28 @@ class Journal:
 
     def _open(self) -> sqlite3.Connection:
         path = self.path
-        if path.is_dir():
-            raise JournalError(f"journal {path}: a directory, not a file")
         try:
             if path.exists():
                 if path.stat().st_size == 0:
                     raise JournalError(f"journal {path} exists but is empty (0 bytes): a truncated "
                                        "journal? remove it to start with an empty one")
-                os.chmod(path, FILE_MODE)
             else:
                 os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, FILE_MODE))
         except OSError as exc:
             raise JournalError(f"journal {path}: {exc.strerror}") from None
+        # another program's database is left as it is: no mode, schema or permissions of ours
+        # (a look of its own, closed before the chmod: a WAL file takes the database's
+        # permissions when it is made, and the last connection to close removes it)
+        look = sqlite3.connect(str(path))
+        try:
+            _check_ours(look, path)
+            ours = True
+        except sqlite3.DatabaseError:
+            ours = False  # not a database, or a damaged one: said below
+        finally:
+            look.close()
+        if ours:
+            os.chmod(path, FILE_MODE)
         # the daemon's loop thread writes, but the state (and this) is built on another
         db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         try:
@@ -184,6 +199,9 @@ class Journal:
                 raise JournalError(f"journal {path} is damaged (sqlite quick_check: {problems[0]}); "
                                    f"`jitsched journal recover {path} NEW` salvages its readable jobs")
             db.executescript(_SCHEMA)
+        except OSError as exc:
+            db.close()
+            raise JournalError(f"journal {path}: {exc.strerror}") from None
         except sqlite3.DatabaseError as exc:
             db.close()
             raise JournalError(f"journal {path} cannot be read as a journal: {exc}; "
@@ -410,11 +428,30 @@ def _rows(db: sqlite3.Connection, table: str, cols: str, key: str, report: Journ
 
 # the first bytes of every sqlite 3 database file
 SQLITE_HEADER = b"SQLite format 3\x00"
+# the tables of a journal (_SCHEMA): a database with tables but none of these is another
+# program's, which the daemon neither writes into nor salvages
+JOURNAL_TABLES = ("meta", "jobs", "events", "templates", "background")
+
+
+def _check_ours(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse a database with tables of which none is a journal's (JournalError)."""
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if tables and not tables & set(JOURNAL_TABLES):
+        raise JournalError(f"journal {path}: an sqlite database but not a jitsched journal (it has "
+                           f"none of the tables {', '.join(JOURNAL_TABLES)})")
+
+
+def _check_file(path: Path) -> None:
+    """Refuse a journal path that names something other than a regular file (a directory,
+    a device), before any lock file is made beside it."""
+    if path.is_dir():
+        raise JournalError(f"journal {path}: a directory, not a file")
+    if path.exists() and not path.is_file():
+        raise JournalError(f"journal {path}: not a regular file")
 
 
 def _read_all(path: Path) -> tuple[JournalReport, dict]:
-    if path.is_dir():
-        raise JournalError(f"journal {path}: a directory, not a file")
+    _check_file(path)
     if not path.is_file():
         raise JournalError(f"journal {path} does not exist")
     report = JournalReport(str(path))
@@ -431,6 +468,10 @@ def _read_all(path: Path) -> tuple[JournalReport, dict]:
         raise JournalError(f"journal {path} is not an sqlite database (no sqlite header)")
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
+        try:
+            _check_ours(db, path)
+        except sqlite3.DatabaseError:
+            pass  # a damaged schema: salvaged row by row below
         try:
             report.problems = [r[0] for r in db.execute("PRAGMA integrity_check(20)")]
             if report.problems == ["ok"]:
