@@ -389,7 +389,7 @@ def parse_config(doc: dict, **overrides: Any) -> DaemonConfig:
         raise ValidationError(f"unknown top-level key(s) {sorted(extra)}; expected hosts, {', '.join(SECTIONS)}")
     dmn = doc.get("daemon")
     join = overrides.get("host_join", dmn.get("host_join", OPEN) if isinstance(dmn, dict) else OPEN)
-    cluster = parse_cluster({"hosts": doc.get("hosts", [])}, "hosts", empty_ok=join == OPEN)
+    cluster = parse_cluster({"hosts": doc.get("hosts", [])}, "", empty_ok=join == OPEN)
     doc, quotas = _quotas(doc)
     opts: dict[str, Any] = dict(quotas)
     where: dict[str, str] = {}

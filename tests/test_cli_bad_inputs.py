@@ -44,6 +44,7 @@ CONFIGS = {
     "epsilon": LOOPBACK + "critical_epsilon = -0.1\n",
     "epsilon_type": LOOPBACK + 'critical_epsilon = "small"\n',
     "endpoint": '[daemon]\njob_endpoint = "tcp://127.0.0.1:notaport"\nagent_endpoint = "tcp://127.0.0.1:0"\n',
+    "host_bps": '[[hosts]]\nname = "h9"\negress_bps = -1\ningress_bps = 1e9\n' + LOOPBACK,
     "port_range": '[daemon]\njob_endpoint = "tcp://127.0.0.1:99999"\nagent_endpoint = "tcp://127.0.0.1:0"\n',
     "no_scheme": '[daemon]\njob_endpoint = "garbage"\nagent_endpoint = "tcp://127.0.0.1:0"\n',
     "same_endpoints": '[daemon]\njob_endpoint = "tcp://127.0.0.1:{port}"\nagent_endpoint = "tcp://127.0.0.1:{port}"\n',
@@ -140,6 +141,8 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         (["daemon", "--config", "{d}/c_exposed.toml"], "'tcp://0.0.0.0:0' is not a loopback address"),
         (["daemon", "--config", "{d}/c_endpoint.toml"],
          "[daemon].job_endpoint 'tcp://127.0.0.1:notaport': the port must be * or within 0-65535, got 'notaport'"),
+        (["daemon", "--config", "{d}/c_host_bps.toml"],
+         "daemon: error: hosts[2].egress_bps: capacity must be at least 1 bit/s, got -1"),
         (["daemon", "--config", "{d}/c_port_range.toml"],
          "[daemon].job_endpoint 'tcp://127.0.0.1:99999': the port must be * or within 0-65535, got '99999'"),
         (["daemon", "--config", "{d}/c_no_scheme.toml"], "[daemon].job_endpoint 'garbage': not an endpoint such as"),
@@ -406,3 +409,22 @@ def test_bad_input_is_one_line_and_exit_2(results, cmd, i):
     prefix = "jitsched: error: " if "jitsched: error:" in lines[0] else f"jitsched {cmd}: error: "
     assert lines[0].startswith(prefix), lines[0]
     assert res["fragment"] in lines[0], f"jitsched {argv}: {lines[0]!r} does not say {res['fragment']!r}"
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["sim", "{d}/late.json", "--no-bound"], "job 'j0': arrival_s 1e+16 is after 2**32 s"),
+    (["plan", "{d}/span.json"], "the plan's slot grid would span 1,000,016 slots of 0.1 s on 20 ports"),
+], ids=["sim-arrival", "plan-grid"])
+def test_spans_too_long_to_simulate_or_plan_are_one_line_and_exit_2(tmp_path, argv, fragment):
+    from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload
+
+    cl = Cluster.uniform(10, 1e9)
+    for name, arrivals in (("late", (1e16,)), ("span", (0.0, 1e5))):  # span: 10^6 slots of 0.1 s
+        jobs = tuple(Job(f"j{k}", (Compute("c", "h1", 0.1),), (Transfer("t", "h0", "h1", 1e8),), (("t", "c"),), at)
+                     for k, at in enumerate(arrivals))
+        (tmp_path / f"{name}.json").write_text(json.dumps(Workload(cl, jobs).to_dict()))
+    proc = subprocess.run([sys.executable, "-m", "jitsched", *(a.replace("{d}", str(tmp_path)) for a in argv)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"jitsched {argv[0]}: error: ") and fragment in lines[0], lines

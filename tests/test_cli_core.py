@@ -120,6 +120,15 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     assert proc.stderr == ""
 
 
+def test_a_full_output_device_is_one_line_and_exit_1():
+    # `jitsched lat FILE > /dev/full`: every write of the output fails with ENOSPC
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "jitsched", "lat", str(EXAMPLE)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr == "jitsched lat: error: cannot write the output (No space left on device)\n"
+
+
 def one_error_line(capsys) -> str:
     """The one line a refused command wrote on stderr (and nothing on stdout)."""
     out, err = capsys.readouterr()

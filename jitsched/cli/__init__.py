@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -10,6 +11,9 @@ import sys
 from jitsched import __version__
 from jitsched.cli.registry import REGISTRY
 from jitsched.errors import JitschedError
+
+# The errors of a write whose device is full or failing.
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 # Every module that registers commands, listed explicitly (one line per area).
 COMMAND_MODULES = (
@@ -81,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         # stdout pointed at /dev/null so that the interpreter's last flush does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        if exc.errno not in WRITE_FAILURES:
+            raise
+        # the output's device is full or failing (`> /dev/full`): say so in one line, and
+        # point stdout at /dev/null so that the interpreter's last flush does not fail again
+        print(f"jitsched {args.command}: error: cannot write the output ({exc.strerror})", file=sys.stderr)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -232,20 +232,25 @@ _BACKGROUND_FIELDS = {"id": str, "src": str, "dst": str, "bytes": "num", "arriva
 _TOP_FIELDS = {"cluster": dict, "jobs": list, "background": list}
 
 
+def _at(path: str, key: str) -> str:
+    """The field path of ``key`` in the map at ``path`` ("" for a file's top level)."""
+    return f"{path}.{key}" if path else key
+
+
 def _check_map(obj: Any, path: str, spec: Mapping[str, Any], required: Iterable[str]) -> None:
     if not isinstance(obj, Mapping):
-        raise ValidationError(f"{path}: expected an object, got {type(obj).__name__}")
+        raise ValidationError(f"{path or 'the file'}: expected an object, got {type(obj).__name__}")
     for key in obj:
         if key not in spec:
-            raise ValidationError(f"{path}.{key}: unknown field")
+            raise ValidationError(f"{_at(path, key)}: unknown field")
     for key in required:
         if key not in obj:
-            raise ValidationError(f"{path}.{key}: missing required field")
+            raise ValidationError(f"{_at(path, key)}: missing required field")
     for key, kind in spec.items():
         if key not in obj:
             continue
         val = obj[key]
-        where = f"{path}.{key}"
+        where = _at(path, key)
         if kind == "num":
             # bool is an int subclass; a JSON true is never a size or a time
             if isinstance(val, bool) or not isinstance(val, (int, float)):
@@ -262,14 +267,15 @@ def _check_map(obj: Any, path: str, spec: Mapping[str, Any], required: Iterable[
 
 def parse_cluster(obj: Any, path: str = "cluster", *, empty_ok: bool = False) -> Cluster:
     """Validate a native cluster map and return a :class:`Cluster` (of no hosts only if
-    ``empty_ok``: a daemon whose hosts all join as their agents register)."""
+    ``empty_ok``: a daemon whose hosts all join as their agents register); ``path`` names
+    the map in errors ("": a file's top level, whose ``hosts`` it reads)."""
     _check_map(obj, path, {"hosts": list}, ("hosts",))
     if not obj["hosts"] and not empty_ok:
-        raise ValidationError(f"{path}.hosts: the cluster has no hosts")
+        raise ValidationError(f"{_at(path, 'hosts')}: the cluster has no hosts")
     hosts = []
     seen: set[str] = set()
     for i, h in enumerate(obj["hosts"]):
-        where = f"{path}.hosts[{i}]"
+        where = f"{_at(path, 'hosts')}[{i}]"
         _check_map(h, where, _HOST_FIELDS, _HOST_REQUIRED)
         if h["name"] in seen:
             raise ValidationError(f"{where}.name: duplicate host name {h['name']!r}")
