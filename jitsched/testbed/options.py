@@ -196,8 +196,8 @@ class TestbedOptions:
         None, "link rate in Mbit/s each way (default 100; run: the scenario's, which scales its byte sizes)")
     prefix: str = option("js", "names of namespaces/interfaces (default %(default)s: %(default)s-h0.., "
                                "%(default)s-br0)")
-    policy: str = option("jit", "run: jit scheduling (jit-paper: the paper's LP formulation), sincronia or tictac "
-                                "(their orders through the same "
+    policy: str = option("jit", "run: jit scheduling (jit-paper: the paper's LP formulation), sincronia, tictac "
+                                "or varys (their orders through the same "
                                 "agents), or none (plain TCP sharing, the TensorFlow baseline)",
                          choices=POLICIES)
     seed: int = option(0, "workload seed for run")
