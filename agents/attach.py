@@ -319,6 +319,9 @@ class AttachTable:
     @staticmethod
     def _owned_cgroup(path: str, uid: int) -> Path:
         p = Path(os.path.realpath(path))
+        if p == CGROUP_ROOT:
+            raise _refuse(ErrorCode.INVALID_BODY, f"cgroup path {path!r} is the root cgroup, every process "
+                                                  "of the host: name the job's own cgroup")
         if CGROUP_ROOT not in p.parents:
             raise _refuse(ErrorCode.INVALID_BODY, f"cgroup path {path!r} is outside {CGROUP_ROOT}")
         if not (p / "cgroup.procs").is_file():

@@ -190,7 +190,7 @@ def _fid(lport: int, port: int) -> str:
 def test_a_jobs_processes_connections_are_ranked_within_a_second_and_dropped_at_exit():
     with loopback_sink() as port, system() as (d, a, c):
         peers = {f"127.0.0.1:{port}": "h1"}
-        assert c.attach_job("j", "h0") == {"job_id": "j", "host": "h0", "peers": {}}
+        assert c.attach_job("j", "h0") == {"job_id": "j", "host": "h0", "peers": {}, "hosts": ["h0", "h1"]}
         child = Child()
         try:
             got = attach(a.local_name, "j", pids=[child.p.pid], peers=peers)
@@ -285,6 +285,7 @@ def test_bad_attach_requests_are_refused_with_their_reason_and_the_agent_keeps_r
                 ({"pids": [dead.pid]}, "invalid_body", f"pid {dead.pid} does not exist"),
                 ({"cgroup": "/tmp"}, "invalid_body", "is outside /sys/fs/cgroup"),
                 ({"cgroup": "/sys/fs/cgroup/../../tmp"}, "invalid_body", "is outside /sys/fs/cgroup"),
+                ({"cgroup": "/sys/fs/cgroup"}, "invalid_body", "is the root cgroup, every process of the host"),
                 ({"pids": [1], "ports": [80]}, "invalid_body", "exactly one of"),
                 ({"ports": [70000]}, "invalid_body", "1..65535"),
             ]
@@ -331,7 +332,7 @@ def test_a_job_owned_by_another_clients_key_is_refused():
     assert got.code == "unknown_job"
     # its owner gets the addresses of the job's hosts (not h2's)
     assert st.attach_job({"job_id": "j", "host": "h0"}, 0.0, peer="alice") == {
-        "job_id": "alice:j", "host": "h0", "peers": {"198.18.0.1": "h0", "198.18.0.2": "h1"}}
+        "job_id": "alice:j", "host": "h0", "peers": {"198.18.0.1": "h0", "198.18.0.2": "h1"}, "hosts": ["h0", "h1"]}
 
 
 def test_tc_backend_installs_and_removes_the_u32_filter_of_an_attached_connection(netns_available):

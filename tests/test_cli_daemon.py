@@ -174,6 +174,7 @@ def test_attach_names_a_jobs_process_and_refuses_bad_input_in_one_line(tmp_path,
             ([*base, "--cgroup", "/etc"], "invalid_body: cgroup path '/etc' is outside /sys/fs/cgroup"),
             ([*base, "--pid", "1", "--port", "80"], "name exactly one of --pid, --cgroup and --port"),
             ([*base, "--pid", str(proc.pid), "--peer", "h1"], "--peer 'h1': expected ADDR[:PORT]=HOST"),
+            ([*base, "--pid", str(proc.pid), "--peer", "198.18.0.9=zz"], "--peer: 'zz' not among job 'j''s hosts (h0, h1)"),
             (["attach", "nope", *base[2:], "--pid", str(proc.pid)], "unknown_job: no job 'nope'"),
         ]:
             assert main(argv) == 2

@@ -594,6 +594,11 @@ def cmd_attach(args: argparse.Namespace) -> int:
         except TimeoutError as exc:
             print(f"jitsched attach: {exc}", file=sys.stderr)
             return 1
+    # a peer named as a host the job does not use could never be ranked: its group is no one's
+    strangers = sorted({h for h in peers.values() if h not in known.get("hosts", ())})
+    if strangers and "hosts" in known:
+        raise ValidationError(f"--peer: {', '.join(map(repr, strangers))} not among job {args.job!r}'s hosts "
+                              f"({', '.join(known['hosts'])})")
     where = local_address(args.host, "", args.local_dir)
     flow_job = known["job_id"]  # the id the job's flows go by in the agents' schedules (client-scoped)
     if args.detach:

@@ -592,7 +592,8 @@ class SchedulerState:
     def attach_job(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Whether client ``peer`` may attach job ``job_id``'s connections on ``host``: the job
         is its own and running, the host is in the cluster. Returns the addresses the cluster
-        gives the job's hosts, ``{"peers": {address: host}}``, for the agent to name peers by."""
+        gives the job's hosts, ``{"peers": {address: host}}``, for the agent to name peers by,
+        and the job's hosts, ``"hosts"`` (sorted names)."""
         js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
@@ -603,7 +604,7 @@ class SchedulerState:
             return Reject(ErrorCode.UNKNOWN_HOST, f"host {body['host']!r} is not in the cluster")
         names = {t.src for t in js.job.transfers} | {t.dst for t in js.job.transfers}
         peers = {h.address: h.name for h in cluster.hosts if h.name in names and h.address}
-        return {"job_id": js.job.id, "host": body["host"], "peers": peers}
+        return {"job_id": js.job.id, "host": body["host"], "peers": peers, "hosts": sorted(names)}
 
     def status(self, body: dict, now: float) -> dict | Reject:
         """Jobs, agents and a summary of the last plan; the jobs a page at a time.
