@@ -11,7 +11,8 @@ import pytest
 
 from jitsched.bench.bench_bound import best_found, instance
 from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload
-from jitsched.plan.bound import job_bounds, lower_bound_mean_jct, srpt_total
+from jitsched.errors import ValidationError
+from jitsched.plan.bound import MAX_ARRIVAL_S, job_bounds, lower_bound_mean_jct, srpt_total
 from jitsched.sim import simulate
 
 GBPS = 1e9  # bits/s; 125e6 bytes/s
@@ -145,3 +146,20 @@ def test_jobs_of_one_shape_share_their_bounds_on_their_own_ports():
     for j in wl.jobs:
         assert _shared_job_bounds(j, eg, ig, cl.index, cache) == job_bounds(j, eg, ig, cl.index)
     assert len(cache) < len(wl.jobs)  # some shapes came again, on other hosts
+
+
+@pytest.mark.parametrize("at_s", [1e3, 2e9, MAX_ARRIVAL_S])
+def test_a_job_as_late_as_arrivals_go_is_bounded_as_any_other(at_s):
+    # two jobs on ports of their own: the bound is their mean time alone, 0.8 s and
+    # 0.81 s, at_s apart; float seconds at 4e9 s are 5e-7 s apart
+    first = Job("a", (), (Transfer("t", "h0", "h1", 1e8),), ())
+    late = Job("b", (Compute("c", "h3", 0.01),), (Transfer("t", "h2", "h3", 1e8),), (("t", "c"),), arrival_s=at_s)
+    wl = Workload(Cluster.uniform(4, bps=GBPS), (first, late))
+    assert lower_bound_mean_jct(wl) == pytest.approx(0.805, abs=1e-6)
+
+
+def test_the_bound_refuses_arrivals_past_the_latest_it_can_time():
+    for at in (MAX_ARRIVAL_S * 2, 1e15):
+        wl = Workload(Cluster.uniform(2, bps=GBPS), (_chain("j", "h0", "h1", 1.0, 0.5, at),))
+        with pytest.raises(ValidationError, match="job 'j': arrival_s .* is after 2\\*\\*32 s"):
+            lower_bound_mean_jct(wl)

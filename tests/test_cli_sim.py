@@ -72,3 +72,42 @@ def test_sim_shows_progress_only_on_a_terminal(tmp_path, capsys, monkeypatch, tt
     assert seen == [tty]
     err = capsys.readouterr().err
     assert ("the lower bound on mean JCT (" in err) is tty
+
+
+def test_sim_text_mode_reports_a_workload_of_background_flows_only(tmp_path, capsys):
+    from jitsched.dag.model import Background, Cluster, Workload
+
+    path = tmp_path / "bg.json"
+    bgs = (Background("f", "h0", "h1", 2.5e8, 1.0), Background("g", "h1", "h0", 1.25e8, 2.0))
+    path.write_text(json.dumps(Workload(Cluster.uniform(2), (), bgs).to_dict()))
+    assert main(["sim", str(path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "0 jobs, 2 background flows under tensorflow: mean JCT n/a (no DL jobs), makespan 3.000 s"
+    assert main(["sim", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mean_jct_s"] is None and out["lower_bound_mean_jct_s"] is None and out["makespan_s"] == 3.0
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_coflow_mode_replays_a_trace_of_local_flows_only(tmp_path, capsys, as_json):
+    trace = tmp_path / "local.txt"
+    trace.write_text("4 1\n1 0 1 0 1 0:5\n")  # mapper 0 -> reducer 0: never on the network
+    assert main(["sim", "--coflow-trace", str(trace), *(["--json"] if as_json else [])]) == 0
+    out = capsys.readouterr().out
+    if as_json:
+        assert json.loads(out) == {"coflows": 0, "avg_cct_s": None, "p95_cct_s": None}
+    else:
+        assert out.startswith("0 coflows under tensorflow: no flow of the trace crosses the network")
+
+
+def test_sim_refuses_an_arrival_too_late_to_time_in_one_line(tmp_path, capsys):
+    from jitsched.dag.model import Cluster, Job, Transfer, Workload
+
+    path = tmp_path / "late.json"
+    jobs = (Job("a", (), (Transfer("t", "h0", "h1", 1e8),), (), 0.0, 0.0, "m"),
+            Job("b", (), (Transfer("t", "h0", "h1", 1e8),), (), 1e15, 0.0, "m"))
+    path.write_text(json.dumps(Workload(Cluster.uniform(2), jobs).to_dict()))
+    assert main(["sim", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["jitsched sim: error: job 'b': arrival_s 1e+15 is after 2**32 s (about 136 years), "
+                   "where float seconds are too coarse to time it to the microsecond"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -106,3 +107,23 @@ def test_simplex_out_of_time_hands_the_lp_to_the_interior_point_method(monkeypat
     assert methods == [("highs-ds", 1), ("highs-ipm", 0)]
     assert late == pytest.approx(quick, rel=1e-8)
     assert quick > float(args[1].sum())  # the LP binds here: both methods solved it
+
+
+def test_jobs_that_never_share_a_port_slot_are_separate_lps(monkeypatch):
+    # the crossing pair, and the same pair again 1000 s later: two LPs of one pair each
+    first = _crossing()
+    later = tuple(replace(j, id=f"{j.id}-late", arrival_s=j.arrival_s + 1000.0) for j in first.jobs)
+    both = Workload(first.cluster, first.jobs + later)
+    calls = []
+    real = lpbound.linprog
+
+    def spy(c, **k):
+        calls.append(len(c))
+        return real(c, **k)
+
+    monkeypatch.setattr(lpbound, "linprog", spy)
+    one = lower_bound_mean_jct(first)
+    assert len(calls) == 1
+    calls.clear()
+    assert lower_bound_mean_jct(both) == pytest.approx(one, rel=1e-9)
+    assert len(calls) == 2 and calls[0] == calls[1]  # the same LP for each pair

@@ -143,3 +143,40 @@ def test_plan_options_build_the_lps_options():
     assert o.lp_options() == LPOptions(slot_s=0.2, objective="minmax", time_limit_s=None, iteration_limit=500,
                                        solver="ipm", aggregate=False, fine_slots=8, lowest_peak=False)
     assert PlanOptions().lp_options() == LPOptions(slot_s=PlanOptions().slot_s, iteration_limit=None)
+
+
+def test_a_capped_plan_refuses_a_grid_too_large_before_the_lp(monkeypatch):
+    import jitsched.plan.planner as planner
+
+    w = chain_workload()
+    opts = PlanOptions(slot_s=0.1, alpha=1.0)
+    plan = plan_jobs(w.jobs, w.cluster, opts)
+    ports, k = 2 * len(w.cluster.hosts), plan.scheduled
+    n = int(planner.grid_slots(plan.dag.src[k], plan.dag.dst[k], plan.dag.size[k], plan.lat.release[k] - plan.origin_s,
+                               plan.lat.lat[k] - plan.origin_s, w.cluster.egress_Bps, w.cluster.ingress_Bps, 0.1))
+    assert n >= plan.lp.n_slots  # its deadlines' slots: the plan may end sooner
+    assert plan_jobs(w.jobs, w.cluster, opts, max_port_slots=ports * n).lp.n_slots == plan.lp.n_slots
+    with pytest.raises(ValidationError, match=f"would span {n} slots of 0.1 s on {ports} ports"):
+        plan_jobs(w.jobs, w.cluster, opts, max_port_slots=ports * n - 1)
+
+    def no_lp(*a, **k):
+        raise AssertionError("the LP was built")
+
+    monkeypatch.setattr(planner, "solve_bandwidth_lp", no_lp)
+    # 1e14 bytes at 1 GB/s: 10^6 slots on 8 ports
+    huge = workload([job("big", [("c", "h1", 0.1)], [("t", "h0", "h1", 1e14)], [("t", "c")])])
+    with pytest.raises(ValidationError, match=r"would span 1,000,000 slots of 0.1 s on 8 ports \(8,000,000 "
+                                              r"port-slots\), more than 4,194,304: plan with longer slots"):
+        plan_jobs(huge.jobs, huge.cluster, opts, max_port_slots=1 << 22)
+
+
+def test_grid_slots_counts_deadlines_and_full_rate_transfers():
+    from jitsched.plan.planner import grid_slots
+
+    cap = np.full(2, 1e9)
+    one = np.array([0]), np.array([1])
+    # released at 0.25 s (slot 2), 0.35 s at full rate: slots 2..5, past its 0.3 s deadline
+    assert grid_slots(*one, np.array([3.5e8]), np.array([0.25]), np.array([0.3]), cap, cap, 0.1) == 6
+    # a deadline at 1 s: slots 0..9
+    assert grid_slots(*one, np.array([1e8]), np.array([0.0]), np.array([1.0]), cap, cap, 0.1) == 10
+    assert grid_slots(np.zeros(0, int), np.zeros(0, int), np.zeros(0), np.zeros(0), np.zeros(0), cap, cap, 0.1) == 0

@@ -202,3 +202,44 @@ def test_every_policy_finishes_a_workload_of_mixed_shapes(policy, mixed_workload
         earliest = max([dag.arrival[dag.job_of[v]]] + [res.node_finish_s[p] for p in preds])
         assert res.node_start_s[v] >= earliest - 1e-9
     assert res.jct_s.mean() >= lower_bound_mean_jct(wl) * (1 - 1e-9)
+
+
+def test_makespan_is_the_last_completion_not_a_later_wake_up():
+    from pathlib import Path
+
+    from jitsched.dag.model import load_workload
+
+    wl = load_workload(Path(__file__).resolve().parents[1] / "jitsched" / "examples" / "vgg16-4jobs.json")
+    every = simulate(wl, "jit")
+    # a re-plan every 30 s wakes the simulator past the last completion (9.51 s): same run
+    periodic = simulate(wl, "jit", policy_options={"resolve_period_s": 30})
+    np.testing.assert_array_equal(periodic.jct_s, every.jct_s)
+    last = max(np.max(every.job_finish_s), np.max(every.bg_finish_s))
+    assert every.end_s == periodic.end_s == last
+    assert periodic.summary()["makespan_s"] == pytest.approx(9.51, abs=0.01)
+    ticked = simulate(two_jobs(), "tensorflow", tick_s=0.7)  # the last tick comes after 2.5 s
+    assert ticked.end_s == 2.5
+    bg_only = simulate(Workload(Cluster.uniform(2), (), (Background("b", "h0", "h1", 2.5e8, 1.0),)), "tensorflow")
+    assert bg_only.end_s == 3.0
+
+
+def test_arrivals_too_late_to_time_to_the_microsecond_are_refused():
+    from jitsched.errors import ValidationError
+    from jitsched.plan.bound import MAX_ARRIVAL_S
+
+    def one(arrival_s: float, bg_arrival_s: float = 0.0) -> Workload:
+        job = Job("j", (), (Transfer("t", "h0", "h1", 1.25e8),), (), arrival_s, 0.0, "m")
+        return Workload(Cluster.uniform(2), (job,), (Background("b", "h1", "h0", 1e6, bg_arrival_s),))
+
+    # the latest arrival taken still times a 1 s transfer to the microsecond
+    assert simulate(one(MAX_ARRIVAL_S), "tensorflow").jct_s[0] == pytest.approx(1.0, abs=1e-6)
+    for wl, who in ((one(1e16), "job 'j'"), (one(0.0, 1e15), "background flow 'b'")):
+        with pytest.raises(ValidationError, match=f"{who}: arrival_s 1e\\+1[56] is after 2\\*\\*32 s"):
+            simulate(wl, "tensorflow")
+
+
+def test_a_trace_of_local_flows_only_has_no_cct():
+    from jitsched.dag.model import Workload as W
+
+    out = cct_summary(simulate(W(Cluster.uniform(2)), "sincronia"))
+    assert out == {"coflows": 0, "avg_cct_s": None, "p95_cct_s": None}

@@ -1,12 +1,14 @@
 """Tests of the per-slot remaining-bandwidth metric on hand-computed scenarios (1 Gbit/s = 1.25e8 bytes/s)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from jitsched.dag.model import Background, Cluster, Compute, Job, Transfer, Workload
 from jitsched.policies import POLICIES
 from jitsched.sim import simulate
-from jitsched.sim.metrics import REMAINING_SLOT_S, quantile_summary
+from jitsched.sim.metrics import REMAINING_SLOT_S, SlotLog, quantile_summary, remaining_slots
 from tests.test_sim_engine import random_workload
 
 GB = 1.25e8  # bytes/s of 1 Gbit/s
@@ -120,3 +122,120 @@ def test_samples_in_range_every_policy(policy):
     # (per host at most one) is shorter than slot_s, which this bound charges in full
     est = np.sum(1 - res.remaining_bw_slots) * GB * res.remaining_bw_slot_s
     assert res.transfer_size.sum() * (1 - 1e-9) <= est <= res.transfer_size.sum() + 5 * GB * 0.1
+
+
+def test_slot_log_keeps_an_idle_stretchs_first_and_last_two_samples():
+    log = SlotLog()
+    busy = [np.array([0.0, 1.0]), np.array([0.0, 2.0])]
+    idle = np.array([0.0, 2.0])
+    for t, dag in enumerate(busy + [idle] * 5 + [np.array([1.0, 2.0])]):
+        log.add(float(t), dag, np.full(2, float(t)))
+    # 0, 1 busy; 1..6 the same integrals: 1 (its first), 5 and 6 (its last two); then 7
+    assert log.times == [0.0, 1.0, 5.0, 6.0, 7.0]
+    assert [float(b[0]) for b in log.background] == log.times  # each kept sample whole
+
+
+def _plain_log(times, dag, bg) -> SlotLog:
+    log = SlotLog()
+    log.times, log.dag, log.background = list(times), list(dag), list(bg)
+    return log
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_merging_idle_samples_changes_no_slot(seed):
+    # grid instants with idle stretches (no DAG bytes anywhere) and busy ones, then the
+    # window's end: on a grid instant, a float crumb after one (dropped as a sliver), or mid-slot
+    rng = np.random.default_rng(seed)
+    n, nh = int(rng.integers(3, 40)), 3
+    times = [0.1 * k for k in range(n)]
+    end = rng.choice(["on", "crumb", "mid"])
+    times.append(times[-1] + {"on": 0.0, "crumb": 1e-12, "mid": 0.05}[end])
+    dag, bg = [np.zeros(nh)], [np.zeros(nh)]
+    for _ in times[1:]:
+        step = np.where(rng.random(nh) < 0.5, rng.uniform(0, 1.25e7, nh), 0.0)
+        if rng.random() < 0.6:  # an idle slot
+            step[:] = 0.0
+        dag.append(dag[-1] + step)
+        bg.append(bg[-1] + np.where(rng.random(nh) < 0.5, rng.uniform(0, 1.25e7, nh), 0.0))
+    if end == "crumb" and rng.random() < 0.5:
+        dag[-1] = dag[-1] + 0.02  # a few bytes in the sliver
+    merged = SlotLog()
+    for t, d, b in zip(times, dag, bg, strict=True):
+        merged.add(t, d, b)
+    cap = np.full(nh, 1.25e8)
+    want = remaining_slots(_plain_log(times, dag, bg), cap, 0.0, times[-1])
+    got = remaining_slots(merged, cap, 0.0, times[-1])
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def _every_grid_instant(self, now):
+    # the simulator's sampling without the idle shortcut: one sample per grid instant
+    while self.next_slot <= now:
+        self.sample_slot(self.next_slot)
+        self.slot_k += 1
+        self.next_slot = self.slots.origin + self.slots.slot_s * self.slot_k
+
+
+def _append(self, t, dag, background):
+    self.times.append(float(t))
+    self.dag.append(dag)
+    self.background.append(background)
+
+
+def gappy_workload(seed: int) -> Workload:
+    """Random jobs in three bursts seconds apart, background flows sending across the gaps."""
+    base = random_workload(seed, n_jobs=6, n_bg=4)
+    jobs = tuple(replace(j, arrival_s=j.arrival_s + 7.33 * (k % 3)) for k, j in enumerate(base.jobs))
+    bgs = tuple(replace(b, arrival_s=b.arrival_s + 5.1 * k, bytes=b.bytes * 20) for k, b in enumerate(base.background))
+    return Workload(base.cluster, jobs, bgs)
+
+
+@pytest.mark.parametrize("policy", ["jit", "sincronia", "tensorflow"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_idle_stretches_give_the_results_of_sampling_every_grid_instant(policy, seed, monkeypatch):
+    from dataclasses import fields
+
+    import jitsched.sim.engine as engine
+
+    samples = []
+    real = engine.collect
+
+    def spy(sim, raw):
+        samples.append(len(raw["slots"].times))
+        return real(sim, raw)
+
+    monkeypatch.setattr(engine, "collect", spy)
+    wl = gappy_workload(seed)
+    fast = simulate(wl, policy, seed=seed)
+    monkeypatch.setattr(engine._Run, "sample_grid", _every_grid_instant)
+    monkeypatch.setattr(SlotLog, "add", _append)
+    slow = simulate(wl, policy, seed=seed)
+    assert len(slow.remaining_bw_slots) > 0
+    assert samples[0] < samples[1] / 2  # the gaps' grid instants were skipped
+    for f in fields(fast):
+        if f.name in ("wall_s", "policy_s", "lp_s", "stats"):
+            continue
+        a, b = getattr(fast, f.name), getattr(slow, f.name)
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b, err_msg=f.name)
+        else:
+            assert a == b, f.name
+
+
+def test_a_long_idle_gap_costs_a_few_samples(monkeypatch):
+    import jitsched.sim.engine as engine
+
+    logs = []
+    real = engine.collect
+
+    def spy(sim, raw):
+        logs.append(raw["slots"])
+        return real(sim, raw)
+
+    monkeypatch.setattr(engine, "collect", spy)
+    # 0.1 s each, 1000 s apart: 10^4 grid instants, all but a few idle
+    res = run([one_transfer(1.25e7), replace(one_transfer(1.25e7), id="k", arrival_s=1000.0)])
+    np.testing.assert_allclose(res.jct_s, [0.1, 0.1])
+    np.testing.assert_allclose(res.remaining_bw_slots, [0.0, 0.0], atol=1e-9)
+    assert len(logs[0].times) <= 8

@@ -10,7 +10,13 @@ from jitsched.cli.registry import arg, register
 from jitsched.dag.lat import ESTIMATORS, latest_arrival_times
 from jitsched.dag.model import compile_jobs, load_workload
 from jitsched.plan.lp import OBJECTIVES
-from jitsched.plan.planner import DEFAULT_ALPHA, DEFAULT_SLOT_S, PlanOptions, plan_jobs
+from jitsched.plan.planner import (
+    DEFAULT_ALPHA,
+    DEFAULT_SLOT_S,
+    MAX_PORT_SLOTS,
+    PlanOptions,
+    plan_jobs,
+)
 
 
 def emit_json(obj) -> None:
@@ -63,13 +69,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Plan FILE's jobs together and print the plan (``--json``: :meth:`Plan.to_json`).
 
     The slot grid starts at the earliest job arrival, not at 0: ``origin_s`` in
-    the JSON (and "from t=..." in the text) is the plan time of slot 0.
+    the JSON (and "from t=..." in the text) is the plan time of slot 0. A grid
+    of more than :data:`jitsched.plan.planner.MAX_PORT_SLOTS` port-slots is
+    refused before the LP is built (longer slots or fewer jobs make it smaller).
     """
     w = load_workload(args.file)
     opts = PlanOptions(slot_s=args.slot_s, alpha=args.alpha, objective=args.objective,
                        estimator=args.estimator, time_limit_s=args.time_limit_s,
                        iteration_limit=args.iteration_limit, lowest_peak=args.lowest_peak)
-    plan = plan_jobs(w.jobs, w.cluster, opts)
+    plan = plan_jobs(w.jobs, w.cluster, opts, max_port_slots=MAX_PORT_SLOTS)
     out = plan.to_json()
     if args.json:
         emit_json(out)

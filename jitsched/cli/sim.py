@@ -66,6 +66,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         out = cct_summary(res)
         if args.json:
             emit_json(out)
+        elif not out["coflows"]:
+            print(f"0 coflows under {args.policy}: no flow of the trace crosses the network, no CCT to report")
         else:
             print(f"{out['coflows']} coflows under {args.policy}: average CCT "
                   f"{out['avg_cct_s']:.3f} s, p95 {out['p95_cct_s']:.3f} s")
@@ -79,7 +81,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
                    policy_options=options, progress=shown)
     out = res.to_json(per_job=True)
     out["lower_bound_mean_jct_s"] = None
-    if args.bound:
+    if args.bound and wl.jobs:  # no jobs, no mean JCT to bound
         if shown:
             print(f"jitsched sim: the lower bound on mean JCT ({len(wl.jobs)} jobs; --no-bound skips it)",
                   file=sys.stderr)
@@ -88,8 +90,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
         emit_json(out)
         return 0
     bound = "" if out["lower_bound_mean_jct_s"] is None else f" (lower bound {out['lower_bound_mean_jct_s']:.3f} s)"
+    mean = "n/a (no DL jobs)" if out["mean_jct_s"] is None else f"{out['mean_jct_s']:.3f} s"
     print(f"{out['jobs']} jobs, {out['background_flows']} background flows under {args.policy}: "
-          f"mean JCT {out['mean_jct_s']:.3f} s{bound}, makespan {out['makespan_s']:.3f} s")
+          f"mean JCT {mean}{bound}, makespan {out['makespan_s']:.3f} s")
     for job, jct in out["job_jct_s"].items():
         print(f"  {job:<32} JCT {jct:10.4f} s")
     bw = out["remaining_bw"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from jitsched.dag.model import Job, Workload
+from jitsched.errors import ValidationError
 from jitsched.plan.lpbound import lp_sum_bound
 
 # A job's band (JobBounds.bands) closes once it holds a BANDS-th of its pair of hosts' bytes:
@@ -17,6 +18,27 @@ BANDS = 4
 # ... or when the next transfer's earliest start is this share of the job's time alone past
 # the band's first
 BAND_SPAN = 1 / 16
+# The latest arrival time the bound and the simulator take, seconds (2**32 s, about 136
+# years): float seconds below 2**33 are at most 2**-20 s (under a microsecond) apart, so a
+# job arriving by then keeps that resolution for 136 years more; at 1e16 s they are 2 s
+# apart and a JCT of a second rounds to 0.
+MAX_ARRIVAL_S = 2.0 ** 32
+
+
+def check_arrivals(workload: Workload) -> None:
+    """Refuse a job or background flow arriving after :data:`MAX_ARRIVAL_S`.
+
+    Raises
+    ------
+    ValidationError
+        Naming the first such job or flow.
+    """
+    for kind, items in (("job", workload.jobs), ("background flow", workload.background)):
+        for x in items:
+            if not x.arrival_s <= MAX_ARRIVAL_S:
+                raise ValidationError(
+                    f"{kind} {x.id!r}: arrival_s {x.arrival_s:g} is after 2**32 s (about 136 years), "
+                    "where float seconds are too coarse to time it to the microsecond")
 
 
 @dataclass(frozen=True)
@@ -286,7 +308,13 @@ def lower_bound_mean_jct(workload: Workload, lp: bool = True) -> float:
     Compute never contends (hosts run any number of ops at once, as the
     simulator models), background flows are left out, and durations are the
     declared ones.
+
+    Raises
+    ------
+    ValidationError
+        If a job arrives after :data:`MAX_ARRIVAL_S` (:func:`check_arrivals`).
     """
+    check_arrivals(workload)
     jobs = workload.jobs
     if not jobs:
         return 0.0
@@ -329,4 +357,4 @@ def _port_sum(rows: list[tuple[int, float, float, float]], jobs) -> float:
     return float((srpt_total(rel, work) - arrivals).sum() + tails.sum())
 
 
-__all__ = ["JobBounds", "job_bounds", "lower_bound_mean_jct", "srpt_total"]
+__all__ = ["MAX_ARRIVAL_S", "JobBounds", "check_arrivals", "job_bounds", "lower_bound_mean_jct", "srpt_total"]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
+from scipy.sparse.csgraph import connected_components
 
 # linprog's statuses other than 0 (optimal); the LP is always feasible and bounded
 # (bytes may wait past the window, a job may end late), so any of these is a solver fault
@@ -34,7 +35,9 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     mean. A job ends no sooner than its arrival plus ``alone`` either. Bytes a
     band has not carried ``window`` times its job's time alone after its
     earliest start count at that instant and take no capacity, so every
-    schedule, however late, is a solution of the LP.
+    schedule, however late, is a solution of the LP. Jobs whose bands share no
+    port in any slot are separate LPs (:func:`_components`), each solved with
+    times from its own first slot.
 
     Parameters
     ----------
@@ -72,6 +75,58 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     dt = float(alone.mean()) / slots_per_job
     if dt <= 0:  # no job takes any time alone: nothing to share
         return float(alone.sum())
+    width = [max(1, math.ceil(window * alone[j] / dt)) for j in range(n)]
+    first = [[math.floor((arrival[j] + head) / dt + 1e-9) for _, _, _, head, _ in job_bands]
+             for j, job_bands in enumerate(bands)]
+    total = float(sum(alone[j] for j in range(n) if not bands[j]))  # a job of no bands: its time alone
+    for jobs in _components(bands, first, width, n):
+        k0 = min(f for j in jobs for f in first[j])
+        total += _component_sum(jobs, k0, arrival, alone, bands, first, width, cap, unit, dt, simplex_s)
+    return max(float(alone.sum()), total)
+
+
+def _components(bands: Sequence[Sequence[tuple]], first: list[list[int]], width: list[int],
+                n: int) -> list[list[int]]:
+    """The jobs with bands, in groups that share no (port, slot): independent LPs, in job order.
+
+    A band holds its two ports over slots ``[first, first + width)`` of its job;
+    two jobs whose bands overlap on a port are in one group. A sparse stream of
+    jobs is then many small LPs instead of one large one.
+    """
+    rows = sorted((p, f, f + width[j], j) for j in range(n) for band, f in zip(bands[j], first[j], strict=True)
+                  for p in band[:2])
+    a, b = [], []
+    port, reach, last = -1, -math.inf, -1
+    for p, lo, hi, j in rows:
+        if p == port and lo < reach:
+            a.append(last)
+            b.append(j)
+            reach = max(reach, hi)
+        else:
+            port, reach = p, hi
+        last = j
+    graph = sparse.csr_matrix((np.ones(len(a)), (a, b)), shape=(n, n))
+    _, label = connected_components(graph, directed=False)
+    groups: dict[int, list[int]] = {}
+    for j in range(n):
+        if bands[j]:
+            groups.setdefault(int(label[j]), []).append(j)
+    return list(groups.values())
+
+
+def _component_sum(jobs: list[int], k0: int, arrival: np.ndarray, alone: np.ndarray,
+                   bands: Sequence[Sequence[tuple]], first: list[list[int]], width: list[int],
+                   cap: np.ndarray, unit: float, dt: float, simplex_s: float) -> float:
+    """The LP's least sum of JCTs of ``jobs`` (a group of :func:`_components`), seconds.
+
+    Times count from the group's first slot ``k0``: the LP is the same up to
+    that shift (each set's bytes sum to its ``total``), and its coefficients
+    stay as small as the group's span, not the workload's, however late the
+    group comes.
+    """
+    origin = k0 * dt
+    since = arrival[jobs] - origin  # arrivals from the group's first slot
+    n = len(jobs)
     # each job's end C_j first, then per band its slots, its overflow and its moment (the sum
     # over its columns of bytes times their time): the sets' rows read the moments, so a row
     # holds one column per band in the set instead of every slot of it (at the mixed-shape
@@ -82,15 +137,13 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     cap_p, cap_t, cap_c = [], [], []  # capacity triplets: port, slot, column
     set_r, set_c, set_v, set_rhs = [], [], [], []
     mom_c, mom_v = [], []  # per band: its slots' and overflow's columns and times, then -1 on its moment
-    for j, job_bands in enumerate(bands):
-        if not job_bands:
-            continue
-        w = max(1, math.ceil(window * alone[j] / dt))
+    for q, j in enumerate(jobs):
+        job_bands = bands[j]
+        w = width[j]
         moment_of = []
-        for e, i, nbytes, head, _ in job_bands:
-            start = arrival[j] + head
-            first = math.floor(start / dt + 1e-9)
-            slots = np.arange(first, first + w)
+        for (e, i, nbytes, head, _), f in zip(job_bands, first[j], strict=True):
+            start = since[q] + head
+            slots = np.arange(f - k0, f - k0 + w)
             rate = min(cap[e], cap[i]) / unit
             ub.append(np.append(rate * np.maximum((slots + 1) * dt - np.maximum(slots * dt, start), 0.0), np.inf))
             cols = np.arange(nvar, nvar + w + 2)
@@ -98,7 +151,7 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
             ub.append(np.array([np.inf]))
             moment_of.append(cols[-1])
             mom_c.append(cols)
-            mom_v.append(np.concatenate([slots * dt, [(first + w) * dt, -1.0]]))
+            mom_v.append(np.concatenate([slots * dt, [(f - k0 + w) * dt, -1.0]]))
             cols = cols[:-1]
             eq.append((cols, nbytes / unit))
             for p in (e, i):
@@ -113,7 +166,7 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
                 # total * C_j - sum(t * x) >= total**2 * unit / (2 cap_p) + tau * total, as <=
                 r = len(set_rhs)
                 set_r.append(np.full(m + 2, r))
-                set_c.append(np.append([moment_of[x] for x in on[:m + 1]], j))
+                set_c.append(np.append([moment_of[x] for x in on[:m + 1]], q))
                 set_v.append(np.append(np.ones(m + 1), -total))
                 set_rhs.append(-(total * total * unit / (2.0 * cap[p]) + job_bands[k][4] * total))
     pt = np.stack([np.concatenate(cap_p), np.concatenate(cap_t)])
@@ -135,7 +188,7 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     c = np.zeros(nvar)
     c[:n] = 1.0
     lb = np.zeros(nvar)  # a moment too: every slot's time is >= 0
-    lb[:n] = arrival + alone
+    lb[:n] = since + alone[jobs]
     lp = dict(A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.concatenate([[b for _, b in eq], np.zeros(len(mom_c))]),
               bounds=np.column_stack([lb, np.concatenate(ub)]))
     res = linprog(c, **lp, method="highs-ds", options={"time_limit": simplex_s})
@@ -143,7 +196,7 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
         res = linprog(c, **lp, method="highs-ipm")
     if res.status != 0:
         raise RuntimeError(f"the lower bound's LP: {LP_STATUS.get(res.status, res.status)}: {res.message}")
-    return max(float(alone.sum()), float(res.fun - arrival.sum()))
+    return float(res.fun - since.sum())
 
 
 __all__ = ["lp_sum_bound"]

@@ -35,6 +35,10 @@ from jitsched.plan.lp import (
 
 DEFAULT_ALPHA = 0.4
 DEFAULT_SLOT_S = 0.1
+# The most port-slots (ports x slots from the plan's origin) a capped plan's grid may span
+# (plan_jobs' max_port_slots; the CLI's plan caps it so): each of its dense per-port,
+# per-slot arrays then takes at most 128 MiB.
+MAX_PORT_SLOTS = 1 << 24
 
 
 def select_alpha(dag: DagArrays, alpha: float, eligible: np.ndarray | None = None) -> np.ndarray:
@@ -297,7 +301,8 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
               now: float | None = None, known_done: np.ndarray | None = None,
               remaining: np.ndarray | None = None, unfinished: np.ndarray | None = None,
               lat_cluster: Cluster | None = None, residual_egress_Bps: np.ndarray | None = None,
-              residual_ingress_Bps: np.ndarray | None = None, min_lat_s: float | None = None) -> Plan:
+              residual_ingress_Bps: np.ndarray | None = None, min_lat_s: float | None = None,
+              max_port_slots: int | None = None) -> Plan:
     """Plan the DAG transfers of ``jobs`` together: LAT pass, alpha cut, LP.
 
     The one planning pipeline: the CLI's ``plan``, the JIT policies (full and
@@ -326,10 +331,18 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
         at the planning instant (see :func:`jitsched.plan.lp.solve_bandwidth_lp`).
     min_lat_s : float, optional
         The LP's deadlines are at least this (seconds, absolute); see :class:`Window`.
+    max_port_slots : int, optional
+        Refuse to plan when the slot grid would span more port-slots than this
+        (:func:`grid_slots`), before the LP allocates it; default: no cap.
 
     Returns
     -------
     Plan
+
+    Raises
+    ------
+    ValidationError
+        If the grid would span more than ``max_port_slots`` port-slots.
     """
     o = PlanOptions() if options is None else options
     dag = jobs if isinstance(jobs, DagArrays) else compile_jobs(list(jobs), cluster)
@@ -349,15 +362,61 @@ def plan_jobs(jobs: Sequence[Job] | DagArrays, cluster: Cluster, options: PlanOp
     lat_s = time.perf_counter() - t0
     chosen = np.flatnonzero(select_alpha(dag, o.alpha, unfinished))
     weight = 1.0 + np.maximum(dag.priority[dag.job_of[chosen]], 0.0)
+    release_s = np.maximum(lat.release[chosen] - origin, 0.0)
+    deadline_s = lp_deadlines(lat.lat[chosen], min_lat_s) - origin
+    if max_port_slots is not None:
+        n_slots = grid_slots(dag.src[chosen], dag.dst[chosen], size[chosen], release_s, deadline_s,
+                             cluster.egress_Bps, cluster.ingress_Bps, o.slot_s)
+        n_ports = 2 * len(cluster.hosts)
+        if n_slots * n_ports > max_port_slots:
+            raise ValidationError(
+                f"the plan's slot grid would span {n_slots:,.0f} slots of {o.slot_s:g} s on {n_ports} ports "
+                f"({n_slots * n_ports:,.0f} port-slots), more than {max_port_slots:,}: plan with longer "
+                "slots (--slot-s) or fewer jobs")
     lp = solve_bandwidth_lp(
-        dag.src[chosen], dag.dst[chosen], size[chosen],
-        np.maximum(lat.release[chosen] - origin, 0.0),
-        lp_deadlines(lat.lat[chosen], min_lat_s) - origin,
+        dag.src[chosen], dag.dst[chosen], size[chosen], release_s, deadline_s,
         cluster.egress_Bps, cluster.ingress_Bps, o.lp_options(), weight=weight,
         residual_egress_Bps=residual_egress_Bps, residual_ingress_Bps=residual_ingress_Bps,
         group=dag.job_of[chosen],
     )
     return Plan(dag, cluster, lat, chosen, lp, origin, o.alpha, o.objective, lat_s)
+
+
+def grid_slots(src: np.ndarray, dst: np.ndarray, size: np.ndarray, release_s: np.ndarray,
+               deadline_s: np.ndarray, egress_Bps: np.ndarray, ingress_Bps: np.ndarray,
+               slot_s: float) -> float:
+    """The least number of slots the LP's grid spans for these transfers (a float: it may be huge).
+
+    The grid reaches every transfer's deadline slot, and the slot by which it
+    can have sent its bytes at its full rate from its release slot, as
+    :func:`jitsched.plan.lp.solve_bandwidth_lp` counts slots from the plan's
+    origin. Non-finite times give 0: the LP refuses them itself.
+
+    Parameters
+    ----------
+    src, dst : ndarray of int, shape (m,)
+        Host indices.
+    size : ndarray, shape (m,)
+        Bytes.
+    release_s, deadline_s : ndarray, shape (m,)
+        Seconds from the plan's origin.
+    egress_Bps, ingress_Bps : ndarray, shape (n_hosts,)
+        Port capacities, bytes/s.
+    slot_s : float
+        Slot length, seconds.
+
+    Returns
+    -------
+    float
+        Slots; 0 for no transfers.
+    """
+    if not len(src) or not (np.all(np.isfinite(release_s)) and np.all(np.isfinite(deadline_s))):
+        return 0.0
+    rate = np.minimum(egress_Bps[src], ingress_Bps[dst])
+    first = np.maximum(np.floor(release_s / slot_s + 1e-9), 0.0)
+    last = np.maximum(np.ceil(deadline_s / slot_s - 1e-9) - 1.0,
+                      first + np.ceil(size / (rate * slot_s) - 1e-9) - 1.0)
+    return float(np.max(last)) + 1.0
 
 
 def lp_deadlines(lat_s: np.ndarray, min_lat_s: float | None) -> np.ndarray:

@@ -11,6 +11,7 @@ import numpy as np
 from jitsched.dag.model import COMPUTE, TRANSFER, Workload, compile_jobs
 from jitsched.errors import ValidationError, load_kernel
 from jitsched.plan.alloc import CAPACITY_RTOL, check_capacity
+from jitsched.plan.bound import check_arrivals
 from jitsched.policies.base import (
     DONE,
     RUNNING,
@@ -72,6 +73,12 @@ class Simulator:
         run times (computes' drawn durations, transfers' release-to-arrival
         times), before the jobs that follow it arrive: the caller may rewrite
         their estimates in ``self.dag`` (``duration``, ``std``) there.
+
+    Raises
+    ------
+    ValidationError
+        On a bad option, infinite host capacities, or a job or background flow
+        arriving after :data:`jitsched.plan.bound.MAX_ARRIVAL_S`.
     """
 
     def __init__(self, workload: Workload, policy: Policy | str, *, seed: int = 0,
@@ -90,6 +97,7 @@ class Simulator:
         self.tick_s = tick_s
         self.check = check
         self.progress = progress
+        check_arrivals(workload)
         self.cluster = workload.cluster
         caps = np.concatenate([self.cluster.egress_Bps, self.cluster.ingress_Bps])
         if not np.all(np.isfinite(caps)):  # once here, not on every allocation (FlowSet.checked)
@@ -255,11 +263,8 @@ class _Run:
                 break
             clock.wait_until(max(t_next, now))
             now = clock.now()
-            while self.next_slot <= now and self.jobs_left:
-                # the grid instants passed on the way, up to the last DL finish
-                self.sample_slot(self.next_slot)
-                self.slot_k += 1
-                self.next_slot = self.slots.origin + self.slots.slot_s * self.slot_k
+            if self.next_slot <= now and self.jobs_left:
+                self.sample_grid(now)  # the grid instants passed on the way, up to the last DL finish
             self.n_events += 1
             if self.t_flow <= now:
                 self.flows_done(now)
@@ -312,6 +317,23 @@ class _Run:
         if self.valid_until <= now:
             raise RuntimeError(f"policy {pol.name!r} asked to be woken at "
                                f"{self.valid_until} <= now {now}")
+
+    def sample_grid(self, now: float) -> None:
+        """Sample the grid instants up to ``now``, the rates in force since the last advance.
+
+        With no DAG bytes flowing, every grid instant of the jump holds the
+        same DAG integrals: after the first, only the last two are sampled,
+        all that :class:`SlotLog` keeps of an idle stretch, so a long idle
+        span costs two samples, not one per grid instant.
+        """
+        origin, step = self.slots.origin, self.slots.slot_s
+        idle = not self.dag_egress.any()
+        while self.next_slot <= now:
+            self.sample_slot(self.next_slot)
+            self.slot_k += 1
+            if idle:
+                self.slot_k = max(self.slot_k, _last_grid_index(origin, step, now) - 1)
+            self.next_slot = origin + step * self.slot_k
 
     def sample_slot(self, t: float) -> None:
         """Record the per-host DAG and background bytes sent up to ``t`` (rates constant since the last advance)."""
@@ -458,13 +480,30 @@ class _Run:
             raise RuntimeError(f"job {stuck!r} never finished")
 
     def raw(self, wall_s: float) -> dict:
-        """The run's arrays and counters, as :func:`jitsched.sim.metrics.collect` takes them."""
+        """The run's arrays and counters, as :func:`jitsched.sim.metrics.collect` takes them.
+
+        ``end_s`` is the last job or background flow completion (0 with
+        neither), not the clock: a policy's wake-up or tick after the last
+        completion moves the clock past it without anything left to finish.
+        """
+        ends = np.concatenate([self.job_finish, self.bg_finish])
+        end_s = float(np.max(ends)) if len(ends) else 0.0
         return dict(
             start=self.start, finish=self.finish, sent=self.sent, job_finish=self.job_finish,
             bg_finish=self.bg_finish, bg_sent=self.bg_sent, bg_src=self.bg_src, bg_dst=self.bg_dst,
             bg_bytes=self.bg_bytes, bg_arr=self.bg_arr, dag_egress_int=self.dag_egress_int,
             dag_window=tuple(self.dag_window), slots=self.slots, wall_s=wall_s, policy_s=self.policy_s,
-            n_alloc=self.n_alloc, n_events=self.n_events, max_util=self.max_util, end_s=self.clock.now())
+            n_alloc=self.n_alloc, n_events=self.n_events, max_util=self.max_util, end_s=end_s)
+
+
+def _last_grid_index(origin: float, step: float, t: float) -> int:
+    """The largest ``k`` with ``origin + step * k <= t`` (computed so, as the grid's instants are)."""
+    k = max(int((t - origin) // step), 0)
+    while origin + step * (k + 1) <= t:
+        k += 1
+    while k > 0 and origin + step * k > t:
+        k -= 1
+    return k
 
 
 def simulate(workload: Workload, policy: Policy | str, **kwargs) -> SimResult:

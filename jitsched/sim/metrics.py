@@ -23,6 +23,14 @@ class SlotLog:
     piecewise constant, so the difference of two samples is the exact bytes
     sent in between.
 
+    Idle stretches (no host sends DAG bytes) keep three samples, however
+    long: their first and their last two (:meth:`add`). The slots between
+    identical DAG integrals are idle for every host, and
+    :func:`remaining_slots` keeps only slots in which a host sent DAG bytes,
+    so one long idle slot in place of many changes none of its samples; the
+    last two stay as they were for the window's end, where a grid instant a
+    float crumb before the last DL finish is dropped.
+
     Parameters
     ----------
     slot_s : float
@@ -37,7 +45,15 @@ class SlotLog:
         self.background: list[np.ndarray] = []
 
     def add(self, t: float, dag: np.ndarray, background: np.ndarray) -> None:
-        """Bytes each host egress sent up to time ``t`` (s): DAG transfers and background flows."""
+        """Bytes each host egress sent up to time ``t`` (s): DAG transfers and background flows.
+
+        When the last three samples hold the same DAG integrals as this one,
+        the middle one of them goes: it only splits an idle stretch.
+        """
+        d = self.dag
+        if len(d) >= 3 and np.array_equal(d[-1], dag) and np.array_equal(d[-2], dag) \
+                and np.array_equal(d[-3], dag):
+            del self.times[-2], self.dag[-2], self.background[-2]
         self.times.append(float(t))
         self.dag.append(dag)
         self.background.append(background)
@@ -80,6 +96,13 @@ class SimResult:
         egress in the slot: what the background got when it wanted the port.
     remaining_bw_slot_s : float
         Slot length, seconds.
+    end_s : float
+        The last completion of a job or background flow, seconds (0 with
+        neither): ``makespan_s`` of :meth:`summary`. A policy's wake-up or
+        tick may have moved the simulator's clock past it.
+    window_s : tuple of float
+        The first job arrival and the last job finish, seconds: the window of
+        ``remaining_bw``.
     bg_ids, bg_size, bg_arrival_s, bg_finish_s, bg_jct_s, bg_alone_s, bg_slowdown, bg_sent : ndarray
         ``bg_alone_s`` is the flow's time alone in an empty cluster.
     stats : dict
