@@ -27,20 +27,20 @@ def _refused(capsys, argv: list[str]) -> str:
 def test_agent_refuses_an_rto_cap_outside_the_kernels_range(value, tmp_path, capsys):
     err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
                             "--local-dir", str(tmp_path), "--rto-max-ms", value])
-    assert re.match(r"jitsched agent: error: rto_max_ms: must be in 1000\.\.120000", err)
+    assert re.match(r"jitsched agent: error: --rto-max-ms: must be in 1000\.\.120000", err)
 
 
 @pytest.mark.parametrize("value", ["0.5", "250"])
 def test_agent_refuses_an_rto_floor_outside_1_to_200_ms(value, tmp_path, capsys):
     err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--backend", "record",
                             "--local-dir", str(tmp_path), "--rto-min-ms", value])
-    assert re.match(r"jitsched agent: error: rto_min_ms: must be in 1\.\.200", err)
+    assert re.match(r"jitsched agent: error: --rto-min-ms: must be in 1\.\.200", err)
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--backend", "pacing", "--ingress"], "ingress: needs backend tc"),
-    (["--backend", "tc", "--ingress-share", "0"], "ingress_share: must be within"),
-    (["--backend", "tc", "--ingress-share", "nan"], "ingress_share: must be within"),
+    (["--backend", "pacing", "--ingress"], "--ingress: needs backend tc"),
+    (["--backend", "tc", "--ingress-share", "0"], "--ingress-share: must be within"),
+    (["--backend", "tc", "--ingress-share", "nan"], "--ingress-share: must be within"),
 ])
 def test_agent_refuses_ingress_options_it_cannot_use(extra, message, tmp_path, capsys):
     err = _refused(capsys, ["agent", "--host", "h0", "--daemon", "tcp://127.0.0.1:1", "--local-dir",

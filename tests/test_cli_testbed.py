@@ -91,9 +91,9 @@ def test_a_baselines_run_is_predicted_beside_jit_and_tensorflow(monkeypatch, cap
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--dl-share", "0"], "dl_share: must be within (0, 1]"),
+    (["--dl-share", "0"], "--dl-share: must be within (0, 1]"),
     (["--seed", "-1"], "seed: must be within [0, inf)"),
-    (["--drift-s", "0", "--policy", "none"], "drift_s: must be positive"),
+    (["--drift-s", "0", "--policy", "none"], "--drift-s: must be positive"),
     (["--prefix", "Bad"], "prefix: bad prefix 'Bad'"),
 ])
 def test_bad_run_options_exit_2_naming_the_field_before_anything_runs(monkeypatch, capsys, extra, message):

@@ -6,6 +6,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 
 from jitsched import __version__
@@ -64,6 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _as_flag(parser: OneLineParser, command: str, message: str) -> str:
+    """``message`` with the option field it starts with (``slot_s: ...``, ``[daemon].x: ...``)
+    named as the flag the user gave it by (``--slot-s: ...``); unchanged when the value
+    came from elsewhere (a config file, a default)."""
+    m = re.match(r"(?:\[\w+\]\.)?(\w+):", message)
+    if m is None:
+        return message
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in subs.choices[command]._actions:
+        flags = [s for s in action.option_strings if s.startswith("--")]
+        if action.dest == m.group(1) and flags and any(a == flags[0] or a.startswith(flags[0] + "=")
+                                                          for a in parser.argv or ()):
+            return flags[0] + message[m.end() - 1:]
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jitsched`` console script; returns the exit code."""
     parser = build_parser()
@@ -75,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except JitschedError as exc:
         # Bad input is the user's to fix: one line, no traceback.
-        print(f"jitsched {args.command}: error: {exc}", file=sys.stderr)
+        print(f"jitsched {args.command}: error: {_as_flag(parser, args.command, str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"jitsched {args.command}: interrupted", file=sys.stderr)
