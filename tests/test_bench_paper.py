@@ -311,3 +311,22 @@ def test_mixed_summary_splits_the_jcts_by_shape():
     assert d["jit"]["over_bound"] == pytest.approx(np.mean([4 / 3, 5 / 3]))
     assert d["jit"]["speedup_mean"] == pytest.approx(np.mean([2.0, np.mean([2, 2, 1])]))
     assert d["jobs_by_shape"] == {"ps": 2, "ps-sharded": 0, "allreduce": 4}
+
+
+def test_the_regime_sweep_runs_the_seeds_it_is_given(tmp_path, monkeypatch):
+    # --regime-first-seed S --regime-seeds N: seeds S .. S+N-1 at every rate (other workloads
+    # than the default's, to check a figure on seeds it was not chosen on)
+    from jitsched.bench.paper import regimes
+
+    asked = []
+
+    def sweep(ex, seeds, policies, progress=None):
+        asked.append(list(seeds))
+        raise KeyboardInterrupt  # stop before any workload runs
+
+    monkeypatch.setattr(regimes, "sweep", sweep)
+    with pytest.raises(KeyboardInterrupt):
+        bp.main(["--regimes", "--regime-seeds", "3", "--regime-first-seed", "40", "--out", str(tmp_path)])
+    assert asked == [[40, 41, 42]]
+    with pytest.raises(SystemExit):
+        bp.main(["--regimes", "--regime-first-seed", "-1", "--out", str(tmp_path)])

@@ -355,7 +355,7 @@ def regime_sweep(args: argparse.Namespace, out: Path) -> int:
     from jitsched.bench.paper import regimes
 
     pols = run_policies()
-    seeds = list(range(args.regime_seeds))
+    seeds = list(range(args.regime_first_seed, args.regime_first_seed + args.regime_seeds))
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.workers)) as ex, \
             tqdm(total=len(regimes.RATES_BPS) * len(seeds), desc="regime workloads", unit="run") as bar:
@@ -418,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
                          "60 jobs, 20 hosts) against the lower bound, with 95 %% confidence intervals")
     ap.add_argument("--regime-seeds", type=int, default=REGIME_SEEDS, metavar="N",
                     help=f"seeds per link rate in the regime sweep (default {REGIME_SEEDS})")
+    ap.add_argument("--regime-first-seed", type=int, default=0, metavar="S",
+                    help="the regime sweep's first seed (default 0): seeds S .. S+N-1, so that other "
+                         "workloads than the default's can be checked")
     ap.add_argument("--mixed", action="store_true",
                     help="only the mixed-shape point: parameter-server (4 workers), sharded (2 servers) and "
                          "ring all-reduce jobs in one stream (load 0.5, 20 hosts, 10 Gbit/s), every policy, "
@@ -433,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--mixed-seeds and --mixed-jobs: at least 1")
     if args.regimes and args.regime_seeds < 2:
         ap.error("--regime-seeds: at least 2 (confidence intervals)")
+    if args.regime_first_seed < 0:
+        ap.error("--regime-first-seed: at least 0")
     try:
         require_matplotlib()  # the run ends with figures: say now, not after it, if it cannot draw them
     except ImportError as exc:
