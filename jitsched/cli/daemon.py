@@ -31,6 +31,9 @@ def _keys_arg(who: str):
                     "and the daemon's public key (default: plaintext, for a daemon on loopback)")
 
 
+JOB_DAEMON_ARG = arg("--daemon", default=DEFAULT_JOB_ENDPOINT,
+                     help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
+                          "endpoints separated by commas")
 KEY_NAME_ARG = arg("--key-name", default="client", metavar="NAME",
                    help="this client's name in the key directory (default client); "
                         "only the key that submitted a job may report on or cancel it")
@@ -248,8 +251,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 @register(
     "submit", "Submit a job (native JSON job or workload, or a TensorFlow GraphDef) to the daemon.",
     arg("file", metavar="JOB.json|GRAPH", help="native job map, native workload (all its jobs), or GraphDef"),
-    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
-                                                          "endpoints separated by commas"),
+    JOB_DAEMON_ARG,
     arg("--ps-host", default=None, help="GraphDef: host of the parameter server task"),
     arg("--worker-host", default=None, help="GraphDef: host of the worker task"),
     arg("--timeout-s", type=float, default=10.0, help="reply timeout in seconds"),
@@ -370,8 +372,7 @@ def _replica_line(r: dict) -> str:
 @register(
     "cancel", "Cancel running jobs this client submitted: their transfers leave the plan.",
     arg("job_ids", nargs="+", metavar="JOB_ID", help="the id each job was submitted with"),
-    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
-                                                          "endpoints separated by commas"),
+    JOB_DAEMON_ARG,
     arg("--timeout-s", type=float, default=10.0, help="reply timeout in seconds"),
     _keys_arg("this client"),
     KEY_NAME_ARG,
@@ -410,8 +411,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 @register(
     "status", "Jobs, agents and the last plan, as the daemon sees them.",
-    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
-                                                          "endpoints separated by commas"),
+    JOB_DAEMON_ARG,
     arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
     _keys_arg("this client"),
     KEY_NAME_ARG,
@@ -557,8 +557,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         help="the host a remote address (and port) belongs to, besides the addresses the daemon's "
              "cluster gives the job's hosts (repeatable)"),
     arg("--detach", action="store_true", help="undo this user's attachments of JOB on HOST"),
-    arg("--daemon", default=DEFAULT_JOB_ENDPOINT, help=f"job endpoint (default {DEFAULT_JOB_ENDPOINT}); daemon replicas: their job "
-                                                          "endpoints separated by commas"),
+    JOB_DAEMON_ARG,
     arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
     _keys_arg("this client"),
     KEY_NAME_ARG,
