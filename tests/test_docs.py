@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import re
@@ -135,6 +136,16 @@ def _parse_only(argv: list[str]) -> None:
     def parse_then_stop(self, args=None, namespace=None):
         raise _Parsed(original(self, args, namespace))
 
+    def never_run(args):
+        raise AssertionError("the command ran: its parsing went past the parse_args this test stops")
+
+    # a jitsched command whose parsing escaped the stop above would run for real (a testbed
+    # as root, say): every registered command's handler refuses to, whatever parses it
+    from jitsched.cli import build_parser
+    from jitsched.cli.registry import REGISTRY
+    build_parser()  # every command registered before the handlers are swapped
+    handlers = dict(REGISTRY)
+    REGISTRY.update({name: dataclasses.replace(cmd, run=never_run) for name, cmd in handlers.items()})
     argparse.ArgumentParser.parse_args = parse_then_stop
     try:
         mod.main(args)
@@ -144,6 +155,7 @@ def _parse_only(argv: list[str]) -> None:
         raise AssertionError(f"the parser refused it (exit {exc.code})") from None
     finally:
         argparse.ArgumentParser.parse_args = original
+        REGISTRY.update(handlers)
     raise AssertionError("main() returned without parsing its arguments")
 
 
