@@ -161,6 +161,9 @@ def test_stream_properties(seed, share, n_hosts, load):
     ({"load": 0.5, "duration_s": float("inf"), "n_hosts": 1}, "duration_s must be a finite number >= 0"),
     ({"load": 0.5, "duration_s": float("nan"), "n_hosts": 1}, "duration_s must be a finite number >= 0"),
     ({"load": 0.5, "n_jobs": 3, "models": ("lenet", "bert")}, "unknown model 'bert'"),
+    # refused before a job is drawn: a huge finite window or count would fill the memory
+    ({"load": 0.5, "duration_s": 1e300}, r"duration_s: the stream would hold \d\.\d+e\+\d+ jobs, more than 1,000,000"),
+    ({"load": 0.5, "n_jobs": 10**12}, "n_jobs: the stream would hold 1e\\+12 jobs, more than 1,000,000"),
 ])
 def test_generator_errors(kwargs, pattern):
     load = kwargs.pop("load")

@@ -228,6 +228,10 @@ def arrival_rate(load: float, *, n_hosts: int = 100, bps: float = 1e9,
     return load * n_hosts * bps / 8.0 / mean_bytes
 
 
+# The most jobs a generated stream holds (a million DL jobs of the paper's models are tens of
+# gigabytes of DAGs); the paper's workload has 1000.
+MAX_JOBS = 1_000_000
+
 def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: float | None = None,
                       n_hosts: int = 100, bps: float = 1e9, background_share: float = 0.5,
                       models: Sequence[str] = MODELS,
@@ -273,6 +277,12 @@ def generate_arrivals(load: float, *, n_jobs: int | None = None, duration_s: flo
                                   f"(hosts per job: {per_job}), got {n_hosts}")
     rate = arrival_rate(load, n_hosts=n_hosts, bps=bps, background_share=background_share,
                         models=models, file_sizes_bits=file_sizes_bits, shapes=shapes)
+    expected = n_jobs if n_jobs is not None else rate * duration_s
+    if expected > MAX_JOBS:
+        # each job is a DAG of thousands of nodes: a stream this long would fill the memory
+        # before it is written (a typo in the window or the count, most likely)
+        raise ValidationError(f"{'n_jobs' if n_jobs is not None else 'duration_s'}: the stream would hold "
+                              f"{expected:.3g} jobs, more than {MAX_JOBS:,}")
     rng = np.random.default_rng(seed)
     out: list[Arrival] = []
     t = 0.0
