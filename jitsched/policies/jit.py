@@ -776,12 +776,13 @@ class JitPolicy(Policy):
         free_e, free_i = np.maximum(free_e, 0.0), np.maximum(free_i, 0.0)
         h = len(free_e)
         for k, sel in enumerate(sels):
-            r = prio.rates(f.src[sel], f.dst[sel], f.node[sel], f.job[sel], f.bg[sel], f.remaining[sel],
+            src, dst = f.src[sel], f.dst[sel]
+            r = prio.rates(src, dst, f.node[sel], f.job[sel], f.bg[sel], f.remaining[sel],
                            free_e, free_i, in_range=f.checked)
             rates[sel] = r
             if k + 1 < len(sels):
-                free_e = np.maximum(free_e - np.bincount(f.src[sel], weights=r, minlength=h), 0.0)
-                free_i = np.maximum(free_i - np.bincount(f.dst[sel], weights=r, minlength=h), 0.0)
+                free_e = np.maximum(free_e - np.bincount(src, weights=r, minlength=h), 0.0)
+                free_i = np.maximum(free_i - np.bincount(dst, weights=r, minlength=h), 0.0)
         return rates
 
     def _lending(self, view: SchedulerView) -> np.ndarray | None:
