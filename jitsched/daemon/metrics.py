@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from jitsched.errors import ValidationError
+
 if TYPE_CHECKING:
     from jitsched.daemon.state import SchedulerState
 
@@ -34,8 +36,17 @@ class Endpoint:
         self._server = None
 
     def serve(self, port: int, address: str = "127.0.0.1") -> int:
-        """Expose ``/metrics`` on ``address``:``port`` (0: any free port); returns the port."""
-        self._server, _ = start_http_server(port, addr=address, registry=self.registry)
+        """Expose ``/metrics`` on ``address``:``port`` (0: any free port); returns the port.
+
+        Raises
+        ------
+        ValidationError
+            The port cannot be served there (in use, an address this host does not have).
+        """
+        try:
+            self._server, _ = start_http_server(port, addr=address, registry=self.registry)
+        except OSError as exc:
+            raise ValidationError(f"metrics_port {port}: cannot serve on {address} ({exc.strerror})") from None
         return self._server.server_port
 
     def shutdown(self) -> None:

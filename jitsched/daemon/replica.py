@@ -15,7 +15,7 @@ from jitsched.daemon.ha import Election, Etcd, EtcdStore, Leader
 from jitsched.daemon.metrics import FollowerMetrics
 from jitsched.daemon.server import Daemon, KnownKeys, bind_error
 from jitsched.daemon.store import StoreError
-from jitsched.errors import ProtocolError, ValidationError
+from jitsched.errors import ProtocolError
 from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, load_daemon_keys
 from jitsched.policies.base import Policy
 from jitsched.protocol import (
@@ -69,11 +69,7 @@ class Follower:
                 except zmq.ZMQError as exc:
                     raise bind_error(name, getattr(config, name), exc) from None
             if config.metrics_port:
-                try:
-                    self.metrics.serve(config.metrics_port, config.metrics_address)
-                except OSError as exc:
-                    raise ValidationError(f"metrics_port {config.metrics_port}: cannot serve on "
-                                          f"{config.metrics_address} ({exc.strerror})") from None
+                self.metrics.serve(config.metrics_port, config.metrics_address)
         except BaseException:
             self.close()
             raise

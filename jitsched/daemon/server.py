@@ -426,13 +426,6 @@ class Daemon:
         wake.bind(self._wake_addr)
         return jobs, agents, wake
 
-    def _serve_metrics(self, port: int) -> int:
-        address = self.config.metrics_address
-        try:
-            return self.metrics.serve(port, address)
-        except OSError as exc:
-            raise ValidationError(f"metrics_port {port}: cannot serve on {address} ({exc.strerror})") from None
-
     def _agent_connection_open(self, source: tuple[int, tuple]) -> bool:
         conns = self.conns.get("agents")
         return conns is None or conns.is_open(source)
@@ -499,7 +492,7 @@ class Daemon:
         try:
             socks = jobs, agents, wake = self._bind()
             if self.config.metrics_port:
-                self.metrics_port = self._serve_metrics(self.config.metrics_port)
+                self.metrics_port = self.metrics.serve(self.config.metrics_port, self.config.metrics_address)
         except BaseException as exc:  # noqa: BLE001 - surfaced by start()
             # every socket of the context closed, the monitors first: stop() terms it
             for c in self.conns.values():
