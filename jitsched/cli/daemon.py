@@ -279,26 +279,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
             except (RemoteError, TimeoutError) as exc:
                 failure = (k, exc)
                 break
+    out: dict = {"job_ids": ids}
+    if failure is not None:
+        k, exc = failure
+        name = jobs[k].get("id") if isinstance(jobs[k].get("id"), str) else None
+        out |= {"failed": {"index": k, "id": name, "error": str(exc)}, "not_sent": len(jobs) - k - 1}
+    if args.json:
+        emit_json(out)
+    else:
+        for i in ids:
+            print(f"submitted {i}")
     if failure is None:
-        if args.json:
-            emit_json({"job_ids": ids})
-        else:
-            for i in ids:
-                print(f"submitted {i}")
         return 0
-    k, exc = failure
-    name = jobs[k].get("id") if isinstance(jobs[k].get("id"), str) else None
     what = f"job {name!r}" if name else f"job {k + 1}"
     if len(jobs) > 1:
         what += f" ({k + 1} of {len(jobs)})"
     # a timeout leaves the job's fate unknown (exit 1); a refusal is the input's (exit 2)
     verb = "got no reply for" if isinstance(exc, TimeoutError) else "daemon refused"
-    if args.json:
-        emit_json({"job_ids": ids, "failed": {"index": k, "id": name, "error": str(exc)},
-                   "not_sent": len(jobs) - k - 1})
-    else:
-        for i in ids:
-            print(f"submitted {i}")
     done = (f"; submitted before it: {', '.join(ids)}" if ids else "")
     left = f"; not sent: {len(jobs) - k - 1}" if k + 1 < len(jobs) else ""
     print(f"jitsched submit: error: {verb} {what}: {exc}{done}{left}", file=sys.stderr)
