@@ -7,7 +7,7 @@
 # extension modules, those would be called through function pointers from
 # a .pxd, neither inlined nor optimised across the call.
 
-from libc.math cimport INFINITY, NAN, isfinite, pow
+from libc.math cimport INFINITY, NAN, isfinite, isnan, pow
 from libc.stdlib cimport calloc, free, malloc
 
 
@@ -1365,42 +1365,95 @@ cdef class GroupPriority:
                     &free_e[0], &free_i[0], &rate[0])
         return 0
 
+    def rates_tiered(self,
+                     const long long[::1] src,
+                     const long long[::1] dst,
+                     const long long[::1] node,
+                     const long long[::1] job,
+                     const long long[::1] bg,
+                     const double[::1] remaining,
+                     const double[::1] free_e,
+                     const double[::1] free_i,
+                     const long long[::1] tier,
+                     double[::1] rate):
+        """:meth:`rates` tier by tier: each tier's flows alone, on what the tiers before them left.
 
-def lenders(const double[::1] need,
-            const long long[::1] job,
-            const long long[::1] group,
-            Py_ssize_t n_groups,
-            const double[::1] t_left,
-            double[::1] late,
-            const double[::1] threshold,
-            double now,
-            double recheck,
-            unsigned char[::1] lend):
-    """The job flows whose (job, src, dst) group can wait: jitsched.plan.priority.lenders.
+        # IN  as rates, and tier (F,): each flow's tier, >= 0; lower tiers go first
+        # OUT rate (F,): bytes/s
+        Tier t's flows, in flow order, get what one rates call on them alone gives
+        with free capacity max(free - sums of earlier tiers' rates per host, 0): the
+        sums taken in flow order from 0.0 as np.bincount takes them, the clamp as
+        np.maximum's (a NaN stays NaN, -0.0 stays -0.0), free itself clamped first.
+        Returns 0, -1 if scratch memory ran out, -2 if a tier is negative.
+        """
+        cdef Py_ssize_t nf = src.shape[0], h = free_e.shape[0], f, m, i, k
+        cdef long long t, n_tiers = 0
+        if nf == 0:
+            return 0
+        for f in range(nf):
+            if tier[f] < 0:
+                return -2
+            if tier[f] >= n_tiers:
+                n_tiers = tier[f] + 1
+        if not self._reserve(nf, h):
+            return -1
+        # one more than needed of each: an allocation of 0 bytes may return NULL
+        cdef long long* ll = <long long*> malloc((6 * nf + 1) * sizeof(long long))
+        cdef double* dbl = <double*> malloc((2 * nf + 4 * h + 1) * sizeof(double))
+        if ll == NULL or dbl == NULL:
+            free(ll)
+            free(dbl)
+            return -1
+        cdef long long *idx = ll, *s_src = ll + nf, *s_dst = ll + 2 * nf, *s_node = ll + 3 * nf
+        cdef long long *s_job = ll + 4 * nf, *s_bg = ll + 5 * nf
+        cdef double *s_rem = dbl, *s_rate = dbl + nf, *cur_e = dbl + 2 * nf, *cur_i = dbl + 2 * nf + h
+        cdef double *acc_e = dbl + 2 * nf + 2 * h, *acc_i = dbl + 2 * nf + 3 * h
+        cdef double x
+        for i in range(h):  # np.maximum(free, 0.0)
+            cur_e[i] = free_e[i] if (free_e[i] >= 0.0 or isnan(free_e[i])) else 0.0
+            cur_i[i] = free_i[i] if (free_i[i] >= 0.0 or isnan(free_i[i])) else 0.0
+        with nogil:
+            for t in range(n_tiers):
+                m = 0
+                for f in range(nf):
+                    if tier[f] == t:
+                        idx[m] = f
+                        s_src[m] = src[f]
+                        s_dst[m] = dst[f]
+                        s_node[m] = node[f]
+                        s_job[m] = job[f]
+                        s_bg[m] = bg[f]
+                        s_rem[m] = remaining[f]
+                        m += 1
+                if m == 0:
+                    continue
+                self._rates(m, h, s_src, s_dst, s_node, s_job, s_bg, s_rem, cur_e, cur_i, s_rate)
+                for k in range(m):
+                    rate[idx[k]] = s_rate[k]
+                if t + 1 < n_tiers:
+                    for i in range(h):
+                        acc_e[i] = 0.0
+                        acc_i[i] = 0.0
+                    for k in range(m):
+                        acc_e[s_src[k]] += s_rate[k]
+                        acc_i[s_dst[k]] += s_rate[k]
+                    for i in range(h):
+                        x = cur_e[i] - acc_e[i]
+                        cur_e[i] = x if (x >= 0.0 or isnan(x)) else 0.0
+                        x = cur_i[i] - acc_i[i]
+                        cur_i[i] = x if (x >= 0.0 or isnan(x)) else 0.0
+        free(ll)
+        free(dbl)
+        return 0
 
-    # IN  need, t_left, threshold (F,): seconds; need not finite: never lends
-    # IN  job, group (F,): -1 for a background flow, else in [0, len(late)), [0, n_groups)
-    # IN/OUT late (J,): each job's lateness, raised to what its flows show at now
-    # OUT lend (F,): 1 where the flow's group lends
-    # IN  recheck: the least wait, in thresholds, before a lender is looked at again
-    # returns the instant to look again: the first at which a lender's slack reaches its
-    # threshold, but at least recheck thresholds away (inf: none lends); NaN if a job or
-    # group index is out of range (nothing written)
-    """
-    cdef Py_ssize_t f, nf = need.shape[0], nj = late.shape[0]
+
+cdef double _lenders_core(Py_ssize_t nf, const double* need, const long long* job, const long long* group,
+                          const double* t_left, double* late, const double* threshold, double now,
+                          double recheck, unsigned char* lend, unsigned char* held, double* slack) noexcept nogil:
+    # lenders on checked per-flow arrays; held (n_groups + 1) zeroed, slack (nf) scratch
+    cdef Py_ssize_t f
     cdef long long j
     cdef double v, s, wake = INFINITY
-    for f in range(nf):
-        j = job[f]
-        if j >= nj or (j >= 0 and (group[f] < 0 or group[f] >= n_groups)):
-            return NAN
-    # one more than needed of each: an allocation of 0 bytes may return NULL
-    cdef unsigned char* held = <unsigned char*> calloc(n_groups + 1, 1)
-    cdef double* slack = <double*> malloc((nf + 1) * sizeof(double))
-    if held == NULL or slack == NULL:
-        free(held)
-        free(slack)
-        raise MemoryError()
     for f in range(nf):
         j = job[f]
         if j >= 0 and isfinite(need[f]):
@@ -1428,6 +1481,120 @@ def lenders(const double[::1] need,
                     v = recheck * threshold[f]
                 if v < wake:
                     wake = v
+    return now + wake if wake < INFINITY else INFINITY
+
+
+def lenders(const double[::1] need,
+            const long long[::1] job,
+            const long long[::1] group,
+            Py_ssize_t n_groups,
+            const double[::1] t_left,
+            double[::1] late,
+            const double[::1] threshold,
+            double now,
+            double recheck,
+            unsigned char[::1] lend):
+    """The job flows whose (job, src, dst) group can wait: jitsched.plan.priority.lenders.
+
+    # IN  need, t_left, threshold (F,): seconds; need not finite: never lends
+    # IN  job, group (F,): -1 for a background flow, else in [0, len(late)), [0, n_groups)
+    # IN/OUT late (J,): each job's lateness, raised to what its flows show at now
+    # OUT lend (F,): 1 where the flow's group lends
+    # IN  recheck: the least wait, in thresholds, before a lender is looked at again
+    # returns the instant to look again: the first at which a lender's slack reaches its
+    # threshold, but at least recheck thresholds away (inf: none lends); NaN if a job or
+    # group index is out of range (nothing written)
+    """
+    cdef Py_ssize_t f, nf = need.shape[0], nj = late.shape[0]
+    cdef long long j
+    for f in range(nf):
+        j = job[f]
+        if j >= nj or (j >= 0 and (group[f] < 0 or group[f] >= n_groups)):
+            return NAN
+    # one more than needed of each: an allocation of 0 bytes may return NULL
+    cdef unsigned char* held = <unsigned char*> calloc(n_groups + 1, 1)
+    cdef double* slack = <double*> malloc((nf + 1) * sizeof(double))
+    if held == NULL or slack == NULL:
+        free(held)
+        free(slack)
+        raise MemoryError()
+    cdef double wake = _lenders_core(nf, &need[0] if nf else NULL, &job[0] if nf else NULL,
+                                     &group[0] if nf else NULL, &t_left[0] if nf else NULL,
+                                     &late[0] if nj else NULL, &threshold[0] if nf else NULL,
+                                     now, recheck, &lend[0] if nf else NULL, held, slack)
     free(held)
     free(slack)
-    return now + wake if wake < INFINITY else INFINITY
+    return wake
+
+
+def flow_lenders(const long long[::1] node,
+                 const long long[::1] job,
+                 const long long[::1] src,
+                 const long long[::1] dst,
+                 const double[::1] remaining,
+                 const double[::1] node_need,
+                 const long long[::1] node_group,
+                 Py_ssize_t n_groups,
+                 const unsigned char[::1] may_lend,
+                 const double[::1] iso_jct,
+                 double lend_slack,
+                 const double[::1] cap_e,
+                 const double[::1] cap_i,
+                 double[::1] late,
+                 double now,
+                 double recheck,
+                 unsigned char[::1] lend):
+    """lenders on a policy's flows, each flow's need, group, time left and threshold read here.
+
+    # IN  node, job, src, dst, remaining (F,): the flows (node and job -1: background)
+    # IN  node_need (N,), node_group (N,): each DAG node's need (s) and group in [0, n_groups)
+    # IN  may_lend (J,): 1 where a job's groups may lend; iso_jct (J,): seconds
+    # IN  lend_slack: a job flow's threshold is lend_slack times its job's iso_jct where
+    #     it may lend, inf times it where not (as numpy multiplies: inf * 0 is NaN)
+    # IN  cap_e, cap_i (H,): line rates; a flow's time left is its remaining bytes
+    #     over the smaller of its ports' (np.minimum's choice)
+    # IN/OUT late (J,), OUT lend (F,), recheck, now: as lenders
+    # returns as lenders; NaN if a node, job, group or host index is out of range
+    """
+    cdef Py_ssize_t f, nf = node.shape[0], nj = late.shape[0], nn = node_need.shape[0], h = cap_e.shape[0]
+    cdef long long j, v
+    cdef double a, b
+    if may_lend.shape[0] != nj or iso_jct.shape[0] != nj or node_group.shape[0] != nn or cap_i.shape[0] != h:
+        return NAN
+    for f in range(nf):
+        j = job[f]
+        if j < 0:
+            continue
+        v = node[f]
+        if (j >= nj or v < 0 or v >= nn or node_group[v] < 0 or node_group[v] >= n_groups
+                or src[f] < 0 or src[f] >= h or dst[f] < 0 or dst[f] >= h):
+            return NAN
+    cdef unsigned char* held = <unsigned char*> calloc(n_groups + 1, 1)
+    cdef double* dbl = <double*> malloc((4 * nf + 1) * sizeof(double))
+    cdef long long* grp = <long long*> malloc((nf + 1) * sizeof(long long))
+    if held == NULL or dbl == NULL or grp == NULL:
+        free(held)
+        free(dbl)
+        free(grp)
+        raise MemoryError()
+    cdef double *need = dbl, *t_left = dbl + nf, *threshold = dbl + 2 * nf, *slack = dbl + 3 * nf
+    cdef double wake
+    with nogil:
+        for f in range(nf):
+            j = job[f]
+            if j < 0:
+                grp[f] = -1
+                continue
+            v = node[f]
+            need[f] = node_need[v]
+            grp[f] = node_group[v]
+            a = cap_e[src[f]]
+            b = cap_i[dst[f]]
+            t_left[f] = remaining[f] / (a if (a <= b or isnan(a)) else b)
+            threshold[f] = (lend_slack if may_lend[j] else INFINITY) * iso_jct[j]
+        wake = _lenders_core(nf, need, &job[0] if nf else NULL, grp, t_left, &late[0] if nj else NULL,
+                             threshold, now, recheck, &lend[0] if nf else NULL, held, slack)
+    free(held)
+    free(dbl)
+    free(grp)
+    return wake

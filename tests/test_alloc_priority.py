@@ -126,6 +126,41 @@ def test_group_priority_reused_over_calls(case, data):
                                       priority.group_priority_reference(**sub))
 
 
+@settings(max_examples=300, deadline=None)
+@given(cases(), st.data())
+def test_group_priority_tiers_match_reference(case, data):
+    # tier by tier in one call: as a call per tier on what the tiers before left
+    c, nodes_of = case
+    n = len(c["src"])
+    tier = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), dtype=np.int64)
+    want = priority.group_priority_reference(**c, tier=tier)
+    k = kernel(c, nodes_of)
+    for in_range in (False, True):
+        np.testing.assert_array_equal(k.rates(*flows_of(c), in_range=in_range, tier=tier), want)
+    if n:  # one tier is no tier
+        np.testing.assert_array_equal(k.rates(*flows_of(c), tier=np.full(n, 3)), priority.group_priority_reference(**c))
+    alloc.check_capacity(c["src"], c["dst"], want, np.maximum(c["free_e"], 0.0), np.maximum(c["free_i"], 0.0))
+
+
+def test_group_priority_tiers_by_hand():
+    # Two jobs send 0 -> 1 and 0 -> 2; job 1 has fewer bytes left (first in one tier)
+    # but in tier 1 behind job 0: job 0 takes host 0's egress to host 1's ingress (3),
+    # job 1 what is left of it (7), and with tier 0 for job 1 the other way round.
+    size, need = np.array([0.0, 8.0, 2.0]), np.zeros(3)
+    job, src, dst = np.array([-1, 0, 1]), np.array([-1, 0, 0]), np.array([-1, 1, 2])
+    k = priority.GroupPriority(size, need, np.array([0, 1, 2]), np.array([0.0, 8.0, 2.0]), job, src, dst,
+                               np.zeros(0), np.full(3, 10.0), bg_ref_s=8.0, bg_weight=1.0, crumb_rtol=1e-6,
+                               n_jobs=2)
+    flows = ([0, 0], [1, 2], [1, 2], [0, 1], [-1, -1], [8.0, 2.0], [10.0, 10.0, 10.0], [10.0, 3.0, 10.0])
+    assert k.rates(*flows).tolist() == [0.0, 10.0]
+    assert k.rates(*flows, tier=[0, 1]).tolist() == [3.0, 7.0]
+    assert k.rates(*flows, tier=[1, 0]).tolist() == [0.0, 10.0]
+    with pytest.raises(ValidationError, match="tier: must be >= 0"):
+        k.rates(*flows, tier=[0, -1])
+    with pytest.raises(ValidationError, match="tier: expected shape"):
+        k.rates(*flows, tier=[0])
+
+
 def test_group_priority_by_hand():
     # Job 0 has two transfers 0 -> 1 (group of 5 bytes left) and job 1 one
     # transfer 0 -> 2 (3 bytes left): job 1 goes first and takes host 0's
@@ -265,3 +300,59 @@ def test_lenders_bad_input():
         priority.lenders(one, np.zeros(1), np.array([3]), 1, one, np.zeros(1), one, 0.0)
     with pytest.raises(ValidationError, match="index out of range"):
         priority.lenders(one, np.array([2]), np.zeros(1), 1, one, np.zeros(1), one, 0.0)
+
+
+@st.composite
+def lender_flows(draw):
+    """A policy's flows over a DAG of a few jobs and groups, with per-node and per-job lookups."""
+    h, nj = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    nn, ng = draw(st.integers(1, 12)), draw(st.integers(1, 6))
+    times = st.floats(0.0, 5.0)
+    need = np.array(draw(st.lists(st.one_of(times, st.just(np.inf)), min_size=nn, max_size=nn)))
+    group = np.array(draw(st.lists(st.integers(0, ng - 1), min_size=nn, max_size=nn)), dtype=np.int64)
+    n = draw(st.integers(0, 20))
+    node = np.array(draw(st.lists(st.integers(-1, nn - 1), min_size=n, max_size=n)), dtype=np.int64)
+    job = np.where(node >= 0, np.array(draw(st.lists(st.integers(0, nj - 1), min_size=n, max_size=n)) or [0]), -1)
+    src, dst = (np.array(draw(st.lists(st.integers(0, h - 1), min_size=n, max_size=n)), dtype=np.int64)
+                for _ in range(2))
+    remaining = np.array(draw(st.lists(st.floats(0.0, 100.0), min_size=n, max_size=n)))
+    caps = st.lists(st.sampled_from([1.0, 10.0, 40.0]), min_size=h, max_size=h)
+    may_lend = np.array(draw(st.lists(st.booleans(), min_size=nj, max_size=nj)))
+    iso = np.array(draw(st.lists(st.one_of(st.floats(0.0, 3.0), st.just(np.inf)), min_size=nj, max_size=nj)))
+    late = np.array(draw(st.lists(st.floats(0.0, 1.0), min_size=nj, max_size=nj)))
+    return dict(node=node, job=job, src=src, dst=dst, remaining=remaining, need=need, group=group, n_groups=ng,
+                may_lend=may_lend, iso_jct=iso, lend_slack=draw(st.sampled_from([0.01, 0.1, 1.0])),
+                cap_e=np.array(draw(caps)), cap_i=np.array(draw(caps)), late=late, now=draw(times))
+
+
+@settings(max_examples=300, deadline=None)
+@given(lender_flows())
+def test_flow_lenders_match_reference(c):
+    late_k, late_r = c["late"].copy(), c["late"].copy()
+    got = priority.flow_lenders(**{**c, "late": late_k})
+    want = priority.flow_lenders_reference(**{**c, "late": late_r})
+    assert got[0].tolist() == want[0].tolist() and got[1] == want[1]
+    assert late_k.tolist() == late_r.tolist()
+
+
+def test_flow_lenders_by_hand():
+    # job 0's two flows of one group (nodes 0, 1) and a background flow; the port 0 -> 1 at
+    # 10 B/s: 2 s and 1 s to send. Node 1's LAT at 5 s leaves 4 s; node 0's at 3 s leaves 1 s:
+    # over a threshold of 0.5 s (lend_slack 0.25 of a 2 s JCT) both, so the group lends,
+    # and looks again when node 0's slack falls to 0.5 s
+    c = dict(node=np.array([0, 1, -1]), job=np.array([0, 0, -1]), src=np.array([0, 0, 1]), dst=np.array([1, 1, 0]),
+             remaining=np.array([20.0, 10.0, 5.0]), need=np.array([3.0, 5.0]), group=np.array([0, 0]), n_groups=1,
+             may_lend=np.array([True]), iso_jct=np.array([2.0]), lend_slack=0.25, cap_e=np.array([10.0, 10.0]),
+             cap_i=np.array([40.0, 10.0]), late=np.zeros(1), now=0.0)
+    lend, wake = priority.flow_lenders(**c)
+    assert lend.tolist() == [True, True, False] and wake == pytest.approx(0.5)
+    lend, wake = priority.flow_lenders(**{**c, "may_lend": np.array([False])})
+    assert not lend.any() and wake == np.inf
+    with pytest.raises(ValidationError, match="out of range"):
+        priority.flow_lenders(**{**c, "node": np.array([2, 1, -1])})
+    with pytest.raises(ValidationError, match="out of range"):
+        priority.flow_lenders(**{**c, "src": np.array([0, 2, 1])})
+    with pytest.raises(ValidationError, match="shapes disagree"):
+        priority.flow_lenders(**{**c, "iso_jct": np.ones(2)})
+    with pytest.raises(ValidationError, match="expected shape"):
+        priority.flow_lenders(**{**c, "remaining": np.ones(2)})

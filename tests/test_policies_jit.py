@@ -551,32 +551,37 @@ def test_priority_schedule_keeps_the_lp_rates_of_planned_transfers_as_floors():
 
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 10_000), st.sampled_from([0.0, 1.0]), st.sampled_from([0.5, np.inf]),
-       st.sampled_from([0.0, 1.0]))
-def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_weight, job_exp):
-    # The default policy's order went from a numpy lexsort over every flow to a
-    # kernel over the groups' first flows (jitsched.plan.priority.GroupPriority): whole
-    # simulations with the numpy reference in its place give the same JCTs bit for bit.
+       st.sampled_from([0.0, 1.0]), st.booleans())
+def test_priority_kernel_runs_bit_identical_to_the_numpy_order(seed, alpha, bg_weight, job_exp, classes):
+    # The default policy's order runs in kernels over the groups' first flows
+    # (jitsched.plan.priority.GroupPriority, its tiers of classes and lenders, and
+    # flow_lenders): whole simulations with the numpy references in their place give
+    # the same JCTs bit for bit.
     from jitsched.plan import priority
+    from jitsched.policies import jit as jit_module
     from jitsched.policies import make_policy
     from jitsched.policies.jit import BG_REF_S, DRIFT_RTOL
 
     rng = np.random.default_rng(seed)
     cl = Cluster.uniform(4)
     jobs = tuple(random_ps_job(rng, i, 4) for i in range(4))
+    if classes:  # three tiers of classes, each split by lending
+        jobs = (classed(jobs[0], "critical"), jobs[1], jobs[2], classed(jobs[3], "best-effort"))
     bg = tuple(Background(f"b{i}", f"h{a}", f"h{(a + 1 + d) % 4}", float(rng.uniform(1e7, 3e8)),
                           float(rng.uniform(0, 3)))
                for i, (a, d) in enumerate(zip(rng.integers(0, 4, 3), rng.integers(0, 3, 3), strict=True)))
     wl = Workload(cl, jobs, bg)
 
-    def reference(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range=False):
+    def reference(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range=False, tier=None):
         return priority.group_priority_reference(src, dst, node, job, bg, remaining, self.size, self.need,
                                                  self.group, self.pair_left, self.bg_bytes, self.egress,
                                                  BG_REF_S, bg_weight, DRIFT_RTOL, self.n_jobs, free_e, free_i,
-                                                 self.job_left, self.job_exp, self.job_scale)
+                                                 self.job_left, self.job_exp, self.job_scale, tier=tier)
 
     got = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight, job_exp=job_exp)).run()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(priority.GroupPriority, "rates", reference)
+        mp.setattr(jit_module, "flow_lenders", priority.flow_lenders_reference)
         want = Simulator(wl, make_policy("jit", alpha=alpha, bg_weight=bg_weight, job_exp=job_exp)).run()
     np.testing.assert_array_equal(got.jct_s, want.jct_s)
     np.testing.assert_array_equal(got.bg_jct_s, want.bg_jct_s)

@@ -142,7 +142,8 @@ class GroupPriority:
                                                 self.job_scale, float(job_exp), comp_ptr, comp_groups,
                                                 self.group_comp)
 
-    def rates(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range: bool = False) -> np.ndarray:
+    def rates(self, src, dst, node, job, bg, remaining, free_e, free_i, *, in_range: bool = False,
+              tier: np.ndarray | None = None) -> np.ndarray:
         """Strict-priority rates of the flows in this order over the free capacity, bit-identical to the reference.
 
         Parameters
@@ -161,6 +162,12 @@ class GroupPriority:
             check: contiguous int64/float64 arrays, hosts in range, a job
             transfer's node in ``[0, N)``, a background flow's index in
             ``[0, B)`` (e.g. a simulator's own flow buffers). Shapes are checked either way.
+        tier : array of int, shape (F,), optional
+            Each flow's tier, >= 0: the tiers go one after another, lowest
+            first, each tier's flows in this order on what the tiers before
+            them left (as separate calls on each tier's flows would give,
+            the free capacity less the earlier tiers' rates per host,
+            clamped at 0). None: one tier.
 
         Returns
         -------
@@ -190,7 +197,17 @@ class GroupPriority:
             if np.any(~is_job & (src >= len(self.egress))):
                 raise ValidationError("src: a background flow's host has no line rate in egress")
         rate = np.empty(nf)
-        if nf and self._kernel.rates(src, dst, node, job, bg, remaining, free_e, free_i, rate) < 0:
+        if tier is None:
+            if nf and self._kernel.rates(src, dst, node, job, bg, remaining, free_e, free_i, rate) < 0:
+                raise MemoryError("GroupPriority.rates: no memory for the kernel's scratch")
+            return rate
+        tier = np.ascontiguousarray(tier, dtype=np.int64)
+        if tier.shape != (nf,):
+            raise ValidationError(f"tier: expected shape ({nf},)")
+        err = self._kernel.rates_tiered(src, dst, node, job, bg, remaining, free_e, free_i, tier, rate) if nf else 0
+        if err == -2:
+            raise ValidationError("tier: must be >= 0")
+        if err < 0:
             raise MemoryError("GroupPriority.rates: no memory for the kernel's scratch")
         return rate
 
@@ -276,8 +293,33 @@ def background_key(remaining, size, egress_Bps, bg_ref_s: float, bg_weight: floa
 
 def group_priority_reference(src, dst, node, job, bg, remaining, size, need, group, pair_left, bg_bytes,
                              egress, bg_ref_s, bg_weight, crumb_rtol, n_jobs, free_e, free_i,
-                             job_left=None, job_exp=0.0, job_scale=None, group_comp=None) -> np.ndarray:
-    """The JIT policy's strict-priority rates as numpy had them (lexsort, then a greedy); :class:`GroupPriority` must agree bit for bit."""
+                             job_left=None, job_exp=0.0, job_scale=None, group_comp=None,
+                             tier=None) -> np.ndarray:
+    """The JIT policy's strict-priority rates as numpy had them (lexsort, then a greedy); :class:`GroupPriority` must agree bit for bit.
+
+    With ``tier``: one call per tier present, lowest first, on that tier's
+    flows and the capacity the tiers before left.
+    """
+    if tier is not None:
+        tier = np.asarray(tier, dtype=np.int64)
+        flows = dict(src=src, dst=dst, node=node, job=job, bg=bg, remaining=remaining)
+        flows = {k: np.asarray(v) for k, v in flows.items()}
+        rest = dict(size=size, need=need, group=group, pair_left=pair_left, bg_bytes=bg_bytes, egress=egress,
+                    bg_ref_s=bg_ref_s, bg_weight=bg_weight, crumb_rtol=crumb_rtol, n_jobs=n_jobs,
+                    job_left=job_left, job_exp=job_exp, job_scale=job_scale, group_comp=group_comp)
+        rates = np.zeros(len(tier))
+        free_e, free_i = np.maximum(free_e, 0.0), np.maximum(free_i, 0.0)
+        h = len(free_e)
+        present = np.flatnonzero(np.bincount(tier)) if len(tier) else []
+        for k, t in enumerate(present):
+            sel = np.flatnonzero(tier == t)
+            r = group_priority_reference(**{n: v[sel] for n, v in flows.items()}, **rest,
+                                         free_e=free_e, free_i=free_i)
+            rates[sel] = r
+            if k + 1 < len(present):
+                free_e = np.maximum(free_e - np.bincount(flows["src"][sel], weights=r, minlength=h), 0.0)
+                free_i = np.maximum(free_i - np.bincount(flows["dst"][sel], weights=r, minlength=h), 0.0)
+        return rates
     src, dst, node, job, bg = (np.asarray(a, dtype=np.int64) for a in (src, dst, node, job, bg))
     remaining, size, need = (np.asarray(a, dtype=np.float64) for a in (remaining, size, need))
     pair_left, bg_bytes = np.asarray(pair_left, dtype=np.float64), np.asarray(bg_bytes, dtype=np.float64)
@@ -367,6 +409,86 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
     if math.isnan(wake):
         raise ValidationError("job/group: index out of range")
     return lend.view(bool), wake
+
+
+def flow_lenders(node, job, src, dst, remaining, need: np.ndarray, group: np.ndarray, n_groups: int,
+                 may_lend: np.ndarray, iso_jct: np.ndarray, lend_slack: float, cap_e: np.ndarray,
+                 cap_i: np.ndarray, late: np.ndarray, now: float) -> tuple[np.ndarray, float]:
+    """:func:`lenders` on a policy's flows: each flow's need, group, time left and threshold looked up in one kernel call.
+
+    A job flow's need and group are its node's; its time left is its
+    remaining bytes over the smaller of its source's egress and its
+    destination's ingress line rate; its threshold is ``lend_slack`` times
+    its job's isolated JCT where the job may lend, never reached where not
+    (:func:`flow_lenders_reference` spells it out in numpy).
+
+    Parameters
+    ----------
+    node, job, src, dst : array of int, shape (F,)
+        The flows' DAG node, job (both -1: a background flow, never lends) and hosts.
+    remaining : array, shape (F,)
+        Bytes left per flow.
+    need, group : ndarray, shape (N,)
+        Each DAG node's LAT in its job's isolated plan (seconds, absolute)
+        and (job, src, dst) group in ``[0, n_groups)``.
+    n_groups : int
+    may_lend : ndarray of bool, shape (J,)
+        Jobs whose groups may lend.
+    iso_jct : ndarray, shape (J,)
+        Each job's isolated JCT, seconds.
+    lend_slack : float
+        A threshold in isolated JCTs.
+    cap_e, cap_i : ndarray, shape (H,)
+        Line rates, bytes/s.
+    late : ndarray, shape (J,)
+        As :func:`lenders` (raised in place; contiguous float64).
+    now : float
+        Seconds.
+
+    Returns
+    -------
+    lend : ndarray of bool, shape (F,)
+    wake : float
+        As :func:`lenders`.
+
+    Raises
+    ------
+    ValidationError
+        If shapes disagree, ``late`` is not a contiguous float64 array, or a job
+        flow's node, job, group or host is out of range.
+    """
+    i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (node, job, src, dst)]
+    n = len(i64[0])
+    remaining = np.ascontiguousarray(remaining, dtype=np.float64)
+    if any(a.shape != (n,) for a in i64 + [remaining]):
+        raise ValidationError(f"node/job/src/dst/remaining: expected shape ({n},)")
+    if not (isinstance(late, np.ndarray) and late.dtype == np.float64 and late.ndim == 1 and late.flags.c_contiguous):
+        raise ValidationError("late: expected a contiguous float64 array (raised in place)")
+    lend = np.zeros(n, dtype=np.uint8)
+    wake = _kernels().flow_lenders(*i64, remaining, np.ascontiguousarray(need, dtype=np.float64),
+                                   np.ascontiguousarray(group, dtype=np.int64), int(n_groups),
+                                   np.ascontiguousarray(may_lend, dtype=bool).view(np.uint8),
+                                   np.ascontiguousarray(iso_jct, dtype=np.float64), float(lend_slack),
+                                   np.ascontiguousarray(cap_e, dtype=np.float64),
+                                   np.ascontiguousarray(cap_i, dtype=np.float64), late, float(now),
+                                   LEND_RECHECK, lend)
+    if math.isnan(wake):
+        raise ValidationError("node/job/group/src/dst: index out of range, or per-job/per-node shapes disagree")
+    return lend.view(bool), wake
+
+
+def flow_lenders_reference(node, job, src, dst, remaining, need, group, n_groups, may_lend, iso_jct,
+                           lend_slack, cap_e, cap_i, late, now) -> tuple[np.ndarray, float]:
+    """:func:`flow_lenders` in numpy, the kernel's reference: the same results, bit for bit."""
+    node, job, src, dst = (np.asarray(a, dtype=np.int64) for a in (node, job, src, dst))
+    if not (job >= 0).any():
+        return np.zeros(len(job), dtype=bool), math.inf
+    jx, nx = np.maximum(job, 0), np.maximum(node, 0)  # a background flow's lookups are never read
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_left = np.asarray(remaining, dtype=np.float64) / np.minimum(np.asarray(cap_e)[src], np.asarray(cap_i)[dst])
+        threshold = np.where(np.asarray(may_lend)[jx], lend_slack, np.inf) * np.asarray(iso_jct)[jx]
+    return lenders_reference(np.asarray(need)[nx], job, np.asarray(group)[nx], n_groups, t_left, late, threshold,
+                             now)
 
 
 def lenders_reference(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int, t_left: np.ndarray,

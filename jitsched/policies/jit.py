@@ -36,8 +36,8 @@ from jitsched.plan.priority import (
     GroupPriority,
     background_key,
     component_max,
+    flow_lenders,
     ingress_components,
-    lenders,
 )
 from jitsched.policies.base import (
     DONE,
@@ -494,6 +494,7 @@ class JitPolicy(Policy):
         self._iso_jct = np.zeros(0)  # per job: isolated JCT estimate (s), set with _need
         self._n_need_done = 0  # jobs with _need computed
         self._prio_key = None  # (dag, egress, bg_bytes) the kernel _prio was built for
+        self._cls_dag, self._cls_any = None, (False, False)  # _classes_of's DAG and its answer
         self._prio: GroupPriority | None = None
         self._late = np.zeros(0)  # per job: how far it has run behind its isolated plan (s)
         self._may_lend = np.zeros(0, dtype=bool)  # per job: one host pair each way (lend_slack)
@@ -733,19 +734,30 @@ class JitPolicy(Policy):
         ndarray of int8, shape (n_jobs,), or None
         """
         cls = view.dag.job_class
-        if not np.any(cls != NORMAL):
+        any_class, any_be = self._classes_of(view.dag)
+        if not any_class:
             return None
         be = cls == BEST_EFFORT
-        if be.any():
+        if any_be:
             self._sync_priority(view)  # the isolated JCTs that age best-effort jobs
             aged = be & (view.now - view.dag.arrival >= self.be_age * self._iso_jct)
             if aged.any():
                 cls = np.where(aged, NORMAL, cls).astype(np.int8)
         return cls
 
+    def _classes_of(self, dag) -> tuple[bool, bool]:
+        """Whether any job of ``dag`` is not normal, and whether any is best-effort (kept per DAG:
+        every allocation asks, and the classes of a DAG's jobs do not change)."""
+        if self._cls_dag is not dag:
+            self._cls_dag = dag
+            self._cls_any = (bool(np.any(dag.job_class != NORMAL)), bool(np.any(dag.job_class == BEST_EFFORT)))
+        return self._cls_any
+
     def _next_aging(self, view: SchedulerView) -> float:
         """The next instant a live best-effort job starts to rank as normal (inf: none)."""
         dag = view.dag
+        if not self._classes_of(dag)[1]:
+            return math.inf
         be = (dag.job_class == BEST_EFFORT) & view.job_arrived & ~view.job_done
         if not be.any():
             return math.inf
@@ -765,25 +777,16 @@ class JitPolicy(Policy):
         if tiers is None and lend is None:
             return prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, free_e, free_i, in_range=f.checked)
         if tiers is None:  # normal and background flows only: those that cannot wait, then the rest
-            later = lend | (f.job < 0)
-            sels = [np.flatnonzero(~later), np.flatnonzero(later)]
+            tier = (lend | (f.job < 0)).view(np.int8)
         else:
             tier = 2 * np.where(f.job >= 0, tiers[np.maximum(f.job, 0)], NORMAL)
             if lend is not None:
                 tier += lend | (f.job < 0)
-            sels = [np.flatnonzero(tier == t) for t in np.flatnonzero(np.bincount(tier)).tolist()]
-        rates = np.zeros(len(f))
-        free_e, free_i = np.maximum(free_e, 0.0), np.maximum(free_i, 0.0)
-        h = len(free_e)
-        for k, sel in enumerate(sels):
-            src, dst = f.src[sel], f.dst[sel]
-            r = prio.rates(src, dst, f.node[sel], f.job[sel], f.bg[sel], f.remaining[sel],
-                           free_e, free_i, in_range=f.checked)
-            rates[sel] = r
-            if k + 1 < len(sels):
-                free_e = np.maximum(free_e - np.bincount(src, weights=r, minlength=h), 0.0)
-                free_i = np.maximum(free_i - np.bincount(dst, weights=r, minlength=h), 0.0)
-        return rates
+        # one kernel call serves the tiers in turn: a call per tier with the capacity
+        # update between them in numpy, and the lenders found in numpy, ran 1.5x as
+        # long (bench_sim at 300 jobs, docs/results.md)
+        return prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, free_e, free_i,
+                          in_range=f.checked, tier=tier)
 
     def _lending(self, view: SchedulerView) -> np.ndarray | None:
         """Which of ``view.flows`` are in groups that lend their slack (``lend_slack``), or None
@@ -793,12 +796,10 @@ class JitPolicy(Policy):
         f = view.flows
         if not (f.job >= 0).any():
             return None
-        # a background flow's job and node are -1: what they pick up there the kernel never reads
         cap_e, cap_i = self._capacities(view.cluster)
-        t_left = f.remaining / np.minimum(cap_e[f.src], cap_i[f.dst])
-        share = np.where(self._may_lend[f.job], self.lend_slack, np.inf)
-        lend, wake = lenders(self._need[f.node], f.job, self._group[f.node], len(self._pair_left), t_left,
-                             self._late, share * self._iso_jct[f.job], float(view.now))
+        lend, wake = flow_lenders(f.node, f.job, f.src, f.dst, f.remaining, self._need, self._group,
+                                  len(self._pair_left), self._may_lend, self._iso_jct, self.lend_slack,
+                                  cap_e, cap_i, self._late, float(view.now))
         self._lend_wake = min(self._lend_wake, wake)
         return lend if lend.any() else None
 
