@@ -328,11 +328,14 @@ def lender_flows(draw):
 @settings(max_examples=300, deadline=None)
 @given(lender_flows())
 def test_flow_lenders_match_reference(c):
-    late_k, late_r = c["late"].copy(), c["late"].copy()
+    late_k, late_r, late_i = c["late"].copy(), c["late"].copy(), c["late"].copy()
     got = priority.flow_lenders(**{**c, "late": late_k})
     want = priority.flow_lenders_reference(**{**c, "late": late_r})
     assert got[0].tolist() == want[0].tolist() and got[1] == want[1]
     assert late_k.tolist() == late_r.tolist()
+    # the caller's own contiguous arrays, taken as they are
+    fast = priority.flow_lenders(**{**c, "late": late_i}, in_range=True)
+    assert fast[0].tolist() == want[0].tolist() and fast[1] == want[1] and late_i.tolist() == late_r.tolist()
 
 
 def test_flow_lenders_by_hand():

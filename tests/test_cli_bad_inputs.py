@@ -86,8 +86,8 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
         (["plan", "{d}/wl.json", "--slot-s", "nan"], "--slot-s: must be a number of seconds of at least 0.001"),
         (["plan", "{d}/wl.json", "--slot-s", "abc"], "argument --slot-s: invalid float value: 'abc'"),
         (["plan", "{d}/wl.json", "--alpha", "2"], "alpha: must be within [0, 1], got 2.0"),
-        (["plan", "{d}/wl.json", "--time-limit-s", "-1"], "--time-limit-s: must be positive"),
-        (["plan", "{d}/wl.json", "--iteration-limit", "0"], "--iteration-limit: must be a positive integer"),
+        (["plan", "{d}/wl.json", "--time-limit-s", "-1"], "--time-limit-s: must be a number > 0, got -1.0"),
+        (["plan", "{d}/wl.json", "--iteration-limit", "0"], "--iteration-limit: must be a positive integer, got 0"),
         (["plan", "{d}/missing.json"], "missing.json: no such file"),
     ],
     "sim": [

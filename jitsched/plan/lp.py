@@ -154,13 +154,12 @@ class LPOptions:
         if self.solver not in SOLVERS:
             raise ValidationError(f"solver: expected one of {SOLVERS}, got {self.solver!r}")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
-            raise ValidationError(f"time_limit_s: must be positive or None, got {self.time_limit_s!r}")
+            raise ValidationError(f"time_limit_s: must be a number > 0, got {self.time_limit_s!r}")
         for name in ("iteration_limit", "fine_slots", "threads", "workers"):
             v = getattr(self, name)
             if (v is not None or name in ("threads", "workers")) and (
                     isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0):
-                raise ValidationError(f"{name}: must be a positive integer{'' if name in ('threads', 'workers') else ' or None'}, "
-                                      f"got {v!r}")
+                raise ValidationError(f"{name}: must be a positive integer, got {v!r}")
         for name in ("split_components", "aggregate", "lowest_peak"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise ValidationError(f"{name}: must be True or False, got {getattr(self, name)!r}")

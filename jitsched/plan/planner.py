@@ -236,13 +236,13 @@ class PlanOptions:
         if self.time_limit_s is not None:
             v = number("time_limit_s", lambda v: v > 0)
             if v is None:
-                raise ValidationError(f"time_limit_s: must be positive or None, got {self.time_limit_s!r}")
+                raise ValidationError(f"time_limit_s: must be a number > 0, got {self.time_limit_s!r}")
             object.__setattr__(self, "time_limit_s", v)
         for name in ("iteration_limit", "fine_slots"):
             it = getattr(self, name)
             if it is not None:
                 if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it <= 0:
-                    raise ValidationError(f"{name}: must be a positive integer or None, got {it!r}")
+                    raise ValidationError(f"{name}: must be a positive integer, got {it!r}")
                 object.__setattr__(self, name, int(it))
         w = self.lp_workers
         if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:

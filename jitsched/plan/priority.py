@@ -413,7 +413,8 @@ def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int,
 
 def flow_lenders(node, job, src, dst, remaining, need: np.ndarray, group: np.ndarray, n_groups: int,
                  may_lend: np.ndarray, iso_jct: np.ndarray, lend_slack: float, cap_e: np.ndarray,
-                 cap_i: np.ndarray, late: np.ndarray, now: float) -> tuple[np.ndarray, float]:
+                 cap_i: np.ndarray, late: np.ndarray, now: float, *, in_range: bool = False
+                 ) -> tuple[np.ndarray, float]:
     """:func:`lenders` on a policy's flows: each flow's need, group, time left and threshold looked up in one kernel call.
 
     A job flow's need and group are its node's; its time left is its
@@ -444,6 +445,11 @@ def flow_lenders(node, job, src, dst, remaining, need: np.ndarray, group: np.nda
         As :func:`lenders` (raised in place; contiguous float64).
     now : float
         Seconds.
+    in_range : bool
+        The caller guarantees contiguous int64 (``node``, ``job``, ``src``,
+        ``dst``, ``group``), float64 and bool arrays (e.g. a simulator's own
+        flow buffers and a policy's own tables): no copies are made. Shapes
+        and indices are checked either way.
 
     Returns
     -------
@@ -457,29 +463,28 @@ def flow_lenders(node, job, src, dst, remaining, need: np.ndarray, group: np.nda
         If shapes disagree, ``late`` is not a contiguous float64 array, or a job
         flow's node, job, group or host is out of range.
     """
-    i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (node, job, src, dst)]
-    n = len(i64[0])
-    remaining = np.ascontiguousarray(remaining, dtype=np.float64)
-    if any(a.shape != (n,) for a in i64 + [remaining]):
+    if not in_range:
+        node, job, src, dst, group = (np.ascontiguousarray(a, dtype=np.int64) for a in (node, job, src, dst, group))
+        remaining, need, iso_jct, cap_e, cap_i = (np.ascontiguousarray(a, dtype=np.float64)
+                                                  for a in (remaining, need, iso_jct, cap_e, cap_i))
+        may_lend = np.ascontiguousarray(may_lend, dtype=bool)
+        if not (isinstance(late, np.ndarray) and late.dtype == np.float64 and late.ndim == 1
+                and late.flags.c_contiguous):
+            raise ValidationError("late: expected a contiguous float64 array (raised in place)")
+    n = len(node)
+    if job.shape != (n,) or src.shape != (n,) or dst.shape != (n,) or remaining.shape != (n,):
         raise ValidationError(f"node/job/src/dst/remaining: expected shape ({n},)")
-    if not (isinstance(late, np.ndarray) and late.dtype == np.float64 and late.ndim == 1 and late.flags.c_contiguous):
-        raise ValidationError("late: expected a contiguous float64 array (raised in place)")
     lend = np.zeros(n, dtype=np.uint8)
-    wake = _kernels().flow_lenders(*i64, remaining, np.ascontiguousarray(need, dtype=np.float64),
-                                   np.ascontiguousarray(group, dtype=np.int64), int(n_groups),
-                                   np.ascontiguousarray(may_lend, dtype=bool).view(np.uint8),
-                                   np.ascontiguousarray(iso_jct, dtype=np.float64), float(lend_slack),
-                                   np.ascontiguousarray(cap_e, dtype=np.float64),
-                                   np.ascontiguousarray(cap_i, dtype=np.float64), late, float(now),
-                                   LEND_RECHECK, lend)
+    wake = _kernels().flow_lenders(node, job, src, dst, remaining, need, group, int(n_groups), may_lend.view(np.uint8),
+                                   iso_jct, float(lend_slack), cap_e, cap_i, late, float(now), LEND_RECHECK, lend)
     if math.isnan(wake):
         raise ValidationError("node/job/group/src/dst: index out of range, or per-job/per-node shapes disagree")
     return lend.view(bool), wake
 
 
 def flow_lenders_reference(node, job, src, dst, remaining, need, group, n_groups, may_lend, iso_jct,
-                           lend_slack, cap_e, cap_i, late, now) -> tuple[np.ndarray, float]:
-    """:func:`flow_lenders` in numpy, the kernel's reference: the same results, bit for bit."""
+                           lend_slack, cap_e, cap_i, late, now, *, in_range=False) -> tuple[np.ndarray, float]:
+    """:func:`flow_lenders` in numpy, the kernel's reference: the same results, bit for bit (``in_range`` changes nothing here)."""
     node, job, src, dst = (np.asarray(a, dtype=np.int64) for a in (node, job, src, dst))
     if not (job >= 0).any():
         return np.zeros(len(job), dtype=bool), math.inf

@@ -794,12 +794,11 @@ class JitPolicy(Policy):
         if math.isinf(self.lend_slack):
             return None
         f = view.flows
-        if not (f.job >= 0).any():
-            return None
         cap_e, cap_i = self._capacities(view.cluster)
+        # with no job flow none lends (wake inf): the kernel's pass is the check
         lend, wake = flow_lenders(f.node, f.job, f.src, f.dst, f.remaining, self._need, self._group,
                                   len(self._pair_left), self._may_lend, self._iso_jct, self.lend_slack,
-                                  cap_e, cap_i, self._late, float(view.now))
+                                  cap_e, cap_i, self._late, float(view.now), in_range=f.checked)
         self._lend_wake = min(self._lend_wake, wake)
         return lend if lend.any() else None
 
