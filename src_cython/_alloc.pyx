@@ -1347,45 +1347,29 @@ cdef class GroupPriority:
               const double[::1] remaining,
               const double[::1] free_e,
               const double[::1] free_i,
+              const long long[::1] tier,
               double[::1] rate):
-        """Strict-priority rates of every flow in the JIT order, over the free capacity.
+        """Strict-priority rates of every flow in the JIT order, over the free capacity, tier by tier.
 
         # IN  src, dst (F,): hosts; node, job (F,): DAG node and job (-1: background)
         # IN  bg (F,): background index (-1: job transfer); remaining (F,): bytes left
         # IN  free_e, free_i (H,): free capacity, bytes/s (negative: none)
+        # IN  tier (F,) or (0,): each flow's tier, >= 0, lower tiers first; empty: one tier
         # OUT rate (F,): bytes/s
-        Returns 0, or -1 if scratch memory ran out.
-        """
-        cdef Py_ssize_t nf = src.shape[0], h = free_e.shape[0]
-        if nf == 0:
-            return 0
-        if not self._reserve(nf, h):
-            return -1
-        self._rates(nf, h, &src[0], &dst[0], &node[0], &job[0], &bg[0], &remaining[0],
-                    &free_e[0], &free_i[0], &rate[0])
-        return 0
-
-    def rates_tiered(self,
-                     const long long[::1] src,
-                     const long long[::1] dst,
-                     const long long[::1] node,
-                     const long long[::1] job,
-                     const long long[::1] bg,
-                     const double[::1] remaining,
-                     const double[::1] free_e,
-                     const double[::1] free_i,
-                     const long long[::1] tier,
-                     double[::1] rate):
-        """:meth:`rates` tier by tier: each tier's flows alone, on what the tiers before them left.
-
-        # IN  as rates, and tier (F,): each flow's tier, >= 0; lower tiers go first
-        # OUT rate (F,): bytes/s
-        Tier t's flows, in flow order, get what one rates call on them alone gives
-        with free capacity max(free - sums of earlier tiers' rates per host, 0): the
-        sums taken in flow order from 0.0 as np.bincount takes them, the clamp as
-        np.maximum's (a NaN stays NaN, -0.0 stays -0.0), free itself clamped first.
+        Tier t's flows, in flow order, get what a call on them alone gives with free
+        capacity max(free - sums of earlier tiers' rates per host, 0): the sums taken
+        in flow order from 0.0 as np.bincount takes them, the clamp as np.maximum's (a
+        NaN stays NaN, -0.0 stays -0.0), free itself clamped first.
         Returns 0, -1 if scratch memory ran out, -2 if a tier is negative.
         """
+        if tier.shape[0] == 0:
+            if src.shape[0] == 0:
+                return 0
+            if not self._reserve(src.shape[0], free_e.shape[0]):
+                return -1
+            self._rates(src.shape[0], free_e.shape[0], &src[0], &dst[0], &node[0], &job[0], &bg[0],
+                        &remaining[0], &free_e[0], &free_i[0], &rate[0])
+            return 0
         cdef Py_ssize_t nf = src.shape[0], h = free_e.shape[0], f, m, i, k
         cdef long long t, n_tiers = 0
         if nf == 0:

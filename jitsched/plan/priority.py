@@ -19,6 +19,7 @@ from jitsched.plan.alloc import _check_flows, _kernels, priority_greedy_referenc
 # one sending at line rate keeps its slack just above its threshold, and would otherwise
 # ask at every instant; it still has half its threshold of slack when looked at.
 LEND_RECHECK = 0.5
+_NO_TIERS = np.zeros(0, dtype=np.int64)  # GroupPriority's kernel: every flow in one tier
 
 
 class GroupPriority:
@@ -198,13 +199,12 @@ class GroupPriority:
                 raise ValidationError("src: a background flow's host has no line rate in egress")
         rate = np.empty(nf)
         if tier is None:
-            if nf and self._kernel.rates(src, dst, node, job, bg, remaining, free_e, free_i, rate) < 0:
-                raise MemoryError("GroupPriority.rates: no memory for the kernel's scratch")
-            return rate
-        tier = np.ascontiguousarray(tier, dtype=np.int64)
-        if tier.shape != (nf,):
-            raise ValidationError(f"tier: expected shape ({nf},)")
-        err = self._kernel.rates_tiered(src, dst, node, job, bg, remaining, free_e, free_i, tier, rate) if nf else 0
+            tier = _NO_TIERS
+        else:
+            tier = np.ascontiguousarray(tier, dtype=np.int64)
+            if tier.shape != (nf,):
+                raise ValidationError(f"tier: expected shape ({nf},)")
+        err = self._kernel.rates(src, dst, node, job, bg, remaining, free_e, free_i, tier, rate) if nf else 0
         if err == -2:
             raise ValidationError("tier: must be >= 0")
         if err < 0:
