@@ -421,6 +421,18 @@ cdef inline double _scaled(double x, double load_e, double cap_e, double load_i,
     return x * (fe if fe < fi else fi)
 
 
+cdef inline void _port_loads(Py_ssize_t nf, Py_ssize_t h, const long long* src, const long long* dst,
+                             const double* rate, double* load_e, double* load_i) noexcept nogil:
+    # per host the flows' rates summed in flow order from 0.0 (as np.bincount sums them)
+    cdef Py_ssize_t k
+    for k in range(h):
+        load_e[k] = 0.0
+        load_i[k] = 0.0
+    for k in range(nf):
+        load_e[src[k]] += rate[k]
+        load_i[dst[k]] += rate[k]
+
+
 cdef inline void _take(double* rate, double* free_e, double* free_i) noexcept nogil:
     # one backfill turn: the flow adds min(free egress, free ingress) of its two ports
     cdef double r = free_e[0] if free_e[0] < free_i[0] else free_i[0]
@@ -577,12 +589,8 @@ def backfill(const long long[::1] order,
     cdef long long g
     cdef double r
     # free_e, free_i = max(cap - load of rate, 0), loads summed in flow order
-    for k in range(h):
-        free_e[k] = 0.0
-        free_i[k] = 0.0
-    for f in range(nf):
-        free_e[src[f]] += rate[f]
-        free_i[dst[f]] += rate[f]
+    _port_loads(nf, h, &src[0] if nf else NULL, &dst[0] if nf else NULL, &rate[0] if nf else NULL,
+                &free_e[0] if h else NULL, &free_i[0] if h else NULL)
     for k in range(h):
         r = cap_e[k] - free_e[k]
         free_e[k] = r if r > 0.0 else 0.0
@@ -1415,12 +1423,7 @@ cdef class GroupPriority:
                 for k in range(m):
                     rate[idx[k]] = s_rate[k]
                 if t + 1 < n_tiers:
-                    for i in range(h):
-                        acc_e[i] = 0.0
-                        acc_i[i] = 0.0
-                    for k in range(m):
-                        acc_e[s_src[k]] += s_rate[k]
-                        acc_i[s_dst[k]] += s_rate[k]
+                    _port_loads(m, h, s_src, s_dst, s_rate, acc_e, acc_i)
                     for i in range(h):
                         x = cur_e[i] - acc_e[i]
                         cur_e[i] = x if (x >= 0.0 or isnan(x)) else 0.0
