@@ -775,8 +775,8 @@ class JitPolicy(Policy):
         f = view.flows
         lend = self._lending(view)
         if tiers is None and lend is None:
-            return prio.rates(f.src, f.dst, f.node, f.job, f.bg, f.remaining, free_e, free_i, in_range=f.checked)
-        if tiers is None:  # normal and background flows only: those that cannot wait, then the rest
+            tier = None  # one tier
+        elif tiers is None:  # normal and background flows only: those that cannot wait, then the rest
             tier = (lend | (f.job < 0)).view(np.int8)
         else:
             tier = 2 * np.where(f.job >= 0, tiers[np.maximum(f.job, 0)], NORMAL)
