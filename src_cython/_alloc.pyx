@@ -585,7 +585,7 @@ def backfill(const long long[::1] order,
     # IN/OUT rate (F,): rates in, plus each listed flow's share of the unused capacity out
     # OUT free_e, free_i (H,): scratch (unused capacity, bytes/s)
     """
-    cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], f, k
+    cdef Py_ssize_t nf = src.shape[0], h = cap_e.shape[0], k
     cdef long long g
     cdef double r
     # free_e, free_i = max(cap - load of rate, 0), loads summed in flow order
