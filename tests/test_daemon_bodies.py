@@ -5,7 +5,7 @@ import numpy as np
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentTable
-from jitsched.daemon.bodies import CAP_HOLD_S, IdleFrame, RankFrame, host_bodies, pack_frames
+from jitsched.daemon.bodies import CAP_HOLD_S, IdleFrame, RankFrame, host_bodies, pack_frames, restamp_frames
 from jitsched.dag.model import Cluster, Host
 from jitsched.policies.base import SlotSchedule
 
@@ -89,6 +89,19 @@ def test_a_job_ranked_in_between_changes_only_the_bodies_of_its_hosts():
     assert not isinstance(frames["h0"], RankFrame) and not isinstance(frames["h1"], RankFrame)
     assert table.publish(frames, 3) == 4  # h2, h3 idle now (sent once)
     assert table.publish(frames, 4) == 2 and table.kept_idle == 2  # h0, h1 again
+
+
+def test_restamped_frames_differ_from_the_originals_in_seq_only():
+    frames = pack_frames(host_bodies(ranked_schedule(6), None, 7, 0.0, cluster(6), 0.1))
+    got = restamp_frames(frames, 9)
+    before, after = unpacked(frames), unpacked(got)
+    assert sorted(got) == sorted(frames)
+    for h in frames:
+        assert type(got[h]) is type(frames[h])
+        assert after[h]["seq"] == 9 and before[h]["seq"] == 7
+        assert after[h] | {"seq": 7} == before[h] and list(after[h]) == list(before[h])
+    assert got["h0"].content == frames["h0"].content  # no seq in a RankFrame's content
+    assert got["h3"] is got["h4"] is got["h5"]  # idle hosts still share one frame
 
 
 def test_reserved_ingress_caps_go_to_every_other_host_with_an_address():

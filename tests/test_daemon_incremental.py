@@ -195,6 +195,58 @@ def test_job_added_during_a_full_solve_is_rebased_never_dropped():
         d.stop()
 
 
+def test_full_result_overtaken_by_a_removal_goes_out_under_a_newer_seq():
+    # A full re-solve (a and b) is in flight when b is cancelled: the removal's plan,
+    # requested after it, is adopted first. The full result must go out under a seq
+    # above the removal's, or the agents of b's hosts, holding the newer seq, never
+    # install it (nor ack it), and their acks of the removal's body are refused.
+    from jitsched.agents.agent import Agent
+    from jitsched.agents.options import AgentOptions
+    from jitsched.daemon import Daemon
+
+    cfg = config(replan_period_s=5.0, joint_replan_s=60.0, planner_process=False)
+    d = Daemon(cfg, policy=slow_full_jit(cfg, 1.0))
+    agents = {}
+    try:
+        d.start()
+        agents = {h: Agent(h, d.agent_endpoint, AgentOptions(backend="record"),
+                           local_namespace=f"ov{id(d)}").start() for h in HOSTS}
+        results = []
+        seen = record_adoptions(d, results)
+        sent = {h: [] for h in HOSTS}
+        publish = d.state.agent_table.publish
+
+        def spy(frames, seq):
+            for h in frames:
+                sent[h].append(seq)
+            return publish(frames, seq)
+
+        d.state.agent_table.publish = spy
+        with Client(d.job_endpoint) as c:
+            c.submit_job(layer_chain_job("a", "h0", "h1"))
+            assert wait_until(lambda: d.state.schedule_seq and settled(d), 5.0)
+            c.submit_job(layer_chain_job("b", "h0", "h2"))
+            assert wait_until(lambda: flows_of(agents["h0"].schedule, "b") and settled(d), 5.0)
+            assert wait_until(lambda: d.state.inflight["full"] != 0, 8.0)
+            c.cancel_job("b")
+            assert wait_until(lambda: d.state.plans_by_mode["full"] >= 2 and settled(d), 10.0)
+        # the removal was adopted before the full result that still had b
+        modes = [(m, r, j) for m, r, j in seen]
+        late = modes.index(("full", ("tick",), frozenset({"a", "b"})))
+        assert ("incremental", ("removal",), frozenset({"a"})) in modes[:late]
+        for h in HOSTS:
+            assert sent[h] == sorted(set(sent[h])), (h, sent[h])  # each host's seqs rise
+            assert agents[h].seq == d.state.host_seq[h]
+        assert all(results[k].seq < results[k + 1].seq for k in range(len(results) - 1))
+        counts = d.state.agent_table.counts
+        assert counts["acks_refused"] == 0 and counts["schedule_resends_stopped"] == 0
+        assert not flows_of(agents["h0"].schedule, "b")  # b left again after the late result
+    finally:
+        for a in agents.values():
+            a.stop()
+        d.stop()
+
+
 def test_big_arrival_batch_goes_to_a_joint_resolve():
     # 12 VGG16 jobs arrive within the coalescing window: 384 transfers, more than the
     # 256 an incremental plan takes; a joint re-solve (planner process) plans them all

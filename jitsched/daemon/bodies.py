@@ -12,7 +12,7 @@ import numpy as np
 from jitsched.config import ANONYMOUS, KEYS, DaemonConfig
 from jitsched.dag.model import Cluster
 from jitsched.policies.base import SlotSchedule
-from jitsched.protocol import cap_entry, floor_entry, flow_entry, flow_id, pack_body
+from jitsched.protocol import cap_entry, floor_entry, flow_entry, flow_id, pack_body, unpack_body
 
 # A status page stops adding jobs past about this many bytes of them (a page of
 # status_page_jobs jobs with 256-character ids would be ~400 kB): the whole reply,
@@ -208,6 +208,28 @@ def pack_frames(bodies: dict[str, dict]) -> dict[str, bytes]:
             frame = idle.get(key)
             frames[h] = idle[key] = frame if frame is not None else IdleFrame(pack_body(b))
     return frames
+
+
+def restamp_frames(frames: dict[str, bytes], seq: int) -> dict[str, bytes]:
+    """``frames`` (:func:`pack_frames`) with their bodies' seq set to ``seq``.
+
+    Each frame keeps its type (and a :class:`RankFrame` its content, which
+    holds no seq); hosts that shared a frame share its new one.
+    """
+    new: dict[int, bytes] = {}
+    out = {}
+    for h, frame in frames.items():
+        got = new.get(id(frame))
+        if got is None:
+            packed = pack_body(unpack_body(frame) | {"seq": seq})
+            if isinstance(frame, RankFrame):
+                got = RankFrame(packed)
+                got.content = frame.content
+            else:
+                got = IdleFrame(packed) if isinstance(frame, IdleFrame) else packed
+            new[id(frame)] = got
+        out[h] = got
+    return out
 
 
 def _grid_free(body: dict) -> bool:

@@ -449,6 +449,11 @@ class PlanBook:
             out.append(self.plan_request(now))
         return out
 
+    def next_seq(self) -> int:
+        """A seq above every plan's requested so far (for a result adopted out of order)."""
+        self.plan_seq += 1
+        return self.plan_seq
+
     def plan_request(self, now: float) -> PlanRequest:
         """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
         self.plan_seq += 1

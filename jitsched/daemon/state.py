@@ -20,7 +20,7 @@ from dataclasses import replace
 from jitsched.config import ALLOW_LIST, DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.background import BackgroundTable
-from jitsched.daemon.bodies import host_bodies, status_body
+from jitsched.daemon.bodies import host_bodies, restamp_frames, status_body
 from jitsched.daemon.hosts import HostTable
 from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
 from jitsched.daemon.journal import DONE, STARTED, JournalFlow
@@ -843,7 +843,16 @@ class SchedulerState:
         return self.plan_book.install(res, now, self._adopt)
 
     def _adopt(self, res: PlanResult, now: float) -> None:
-        """Make ``res`` the schedule in force and queue its changed bodies for their agents."""
+        """Make ``res`` the schedule in force and queue its changed bodies for their agents.
+
+        A result requested before the schedule in force (a full re-solve that an
+        incremental plan overtook) goes out under a new seq, above every seq sent:
+        an agent installs rising seqs only, and acks of the newer body must stay
+        valid.
+        """
+        if res.seq <= self.plan_book.schedule_seq:
+            res.seq = self.plan_book.next_seq()
+            res.frames = restamp_frames(res.frames, res.seq)
         sent = self.agent_table.publish(res.frames, res.seq)
         self.plan_book.adopt(res, now, self.agent_table.down())
         # hosts_changed counts the bodies the plan built; a joint re-solve of the default
