@@ -5,7 +5,14 @@ import numpy as np
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.agents import AgentTable
-from jitsched.daemon.bodies import CAP_HOLD_S, IdleFrame, RankFrame, host_bodies, pack_frames, restamp_frames
+from jitsched.daemon.bodies import (
+    CAP_HOLD_S,
+    IdleFrame,
+    RankFrame,
+    host_bodies,
+    pack_frames,
+    restamp_frames,
+)
 from jitsched.dag.model import Cluster, Host
 from jitsched.policies.base import SlotSchedule
 
