@@ -1437,7 +1437,7 @@ cdef class GroupPriority:
 cdef double _lenders_core(Py_ssize_t nf, const double* need, const long long* job, const long long* group,
                           const double* t_left, double* late, const double* threshold, double now,
                           double recheck, unsigned char* lend, unsigned char* held, double* slack) noexcept nogil:
-    # lenders on checked per-flow arrays; held (n_groups + 1) zeroed, slack (nf) scratch
+    # flow_lenders on checked per-flow arrays; held (n_groups + 1) zeroed, slack (nf) scratch
     cdef Py_ssize_t f
     cdef long long j
     cdef double v, s, wake = INFINITY
@@ -1471,49 +1471,6 @@ cdef double _lenders_core(Py_ssize_t nf, const double* need, const long long* jo
     return now + wake if wake < INFINITY else INFINITY
 
 
-def lenders(const double[::1] need,
-            const long long[::1] job,
-            const long long[::1] group,
-            Py_ssize_t n_groups,
-            const double[::1] t_left,
-            double[::1] late,
-            const double[::1] threshold,
-            double now,
-            double recheck,
-            unsigned char[::1] lend):
-    """The job flows whose (job, src, dst) group can wait: jitsched.plan.priority.lenders.
-
-    # IN  need, t_left, threshold (F,): seconds; need not finite: never lends
-    # IN  job, group (F,): -1 for a background flow, else in [0, len(late)), [0, n_groups)
-    # IN/OUT late (J,): each job's lateness, raised to what its flows show at now
-    # OUT lend (F,): 1 where the flow's group lends
-    # IN  recheck: the least wait, in thresholds, before a lender is looked at again
-    # returns the instant to look again: the first at which a lender's slack reaches its
-    # threshold, but at least recheck thresholds away (inf: none lends); NaN if a job or
-    # group index is out of range (nothing written)
-    """
-    cdef Py_ssize_t f, nf = need.shape[0], nj = late.shape[0]
-    cdef long long j
-    for f in range(nf):
-        j = job[f]
-        if j >= nj or (j >= 0 and (group[f] < 0 or group[f] >= n_groups)):
-            return NAN
-    # one more than needed of each: an allocation of 0 bytes may return NULL
-    cdef unsigned char* held = <unsigned char*> calloc(n_groups + 1, 1)
-    cdef double* slack = <double*> malloc((nf + 1) * sizeof(double))
-    if held == NULL or slack == NULL:
-        free(held)
-        free(slack)
-        raise MemoryError()
-    cdef double wake = _lenders_core(nf, &need[0] if nf else NULL, &job[0] if nf else NULL,
-                                     &group[0] if nf else NULL, &t_left[0] if nf else NULL,
-                                     &late[0] if nj else NULL, &threshold[0] if nf else NULL,
-                                     now, recheck, &lend[0] if nf else NULL, held, slack)
-    free(held)
-    free(slack)
-    return wake
-
-
 def flow_lenders(const long long[::1] node,
                  const long long[::1] job,
                  const long long[::1] src,
@@ -1531,7 +1488,7 @@ def flow_lenders(const long long[::1] node,
                  double now,
                  double recheck,
                  unsigned char[::1] lend):
-    """lenders on a policy's flows, each flow's need, group, time left and threshold read here.
+    """The job flows whose (job, src, dst) group can wait: jitsched.plan.priority.flow_lenders.
 
     # IN  node, job, src, dst, remaining (F,): the flows (node and job -1: background)
     # IN  node_need (N,), node_group (N,): each DAG node's need (s) and group in [0, n_groups)
@@ -1540,8 +1497,12 @@ def flow_lenders(const long long[::1] node,
     #     it may lend, inf times it where not (as numpy multiplies: inf * 0 is NaN)
     # IN  cap_e, cap_i (H,): line rates; a flow's time left is its remaining bytes
     #     over the smaller of its ports' (np.minimum's choice)
-    # IN/OUT late (J,), OUT lend (F,), recheck, now: as lenders
-    # returns as lenders; NaN if a node, job, group or host index is out of range
+    # IN/OUT late (J,): each job's lateness, raised to what its flows show at now
+    # OUT lend (F,): 1 where the flow's group lends
+    # IN  recheck: the least wait, in thresholds, before a lender is looked at again
+    # returns the instant to look again: the first at which a lender's slack reaches its
+    # threshold, but at least recheck thresholds away (inf: none lends); NaN if a node,
+    # job, group or host index is out of range (nothing written)
     """
     cdef Py_ssize_t f, nf = node.shape[0], nj = late.shape[0], nn = node_need.shape[0], h = cap_e.shape[0]
     cdef long long j, v

@@ -235,71 +235,48 @@ def test_group_priority_job_scale_by_hand():
                                np.zeros(0), np.full(2, 10.0), job_scale=np.array([0.0, 1.0]), **ok)
 
 
-@pytest.mark.parametrize("lenders", [priority.lenders, priority.lenders_reference])
+def one_port(need, job, group, t_left, n_groups, slack, late, now, iso=1.0):
+    """flow_lenders' arguments for flows each of its own DAG node (``need``, ``group``; job
+    -1: background) on one port of 1 B/s (time left = bytes left), every job lending at
+    ``slack`` of an isolated JCT ``iso``."""
+    job = np.asarray(job)
+    node = np.where(job >= 0, np.arange(len(job)), -1)
+    zero = np.zeros(len(job), dtype=np.int64)
+    return dict(node=node, job=job, src=zero, dst=zero, remaining=np.asarray(t_left, dtype=float),
+                need=np.asarray(need, dtype=float), group=np.maximum(np.asarray(group), 0), n_groups=n_groups,
+                may_lend=np.ones(len(late), dtype=bool), iso_jct=np.full(len(late), iso), lend_slack=slack,
+                cap_e=np.ones(1), cap_i=np.ones(1), late=late, now=now)
+
+
+@pytest.mark.parametrize("lenders", [priority.flow_lenders, priority.flow_lenders_reference])
 def test_lenders_by_hand(lenders):
     # flows: job 0's group 0 (two flows), job 0's group 1, job 1's group 2, a background flow
-    need = np.array([1.0, 2.0, 0.3, 0.5, np.inf])
-    job = np.array([0, 0, 0, 1, -1])
-    group = np.array([0, 0, 1, 2, -1])
-    t_left = np.array([0.1, 0.1, 0.1, 0.2, 1.0])
+    need, job, group = [1.0, 2.0, 0.3, 0.5, np.inf], [0, 0, 0, 1, -1], [0, 0, 1, 2, -1]
+    t_left = [0.1, 0.1, 0.1, 0.2, 1.0]
     late = np.zeros(2)
-    threshold = np.full(5, 0.05)
-    lend, wake = lenders(need, job, group, 3, t_left, late, threshold, now=0.0)
+    lend, wake = lenders(**one_port(need, job, group, t_left, 3, 0.05, late, now=0.0))
     # slack: 0.9, 1.9, 0.2, 0.3 (job 0 and 1 on plan); every job group lends, background never
     assert lend.tolist() == [True, True, True, True, False]
     assert wake == pytest.approx(0.2 - 0.05)  # group 1's slack runs out first
     # at 0.45 s job 0 runs 0.25 s behind (group 1 still needs 0.1 s, LAT 0.3 s) and job 1
     # 0.15 s: their flows' LATs move that much later; the most behind have no slack left,
     # group 0's first flow 0.7 s
-    lend, wake = lenders(need, job, group, 3, t_left, late, threshold, now=0.45)
+    lend, wake = lenders(**one_port(need, job, group, t_left, 3, 0.05, late, now=0.45))
     assert late.tolist() == pytest.approx([0.25, 0.15])
     assert lend.tolist() == [True, True, False, False, False]
     assert wake == pytest.approx(0.45 + (1.0 + 0.25 - 0.45 - 0.1) - 0.05)
     # a group lends only if all its live flows can wait: one urgent flow holds its group
-    lend, _ = lenders(np.array([0.12, 5.0]), np.array([0, 0]), np.array([0, 0]), 1, np.array([0.1, 0.1]),
-                               np.zeros(1), np.full(2, 0.05), now=0.0)
+    lend, _ = lenders(**one_port([0.12, 5.0], [0, 0], [0, 0], [0.1, 0.1], 1, 0.05, np.zeros(1), now=0.0))
     assert lend.tolist() == [False, False]
     # slack just above the threshold (a lender sending at line rate keeps it there): look
     # again half a threshold later, not at once
-    lend, wake = lenders(np.array([1.151]), np.array([0]), np.array([0]), 1, np.array([0.1]), np.zeros(1),
-                         np.array([0.05]), now=1.0)
+    lend, wake = lenders(**one_port([1.151], [0], [0], [0.1], 1, 0.05, np.zeros(1), now=1.0))
     assert lend.tolist() == [True] and wake == pytest.approx(1.025)
-    # no job flows, or no plan (need inf): nothing lends, no wake
-    lend, wake = lenders(np.array([np.inf]), np.array([0]), np.array([0]), 1, np.array([0.1]),
-                                  np.zeros(1), np.array([0.05]), now=0.0)
+    # no plan (need inf), or background flows only: nothing lends, no wake
+    lend, wake = lenders(**one_port([np.inf], [0], [0], [0.1], 1, 0.05, np.zeros(1), now=0.0))
     assert not lend.any() and wake == np.inf
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_lenders_kernel_matches_reference(data):
-    n = data.draw(st.integers(0, 30))
-    n_jobs, n_groups = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 6))
-    job = np.array(data.draw(st.lists(st.integers(-1, n_jobs - 1), min_size=n, max_size=n)), dtype=np.int64)
-    group = np.where(job >= 0, data.draw(st.lists(st.integers(0, n_groups - 1), min_size=n, max_size=n)) or 0, -1)
-    times = st.floats(0.0, 5.0)
-    need = np.array(data.draw(st.lists(st.one_of(times, st.just(np.inf)), min_size=n, max_size=n)), dtype=float)
-    t_left = np.array(data.draw(st.lists(times, min_size=n, max_size=n)), dtype=float)
-    threshold = np.array(data.draw(st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n)), dtype=float)
-    late0 = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n_jobs, max_size=n_jobs)), dtype=float)
-    now = data.draw(times)
-    late_k, late_r = late0.copy(), late0.copy()
-    got = priority.lenders(need, job, group, n_groups, t_left, late_k, threshold, now)
-    want = priority.lenders_reference(need, job, group, n_groups, t_left, late_r, threshold, now)
-    assert got[0].tolist() == want[0].tolist() and got[1] == want[1]
-    assert late_k.tolist() == late_r.tolist()
-
-
-def test_lenders_bad_input():
-    one = np.ones(1)
-    with pytest.raises(ValidationError, match="expected shape"):
-        priority.lenders(one, np.zeros(2, dtype=np.int64), np.zeros(1), 1, one, np.zeros(1), one, 0.0)
-    with pytest.raises(ValidationError, match="late: expected a contiguous float64"):
-        priority.lenders(one, np.zeros(1), np.zeros(1), 1, one, [0.0], one, 0.0)
-    with pytest.raises(ValidationError, match="index out of range"):
-        priority.lenders(one, np.zeros(1), np.array([3]), 1, one, np.zeros(1), one, 0.0)
-    with pytest.raises(ValidationError, match="index out of range"):
-        priority.lenders(one, np.array([2]), np.zeros(1), 1, one, np.zeros(1), one, 0.0)
+    lend, wake = lenders(**one_port([np.inf], [-1], [-1], [0.1], 1, 0.05, np.zeros(1), now=0.0))
+    assert not lend.any() and wake == np.inf
 
 
 @st.composite
@@ -359,3 +336,9 @@ def test_flow_lenders_by_hand():
         priority.flow_lenders(**{**c, "iso_jct": np.ones(2)})
     with pytest.raises(ValidationError, match="expected shape"):
         priority.flow_lenders(**{**c, "remaining": np.ones(2)})
+    with pytest.raises(ValidationError, match="late: expected a contiguous float64"):
+        priority.flow_lenders(**{**c, "late": [0.0]})
+    with pytest.raises(ValidationError, match="out of range"):
+        priority.flow_lenders(**{**c, "group": np.array([0, 1])})
+    with pytest.raises(ValidationError, match="out of range"):
+        priority.flow_lenders(**{**c, "job": np.array([0, 1, -1])})

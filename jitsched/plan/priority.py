@@ -15,7 +15,7 @@ import numpy as np
 from jitsched.errors import ValidationError
 from jitsched.plan.alloc import _check_flows, _kernels, priority_greedy_reference
 
-# A lender is looked at again no sooner than this many of its thresholds later (lenders):
+# A lender is looked at again no sooner than this many of its thresholds later (flow_lenders):
 # one sending at line rate keeps its slack just above its threshold, and would otherwise
 # ask at every instant; it still has half its threshold of slack when looked at.
 LEND_RECHECK = 0.5
@@ -352,75 +352,21 @@ def group_priority_reference(src, dst, node, job, bg, remaining, size, need, gro
     return priority_greedy_reference(order, src, dst, np.maximum(free_e, 0.0), np.maximum(free_i, 0.0))
 
 
-def lenders(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int, t_left: np.ndarray,
-            late: np.ndarray, threshold: np.ndarray, now: float) -> tuple[np.ndarray, float]:
-    """Which job flows have slack to lend their ports, and when the first of them stops having it.
-
-    A flow's slack is its LAT in its job's isolated plan (``need``), moved later by
-    as much as its job has run behind that plan so far, less ``now`` and the
-    time it needs alone at its line rate (``t_left``): how long it could wait
-    without delaying its job further. A (job, src, dst) group lends when every
-    live flow in it has more slack than its ``threshold``: the policy then
-    ranks it after the flows that do not lend. One kernel call
-    (:func:`lenders_reference` spells it out in numpy).
-
-    Parameters
-    ----------
-    need : ndarray, shape (F,)
-        Each flow's LAT in its job's isolated plan, seconds (absolute; not
-        finite: not a job flow, or no plan: never lends).
-    job, group : ndarray of int, shape (F,)
-        Each flow's job and group, in ``[0, n_groups)`` (both -1: not a job flow).
-    n_groups : int
-    t_left : ndarray, shape (F,)
-        Seconds each flow needs alone at its line rate.
-    late : ndarray, shape (n_jobs,)
-        How far each job has run behind its isolated plan so far, seconds;
-        raised in place to what the flows show ``now`` (contiguous float64).
-    threshold : ndarray, shape (F,)
-        The slack, seconds, a flow must exceed to lend.
-    now : float
-        Seconds.
-
-    Returns
-    -------
-    lend : ndarray of bool, shape (F,)
-    wake : float
-        When to look again (seconds): the first instant a lender's slack falls to its
-        threshold, but at least :data:`LEND_RECHECK` of its threshold from ``now``; inf
-        if none lends.
-
-    Raises
-    ------
-    ValidationError
-        If shapes disagree, ``late`` is not a contiguous float64 array, or a job
-        flow's job or group is out of range.
-    """
-    f64 = [np.ascontiguousarray(a, dtype=np.float64) for a in (need, t_left, threshold)]
-    i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (job, group)]
-    n = len(f64[0])
-    if any(a.shape != (n,) for a in f64 + i64):
-        raise ValidationError(f"need/job/group/t_left/threshold: expected shape ({n},)")
-    if not (isinstance(late, np.ndarray) and late.dtype == np.float64 and late.ndim == 1 and late.flags.c_contiguous):
-        raise ValidationError("late: expected a contiguous float64 array (raised in place)")
-    lend = np.zeros(n, dtype=np.uint8)
-    wake = _kernels().lenders(f64[0], i64[0], i64[1], int(n_groups), f64[1], late, f64[2], float(now),
-                              LEND_RECHECK, lend)
-    if math.isnan(wake):
-        raise ValidationError("job/group: index out of range")
-    return lend.view(bool), wake
-
-
 def flow_lenders(node, job, src, dst, remaining, need: np.ndarray, group: np.ndarray, n_groups: int,
                  may_lend: np.ndarray, iso_jct: np.ndarray, lend_slack: float, cap_e: np.ndarray,
                  cap_i: np.ndarray, late: np.ndarray, now: float, *, in_range: bool = False
                  ) -> tuple[np.ndarray, float]:
-    """:func:`lenders` on a policy's flows: each flow's need, group, time left and threshold looked up in one kernel call.
+    """Which job flows have slack to lend their ports, and when the first of them stops having it.
 
-    A job flow's need and group are its node's; its time left is its
-    remaining bytes over the smaller of its source's egress and its
-    destination's ingress line rate; its threshold is ``lend_slack`` times
-    its job's isolated JCT where the job may lend, never reached where not
+    A flow's slack is its LAT in its job's isolated plan (its node's ``need``),
+    moved later by as much as its job has run behind that plan so far, less
+    ``now`` and the time it needs alone at its line rate: its remaining bytes
+    over the smaller of its source's egress and its destination's ingress
+    rate. That is how long it could wait without delaying its job further. A
+    (job, src, dst) group (its node's ``group``) lends when every live flow
+    in it has more slack than its threshold, ``lend_slack`` times its job's
+    isolated JCT where the job may lend (never reached where not): the policy
+    then ranks it after the flows that do not lend. One kernel call
     (:func:`flow_lenders_reference` spells it out in numpy).
 
     Parameters
@@ -442,7 +388,8 @@ def flow_lenders(node, job, src, dst, remaining, need: np.ndarray, group: np.nda
     cap_e, cap_i : ndarray, shape (H,)
         Line rates, bytes/s.
     late : ndarray, shape (J,)
-        As :func:`lenders` (raised in place; contiguous float64).
+        How far each job has run behind its isolated plan so far, seconds;
+        raised in place to what the flows show ``now`` (contiguous float64).
     now : float
         Seconds.
     in_range : bool
@@ -455,7 +402,9 @@ def flow_lenders(node, job, src, dst, remaining, need: np.ndarray, group: np.nda
     -------
     lend : ndarray of bool, shape (F,)
     wake : float
-        As :func:`lenders`.
+        When to look again (seconds): the first instant a lender's slack falls to its
+        threshold, but at least :data:`LEND_RECHECK` of its threshold from ``now``; inf
+        if none lends.
 
     Raises
     ------
@@ -492,13 +441,13 @@ def flow_lenders_reference(node, job, src, dst, remaining, need, group, n_groups
     with np.errstate(divide="ignore", invalid="ignore"):
         t_left = np.asarray(remaining, dtype=np.float64) / np.minimum(np.asarray(cap_e)[src], np.asarray(cap_i)[dst])
         threshold = np.where(np.asarray(may_lend)[jx], lend_slack, np.inf) * np.asarray(iso_jct)[jx]
-    return lenders_reference(np.asarray(need)[nx], job, np.asarray(group)[nx], n_groups, t_left, late, threshold,
+    return _lenders_reference(np.asarray(need)[nx], job, np.asarray(group)[nx], n_groups, t_left, late, threshold,
                              now)
 
 
-def lenders_reference(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int, t_left: np.ndarray,
-                      late: np.ndarray, threshold: np.ndarray, now: float) -> tuple[np.ndarray, float]:
-    """:func:`lenders` in numpy, the kernel's reference: the same results, bit for bit."""
+def _lenders_reference(need: np.ndarray, job: np.ndarray, group: np.ndarray, n_groups: int, t_left: np.ndarray,
+                       late: np.ndarray, threshold: np.ndarray, now: float) -> tuple[np.ndarray, float]:
+    # flow_lenders_reference on per-flow need, group, time left and threshold
     is_job = (job >= 0) & np.isfinite(need)
     if not is_job.any():
         return np.zeros(len(need), dtype=bool), math.inf

@@ -297,7 +297,7 @@ class JitOptions:
         (src, dst) group whose every live transfer has more slack than this
         share of its job's isolated JCT ranks after the groups of its class
         that have less, background flows with it
-        (:func:`jitsched.plan.priority.lenders`): a transfer not needed for a
+        (:func:`jitsched.plan.priority.flow_lenders`): a transfer not needed for a
         while lets the ones needed now go first. A transfer's slack is how long
         it could still wait without delaying its job: its LAT in the job's
         isolated plan, moved later by as much as the job has run behind that
