@@ -1,5 +1,6 @@
 """Tests of the per-slot remaining-bandwidth metric on hand-computed scenarios (1 Gbit/s = 1.25e8 bytes/s)."""
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -239,3 +240,57 @@ def test_a_long_idle_gap_costs_a_few_samples(monkeypatch):
     np.testing.assert_allclose(res.jct_s, [0.1, 0.1])
     np.testing.assert_allclose(res.remaining_bw_slots, [0.0, 0.0], atol=1e-9)
     assert len(logs[0].times) <= 8
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_full_slot_log_doubles_its_step_keeping_every_byte(seed):
+    # grid instants 0.1 s apart (some idle), then the window's end mid-slot, each sampled
+    # while on the log's grid: a log of at most 8 samples holds those of the coarser
+    # grid it ends on, as they were
+    rng = np.random.default_rng(seed)
+    n, nh = int(rng.integers(10, 80)), 3
+    times = [0.1 * k for k in range(n)] + [0.1 * (n - 1) + 0.05]
+    dag, bg = [np.zeros(nh)], [np.zeros(nh)]
+    for _ in times[1:]:
+        idle = rng.random() < 0.3
+        dag.append(dag[-1] + (0.0 if idle else rng.uniform(0, 1.25e7, nh)))
+        bg.append(bg[-1] + rng.uniform(0, 1.25e7, nh))
+    log = SlotLog(max_samples=8)
+    log.origin = 0.0
+    for k, (t, d, b) in enumerate(zip(times, dag, bg, strict=True)):
+        if k == n or k % round(log.slot_s / 0.1) == 0:  # the instants of its grid, as the simulator
+            log.add(t, d, b)
+    assert 1 <= log.coarsened and len(log.times) <= 8
+    assert log.slot_s == pytest.approx(0.1 * 2 ** log.coarsened)
+    assert log.times[-1] == times[-1] and log.times[0] == 0.0
+    for t in log.times[:-1]:  # on the coarse grid, each sample the one taken there
+        assert (t / log.slot_s) == pytest.approx(round(t / log.slot_s))
+    at = {t: k for k, t in enumerate(times)}
+    for t, d, b in zip(log.times, log.dag, log.background, strict=True):
+        np.testing.assert_array_equal(d, dag[at[t]])
+        np.testing.assert_array_equal(b, bg[at[t]])
+    # the slots still partition the window: the DAG bytes they count are all of them
+    cap = np.full(nh, 1.25e8)
+    slots, _ = remaining_slots(log, cap, 0.0, times[-1])
+    assert len(slots) > 0 and np.all((slots >= 0) & (slots <= 1))
+
+
+def test_a_long_run_keeps_a_bounded_log_and_the_same_schedule(monkeypatch):
+    import jitsched.sim.metrics as metrics
+
+    base = random_workload(5, n_bg=2)  # its transfers 30x as large: a few hundred slots
+    wl = replace(base, jobs=tuple(replace(j, transfers=tuple(replace(t, bytes=t.bytes * 30) for t in j.transfers))
+                                  for j in base.jobs))
+    plain = simulate(wl, "jit", seed=5)
+    monkeypatch.setattr(metrics, "MAX_SLOT_SAMPLES", 16)
+    small = simulate(wl, "jit", seed=5)
+    np.testing.assert_array_equal(plain.jct_s, small.jct_s)  # sampling never moves a byte
+    np.testing.assert_array_equal(plain.bg_jct_s, small.bg_jct_s)
+    k = round(math.log2(small.remaining_bw_slot_s / REMAINING_SLOT_S))
+    assert k >= 1 and small.remaining_bw_slot_s == pytest.approx(REMAINING_SLOT_S * 2 ** k)
+    assert plain.remaining_bw_slot_s == REMAINING_SLOT_S
+    assert len(small.remaining_bw_slots) < len(plain.remaining_bw_slots)
+    assert small.summary()["remaining_bw_slot_s"] == small.remaining_bw_slot_s
+    # every DAG byte is in one of the longer slots too
+    est = np.sum(1 - small.remaining_bw_slots) * GB * small.remaining_bw_slot_s
+    assert small.transfer_size.sum() * (1 - 1e-9) <= est <= small.transfer_size.sum() + 5 * GB * small.remaining_bw_slot_s

@@ -331,6 +331,9 @@ class _Run:
         while self.next_slot <= now:
             self.sample_slot(self.next_slot)
             self.slot_k += 1
+            if self.slots.slot_s != step:  # the log doubled its step: go on on its grid
+                step = self.slots.slot_s
+                self.slot_k = _last_grid_index(origin, step, self.next_slot) + 1
             if idle:
                 self.slot_k = max(self.slot_k, _last_grid_index(origin, step, now) - 1)
             self.next_slot = origin + step * self.slot_k
