@@ -262,3 +262,13 @@ def test_the_lp_takes_an_options_object_checked_when_made():
     a = solve_bandwidth_lp([0], [1], [1.0], [0.0], [3.0], ONE, ONE, LPOptions(slot_s=1.0))
     b = solve_bandwidth_lp([0], [1], [1.0], [0.0], [3.0], ONE, ONE, LPOptions(1.0, "balanced", 5.0))
     np.testing.assert_array_equal(a.dense_rates(), b.dense_rates())
+
+
+def test_slot_windows_by_hand():
+    from jitsched.plan.lp import slot_windows
+
+    # released at 0.25 s (slot 2), LAT 0.3 s (slot 2 ends by it); a release a float crumb
+    # before a slot's start is in that slot; a LAT before the release slot's end keeps it
+    first, last = slot_windows(np.array([0.25, 0.3 - 1e-12, 0.0, -1.0]), np.array([0.3, 0.55, 0.01, 0.2]), 0.1)
+    assert first.tolist() == [2.0, 3.0, 0.0, 0.0]
+    assert last.tolist() == [2.0, 5.0, 0.0, 1.0]

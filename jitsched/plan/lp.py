@@ -283,6 +283,25 @@ def _new_highs() -> highspy.Highs:
             os.close(null)
 
 
+def slot_windows(release_s: np.ndarray, lat_s: np.ndarray, slot_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each transfer's first and deadline slot on the LP's grid (slots of ``slot_s`` from the origin).
+
+    Parameters
+    ----------
+    release_s, lat_s : ndarray, shape (m,)
+        Seconds from the plan's origin (finite).
+    slot_s : float
+
+    Returns
+    -------
+    first, last : ndarray of float, shape (m,)
+        The slot holding the release (at least 0), and the last slot ending by
+        the LAT (at least ``first``); floats, as a far LAT's slot may not fit an int.
+    """
+    first = np.maximum(np.floor(release_s / slot_s + 1e-9), 0.0)
+    return first, np.maximum(np.ceil(lat_s / slot_s - 1e-9) - 1.0, first)
+
+
 def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingress_Bps, options: LPOptions,
                        *, weight=None, residual_egress_Bps=None, residual_ingress_Bps=None,
                        group=None) -> LPSolution:
@@ -365,8 +384,7 @@ def solve_bandwidth_lp(src, dst, size_bytes, release_s, lat_s, egress_Bps, ingre
     cap = np.concatenate([cap_e, cap_i])  # ports: egress 0..nh-1, ingress nh..2nh-1
     coef = unit / cap
     demand = size / (unit * slot_s)  # in unit-capacity slots
-    a = np.maximum(np.floor(rel / slot_s + 1e-9), 0).astype(np.int64)
-    dl = np.maximum(np.ceil(lat / slot_s - 1e-9).astype(np.int64) - 1, a)
+    a, dl = (x.astype(np.int64) for x in slot_windows(rel, lat, slot_s))
     pe, pi = src, nh + dst
     flows = Flows.make(a, dl, demand, w, pe, pi, options.aggregate, grp)
     nf = flows.n

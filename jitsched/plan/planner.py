@@ -30,6 +30,7 @@ from jitsched.plan.lp import (
     SOLVERS,
     LPOptions,
     LPSolution,
+    slot_windows,
     solve_bandwidth_lp,
 )
 
@@ -413,9 +414,8 @@ def grid_slots(src: np.ndarray, dst: np.ndarray, size: np.ndarray, release_s: np
     if not len(src) or not (np.all(np.isfinite(release_s)) and np.all(np.isfinite(deadline_s))):
         return 0.0
     rate = np.minimum(egress_Bps[src], ingress_Bps[dst])
-    first = np.maximum(np.floor(release_s / slot_s + 1e-9), 0.0)
-    last = np.maximum(np.ceil(deadline_s / slot_s - 1e-9) - 1.0,
-                      first + np.ceil(size / (rate * slot_s) - 1e-9) - 1.0)
+    first, last = slot_windows(release_s, deadline_s, slot_s)
+    last = np.maximum(last, first + np.ceil(size / (rate * slot_s) - 1e-9) - 1.0)
     return float(np.max(last)) + 1.0
 
 
