@@ -130,6 +130,9 @@ def test_a_critical_job_is_admitted_and_its_flows_carry_their_reserved_rates(tin
     assert iso < files < 60.0
     assert out["files_over_isolated"] == pytest.approx(files / iso)
     assert out["critical_over_with_files"] == pytest.approx(jct / files)
+    lag = out["critical_runner_lag_s"]
+    assert set(lag) == {"isolated", "with_files", "whole"} and all(-1e-3 <= x < 5.0 for x in lag.values()), lag
+    assert out["critical_ideal_over_isolated"] == pytest.approx((jct - lag["whole"]) / (iso - lag["isolated"]))
     assert out["details"]["with_files"]["background_completed"] == "2/2"
     assert set(out["details"]["with_files"]["jct_s"]) == {"alexnet-critical"}
     assert out["normal_mean_jct_s"] == out["details"]["jct_s"]["lenet-0"]

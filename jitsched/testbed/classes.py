@@ -42,7 +42,10 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         ``critical_over_isolated``; ``critical_with_files_jct_s`` (alone beside the
         files) with ``files_over_isolated`` (its ratio to the isolated JCT: the
         files' share) and ``critical_over_with_files`` (the whole run's ratio to
-        it: the other jobs' share); ``normal_mean_jct_s``; ``admission``: the
+        it: the other jobs' share); ``critical_runner_lag_s`` (per run: the job
+        runner's own lag, what its JCT has beyond the one its transfers' times
+        allow) and ``critical_ideal_over_isolated`` (``critical_over_isolated``
+        without the lags: the network's share); ``normal_mean_jct_s``; ``admission``: the
         daemon's decision in the second run (``admitted``, ``admitted as
         normal``, ``refused``), its ``epsilon`` and the isolated JCT and target
         it reserved for (the simulator's, on the payload rate the agents can give it);
@@ -85,6 +88,11 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         "critical_over_isolated": _ratio(jct, iso),
         "critical_with_files_jct_s": with_files, "files_over_isolated": _ratio(with_files, iso),
         "critical_over_with_files": _ratio(jct, with_files),
+        # the runner's own lag in each run (JobResult.ideal_jct_s): on a busy machine the
+        # emulated framework starts nodes late, which no schedule causes or can undo
+        "critical_runner_lag_s": {"isolated": _lag(alone, crit.id), "with_files": _lag(beside, crit.id),
+                                  "whole": _lag(out, crit.id)},
+        "critical_ideal_over_isolated": _ratio(_ideal(out, crit.id), _ideal(alone, crit.id)),
         "normal_mean_jct_s": statistics.fmean(normal) if normal else None,
         "admission": admission(daemon, crit.id),
         "critical_reserved": carried(daemon, out["details"]["agents"], crit.id),
@@ -105,6 +113,18 @@ def _run_details(run: dict, job_id: str) -> dict:
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
+
+
+def _lag(run: dict, job_id: str) -> float | None:
+    """``job_id``'s runner lag in ``run`` (its JCT less the one its transfers' times allow)."""
+    x = run["details"].get("runner_lag_s", {}).get(job_id)
+    return None if x is None or math.isnan(x) else float(x)
+
+
+def _ideal(run: dict, job_id: str) -> float | None:
+    """``job_id``'s JCT in ``run`` less the runner's lag: the one its transfers' times allow."""
+    jct, lag = _jct(run, job_id), _lag(run, job_id)
+    return None if jct is None or lag is None else jct - lag
 
 
 def _jct(run: dict, job_id: str) -> float | None:
