@@ -800,7 +800,8 @@ class JitPolicy(Policy):
                                   len(self._pair_left), self._may_lend, self._iso_jct, self.lend_slack,
                                   cap_e, cap_i, self._late, float(view.now), in_range=f.checked)
         self._lend_wake = min(self._lend_wake, wake)
-        return lend if lend.any() else None
+        # count_nonzero: 1 us a call where any() took 3 (once an allocation)
+        return lend if np.count_nonzero(lend) else None
 
     def _group_left(self, grp: np.ndarray, sent: np.ndarray) -> np.ndarray:
         """Bytes each (job, src, dst) group has not sent, given live transfers' groups and bytes sent,
