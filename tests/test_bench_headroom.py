@@ -41,3 +41,30 @@ def test_bad_options_are_refused(bad, capsys):
         bh.main(bad)
     assert e.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_lp_order_runs_jit_under_each_variant(capsys):
+    assert bh.main(["--lp-order", "--seeds", "2", "--n-jobs", "20", "--lp-exponents", "1,64", "--lp-spreads",
+                    "1000", "--workers", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for r in out["runs"]:
+        assert set(r["variants"]) == {"stretch^1", "stretch^64", "rank 1000"}
+        assert r["lp_stretch_max"] >= 1.0 - 1e-9
+        wl = generate_workload(0.5, n_jobs=20, n_hosts=20, bps=1e10, seed=r["seed"])
+        assert r["jit_s"] == float(np.mean(simulate(wl, "jit", seed=r["seed"]).jct_s))
+    s = out["summary"]
+    assert s["seeds"] == [0, 1]
+    for name in ("stretch^1", "stretch^64", "rank 1000"):
+        x = [r["variants"][name] for r in out["runs"]]
+        assert s[name]["jct_mean_s"] == pytest.approx(np.mean(x))
+        assert s[name]["over_jit"] == pytest.approx(np.mean([v / r["jit_s"] - 1 for v, r in zip(x, out["runs"])]))
+    # a nearly strict order by LP completion is not jit's own order
+    assert any(r["variants"]["rank 1000"] != r["jit_s"] for r in out["runs"])
+
+
+@pytest.mark.parametrize("bad", [["--lp-order", "--lp-exponents", "x"], ["--lp-order", "--lp-spreads", "0"]])
+def test_bad_lp_options_are_refused(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        bh.main(bad)
+    assert e.value.code == 2
+    assert "error:" in capsys.readouterr().err

@@ -127,3 +127,18 @@ def test_jobs_that_never_share_a_port_slot_are_separate_lps(monkeypatch):
     calls.clear()
     assert lower_bound_mean_jct(both) == pytest.approx(one, rel=1e-9)
     assert len(calls) == 2 and calls[0] == calls[1]  # the same LP for each pair
+
+
+def test_the_lps_job_jcts_add_up_to_its_sum():
+    from jitsched.plan.bound import lp_job_jcts
+
+    wl = _crossing()
+    lp, alone = lp_job_jcts(wl)
+    eg = np.full(3, 125e6)
+    bounds = [job_bounds(j, eg, eg, wl.cluster.index) for j in wl.jobs]
+    np.testing.assert_allclose(alone, [b.alone for b in bounds])
+    total = lpbound.lp_sum_bound(np.array([0.0, 1.0]), alone, [b.bands for b in bounds], np.full(6, 125e6))
+    assert total > alone.sum()  # the LP binds here, so its JCTs are its sum's parts
+    assert lp.sum() == pytest.approx(total, rel=1e-9)
+    assert np.all(lp >= alone * (1 - 1e-9))
+    assert lower_bound_mean_jct(wl) >= lp.mean() * (1 - 1e-9)

@@ -314,16 +314,10 @@ def lower_bound_mean_jct(workload: Workload, lp: bool = True) -> float:
     ValidationError
         If a job arrives after :data:`MAX_ARRIVAL_S` (:func:`check_arrivals`).
     """
-    check_arrivals(workload)
     jobs = workload.jobs
+    eg, ig, bounds, alone = _workload_bounds(workload)
     if not jobs:
         return 0.0
-    cl = workload.cluster
-    eg = np.array([x.egress_bps / 8.0 for x in cl.hosts])
-    ig = np.array([x.ingress_bps / 8.0 for x in cl.hosts])
-    cache: dict[tuple, JobBounds] = {}
-    bounds = [_shared_job_bounds(j, eg, ig, cl.index, cache) for j in jobs]
-    alone = np.array([b.alone for b in bounds])
     best = float(alone.sum())
     by_port: dict[int, list[tuple[int, float, float, float]]] = {}
     given: dict[int, list[tuple[int, float, float, float]]] = {}  # each job on its heaviest port
@@ -347,6 +341,44 @@ def lower_bound_mean_jct(workload: Workload, lp: bool = True) -> float:
     return max(best, partitioned) / len(jobs)
 
 
+def _workload_bounds(workload: Workload) -> tuple[np.ndarray, np.ndarray, list[JobBounds], np.ndarray]:
+    """The ports' rates (egress, ingress; bytes/s), each job's :class:`JobBounds` and time alone
+    (seconds) of ``workload``, its arrivals checked (:func:`check_arrivals`)."""
+    check_arrivals(workload)
+    cl = workload.cluster
+    eg = np.array([x.egress_bps / 8.0 for x in cl.hosts])
+    ig = np.array([x.ingress_bps / 8.0 for x in cl.hosts])
+    cache: dict[tuple, JobBounds] = {}
+    bounds = [_shared_job_bounds(j, eg, ig, cl.index, cache) for j in workload.jobs]
+    return eg, ig, bounds, np.array([b.alone for b in bounds], dtype=float)
+
+
+def lp_job_jcts(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's JCT in the solution of the bound's LP relaxation, and its least JCT alone.
+
+    The LP (:func:`jitsched.plan.lpbound.lp_sum_bound`) sees the whole
+    workload at once, arrivals to come included: its JCTs say how the
+    relaxation spreads the jobs' delays, for comparisons with what schedules
+    do, not what any online schedule can know.
+
+    Returns
+    -------
+    lp_jct_s, alone_s : ndarray, shape (n_jobs,)
+        Seconds.
+
+    Raises
+    ------
+    ValidationError
+        If a job arrives after :data:`MAX_ARRIVAL_S` (:func:`check_arrivals`).
+    """
+    eg, ig, bounds, alone = _workload_bounds(workload)
+    jcts = np.zeros(len(alone))
+    if len(alone):
+        lp_sum_bound(np.array([j.arrival_s for j in workload.jobs]), alone, [b.bands for b in bounds],
+                     np.concatenate([eg, ig]), jcts=jcts)
+    return jcts, alone
+
+
 def _port_sum(rows: list[tuple[int, float, float, float]], jobs) -> float:
     """The least sum of JCTs of the jobs in ``rows`` ``(job index, release, busy_s, tail_s)``
     on one port: their SRPT completions there, each followed by its tail, from its arrival."""
@@ -357,4 +389,5 @@ def _port_sum(rows: list[tuple[int, float, float, float]], jobs) -> float:
     return float((srpt_total(rel, work) - arrivals).sum() + tails.sum())
 
 
-__all__ = ["MAX_ARRIVAL_S", "JobBounds", "check_arrivals", "job_bounds", "lower_bound_mean_jct", "srpt_total"]
+__all__ = ["MAX_ARRIVAL_S", "JobBounds", "check_arrivals", "job_bounds", "lower_bound_mean_jct", "lp_job_jcts",
+           "srpt_total"]

@@ -21,7 +21,8 @@ SIMPLEX_S = 30.0
 
 
 def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequence[tuple]], cap_Bps: np.ndarray,
-                 slots_per_job: int = 100, window: float = 4.0, simplex_s: float = SIMPLEX_S) -> float:
+                 slots_per_job: int = 100, window: float = 4.0, simplex_s: float = SIMPLEX_S,
+                 jcts: np.ndarray | None = None) -> float:
     """A lower bound (seconds) on the sum over jobs of JCT under any schedule.
 
     Time is cut into slots of ``mean(alone) / slots_per_job`` seconds. Each band
@@ -55,6 +56,10 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     simplex_s : float
         Seconds dual simplex gets before the interior point method solves the
         LP instead (both to optimality: the bound does not depend on which).
+    jcts : ndarray, shape (n_jobs,), optional
+        Filled with each job's JCT in the LP's solution, seconds (``alone``
+        for a job in no LP); they add up to the sum returned where that is
+        above ``alone.sum()``.
 
     Returns
     -------
@@ -69,6 +74,8 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     arrival, alone = np.asarray(arrival, dtype=float), np.asarray(alone, dtype=float)
     cap = np.asarray(cap_Bps, dtype=float)
     n = len(alone)
+    if jcts is not None:
+        jcts[:] = alone
     if n == 0 or not any(bands):
         return float(alone.sum())
     unit = float(cap.max())  # bytes in the LP are seconds at this rate
@@ -81,7 +88,7 @@ def lp_sum_bound(arrival: np.ndarray, alone: np.ndarray, bands: Sequence[Sequenc
     total = float(sum(alone[j] for j in range(n) if not bands[j]))  # a job of no bands: its time alone
     for jobs in _components(bands, first, width, n):
         k0 = min(f for j in jobs for f in first[j])
-        total += _component_sum(jobs, k0, arrival, alone, bands, first, width, cap, unit, dt, simplex_s)
+        total += _component_sum(jobs, k0, arrival, alone, bands, first, width, cap, unit, dt, simplex_s, jcts)
     return max(float(alone.sum()), total)
 
 
@@ -116,8 +123,10 @@ def _components(bands: Sequence[Sequence[tuple]], first: list[list[int]], width:
 
 def _component_sum(jobs: list[int], k0: int, arrival: np.ndarray, alone: np.ndarray,
                    bands: Sequence[Sequence[tuple]], first: list[list[int]], width: list[int],
-                   cap: np.ndarray, unit: float, dt: float, simplex_s: float) -> float:
-    """The LP's least sum of JCTs of ``jobs`` (a group of :func:`_components`), seconds.
+                   cap: np.ndarray, unit: float, dt: float, simplex_s: float,
+                   jcts: np.ndarray | None = None) -> float:
+    """The LP's least sum of JCTs of ``jobs`` (a group of :func:`_components`), seconds;
+    each job's into ``jcts`` if given.
 
     Times count from the group's first slot ``k0``: the LP is the same up to
     that shift (each set's bytes sum to its ``total``), and its coefficients
@@ -196,6 +205,8 @@ def _component_sum(jobs: list[int], k0: int, arrival: np.ndarray, alone: np.ndar
         res = linprog(c, **lp, method="highs-ipm")
     if res.status != 0:
         raise RuntimeError(f"the lower bound's LP: {LP_STATUS.get(res.status, res.status)}: {res.message}")
+    if jcts is not None:
+        jcts[jobs] = res.x[:n] - since
     return float(res.fun - since.sum())
 
 
