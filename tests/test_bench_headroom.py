@@ -57,7 +57,7 @@ def test_lp_order_runs_jit_under_each_variant(capsys):
     for name in ("stretch^1", "stretch^64", "rank 1000"):
         x = [r["variants"][name] for r in out["runs"]]
         assert s[name]["jct_mean_s"] == pytest.approx(np.mean(x))
-        assert s[name]["over_jit"] == pytest.approx(np.mean([v / r["jit_s"] - 1 for v, r in zip(x, out["runs"])]))
+        assert s[name]["over_jit"] == pytest.approx(np.mean([v / r["jit_s"] - 1 for v, r in zip(x, out["runs"], strict=True)]))
     # a nearly strict order by LP completion is not jit's own order
     assert any(r["variants"]["rank 1000"] != r["jit_s"] for r in out["runs"])
 
