@@ -1,4 +1,4 @@
-"""How far a better job order could take jit on the regime workloads: a search, with hindsight, over a weight per job in jit's keys.
+"""How far a better job order could take jit on the regime workloads: a search, with hindsight, over a weight per job in jit's keys, or weights read off the bound's LP relaxation.
 
 Why this bench: at 10 Gbit/s jit's mean JCT is a few per cent under Sincronia's,
 and the lower bound (``jitsched.plan.bound``) leaves more room than that, but
