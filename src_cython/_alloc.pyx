@@ -1370,25 +1370,21 @@ cdef class GroupPriority:
         NaN stays NaN, -0.0 stays -0.0), free itself clamped first.
         Returns 0, -1 if scratch memory ran out, -2 if a tier is negative.
         """
-        if tier.shape[0] == 0:
-            if src.shape[0] == 0:
-                return 0
-            if not self._reserve(src.shape[0], free_e.shape[0]):
-                return -1
-            self._rates(src.shape[0], free_e.shape[0], &src[0], &dst[0], &node[0], &job[0], &bg[0],
-                        &remaining[0], &free_e[0], &free_i[0], &rate[0])
-            return 0
         cdef Py_ssize_t nf = src.shape[0], h = free_e.shape[0], f, m, i, k
         cdef long long t, n_tiers = 0
         if nf == 0:
             return 0
-        for f in range(nf):
+        for f in range(tier.shape[0]):  # none: one tier
             if tier[f] < 0:
                 return -2
             if tier[f] >= n_tiers:
                 n_tiers = tier[f] + 1
         if not self._reserve(nf, h):
             return -1
+        if tier.shape[0] == 0:
+            self._rates(nf, h, &src[0], &dst[0], &node[0], &job[0], &bg[0], &remaining[0],
+                        &free_e[0], &free_i[0], &rate[0])
+            return 0
         # one more than needed of each: an allocation of 0 bytes may return NULL
         cdef long long* ll = <long long*> malloc((6 * nf + 1) * sizeof(long long))
         cdef double* dbl = <double*> malloc((2 * nf + 4 * h + 1) * sizeof(double))
