@@ -450,14 +450,13 @@ class PlanBook:
         return out
 
     def next_seq(self) -> int:
-        """A seq above every plan's requested so far (for a result adopted out of order)."""
+        """A seq above every one given so far: each plan request's, and a result's adopted out of order."""
         self.plan_seq += 1
         return self.plan_seq
 
     def plan_request(self, now: float) -> PlanRequest:
         """Snapshot every active job and pending event for a full re-solve; clears its triggers."""
-        self.plan_seq += 1
-        self.inflight[FULL] = self.plan_seq
+        self.inflight[FULL] = self.next_seq()
         jobs = tuple((js.job, dict(js.done), {}) for js in self.active.values())
         self._full_jobs = tuple(self.active)
         req = PlanRequest(self.plan_seq, now, jobs, tuple(self.events), tuple(sorted(self.reasons)),
@@ -473,8 +472,7 @@ class PlanBook:
     def _increment_request(self, now: float, rebase: bool = False) -> PlanRequest:
         """The pending arrivals (and removals) on top of the schedule in force, or, for a
         rebase, every active job the held full result lacks on top of it."""
-        self.plan_seq += 1
-        self.inflight[INCREMENTAL] = self.plan_seq
+        self.inflight[INCREMENTAL] = self.next_seq()
         if rebase:
             # the jobs of the schedule in force that the held result lacks; arrivals not
             # planned yet stay pending
