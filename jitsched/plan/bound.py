@@ -373,9 +373,8 @@ def lp_job_jcts(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
     """
     eg, ig, bounds, alone = _workload_bounds(workload)
     jcts = np.zeros(len(alone))
-    if len(alone):
-        lp_sum_bound(np.array([j.arrival_s for j in workload.jobs]), alone, [b.bands for b in bounds],
-                     np.concatenate([eg, ig]), jcts=jcts)
+    lp_sum_bound(np.array([j.arrival_s for j in workload.jobs]), alone, [b.bands for b in bounds],
+                 np.concatenate([eg, ig]), jcts=jcts)
     return jcts, alone
 
 
