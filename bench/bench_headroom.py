@@ -168,11 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     ap.add_argument("--json", action="store_true", help="one JSON line on stdout")
     args = ap.parse_args(argv)
-    try:
-        factors = tuple(float(x) for x in args.factors.split(","))
-    except ValueError:
-        ap.error(f"--factors: expected numbers separated by commas, got {args.factors!r}")
-    if not factors or any(not (f > 0 and f != 1 and np.isfinite(f)) for f in factors):
+    factors = _numbers(ap, "--factors", args.factors)
+    if 1.0 in factors:
         ap.error("--factors: each must be positive, finite and not 1")
     for name in ("seeds", "passes", "n_jobs", "workers"):
         if getattr(args, name) < 1:
