@@ -231,9 +231,8 @@ def test_full_result_overtaken_by_a_removal_goes_out_under_a_newer_seq():
             c.cancel_job("b")
             assert wait_until(lambda: d.state.plans_by_mode["full"] >= 2 and settled(d), 10.0)
         # the removal was adopted before the full result that still had b
-        modes = [(m, r, j) for m, r, j in seen]
-        late = modes.index(("full", ("tick",), frozenset({"a", "b"})))
-        assert ("incremental", ("removal",), frozenset({"a"})) in modes[:late]
+        late = seen.index(("full", ("tick",), frozenset({"a", "b"})))
+        assert ("incremental", ("removal",), frozenset({"a"})) in seen[:late]
         for h in HOSTS:
             assert sent[h] == sorted(set(sent[h])), (h, sent[h])  # each host's seqs rise
             assert agents[h].seq == d.state.host_seq[h]
