@@ -247,6 +247,7 @@ class Agent:
         # silence after which the schedule held is dropped (the register reply says)
         self.heartbeat_timeout_s = 2.0
         self.dropped = 0  # schedules dropped because the daemon went silent, since start
+        self.stale = 0  # schedule bodies ignored as older than the one held, since start
         self.daemons = 0  # daemon incarnations seen, since start
         self._register_id = 0  # request id of the register in flight (0: none)
         self._register_at = -math.inf  # when it was sent (monotonic)
@@ -745,8 +746,15 @@ class Agent:
         inc = body.get("incarnation")
         if inc is not None:
             self._daemon_is(int(inc))
-        if body["seq"] < self.seq or body["seq"] == 0:
-            return False  # pushed schedules are idempotent by sequence number
+        if body["seq"] == 0:
+            return False  # the daemon has planned nothing for this host yet
+        if body["seq"] < self.seq:
+            # pushed schedules are idempotent by sequence number; an older one comes
+            # legitimately when a get_schedule reply is overtaken by a push, and otherwise
+            # only from a daemon that sent a host's seqs out of order: counted for status
+            self.stale += 1
+            log.info("event=agent_schedule_stale host=%s seq=%d held_seq=%d", self.host, body["seq"], self.seq)
+            return False
         if body["seq"] == self.seq and self.schedule is not None:
             if body["seq"] not in self.acked:
                 self.acked.append(body["seq"])
@@ -769,7 +777,8 @@ class Agent:
             f.last_bytes, f.last_t = b, now
             rates[f.flow_id] = f.rate_Bps
         body = {"host": self.host, "applied_seq": self.applied_seq, "flow_rates_Bps": rates,
-                "total_Bps": float(sum(rates.values())), "sent_ns": self._clock_ns()}
+                "total_Bps": float(sum(rates.values())), "sent_ns": self._clock_ns(),
+                "counts": self.counts()}
         if self.clock_offset_s is not None:
             body["clock_offset_s"] = self.clock_offset_s
             body["clock_rtt_s"] = self.clock_rtt_s
@@ -793,6 +802,12 @@ class Agent:
             dealer.send(encode_request(MsgType.HEARTBEAT, body), zmq.NOBLOCK)
         except zmq.Again:
             pass
+
+    def counts(self) -> dict[str, int]:
+        """What the agent refused or dropped since start, by :data:`jitsched.protocol.AGENT_COUNTS`
+        name (its heartbeat carries them to the daemon's ``status``)."""
+        return {"fenced": self.fenced, "stale": self.stale, "dropped": self.dropped,
+                "bad_messages": self.bad_messages, "daemons": self.daemons}
 
     def scheduled_bytes(self, attached: dict | None = None) -> dict[str, int]:
         """Payload bytes so far of the flows this agent schedules, per direction: registered

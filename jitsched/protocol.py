@@ -53,6 +53,11 @@ FLOW_ENTRY: dict[str, tuple[Any, bool]] = {"flow": (str, True), "start_slot": (i
                                            "rates_Bps": (NUMS, True), "prio": (int, False)}
 OUT_FLOW_ENTRY = {**FLOW_ENTRY, "dst": (str, True)}
 IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
+# An agent heartbeat's counts since the agent started: schedule bodies (and register replies)
+# of a deposed leader refused ("fenced"), bodies older than the one held ignored ("stale"),
+# schedules dropped because the daemon went silent ("dropped"), daemon messages refused as
+# malformed ("bad_messages"), daemon processes it has met ("daemons").
+AGENT_COUNTS = ("fenced", "stale", "dropped", "bad_messages", "daemons")
 # A schedule body's cap entry: what critical jobs' reserved transfers into or out of host
 # ``host`` leave of its ingress on the wire (address ``addr``), payload bytes/s per ``slot_s``
 # from wall time ``epoch_ns`` on; the agent holds the traffic it does not rank towards
@@ -195,7 +200,10 @@ MESSAGES: tuple[Message, ...] = (
                                  "caps_held": (int, False), "caps_unenforced": (bool, False),
                                  # the share of its ports it keeps for unranked traffic while a
                                  # critical job holds them (its body's floor_from), if any
-                                 "floor_held": (NUM, False)}),
+                                 "floor_held": (NUM, False),
+                                 # what the agent refused or dropped since it started, by
+                                 # AGENT_COUNTS name: {"stale": 2, ...}
+                                 "counts": (dict, False)}),
     Message("ack", AGENT, {"host": (str, True), "seq": (int, True), "incarnation": (int, False)}),
     Message("get_schedule", AGENT, {"host": (str, True)}),
     Message("schedule", TO_AGENT, {"seq": (int, True), "slot_s": (NUM, True),

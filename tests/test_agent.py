@@ -114,6 +114,8 @@ def test_schedules_are_idempotent_by_seq():
     a._install(_schedule(2) | {"seq": 2})  # older: ignored
     a._install(_schedule(3) | {"seq": 3})  # same seq: ignored
     assert a.schedule is held and a.seq == 3
+    # only the older one counts as stale: the daemon's status shows it (its heartbeat's counts)
+    assert a.stale == 1 and a.counts() == {"fenced": 0, "stale": 1, "dropped": 0, "bad_messages": 0, "daemons": 0}
 
 
 def _sink():

@@ -239,6 +239,8 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
             d.state.agents["h2"].background_floor, d.state.agents["h2"].payload_share = 0.05, 1448 / 1514
             d.state.agents["h2"].holds_floor = True  # and with the DL marks: it lowers it under a critical job
             d.state.agent_table.counts["schedule_resends_stopped"] = 1
+            a.stale = 2  # bodies older than its own, as a daemon sending seqs out of order makes
+            assert wait_until(lambda: d.state.agents["h0"].counts.get("stale") == 2, 5.0)
             assert main(["status", "--daemon", d.job_endpoint]) == 0
         finally:
             a.stop()
@@ -249,6 +251,7 @@ def test_status_names_an_agent_whose_clock_is_off_or_that_never_acks(capsys):
     assert m and abs(float(m.group(1)) + 30.0) < 0.1, h0
     [h2] = [ln for ln in out.splitlines() if "agent h2" in ln]
     assert "NOT ACKING" in h2
+    assert h0.endswith("; ignored 2 schedules older than its own") and "older" not in h2
     # a critical job is reserved on what the daemon's critical floor leaves there (0.99 of 0.956)
     assert ("reserves 0.947 of its ports (floor 0.05, 0.01 while a critical job holds them, payload 0.956)"
             in h2 and "reserves" not in h0)

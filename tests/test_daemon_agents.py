@@ -14,7 +14,7 @@ from jitsched.agents.agent import REGISTER_TRIES, Agent, RegistrationRefused
 from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
 from jitsched.daemon import Daemon
-from jitsched.daemon.agents import RESEND_BACKOFF_MAX, RESEND_TRIES, AgentTable
+from jitsched.daemon.agents import RESEND_BACKOFF_MAX, RESEND_TRIES, AgentTable, check_counts
 from jitsched.daemon.bodies import host_bodies
 from jitsched.daemon.server import wait_until
 from jitsched.keys import init_keys, load_curve_keys
@@ -261,3 +261,24 @@ def test_a_key_the_daemon_refuses_ends_the_agent(tmp_path):
     finally:
         a.stop()
         d.stop()
+
+
+def test_an_agents_own_counts_reach_status_and_metrics_and_bad_ones_are_refused():
+    with system(hosts=("h1",)) as (d, _), raw_dealer(d.agent_endpoint, None) as s, \
+            Client(d.job_endpoint, timeout_s=5.0) as c:
+        assert ask(s, MsgType.REGISTER, {"host": "h0"}).ok
+        rep = ask(s, MsgType.HEARTBEAT, {"host": "h0", "counts": {"stale": 3, "fenced": 0, "daemons": 1}})
+        assert rep.ok
+        # zeros are left out of status
+        assert c.status()["agents"]["h0"]["counts"] == {"stale": 3, "daemons": 1}
+        # the real agent of h1, idle (its seq-0 bodies are no schedule at all), counts nothing
+        assert c.status()["agents"]["h1"]["counts"] == {"daemons": 1}
+        d.metrics.update(d.state, 0.0)
+        assert d.metrics.agent_reported.labels("stale")._value.get() == 3
+        assert d.metrics.agent_reported.labels("fenced")._value.get() == 0
+        for counts, why in (({"late": 1}, "unknown count 'late'"), ({"stale": -1}, "body.counts.stale"),
+                            ({"stale": 1.5}, "body.counts.stale"), ({"stale": True}, "body.counts.stale")):
+            rep = ask(s, MsgType.HEARTBEAT, {"host": "h0", "counts": counts})
+            assert not rep.ok and rep.code == ErrorCode.INVALID_BODY and why in rep.message, rep.message
+        assert c.status()["agents"]["h0"]["counts"] == {"stale": 3, "daemons": 1}  # kept as last taken
+    assert check_counts({"stale": 0, "bad_messages": 2}) is None

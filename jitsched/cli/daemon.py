@@ -85,6 +85,21 @@ def _check_host(host: str) -> None:
         raise ValidationError(f"--host: {host!r} cannot name a host (empty, or a / in it)")
 
 
+# how `status` words an agent's own counts (jitsched.protocol.AGENT_COUNTS): a verb, a noun
+# counted, the rest; "daemons" is left out (meeting a restarted daemon is no fault)
+AGENT_COUNT_WORDS = {"fenced": ("refused", "message", "of a deposed leader"),
+                     "stale": ("ignored", "schedule", "older than its own"),
+                     "dropped": ("dropped its schedule in", "silence", "of the daemon"),
+                     "bad_messages": ("refused", "malformed daemon message", "")}
+
+
+def _agent_counts(counts: dict) -> str:
+    """An agent's non-zero counts in words, after a "; "; "" if there are none."""
+    said = [" ".join(filter(None, (verb, _count(counts[k], noun), rest)))
+            for k, (verb, noun, rest) in AGENT_COUNT_WORDS.items() if counts.get(k)]
+    return f"; {', '.join(said)}" if said else ""
+
+
 def _count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1 ("1 job", "0 jobs", "2 announced flows")."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -465,7 +480,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                  if a.get("resends_stopped") else "")
               + (" CAPS NOT ENFORCED (its backend cannot hold traffic towards reserved hosts)"
                  if a.get("caps_unenforced") else f" capping traffic to {_count(a['caps_held'], 'reserved host')}"
-                 if a.get("caps_held") else ""))
+                 if a.get("caps_held") else "")
+              + _agent_counts(a.get("counts") or {}))
         att = a.get("attached") or {}
         for j, x in sorted((att.get("jobs") or {}).items()):
             print(f"    attached {escape(j):<20} {_count(x['conns'], 'connection')} ({x['scheduled']} scheduled, "

@@ -12,7 +12,7 @@ from jitsched.daemon.bodies import IdleFrame, host_bodies
 from jitsched.daemon.capacity import LiveCapacity, check_sample
 from jitsched.daemon.logs import kv
 from jitsched.daemon.reject import Reject
-from jitsched.protocol import ErrorCode, unpack_body
+from jitsched.protocol import AGENT_COUNTS, ErrorCode, unpack_body
 
 log = logging.getLogger("jitsched.daemon")
 
@@ -24,6 +24,17 @@ log = logging.getLogger("jitsched.daemon")
 RESEND_TRIES = 8
 RESEND_BACKOFF_MAX = 16
 AGENT_ID_CHARS = 64  # of an agent's id kept (agents send 32 hex digits)
+
+
+def check_counts(counts: dict) -> str | None:
+    """What is wrong with a heartbeat's ``counts``, or None: each an
+    :data:`~jitsched.protocol.AGENT_COUNTS` name with an int >= 0."""
+    for k, v in counts.items():
+        if k not in AGENT_COUNTS:
+            return f"body.counts: unknown count {k!r} (expected {', '.join(AGENT_COUNTS)})"
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return f"body.counts.{k}: expected an int >= 0, got {v!r}"
+    return None
 
 
 @dataclass
@@ -55,6 +66,7 @@ class AgentState:
     caps_held: int = 0  # destinations whose unranked traffic the agent holds (its heartbeat)
     caps_unenforced: bool = False  # caps came that its backend cannot hold
     floor_held: float | None = None  # the floor it keeps for a critical job now (its heartbeat)
+    counts: dict = field(default_factory=dict)  # what it refused or dropped since it started (its heartbeat)
     background_floor: float = 0.0  # the share of each port it keeps for unranked traffic (its registration)
     payload_share: float = 1.0  # the share of the line a flow's payload takes (its registration)
     holds_floor: bool = False  # it keeps [daemon] critical_floor on a critical job's ports (its registration)
@@ -250,6 +262,12 @@ class AgentTable:
             a.unscheduled_Bps = {d: float(v) for d, v in sample.items()}
             if self.capacity.observe(a.host, sample, now):
                 self._on_change("capacity", now)
+        counts = body.get("counts")
+        if counts is not None:
+            bad = check_counts(counts)
+            if bad is not None:
+                return Reject(ErrorCode.INVALID_BODY, bad)
+            a.counts = {k: int(v) for k, v in counts.items() if v}
         a.applied_seq = int(body.get("applied_seq", a.applied_seq))
         a.flow_rates_Bps = dict(body.get("flow_rates_Bps", {}))
         a.total_Bps = float(body.get("total_Bps", 0.0))
@@ -421,4 +439,4 @@ class AgentTable:
         return body
 
 
-__all__ = ["RESEND_BACKOFF_MAX", "RESEND_TRIES", "AgentState", "AgentTable"]
+__all__ = ["RESEND_BACKOFF_MAX", "RESEND_TRIES", "AgentState", "AgentTable", "check_counts"]

@@ -322,6 +322,9 @@ def status_body(registry: JobRegistry, table: AgentTable, book: PlanBook, backgr
                   "reservable": a.reservable_with(config.critical_floor), "holds_floor": a.holds_floor,
                   # the floor it keeps for a critical job on its ports now ([daemon] critical_floor)
                   "floor_held": a.floor_held,
+                  # what the agent refused or dropped since it started, the non-zero
+                  # jitsched.protocol.AGENT_COUNTS
+                  "counts": a.counts,
                   # the port's unscheduled traffic as the agent measured it, bytes/s per direction,
                   # its smoothed mean and the capacity plans use (jitsched.daemon.capacity)
                   "unscheduled_Bps": a.unscheduled_Bps, **table.capacity.host_view(h)}

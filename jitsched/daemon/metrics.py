@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from jitsched.errors import ValidationError
+from jitsched.protocol import AGENT_COUNTS
 
 if TYPE_CHECKING:
     from jitsched.daemon.state import SchedulerState
@@ -103,6 +104,12 @@ class Metrics(Endpoint):
         # acks refused, schedule re-sends and hosts whose re-sends stopped unacked
         self.agent_counts = Gauge("jitsched_agent_counts", "Agent table counts since start, by name "
                                   "(status.agent_counts)", ["count"], registry=r)
+        # the agents' own counts (status.agents[h].counts), summed over the agents registered:
+        # schedule bodies refused as a deposed leader's or older than the one held, schedules
+        # dropped in a daemon's silence, daemon messages refused as malformed
+        self.agent_reported = Gauge("jitsched_agent_reported", "Agents' own counts since each started, "
+                                    "summed over the registered agents, by name (status.agents[h].counts)",
+                                    ["count"], registry=r)
         self.clock_off = Gauge("jitsched_agents_clock_off",
                                "Agents whose clock is off the daemon's by more than a slot", registry=r)
         # hosts in the cluster, and those that joined, left or were refused since start (status.hosts)
@@ -157,6 +164,8 @@ class Metrics(Endpoint):
             self.loop.labels(name).set(value)
         for name, value in state.agent_table.counts.items():
             self.agent_counts.labels(name).set(value)
+        for name in AGENT_COUNTS:
+            self.agent_reported.labels(name).set(sum(a.counts.get(name, 0) for a in state.agents.values()))
         self.clock_off.set(sum(a.clock_off for a in state.agents.values()))
         self.hosts.labels("in_cluster").set(len(state.cluster) - len(state.hosts.absent))
         for name, value in state.hosts.counts.items():
