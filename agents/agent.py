@@ -248,6 +248,8 @@ class Agent:
         self.heartbeat_timeout_s = 2.0
         self.dropped = 0  # schedules dropped because the daemon went silent, since start
         self.stale = 0  # schedule bodies ignored as older than the one held, since start
+        # the optional heartbeat fields the daemon registered with takes (HEARTBEAT_TAKES)
+        self._daemon_takes: frozenset[str] = frozenset()
         self.daemons = 0  # daemon incarnations seen, since start
         self._register_id = 0  # request id of the register in flight (0: none)
         self._register_at = -math.inf  # when it was sent (monotonic)
@@ -627,6 +629,7 @@ class Agent:
                 return
             self.epoch = max(self.epoch, int(b.get("epoch", 0)))
             self._left_silent = None
+            self._daemon_takes = frozenset(t for t in b.get("takes", ()) if isinstance(t, str))
             if "incarnation" in b:
                 self._daemon_is(int(b["incarnation"]))
             if self.backend is None:
@@ -777,8 +780,9 @@ class Agent:
             f.last_bytes, f.last_t = b, now
             rates[f.flow_id] = f.rate_Bps
         body = {"host": self.host, "applied_seq": self.applied_seq, "flow_rates_Bps": rates,
-                "total_Bps": float(sum(rates.values())), "sent_ns": self._clock_ns(),
-                "counts": self.counts()}
+                "total_Bps": float(sum(rates.values())), "sent_ns": self._clock_ns()}
+        if "counts" in self._daemon_takes:
+            body["counts"] = self.counts()
         if self.clock_offset_s is not None:
             body["clock_offset_s"] = self.clock_offset_s
             body["clock_rtt_s"] = self.clock_rtt_s

@@ -58,6 +58,10 @@ IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
 # schedules dropped because the daemon went silent ("dropped"), daemon messages refused as
 # malformed ("bad_messages"), daemon processes it has met ("daemons").
 AGENT_COUNTS = ("fenced", "stale", "dropped", "bad_messages", "daemons")
+# Heartbeat fields an agent sends only to a daemon whose register reply lists them in its
+# "takes": a daemon refuses a field it does not know, so an agent newer than its daemon
+# leaves them out instead of having every heartbeat refused (and its host marked down).
+HEARTBEAT_TAKES = ("counts",)
 # A schedule body's cap entry: what critical jobs' reserved transfers into or out of host
 # ``host`` leave of its ingress on the wire (address ``addr``), payload bytes/s per ``slot_s``
 # from wall time ``epoch_ns`` on; the agent holds the traffic it does not rank towards

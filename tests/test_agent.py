@@ -453,17 +453,21 @@ def test_agent_follows_a_restarted_daemon():
         # the daemon restarts: it answers a heartbeat with not_registered, and the agent
         # registers again at once (its silence timer never runs out: the replies reset it)
         ident, hb, _ = fake.recv("heartbeat")
+        assert "counts" not in hb.body  # this daemon's register reply did not say it takes them
         t_err = time.monotonic()
         fake.reply(ident, hb, error="not_registered")
         ident, req, t_reg = fake.recv("register", timeout_s=1.0)
         assert t_reg - t_err < 0.5
         assert a.schedule is not None  # the old plan holds until the new daemon answers
-        fake.reply(ident, req, _register_reply(222))
+        fake.reply(ident, req, _register_reply(222) | {"takes": ["counts"]})
         assert wait_until(lambda: a.incarnation == 222 and a.schedule is None and a.seq == 0, 5.0)
         fake.push(ident, _schedule(time.time_ns()) | {"seq": 1, "incarnation": 222})
         _, ack, _ = fake.recv("ack")
         assert ack.body == {"host": "h0", "seq": 1, "incarnation": 222}
         assert a.seq == 1 and a.schedule["incarnation"] == 222 and a.daemons == 2
+        # this one takes them: the older body of the first daemon counted
+        _, hb, _ = fake.recv("heartbeat")
+        assert hb.body["counts"] == {"fenced": 0, "stale": 1, "dropped": 0, "bad_messages": 0, "daemons": 2}
         # the daemon goes silent: past its heartbeat timeout the plan is no longer enforced
         assert wait_until(lambda: a.schedule is None, 5.0) and a.dropped == 1
         _, rates, left = a.slot_rates()

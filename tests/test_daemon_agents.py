@@ -266,7 +266,8 @@ def test_a_key_the_daemon_refuses_ends_the_agent(tmp_path):
 def test_an_agents_own_counts_reach_status_and_metrics_and_bad_ones_are_refused():
     with system(hosts=("h1",)) as (d, _), raw_dealer(d.agent_endpoint, None) as s, \
             Client(d.job_endpoint, timeout_s=5.0) as c:
-        assert ask(s, MsgType.REGISTER, {"host": "h0"}).ok
+        reg = ask(s, MsgType.REGISTER, {"host": "h0"})
+        assert reg.ok and reg.body["takes"] == ["counts"]  # so an agent sends them
         rep = ask(s, MsgType.HEARTBEAT, {"host": "h0", "counts": {"stale": 3, "fenced": 0, "daemons": 1}})
         assert rep.ok
         # zeros are left out of status

@@ -12,7 +12,7 @@ from jitsched.daemon.bodies import IdleFrame, host_bodies
 from jitsched.daemon.capacity import LiveCapacity, check_sample
 from jitsched.daemon.logs import kv
 from jitsched.daemon.reject import Reject
-from jitsched.protocol import AGENT_COUNTS, ErrorCode, unpack_body
+from jitsched.protocol import AGENT_COUNTS, HEARTBEAT_TAKES, ErrorCode, unpack_body
 
 log = logging.getLogger("jitsched.daemon")
 
@@ -176,7 +176,7 @@ class AgentTable:
                 "heartbeat_timeout_s": self.config.heartbeat_timeout_s,
                 "line_Bps": h.egress_Bps, "ingress_Bps": h.ingress_Bps,
                 "t0_wall_ns": int(self.t0_wall_s * 1e9), "incarnation": self.incarnation,
-                "epoch": self.epoch}
+                "epoch": self.epoch, "takes": list(HEARTBEAT_TAKES)}
 
     def admissible(self, identity: bytes, body: dict, now: float, peer: str | None,
                    joining: bool = False) -> None | Reject:
