@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jitsched.cli import main
+from jitsched.cli import COMMAND_MODULE, COMMAND_MODULES, build_parser, main
+from jitsched.cli.registry import REGISTRY
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "jitsched" / "examples" / "vgg16-4jobs.json"
 
@@ -170,3 +172,21 @@ def test_an_unknown_flag_points_to_the_help_of_its_command(capsys, argv, line):
         main(argv)
     assert exit_.value.code == 2
     assert one_error_line(capsys) == line
+
+
+def test_each_command_module_registers_the_commands_it_lists():
+    build_parser()
+    assert {name: cmd.run.__module__ for name, cmd in REGISTRY.items()} == COMMAND_MODULE
+    # the full parser lists them in the modules' order
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == [n for names in COMMAND_MODULES.values() for n in names]
+
+
+def test_a_command_imports_only_its_own_module():
+    # a client command in a fresh process: neither the planner, the daemon's server nor SciPy
+    code = ("import sys; from jitsched.cli import main; rc = main(['cancel', 'j1', '--daemon', 'garbage']); "
+            "heavy = ('scipy', 'jitsched.plan.planner', 'jitsched.daemon.server', 'jitsched.cli.sim'); "
+            "print(rc, [m for m in heavy if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines() == ["2 []"], proc.stderr
+    assert "--daemon 'garbage': not an endpoint" in proc.stderr

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from jitsched.cli.registry import arg, register
+from jitsched.cli.registry import arg, emit_json, register
 from jitsched.dag.lat import ESTIMATORS, latest_arrival_times
 from jitsched.dag.model import compile_jobs, load_workload
 from jitsched.plan.lp import OBJECTIVES
@@ -17,11 +15,6 @@ from jitsched.plan.planner import (
     PlanOptions,
     plan_jobs,
 )
-
-
-def emit_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=None, separators=(",", ":"))
-    sys.stdout.write("\n")
 
 
 @register(

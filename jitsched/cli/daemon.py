@@ -13,8 +13,7 @@ import threading
 from pathlib import Path
 
 from jitsched.agents.options import AgentOptions
-from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, register, seed
+from jitsched.cli.registry import arg, emit_json, register, seed
 from jitsched.errors import ValidationError
 from jitsched.optspec import argument_specs, options_from_args
 from jitsched.protocol import FOLLOWER

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, register
+from jitsched.cli.registry import arg, emit_json, register
 
 
 def _summary(rep) -> str:

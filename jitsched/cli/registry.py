@@ -1,9 +1,11 @@
-"""The command registry the jitsched CLI is generated from."""
+"""The command registry the jitsched CLI is generated from, and the argument and output helpers its commands share."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +20,12 @@ class Arg:
 
 def arg(*flags: str, **options) -> Arg:
     return Arg(tuple(flags), options)
+
+
+def emit_json(obj) -> None:
+    """``obj`` as one line of compact JSON on stdout."""
+    json.dump(obj, sys.stdout, indent=None, separators=(",", ":"))
+    sys.stdout.write("\n")
 
 
 def seed(text: str) -> int:

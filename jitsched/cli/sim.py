@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, positive, register, seed
+from jitsched.cli.registry import arg, emit_json, positive, register, seed
 from jitsched.dag.model import load_workload
 from jitsched.errors import ValidationError
 from jitsched.policies import reference_policy

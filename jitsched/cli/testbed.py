@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, register
+from jitsched.cli.registry import arg, emit_json, register
 from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.options import (
     BASELINES,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from jitsched.cli.core import emit_json
-from jitsched.cli.registry import arg, non_negative, positive, register, seed
+from jitsched.cli.registry import arg, emit_json, non_negative, positive, register, seed
 from jitsched.dag.model import Cluster, Host, Workload, save_workload
 from jitsched.errors import ValidationError
 from jitsched.plan.coflow import coflow_workload, read_coflow_trace
