@@ -45,24 +45,6 @@ def test_critical_files_need_a_third_host_and_take_turns_on_the_others():
         critical_files(["a", "b"], [1.0])
 
 
-def test_a_critical_jobs_own_connections_carry_the_critical_mark():
-    from jitsched.testbed.e2e import CRITICAL_TOS, SCHEDULED_TOS, transfer_tos
-
-    assert transfer_tos("critical", False, SCHEDULED_TOS, CRITICAL_TOS) == CRITICAL_TOS
-    # its small transfers ride the channels every job shares; other classes keep the common mark
-    assert transfer_tos("critical", True, SCHEDULED_TOS, CRITICAL_TOS) == SCHEDULED_TOS
-    assert transfer_tos("normal", False, SCHEDULED_TOS, CRITICAL_TOS) == SCHEDULED_TOS
-    assert transfer_tos("best-effort", False, None, None) is None
-
-
-def test_the_agents_take_every_mark_the_runners_set_as_dl():
-    from jitsched.testbed.e2e import CRITICAL_TOS, SCHEDULED_TOS, dl_marks
-
-    assert dl_marks(SCHEDULED_TOS, CRITICAL_TOS) == (SCHEDULED_TOS, CRITICAL_TOS)
-    assert dl_marks(SCHEDULED_TOS, SCHEDULED_TOS) == (SCHEDULED_TOS,)  # no band: one mark
-    assert dl_marks(None, None) == ()
-
-
 STATS = {"epsilon": 0.05, "refused": 0, "admitted_as_normal": 0, "classes": {"c": "critical"},
          "reservations": {"c": {"start_s": 0.2, "isolated_jct_s": 4.0, "target_jct_s": 4.2,
                                 "max_rate_Bps": {"t0": 1e7, "t1": 5e6, "t2": 0.0, "t3": 1e6}}}}

@@ -193,21 +193,6 @@ def test_bad_options_fail_before_the_testbed_is_built(monkeypatch, kw, message):
     assert built == []
 
 
-def _exits_at_once(conn) -> None:
-    conn.send(("ready",))  # then ends without results, as a runner process that crashed
-
-
-def test_a_runner_process_that_dies_is_an_error_not_a_hang():
-    child = e2e._Child("runners-0", _exits_at_once, ())
-    try:
-        assert child.ready() == ()
-        with pytest.raises(testbed.TestbedError, match="runners-0 exited before its jobs finished"):
-            child.results(30.0)
-    finally:
-        child.stop(5.0)
-    assert not multiprocessing.active_children()
-
-
 def test_transfers_under_ten_milliseconds_at_the_link_rate_go_unregistered():
     from jitsched.testbed.e2e import unregistered_max_bytes
 
@@ -217,27 +202,6 @@ def test_transfers_under_ten_milliseconds_at_the_link_rate_go_unregistered():
     # never below what fits in a flow class's first burst: two 1514-byte frames
     # (2 * 1448 payload) less 512 bytes of header
     assert unregistered_max_bytes(1) == 2 * 1448 - 512
-
-
-def test_agent_stats_name_the_agents_that_failed_by_host():
-    from types import SimpleNamespace
-
-    from jitsched.testbed.e2e import agent_stats, failed_agents
-
-    def agent(host, failure=None, out=3, inn=2):
-        return SimpleNamespace(host=host, failure=failure, registrations={"out": out, "in": inn},
-                               rto_capped=out, rto_cap_failed=0, backend=SimpleNamespace(relevels=out),
-                               in_backend=None)
-
-    ok, broken = agent("h0"), agent("h1", OSError("tc: No such device"), out=1, inn=0)
-    st = agent_stats([ok, broken], [1.0, 3.0, 2.0])
-    assert st["failed"] == {"h1": "OSError: tc: No such device"}
-    assert (st["registered_out"], st["registered_in"], st["rto_capped"], st["relevels"]) == (4, 2, 4, 4)
-    assert (st["slot_changes"], st["apply_late_ms_p50"], st["apply_late_ms_max"]) == (3, 2.0, 3.0)
-    assert "slot_changes" not in agent_stats([ok], []) and agent_stats([ok], [])["failed"] == {}
-    # the run's top level: every agent process's failures, by host
-    assert failed_agents({"agent-h0": agent_stats([ok], []), "agent-h1": st}) == {"h1": "OSError: tc: No such device"}
-    assert failed_agents({"agent-h0": {}}) == {}
 
 
 def test_cpu_busy_is_the_busy_share_of_the_ticks_between_two_readings():

@@ -56,7 +56,8 @@ def run_classes(sc, scenario: str, options: TestbedOptions) -> dict:
         rate (``carried``). ``details.isolated`` and ``details.with_files`` hold the
         figures of the run alone and of the run beside the files.
     """
-    from jitsched.testbed.e2e import failed_agents, run_workload, scenario_testbed
+    from jitsched.testbed.children import failed_agents
+    from jitsched.testbed.e2e import run_workload, scenario_testbed
     from jitsched.testbed.scenario import build_workload
 
     tb = scenario_testbed(sc, options)
@@ -137,7 +138,7 @@ def _jct(run: dict, job_id: str) -> float | None:
 
 def admission(critical: dict, job_id: str) -> dict:
     """What the daemon decided for critical job ``job_id`` (its stats' ``critical`` block:
-    :func:`jitsched.testbed.e2e.critical_stats`).
+    :func:`jitsched.testbed.children.critical_stats`).
 
     Returns
     -------

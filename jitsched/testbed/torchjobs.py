@@ -126,17 +126,14 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
     from jitsched.config import DaemonConfig
     from jitsched.dag.model import Cluster, Host
     from jitsched.testbed.bgtraffic import BackgroundFlow, Generator
-    from jitsched.testbed.e2e import (
-        SCHEDULED_TOS,
-        _agents_main,
-        _Child,
-        _daemon_main,
-        _sigterm_as_exit,
-        cpu_busy,
+    from jitsched.testbed.children import (
+        Child,
+        agents_main,
+        daemon_main,
         failed_agents,
-        machine_cpu_ticks,
         stop_children,
     )
+    from jitsched.testbed.e2e import SCHEDULED_TOS, _sigterm_as_exit, cpu_busy, machine_cpu_ticks
 
     sc = sc or TORCH_SCENARIOS[scenario]
     link_mbit = options.link_mbit or sc.link_mbit
@@ -154,13 +151,13 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
             cfg = DaemonConfig(cluster=Cluster(tuple(Host(h.name, bps, bps, h.address) for h in hosts)),
                                job_endpoint=f"ipc://{tmp}/jobs", agent_endpoint=f"ipc://{tmp}/agents",
                                heartbeat_s=0.5, heartbeat_timeout_s=3.0, **options.daemon_settings())
-            daemon = _Child("daemon", _daemon_main, (cfg,))
+            daemon = Child("daemon", daemon_main, (cfg,))
             children.append(daemon)
             job_ep, agent_ep = daemon.ready()
             ns_tag = f"tb{os.getpid()}"
             if options.enforced:
                 for h in hosts:
-                    children.append(_Child(f"agent-{h.name}", _agents_main,
+                    children.append(Child(f"agent-{h.name}", agents_main,
                                            ([(h.name, h.netns, options.agent_options(h.dev))], agent_ep,
                                             ns_tag, options.spare, (SCHEDULED_TOS,), ())))
                 for c in children[1:]:
