@@ -38,6 +38,7 @@ from jitsched.localreg import (
     unregister_flow,
 )
 from jitsched.protocol import (
+    AGENT_COUNTS,
     LOCAL_TYPES,
     MAX_MESSAGE_BYTES,
     ErrorCode,
@@ -810,8 +811,7 @@ class Agent:
     def counts(self) -> dict[str, int]:
         """What the agent refused or dropped since start, by :data:`jitsched.protocol.AGENT_COUNTS`
         name (its heartbeat carries them to the daemon's ``status``)."""
-        return {"fenced": self.fenced, "stale": self.stale, "dropped": self.dropped,
-                "bad_messages": self.bad_messages, "daemons": self.daemons}
+        return {name: getattr(self, name) for name in AGENT_COUNTS}  # each an attribute of that name
 
     def scheduled_bytes(self, attached: dict | None = None) -> dict[str, int]:
         """Payload bytes so far of the flows this agent schedules, per direction: registered
