@@ -279,7 +279,9 @@ def test_an_agents_own_counts_reach_status_and_metrics_and_bad_ones_are_refused(
         assert d.metrics.agent_reported.labels("fenced")._value.get() == 0
         for counts, why in (({"late": 1}, "unknown count 'late'"), ({"stale": -1}, "body.counts.stale"),
                             ({"stale": 1.5}, "body.counts.stale"), ({"stale": True}, "body.counts.stale")):
-            rep = ask(s, MsgType.HEARTBEAT, {"host": "h0", "counts": counts})
+            rep = ask(s, MsgType.HEARTBEAT, {"host": "h0", "counts": counts, "unscheduled_Bps": {"out": 5.0}})
             assert not rep.ok and rep.code == ErrorCode.INVALID_BODY and why in rep.message, rep.message
-        assert c.status()["agents"]["h0"]["counts"] == {"stale": 3, "daemons": 1}  # kept as last taken
+        # kept as last taken, and nothing else of the refused heartbeats taken either
+        st = c.status()["agents"]["h0"]
+        assert st["counts"] == {"stale": 3, "daemons": 1} and st["unscheduled_Bps"] == {}
     assert check_counts({"stale": 0, "bad_messages": 2}) is None

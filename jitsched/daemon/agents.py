@@ -254,6 +254,10 @@ class AgentTable:
         a = self._agent(identity, body, now, peer)
         if isinstance(a, Reject):
             return a
+        counts = body.get("counts")
+        bad = check_counts(counts) if counts is not None else None
+        if bad is not None:  # refused before any of the heartbeat is taken
+            return Reject(ErrorCode.INVALID_BODY, bad)
         sample = body.get("unscheduled_Bps")
         if sample is not None:
             bad = check_sample(sample)
@@ -262,11 +266,7 @@ class AgentTable:
             a.unscheduled_Bps = {d: float(v) for d, v in sample.items()}
             if self.capacity.observe(a.host, sample, now):
                 self._on_change("capacity", now)
-        counts = body.get("counts")
         if counts is not None:
-            bad = check_counts(counts)
-            if bad is not None:
-                return Reject(ErrorCode.INVALID_BODY, bad)
             a.counts = {k: int(v) for k, v in counts.items() if v}
         a.applied_seq = int(body.get("applied_seq", a.applied_seq))
         a.flow_rates_Bps = dict(body.get("flow_rates_Bps", {}))
