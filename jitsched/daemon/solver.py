@@ -512,7 +512,10 @@ class PlannerProcess:
         return self._conn.recv()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Ask the child to exit, then reap it (killed if it does not exit in time)."""
+        """Ask the child to exit, then reap it (killed if it does not exit in time, and at
+        once if it has not said it is ready: it is still importing or planning its
+        self-test, holds nothing, and would read the request to exit only after that,
+        1.1 s of a daemon's stop on a 2-core machine)."""
         if self._conn is not None:
             try:
                 self._conn.send(None)
@@ -521,6 +524,8 @@ class PlannerProcess:
             self._conn.close()
             self._conn = None
         if self._proc is not None:
+            if not self._ready:
+                self._proc.kill()
             try:
                 self._proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
