@@ -269,8 +269,9 @@ def agents_main(hosts: list[tuple[str, str, AgentOptions]], endpoint: str, ns_ta
                  dl_marks: tuple[int, ...], watch: tuple[str, ...], conn) -> None:
     """Child process: one tc agent per host (name, namespace, its options), each in its host's
     namespace; sends their socket names."""
+    # (not the daemon's server for its polling helper: it imports SciPy and the planner,
+    # a second of CPU in each of these processes while the testbed starts)
     from jitsched.agents.agent import Agent
-    from jitsched.daemon.server import wait_until
 
     agents = []
     late_ms: list[float] = []
@@ -285,7 +286,8 @@ def agents_main(hosts: list[tuple[str, str, AgentOptions]], endpoint: str, ns_ta
                 plumbing = {"netns": netns, "spare": spare, "dl_tos": dl_marks}
                 agents.append(Agent(name, endpoint, opts, backend_options=plumbing,
                                     local_namespace=ns_tag).start())
-        if not wait_until(lambda: all(a.registered.is_set() for a in agents), 20.0):
+        deadline = time.monotonic() + 20.0
+        if not all(a.registered.wait(max(0.0, deadline - time.monotonic())) for a in agents):
             raise testbed.TestbedError("agents did not register")
         for a in agents:
             _time_slot_changes(a, late_ms, watch, watched)
