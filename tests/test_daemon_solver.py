@@ -53,6 +53,20 @@ def test_planner_child_ignores_a_jitsched_in_the_working_directory(tmp_path, mon
         proc.close()
 
 
+
+def test_a_child_closed_before_it_is_ready_is_killed_and_one_that_is_ready_exits():
+    import signal
+
+    early = PlannerProcess(make_policy("jit"), Cluster.uniform(2), 0.0).start()
+    popen = early._proc
+    early.close()  # still importing: nothing to wait for
+    assert popen.returncode == -signal.SIGKILL and early.pid is None
+    ready = PlannerProcess(make_policy("jit"), Cluster.uniform(2), 0.0).start()
+    popen = ready._proc
+    wait_ready(ready)
+    ready.close()  # asked to exit, and it does
+    assert popen.returncode == 0
+
 # A decoy that would pass for the planner: it answers "ready" with its own file.
 PASSING_DECOY = """\
 import jitsched
