@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -38,17 +39,31 @@ def test_entry_points_found():
             "bench/bench_daemon.py", "bench/bench_faults.py", "bench/paper"} <= set(ENTRY_POINTS)
 
 
+def _as_module(entry: str) -> list[str]:
+    return ["-m", entry.removesuffix(".py").replace("/", ".")]
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[tuple[str, str], subprocess.CompletedProcess]:
+    """Every entry point's ``--help``, as a script and as a module, run a few at a time: each
+    is an interpreter importing its bench, a second of one core for most."""
+    runs = {(entry, form): [entry] if form == "script" else _as_module(entry)
+            for entry in ENTRY_POINTS for form in ("script", "module")}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=(os.cpu_count() or 1) + 1) as pool:
+        done = {key: pool.submit(_run, args, ROOT) for key, args in runs.items()}
+        return {key: f.result() for key, f in done.items()}
+
+
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
-def test_runs_as_script(entry):
-    res = _run([entry], ROOT)
+def test_runs_as_script(entry, helps):
+    res = helps[entry, "script"]
     assert res.returncode == 0, res.stderr
     assert "usage:" in res.stdout
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
-def test_runs_as_module(entry):
-    module = entry.removesuffix(".py").replace("/", ".")
-    res = _run(["-m", module], ROOT)
+def test_runs_as_module(entry, helps):
+    res = helps[entry, "module"]
     assert res.returncode == 0, res.stderr
     assert "usage:" in res.stdout
 
