@@ -9,7 +9,10 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import jitsched.dag.model as model
 from jitsched.dag.model import (
     BEST_EFFORT,
     COMPUTE,
@@ -94,6 +97,52 @@ def test_good_workload_parses():
 def test_validation_errors_name_the_problem(mutate, message):
     with pytest.raises(ValidationError, match=message):
         parse_workload(mutated(mutate))
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda o: o["jobs"][0]["transfers"][0].update(src="hx"), r"^jobs\[0\].transfers\[0\].src: unknown host 'hx' \(node 't1'\)$"),
+    (lambda o: o["jobs"][0]["edges"].append(["zz", "c1"]), r"^jobs\[0\].edges\[1\]: edge to unknown node 'zz'$"),
+    (lambda o: o["jobs"][0]["edges"].append(["t1", 3]), r"^jobs\[0\].edges\[1\]: expected a pair of node ids"),
+    (lambda o: o["jobs"][0]["computes"][0].update(id=""), r"^jobs\[0\].computes\[0\].id: must not be empty$"),
+    (lambda o: o["jobs"][0]["computes"][0].update(std_s=-1), r"^jobs\[0\].computes\[0\].std_s: negative std -1.0"),
+    (lambda o: o["jobs"][0]["transfers"].append({"id": "c1", "src": "h0", "dst": "h1", "bytes": 1}),
+     r"^jobs\[0\].transfers\[1\].id: duplicate node id 'c1'$"),
+])
+def test_node_errors_name_their_field_path_exactly(mutate, message):
+    with pytest.raises(ValidationError, match=message):
+        parse_workload(mutated(mutate))
+
+
+def test_a_map_of_subclassed_values_parses_as_the_plain_one():
+    # numpy numbers, tuples for pairs and str subclasses take the full check, with the same result
+    class Name(str):
+        pass
+
+    odd = mutated(lambda o: o["jobs"][0].update(
+        computes=[{"id": Name("c1"), "host": "h1", "duration_s": np.float64(0.01)}],
+        transfers=[{"id": "t1", "src": Name("h0"), "dst": "h1", "bytes": np.float64(1000)}],
+        edges=[("t1", Name("c1")), ["t1", "c1"]]))
+    assert parse_workload(odd) == parse_workload(GOOD)
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from(["", "h0", "x"]), st.lists(st.integers(), max_size=2),
+                   st.dictionaries(st.text(max_size=2), st.integers(), max_size=1))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["id", "host", "src", "dst", "bytes", "duration_s", "std_s", "extra"]),
+                       VALUES, max_size=6))
+def test_the_fast_node_check_passes_exactly_what_the_full_check_passes(obj):
+    # on maps of builtin types the check without messages and the one with them agree
+    for spec, required in ((model._COMPUTE_FIELDS, model._COMPUTE_REQUIRED),
+                           (model._TRANSFER_FIELDS, model._TRANSFER_REQUIRED)):
+        try:
+            model._check_map(obj, "x", spec, required)
+            full = True
+        except ValidationError:
+            full = False
+        assert model._plain(obj, spec, required) == full, (obj, spec)
 
 
 def test_cycle_names_a_node_on_the_cycle_not_behind_it():

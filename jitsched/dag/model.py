@@ -227,7 +227,9 @@ _HOST_REQUIRED = ("name", "egress_bps", "ingress_bps")
 _JOB_FIELDS = {"id": str, "arrival_s": "num", "priority": "num", "model": str, "class": str,
                "computes": list, "transfers": list, "edges": list}
 _COMPUTE_FIELDS = {"id": str, "host": str, "duration_s": "num", "std_s": "num"}
+_COMPUTE_REQUIRED = ("id", "host", "duration_s")
 _TRANSFER_FIELDS = {"id": str, "src": str, "dst": str, "bytes": "num"}
+_TRANSFER_REQUIRED = ("id", "src", "dst", "bytes")
 _BACKGROUND_FIELDS = {"id": str, "src": str, "dst": str, "bytes": "num", "arrival_s": "num"}
 _TOP_FIELDS = {"cluster": dict, "jobs": list, "background": list}
 
@@ -235,6 +237,28 @@ _TOP_FIELDS = {"cluster": dict, "jobs": list, "background": list}
 def _at(path: str, key: str) -> str:
     """The field path of ``key`` in the map at ``path`` ("" for a file's top level)."""
     return f"{path}.{key}" if path else key
+
+
+def _plain(obj: Any, spec: dict[str, Any], required: Iterable[str]) -> bool:
+    """Whether ``obj`` is a dict that :func:`_check_map` passes, of builtin types only; builds
+    no message (False for a subclass it would pass too: the caller then runs it)."""
+    if type(obj) is not dict or not obj.keys() <= spec.keys():
+        return False
+    for key in required:
+        if key not in obj:
+            return False
+    for key, val in obj.items():
+        kind = spec[key]
+        if kind == "num":
+            t = type(val)
+            if (t is not float and t is not int) or not math.isfinite(val):
+                return False
+        elif kind is str:
+            if type(val) is not str or not val:
+                return False
+        elif type(val) is not kind:
+            return False
+    return True
 
 
 def _check_map(obj: Any, path: str, spec: Mapping[str, Any], required: Iterable[str]) -> None:
@@ -307,51 +331,63 @@ def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
     if job_class not in CLASSES:
         raise ValidationError(f"{path}.class: expected one of {', '.join(CLASSES)}, got {job_class!r}")
     ids: set[str] = set()
-
-    def _new_id(node_id: str, where: str) -> None:
-        if node_id in ids:
-            raise ValidationError(f"{where}.id: duplicate node id {node_id!r}")
-        ids.add(node_id)
-
+    # A node's field path is written out only for an error: a ResNet-152 job has thousands
+    # of nodes, and formatting every path was most of its parse
     computes = []
     for i, c in enumerate(obj.get("computes", [])):
-        where = f"{path}.computes[{i}]"
-        _check_map(c, where, _COMPUTE_FIELDS, ("id", "host", "duration_s"))
-        _new_id(c["id"], where)
+        if not _plain(c, _COMPUTE_FIELDS, _COMPUTE_REQUIRED):
+            _check_map(c, f"{path}.computes[{i}]", _COMPUTE_FIELDS, _COMPUTE_REQUIRED)
+        node = c["id"]
+        if node in ids:
+            raise ValidationError(f"{path}.computes[{i}].id: duplicate node id {node!r}")
+        ids.add(node)
         if c["host"] not in cluster:
-            raise ValidationError(f"{where}.host: unknown host {c['host']!r} (node {c['id']!r})")
+            raise ValidationError(f"{path}.computes[{i}].host: unknown host {c['host']!r} (node {node!r})")
         if c["duration_s"] < 0:
-            raise ValidationError(f"{where}.duration_s: negative duration {c['duration_s']!r} (node {c['id']!r})")
+            raise ValidationError(f"{path}.computes[{i}].duration_s: negative duration {c['duration_s']!r} "
+                                  f"(node {node!r})")
         std = float(c.get("std_s", 0.0))
         if std < 0:
-            raise ValidationError(f"{where}.std_s: negative std {std!r} (node {c['id']!r})")
-        computes.append(Compute(c["id"], c["host"], float(c["duration_s"]), std))
+            raise ValidationError(f"{path}.computes[{i}].std_s: negative std {std!r} (node {node!r})")
+        computes.append(Compute(node, c["host"], float(c["duration_s"]), std))
     transfers = []
     for i, t in enumerate(obj.get("transfers", [])):
-        where = f"{path}.transfers[{i}]"
-        _check_map(t, where, _TRANSFER_FIELDS, ("id", "src", "dst", "bytes"))
-        _new_id(t["id"], where)
-        for key in ("src", "dst"):
-            if t[key] not in cluster:
-                raise ValidationError(f"{where}.{key}: unknown host {t[key]!r} (node {t['id']!r})")
-        if t["src"] == t["dst"]:
-            raise ValidationError(f"{where}: src and dst are the same host {t['src']!r} (node {t['id']!r})")
+        if not _plain(t, _TRANSFER_FIELDS, _TRANSFER_REQUIRED):
+            _check_map(t, f"{path}.transfers[{i}]", _TRANSFER_FIELDS, _TRANSFER_REQUIRED)
+        node, src, dst = t["id"], t["src"], t["dst"]
+        if node in ids:
+            raise ValidationError(f"{path}.transfers[{i}].id: duplicate node id {node!r}")
+        ids.add(node)
+        if src not in cluster or dst not in cluster:
+            key = "src" if src not in cluster else "dst"
+            raise ValidationError(f"{path}.transfers[{i}].{key}: unknown host {t[key]!r} (node {node!r})")
+        if src == dst:
+            raise ValidationError(f"{path}.transfers[{i}]: src and dst are the same host {src!r} (node {node!r})")
         if t["bytes"] <= 0:
-            raise ValidationError(f"{where}.bytes: size must be positive, got {t['bytes']!r} (node {t['id']!r})")
-        transfers.append(Transfer(t["id"], t["src"], t["dst"], float(t["bytes"])))
+            raise ValidationError(f"{path}.transfers[{i}].bytes: size must be positive, got {t['bytes']!r} "
+                                  f"(node {node!r})")
+        transfers.append(Transfer(node, src, dst, float(t["bytes"])))
     edges = []
     seen_edges: set[tuple[str, str]] = set()
     for i, e in enumerate(obj.get("edges", [])):
-        where = f"{path}.edges[{i}]"
+        if type(e) is list and len(e) == 2:
+            a, b = e
+            if type(a) is str and type(b) is str and a != b and a in ids and b in ids:
+                pair = (a, b)
+                if pair not in seen_edges:  # a repeated dependency changes nothing
+                    seen_edges.add(pair)
+                    edges.append(pair)
+                continue
+        # not a plain pair of known ids: the checks below name what is wrong
         if (not isinstance(e, (list, tuple)) or len(e) != 2
-                or not all(isinstance(x, str) for x in e)):
-            raise ValidationError(f"{where}: expected a pair of node ids [before, after], got {e!r}")
+                or not isinstance(e[0], str) or not isinstance(e[1], str)):
+            raise ValidationError(f"{path}.edges[{i}]: expected a pair of node ids [before, after], got {e!r}")
         a, b = e
         for x in (a, b):
             if x not in ids:
-                raise ValidationError(f"{where}: edge to unknown node {x!r}")
+                raise ValidationError(f"{path}.edges[{i}]: edge to unknown node {x!r}")
         if a == b:
-            raise ValidationError(f"{where}: self-loop on node {a!r} (a cycle)")
+            raise ValidationError(f"{path}.edges[{i}]: self-loop on node {a!r} (a cycle)")
         if (a, b) in seen_edges:
             continue  # a repeated dependency changes nothing
         seen_edges.add((a, b))
@@ -495,11 +531,9 @@ def find_cycle_node(job: Job) -> str | None:
     n = len(ids)
     indeg = [0] * n
     succ: list[list[int]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
     for a, b in job.edges:
-        ia, ib = pos[a], pos[b]
-        succ[ia].append(ib)
-        pred[ib].append(ia)
+        ib = pos[b]
+        succ[pos[a]].append(ib)
         indeg[ib] += 1
     stack = [i for i in range(n) if indeg[i] == 0]
     seen = 0
@@ -514,6 +548,9 @@ def find_cycle_node(job: Job) -> str | None:
         return None
     # Every node left has a predecessor that is also left: walking predecessors must
     # revisit a node, and the first revisited node lies on a cycle.
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for a, b in job.edges:
+        pred[pos[b]].append(pos[a])
     v = next(i for i in range(n) if indeg[i] > 0)
     visited: set[int] = set()
     while v not in visited:
