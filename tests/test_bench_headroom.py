@@ -18,13 +18,12 @@ def test_unit_factors_are_jit_itself():
     assert bh.weighted_mean_jct(wl, None, 1) == jit
     assert bh.weighted_mean_jct(wl, np.ones(len(wl.jobs)), 1) == jit
     # a factor moves the order: some job's weight changes what the run gives
-    moved = [bh.weighted_mean_jct(wl, np.where(np.arange(len(wl.jobs)) == j, 1e-3, 1.0), 1)
-             for j in range(len(wl.jobs))]
-    assert any(m != jit for m in moved)
+    assert any(bh.weighted_mean_jct(wl, np.where(np.arange(len(wl.jobs)) == j, 1e-3, 1.0), 1) != jit
+               for j in range(len(wl.jobs)))
 
 
 def test_the_search_keeps_only_what_lowers_the_mean(capsys):
-    assert bh.main(["--seeds", "2", "--n-jobs", "20", "--factors", "0.25,4", "--workers", "1", "--json"]) == 0
+    assert bh.main(["--seeds", "2", "--n-jobs", "12", "--factors", "0.25,4", "--workers", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for r in out["runs"]:
         assert r["searched_s"] <= r["jit_s"]
@@ -44,13 +43,13 @@ def test_bad_options_are_refused(bad, capsys):
 
 
 def test_lp_order_runs_jit_under_each_variant(capsys):
-    assert bh.main(["--lp-order", "--seeds", "2", "--n-jobs", "20", "--lp-exponents", "1,64", "--lp-spreads",
+    assert bh.main(["--lp-order", "--seeds", "2", "--n-jobs", "12", "--lp-exponents", "1,64", "--lp-spreads",
                     "1000", "--workers", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for r in out["runs"]:
         assert set(r["variants"]) == {"stretch^1", "stretch^64", "rank 1000"}
         assert r["lp_stretch_max"] >= 1.0 - 1e-9
-        wl = generate_workload(0.5, n_jobs=20, n_hosts=20, bps=1e10, seed=r["seed"])
+        wl = generate_workload(0.5, n_jobs=12, n_hosts=20, bps=1e10, seed=r["seed"])
         assert r["jit_s"] == float(np.mean(simulate(wl, "jit", seed=r["seed"]).jct_s))
     s = out["summary"]
     assert s["seeds"] == [0, 1]
