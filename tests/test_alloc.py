@@ -340,10 +340,15 @@ def test_slot_plan_matches_composition_on_odd_inputs(case, data):
     # zero capacities (a 0/0 factor makes a 0.0 flow NaN) and NaN, negative or
     # zero planned rates (NaN shares the leftover, the others count as 0).
     k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat, ce, ci, crumb = case
-    odd = st.sampled_from([0.0, -0.0, -1.0, -3.5, np.nan, 2.0])
-    plan_rates = np.array([data.draw(st.one_of(odd, st.just(float(x)))) for x in plan_rates])
-    ce = np.array([data.draw(st.one_of(odd.filter(np.isfinite), st.just(float(x)))) for x in ce])
-    ci = np.array([data.draw(st.one_of(odd.filter(np.isfinite), st.just(float(x)))) for x in ci])
+    def oddly(x: np.ndarray, values: list[float]) -> np.ndarray:
+        # each entry kept (None) or replaced by an odd value: one draw per array
+        picks = data.draw(st.lists(st.one_of(st.none(), st.sampled_from(values)), min_size=len(x), max_size=len(x)))
+        return np.array([float(v) if p is None else p for v, p in zip(x, picks, strict=True)], dtype=np.float64)
+
+    odd = [0.0, -0.0, -1.0, -3.5, np.nan, 2.0]
+    plan_rates = oddly(plan_rates, odd)
+    ce = oddly(ce, [v for v in odd if np.isfinite(v)])
+    ci = oddly(ci, [v for v in odd if np.isfinite(v)])
     args = (k, node, src, dst, remaining, p_start, p_len, p_off, plan_rates, size, lat, ce, ci, crumb)
     fixed, cand, key, drifted = slot_rates(*args)
     for bf in (False, True):
