@@ -551,7 +551,10 @@ def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0, policy
     rng = np.random.default_rng(seed)
     names = [f"h{i}" for i in range(n_hosts)]
     extra = {} if policy is None else {"policy": policy}
-    d = _start(_cfg(n_hosts, planning="full", coalesce_s=2.0, policy_options=dict(policy_options or {}),
+    # the submissions coalesce into one first plan (2 s at 1000 jobs), and a re-solve's
+    # cancel and submit into one re-solve; each plan waits that long first
+    coalesce_s = min(2.0, 0.25 + n_jobs / 500)
+    d = _start(_cfg(n_hosts, planning="full", coalesce_s=coalesce_s, policy_options=dict(policy_options or {}),
                     per_client=ClientQuota(max_jobs=max(n_jobs + 1, 1000)), **extra))
     st = d.state
     out: list[float] = []
