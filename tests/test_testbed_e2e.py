@@ -38,10 +38,11 @@ def tiny(monkeypatch, netns_available):
         testbed.down(prefix)
 
 
+# each ranking policy once, and none (sincronia runs the jobs of many workers below)
 @pytest.mark.parametrize("policy,ingress,spare,procs,channels,announce", [
     ("jit", False, "background", 1, False, False), ("jit", True, "shared", 2, True, True),
-    ("none", False, "background", 2, True, False), ("sincronia", True, "background", 2, False, False),
-    ("tictac", False, "background", 1, False, True), ("varys", False, "background", 1, True, False)])
+    ("none", False, "background", 2, True, False), ("tictac", False, "background", 1, False, True),
+    ("varys", True, "background", 2, False, False)])
 def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress, spare, procs, channels,
                                                            announce, capfd):
     # procs 2: each of the two jobs in a runner process of its own; 1: both in one;
