@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jitsched.cli import COMMAND_MODULE, COMMAND_MODULES, build_parser, main
-from jitsched.cli.registry import REGISTRY
+from jitsched.cli.registry import COMMANDS, REGISTRY
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "jitsched" / "examples" / "vgg16-4jobs.json"
 
@@ -174,12 +174,38 @@ def test_an_unknown_flag_points_to_the_help_of_its_command(capsys, argv, line):
     assert one_error_line(capsys) == line
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
 def test_each_command_module_registers_the_commands_it_lists():
     build_parser()
     assert {name: cmd.run.__module__ for name, cmd in REGISTRY.items()} == COMMAND_MODULE
-    # the full parser lists them in the modules' order
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(sub.choices) == [n for names in COMMAND_MODULES.values() for n in names]
+    assert {name: cmd.help for name, cmd in REGISTRY.items()} == {n: h for n, (_, h) in COMMANDS.items()}
+    # the full parser and the listing one name them alike, in the table's order
+    full, listing = _subparsers(build_parser()), _subparsers(build_parser(listing=True))
+    assert list(full.choices) == list(listing.choices) == list(COMMANDS)
+    assert [n for names in COMMAND_MODULES.values() for n in names] == list(COMMANDS)
+    assert [a.help for a in full._choices_actions] == [a.help for a in listing._choices_actions]
+
+
+def test_a_command_its_table_does_not_give_to_its_module_is_refused():
+    from jitsched.cli.registry import register
+
+    with pytest.raises(RuntimeError, match="'nope' is not declared in COMMANDS"):
+        register("nope")(lambda args: 0)
+    assert "nope" not in REGISTRY
+
+
+def test_the_command_list_imports_no_command_module():
+    # `jitsched --help` in a fresh process lists every command from the table alone
+    code = ("import sys; from jitsched.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "mods = [m for m in sys.modules if m.startswith('jitsched.cli.') and m != 'jitsched.cli.registry']\n"
+            "print(rc, mods + [m for m in ('scipy', 'numpy') if m in sys.modules], file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.splitlines() == ["0 []"], proc.stderr
+    assert all(f"    {name}" in proc.stdout for name in COMMANDS), proc.stdout
 
 
 def test_a_command_imports_only_its_own_module():

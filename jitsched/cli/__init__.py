@@ -10,26 +10,20 @@ import re
 import sys
 
 from jitsched import __version__
-from jitsched.cli.registry import REGISTRY
+from jitsched.cli.registry import COMMANDS, REGISTRY
 from jitsched.errors import JitschedError
 
 # The errors of a write whose device is full or failing.
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
-# Every module that registers commands, with the commands it registers (one line per
-# area; tests check the names against the registry). main() imports only the module of the
-# command it runs: the others bring NumPy, SciPy and the planner, 1.1 s before
-# `jitsched status` could start on a 2-core machine where its own module takes 0.2 s.
-COMMAND_MODULES = {
-    "jitsched.cli.core": ("lat", "plan"),
-    "jitsched.cli.sim": ("sim",),
-    "jitsched.cli.testbed": ("testbed",),
-    "jitsched.cli.daemon": ("daemon", "agent", "submit", "cancel", "status", "attach", "demo"),
-    "jitsched.cli.workloads": ("import-tf", "gen-workload", "import-coflow"),
-    "jitsched.cli.keys": ("keys",),
-    "jitsched.cli.journal": ("journal",),
-}
-COMMAND_MODULE = {name: mod for mod, names in COMMAND_MODULES.items() for name in names}
+# Every module that registers commands, with the commands it registers (from COMMANDS).
+# main() imports only the module of the command it runs: the others bring NumPy, SciPy and
+# the planner, 1.1 s before `jitsched status` could start on a 2-core machine where its own
+# module takes 0.2 s.
+COMMAND_MODULE = {name: mod for name, (mod, _) in COMMANDS.items()}
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {}
+for _name, _mod in COMMAND_MODULE.items():
+    COMMAND_MODULES[_mod] = (*COMMAND_MODULES.get(_mod, ()), _name)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -52,22 +46,31 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{prog}: error: {message} (see {prog} --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command, or of ``command`` alone (its module alone imported)."""
-    mods = [COMMAND_MODULE[command]] if command in COMMAND_MODULE else list(COMMAND_MODULES)
-    for mod in mods:
-        importlib.import_module(mod)
+def build_parser(command: str | None = None, *, listing: bool = False) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command`` alone (its module alone imported); with
+    ``listing``, of every command's name and help only (no module imported: enough for
+    ``--help``, ``--version`` and the error of an unknown or missing command)."""
+    if listing:
+        names = list(COMMANDS)
+    else:
+        mods = [COMMAND_MODULE[command]] if command in COMMAND_MODULE else list(COMMAND_MODULES)
+        for mod in mods:
+            importlib.import_module(mod)
+        names = [name for mod in mods for name in COMMAND_MODULES[mod]]
     parser = OneLineParser(
         prog="jitsched", description="DAG-aware just-in-time network traffic scheduler")
     parser.add_argument("--version", action="version", version=f"jitsched {__version__}")
     # not required here: main() says it is missing, after an unknown flag given before
     # any COMMAND is named (argparse's required check would hide it)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=False)
-    for cmd in (REGISTRY[name] for mod in mods for name in COMMAND_MODULES[mod]):
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
-        for a in cmd.args:
+    for name in names:
+        help_ = COMMANDS[name][1]
+        p = sub.add_parser(name, help=help_, description=help_)
+        if listing:
+            continue
+        for a in REGISTRY[name].args:
             p.add_argument(*a.flags, **a.options)
-        p.set_defaults(_run=cmd.run)
+        p.set_defaults(_run=REGISTRY[name].run)
     return parser
 
 
@@ -90,8 +93,10 @@ def _as_flag(parser: OneLineParser, command: str, message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``jitsched`` console script; returns the exit code."""
     given = list(sys.argv[1:] if argv is None else argv)
-    # the first word that is not a flag names the command (the top level has no valued flags)
-    parser = build_parser(next((a for a in given if not a.startswith("-")), None))
+    # the first word that is not a flag names the command (the top level has no valued flags);
+    # without a known one, the parser only lists the commands
+    word = next((a for a in given if not a.startswith("-")), None)
+    parser = build_parser(word) if word in COMMAND_MODULE else build_parser(listing=True)
     parser.argv = given
     args = parser.parse_args(argv)
     if args.command is None:

@@ -18,7 +18,7 @@ from jitsched.plan.planner import (
 
 
 @register(
-    "lat", "Latest arrival time of every transfer (all jobs of FILE planned together).",
+    "lat",
     arg("file", metavar="FILE.json", help="native-format workload (.json or .json.gz)"),
     arg("--estimator", choices=ESTIMATORS, default="exact",
         help="exact one-pass estimate (default) or the paper's Algorithm 1"),
@@ -40,7 +40,7 @@ def cmd_lat(args: argparse.Namespace) -> int:
 
 
 @register(
-    "plan", "Plan per-slot rates for the DAG transfers of FILE (LAT + bandwidth LP).",
+    "plan",
     arg("file", metavar="FILE.json", help="native-format workload (.json or .json.gz)"),
     arg("--slot-s", type=float, default=DEFAULT_SLOT_S, help="slot length in seconds (default %(default)s)"),
     arg("--alpha", type=float, default=DEFAULT_ALPHA,

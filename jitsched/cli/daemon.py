@@ -117,7 +117,7 @@ def _until_signal(stop: threading.Event, alive=lambda: True) -> None:
 
 
 @register(
-    "daemon", "Run the scheduling daemon (job and agent ZeroMQ sockets, planner, metrics).",
+    "daemon",
     arg("--config", required=True, metavar="C.toml", help="TOML cluster and daemon configuration"),
     arg("--metrics-port", type=int, default=None, help="Prometheus port (overrides the config; 0 = off)"),
     arg("--metrics-address", default=None, metavar="ADDRESS",
@@ -197,7 +197,7 @@ def _replica(cfg) -> int:
 
 
 @register(
-    "agent", "Run the host agent of HOST: receive per-slot schedules and enforce them.",
+    "agent",
     arg("--host", required=True, help="this host's name in the daemon's cluster"),
     arg("--daemon", default=DEFAULT_AGENT_ENDPOINT, help=f"agent endpoint (default {DEFAULT_AGENT_ENDPOINT}); daemon replicas: their "
                                                             "agent endpoints separated by commas"),
@@ -263,7 +263,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
 
 @register(
-    "submit", "Submit a job (native JSON job or workload, or a TensorFlow GraphDef) to the daemon.",
+    "submit",
     arg("file", metavar="JOB.json|GRAPH", help="native job map, native workload (all its jobs), or GraphDef"),
     JOB_DAEMON_ARG,
     arg("--ps-host", default=None, help="GraphDef: host of the parameter server task"),
@@ -381,7 +381,7 @@ def _replica_line(r: dict) -> str:
 
 
 @register(
-    "cancel", "Cancel running jobs this client submitted: their transfers leave the plan.",
+    "cancel",
     arg("job_ids", nargs="+", metavar="JOB_ID", help="the id each job was submitted with"),
     JOB_DAEMON_ARG,
     arg("--timeout-s", type=float, default=10.0, help="reply timeout in seconds"),
@@ -421,7 +421,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 @register(
-    "status", "Jobs, agents and the last plan, as the daemon sees them.",
+    "status",
     JOB_DAEMON_ARG,
     arg("--timeout-s", type=float, default=5.0, help="reply timeout in seconds"),
     _keys_arg("this client"),
@@ -555,8 +555,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 @register(
-    "attach", "Schedule a job's TCP connections on HOST without code in the application: name its "
-              "processes, cgroup or ports; HOST's agent finds their connections and ranks them.",
+    "attach",
     arg("job", metavar="JOB", help="the job's id in the daemon (submitted with this client's key)"),
     arg("--host", required=True, help="the host whose agent classifies the connections; run this there"),
     arg("--pid", type=int, action="append", default=[], metavar="PID",
@@ -628,7 +627,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 @register(
-    "demo", "End-to-end demo on loopback: daemon, pacing agents, a Poisson stream of model DAGs.",
+    "demo",
     arg("--quick", action="store_true", help="about 15 s instead of about 35 s"),
     arg("--seed", type=seed, default=0, help="workload seed"),
     arg("--json", action="store_true",

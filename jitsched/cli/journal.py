@@ -13,8 +13,7 @@ def _summary(rep) -> str:
 
 
 @register(
-    "journal", "Check a daemon journal (`journal check FILE`: exit 0 sound, 1 damaged) or salvage it "
-               "(`journal recover FILE NEW`).",
+    "journal",
     arg("action", choices=("check", "recover"), help="check: read every row and report; recover: write "
                                                       "every readable row into the new journal NEW"),
     arg("file", metavar="FILE", help="the journal (sqlite); read only, never locked or changed"),

@@ -20,8 +20,7 @@ def _names(text: str, flag: str) -> list[str]:
 
 
 @register(
-    "keys", "Manage CURVE keys: `keys init DIR` writes the daemon's key pair and one per host and client; "
-            "`keys add DIR` adds hosts' and clients' pairs beside them.",
+    "keys",
     arg("action", choices=("init", "add"),
         help="init: write a key directory; add: write the named hosts' and clients' keys beside "
              "the daemon's (a running daemon lets a new host's key in: the host joins)"),

@@ -26,7 +26,7 @@ def _policy_options(pairs: list[str] | None) -> dict:
 
 
 @register(
-    "sim", "Simulate FILE (or a coflow trace) under one scheduling policy and report JCTs and metrics.",
+    "sim",
     arg("file", metavar="FILE.json", nargs="?", help="native-format workload (.json or .json.gz)"),
     arg("--coflow-trace", metavar="TRACE", help="replay a coflow benchmark trace instead of FILE"),
     arg("--port-bps", type=positive, default=1e9,

@@ -28,7 +28,7 @@ def _args(cls: type, **kw) -> list:
 
 
 @register(
-    "testbed", "Emulated cluster on this machine (network namespaces, HTB-shaped links; needs root).",
+    "testbed",
     arg("action", choices=("up", "down", "run", "measure"),
         help="up: build; down: remove (idempotent); run: a scenario or a workload file end to end; "
              "measure: tc enforcement"),

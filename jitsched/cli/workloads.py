@@ -57,7 +57,7 @@ def shape_options(args: argparse.Namespace) -> ShapeOptions:
 
 
 @register(
-    "import-tf", "Import one training step of a TensorFlow GraphDef as a native-format job.",
+    "import-tf",
     arg("graph", metavar="GRAPH", help="GraphDef as protobuf JSON or text (.pbtxt), optionally gzipped"),
     arg("--step-stats", metavar="FILE", help="RunMetadata/StepStats JSON or text with measured op times"),
     arg("--ps-host", default="ps", help="host of /job:ps/task:0 (default ps)"),
@@ -96,7 +96,7 @@ def cmd_import_tf(args: argparse.Namespace) -> int:
 
 
 @register(
-    "gen-workload", "Generate the paper's §4.1 job stream (DL models + file transfers).",
+    "gen-workload",
     arg("--load", type=float, required=True,
         help="offered load: mean offered bytes/s over the total egress capacity (e.g. 0.5)"),
     arg("--n-jobs", type=int, default=None, help="number of jobs (or give --duration-s)"),
@@ -151,7 +151,7 @@ def _counts(counts: dict[str, int], order: tuple[str, ...]) -> str:
 
 
 @register(
-    "import-coflow", "Convert a coflow-benchmark trace into a native workload (one job per coflow).",
+    "import-coflow",
     arg("trace", metavar="TRACE", help="trace file: '<ports> <coflows>' then one coflow per line"),
     arg("--bps", type=positive, default=1e9, help="port capacity each way, bits/s (default 1e9)"),
     arg("-o", "--output", metavar="FILE.json", required=True, help="output file (.json or .json.gz)"),
