@@ -189,6 +189,19 @@ def test_each_command_module_registers_the_commands_it_lists():
     assert [a.help for a in full._choices_actions] == [a.help for a in listing._choices_actions]
 
 
+def test_the_parser_of_one_command_lists_the_others(capsys):
+    # `jitsched --help lat` shows the whole list, though only lat's module is imported
+    one = _subparsers(build_parser("cancel"))
+    assert list(one.choices) == list(COMMANDS)
+    assert one.choices["cancel"].get_default("_run") is REGISTRY["cancel"].run
+    assert one.choices["lat"].get_default("_run") is None and len(one.choices["lat"]._actions) == 1  # -h
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help", "cancel"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert all(f"    {name}" in out for name in COMMANDS), out
+
+
 def test_a_command_its_table_does_not_give_to_its_module_is_refused():
     from jitsched.cli.registry import register
 

@@ -47,27 +47,24 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser(command: str | None = None, *, listing: bool = False) -> argparse.ArgumentParser:
-    """The parser of every command, or of ``command`` alone (its module alone imported); with
-    ``listing``, of every command's name and help only (no module imported: enough for
-    ``--help``, ``--version`` and the error of an unknown or missing command)."""
-    if listing:
-        names = list(COMMANDS)
-    else:
-        mods = [COMMAND_MODULE[command]] if command in COMMAND_MODULE else list(COMMAND_MODULES)
-        for mod in mods:
-            importlib.import_module(mod)
-        names = [name for mod in mods for name in COMMAND_MODULES[mod]]
+    """The parser of every command, or of ``command`` alone (its module alone imported; the
+    others listed by name and help); with ``listing``, every command listed and none
+    imported (enough for ``--help``, ``--version`` and the error of an unknown or missing
+    command)."""
+    mods = [] if listing else [COMMAND_MODULE[command]] if command in COMMAND_MODULE else list(COMMAND_MODULES)
+    for mod in mods:
+        importlib.import_module(mod)
+    loaded = {name for mod in mods for name in COMMAND_MODULES[mod]}
     parser = OneLineParser(
         prog="jitsched", description="DAG-aware just-in-time network traffic scheduler")
     parser.add_argument("--version", action="version", version=f"jitsched {__version__}")
     # not required here: main() says it is missing, after an unknown flag given before
     # any COMMAND is named (argparse's required check would hide it)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=False)
-    for name in names:
-        help_ = COMMANDS[name][1]
+    for name, (_, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
-        if listing:
-            continue
+        if name not in loaded:
+            continue  # listed only
         for a in REGISTRY[name].args:
             p.add_argument(*a.flags, **a.options)
         p.set_defaults(_run=REGISTRY[name].run)
