@@ -312,6 +312,18 @@ def parse_cluster(obj: Any, path: str = "cluster", *, empty_ok: bool = False) ->
     return Cluster(tuple(hosts))
 
 
+def _check_edge(e: Any, ids: set[str], where: str) -> None:
+    """Raise ValidationError naming what is wrong with edge ``e`` (at ``where``): not a pair
+    of node ids, an unknown node, a self-loop; nothing for a pair of known ids."""
+    if not isinstance(e, (list, tuple)) or len(e) != 2 or not isinstance(e[0], str) or not isinstance(e[1], str):
+        raise ValidationError(f"{where}: expected a pair of node ids [before, after], got {e!r}")
+    for x in e:
+        if x not in ids:
+            raise ValidationError(f"{where}: edge to unknown node {x!r}")
+    if e[0] == e[1]:
+        raise ValidationError(f"{where}: self-loop on node {e[0]!r} (a cycle)")
+
+
 def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
     """Validate a native job map against ``cluster`` and return a :class:`Job`.
 
@@ -370,28 +382,14 @@ def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
     edges = []
     seen_edges: set[tuple[str, str]] = set()
     for i, e in enumerate(obj.get("edges", [])):
-        if type(e) is list and len(e) == 2:
-            a, b = e
-            if type(a) is str and type(b) is str and a != b and a in ids and b in ids:
-                pair = (a, b)
-                if pair not in seen_edges:  # a repeated dependency changes nothing
-                    seen_edges.add(pair)
-                    edges.append(pair)
-                continue
-        # not a plain pair of known ids: the checks below name what is wrong
-        if (not isinstance(e, (list, tuple)) or len(e) != 2
-                or not isinstance(e[0], str) or not isinstance(e[1], str)):
-            raise ValidationError(f"{path}.edges[{i}]: expected a pair of node ids [before, after], got {e!r}")
-        a, b = e
-        for x in (a, b):
-            if x not in ids:
-                raise ValidationError(f"{path}.edges[{i}]: edge to unknown node {x!r}")
-        if a == b:
-            raise ValidationError(f"{path}.edges[{i}]: self-loop on node {a!r} (a cycle)")
-        if (a, b) in seen_edges:
-            continue  # a repeated dependency changes nothing
-        seen_edges.add((a, b))
-        edges.append((a, b))
+        # a plain pair of distinct known ids takes no check that builds a message
+        if not (type(e) is list and len(e) == 2 and type(e[0]) is str and type(e[1]) is str
+                and e[0] != e[1] and e[0] in ids and e[1] in ids):
+            _check_edge(e, ids, f"{path}.edges[{i}]")
+        pair = (e[0], e[1])
+        if pair not in seen_edges:  # a repeated dependency changes nothing
+            seen_edges.add(pair)
+            edges.append(pair)
     if not computes and not transfers:
         raise ValidationError(f"{path}: the job has no nodes")
     job = Job(str(obj["id"]), tuple(computes), tuple(transfers), tuple(edges), arrival,
