@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs (pinned in requirements/test.txt), then runs
-# lint and the whole suite. Run it inside a virtual environment: it installs into the
-# interpreter it is given (PYTHON, default python3).
+# lint and the whole suite (given arguments: pytest with them). Run it inside a virtual
+# environment: it installs into the interpreter it is given (PYTHON, default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -36,4 +36,18 @@ echo "scripts/test.sh: building jitsched (editable)" >&2
 # environment that turns writing it off would have each compile jitsched anew: 9 % of
 # the run time of the docs, command and bench entry point tests on a 2-core machine.
 unset PYTHONDONTWRITEBYTECODE
-"$PY" -m pytest -q "$@"
+# Named tests or options: one pytest run of exactly those.
+if [ "$#" -gt 0 ]; then
+    exec "$PY" -m pytest -q "$@"
+fi
+# The whole suite in two runs. Most tests wait on processes and sockets, so they share the
+# machine's cores through pytest-xdist workers; the tests marked `alone` (they time
+# wall-clock work, measure real TCP rates or build network namespaces) run after them, one
+# at a time. Both runs always run; the script fails if either did.
+rc=0
+workers=$(nproc)
+echo "scripts/test.sh: the suite but the 'alone' tests, on $workers workers" >&2
+"$PY" -m pytest -q -n "$workers" -m "not alone" || rc=$?
+echo "scripts/test.sh: the 'alone' tests, one at a time" >&2
+"$PY" -m pytest -q -m alone || rc=$((rc ? rc : $?))
+exit "$rc"

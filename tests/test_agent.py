@@ -435,6 +435,7 @@ def _register_reply(incarnation: int) -> dict:
             "ingress_Bps": 1000.0, "t0_wall_ns": 0, "incarnation": incarnation}
 
 
+@pytest.mark.alone
 def test_agent_follows_a_restarted_daemon():
     fake = _FakeDaemon()
     a = Agent("h0", fake.endpoint, AgentOptions(backend="record"), local_namespace=f"fake{id(fake)}").start()
@@ -566,6 +567,7 @@ def test_agent_registers_its_backend_and_whether_it_orders_the_ingress():
             fake.close()
 
 
+@pytest.mark.alone
 def test_an_agent_asks_for_the_body_its_heartbeat_replies_say_it_lacks():
     # the daemon stops re-sending a body its agent never acked; a heartbeat reply names the
     # host's seq: newer than the one held on two replies in a row, the agent asks for it,

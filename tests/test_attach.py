@@ -187,6 +187,7 @@ def _fid(lport: int, port: int) -> str:
     return f"j/@127.0.0.1:{lport}>127.0.0.1:{port}"
 
 
+@pytest.mark.alone
 def test_a_jobs_processes_connections_are_ranked_within_a_second_and_dropped_at_exit():
     with loopback_sink() as port, system() as (d, a, c):
         peers = {f"127.0.0.1:{port}": "h1"}

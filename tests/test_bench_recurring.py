@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from jitsched.bench import bench_recurring
 
 
+@pytest.mark.alone
 def test_recurring_jobs_against_a_daemon_at_one_message_per_iteration(capsys):
     # three hosts: the second job's parameter server shares the first one's worker host
     assert bench_recurring.main(["--jobs", "2", "--iterations", "21", "--rate", "20", "--hosts", "3",

@@ -26,6 +26,7 @@ def test_remote_errors_and_status():
             assert c.status()["jobs"]["y"]["computes"] == 1
 
 
+@pytest.mark.alone
 def test_timeout_when_nobody_answers():
     ctx = zmq.Context()
     silent = ctx.socket(zmq.ROUTER)
@@ -72,6 +73,7 @@ def test_announced_flow_announces_registers_and_always_finishes():
             srv.close()
 
 
+@pytest.mark.alone
 def test_a_request_to_an_endpoint_nobody_serves_times_out_instead_of_blocking():
     import time as _time
 

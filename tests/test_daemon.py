@@ -313,6 +313,7 @@ def test_bad_input_gets_error_replies_and_daemon_keeps_serving(sys4, client):
     assert all(a.up for a in d.state.agents.values())
 
 
+@pytest.mark.alone
 def test_loop_answers_while_the_lp_solves():
     """A 60-job plan takes a while; status requests meanwhile are answered at once."""
     import time

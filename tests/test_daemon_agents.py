@@ -219,6 +219,7 @@ def test_resend_gaps_double_and_a_new_body_starts_them_anew():
     assert table.outbox(30.0) and not table.agents["h0"].resends_stopped and table.agents["h0"].resends == 0
 
 
+@pytest.mark.alone
 def test_an_agent_whose_clock_is_off_says_so_and_follows_the_daemons_slots():
     # h1's clock is 30 s behind the daemon's: status shows the offset it measured, and it
     # takes slot times on the daemon's clock (it would hold every planned flow at rate 0)

@@ -458,6 +458,7 @@ def _restart_run(tmp_path: Path, journal: bool, async_reports: bool):
         dp.close()
 
 
+@pytest.mark.alone
 def test_kill_9_with_a_journal_resumes_the_job(tmp_path):
     with _restart_run(tmp_path, journal=True, async_reports=False) as (
             dp, agents, runner, res, before, back_s, after):
@@ -485,6 +486,7 @@ def test_kill_9_with_a_journal_resumes_the_job(tmp_path):
         assert db.execute("SELECT state FROM jobs WHERE job_id = 'rj'").fetchone() == ("finished",)
 
 
+@pytest.mark.alone
 def test_kill_9_without_a_journal_resubmits_the_job(tmp_path):
     with _restart_run(tmp_path, journal=False, async_reports=True) as (
             dp, _agents, runner, res, _before, back_s, _after):

@@ -302,6 +302,7 @@ def test_poison_job_is_failed_and_the_others_are_planned_together(policy, planni
         assert wait_until(lambda: planned(d, "a", "b", "c"), 10.0)
 
 
+@pytest.mark.alone
 def test_broken_planner_backs_off_and_blames_no_job():
     with daemon_with("always", policy="jit") as (d, c):
         c.submit_job(layer_chain_job("a", "h0", "h1"))
@@ -332,6 +333,7 @@ def test_joint_plan_that_never_works_costs_its_newest_job():
         assert sum(d.state.plans_failed.values()) == BLAME_AFTER
 
 
+@pytest.mark.alone
 def test_failed_plans_of_a_dirty_schedule_do_not_spin():
     # two jobs planned one on top of the other (the schedule is no
     # joint plan, so joint re-solves are due), then a poison one; it spun at ~400

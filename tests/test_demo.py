@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import pytest
+
 from jitsched.cli import main
 from jitsched.daemon import Daemon, create_policy
 from jitsched.demo import QUICK, SUMMARY_KEYS, demo_exit_code, demo_jobs, demo_problems, run_demo
@@ -61,6 +63,7 @@ class FailsOnce(JitPolicy):
         return super().schedule(view)
 
 
+@pytest.mark.alone
 def test_demo_with_a_failed_plan_exits_non_zero_and_times_successful_plans_only(monkeypatch):
     import jitsched.demo as demo
 

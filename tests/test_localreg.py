@@ -239,6 +239,7 @@ def test_the_agent_serves_allowed_users_only(base):
                     assert list(a.flows) == ["j/t"] and a.registrations["out"] == 1
 
 
+@pytest.mark.alone
 def test_unregister_does_not_wait_for_a_busy_agent():
     # the agent takes 1 s over the end of a flow; its sender is not held that long,
     # and the agent still drops the flow once it gets to the request

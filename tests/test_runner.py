@@ -78,6 +78,7 @@ def test_runner_executes_and_reports_everything(async_reports, monkeypatch):
         assert wait_until(lambda: d.state.plan_summary.get("reasons") is not None, 5.0)
 
 
+@pytest.mark.alone
 def test_computes_end_at_their_emulated_time_whatever_their_thread_costs():
     # c0 (60 ms) -> c1 (30 ms) and c2 (20 ms) -> c3 (40 ms): a chain of 90 ms beside one of
     # 60 ms; ideal JCT 0.09 s by hand, the computes report their own durations, and no

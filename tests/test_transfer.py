@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
+import pytest
 
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
@@ -80,6 +81,7 @@ def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
             sink.close()
 
 
+@pytest.mark.alone
 def test_a_slow_agent_does_not_hold_the_sinks_other_transfers():
     # The receiver's agent takes 1 s to answer a registration: the big flow waits for
     # it on the sink's registrar, and a small transfer started meanwhile is confirmed
@@ -120,6 +122,7 @@ def test_send_bytes_without_agent():
         sink.close()
 
 
+@pytest.mark.alone
 def test_agent_paces_a_slow_line():
     """An agent whose line is 2 MB/s holds an unscheduled transfer to about that rate."""
     sink = TransferSink()
