@@ -47,7 +47,7 @@ fi
 rc=0
 workers=$(nproc)
 echo "scripts/test.sh: the suite but the 'alone' tests, on $workers workers" >&2
-"$PY" -m pytest -q -n "$workers" -m "not alone" || rc=$?
+"$PY" -m pytest -q -n "$workers" --dist loadgroup -m "not alone" || rc=$?
 echo "scripts/test.sh: the 'alone' tests, one at a time" >&2
 "$PY" -m pytest -q -m alone || rc=$((rc ? rc : $?))
 exit "$rc"
