@@ -40,14 +40,15 @@ unset PYTHONDONTWRITEBYTECODE
 if [ "$#" -gt 0 ]; then
     exec "$PY" -m pytest -q "$@"
 fi
-# The whole suite in two runs. Most tests wait on processes and sockets, so they share the
-# machine's cores through pytest-xdist workers; the tests marked `alone` (they time
-# wall-clock work, measure real TCP rates or build network namespaces) run after them, one
-# at a time. Both runs always run; the script fails if either did.
+# The whole suite in two runs. Most tests share the machine's cores through pytest-xdist
+# workers, a module's tests on one worker (its module-scoped fixtures are built once); the
+# tests marked `alone` (they time wall-clock work, measure real TCP rates or build network
+# namespaces) run after them, one at a time. Both runs always run; the script fails if
+# either did.
 rc=0
 workers=$(nproc)
 echo "scripts/test.sh: the suite but the 'alone' tests, on $workers workers" >&2
-"$PY" -m pytest -q -n "$workers" --dist loadgroup -m "not alone" || rc=$?
+"$PY" -m pytest -q -n "$workers" --dist loadscope -m "not alone" || rc=$?
 echo "scripts/test.sh: the 'alone' tests, one at a time" >&2
 "$PY" -m pytest -q -m alone || rc=$((rc ? rc : $?))
 exit "$rc"

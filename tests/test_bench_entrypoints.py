@@ -10,9 +10,6 @@ from pathlib import Path
 
 import pytest
 
-# The module's fixture is built once: pytest-xdist gives all its tests to one worker.
-pytestmark = pytest.mark.xdist_group("test_bench_entrypoints")
-
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 

@@ -10,9 +10,6 @@ from jitsched.bench.paper import __main__ as bp
 from jitsched.bench.paper import metrics as pm
 from jitsched.bench.paper import spec
 
-# The module's fixture is built once: pytest-xdist gives all its tests to one worker.
-pytestmark = pytest.mark.xdist_group("test_bench_paper")
-
 FILES = ("summary.md", "summary.json", "metrics.csv", "jct.csv", "remaining_bw.csv", "background.csv",
          "alpha_sweep.csv", "lp_time.csv", "fig5_speedup.png", "fig6_waiting.png", "fig7_arrival_vs_use.png",
          "fig8_remaining_bw_cdf.png", "fig9_background_slowdown.png", "fig10_alpha.png", "fig11_lp_time.png",

@@ -24,9 +24,6 @@ from jitsched.cli import build_parser
 from jitsched.cli.registry import REGISTRY
 from jitsched.keys import init_keys
 
-# The module's fixture is built once: pytest-xdist gives all its tests to one worker.
-pytestmark = pytest.mark.xdist_group("test_cli_bad_inputs")
-
 EXAMPLE = Path(__file__).resolve().parents[1] / "jitsched" / "examples" / "vgg16-4jobs.json"
 TRACE = Path(__file__).resolve().parents[1] / "jitsched" / "data" / "coflow-synthetic.txt"
 ROW_TIMEOUT_S = 30.0

@@ -23,9 +23,6 @@ from jitsched.daemon.store import FencedError
 from jitsched.dag.model import parse_cluster
 from jitsched.errors import ValidationError
 
-# The module's fixture is built once: pytest-xdist gives all its tests to one worker.
-pytestmark = pytest.mark.xdist_group("test_daemon_ha")
-
 
 @pytest.fixture(scope="module")
 def etcd():

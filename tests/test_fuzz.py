@@ -29,9 +29,6 @@ from jitsched.protocol import AGENT_TYPES, ERROR_CODES, JOB_TYPES, MsgType, deco
 from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon_security import ask, raw_dealer
 
-# The module's fixture is built once: pytest-xdist gives all its tests to one worker.
-pytestmark = pytest.mark.xdist_group("test_fuzz")
-
 MESSAGES_PER_SOCKET = 2000
 
 

@@ -9,9 +9,6 @@ from jitsched.policies import POLICIES
 from jitsched.sim import simulate
 from jitsched.sim.coflow import cct_summary
 
-# The module's fixture is built once: pytest-xdist gives all its tests to one worker.
-pytestmark = pytest.mark.xdist_group("test_sim_engine")
-
 GB = 1.25e8  # bytes/s of 1 Gbit/s
 
 
