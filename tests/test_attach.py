@@ -83,7 +83,7 @@ def as_user(uid: int, fn) -> str:
                 out = str(fn())
             except RemoteError as exc:
                 out = f"{exc.code} {exc.message}"
-            except Exception as exc:  # noqa: BLE001 - the parent's assertion shows it
+            except BaseException as exc:  # noqa: BLE001 - the parent's assertion shows it
                 out = f"{type(exc).__name__}: {exc}"
             os.write(w, out.encode())
         finally:
