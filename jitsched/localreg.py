@@ -89,6 +89,9 @@ def private_dir(path: str | Path, shared: bool = False) -> Path:
     """Make ``path`` (and its parents) a directory of this user with mode 0700 (``shared``:
     0711, so that other allowed users can reach a socket in it) and return it.
 
+    A directory at 0711 stays so: another agent of this user may serve other users from
+    it, and each socket file's own mode keeps its agent's users apart.
+
     Raises
     ------
     LocalSocketError
@@ -105,7 +108,7 @@ def private_dir(path: str | Path, shared: bool = False) -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise LocalSocketError(f"{p}: not a directory of uid {os.geteuid()} (owner uid {st.st_uid}); "
                                f"remove it or set {RUN_DIR_ENV}")
-    os.chmod(p, SHARED_DIR_MODE if shared else DIR_MODE)
+    os.chmod(p, SHARED_DIR_MODE if shared or stat.S_IMODE(st.st_mode) == SHARED_DIR_MODE else DIR_MODE)
     return p
 
 

@@ -18,7 +18,13 @@ import pytest
 
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
-from jitsched.localreg import LocalSocketError, listen_local, local_address, register_flow
+from jitsched.localreg import (
+    LocalSocketError,
+    listen_local,
+    local_address,
+    private_dir,
+    register_flow,
+)
 from jitsched.protocol import MsgType, decode_reply, encode_request
 
 OTHER_UID = 54321  # users no process of this machine runs as
@@ -237,6 +243,39 @@ def test_the_agent_serves_allowed_users_only(base):
                 else:
                     assert decode_reply(bytes.fromhex(out.decode())).ok
                     assert list(a.flows) == ["j/t"] and a.registrations["out"] == 1
+
+
+@needs_root
+def test_a_private_agent_leaves_a_shared_directory_reachable(base):
+    # two agents of root in one directory, the first serving another user: the second,
+    # private, keeps its own socket to root without shutting that user out of the first
+    run = base / "run"
+
+    def reach(path):
+        return lambda say: str(os.stat(path).st_mode & 0o777).encode()
+
+    with agent(run, allowed_uids=(OTHER_UID,)) as shared, agent(run, local_namespace="b") as private:
+        assert mode(run) == 0o711
+        assert mode(shared.local_name) == 0o666 and mode(private.local_name) == 0o600
+        child = AsUser(OTHER_UID, reach(shared.local_name))
+        try:
+            assert child.heard() == str(0o666).encode()
+        finally:
+            child.close()
+    with agent(run) as later:
+        assert mode(run) == 0o711 and mode(later.local_name) == 0o600
+
+
+def test_a_private_directory_is_made_0700_and_a_shared_one_is_never_narrowed(tmp_path):
+    d = tmp_path / "a" / "run"
+    assert private_dir(d) == d and mode(d) == 0o700
+    os.chmod(d, 0o755)
+    private_dir(d)
+    assert mode(d) == 0o700
+    private_dir(d, shared=True)
+    assert mode(d) == 0o711
+    private_dir(d)
+    assert mode(d) == 0o711
 
 
 @pytest.mark.alone
