@@ -183,9 +183,13 @@ def dl_marks(tos: int | None, critical_tos: int | None) -> tuple[int, ...]:
     return tuple(dict.fromkeys(t for t in (tos, critical_tos) if t is not None))
 
 
-def runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_of: dict, reg_max: int,
+def runners_main(jobs: list, job_ep: str, agent_names: dict, netns_of: dict, reg_max: int,
                   tos: tuple[int | None, int | None], timeout_s: float, use_channels: bool, conn) -> None:
-    """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results."""
+    """Child process: run ``jobs``, each at its arrival after the parent's start time; sends their results.
+
+    The parent's go message, ``("go", t0, addrs)``, gives the start time and the
+    receivers' addresses (host -> address), which start beside this process.
+    """
     from jitsched.client.runner import JobRunner
     from jitsched.client.transfer import Channels, send_bytes
     from jitsched.netns import Namespaces
@@ -208,7 +212,7 @@ def runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_
     results: dict = {}
     lock = threading.Lock()
 
-    def launch(job, t0: float) -> None:
+    def launch(job, t0: float, addrs: dict) -> None:
         time.sleep(max(0.0, t0 + job.arrival_s - time.monotonic()))
         # 32 transfers of a job in flight. Every one a job makes ready at once (2048
         # threads per process, started before the jobs, as a TF step's receives all
@@ -227,7 +231,7 @@ def runners_main(jobs: list, job_ep: str, addrs: dict, agent_names: dict, netns_
         msg = conn.recv()
         if msg == "stop":
             return
-        threads = [threading.Thread(target=launch, args=(j, msg[1]), daemon=True) for j in jobs]
+        threads = [threading.Thread(target=launch, args=(j, msg[1], msg[2]), daemon=True) for j in jobs]
         for t in threads:
             t.start()
         for t in threads:

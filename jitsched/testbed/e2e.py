@@ -37,6 +37,7 @@ from jitsched.agents.backends.htb import MIN_BURST_B
 from jitsched.client.runner import UNREGISTERED_MAX_S
 from jitsched.client.runner import unregistered_max_bytes as runner_unregistered_max_bytes
 from jitsched.dag.model import Workload, load_workload
+from jitsched.localreg import local_address
 from jitsched.testbed.children import (
     Child,
     agents_main,
@@ -260,42 +261,49 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         cfg = DaemonConfig(cluster=cluster, job_endpoint=f"ipc://{tmp}/jobs",
                            agent_endpoint=f"ipc://{tmp}/agents", heartbeat_s=0.5, heartbeat_timeout_s=3.0,
                            **options.daemon_settings())
+        # Every child starts at once (importing is most of a child's start): the daemon's
+        # endpoints are ipc paths, which agents and runners may connect to before it binds
+        # them; the agents' socket names follow from their hosts and this run's tag; the
+        # runners get the receivers' addresses with their start time.
         daemon = Child("daemon", daemon_main, (cfg,))
         children.append(daemon)
-        job_ep, agent_ep = daemon.ready()
-        agent_names: dict[str, str] = {}
+        tag = f"tb{os.getpid()}"
+        agent_names = {h.name: local_address(h.name, tag) for h in tb.hosts} if options.enforced else {}
         if options.enforced:
             # one process per host: a host's agent answers its runners' flow
             # registrations at once, not behind the other hosts' slot changes
             for h in tb.hosts:
                 children.append(Child(f"agent-{h.name}", agents_main,
-                                       ([(h.name, h.netns, options.agent_options(h.dev))], agent_ep,
-                                        f"tb{os.getpid()}", options.spare, marks, watch)))
-            for c in children[1:]:
-                (names,) = c.ready()
-                agent_names.update(names)
+                                       ([(h.name, h.netns, options.agent_options(h.dev))], cfg.agent_endpoint,
+                                        tag, options.spare, marks, watch)))
         # The receivers in a process of their own too, off this one's GIL and its file
         # threads: this process's CPU while paper-mini's jobs ran fell from ~17 to ~6
         # CPU-s; a transfer's duration stayed 0.08 s (p50) either way
         sink_proc = Child("sinks", sinks_main, ([(h.name, h.netns, h.address) for h in tb.hosts],
                                                   agent_names if ingress else {}, reg_max))
+        agent_procs = children[1:]
         children.append(sink_proc)
-        (addrs,) = sink_proc.ready()
 
         from jitsched.testbed.bgtraffic import Generator
         # announced files: the daemon ranks them, their agents (sender's, and receiver's when
         # it orders its ingress) know their sockets
         gen = Generator(bg, netns_of, addr_of,
-                        announce=(job_ep, agent_names) if options.announce_files and options.enforced else None)
+                        announce=(cfg.job_endpoint, agent_names) if options.announce_files and options.enforced else None)
         # The job runners in their own processes, away from this one's file senders and
         # receivers (see TestbedOptions.runner_procs); jobs dealt round-robin in arrival order.
         jobs = sorted(wl.jobs, key=lambda j: j.arrival_s)
         k = max(1, min(options.runner_procs, len(jobs)))
         for i in range(k):
             children.append(Child(f"runners-{i}", runners_main,
-                                   (jobs[i::k], job_ep, addrs, agent_names, netns_of, reg_max, (tos, crit_tos),
+                                   (jobs[i::k], cfg.job_endpoint, agent_names, netns_of, reg_max, (tos, crit_tos),
                                     timeout_s, options.channels)))
         runners = children[-k:]
+        daemon.ready()
+        for c in agent_procs:
+            (names,) = c.ready()
+            if any(agent_names[h] != name for h, name in names.items()):
+                raise testbed.TestbedError(f"{c.name} listens at {names}, not at {agent_names}")
+        (addrs,) = sink_proc.ready()
         for c in runners:
             c.ready()
         if sc.bulk_share > 0:
@@ -313,7 +321,7 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         cpu0 = {name: process_cpu_s(pid) for name, pid in pids.items()}
         gen.start(t0)
         for c in runners:
-            c.conn.send(("go", t0))
+            c.conn.send(("go", t0, addrs))
         _progress(f"{scenario}: {len(jobs)} jobs under {policy} arriving over "
                   f"{max((j.arrival_s for j in jobs), default=0.0):.1f} s, {len(bg)} files")
         for c in runners:
