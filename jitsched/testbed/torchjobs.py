@@ -151,17 +151,18 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
             cfg = DaemonConfig(cluster=Cluster(tuple(Host(h.name, bps, bps, h.address) for h in hosts)),
                                job_endpoint=f"ipc://{tmp}/jobs", agent_endpoint=f"ipc://{tmp}/agents",
                                heartbeat_s=0.5, heartbeat_timeout_s=3.0, **options.daemon_settings())
+            # the agents start beside the daemon: they connect to its ipc path before it binds it
             daemon = Child("daemon", daemon_main, (cfg,))
             children.append(daemon)
-            job_ep, agent_ep = daemon.ready()
             ns_tag = f"tb{os.getpid()}"
             if options.enforced:
                 for h in hosts:
                     children.append(Child(f"agent-{h.name}", agents_main,
-                                           ([(h.name, h.netns, options.agent_options(h.dev))], agent_ep,
+                                           ([(h.name, h.netns, options.agent_options(h.dev))], cfg.agent_endpoint,
                                             ns_tag, options.spare, (SCHEDULED_TOS,), ())))
-                for c in children[1:]:
-                    c.ready()
+            job_ep, _ = daemon.ready()
+            for c in children[1:]:
+                c.ready()
             file_bytes = sc.file_link_s * bps / 8
             bg = [BackgroundFlow(f"file-{k}", hosts[s].name, hosts[d].name, file_bytes, 0.0)
                   for k, (s, d) in enumerate(sc.files)]
