@@ -61,3 +61,14 @@ def test_namespaces_enter_by_name_and_return_home(two_namespaces):
     held = {os.stat(f"/proc/self/fd/{fd}").st_ino for fd in os.listdir("/proc/self/fd")
             if os.path.exists(f"/proc/self/fd/{fd}")}
     assert not held & set(inos.values())
+
+
+def test_no_test_that_builds_namespaces_runs_beside_others(request):
+    # scripts/test.sh runs the tests not marked `alone` on several workers at once: every
+    # test that builds namespaces is marked (tests/conftest.py), so none of them is among
+    # this session's tests unless the session runs the `alone` ones too
+    items = request.session.items
+    unmarked = [i.nodeid for i in items
+                if "netns_available" in getattr(i, "fixturenames", ()) and not i.get_closest_marker("alone")]
+    assert not unmarked
+    assert request.node.get_closest_marker("alone") is None
