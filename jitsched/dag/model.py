@@ -343,16 +343,20 @@ def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
     if job_class not in CLASSES:
         raise ValidationError(f"{path}.class: expected one of {', '.join(CLASSES)}, got {job_class!r}")
     ids: set[str] = set()
+
     # A node's field path is written out only for an error: a ResNet-152 job has thousands
     # of nodes, and formatting every path was most of its parse
+    def new_id(node: str, field: str, i: int) -> None:
+        if node in ids:
+            raise ValidationError(f"{path}.{field}[{i}].id: duplicate node id {node!r}")
+        ids.add(node)
+
     computes = []
     for i, c in enumerate(obj.get("computes", [])):
         if not _plain(c, _COMPUTE_FIELDS, _COMPUTE_REQUIRED):
             _check_map(c, f"{path}.computes[{i}]", _COMPUTE_FIELDS, _COMPUTE_REQUIRED)
         node = c["id"]
-        if node in ids:
-            raise ValidationError(f"{path}.computes[{i}].id: duplicate node id {node!r}")
-        ids.add(node)
+        new_id(node, "computes", i)
         if c["host"] not in cluster:
             raise ValidationError(f"{path}.computes[{i}].host: unknown host {c['host']!r} (node {node!r})")
         if c["duration_s"] < 0:
@@ -367,9 +371,7 @@ def parse_job(obj: Any, cluster: Cluster, path: str = "job") -> Job:
         if not _plain(t, _TRANSFER_FIELDS, _TRANSFER_REQUIRED):
             _check_map(t, f"{path}.transfers[{i}]", _TRANSFER_FIELDS, _TRANSFER_REQUIRED)
         node, src, dst = t["id"], t["src"], t["dst"]
-        if node in ids:
-            raise ValidationError(f"{path}.transfers[{i}].id: duplicate node id {node!r}")
-        ids.add(node)
+        new_id(node, "transfers", i)
         if src not in cluster or dst not in cluster:
             key = "src" if src not in cluster else "dst"
             raise ValidationError(f"{path}.transfers[{i}].{key}: unknown host {t[key]!r} (node {node!r})")
