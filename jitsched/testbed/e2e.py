@@ -268,11 +268,12 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         daemon = Child("daemon", daemon_main, (cfg,))
         children.append(daemon)
         tag = f"tb{os.getpid()}"
-        agent_names = {h.name: local_address(h.name, tag) for h in tb.hosts} if options.enforced else {}
+        agent_names: dict[str, str] = {}
         if options.enforced:
             # one process per host: a host's agent answers its runners' flow
             # registrations at once, not behind the other hosts' slot changes
             for h in tb.hosts:
+                agent_names[h.name] = local_address(h.name, tag)
                 children.append(Child(f"agent-{h.name}", agents_main,
                                        ([(h.name, h.netns, options.agent_options(h.dev))], cfg.agent_endpoint,
                                         tag, options.spare, marks, watch)))
