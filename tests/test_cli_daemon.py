@@ -335,3 +335,20 @@ def test_cancel_ends_this_clients_running_jobs_and_names_what_it_could_not(capsy
         assert d.state.job_registry.jobs["b"].state == "cancelled"
     finally:
         d.stop()
+
+
+def test_waiting_for_a_signal_puts_the_previous_handlers_back():
+    # the daemon and agent commands wait so; a process that runs them in-process (or forks
+    # after) gets SIGINT and SIGTERM back as they were, not a handler that only sets an event
+    from jitsched.cli.daemon import _until_signal
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop = threading.Event()
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        _until_signal(stop)
+    finally:
+        timer.cancel()
+    assert stop.is_set()
+    assert {sig: signal.getsignal(sig) for sig in before} == before

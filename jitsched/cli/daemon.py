@@ -110,10 +110,16 @@ def _logging(verbose: bool) -> None:
 
 
 def _until_signal(stop: threading.Event, alive=lambda: True) -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(0.5) and alive():
-        pass
+    """Wait until SIGINT or SIGTERM sets ``stop`` or ``alive()`` is false; the process's
+    previous handlers are back after (a caller that runs a command in-process, or a
+    process it forks, would otherwise ignore SIGTERM)."""
+    old = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5) and alive():
+            pass
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 @register(
