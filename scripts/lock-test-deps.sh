@@ -10,7 +10,7 @@ trap 'rm -rf "$work"' EXIT
 vpy="$work/venv/bin/python"
 "$vpy" -m pip install -q --upgrade pip setuptools wheel
 # the tools the suite runs with (etcd3gw: the daemon replicas' tests), then the project's runtime dependencies (from pyproject.toml)
-"$vpy" -m pip install -q pytest pytest-xdist hypothesis ruff Cython build matplotlib etcd3gw
+"$vpy" -m pip install -q pytest pytest-xdist pytest-timeout hypothesis ruff Cython build matplotlib etcd3gw
 # the Kubernetes manifests' schema check (tests/test_deploy.py): the schemas ship in the package
 "$vpy" -m pip install -q kubernetes-validate
 # the PyTorch adapter's tests: the CPU build, pinned (a newer release from the index brings

@@ -125,3 +125,26 @@ def test_the_test_lock_pins_every_dependency_and_tool():
     wanted |= _requirement_names(PYPROJECT["build-system"]["requires"]) | {"build", "pip"}
     missing = {n.replace("_", "-") for n in wanted} - set(lock)
     assert not missing, f"requirements/test.txt does not pin {sorted(missing)}"
+
+
+def test_a_test_that_hangs_fails_by_itself_and_the_rest_run(request, tmp_path):
+    # pyproject.toml gives every test a time limit (pytest-timeout, SIGALRM): a test blocked
+    # for good on a lock (as a test waiting on a dead pool worker is) fails, named, and the
+    # tests after it run; the limit is shortened here to keep this test short
+    assert request.config.pluginmanager.hasplugin("timeout")
+    assert float(request.config.getini("timeout")) >= 120
+    (tmp_path / "test_hang.py").write_text(
+        "import threading\n"
+        "def test_blocked():\n"
+        "    lock = threading.Lock()\n"
+        "    lock.acquire()\n"
+        "    lock.acquire()\n"
+        "def test_after():\n"
+        "    pass\n", encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path),
+                          "-o", "timeout=3", str(tmp_path / "test_hang.py")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "FAILED test_hang.py::test_blocked - Failed: Timeout" in res.stdout, res.stdout
+    assert "1 failed, 1 passed" in res.stdout
