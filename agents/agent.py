@@ -24,7 +24,7 @@ from pathlib import Path
 
 import zmq
 
-from jitsched.agents.attach import AttachTable
+from jitsched.agents.attach import AttachTable, ipv4_of
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate, payload_share
 from jitsched.agents.capacity import UnscheduledMeter, bytes_received, tcp_info_u64
 from jitsched.agents.options import AgentOptions
@@ -90,16 +90,26 @@ TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64) in struct tcp_info
 
 def load_backend(name: str, line_rate_Bps: float, **options) -> Backend:
     """Instantiate the enforcement backend registered as ``name``."""
+    return backend_class(name)(line_rate_Bps, **options)
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The enforcement backend registered as ``name`` (its module imported on first use).
+
+    Raises
+    ------
+    ValueError
+        No backend of that name.
+    """
     if name not in BACKENDS:
         try:
             importlib.import_module(f"jitsched.agents.backends.{name}")
         except ImportError as exc:
             raise ValueError(f"unknown backend {name!r} ({exc})") from None
     try:
-        cls = BACKENDS[name]
+        return BACKENDS[name]
     except KeyError:
         raise ValueError(f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
-    return cls(line_rate_Bps, **options)
 
 
 def bytes_acked(sock: socket.socket) -> int:
@@ -523,8 +533,16 @@ class Agent:
             self._close(dealer)
             if not self._kill:
                 for be in (self.backend, self.in_backend):
-                    if be is not None:
+                    if be is None:
+                        continue
+                    try:
                         be.close()
+                    except Exception as exc:  # noqa: BLE001 - every backend is closed, each failure kept
+                        # what the backend installed may be left on the device: the agent failed
+                        log.error("event=agent_cleanup_failed host=%s backend=%s error=%r", self.host,
+                                  be.name, f"{type(exc).__name__}: {exc}")
+                        if self.failure is None:
+                            self.failure = exc
             for f in [*self.flows.values(), *self.in_flows.values()]:
                 f.sock.close()
             self.attached.close()
@@ -706,6 +724,9 @@ class Agent:
             log.warning("event=agent_new_daemon host=%s dropped_seq=%d", self.host, self.seq)
         self.daemons += 1
         self.incarnation = incarnation
+        # another process, maybe on another node: its clock is measured anew (a round trip to
+        # the last one, quicker, would otherwise stand for it for CLOCK_SAMPLES heartbeats)
+        self._clock.clear()
         self.seq = 0
         self.acked.clear()
         if self.schedule is not None:
@@ -972,12 +993,14 @@ class Agent:
             if self.backend.holds_floor:
                 log.info("event=agent_floor host=%s floor=%s", self.host, "own" if floor is None else f"{floor:g}")
         self.current_slot, self.current_caps, self.current_floor = k, caps, floor
-        if caps and not self.backend.caps_destinations and not self.caps_unenforced:
-            self.caps_unenforced = True
-            log.warning("event=agent_caps_unenforced host=%s backend=%s caps=%d", self.host,
-                        self.backend_name, len(caps))
         if only != "in":
             self.backend.cap_destinations(caps)
+        refused = self.backend.caps_refused if caps else ()
+        if caps and (not self.backend.caps_destinations or refused) and not self.caps_unenforced:
+            self.caps_unenforced = True
+            log.warning("event=agent_caps_unenforced host=%s backend=%s caps=%d refused=%s", self.host,
+                        self.backend_name, len(caps), ",".join(refused) or "all")
+        if only != "in":
             self.backend.apply(flows, leftover)
         if self.in_backend is not None and only != "out":
             _, in_flows, in_left = self.slot_rates(inbound=True)
@@ -1066,12 +1089,24 @@ class Agent:
         if req.type == MsgType.REGISTER_FLOW:
             if len(fds) != 1:
                 raise ProtocolError("invalid_body", "register_flow carries exactly one socket")
-            sock = socket.socket(fileno=fds[0])
+            try:
+                sock = socket.socket(fileno=fds[0])
+            except OSError:
+                raise ProtocolError("invalid_body", "register_flow: the descriptor is not a socket") from None
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+                sock.detach()
+                raise ProtocolError("invalid_body", "register_flow: the socket is not a TCP socket")
             try:
                 local, peer = sock.getsockname(), sock.getpeername()
             except OSError:
                 sock.detach()
                 raise ProtocolError("invalid_body", "register_flow: the socket is not connected") from None
+            # an IPv4 connection of a dual-stack socket: named as sock_diag and the u32 filters name it
+            local, peer = (ipv4_of(local[0]) or local[0], local[1]), (ipv4_of(peer[0]) or peer[0], peer[1])
+            if backend_class(self.backend_name).ipv4_only and (":" in local[0] or ":" in peer[0]):
+                sock.detach()
+                raise ProtocolError("invalid_body", f"register_flow: the {self.backend_name} backend "
+                                                    "shapes IPv4 connections only")
             # the flow's packets go from its sender to its receiver, whichever end registers it
             src, dst = (peer, local) if inbound else (local, peer)
             old = flows.pop(fid, None)

@@ -170,8 +170,10 @@ def cgroup_pids(path: Path) -> set[int]:
     return out
 
 
-def _v4(addr: str) -> str | None:
-    # IPv4 and v4-mapped IPv6 addresses (the u32 filters match IPv4); None for the rest
+def ipv4_of(addr: str) -> str | None:
+    """The IPv4 address ``addr`` names: itself, or the IPv4 one in a v4-mapped IPv6 address
+    (``::ffff:a.b.c.d``, as a dual-stack socket names an IPv4 peer); None for any other
+    IPv6 address. sock_diag and the u32 filters name an IPv4 connection's ends this way."""
     if ":" not in addr:
         return addr
     return addr[len(V4_MAPPED):] if addr.startswith(V4_MAPPED) and "." in addr else None
@@ -192,7 +194,7 @@ class Diag:
         out = []
         for family in (socket.AF_INET, socket.AF_INET6):
             for m in self.ds.get_sock_stats(family=family, states=STATES, extensions=INET_DIAG_INFO_EXT):
-                src, dst = _v4(m["idiag_src"]), _v4(m["idiag_dst"])
+                src, dst = ipv4_of(m["idiag_src"]), ipv4_of(m["idiag_dst"])
                 if src is None or dst is None:
                     continue
                 info = m.get_attr("INET_DIAG_INFO") or {}
@@ -318,7 +320,10 @@ class AttachTable:
 
     @staticmethod
     def _owned_cgroup(path: str, uid: int) -> Path:
-        p = Path(os.path.realpath(path))
+        try:
+            p = Path(os.path.realpath(path))
+        except (OSError, ValueError):  # a NUL byte, a path too long
+            raise _refuse(ErrorCode.INVALID_BODY, f"cgroup path {path!r} is not a path") from None
         if p == CGROUP_ROOT:
             raise _refuse(ErrorCode.INVALID_BODY, f"cgroup path {path!r} is the root cgroup, every process "
                                                   "of the host: name the job's own cgroup")
@@ -327,7 +332,10 @@ class AttachTable:
         if not (p / "cgroup.procs").is_file():
             raise _refuse(ErrorCode.INVALID_BODY, f"cgroup path {path!r} is not a cgroup directory "
                                                   "(no cgroup.procs)")
-        owner = p.stat().st_uid
+        try:
+            owner = p.stat().st_uid
+        except OSError:  # removed since
+            raise _refuse(ErrorCode.INVALID_BODY, f"cgroup path {path!r} is not a cgroup directory") from None
         if uid != 0 and owner != uid:
             raise _refuse(ErrorCode.FORBIDDEN, f"cgroup {path!r} belongs to uid {owner}, not to uid {uid}")
         return p

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 import time
 
@@ -16,10 +17,15 @@ from jitsched.agents.agent import (
     Agent,
     load_backend,
 )
-from jitsched.agents.backends.pacing import PacingBackend, get_pacing_rate, set_pacing_rate
+from jitsched.agents.backends.pacing import (
+    PacingBackend,
+    get_pacing_rate,
+    set_pacing_rate,
+)
 from jitsched.agents.options import RTO_MAX_MS, RTO_MIN_MS, AgentOptions
 from jitsched.daemon.server import wait_until
-from jitsched.localreg import register_flow, unregister_flow
+from jitsched.localreg import attach, register_flow, unregister_flow
+from jitsched.protocol import RemoteError
 
 
 def _schedule(epoch_ns: int) -> dict:
@@ -709,3 +715,97 @@ def test_an_agent_says_it_keeps_the_critical_floor_only_where_dl_packets_have_th
     finally:
         a.stop()
         fake.close()
+
+
+@pytest.fixture
+def agent():
+    a = Agent("h9", "tcp://127.0.0.1:1", AgentOptions(backend="record"),
+              local_namespace=f"rv{time.monotonic_ns()}").start()
+    try:
+        yield a
+    finally:
+        a.stop()
+
+
+class _Fd:
+    """Anything with a descriptor: register_flow sends ``fileno()``."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def test_register_flow_of_a_non_socket_descriptor_is_refused_and_the_agent_keeps_running(agent):
+    with tempfile.TemporaryFile() as f:
+        assert register_flow(agent.local_name, "j/file", _Fd(f.fileno())) is None
+    time.sleep(0.2)
+    assert agent.running and agent.failure is None, agent.failure
+
+
+def test_register_flow_of_a_unix_socket_is_refused_and_the_agent_keeps_running(agent):
+    a, b = socket.socketpair()
+    try:
+        assert register_flow(agent.local_name, "j/unix", a) is None
+        time.sleep(0.2)
+        assert agent.running and agent.failure is None, agent.failure
+        assert "j/unix" not in agent.flows
+    finally:
+        a.close()
+        b.close()
+
+
+def test_attach_of_a_cgroup_path_with_a_nul_byte_is_refused_and_the_agent_keeps_running(agent):
+    with pytest.raises(RemoteError) as e:
+        attach(agent.local_name, "j", cgroup="/sys/fs/cgroup/x\0y", timeout_s=2.0)
+    assert e.value.code == "invalid_body"
+    assert agent.running and agent.failure is None, agent.failure
+
+
+def test_a_new_daemon_incarnation_is_timed_by_its_own_clock_not_the_last_ones():
+    now = [10**18]
+    a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="record"), clock_ns=lambda: now[0])
+
+    def round_trip(delay_ns: int, daemon_minus_agent_ns: int) -> None:
+        sent = now[0]
+        now[0] += delay_ns
+        a._clock_sample({"sent_ns": sent, "t_ns": sent + delay_ns // 2 + daemon_minus_agent_ns})
+
+    a._daemon_is(1)
+    round_trip(1_000_000, 0)  # daemon 1: same clock, a 1 ms round trip
+    assert a.clock_offset_s == 0.0
+    # the daemon restarts on another node whose clock is 300 ms ahead; the link is a bit slower now
+    a._daemon_is(2)
+    for _ in range(3):
+        round_trip(2_000_000, 300_000_000)
+    assert abs(a.clock_offset_s + 0.3) < 1e-3, a.clock_offset_s
+    assert abs((a.daemon_ns() - now[0]) - 300_000_000) < 1_000_000
+
+
+def test_a_flow_registered_again_with_a_new_socket_is_paced():
+    a = Agent("h9", "tcp://127.0.0.1:1", AgentOptions(backend="pacing"),
+              local_namespace=f"rr{time.monotonic_ns()}")
+    a.backend = load_backend("pacing", 1e6)  # no daemon here: the backend it would build
+    a.line_rate_Bps = 1e6
+    a.start()
+    srv = socket.create_server(("127.0.0.1", 0))
+    s1 = socket.create_connection(srv.getsockname())
+    s2 = socket.create_connection(srv.getsockname())
+    ctrls = []
+    try:
+        ctrls.append(register_flow(a.local_name, "j/t", s1))
+        assert wait_until(lambda: get_pacing_rate(s1) == 1_000_000, 2.0), get_pacing_rate(s1)
+        # the job reconnected: the same flow, a new socket
+        ctrls.append(register_flow(a.local_name, "j/t", s2))
+        assert wait_until(lambda: a.flows["j/t"].src_port == s2.getsockname()[1], 2.0)
+        time.sleep(0.2)
+        assert get_pacing_rate(s2) == 1_000_000, hex(get_pacing_rate(s2))
+    finally:
+        for c in ctrls:
+            if c is not None:
+                c.close()
+        a.stop()
+        s1.close()
+        s2.close()
+        srv.close()

@@ -21,7 +21,7 @@ from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster, Host
-from jitsched.localreg import attach, detach
+from jitsched.localreg import attach, detach, register_flow
 from jitsched.netns import PAIR_ADDRS, veth_pair
 from jitsched.protocol import RemoteError
 from jitsched.workloads.synth import layer_chain_job
@@ -380,3 +380,71 @@ def test_attaching_a_process_that_exits_during_the_first_scan_answers_with_no_co
     reply = table.attach({"job": "j", "pids": [os.getpid()]}, os.getuid())
     assert reply == {"job": "j", "attachments": 0, "conns": 0}
     assert "j" not in table.jobs and table.ended == 1
+
+
+def _v6_connect(port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.connect(("::ffff:127.0.0.1", port))
+    return s
+
+
+def _scheduled_flow(a) -> str:
+    return a.schedule["flows"][0]["flow"]
+
+
+@pytest.mark.alone
+def test_a_registered_v4_mapped_socket_keeps_its_registration_and_is_not_attached_again():
+    with loopback_sink() as port, system() as (d, a, c):
+        s = _v6_connect(port)
+        try:
+            fid = _scheduled_flow(a)
+            ctrl = register_flow(a.local_name, fid, s)
+            assert ctrl is not None
+            lport = s.getsockname()[1]
+            assert wait_until(lambda: fid in a.flows, 2.0)
+            lf = a.flows[fid]
+            # the flow's endpoints are the IPv4 connection's, as sock_diag and u32 name them
+            assert (lf.src_addr, lf.dst_addr) == ("127.0.0.1", "127.0.0.1"), (lf.src_addr, lf.dst_addr)
+            # attached by port too: the registered connection keeps its registration
+            attach(a.local_name, "j", ports=[port], peers={"127.0.0.1": "h1"})
+            time.sleep(0.8)
+            assert _fid(lport, port) not in _given(a), sorted(_given(a))
+            ctrl.close()
+        finally:
+            s.close()
+
+
+@pytest.mark.alone
+def test_a_registered_v4_mapped_socket_does_not_end_a_tc_agent(netns_available):
+    with veth_pair() as (ns0, _ns1), loopback_sink() as port, \
+            system("tc", {"dev": "a0", "netns": ns0, "borrow": True}) as (d, a, c):
+        s = _v6_connect(port)
+        try:
+            fid = _scheduled_flow(a)
+            ctrl = register_flow(a.local_name, fid, s)
+            time.sleep(0.5)
+            assert a.running and a.failure is None, a.failure
+            assert ctrl is not None
+            lport = s.getsockname()[1]
+            out = subprocess.run(["tc", "-n", ns0, "filter", "show", "dev", "a0"], capture_output=True,
+                                 text=True, check=True).stdout
+            assert f"{lport:04x}{port:04x}/ffffffff at 20" in out, out
+            ctrl.close()
+        finally:
+            s.close()
+
+
+@pytest.mark.alone
+def test_a_registered_ipv6_socket_does_not_end_a_tc_agent(netns_available):
+    srv = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    with veth_pair() as (ns0, _ns1), system("tc", {"dev": "a0", "netns": ns0, "borrow": True}) as (d, a, c):
+        s = socket.create_connection(("::1", srv.getsockname()[1]))
+        try:
+            fid = _scheduled_flow(a)
+            # u32 matches IPv4 headers: the registration is refused, and the agent runs on
+            assert register_flow(a.local_name, fid, s) is None
+            time.sleep(0.5)
+            assert a.running and a.failure is None, a.failure
+        finally:
+            s.close()
+            srv.close()

@@ -11,11 +11,14 @@ import math
 import struct
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
 import pytest
 from pyroute2 import IPRoute
 
+from jitsched.agents.agent import Agent, load_backend
 from jitsched.agents.backends.base import (
     BACKENDS,
     FLOW_FLOOR,
@@ -34,7 +37,12 @@ from jitsched.agents.backends.htb import (
 )
 from jitsched.agents.backends.netlink import u32_keys
 from jitsched.agents.backends.tc import TcBackend, TcIngressBackend, ifb_name
-from jitsched.netns import BULK_SINK, BULK_SOURCE
+from jitsched.agents.options import AgentOptions
+from jitsched.config import DaemonConfig
+from jitsched.daemon import Daemon
+from jitsched.daemon.server import wait_until
+from jitsched.dag.model import Cluster
+from jitsched.netns import BULK_SINK, BULK_SOURCE, veth_pair
 
 LINE = 12.5e6  # 100 Mbit/s in bytes/s
 
@@ -814,3 +822,62 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         b.close()
     assert set(class_bytes(src)) == {LINK_CLASS & 0xFFFF, BG_MINOR}
     assert "c612c802" not in filters_text(src)
+
+
+@pytest.mark.alone
+def test_a_cap_into_a_host_with_a_non_ipv4_address_is_reported_not_fatal(netns_available):
+    with veth_pair() as (ns0, _ns1):
+        a = Agent("h0", "tcp://127.0.0.1:1", AgentOptions(backend="tc", dev="a0", ingress=False),
+                  backend_options={"netns": ns0})
+        a.backend = load_backend("tc", 12.5e6, **a.backend_options)
+        a.line_rate_Bps = 12.5e6
+        try:
+            now = time.time_ns()
+            caps = [{"host": h, "addr": addr, "epoch_ns": now - 10**8, "slot_s": 30.0, "left_Bps": [1e5]}
+                    for h, addr in (("h1", "198.18.200.2"), ("h2", "fd00::2"))]
+            a._install({"seq": 1, "slot_s": 0.1, "epoch_ns": now, "line_Bps": 12.5e6, "leftover_Bps": [],
+                        "flows": [], "caps_into": caps})
+            a._tick()  # the agent's loop: an exception here ends the agent
+            # the IPv4 destination is held; the other one is said to be unenforced (status shows it)
+            out = subprocess.run(["tc", "-n", ns0, "filter", "show", "dev", "a0"], capture_output=True,
+                                 text=True, check=True).stdout
+            assert "c612c802/ffffffff at 16" in out, out
+            assert a.caps_unenforced
+        finally:
+            a.backend.close()
+
+
+def _links(ns: str) -> str:
+    return subprocess.run(["ip", "-n", ns, "-br", "link"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.alone
+def test_a_failed_egress_close_still_removes_the_ingress_ifb_and_says_so(netns_available):
+    cfg = DaemonConfig(cluster=Cluster.uniform(2, bps=1e8), job_endpoint="tcp://127.0.0.1:*",
+                       agent_endpoint="tcp://127.0.0.1:*", heartbeat_s=0.1, heartbeat_timeout_s=2.0,
+                       resend_s=0.1, slot_s=0.1, policy="jit")
+    d = Daemon(cfg)
+    crashed = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: crashed.append(args.exc_value)
+    try:
+        with veth_pair() as (ns0, _ns1):
+            d.start()
+            a = Agent("h0", d.agent_endpoint, AgentOptions(backend="tc", dev="a0"),
+                      backend_options={"netns": ns0}, local_namespace=f"cl{uuid.uuid4().hex[:8]}").start()
+            try:
+                assert wait_until(lambda: a.in_backend is not None, 5.0)
+                assert "jsi-a0" in _links(ns0)
+                # the link goes away under the agent (its egress root qdisc with it)
+                subprocess.run(["ip", "-n", ns0, "link", "del", "a0"], check=True)
+            finally:
+                a.stop()
+            assert not a.running
+            # the IFB device and its redirect are the agent's own: removed whatever the egress said
+            assert "jsi-a0" not in _links(ns0), _links(ns0)
+            # and the failed cleanup is not lost in a thread's traceback: the agent says it
+            assert not crashed, crashed
+            assert a.failure is not None
+    finally:
+        threading.excepthook = hook
+        d.stop()

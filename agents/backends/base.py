@@ -128,6 +128,12 @@ class Backend(ABC):
 
     # Whether cap_destinations holds anything back (False: the caps are not enforced here).
     caps_destinations: ClassVar[bool] = False
+    # The addresses of the last cap_destinations call that are not held (an address the
+    # backend cannot match); the agent reports its caps unenforced when there are any.
+    caps_refused: tuple[str, ...] = ()
+    # Whether only IPv4 connections can be shaped (packet filters on the IPv4 header): the
+    # agent refuses to register a connection of another family.
+    ipv4_only: ClassVar[bool] = False
 
     def cap_destinations(self, caps: dict[str, float]) -> None:
         """From the next :meth:`apply` on, hold the traffic no flow class takes towards each

@@ -56,6 +56,7 @@ class PacingBackend(Backend):
     def attach(self, flow_id: str, sock: socket.socket) -> None:
         """Take over pacing of ``sock``; it shares the leftover until scheduled."""
         self.socks[flow_id] = sock
+        self.applied.pop(flow_id, None)  # a new socket of a flow registered again: not paced yet
 
     def detach(self, flow_id: str) -> None:
         """Forget the socket (the agent closes its copy)."""

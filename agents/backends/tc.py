@@ -304,6 +304,7 @@ class TcBackend(Backend):
         self.held_share = float(share) if lower else None
 
     caps_destinations = True
+    ipv4_only = True  # u32 on the IPv4 header
 
     def cap_destinations(self, caps: dict[str, float]) -> None:
         """Hold what no flow class takes towards each address of ``caps`` to its bytes/s.
@@ -319,7 +320,10 @@ class TcBackend(Backend):
         critical job's worker, whose switch port gave the job's pulls 95 % of it (tc
         class counters sampled every 0.5 s).
         """
-        self.want_caps = {a: float(r) for a, r in caps.items()}
+        # u32 matches IPv4 destinations only: another address (a host named by its IPv6 address
+        # or a name) is not held, and :attr:`caps_refused` says so (the agent reports it)
+        self.want_caps = {a: float(r) for a, r in caps.items() if _ipv4(a)}
+        self.caps_refused = tuple(sorted(a for a in caps if a not in self.want_caps))
 
     def _cap_msgs(self, change: int, create: int) -> tuple[list[tuple[bytes, str, bool]], int]:
         """The netlink messages that make the capped destinations' classes and filters
@@ -541,6 +545,13 @@ class TcBackend(Backend):
             self.flows.clear()
         finally:
             self.nl.close()
+
+
+def _ipv4(addr: str) -> bool:
+    try:
+        return socket.inet_pton(socket.AF_INET, addr) is not None
+    except (OSError, TypeError):
+        return False
 
 
 IFB_PREFIX = "jsi-"  # IFB devices this backend creates: "jsi-" + the link's name (15 characters at most)
