@@ -482,3 +482,187 @@ def test_events_a_failed_write_could_not_take_stay_held_in_order_and_go_with_the
     finally:
         client.txn = real
         el.resign()
+
+
+def _two_host_cluster(hosts=("h1", "h2")):
+    return parse_cluster({"hosts": [{"name": h, "egress_bps": 1e9, "ingress_bps": 1e9} for h in hosts]})
+
+
+def _one_transfer_job(jid: str) -> dict:
+    return {"id": jid, "computes": [], "transfers": [{"id": "t", "src": "h1", "dst": "h2", "bytes": 1e9}]}
+
+
+def _previous_leader_with_a_job(etcd: LocalEtcd, prefix: str) -> int:
+    """A leader that wrote one running job (with progress) to etcd, then resigned."""
+    client = Etcd([etcd.endpoint])
+    el = Election(client, prefix, 30)
+    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    s = EtcdStore(client, el)
+    s.put("t0_wall_s", repr(time.time() - 5))
+    row = s.submitted("j1", _one_transfer_job("j1"), None, 0.5)
+    s.event(row, "t", "S", 1.0)
+    el.resign()
+    return row
+
+
+def test_a_new_leader_that_cannot_read_its_jobs_does_not_serve_without_them(etcd):
+    # one etcd read that fails while the elected replica loads its state (a request timing
+    # out) is not taken for an empty journal: the replica resigns, campaigns again and leads
+    # with the running job
+    from jitsched.daemon.replica import LEADER, Replica
+
+    prefix = "/t-restore-read"
+    _previous_leader_with_a_job(etcd, prefix)
+    ports = free_ports(2)
+    cfg = DaemonConfig(cluster=_two_host_cluster(), job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                       agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False,
+                       etcd_endpoints=[etcd.endpoint], etcd_prefix=prefix, lease_ttl_s=2)
+    r = Replica(cfg)
+    real = r.etcd.range
+    failed = []
+
+    def flaky(key, prefix=False):
+        if prefix and key.endswith("/ev/") and not failed:  # the one read of progress in unfinished()
+            failed.append(key)
+            raise EtcdUnavailable("no etcd endpoint answered (a timeout, once)")
+        return real(key, prefix)
+
+    r.etcd.range = flaky
+    r.start()
+    try:
+        assert r.wait_role(LEADER, 20)
+        d = r.daemon
+        assert failed, "the injected failure did not happen"
+        assert d.state.restored == ["j1"], (
+            f"leader epoch {d.state.epoch} serves without its jobs: restored={d.state.restored} "
+            f"journal_errors={d.state.journal_errors} ({d.state.journal_last_error})")
+    finally:
+        r.stop()
+    assert r.failure is None
+
+
+def test_one_failed_read_of_the_joined_hosts_does_not_end_their_jobs_as_failed(etcd):
+    # a failed read of the joined hosts stops the restore: a state built on the configured
+    # cluster alone would refuse the job on joined host h3 and end it in etcd as failed
+    from jitsched.daemon.state import SchedulerState
+    from jitsched.daemon.store import StoreError
+
+    prefix = "/t-restore-joined"
+    client = Etcd([etcd.endpoint])
+    el = Election(client, prefix, 30)
+    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    s = EtcdStore(client, el)
+    s.put("t0_wall_s", repr(time.time() - 5))
+    s.put("joined_hosts", '[{"name": "h3", "egress_bps": 1e9, "ingress_bps": 1e9}]')
+    s.submitted("j3", {"id": "j3", "computes": [], "transfers": [{"id": "t", "src": "h1", "dst": "h3",
+                                                                   "bytes": 1e9}]}, None, 0.5)
+    el.resign()
+    # the next leader; one of its reads times out
+    client2 = Etcd([etcd.endpoint])
+    el2 = Election(client2, prefix, 30)
+    assert el2.campaign("tcp://127.0.0.1:3", "tcp://127.0.0.1:4")
+    real = client2.range
+    failed = []
+
+    def flaky(key, prefix=False):
+        if key.endswith("/meta/joined_hosts") and not failed:
+            failed.append(key)
+            raise EtcdUnavailable("no etcd endpoint answered (a timeout, once)")
+        return real(key, prefix)
+
+    client2.range = flaky
+    with pytest.raises(StoreError):
+        SchedulerState(DaemonConfig(cluster=_two_host_cluster()), journal=EtcdStore(client2, el2), epoch=el2.me.epoch)
+    assert failed
+    left = [jj.job_map.get("id") for jj in EtcdStore(Etcd([etcd.endpoint]), el2).unfinished()]
+    el2.resign()
+    assert left == ["j3"], "a job on a joined host was ended as failed after one failed read"
+
+
+@pytest.mark.alone
+def test_a_leader_whose_state_takes_longer_than_its_lease_to_load_keeps_leading(etcd):
+    # the lease is renewed while the new leader reads and restores its state: a state that
+    # takes longer than the lease to load (3000 running jobs, a 1 s lease here; the daemon
+    # admits 10,000 with a 2 s lease by default) does not depose it at its first renewal
+    from jitsched.daemon.ha import _pack
+    from jitsched.daemon.replica import LEADER, Replica
+
+    prefix = "/t-restore-load"
+    client = Etcd([etcd.endpoint])
+    el = Election(client, prefix, 30)
+    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    hosts = [f"h{i}" for i in range(8)]
+    ops = [put_op(f"{prefix}/meta/t0_wall_s", repr(time.time() - 5))]
+    for n in range(1, 3001):
+        job = {"id": f"j{n}", "computes": [],
+               "transfers": [{"id": f"t{k}", "src": hosts[k % 8], "dst": hosts[(k + 1) % 8], "bytes": 1e8}
+                             for k in range(20)]}
+        rec = {"id": job["id"], "owner": None, "sub": 0.0, "state": "running", "job": _pack(job)}
+        ops.append(put_op(f"{prefix}/job/{(1 << 32) | n:020d}", _pack(rec)))
+    for chunk in txn_chunks(ops):
+        assert client.txn(el.fence(), chunk)
+    el.resign()
+    ports = free_ports(2)
+    cfg = DaemonConfig(cluster=_two_host_cluster(tuple(hosts)), job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                       agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False,
+                       etcd_endpoints=[etcd.endpoint], etcd_prefix=prefix, lease_ttl_s=1)
+    r = Replica(cfg).start()
+    try:
+        assert r.wait_role(LEADER, 60), "never led"
+        t_led = time.monotonic()
+        while time.monotonic() - t_led < 4:
+            time.sleep(0.1)
+        assert r.role == LEADER and r.leaderships == 1, (
+            f"deposed while loading: {r.leaderships} leaderships, role {r.role}")
+        assert len(r.daemon.state.restored) == 3000
+    finally:
+        r.stop(30)
+    assert r.failure is None
+
+
+def test_a_big_report_whose_events_etcd_did_not_take_is_not_answered_ok(etcd):
+    # a report larger than [limits] offload_bytes is decoded off the loop; its reply waits
+    # for its events' write as any report's does, and says unavailable when etcd did not take
+    # them (a runner does not send events again that were answered as recorded)
+    from jitsched.client import Client
+    from jitsched.daemon.server import Daemon
+    from jitsched.errors import RemoteError
+
+    prefix = "/t-offload"
+    client = Etcd([etcd.endpoint])
+    el = Election(client, prefix, 30)
+    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    ports = free_ports(2)
+    d = Daemon(DaemonConfig(cluster=_two_host_cluster(), job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False,
+                            offload_bytes=2048),
+               store=EtcdStore(client, el), epoch=el.me.epoch, leading=el.leading)
+    d.start()
+    real = client.txn
+    n = 200
+    try:
+        job = {"id": "a", "computes": [],
+               "transfers": [{"id": f"t{i:04d}", "src": "h1", "dst": "h2", "bytes": 1e3} for i in range(n)]}
+        with Client(d.job_endpoint, timeout_s=5) as c:
+            assert c.submit_job(job) == "a"
+
+            def down(compare, ops):
+                raise EtcdUnavailable("no etcd endpoint answered")
+
+            client.txn = down
+            events = [["started", f"t{i:04d}", None] for i in range(n)]
+            try:
+                got = c.request("report", {"job_id": "a", "events": events})
+            except RemoteError as exc:
+                got = exc
+            assert d.counts["requests_offloaded"] >= 1, "the report was not offloaded"
+            assert d.state.journal_errors >= 1
+            client.txn = real
+            recorded = EtcdStore(client, el).unfinished()[0].started
+            assert isinstance(got, RemoteError), (
+                f"answered ok ({len(got['results'])} results) although etcd holds {len(recorded)} of its "
+                f"{n} events")
+    finally:
+        client.txn = real
+        d.stop()
+        el.resign()

@@ -23,7 +23,7 @@ from jitsched.client.runner import JobRunner
 from jitsched.client.transfer import TransferSink
 from jitsched.config import load_config
 from jitsched.daemon import Daemon
-from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow
+from jitsched.daemon.journal import DONE, Journal, JournalError, JournalFlow, recover_journal
 from jitsched.daemon.reject import Reject
 from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster, Compute, Job, Transfer
@@ -581,3 +581,21 @@ def test_a_restarted_daemon_reserves_its_critical_jobs_on_the_shares_its_agents_
         assert [x[2] for x in again] == pytest.approx([x[2] for x in caps])
     finally:
         st.journal.close()
+
+
+def test_recover_keeps_recurring_jobs_counts_and_learned_state(tmp_path):
+    # recover copies every readable row, recurring jobs' iteration counts and learned
+    # state too: a recurring job resumed from the new journal goes on where it was
+    src = tmp_path / "j.db"
+    j = Journal(src)
+    row = j.submitted("r1", {"id": "r1", "computes": [], "transfers": [{"id": "t", "src": "h1", "dst": "h2", "bytes": 1e9}]}, None, 1.0)
+    j.template(row, 40, b"learned-state")
+    assert j.templates() == {row: (40, b"learned-state")}
+    j.close()
+    recover_journal(src, tmp_path / "new.db")
+    j2 = Journal(tmp_path / "new.db")
+    try:
+        assert [jj.row for jj in j2.unfinished()] == [row]
+        assert j2.templates() == {row: (40, b"learned-state")}
+    finally:
+        j2.close()

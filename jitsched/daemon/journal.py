@@ -457,7 +457,7 @@ def _read_all(path: Path) -> tuple[JournalReport, dict]:
     report = JournalReport(str(path))
     if path.stat().st_size == 0:
         report.problems.append("the file is empty (0 bytes)")
-        return report, {"meta": [], "jobs": [], "events": [], "background": []}
+        return report, {"meta": [], "jobs": [], "events": [], "templates": [], "background": []}
     try:
         with open(path, "rb") as f:
             head = f.read(len(SQLITE_HEADER))
@@ -483,6 +483,7 @@ def _read_all(path: Path) -> tuple[JournalReport, dict]:
                                  ("jobs", "row, job_id, owner, job, submitted_s, state, ended_s, jct_s, error",
                                   "row"),
                                  ("events", "row, node, kind, t_s, measured_s", "rowid"),
+                                 ("templates", "row, iterations, learned", "row"),
                                  ("background", "name, src, dst, bytes, left, owner, started_s, seen_s",
                                   "rowid")):
             try:
@@ -545,6 +546,8 @@ def recover_journal(path: str | Path, out: str | Path) -> JournalReport:
                        (row, job_id, owner, blob, sub or 0.0, state or "failed", ended_s, jct_s, error))
         db.executemany("INSERT INTO events (row, node, kind, t_s, measured_s) VALUES (?, ?, ?, ?, ?)",
                        data["events"])
+        db.executemany("INSERT OR REPLACE INTO templates (row, iterations, learned) VALUES (?, ?, ?)",
+                       data["templates"])
         db.executemany("INSERT OR REPLACE INTO background (name, src, dst, bytes, left, owner, started_s, "
                        "seen_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", data["background"])
         db.execute("COMMIT")

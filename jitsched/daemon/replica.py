@@ -228,20 +228,35 @@ class Replica:
         assert me is not None
         self.leaderships += 1
         t0 = time.monotonic()
+        # reading and restoring a large state, and binding, may take longer than the lease:
+        # keep renewing it meanwhile, or the lease lapses before the loop below first renews
+        loaded = threading.Event()
+
+        def keep_lease() -> None:
+            while not loaded.wait(self.election.ttl_s / 4):
+                if not self.election.renew():
+                    return
+
+        renewer = threading.Thread(target=keep_lease, name="jitsched-replica-renew", daemon=True)
+        renewer.start()
         try:
-            store = EtcdStore(self.etcd, self.election)
-            d = Daemon(self.config, self.policy() if self.policy else None, store=store, epoch=me.epoch,
-                       leading=self.election.leading)
-        except StoreError as exc:
-            log.error("event=replica_lead_failed epoch=%d error=%r", me.epoch, str(exc))
-            self.election.resign()
-            return
-        try:
-            d.start()
-        except BaseException:
-            d.stop()
-            self.election.resign()
-            raise
+            try:
+                store = EtcdStore(self.etcd, self.election)
+                d = Daemon(self.config, self.policy() if self.policy else None, store=store, epoch=me.epoch,
+                           leading=self.election.leading)
+            except StoreError as exc:
+                log.error("event=replica_lead_failed epoch=%d error=%r", me.epoch, str(exc))
+                self.election.resign()
+                return
+            try:
+                d.start()
+            except BaseException:
+                d.stop()
+                self.election.resign()
+                raise
+        finally:
+            loaded.set()
+            renewer.join()
         self.daemon, self.role = d, LEADER
         self._changed.set()
         log.warning("event=replica_leading epoch=%d resumed=%d load_s=%.3f", me.epoch, len(d.state.restored),

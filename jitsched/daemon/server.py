@@ -7,6 +7,7 @@
 # (state.py and its registries), connections (conns.py), planning (solver.py, plans.py).
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -14,7 +15,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import zmq
@@ -652,32 +653,40 @@ class Daemon:
         ``unavailable`` otherwise (etcd did not take them; the store tries them again
         with its next write, and the clients send them again, idempotent).
         """
+        with self._journal_turn(jobs):
+            end = time.perf_counter() + JOB_TURN_S
+            for _ in range(JOB_BATCH):
+                if self._serve_batch(jobs, 1, client_names, JOB_TYPES, "jobs"):
+                    break
+                if agents.get(zmq.EVENTS) & zmq.POLLIN:
+                    self._serve_batch(agents, AGENT_BATCH, host_names, AGENT_TYPES, "agents")
+                if time.perf_counter() >= end:
+                    break
+
+    @contextlib.contextmanager
+    def _journal_turn(self, sock: zmq.Socket) -> Iterator[None]:
+        """Requests served inside the block write their progress events as one store batch
+        as it ends, and their replies on ``sock`` that promise them recorded wait for that
+        write (:meth:`_serve_jobs`); also the requests decoded off the loop."""
         held: list[tuple] = []
         store = self.state.journal
         if store is not None and store.holds_batches:
-            self._held_replies = (jobs, held)
+            self._held_replies = (sock, held)
         try:
             with self.state.journal_turn():
-                end = time.perf_counter() + JOB_TURN_S
-                for _ in range(JOB_BATCH):
-                    if self._serve_batch(jobs, 1, client_names, JOB_TYPES, "jobs"):
-                        break
-                    if agents.get(zmq.EVENTS) & zmq.POLLIN:
-                        self._serve_batch(agents, AGENT_BATCH, host_names, AGENT_TYPES, "agents")
-                    if time.perf_counter() >= end:
-                        break
+                yield
         finally:
             self._held_replies = None
             unwritten = bool(held) and store.holding
             deposed = unwritten and self.leading is not None and not self.leading()
-            for sock, identity, reply, client, promises in held:
+            for to, identity, reply, client, promises in held:
                 # a refusal stays what it is: only a reply that said "recorded" was not so
                 if unwritten and promises and decode_reply(reply).ok:
                     reply = encode_error(peek_id(reply), ErrorCode.NOT_LEADER, not_leader_message()) if deposed \
                         else encode_error(peek_id(reply), ErrorCode.UNAVAILABLE,
                                           f"its events are not recorded yet ({self.state.journal_last_error}); "
                                           "send them again")
-                self._send_reply(sock, identity, reply, client)
+                self._send_reply(to, identity, reply, client)
 
     def _contained(self, where: str, exc: BaseException) -> None:
         """Count and log (rate-limited, with the traceback) a failure kept to one message."""
@@ -830,17 +839,20 @@ class Daemon:
             self._source = None  # read a while ago: its connection is not known now
             client = self._client(name, job.peer)
             self._hold(client, len(job.data), -1)
-            if not job.silent:  # agents may answer pushed schedules; acks arrive as requests
-                self._send_reply(sock, identity, self.handle(identity, job.data, job.allowed, job.peer, job),
-                                 client)
-            waiting = self._deferred.pop(job.key, deque())
-            while waiting:
-                frames, peer = waiting.popleft()
-                self._hold(self._client(name, peer), len(frames[-1]), -1)
-                self._serve_one(sock, frames, job.allowed, peer, name)
-                if job.key in self._deferred:  # another big one went to the worker: the rest wait
-                    self._deferred[job.key].extend(waiting)
-                    break
+            # outside _serve_jobs' turn: one of its own, so that a reply saying events are
+            # recorded still waits for their write (and says unavailable if it failed)
+            with self._journal_turn(sock):
+                if not job.silent:  # agents may answer pushed schedules; acks arrive as requests
+                    self._send_reply(sock, identity, self.handle(identity, job.data, job.allowed, job.peer, job),
+                                     client, promises=self._handled_type in PROGRESS_TYPES)
+                waiting = self._deferred.pop(job.key, deque())
+                while waiting:
+                    frames, peer = waiting.popleft()
+                    self._hold(self._client(name, peer), len(frames[-1]), -1)
+                    self._serve_one(sock, frames, job.allowed, peer, name)
+                    if job.key in self._deferred:  # another big one went to the worker: the rest wait
+                        self._deferred[job.key].extend(waiting)
+                        break
 
     def _send_reply(self, sock: zmq.Socket, identity: bytes, reply: bytes, client: str | None = None,
                     promises: bool = False) -> None:

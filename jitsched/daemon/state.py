@@ -23,7 +23,7 @@ from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.bodies import host_bodies, restamp_frames, status_body
 from jitsched.daemon.hosts import HostTable
 from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
-from jitsched.daemon.journal import DONE, STARTED, JournalFlow
+from jitsched.daemon.journal import DONE, STARTED, JournalError, JournalFlow
 from jitsched.daemon.logs import kv
 from jitsched.daemon.plans import (
     MAX_EVENTS,
@@ -169,6 +169,17 @@ class SchedulerState:
             self._journal_failed(exc)
             return None
 
+    def _read(self, read: Callable, *args) -> object:
+        """A read of the journal the restart's state is made from: a failure is raised (a
+        :class:`StoreError` as it is, so that a replica resigns and tries again; sqlite's as
+        :class:`JournalError`), never taken for an empty journal: a state built without the
+        jobs, hosts or flows the read missed would serve without them, or end the jobs on
+        hosts it forgot as failed."""
+        try:
+            return read(*args)
+        except sqlite3.Error as exc:
+            raise JournalError(f"the journal cannot be read back: {exc}") from None
+
     @contextlib.contextmanager
     def journal_turn(self) -> Iterator[None]:
         """A block whose progress events go to a store that holds batches
@@ -195,7 +206,7 @@ class SchedulerState:
         self._journal(self.journal.compact)
         self._restore_hosts(now)
         self._restore_shares()
-        for jj in self._journal(self.journal.unfinished) or []:
+        for jj in self._read(self.journal.unfinished):
             if jj.error:
                 js = Reject(ErrorCode.INVALID_JOB, f"its journal row is unreadable: {jj.error}")
             else:
@@ -220,14 +231,14 @@ class SchedulerState:
                     self.plan_book.policy_event("node_done", jid, nid)
             js.heard_s = now  # its client had no daemon to talk to: a full lease from now
             self.restored.append(jid)
-        rows = self._journal(self.journal.templates) or {}
+        rows = self._read(self.journal.templates)
         for jid in self.restored:
             js = self.job_registry.jobs[jid]
             got = rows.get(js.journal_row)
             if got is not None:
                 self.templates.restore(js, got[0], got[1], now)
         gone = []
-        for jf in self._journal(self.journal.background) or []:
+        for jf in self._read(self.journal.background):
             body = {"flow": jf.name, "src": jf.src, "dst": jf.dst, "bytes": jf.bytes, "left": jf.left}
             got = self.background.restore(body, jf.owner, jf.started_s, jf.seen_s)
             if isinstance(got, Reject):
@@ -241,7 +252,7 @@ class SchedulerState:
     def _restore_hosts(self, now: float) -> None:
         """Take back the hosts that had joined: their jobs resume, and each leaves again if
         its agent does not register within ``host_leave_s``."""
-        got = self._journal(self.journal.get, "joined_hosts") if self.journal is not None else None
+        got = self._read(self.journal.get, "joined_hosts") if self.journal is not None else None
         try:
             rows = json.loads(got) if got else []
             hosts = [Host(str(r["name"]), float(r["egress_bps"]), float(r["ingress_bps"]), r.get("address"))
@@ -263,7 +274,7 @@ class SchedulerState:
         reserved rates on the wire with it)."""
         book = self.job_registry.reservations
         for key, into in (("reservable_shares", book.shares), ("payload_shares", book.payloads)):
-            got = self._journal(self.journal.get, key) if self.journal is not None else None
+            got = self._read(self.journal.get, key) if self.journal is not None else None
             try:
                 rows = {str(h): float(v) for h, v in (json.loads(got) if got else {}).items()}
             except (ValueError, TypeError, AttributeError) as exc:
