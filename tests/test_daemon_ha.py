@@ -666,3 +666,50 @@ def test_a_big_report_whose_events_etcd_did_not_take_is_not_answered_ok(etcd):
         client.txn = real
         d.stop()
         el.resign()
+
+
+def test_a_leader_whose_daemon_dies_hands_over_at_once_and_says_so(etcd, monkeypatch, capsys):
+    # the leader's daemon stops on an error: it resigns (the other replica leads well within
+    # the 10 s lease), follows, and its own status and gauges name the failure
+    from jitsched.cli import main
+    from jitsched.daemon.replica import FOLLOWER, LEADER, Replica
+    from jitsched.daemon.server import Daemon
+
+    real = Daemon._housekeeping
+    broken = []
+
+    def breaks_once(self, now):
+        if not broken:
+            broken.append(self)
+            raise RuntimeError("housekeeping broke")
+        return real(self, now)
+
+    def cfg() -> DaemonConfig:
+        ports = free_ports(2)
+        return DaemonConfig(cluster=_two_host_cluster(), job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
+                            agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False,
+                            etcd_endpoints=[etcd.endpoint], etcd_prefix="/t-lead-fails", lease_ttl_s=10)
+
+    first = Replica(cfg()).start()
+    second = None
+    try:
+        assert first.wait_role(LEADER, 20)
+        second = Replica(cfg()).start()
+        assert second.wait_role(FOLLOWER, 5)
+        monkeypatch.setattr(Daemon, "_housekeeping", breaks_once)
+        t0 = time.monotonic()
+        assert second.wait_role(LEADER, 8), "the other replica waited out the lease"
+        took = time.monotonic() - t0
+        assert first.wait_role(FOLLOWER, 5)
+        assert took < 8 and broken
+        assert (first.lead_failures, second.lead_failures) == (1, 0)
+        assert "RuntimeError: housekeeping broke" in first.last_lead_failure
+        assert first.failure is None and first.running  # it follows, and may lead again
+        assert main(["status", "--replicas", "--daemon", first.config.job_endpoint, "--timeout-s", "5"]) == 0
+        line = capsys.readouterr().out
+        assert "follower" in line and "LEADING FAILED 1 times, last: the daemon stopped: RuntimeError: " \
+            "housekeeping broke" in line, line
+    finally:
+        for r in (first, second):
+            if r is not None:
+                r.stop()

@@ -383,7 +383,9 @@ def _replica_line(r: dict) -> str:
             else "no leader elected" if not r.get("etcd_error") else "no leader known")
     return (f"{r['role']}, epoch {r['epoch']}"
             + (f", sees {seen}, {r['leaderships']} leaderships so far" if r["role"] == FOLLOWER else "")
-            + (f", ETCD UNREACHABLE: {escape(r['etcd_error'])}" if r.get("etcd_error") else ""))
+            + (f", ETCD UNREACHABLE: {escape(r['etcd_error'])}" if r.get("etcd_error") else "")
+            + (f", LEADING FAILED {r['lead_failures']} times, last: {escape(r['last_lead_failure'])}"
+               if r.get("lead_failures") else ""))
 
 
 @register(

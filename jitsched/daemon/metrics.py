@@ -177,7 +177,8 @@ class Metrics(Endpoint):
 
 class FollowerMetrics(Endpoint):
     """What a replica that does not lead exports on the daemon's metrics port: its role, whether
-    etcd answers it, the requests it sent on to the leader and its leaderships so far."""
+    etcd answers it, the requests it sent on to the leader, its leaderships so far and those
+    that ended on a failure of its own."""
 
     def __init__(self) -> None:
         r = CollectorRegistry()
@@ -187,4 +188,6 @@ class FollowerMetrics(Endpoint):
         self.not_leader = Gauge("jitsched_replica_not_leader_answers",
                                 "Requests this follower answered not_leader", registry=r)
         self.leaderships = Gauge("jitsched_replica_leaderships", "Times this replica was elected", registry=r)
+        self.lead_failures = Gauge("jitsched_replica_lead_failures",
+                                   "Leaderships of this replica ended by a failure of its own", registry=r)
         super().__init__(r)

@@ -14,6 +14,7 @@ from jitsched.config import DaemonConfig
 from jitsched.daemon.ha import Election, Etcd, EtcdStore, Leader
 from jitsched.daemon.metrics import FollowerMetrics
 from jitsched.daemon.server import Daemon, KnownKeys, bind_error
+from jitsched.daemon.solver import describe
 from jitsched.daemon.store import StoreError
 from jitsched.errors import ProtocolError
 from jitsched.keys import AGENT_DOMAIN, CLIENT_DOMAIN, load_daemon_keys
@@ -42,11 +43,17 @@ class Follower:
     ``metrics_port`` the follower's gauges are served there until it closes.
     """
 
-    def __init__(self, config: DaemonConfig, leaderships: int = 0) -> None:
+    def __init__(self, config: DaemonConfig, leaderships: int = 0, lead_failures: int = 0,
+                 last_lead_failure: str = "") -> None:
         self.ctx = zmq.Context()
         self.metrics = FollowerMetrics()
         self.metrics.leaderships.set(leaderships)
+        self.metrics.lead_failures.set(lead_failures)
         self.leaderships = leaderships
+        # leaderships that ended on a failure of this replica's own (its daemon died, or its
+        # state could not be read), and the last one's error
+        self.lead_failures = lead_failures
+        self.last_lead_failure = last_lead_failure
         self.etcd_error = ""  # why etcd did not answer the replica's last look ("" if it did; serve's)
         self._auth: ThreadAuthenticator | None = None
         self.socks: list[zmq.Socket] = []
@@ -82,6 +89,7 @@ class Follower:
                 "leader": {"job_endpoint": leader.job_endpoint, "agent_endpoint": leader.agent_endpoint,
                            "epoch": leader.epoch} if leader else None,
                 "etcd_error": self.etcd_error, "leaderships": self.leaderships,
+                "lead_failures": self.lead_failures, "last_lead_failure": self.last_lead_failure,
                 "not_leader_answers": self.answered}
 
     def serve(self, timeout_s: float, leader: Leader | None, etcd_error: str = "") -> None:
@@ -145,7 +153,11 @@ class Replica:
         Makes the policy of each leadership (default: the config's).
 
     ``role`` is ``follower`` or ``leader``; ``daemon`` the running daemon while
-    leading; ``leaderships`` how many times this replica was elected.
+    leading; ``leaderships`` how many times this replica was elected; ``lead_failures``
+    how many of them ended on a failure of its own (its daemon stopped on an error, its
+    state could not be read), ``last_lead_failure`` the last one's error. Such a leader
+    resigns at once, so another replica takes over without waiting out the lease, and does
+    not campaign for one lease; the failures show in the follower's ``status`` and metrics.
     """
 
     def __init__(self, config: DaemonConfig, policy: Callable[[], Policy] | None = None) -> None:
@@ -158,6 +170,9 @@ class Replica:
         self.role = FOLLOWER
         self.daemon: Daemon | None = None
         self.leaderships = 0
+        self.lead_failures = 0
+        self.last_lead_failure = ""
+        self._campaign_after = 0.0  # monotonic time before which it does not campaign
         self.failure: BaseException | None = None
         self.etcd_error = ""  # why etcd did not answer the follower's last look ("" if it did)
         self._stop = threading.Event()
@@ -166,7 +181,7 @@ class Replica:
 
     def start(self) -> Replica:
         """Run in a background thread (its sockets bound as a follower first)."""
-        follower = Follower(self.config, self.leaderships)  # a bind error is the caller's, at once
+        follower = self._follower()  # a bind error is the caller's, at once
         self._thread = threading.Thread(target=self.run, args=(follower,), name="jitsched-replica", daemon=True)
         self._thread.start()
         return self
@@ -194,12 +209,28 @@ class Replica:
         """Follow and lead in turn until :meth:`stop` (blocks)."""
         try:
             while not self._stop.is_set():
-                if self._follow(follower or Follower(self.config, self.leaderships)):
+                if self._follow(follower or self._follower()):
                     self._lead()
                 follower = None
         except BaseException as exc:
             self.failure = exc
             log.critical("event=replica_died error=%r", f"{type(exc).__name__}: {exc}", exc_info=exc)
+
+    def _follower(self) -> Follower:
+        return Follower(self.config, self.leaderships, self.lead_failures, self.last_lead_failure)
+
+    def _failed_to_lead(self, epoch: int, error: str) -> None:
+        """Count a leadership ended by a failure of this replica's own and give it up at once."""
+        self.lead_failures += 1
+        self.last_lead_failure = error
+        # the other replicas campaign first: for one lease it only follows
+        self._campaign_after = time.monotonic() + self.election.ttl_s
+        log.error("event=replica_lead_failed epoch=%d error=%r", epoch, error)
+        try:
+            self.election.resign()
+        except StoreError as exc:  # the lease then runs out by itself
+            log.warning("event=replica_resign_failed epoch=%d error=%r", epoch, str(exc))
+            self.election.depose("resigning failed")
 
     def _follow(self, follower: Follower) -> bool:
         """Answer ``not_leader`` until elected (True) or stopped (False)."""
@@ -210,7 +241,8 @@ class Replica:
                 try:
                     leader = self.election.leader()
                     self.etcd_error = ""
-                    if leader is None and self.election.campaign(cfg.job_endpoint, cfg.agent_endpoint):
+                    if (leader is None and time.monotonic() >= self._campaign_after
+                            and self.election.campaign(cfg.job_endpoint, cfg.agent_endpoint)):
                         return True
                 except StoreError as exc:
                     if not self.etcd_error:  # once per outage, not every campaign_s
@@ -245,8 +277,7 @@ class Replica:
                 d = Daemon(self.config, self.policy() if self.policy else None, store=store, epoch=me.epoch,
                            leading=self.election.leading)
             except StoreError as exc:
-                log.error("event=replica_lead_failed epoch=%d error=%r", me.epoch, str(exc))
-                self.election.resign()
+                self._failed_to_lead(me.epoch, f"{type(exc).__name__}: {exc}")
                 return
             try:
                 d.start()
@@ -268,8 +299,10 @@ class Replica:
         finally:
             if self._stop.is_set():
                 self.election.resign()
+            elif d.failure is not None:
+                self._failed_to_lead(me.epoch, f"the daemon stopped: {describe(d.failure)}")
             else:
-                self.election.depose("lost the lease" if d.running else "the daemon stopped")
+                self.election.depose("lost the lease")
             d.stop()
             self.daemon, self.role = None, FOLLOWER
             self._changed.set()
