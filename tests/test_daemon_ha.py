@@ -143,6 +143,7 @@ def test_counts_held_while_etcd_is_down_stay_two_per_job_and_the_newest_goes(etc
             s.event(rows[0], "t1", STARTED, 2.0)
         assert s.held_writes == 2 * len(rows) + 2 and s.holding  # the events are held, in order
         client.txn = real
+        s._retry_at = 0.0
         s.flush()
         assert s.held_writes == 0 and not s.holding
         other = EtcdStore(client, el)
@@ -713,3 +714,43 @@ def test_a_leader_whose_daemon_dies_hands_over_at_once_and_says_so(etcd, monkeyp
         for r in (first, second):
             if r is not None:
                 r.stop()
+
+
+def test_a_jobs_end_a_failed_write_could_not_take_stays_held_and_goes_with_a_flush(etcd, monkeypatch):
+    # a leader after a failover must not take an ended job back as running: its end is
+    # held (counted in held_writes, which status shows) and written by the next flush,
+    # no sooner than WRITE_RETRY_S after the failure
+    import jitsched.daemon.ha as ha
+
+    client, el = _elected(etcd, "/t-ended-held", ttl_s=30.0)
+    s = EtcdStore(client, el)
+    row = s.submitted("j", {"id": "j"}, None, 0.0)
+    s.event(row, "t", STARTED, 1.0)
+    real = client.txn
+
+    def down(compare, ops):
+        raise EtcdUnavailable("down")
+
+    monkeypatch.setattr(ha, "WRITE_RETRY_S", 0.5)
+    client.txn = down
+    try:
+        with pytest.raises(EtcdUnavailable):
+            s.ended(row, DONE, 5.0, 5.0)
+        assert s.held_writes == 2
+        client.txn = real
+        s.flush()  # within WRITE_RETRY_S of the failure: not tried
+        assert s.held_writes == 2 and [jj.row for jj in s.unfinished()] == [row]
+        time.sleep(0.6)
+        client.txn = down
+        with pytest.raises(EtcdUnavailable):
+            s.flush()
+        assert s.held_writes == 2
+        client.txn = real
+        time.sleep(0.6)
+        s.flush()
+        assert s.held_writes == 0
+        assert s.unfinished() == []
+        assert not client.range(s._k("ev", s._row(row)) + "/", prefix=True)
+    finally:
+        client.txn = real
+        el.resign()

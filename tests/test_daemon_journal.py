@@ -599,3 +599,35 @@ def test_recover_keeps_recurring_jobs_counts_and_learned_state(tmp_path):
         assert j2.templates() == {row: (40, b"learned-state")}
     finally:
         j2.close()
+
+
+def test_a_failed_commit_of_a_jobs_end_leaves_no_transaction_open(tmp_path):
+    # a commit that fails (a full disk, say) is rolled back: the journal's later writes,
+    # autocommitted one by one, are durable, not held inside a transaction never committed
+    j = Journal(tmp_path / "j.db")
+    row = j.submitted("a", {"id": "a"}, None, 0.0)
+    real = j.db
+
+    class CommitFails:
+        def execute(self, sql, *args):
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("database or disk is full")
+            return real.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    j.db = CommitFails()
+    try:
+        with pytest.raises(sqlite3.OperationalError):
+            j.ended(row, DONE, 1.0, 1.0)
+        assert not real.in_transaction
+    finally:
+        j.db = real
+    row_b = j.submitted("b", {"id": "b"}, None, 2.0)
+    other = sqlite3.connect(tmp_path / "j.db")
+    try:
+        assert {r for (r,) in other.execute("SELECT row FROM jobs WHERE state = 'running'")} == {row, row_b}
+    finally:
+        other.close()
+        j.close()

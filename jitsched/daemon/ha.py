@@ -167,6 +167,11 @@ def txn_chunks(ops: list[dict], most_ops: int = TXN_OPS, most_bytes: int = TXN_B
     return out
 
 
+def _op_key(op: dict) -> str:
+    """The (encoded) key a transaction's operation writes or deletes from."""
+    return next(iter(op.values()))["key"]
+
+
 def delete_op(key: str, prefix: bool = False) -> dict:
     """A transaction's delete of ``key`` (or every key under it)."""
     d = {"key": _b64(key)}
@@ -368,8 +373,8 @@ class EtcdStore:
 
     @property
     def held_writes(self) -> int:
-        """Operations held back and not yet written: progress events after a failed write,
-        recurring jobs' counts until the loop turn's write."""
+        """Operations held back and not yet written: progress events and jobs' ends after a
+        failed write, recurring jobs' counts until the loop turn's write."""
         return len(self._pending) + len(self._later)
 
     def _write(self, ops: list[dict]) -> None:
@@ -391,7 +396,7 @@ class EtcdStore:
         except BaseException:
             # counts and states not written go back to be replaced by newer ones; events stay in order
             for op in later[done:]:
-                self._later.setdefault(op["request_put"]["key"], op)
+                self._later.setdefault(_op_key(op), op)
             self._pending = held[max(done, len(later)):] + self._pending
             self._retry_at = time.monotonic() + WRITE_RETRY_S
             raise
@@ -433,9 +438,18 @@ class EtcdStore:
         """Record that job ``row`` ended as ``state``; its map and events go."""
         rec = dict(self._jobs.get(row) or {"id": "?", "owner": None, "sub": 0.0})
         rec.update(state=state, ended=t_s, jct=jct_s, error=error)
-        self._write([put_op(self._k("job", self._row(row)), _pack(rec)),
-                     delete_op(self._k("ev", self._row(row)) + "/", prefix=True)])
+        ops = [put_op(self._k("job", self._row(row)), _pack(rec)),
+               delete_op(self._k("ev", self._row(row)) + "/", prefix=True)]
         self._jobs.pop(row, None)
+        try:
+            self._write(ops)
+        except StoreError:
+            # the end stays held and goes with the next write or flush: a leader after a
+            # failover would otherwise take the ended job back as running
+            for op in ops:
+                self._later.pop(_op_key(op), None)
+                self._later[_op_key(op)] = op
+            raise
 
     def forget(self, rows: list[int]) -> None:
         """Drop the rows of ended jobs."""
@@ -468,8 +482,10 @@ class EtcdStore:
             self._write(ops)
 
     def flush(self) -> None:
-        """Write the counts and learned states :meth:`template` held back, if any."""
-        if self._later and not self._batching:
+        """Write what is held back, if any: the counts and learned states :meth:`template`
+        held, and jobs' ends a failed write could not take (no sooner than
+        :data:`WRITE_RETRY_S` after a failed write)."""
+        if self._later and not self._batching and time.monotonic() >= self._retry_at:
             self._write([])
 
     def templates(self) -> dict[int, tuple[int, bytes | None]]:

@@ -21,6 +21,21 @@ from jitsched.errors import JitschedError
 FILE_MODE = 0o600  # clients' DAGs and owner names: the daemon's user only (WAL and SHM follow it)
 
 
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One explicit transaction: committed as the block ends, rolled back if the block or the
+    commit fails (a connection left inside a failed transaction would hold every later
+    autocommitted write uncommitted)."""
+    db.execute("BEGIN")
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
 class JournalError(JitschedError):
     """The journal cannot be used as it is: held by another daemon, damaged, or unreadable."""
 
@@ -264,28 +279,16 @@ class Journal:
 
     def ended(self, row: int, state: str, t_s: float, jct_s: float | None = None, error: str = "") -> None:
         """Record that job ``row`` ended as ``state`` (fsynced); its map and events are dropped."""
-        with self._fsynced() as db:
-            db.execute("BEGIN")
-            try:
-                db.execute("UPDATE jobs SET state = ?, ended_s = ?, jct_s = ?, error = ?, job = NULL "
-                           "WHERE row = ?", (state, t_s, jct_s, error, row))
-                db.execute("DELETE FROM events WHERE row = ?", (row,))
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with self._fsynced() as db, _transaction(db):
+            db.execute("UPDATE jobs SET state = ?, ended_s = ?, jct_s = ?, error = ?, job = NULL "
+                       "WHERE row = ?", (state, t_s, jct_s, error, row))
+            db.execute("DELETE FROM events WHERE row = ?", (row,))
         self.writes += 1
 
     def forget(self, rows: list[int]) -> None:
         """Drop the rows of ended jobs the daemon no longer lists (one transaction)."""
-        db = self.db
-        db.execute("BEGIN")
-        try:
+        with _transaction(self.db) as db:
             db.executemany("DELETE FROM jobs WHERE row = ? AND state != 'running'", [(r,) for r in rows])
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
         self.writes += 1
 
     def background_held(self, flow: JournalFlow) -> None:
