@@ -219,10 +219,11 @@ def _peer_map(peers: dict) -> dict[str, str]:
     for k, v in peers.items():
         if not isinstance(k, str) or not isinstance(v, str) or not v:
             raise _refuse(ErrorCode.INVALID_BODY, "peers: expected {\"address\" or \"address:port\": host}")
-        addr, _, port = k.partition(":")
+        addr, colon, port = k.partition(":")
         try:
-            socket.inet_aton(addr)
-            if port and not 0 < int(port) < 65536:
+            # dotted quads only, as sock_diag names the connections ("127.1" would never match)
+            socket.inet_pton(socket.AF_INET, addr)
+            if colon and not (port.isdigit() and 0 < int(port) < 65536):
                 raise ValueError(port)
         except (OSError, ValueError):
             raise _refuse(ErrorCode.INVALID_BODY, f"peers: {k!r} is not an IPv4 address[:port]") from None

@@ -291,6 +291,10 @@ def test_bad_attach_requests_are_refused_with_their_reason_and_the_agent_keeps_r
                 ({"cgroup": "/sys/fs/cgroup"}, "invalid_body", "is the root cgroup, every process of the host"),
                 ({"pids": [1], "ports": [80]}, "invalid_body", "exactly one of"),
                 ({"ports": [70000]}, "invalid_body", "1..65535"),
+                # dotted quads only: sock_diag names a peer so, and "127.1" would never match
+                ({"ports": [80], "peers": {"127.1": "h1"}}, "invalid_body", "'127.1' is not an IPv4"),
+                ({"ports": [80], "peers": {"127.0.0.1: 80": "h1"}}, "invalid_body", "is not an IPv4"),
+                ({"ports": [80], "peers": {"127.0.0.1:": "h1"}}, "invalid_body", "is not an IPv4"),
             ]
             for kw, code, words in cases:
                 with pytest.raises(RemoteError) as e:
