@@ -449,3 +449,15 @@ def test_slot_plan_bad_input():
     rate, _, _ = plan.rates(1, i8, i8, i8 + 1, np.ones(1), np.ones(2), np.ones(2), np.ones(2), 1e-3,
                             in_range=True)
     np.testing.assert_array_equal(rate, [1.0])
+
+
+@pytest.mark.parametrize("w", [[1e-13, 1e-13], [1e-6, 1e-6], [1.0, 1.0], [1e9, 1e9], [1.0, 1e-13], [0.5, 1e-14]])
+def test_weighted_filling_is_the_same_at_any_scale_of_the_weights(w):
+    # h0's egress saturates first; h1's ingress then has 9 left for the flow out of h2
+    src, dst = [0, 2], [1, 1]
+    ce, ci = np.array([1.0, 10.0, 10.0]), np.array([10.0, 10.0, 10.0])
+    w = np.array(w)
+    want = alloc.maxmin_fair_reference(src, dst, ce, ci, w)
+    np.testing.assert_allclose(want, [1.0, 9.0])
+    np.testing.assert_allclose(alloc.maxmin_fair(src, dst, ce, ci, w), want, rtol=1e-12)
+    np.testing.assert_allclose(alloc.fixed_then_maxmin([np.nan, np.nan], src, dst, ce, ci, w), want, rtol=1e-12)

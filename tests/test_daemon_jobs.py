@@ -591,3 +591,33 @@ def test_a_job_whose_hosts_agent_gives_less_is_reserved_again_on_it_where_its_wi
     assert after.sum() * 0.1 == pytest.approx(1.25e8, rel=1e-5)  # every byte still reserved
     assert (held.start_slot + after.shape[1]) * 0.1 <= reg.jobs["a"].guard_until_s + 1e-9
     assert "reserved" in st.plan_book.reasons  # the agents get the new rates
+
+
+def test_a_critical_job_taken_back_gives_its_reservation_back():
+    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0))
+    reg = st.job_registry
+    js = reg.submit({"job": critical("a", "h0", "h1")}, 0.0)
+    assert "a" in reg.reservations.held
+    reg.withdraw(js)  # its submission could not be journalled
+    assert "a" not in reg.reservations.held
+    assert st.submit_job({"job": critical("b", "h0", "h2")}, 0.0) == {"job_id": "b", "class": "critical"}
+
+
+def test_an_ended_critical_job_holds_no_host_and_its_reservation_goes():
+    st = SchedulerState(config(policy="jit", critical_assumed_share=1.0, ended_retention_s=1.0))
+    reg = st.job_registry
+    assert "job_id" in st.submit_job({"job": critical("a", "h0", "h1")}, 0.0)
+    assert [h for h, _, _ in st.plan_book.held_hosts()] == [0, 1]
+    # cancelled halfway through its transfer, which never arrives
+    assert st.cancel_job({"job_id": "a"}, 0.6) == {"state": "cancelled"}
+    assert st.plan_book.held_hosts() == ()
+    assert st.status({}, 5.0)["critical"]["hosts_held"] == 0
+    # one that finished, once the registry forgets it
+    assert "job_id" in st.submit_job({"job": critical("b", "h2", "h3")}, 10.0)
+    reg.mark_done(reg.jobs["b"], "c0", 10.1)
+    reg.transfer_done(reg.jobs["b"], "t", 11.1)
+    assert st.job_finished({"job_id": "b"}, 11.2)["guarantee"] == "met"
+    assert st.plan_book.held_hosts() == ()
+    st.prune(20.0)
+    assert "b" not in reg.jobs
+    assert st.plan_book.held_hosts() == () and not reg.reservations.held

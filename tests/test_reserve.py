@@ -224,3 +224,20 @@ def test_refit_reserves_what_is_left_of_unfinished_transfers_in_the_rest_of_thei
     book.shares["h0"] = 0.01
     kept = book.held["two"].rates
     assert not book.refit("two", 0.2, done={"t"}) and book.held["two"].rates is kept
+
+
+def test_a_critical_job_of_computes_alone_is_admitted_reserving_nothing():
+    book = ReservationBook(CL, OPTS)
+    alone = parse_job(job("alone", computes=[("c", "h0", 0.5)]) | {"class": "critical"}, CL)
+    d = book.admit("alone", isolated_windows(alone, CL, OPTS), 0.0)
+    assert d.admitted and d.bottleneck == ""
+    assert book.held["alone"].rates.shape[0] == 0
+    assert book.admit("first", isolated_windows(sends_first(), CL, OPTS), 0.0).admitted
+
+
+def test_a_transfer_of_a_fraction_of_a_byte_is_reserved_for():
+    book = ReservationBook(CL, OPTS)
+    tiny = parse_job(job("tiny", transfers=[("t", "h0", "h1", 1e-300)]) | {"class": "critical"}, CL)
+    d = book.admit("tiny", isolated_windows(tiny, CL, OPTS), 0.0)
+    assert d.admitted
+    assert book.held["tiny"].rates.sum() * SLOT == pytest.approx(1e-300 * (1 + 1e-7))

@@ -412,6 +412,7 @@ class JobRegistry:
         self.active.pop(jid, None)
         if self.jobs.get(jid) is js:
             del self.jobs[jid]
+        self.reservations.release(jid)  # a critical job taken back holds no capacity
         u = self.usage[js.owner]
         u.running -= 1
         u.bytes -= js.bytes
@@ -564,6 +565,8 @@ class JobRegistry:
                 u.ended.popleft()
         out, self._forgotten = self._forgotten, []
         self.pruned += len(out)
+        # the reservations of ended jobs, once past: nothing reads them any more
+        self.reservations.prune(now, keep=self.active)
         return out
 
     def page(self, after: int, limit: int) -> tuple[list[JobState], bool]:

@@ -257,8 +257,10 @@ class PlanBook:
     def held_hosts(self) -> tuple:
         """The hosts critical jobs' unfinished reserved transfers hold now, with what they
         leave of each one's ingress (:meth:`~jitsched.plan.reserve.ReservationBook.ingress_held`)."""
-        book, jobs = self.registry.reservations, self.registry.jobs
-        return book.ingress_held({jid: jobs[jid].done for jid in book.held if jid in jobs})
+        book, active = self.registry.reservations, self.registry.active
+        # an ended job's transfers arrive no more: its reservation holds no host
+        return book.ingress_held({jid: active[jid].done if jid in active else h.windows.ids
+                                  for jid, h in book.held.items()})
 
     def _caps_now(self) -> tuple:
         cfg = self.config

@@ -62,6 +62,9 @@ def maxmin_fair(src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
     rate = np.zeros(nf)
     if nf == 0:
         return rate
+    # the rates are the same for weights scaled alike; the kernel's filling takes a port's
+    # unfrozen weight below 1e-12 for rounding, so weights below 1 are scaled up to it
+    w = _at_least_one(w)
     port_b = dst + h
     cap = np.concatenate([cap_e, cap_i])
     # heap entries: one per port initially, then at most one per touched port per
@@ -72,6 +75,12 @@ def maxmin_fair(src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
                            np.empty(nf + 2 * h, dtype=np.int8), np.empty(heap),
                            np.empty(heap, dtype=np.int32), np.empty(2 * h, dtype=np.int32))
     return rate
+
+
+def _at_least_one(w: np.ndarray) -> np.ndarray:
+    """Positive weights scaled so that the smallest is 1 if it is less (else themselves)."""
+    low = float(w.min())
+    return w / low if low < 1.0 else w
 
 
 def pair_maxmin(src, dst, cap_e, cap_i) -> np.ndarray:
@@ -192,6 +201,8 @@ def fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
         ws = w[np.isnan(fixed)] if w.shape == fixed.shape else w
         if w.shape != fixed.shape or (len(ws) and (not np.all(np.isfinite(ws)) or ws.min() <= 0)):
             raise ValidationError("weight: expected one positive finite weight per flow")
+        if len(ws) and ws.min() < 1.0:
+            w = w / float(ws.min())  # as maxmin_fair scales them
     rate = np.zeros(len(src))
     # one kernel call: a JIT allocation used to make ~30 numpy calls here
     if len(src) and _kernels().fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, w, rate) < 0:

@@ -244,13 +244,16 @@ def solve_reservation(win: Windows, free_egress: np.ndarray, free_ingress: np.nd
     Reservation
     """
     nh, ns = len(cluster), win.n_slots
+    if not len(win.ids):  # a job of computes alone reserves nothing and always fits
+        return Reservation(True, np.zeros((0, ns)), np.zeros(0))
     # transfers of one host pair with one window are one column per slot (the same
     # optimum, fewer columns), split back in their isolated finishing order
     key = np.stack([win.src, win.dst, win.first, win.last], axis=1)
     uniq, grp = np.unique(key, axis=0, return_inverse=True)
     grp = grp.ravel()
     g_src, g_dst, g_first, g_last = (np.ascontiguousarray(c) for c in uniq.T)
-    g_size = np.bincount(grp, weights=win.size, minlength=len(uniq))
+    # a group of a few bytes is reserved as one byte: its demand row's coefficient stays finite
+    g_size = np.maximum(np.bincount(grp, weights=win.size, minlength=len(uniq)), 1.0)
     m = len(uniq)
     lens = g_last - g_first + 1
     ptr = np.concatenate([[0], np.cumsum(lens)])
@@ -626,10 +629,10 @@ class ReservationBook:
         elif keep < h.rates.shape[1]:
             h.rates = h.rates[:, :keep]
 
-    def prune(self, now: float) -> None:
-        """Forget reservations that ended before ``now``."""
+    def prune(self, now: float, keep=()) -> None:
+        """Forget reservations that ended before ``now``, but those of the jobs in ``keep``."""
         cur = math.floor(now / self.options.slot_s)
-        for jid in [j for j, h in self.held.items() if h.end_slot <= cur]:
+        for jid in [j for j, h in self.held.items() if h.end_slot <= cur and j not in keep]:
             del self.held[jid]
 
     def flows(self, job_ids) -> dict[tuple[str, str], tuple[float, float, np.ndarray]]:
