@@ -581,6 +581,8 @@ def _reply_from(obj: dict) -> Reply:
         body = obj.get("body", {})
         return Reply(rid, True, body if isinstance(body, dict) else {})
     err = obj.get("error") or {}
+    if not isinstance(err, dict):
+        raise ProtocolError(ErrorCode.BAD_ENVELOPE, f"error: expected a map, got {type(err).__name__}")
     detail = err.get("detail")
     return Reply(rid, False, {}, str(err.get("code", ErrorCode.INTERNAL)), str(err.get("message", "")),
                  detail if isinstance(detail, dict) else {})

@@ -137,3 +137,9 @@ def test_a_submission_a_dead_replica_took_is_this_clients_own_when_the_leader_ha
             c._move(endpoint.split(",")[1])
             c.submit_job({"id": "x", "computes": [{"id": "c", "host": "h0", "duration_s": 1}]})
         assert ei.value.code == ErrorCode.DUPLICATE_JOB and c.unanswered_sends == 0
+
+
+def test_closing_a_client_twice_is_harmless():
+    with Client("tcp://127.0.0.1:1", timeout_s=0.2) as c:
+        c.close()  # and __exit__ closes it again
+    assert c.sock.closed and c.ctx.closed

@@ -232,3 +232,12 @@ def test_a_client_refuses_a_port_zeromq_would_wrap():
     from jitsched.client import Client
     with pytest.raises(ValidationError, match="'tcp://127.0.0.1:70000': the port must be"):
         Client("tcp://127.0.0.1:5555,tcp://127.0.0.1:70000")
+
+
+@pytest.mark.parametrize("error", ["boom", ["a"], 7])
+def test_an_error_reply_whose_error_is_no_map_is_a_protocol_error(error):
+    data = msgpack.packb({"v": VERSION, "id": 3, "ok": False, "error": error})
+    for decode in (decode_reply, decode_any):
+        with pytest.raises(ProtocolError) as ei:
+            decode(data)
+        assert ei.value.code == ErrorCode.BAD_ENVELOPE

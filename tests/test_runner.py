@@ -304,3 +304,52 @@ def test_a_report_the_daemon_could_not_record_goes_again_until_it_is(async_repor
     progress = [ty for ty, p in seen if p]
     assert len(progress) == 3  # refused twice, then taken
     assert seen[-1][0] == MsgType.JOB_FINISHED
+
+
+def test_a_job_lost_again_after_each_resubmission_ends_the_run_after_max_resubmits():
+    # the daemon takes every submission and answers every report "unknown_job": after
+    # MAX_RESUBMITS resubmissions in a row the run fails, well before its deadline
+    import threading
+    import time
+
+    import zmq
+
+    from jitsched.client.runner import _Session
+    from jitsched.protocol import ErrorCode, MsgType, decode_request, encode_error, encode_ok
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
+    submits = [0]
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            if not sock.poll(50):
+                continue
+            peer, data = sock.recv_multipart()
+            req = decode_request(data)
+            if req.type == MsgType.SUBMIT_JOB:
+                submits[0] += 1
+                rep = encode_ok(req.id, {"job_id": req.body["job"]["id"], "class": "normal"})
+            elif req.type == MsgType.CANCEL_JOB:
+                rep = encode_ok(req.id, {"state": "cancelled"})
+            else:
+                rep = encode_error(req.id, ErrorCode.UNKNOWN_JOB, f"no job {req.body.get('job_id')!r}")
+            sock.send_multipart([peer, rep])
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        job = Job("j", (Compute("c0", "h0", 0.01),), (), ())
+        t0 = time.monotonic()
+        r = JobRunner(job, endpoint, {}, request_timeout_s=2.0).run(timeout_s=8.0)
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join(5)
+        sock.close(0)
+        ctx.term()
+    assert "lost" in r.error
+    assert submits[0] <= 1 + _Session.MAX_RESUBMITS
+    assert took < 6.0

@@ -215,3 +215,45 @@ def test_a_trainer_registers_its_job_in_the_class_it_is_given():
         assert wait_until(lambda: tr.stats.sent == 1, 5.0), tr.stats
         assert d.state.job_registry.jobs["train"].job.job_class == "critical"
         tr.close()
+
+
+def test_options_refuse_an_endpoint_the_client_cannot_connect_to():
+    with pytest.raises(ValidationError, match="endpoint"):
+        TrainerOptions(endpoint="tcp://127.0.0.1")  # no port
+    with pytest.raises(ValidationError, match="endpoint"):
+        TrainerOptions(endpoint="tcp://127.0.0.1:5555,tcp://127.0.0.1")
+
+
+def test_a_client_that_cannot_be_made_ends_the_trainer_and_says_why(tmp_path):
+    # a key directory without this client's keys: the trainer ends, naming the missing file
+    tr = Trainer(JOB, _opts("tcp://127.0.0.1:1", keys=tmp_path))
+    try:
+        assert wait_until(lambda: not tr._thread.is_alive(), 5.0)
+        assert tr.stats.state == "ended"
+        assert "key" in tr.stats.last_error
+        assert tr.step_done(0.01) == 1 and tr.stats.dropped == 1
+    finally:
+        tr.close(1.0)
+
+
+def test_a_second_trainer_of_a_running_job_ends_instead_of_reporting_uncounted_steps():
+    # another trainer (a restarted process whose first one never closed) holds the job:
+    # the daemon refuses the registration, and the new trainer says so in its stats
+    with daemon() as d:
+        first = Trainer(JOB, _opts(d.job_endpoint))
+        second = None
+        try:
+            for _ in range(10):
+                first.step_done(0.01)
+            assert wait_until(lambda: first.stats.sent == 10, 5.0), first.stats
+            second = Trainer(JOB, _opts(d.job_endpoint))
+            for _ in range(5):
+                second.step_done(0.01)
+            assert wait_until(lambda: second.stats.state == "ended", 5.0), second.stats
+            assert "duplicate_job" in second.stats.last_error or "already running" in second.stats.last_error
+            assert second.stats.sent == 0 and second.stats.registrations == 0
+            assert _recurring(d.job_endpoint)["iterations"] == 10
+        finally:
+            first.close(2.0)
+            if second is not None:
+                second.close(2.0)

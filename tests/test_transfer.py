@@ -284,3 +284,20 @@ def test_sink_close_ends_its_thread_with_connections_open():
     assert time.monotonic() - t0 < 2.0 and not sink._thread.is_alive()
     assert hanging.recv(1) == b""  # the sink closed it
     hanging.close()
+
+
+def test_sink_drops_a_header_of_impossible_numbers_and_keeps_serving():
+    sink = TransferSink()
+    try:
+        for head in ({"flow": "j/inf", "bytes": float("inf")},
+                     {"flow": "j/tos", "bytes": 10, "tos": float("inf")}):
+            hdr = msgpack.packb(head)
+            bad = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 10)
+            bad.settimeout(5.0)
+            assert bad.recv(1) == b""  # closed by the sink, no confirmation
+            bad.close()
+        assert sink._thread.is_alive()
+        send_bytes(sink.address, 5, "j/five", timeout_s=5.0)
+        assert sink.received == {"j/five": 5}
+    finally:
+        sink.close()

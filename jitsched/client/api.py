@@ -108,7 +108,9 @@ class Client:
                                   "tcp://127.0.0.1:5555 or ipc:///run/jitsched.sock") from None
 
     def close(self) -> None:
-        """Close the socket (and the context if this client made it)."""
+        """Close the socket (and the context if this client made it); again: nothing."""
+        if self.sock.closed:
+            return
         self.sock.disable_monitor()
         self._monitor.close(0)
         self.sock.close(0)

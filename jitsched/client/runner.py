@@ -167,7 +167,8 @@ class _Session:
                     first = False
                     continue
                 raise
-            self._resubmits_in_row = 0
+            if resubmit:  # a report got through (not the resubmission itself)
+                self._resubmits_in_row = 0
             return rep
 
     def _reconnect(self, name: str) -> None:

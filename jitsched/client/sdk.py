@@ -17,7 +17,7 @@ from typing import Any
 from jitsched.dag.model import CLASSES, Job
 from jitsched.errors import JitschedError, RemoteError, ValidationError
 from jitsched.keys import DEFAULT_CLIENT
-from jitsched.protocol import ErrorCode, MsgType
+from jitsched.protocol import ErrorCode, MsgType, endpoint_problem, split_endpoints
 
 log = logging.getLogger("jitsched.client.sdk")
 
@@ -88,6 +88,10 @@ class TrainerOptions:
             raise ValidationError(f"max_pending: must be an integer >= 1, got {self.max_pending!r}")
         if not isinstance(self.endpoint, str) or "://" not in self.endpoint:
             raise ValidationError(f"endpoint: expected e.g. tcp://HOST:PORT, got {self.endpoint!r}")
+        for ep in split_endpoints(self.endpoint) or [self.endpoint]:
+            why = endpoint_problem(ep)
+            if why:
+                raise ValidationError(f"endpoint: {ep!r}: {why}")
 
 
 @dataclass
@@ -200,6 +204,7 @@ class Trainer:
         self._t0 = time.perf_counter()
         self._warned = False
         self._registered = False
+        self._register_unanswered = False  # a registration went out and got no reply
         self._lease_lost = False  # a renewal said the job is not running: the next report tells why
         self._thread = threading.Thread(target=self._run, name=f"jitsched-sdk-{self.job_id}", daemon=True)
         self._thread.start()
@@ -277,9 +282,12 @@ class Trainer:
         from jitsched.client import Client
 
         opts = self.options
-        client = Client(opts.endpoint, timeout_s=opts.request_timeout_s, keys=opts.keys, key_name=opts.key_name)
+        client = None
         last_request = time.monotonic()
         try:
+            # inside the try: keys that cannot be read end the trainer as any failure does
+            client = Client(opts.endpoint, timeout_s=opts.request_timeout_s, keys=opts.keys,
+                            key_name=opts.key_name)
             while True:
                 with self._cv:
                     closing = self._closing
@@ -314,8 +322,9 @@ class Trainer:
             self.stats.state = "ended"
             log.error("event=sdk_failed job=%s error=%r", self.job_id, self.stats.last_error)
         finally:
-            with contextlib.suppress(Exception):  # noqa: BLE001 - see above
-                client.close()
+            if client is not None:
+                with contextlib.suppress(Exception):  # noqa: BLE001 - see above
+                    client.close()
             if self.stats.state != "ended":
                 self.stats.state = "closed"
 
@@ -409,14 +418,17 @@ class Trainer:
             return client, 0.0
         client, rep = self._call(client, "request", MsgType.REGISTER_TEMPLATE, {"job": self.template})
         if isinstance(rep, RemoteError):
-            if rep.code != ErrorCode.DUPLICATE_JOB:
+            if rep.code != ErrorCode.DUPLICATE_JOB or not self._register_unanswered:
+                # duplicate_job with no earlier try unanswered: another trainer holds the job
                 self._end(str(rep))
                 return client, 0.0
             # an earlier try got there, its reply did not: the daemon holds the job by its
             # client-scoped id (jobs.scoped_id)
             rep = {"job_id": self.job_id, "flow_job": self._scoped_id()}
         if rep is None:
+            self._register_unanswered = True
             return client, self.options.retry_s
+        self._register_unanswered = False
         self.flow_job = rep.get("flow_job") or rep["job_id"]
         self._registered = True
         self._lease_lost = False

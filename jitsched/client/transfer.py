@@ -313,8 +313,8 @@ class TransferSink:
                 self._finish(c)
         except (BlockingIOError, InterruptedError):
             return
-        except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
-            self._drop(c)
+        except (OSError, ValueError, KeyError, TypeError, OverflowError, msgpack.UnpackException):
+            self._drop(c)  # not a header of send_bytes' (an infinite size, ...) or a cut connection
 
     def _start(self, c: _Inbound, hdr: dict) -> None:
         c.flow, c.left = str(hdr["flow"]), int(hdr["bytes"])
