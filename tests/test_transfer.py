@@ -301,3 +301,22 @@ def test_sink_drops_a_header_of_impossible_numbers_and_keeps_serving():
         assert sink.received == {"j/five": 5}
     finally:
         sink.close()
+
+
+def test_a_callback_that_raises_is_counted_and_the_sink_serves_on():
+    seen = []
+
+    def fails_on_a(flow, nbytes):
+        seen.append(flow)
+        if flow == "j/a":
+            raise RuntimeError("callback broke")
+
+    sink = TransferSink(on_arrival=fails_on_a)
+    try:
+        send_bytes(sink.address, 5, "j/a", timeout_s=5.0)  # confirmed all the same
+        send_bytes(sink.address, 7, "j/b", timeout_s=5.0)
+        assert seen == ["j/a", "j/b"] and sink.received == {"j/a": 5, "j/b": 7}
+        assert sink.callback_errors == 1
+        assert sink.last_callback_error == "j/a: RuntimeError: callback broke"
+    finally:
+        sink.close()

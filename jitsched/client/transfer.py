@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import selectors
 import socket
@@ -14,6 +15,8 @@ from typing import Any
 import msgpack
 
 from jitsched.localreg import register_flow, unregister_flow
+
+log = logging.getLogger("jitsched.client.transfer")
 
 CHUNK = 256 * 1024
 
@@ -203,7 +206,9 @@ class TransferSink:
         Address to listen on.
     on_arrival : callable, optional
         ``on_arrival(flow, nbytes)`` after the last byte of a flow arrived
-        (called on the sink's thread: keep it short).
+        (called on the sink's thread: keep it short). An exception it raises is
+        counted (``callback_errors``, ``last_callback_error``) and logged; the flow
+        is confirmed and the sink serves on.
     agent : str, optional
         Local socket name of this host's agent: each inbound flow of more than
         ``register_min_bytes`` is registered with it (``direction="in"``) for
@@ -226,6 +231,8 @@ class TransferSink:
         self.server.setblocking(False)
         self.address = self.server.getsockname()[:2]
         self.on_arrival = on_arrival
+        self.callback_errors = 0  # exceptions on_arrival raised
+        self.last_callback_error = ""
         self.agent, self.register_min_bytes = agent, int(register_min_bytes)
         self.received: dict[str, int] = {}
         self._stop = False
@@ -336,7 +343,14 @@ class TransferSink:
     def _finish(self, c: _Inbound) -> None:
         self.received[c.flow] = c.total
         if self.on_arrival is not None:
-            self.on_arrival(c.flow, c.total)
+            try:
+                self.on_arrival(c.flow, c.total)
+            except Exception as exc:  # noqa: BLE001 - the caller's code: it must not stop the sink
+                self.callback_errors += 1
+                self.last_callback_error = f"{c.flow}: {type(exc).__name__}: {exc}"
+                if self.callback_errors <= 3:
+                    log.error("event=sink_callback_failed flow=%s count=%d", c.flow, self.callback_errors,
+                              exc_info=exc)
         c.conn.send(b"\x01")  # one byte into an empty send buffer: never blocks
         if c.keep and not self._registers(c):
             c.next_flow()  # a kept channel (Channels): its next header, on this connection
