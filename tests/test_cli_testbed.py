@@ -211,6 +211,14 @@ def test_run_workload_file_errors_exit_2_before_anything_runs(monkeypatch, capsy
     assert ran == []
 
 
+def test_run_of_a_scenario_and_a_workload_is_one_error_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    path = _file_workload(tmp_path)
+    assert main(["testbed", "run", "--workload", str(path), "--scenario", "quick"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "jitsched testbed: error: --scenario and --workload name two workloads; give one"]
+
+
 def test_run_without_a_scenario_or_a_workload_runs_quick(monkeypatch, capsys):
     ran = []
     monkeypatch.setattr(e2e, "run_scenario", lambda name, options: ran.append(name) or {

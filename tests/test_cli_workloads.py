@@ -227,3 +227,24 @@ def test_import_tf_refuses_a_corrupt_gzipped_graph(tmp_path, capsys):
     g.write_bytes(bytes(raw))
     assert main(["import-tf", str(g), "-o", str(tmp_path / "x.json")]) == 2
     assert error_line(capsys).startswith(f"jitsched import-tf: error: {g}: not a valid gzip file (")
+
+
+@pytest.mark.parametrize("cmd", [
+    ["gen-workload", "--load", "0.5", "--n-jobs", "2", "--hosts", "4"],
+    ["import-coflow", str(synthetic_trace_path())],
+    ["import-tf", "{graph}"],
+])
+def test_a_capacity_no_workload_file_holds_is_refused_before_writing(tmp_path, capsys, cmd):
+    graph = tmp_path / "g.pbtxt"
+    graph.write_text(SMALL_PBTXT)
+    out = tmp_path / "w.json"
+    argv = [a.replace("{graph}", str(graph)) for a in cmd]
+    with pytest.raises(SystemExit) as exc:  # argparse's refusal
+        main([*argv, "--bps", "0.5", "-o", str(out)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "argument --bps: a host's capacity is at least 1 bit/s, got 0.5" in err[0], err
+    assert not out.exists()
+    # the least capacity the files take is written, and read back
+    assert main([*argv, "--bps", "1", "-o", str(out)]) == 0
+    assert {h.egress_bps for h in load_workload(out).cluster.hosts} == {1.0}

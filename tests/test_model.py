@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import os
 import re
 
 import numpy as np
@@ -280,3 +281,69 @@ def test_critical_path_by_hand():
     assert critical_path_s(took, edges) == 7.0
     assert critical_path_s({"e": 0.5}, []) == 0.5
     assert critical_path_s({}, []) == 0.0
+
+
+@pytest.mark.parametrize("field", ["arrival_s", "priority", "transfers.bytes", "computes.duration_s",
+                                   "cluster.egress_bps", "background.bytes"])
+def test_an_integer_beyond_any_float_is_refused_in_words(field):
+    big = 10 ** 400  # json.loads gives an int; as a float it overflows
+    def put(o):
+        where, _, key = field.rpartition(".")
+        target = {"": o["jobs"][0], "transfers": o["jobs"][0]["transfers"][0],
+                  "computes": o["jobs"][0]["computes"][0], "cluster": o["cluster"]["hosts"][0],
+                  "background": o["background"][0]}[where]
+        target[key] = big
+    with pytest.raises(ValidationError, match=rf"\.{field.rpartition('.')[2]}: must be finite, "
+                                              r"got an integer of 401 digits$"):
+        parse_workload(mutated(put))
+
+
+def test_read_json_refuses_an_integer_of_too_many_digits(tmp_path):
+    p = tmp_path / "digits.json"
+    p.write_text('{"cluster": {"hosts": []}, "n": ' + "9" * 5000 + "}")
+    with pytest.raises(ValidationError, match=r"digits\.json: not valid JSON \(.*4300 digits"):
+        read_json(p)
+
+
+def test_save_workload_gzip_is_the_same_bytes_every_time(tmp_path, monkeypatch):
+    import time
+
+    w = parse_workload(GOOD)
+    p = tmp_path / "w.json.gz"
+    save_workload(w, p)
+    first = p.read_bytes()
+    monkeypatch.setattr(time, "time", lambda: 2_000_000_000.0)  # a later clock
+    save_workload(w, p)
+    assert p.read_bytes() == first
+    assert gzip.decompress(first) == json.dumps(w.to_dict()).encode()
+
+
+def test_save_workload_that_fails_leaves_the_old_file_and_no_other(tmp_path, monkeypatch):
+    w = parse_workload(GOOD)
+    p = tmp_path / "w.json"
+    p.write_text("old")
+    p.chmod(0o640)
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(model.json, "dump", full)
+    with pytest.raises(ValidationError, match=r"w\.json: cannot write \(No space left on device\)$"):
+        save_workload(w, p)
+    assert p.read_text() == "old" and sorted(tmp_path.iterdir()) == [p]
+    with pytest.raises(ValidationError, match="cannot write"):
+        save_workload(w, tmp_path / "new.json")
+    assert sorted(tmp_path.iterdir()) == [p]
+    monkeypatch.undo()
+    save_workload(w, p)
+    assert load_workload(p) == w and (p.stat().st_mode & 0o777) == 0o640
+    assert sorted(tmp_path.iterdir()) == [p]
+
+
+def test_save_workload_writes_through_a_symlink_and_into_a_device(tmp_path):
+    w = parse_workload(GOOD)
+    real = tmp_path / "real.json"
+    (tmp_path / "link.json").symlink_to("real.json")
+    save_workload(w, tmp_path / "link.json")
+    assert (tmp_path / "link.json").is_symlink() and load_workload(real) == w
+    save_workload(w, "/dev/null")
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")

@@ -72,6 +72,26 @@ def test_rejects_bad_prefix_and_sizes():
         testbed.up(1, 10, prefix=new_prefix())
 
 
+def test_up_refuses_a_cluster_file_it_cannot_write_before_building_anything(tmp_path, monkeypatch, capsys):
+    from jitsched.cli import main
+
+    built = []
+
+    def building(*_a, **_k):  # the first step of a build: stop there
+        built.append("build")
+        raise RuntimeError("the testbed is being built")
+    monkeypatch.setattr(testbed, "require_netns", lambda: None)
+    monkeypatch.setattr(testbed, "down", building)
+    for where, message in ((tmp_path / "missing" / "c.toml", f"directory {tmp_path / 'missing'} does not exist"),
+                           (tmp_path, "a directory, not a file")):
+        with pytest.raises(testbed.TestbedError, match=f"--cluster-file {where}: {message}"):
+            testbed.up(2, 10, prefix=new_prefix(), cluster_file=where)
+        assert main(["testbed", "up", "--hosts", "2", "--prefix", new_prefix(), "--cluster-file", str(where)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("jitsched testbed: error: --cluster-file"), err
+    assert built == []
+
+
 def test_up_builds_hosts_addresses_cluster_file_and_down_removes_all(bed):
     names = netns_mod.list_netns(bed.prefix + "-")
     assert names == sorted([f"{bed.prefix}-h{i}" for i in range(3)] + [f"{bed.prefix}-sw"])

@@ -472,3 +472,38 @@ def test_an_imported_step_expands_to_many_workers():
     assert {(t.id, t.src, t.dst) for t in ps.transfers} == {
         (f"w0/{READ}", "ps", "worker"), (f"w1/{READ}", "ps", "worker1"),
         (f"w0/{PUSH}", "worker", "ps"), (f"w1/{PUSH}", "worker1", "ps")}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('node { name: "a\\x" op: "NoOp" }\n', r"g\.pbtxt:1: bad escape in the string"),
+    ('node {\n name: "a\\u12" op: "NoOp" }\n', r"g\.pbtxt:2: bad escape in the string"),
+    ("node " + "{ attr " * 50_000 + "}" * 50_000, r"g\.pbtxt: messages nested too deeply"),
+])
+def test_malformed_pbtxt_is_refused_in_words(tmp_path, text, message):
+    p = tmp_path / "g.pbtxt"
+    p.write_text(text)
+    with pytest.raises(ValidationError, match=message):
+        read_graphdef(p)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"node": ' + "[" * 100_000 + "]" * 100_000 + "}", r"not valid JSON \(nested too deeply\)"),
+    ('{"node": [{"name": "a", "op": "X", "attr": {"T": {"i": ' + "9" * 5000 + "}}}}]}",
+     r"not valid JSON \(.*4300 digits"),
+])
+def test_json_graph_the_decoder_cannot_hold_is_refused_in_words(tmp_path, text, message):
+    p = tmp_path / "g.json"
+    p.write_text(text)
+    with pytest.raises(ValidationError, match=message):
+        read_graphdef(p)
+
+
+def test_an_input_index_or_task_of_non_ascii_digits_is_refused_in_words():
+    assert parse_task("/job:ps/task:1").task == 1
+    with pytest.raises(ValidationError, match="bad task index"):
+        parse_task("/job:ps/task:²")
+    with pytest.raises(ValidationError, match="bad TensorFlow task"):
+        parse_task("ps:²")
+    g = {"node": [{"name": "a", "op": "NoOp"}, {"name": "b", "op": "NoOp", "input": ["a:²"]}]}
+    with pytest.raises(ValidationError, match=r"input 'a:²' is not a node of the graph"):
+        import_tf_graph(g)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from jitsched.cli.registry import arg, emit_json, register
+from jitsched.errors import ValidationError
 from jitsched.testbed import DEFAULT_LINK_MBIT
 from jitsched.testbed.options import (
     BASELINES,
@@ -89,8 +90,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from jitsched.testbed.scenario import require_daemon_side
 
     if args.workload is not None and args.scenario is not None:
-        print("testbed run: --scenario and --workload name two workloads; give one", file=sys.stderr)
-        return 2
+        raise ValidationError("--scenario and --workload name two workloads; give one")
     require_daemon_side()
     if args.workload is not None:
         return _run_file(args, options)

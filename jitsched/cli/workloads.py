@@ -6,12 +6,21 @@ import argparse
 from collections import Counter
 
 from jitsched.cli.registry import arg, emit_json, non_negative, positive, register, seed
-from jitsched.dag.model import Cluster, Host, Workload, save_workload
+from jitsched.dag.model import MIN_HOST_BPS, Cluster, Host, Workload, save_workload
 from jitsched.errors import ValidationError
 from jitsched.plan.coflow import coflow_workload, read_coflow_trace
 from jitsched.workloads.paper import MODELS, arrival_rate, generate_workload
 from jitsched.workloads.shapes import MIXED, SHAPES, ShapeOptions, expand_job, shape_hosts, shape_of
 from jitsched.workloads.tfgraph import import_tf_graph, job_summary
+
+
+def capacity(text: str) -> float:
+    """A host's capacity in bits/s from the command line: a finite number of at least
+    :data:`MIN_HOST_BPS`, as a workload file's hosts must have (argparse ``type``)."""
+    value = positive(text)
+    if value < MIN_HOST_BPS:
+        raise argparse.ArgumentTypeError(f"a host's capacity is at least {MIN_HOST_BPS:g} bit/s, got {text}")
+    return value
 
 
 def shape_args(shapes: tuple[str, ...]) -> tuple:
@@ -66,7 +75,7 @@ def shape_options(args: argparse.Namespace) -> ShapeOptions:
     arg("--time-scale", type=positive, default=1.0,
         help="factor on measured op times, e.g. CPU to GPU-like speed (default 1)"),
     arg("--min-op-s", type=non_negative, default=0.0, help="lower bound on every compute time, seconds"),
-    arg("--bps", type=positive, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
+    arg("--bps", type=capacity, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
     *shape_args(SHAPES),
     arg("-o", "--output", metavar="JOB.json", required=True, help="output file (.json or .json.gz)"),
     arg("--json", action="store_true",
@@ -102,7 +111,7 @@ def cmd_import_tf(args: argparse.Namespace) -> int:
     arg("--n-jobs", type=int, default=None, help="number of jobs (or give --duration-s)"),
     arg("--duration-s", type=float, default=None, help="arrival window, seconds"),
     arg("--hosts", type=int, default=100, help="number of hosts (default 100)"),
-    arg("--bps", type=positive, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
+    arg("--bps", type=capacity, default=1e9, help="host capacity each way, bits/s (default 1e9)"),
     arg("--background-share", type=float, default=0.5,
         help="fraction of jobs that are file transfers (default 0.5)"),
     arg("--models", default=",".join(MODELS),
@@ -153,7 +162,7 @@ def _counts(counts: dict[str, int], order: tuple[str, ...]) -> str:
 @register(
     "import-coflow",
     arg("trace", metavar="TRACE", help="trace file: '<ports> <coflows>' then one coflow per line"),
-    arg("--bps", type=positive, default=1e9, help="port capacity each way, bits/s (default 1e9)"),
+    arg("--bps", type=capacity, default=1e9, help="port capacity each way, bits/s (default 1e9)"),
     arg("-o", "--output", metavar="FILE.json", required=True, help="output file (.json or .json.gz)"),
     arg("--json", action="store_true", help="print a summary as JSON"),
 )

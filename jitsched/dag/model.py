@@ -11,8 +11,12 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
+import os
+import secrets
+import stat
 import zlib
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -247,18 +251,29 @@ def _plain(obj: Any, spec: dict[str, Any], required: Iterable[str]) -> bool:
     for key in required:
         if key not in obj:
             return False
-    for key, val in obj.items():
-        kind = spec[key]
-        if kind == "num":
-            t = type(val)
-            if (t is not float and t is not int) or not math.isfinite(val):
+    try:
+        for key, val in obj.items():
+            kind = spec[key]
+            if kind == "num":
+                t = type(val)
+                if (t is not float and t is not int) or not math.isfinite(val):
+                    return False
+            elif kind is str:
+                if type(val) is not str or not val:
+                    return False
+            elif type(val) is not kind:
                 return False
-        elif kind is str:
-            if type(val) is not str or not val:
-                return False
-        elif type(val) is not kind:
-            return False
+    except OverflowError:  # an integer beyond any float: the full check names it
+        return False
     return True
+
+
+def _finite(val: int | float) -> bool:
+    """Whether the number ``val`` is finite as a float (an integer beyond 1.8e308 is not)."""
+    try:
+        return math.isfinite(val)
+    except OverflowError:
+        return False
 
 
 def _check_map(obj: Any, path: str, spec: Mapping[str, Any], required: Iterable[str]) -> None:
@@ -279,8 +294,10 @@ def _check_map(obj: Any, path: str, spec: Mapping[str, Any], required: Iterable[
             # bool is an int subclass; a JSON true is never a size or a time
             if isinstance(val, bool) or not isinstance(val, (int, float)):
                 raise ValidationError(f"{where}: expected a number, got {type(val).__name__}")
-            if not math.isfinite(val):
-                raise ValidationError(f"{where}: must be finite, got {val!r}")
+            if not _finite(val):
+                shown = (repr(val) if isinstance(val, float)
+                         else f"an integer of {len(str(abs(val)))} digits")
+                raise ValidationError(f"{where}: must be finite, got {shown}")
         elif not isinstance(val, kind):
             raise ValidationError(
                 f"{where}: expected {kind.__name__}, got {type(val).__name__}"
@@ -487,7 +504,9 @@ def read_json(path: str | Path) -> Any:
     raw = read_input_bytes(path)
     try:
         return json.loads(raw.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
+        # JSONDecodeError, UnicodeDecodeError, and an integer literal past the interpreter's
+        # limit on digits (sys.get_int_max_str_digits)
         raise ValidationError(f"{Path(path)}: not valid JSON ({exc})") from None
     except RecursionError:
         raise ValidationError(f"{Path(path)}: not valid JSON (nested too deeply)") from None
@@ -510,18 +529,51 @@ def load_workload(source: str | Path | Mapping[str, Any]) -> Workload:
 def save_workload(workload: Workload, path: str | Path) -> None:
     """Write ``workload`` in the native JSON format (gzipped when the name ends in .gz).
 
+    A regular file (or a new one) is written beside itself and renamed into place: a write
+    that fails or is interrupted leaves the file as it was, never half of it. A gzip file's
+    header holds no time, so the same workload always gives the same bytes.
+
     Raises
     ------
     ValidationError
         ``path`` cannot be written (its directory is missing, it is a directory, ...).
     """
     p = Path(path)
-    opener = gzip.open if p.suffix == ".gz" else open
+    target = Path(os.path.realpath(p))
     try:
-        with opener(p, "wt", encoding="utf-8") as fh:
-            json.dump(workload.to_dict(), fh)
+        st: os.stat_result | None = target.stat()
+    except OSError:
+        st = None
+    # a device, a pipe or a directory is written as it is (a directory then refuses)
+    in_place = st is not None and not stat.S_ISREG(st.st_mode)
+    tmp = None if in_place else target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        raw = None
+        if tmp is not None:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except PermissionError:
+                if st is None:
+                    raise
+                tmp = None  # a file one may write in a directory one may not: in place
+            else:
+                raw = open(fd, "wb")
+                if st is not None:  # the file keeps its permissions
+                    os.chmod(raw.fileno(), stat.S_IMODE(st.st_mode))
+        if raw is None:
+            raw = open(p, "wb")
+        with raw:
+            out = gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw, mtime=0) if p.suffix == ".gz" else raw
+            with io.TextIOWrapper(out, encoding="utf-8") as fh:
+                json.dump(workload.to_dict(), fh)
+        if tmp is not None:
+            os.replace(tmp, target)
+            tmp = None
     except OSError as exc:
         raise ValidationError(f"{p}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 def find_cycle_node(job: Job) -> str | None:

@@ -52,6 +52,11 @@ class CoflowTrace:
     local_bytes: float = 0.0
 
 
+def _whole(s: str) -> bool:
+    """Whether ``s`` is a whole number >= 0 in ASCII digits (``str.isdigit`` also takes "²")."""
+    return s.isascii() and s.isdigit()
+
+
 def read_coflow_trace(path: str | Path, *, mb_bytes: float = MB_BYTES) -> CoflowTrace:
     """Read a coflow-benchmark trace.
 
@@ -92,7 +97,7 @@ def read_coflow_trace(path: str | Path, *, mb_bytes: float = MB_BYTES) -> Coflow
     if not body:
         raise ValidationError(f"{p}: empty trace")
     head_no, head = body[0]
-    if len(head) != 2 or not all(x.isdigit() for x in head):
+    if len(head) != 2 or not all(_whole(x) for x in head):
         raise ValidationError(f"{p}:{head_no}: expected '<ports> <coflows>', got {' '.join(head)!r}")
     n_ports, n_coflows = int(head[0]), int(head[1])
     if n_ports < 1:
@@ -111,12 +116,12 @@ def read_coflow_trace(path: str | Path, *, mb_bytes: float = MB_BYTES) -> Coflow
         def count(i: int, what: str, where: str = where, tok: list[str] = tok) -> int:
             if i >= len(tok):
                 raise ValidationError(f"{where}: line ends before the {what}")
-            if not tok[i].isdigit():
+            if not _whole(tok[i]):
                 raise ValidationError(f"{where}: {what} {tok[i]!r} is not a whole number >= 0")
             return int(tok[i])
 
         def port(s: str, what: str, where: str = where) -> int:
-            if not s.isdigit() or int(s) >= n_ports:
+            if not _whole(s) or int(s) >= n_ports:
                 raise ValidationError(f"{where}: {what} port {s!r} is not in 0..{n_ports - 1}")
             return int(s)
 

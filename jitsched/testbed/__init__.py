@@ -190,6 +190,13 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
     lo, hi = LINK_MBIT_RANGE
     if not lo <= link_mbit <= hi:
         raise TestbedError(f"--link-mbit must be in {lo:g}..{hi:g}, got {link_mbit}")
+    if cluster_file:
+        # refused before any namespace exists, not after the whole testbed is built
+        where = Path(cluster_file)
+        if where.is_dir():
+            raise TestbedError(f"--cluster-file {where}: a directory, not a file")
+        if not where.parent.is_dir():
+            raise TestbedError(f"--cluster-file {where}: directory {where.parent} does not exist")
     require_netns()
     down(prefix)
     sw = f"{prefix}-sw"
@@ -223,8 +230,11 @@ def up(n_hosts: int, link_mbit: float, *, prefix: str = "js", cluster_file: str 
                            priority_tos=priority_tos, critical_tos=critical_tos)
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         path = Path(cluster_file) if cluster_file else STATE_DIR / f"{prefix}-cluster.toml"
-        path.write_text(f"# jitsched testbed {prefix!r}: {n_hosts} hosts, {link_mbit:g} Mbit/s links\n"
-                        + tomli_w.dumps(cluster_doc(tb)))
+        try:
+            path.write_text(f"# jitsched testbed {prefix!r}: {n_hosts} hosts, {link_mbit:g} Mbit/s links\n"
+                            + tomli_w.dumps(cluster_doc(tb)))
+        except OSError as exc:
+            raise TestbedError(f"--cluster-file {path}: cannot write ({exc.strerror or exc})") from None
         tb.cluster_file = str(path)
         (STATE_DIR / f"{prefix}.json").write_text(json.dumps(tb.to_json(), indent=1))
     except BaseException:

@@ -75,7 +75,11 @@ class _TextParser:
             kind = m.lastgroup
             val = m.group()
             if kind == "str":
-                self.toks.append(("str", _unescape(val[1:-1]), line))
+                try:
+                    self.toks.append(("str", _unescape(val[1:-1]), line))
+                except UnicodeDecodeError as exc:  # a malformed escape: \x without hex digits, ...
+                    raise ValidationError(f"{where}:{line}: bad escape in the string {val} "
+                                          f"({exc.reason})") from None
             elif kind == "num":
                 v = val.rstrip("fF")
                 self.toks.append(("num", int(v) if re.fullmatch(r"[-+]?\d+", v) else float(v), line))
@@ -106,7 +110,10 @@ class _TextParser:
         return tok is not None and tok[0] == kind and (value is None or tok[1] == value)
 
     def parse(self) -> list[tuple[str, Any]]:
-        pairs = self._message(None)
+        try:
+            pairs = self._message(None)
+        except RecursionError:
+            raise ValidationError(f"{self.where}: messages nested too deeply") from None
         if self._peek() is not None:
             raise self._fail(f"unexpected {self._peek()[1]!r}")
         return pairs
@@ -277,8 +284,10 @@ def _parse_message(source: str | Path | Mapping[str, Any], msg: str) -> dict[str
     if text.lstrip().startswith("{"):
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, or an integer past the interpreter's digit limit
             raise ValidationError(f"{where}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValidationError(f"{where}: not valid JSON (nested too deeply)") from None
         return _convert(msg, obj, where)
     return _convert(msg, _TextParser(text, where).parse(), where)
 

@@ -70,7 +70,7 @@ def parse_task(spec: str) -> Task:
     s = spec.strip()
     if not s.startswith("/"):
         job, _, idx = s.partition(":")
-        if not job or (idx and not idx.isdigit()):
+        if not job or (idx and not (idx.isascii() and idx.isdigit())):
             raise ValidationError(f"bad TensorFlow task {spec!r} (expected e.g. 'ps', 'ps:0' or '/job:ps/task:0')")
         return Task(job, int(idx or 0))
     job, task = "localhost", 0
@@ -79,7 +79,7 @@ def parse_task(spec: str) -> Task:
         if key == "job":
             job = val
         elif key == "task":
-            if not val.isdigit():
+            if not (val.isascii() and val.isdigit()):
                 raise ValidationError(f"bad task index in device {spec!r}")
             task = int(val)
     if not job:
@@ -105,7 +105,7 @@ def _split_input(ref: str, node: str) -> tuple[str, int, bool]:
     if ref.startswith("^"):
         return ref[1:], 0, True
     name, sep, idx = ref.rpartition(":")
-    if sep and idx.isdigit():
+    if sep and idx.isascii() and idx.isdigit():
         return name, int(idx), False
     return ref, 0, False
 
