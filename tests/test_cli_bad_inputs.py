@@ -258,6 +258,8 @@ BAD: dict[str, list[tuple[list[str], str]]] = {
     "gen-workload": [
         (["gen-workload", "--load", "0", "--n-jobs", "2", *OUT], "load must be positive, got 0.0"),
         (["gen-workload", "--load", "nan", "--n-jobs", "2", *OUT], "load must be positive, got nan"),
+        (["gen-workload", "--load", "1e300", "--n-jobs", "2", *OUT],
+         "load 1e+300 on 100 hosts of 1e+09 bit/s is more jobs a second than a float holds"),
         (["gen-workload", "--load", "0.5", *OUT], "give exactly one of n_jobs and duration_s"),
         ([*GEN, *OUT, "--bps", "0"], "argument --bps: must be a positive finite number, got 0"),
         ([*GEN, *OUT, "--seed", "-1"], "argument --seed: a seed is an integer >= 0"),

@@ -225,7 +225,11 @@ def arrival_rate(load: float, *, n_hosts: int = 100, bps: float = 1e9,
                                  for m in models for sh in shapes.shapes()]))
     mean_file = float(np.mean(file_sizes_bits)) / 8.0 if background_share > 0 else 0.0
     mean_bytes = (1 - background_share) * mean_dl + background_share * mean_file
-    return load * n_hosts * bps / 8.0 / mean_bytes
+    rate = load * n_hosts * bps / 8.0 / mean_bytes
+    if not math.isfinite(rate):  # every job would arrive at 0
+        raise ValidationError(f"load {load!r} on {n_hosts} hosts of {bps:g} bit/s is more jobs a second "
+                              "than a float holds")
+    return rate
 
 
 # The most jobs a generated stream holds (a million DL jobs of the paper's models are tens of
