@@ -490,6 +490,9 @@ def test_malformed_pbtxt_is_refused_in_words(tmp_path, text, message):
     ('{"node": ' + "[" * 100_000 + "]" * 100_000 + "}", r"not valid JSON \(nested too deeply\)"),
     ('{"node": [{"name": "a", "op": "X", "attr": {"T": {"i": ' + "9" * 5000 + "}}}}]}",
      r"not valid JSON \(.*4300 digits"),
+    # a list where a message belongs
+    ('{"node": [[1, 2]]}', r"node: expected a message, got list"),
+    ('{"node": [{"name": "a", "op": "Const", "attr": [[1]]}]}', r"attr: expected a message, got list"),
 ])
 def test_json_graph_the_decoder_cannot_hold_is_refused_in_words(tmp_path, text, message):
     p = tmp_path / "g.json"

@@ -201,8 +201,8 @@ def _snake(key: str) -> str:
 
 def _pairs_of(obj: Any, where: str) -> list[tuple[str, Any]]:
     """A JSON object or text-format message as (snake_case field, value) pairs."""
-    if isinstance(obj, list):
-        return obj
+    if isinstance(obj, list) and all(type(x) is tuple for x in obj):
+        return obj  # the text form's pairs (JSON has no tuples)
     if not isinstance(obj, Mapping):
         raise ValidationError(f"{where}: expected a message, got {type(obj).__name__}")
     out: list[tuple[str, Any]] = []
