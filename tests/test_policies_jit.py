@@ -842,3 +842,25 @@ def test_a_ring_ranks_by_its_ports_not_behind_a_sharded_job_of_the_same_bytes(mo
     monkeypatch.setattr(jit_mod, "ring_hosts", lambda dag, n: np.ones(dag.n_jobs))
     before = Simulator(wl, "jit").run().jct_s
     assert now[1] < 0.8 * before[1] and now.sum() < before.sum()
+
+
+def test_a_best_effort_job_ages_at_the_instant_it_is_due_whatever_the_rounding():
+    # arrival 0.3 s, be_age 0.9 of a 1-s isolated JCT: it ranks as normal at 0.3 + 0.9 s,
+    # where 1.2 - 0.3 < 0.9 in floats. With 1 s left against the normal job's 8.8 s it
+    # goes first: JCT 0.9 + 1 s, not the normal job's end (10 s) plus its 1 s
+    be = classed(one_transfer_job("be", C, arrival_s=0.3), "best-effort")
+    wl = Workload(CLUSTER, (one_transfer_job("n", 10 * C), be))
+    res = Simulator(wl, "jit", policy_options={"be_age": 0.9}).run()
+    assert res.jct_s == pytest.approx([11.0, 1.9])
+
+
+def test_a_best_effort_job_takes_what_background_flows_sharing_what_dl_leaves_leave_idle():
+    # bg_weight inf: two files into h2 share its ingress, 0.5 of a port each for 20 s;
+    # best-effort ranks after them, and h0's egress has half a port they leave idle:
+    # the job's 0.5 s at line rate take 1 s there (not the files' 20 s, nor until it ages)
+    cluster = Cluster.uniform(4)
+    be = classed(one_transfer_job("be", 0.5 * C, "h0", "h3"), "best-effort")
+    bgs = (Background("a", "h0", "h2", 10 * C, 0.0), Background("b", "h1", "h2", 10 * C, 0.0))
+    res = Simulator(Workload(cluster, (be,), bgs), "jit", policy_options={"bg_weight": float("inf")}).run()
+    assert res.jct_s == pytest.approx([1.0])
+    assert res.bg_finish_s == pytest.approx([20.0, 20.0])

@@ -243,3 +243,17 @@ def test_a_trace_of_local_flows_only_has_no_cct():
 
     out = cct_summary(simulate(W(Cluster.uniform(2)), "sincronia"))
     assert out == {"coflows": 0, "avg_cct_s": None, "p95_cct_s": None}
+
+
+@pytest.mark.parametrize("policy", ["fifo", "sincronia", "varys"])
+def test_a_transfer_whose_bytes_are_all_sent_when_a_higher_priority_one_starts_is_done_then(policy):
+    # tB (h0 -> h1, 0.4 + 0.2 s at line rate) is sent from 0.1 s; at (0.1 + 0.4) + 0.2 s,
+    # an ulp before its computed finish, c1 releases tA, which takes the port ahead of it
+    # (node order, or its job's coflow) with float crumbs of tB left. tB is done at 0.7 s, and cB (2 s) ends at
+    # 2.7 s: the JCT is 2.6 s, not tA's 1 s later
+    job = Job("j", (Compute("c0", "h0", 0.4), Compute("c1", "h0", 0.2), Compute("cA", "h1", 0.0),
+                    Compute("cB", "h1", 2.0)),
+              (Transfer("tA", "h0", "h1", GB), Transfer("tB", "h0", "h1", (0.4 + 0.2) * GB)),
+              (("c0", "c1"), ("c1", "tA"), ("tA", "cA"), ("tB", "cB")), arrival_s=0.1)
+    res = simulate(Workload(Cluster.uniform(2), (job,)), policy)
+    assert res.jct_s == pytest.approx([2.6])

@@ -740,7 +740,10 @@ class JitPolicy(Policy):
         be = cls == BEST_EFFORT
         if any_be:
             self._sync_priority(view)  # the isolated JCTs that age best-effort jobs
-            aged = be & (view.now - view.dag.arrival >= self.be_age * self._iso_jct)
+            # the instant _next_aging wakes the simulator at, computed as it computes it:
+            # now - arrival >= be_age * jct can be false there by one rounding
+            with np.errstate(invalid="ignore"):  # be_age 0 times an unknown (inf) JCT
+                aged = be & (view.now >= view.dag.arrival + self.be_age * self._iso_jct)
             if aged.any():
                 cls = np.where(aged, NORMAL, cls).astype(np.int8)
         return cls
@@ -865,8 +868,9 @@ class JitPolicy(Policy):
         prio = self._priority(view)
         tiers = self._job_tiers(view)
         if k is None:  # no plan (alpha 0, the default): no floors, the whole ports are free
-            return self._background_shares(lambda e, i: self._tiered_rates(prio, view, tiers, e, i),
-                                           f, cap_e, cap_i), 0
+            rates = self._background_shares(lambda e, i: self._tiered_rates(prio, view, tiers, e, i),
+                                            f, cap_e, cap_i)
+            return self._after_background(prio, view, tiers, rates, cap_e, cap_i), 0
         floors = np.zeros(n)
         is_job = f.node >= 0
         node = np.where(is_job, f.node, 0)
@@ -892,7 +896,29 @@ class JitPolicy(Policy):
             free_i = np.maximum(i - np.bincount(f.dst, weights=fl, minlength=h), 0.0)
             return fl + self._tiered_rates(prio, view, tiers, free_e, free_i)
 
-        return self._background_shares(rates_on, f, cap_e, cap_i), n_planned
+        rates = self._background_shares(rates_on, f, cap_e, cap_i)
+        return self._after_background(prio, view, tiers, rates, cap_e, cap_i), n_planned
+
+    def _after_background(self, prio: GroupPriority, view: SchedulerView, tiers: np.ndarray | None,
+                          rates: np.ndarray, cap_e: np.ndarray, cap_i: np.ndarray) -> np.ndarray:
+        """``rates`` plus what they leave idle, in the priority order, when best-effort flows rank
+        after background flows whose rates :meth:`_background_shares` replaced.
+
+        The strict order gave the background flows (with the normal class) what they could
+        take, and the best-effort flows only what that left; the background flows' max-min
+        shares can leave part of it idle (a file held by a busy receiver), and the
+        best-effort flows take it now: the allocation stays work-conserving.
+        """
+        if not math.isinf(self.bg_weight) or tiers is None:
+            return rates
+        f = view.flows
+        job = f.job[f.job >= 0]
+        if not np.any(tiers[job] > NORMAL):
+            return rates
+        h = len(cap_e)
+        free_e = np.maximum(cap_e - np.bincount(f.src, weights=rates, minlength=h), 0.0)
+        free_i = np.maximum(cap_i - np.bincount(f.dst, weights=rates, minlength=h), 0.0)
+        return rates + self._tiered_rates(prio, view, tiers, free_e, free_i)
 
     def _background_shares(self, rates_on, f, cap_e, cap_i) -> np.ndarray:
         """``rates_on(cap_e, cap_i)``; with ``bg_weight`` inf, background shares what DL leaves (``bg_floor`` at least).

@@ -284,6 +284,12 @@ class _Run:
         """Move the flows to ``now``, add the new ones, and take the policy's rates for them."""
         buf, view, pol = self.buf, self.view, self.pol
         self.advance(now)
+        k = buf.n
+        if k and np.any(buf.rem[:k] <= buf.tol[:k]):
+            # flows that reached their last crumbs at an event before their computed
+            # finish (an ulp apart) are done now: a policy ranking them behind a new
+            # flow would give them 0 and hold them until the port frees
+            self.flows_done(now)
         if self.new_flows:
             buf.append(self.new_flows)  # done when at most tol bytes are left (from the size)
             self.new_flows.clear()
