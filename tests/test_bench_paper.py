@@ -297,7 +297,7 @@ def test_mixed_point_json_line_reports_every_policy_against_the_bound(tmp_path, 
     for pol in bp.run_policies():
         m = d[pol]
         assert m["over_bound"] >= 1 - 1e-9 and m["jct_mean_s"] > 0 and m["speedup_mean"] > 0
-        assert m["jct_mean_s"] == pytest.approx(m["over_bound"] * d["bound_mean_jct_s"])
+        assert m["jct_mean_s"] == pytest.approx(m["over_bound"] * d["bound_mean_jct_s"])  # one seed
     assert d["tensorflow"]["speedup_mean"] == pytest.approx(1.0)
 
 
@@ -330,3 +330,48 @@ def test_the_regime_sweep_runs_the_seeds_it_is_given(tmp_path, monkeypatch):
     assert asked == [[40, 41, 42]]
     with pytest.raises(SystemExit):
         bp.main(["--regimes", "--regime-first-seed", "-1", "--out", str(tmp_path)])
+
+
+def test_regime_over_bound_is_the_mean_over_the_seeds_of_each_seeds_ratio():
+    # each seed's mean JCT over its own bound, then the mean over the seeds (every workload
+    # weighs alike), not the mean JCT over the mean bound (3.5 / 2.0 here)
+    from jitsched.bench.paper import regimes
+
+    runs = [{"bps": 1e10, "seed": 0, "bound": 1.0, "jct": {"jit": [1.0, 1.0]}},
+            {"bps": 1e10, "seed": 1, "bound": 3.0, "jct": {"jit": [6.0, 6.0]}}]
+    row = regimes.summarize(runs, ("jit",), "jit", "jit")["1e10"]
+    assert row["jit"]["jct_mean_s"] == pytest.approx(3.5) and row["bound_mean_jct_s"] == pytest.approx(2.0)
+    assert row["jit"]["over_bound"] == pytest.approx((1.0 / 1.0 + 6.0 / 3.0) / 2)
+
+
+def test_mixed_over_bound_is_the_mean_over_the_seeds_of_each_seeds_ratio():
+    from jitsched.bench.paper import mixed
+
+    runs = [{"seed": 0, "bound": 1.0, "shape": ["ps"], "jct": {"jit": [1.0]}},
+            {"seed": 1, "bound": 3.0, "shape": ["ps"], "jct": {"jit": [6.0]}}]
+    d = mixed.summarize(runs, ("jit",), "jit")
+    assert d["jit"]["over_bound"] == pytest.approx(1.5)
+
+
+def test_regimes_json_line_maps_each_rate_to_its_policies_only(tmp_path, monkeypatch, capsys):
+    # {"regimes": {"1e9": {policy: {"jct_mean_s", "speedup_mean", "over_bound", ...}}, ...}}:
+    # every key under a rate is a policy; the bound and the seeds are reported beside
+    from jitsched.bench.paper import regimes
+
+    pols = bp.run_policies()
+
+    def sweep(ex, seeds, policies, progress=None):
+        return [{"bps": b, "seed": s, "bound": 1.0, "jct": {p: [2.0, 2.0 + s] for p in policies}}
+                for b in regimes.RATES_BPS for s in seeds]
+
+    monkeypatch.setattr(regimes, "sweep", sweep)
+    assert bp.main(["--regimes", "--regime-seeds", "2", "--json", "--out", str(tmp_path), "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    d = json.loads(lines[0])
+    assert list(d["regimes"]) == ["1e9", "1e10", "4e10", "1e11"]
+    for row in d["regimes"].values():
+        assert set(row) == set(pols)
+        for m in row.values():
+            assert {"jct_mean_s", "speedup_mean", "over_bound"} <= set(m)
+    assert d["bound_mean_jct_s"]["1e9"] == 1.0 and d["seeds"] == [0, 1]

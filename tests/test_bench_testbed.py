@@ -219,3 +219,36 @@ def test_figure_titles_say_when_the_files_were_announced():
 
     assert _options({"announce_files": True}) == "jit defaults, files announced"
     assert _options({"announce_files": False}) == "jit defaults"
+
+
+def test_simulator_speedup_by_model_is_the_mean_per_job_speedup_as_on_the_testbed():
+    # printed side by side with the testbed's (a mean of per-job JCT(none) / JCT(jit) over
+    # each model's jobs), the simulator's per-model speed-up is the same statistic
+    from jitsched.bench.bench_testbed import SIM_JIT, SIM_NONE, _paired, simulator_summary
+
+    none = {"vgg16-0": 4.0, "vgg16-1": 30.0, "lenet-2": 1.0}
+    jit = {"vgg16-0": 1.0, "vgg16-1": 20.0, "lenet-2": 1.0}
+
+    def pol(jct):
+        by = {"vgg16": (jct["vgg16-0"] + jct["vgg16-1"]) / 2, "lenet": jct["lenet-2"]}
+        return {"mean_jct_s": sum(jct.values()) / 3, "jct_s": jct, "jct_by_model_s": by,
+                "background_slowdown": None, "background_mbit_mean": None}
+
+    pred = {SIM_JIT: pol(jit), SIM_NONE: pol(none), "jct_ratio_tf_over_jit": 35 / 22, "mean_speedup": 1.0}
+    sim = simulator_summary(pred, ())
+    bed = _paired({"mean_jct_s": 22 / 3, "details": {"jct_s": jit, "errors": {}}},
+                  {"mean_jct_s": 35 / 3, "details": {"jct_s": none, "errors": {}}})
+    assert bed["speedup_by_model"]["vgg16"] == pytest.approx((4.0 + 1.5) / 2)
+    assert sim["speedup_by_model"] == pytest.approx(bed["speedup_by_model"])
+
+
+def test_paired_jct_ratio_compares_the_jobs_both_runs_completed():
+    # a job that failed in one run of a pair is out of both runs' means: the ratio of mean
+    # JCTs compares the same jobs, as the per-job speed-ups beside it do
+    from jitsched.bench.bench_testbed import _paired
+
+    jit = {"details": {"jct_s": {"a-0": 1.0, "b-1": 2.0}, "errors": {"b-1": "runner failed"}}, "mean_jct_s": 1.0}
+    none = {"details": {"jct_s": {"a-0": 2.0, "b-1": 10.0}, "errors": {}}, "mean_jct_s": 6.0}
+    got = _paired(jit, none)
+    assert got["mean_speedup"] == pytest.approx(2.0)
+    assert got["jct_ratio_none_over_jit"] == pytest.approx(2.0)

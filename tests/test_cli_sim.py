@@ -111,3 +111,26 @@ def test_sim_refuses_an_arrival_too_late_to_time_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err == ["jitsched sim: error: job 'b': arrival_s 1e+15 is after 2**32 s (about 136 years), "
                    "where float seconds are too coarse to time it to the microsecond"]
+
+
+def _compute_bound_workload(tmp_path, std_s: float = 0.0):
+    """Three jobs of two 1-s computes around a 1-MB transfer on two hosts: the computes decide the JCT."""
+    from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload
+
+    jobs = tuple(Job(f"j{k}", (Compute("c0", "h0", 1.0, std_s), Compute("c1", "h1", 1.0, std_s)),
+                     (Transfer("t", "h0", "h1", 1e6),), (("c0", "t"), ("t", "c1")), 0.0) for k in range(3))
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(Workload(Cluster.uniform(2, bps=1e9), jobs).to_dict()))
+    return path
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("how", ["--compute-noise", "declared std"])
+def test_sim_lower_bound_holds_for_the_compute_times_the_run_drew(tmp_path, capsys, seed, how):
+    # with compute-time noise (--compute-noise, or a std declared per compute) the bound is
+    # on the durations the run drew: no run of the workload is under it
+    path = _compute_bound_workload(tmp_path, std_s=0.3 if how == "declared std" else 0.0)
+    extra = ["--compute-noise", "0.3"] if how == "--compute-noise" else []
+    assert main(["sim", str(path), "--policy", "jit", "--seed", str(seed), "--json", *extra]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["lower_bound_mean_jct_s"] <= out["mean_jct_s"] * (1 + 1e-9)

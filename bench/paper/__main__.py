@@ -361,13 +361,13 @@ def regime_sweep(args: argparse.Namespace, out: Path) -> int:
             tqdm(total=len(regimes.RATES_BPS) * len(seeds), desc="regime workloads", unit="run") as bar:
         runs = regimes.sweep(ex, seeds, pols, progress=bar.update)
     summary = regimes.summarize(runs, pols, REFERENCE, JIT)
-    (out / "regimes.json").write_text(json.dumps({"regimes": summary}, indent=1))
+    (out / "regimes.json").write_text(json.dumps(regimes.document(summary), indent=1))
     regimes.figure(summary, pols, out / "regimes.png")
     text = regimes.table(summary, pols, JIT)
     log(f"regime sweep: {time.perf_counter() - t0:.0f} s; wrote {out / 'regimes.json'} and {out / 'regimes.png'}")
     if args.json:
         log(text)
-        print(json.dumps({"regimes": summary}))
+        print(json.dumps(regimes.document(summary)))
     else:
         print(text)
     return 0

@@ -52,8 +52,9 @@ def run_mixed(task: tuple[MixedPoint, int, tuple[str, ...]]) -> dict:
 
 
 def summarize(runs: list[dict], policies: tuple[str, ...], reference: str) -> dict:
-    """Per policy, over the seeds: mean JCT, mean per-job speedup over ``reference``, mean JCT over
-    the bound, and the mean JCT of each shape's jobs."""
+    """Per policy, over the seeds: mean JCT, mean per-job speedup over ``reference``,
+    ``over_bound`` (the mean of each seed's mean JCT over that seed's bound), and the mean JCT
+    of each shape's jobs."""
     runs = sorted(runs, key=lambda r: r["seed"])
     out: dict = {}
     for p in policies:

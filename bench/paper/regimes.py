@@ -51,9 +51,10 @@ def ci95(x: np.ndarray) -> tuple[float, float]:
 
 
 def summarize(runs: list[dict], policies: tuple[str, ...], reference: str, candidate: str) -> dict:
-    """Per rate and policy: mean JCT, mean per-job speedup over ``reference``, mean JCT over the
-    bound, and the paired relative difference of its mean JCT from ``candidate``'s with its 95 %
-    confidence half-width (positive: slower than the candidate), all over the seeds."""
+    """Per rate and policy, over the seeds: mean JCT, mean per-job speedup over ``reference``,
+    ``over_bound`` (the mean of each seed's mean JCT over that seed's bound: every workload
+    weighs alike), and the paired relative difference of its mean JCT from ``candidate``'s
+    with its 95 % confidence half-width (positive: slower than the candidate)."""
     out: dict = {}
     for bps in sorted({r["bps"] for r in runs}):
         rs = sorted((r for r in runs if r["bps"] == bps), key=lambda r: r["seed"])
@@ -68,6 +69,17 @@ def summarize(runs: list[dict], policies: tuple[str, ...], reference: str, candi
                       f"vs_{candidate}": diff, f"vs_{candidate}_ci95": half}
         out[rate_key(bps)] = row | {"bound_mean_jct_s": float(bound.mean()), "seeds": [r["seed"] for r in rs]}
     return out
+
+
+def document(summary: dict) -> dict:
+    """The sweep's JSON: ``{"regimes": {rate: {policy: metrics}}, "bound_mean_jct_s": {rate: s},
+    "seeds": [...]}``, each rate's row holding its policies only (:func:`summarize` keeps the
+    bound and the seeds in the row, for the table and the figure)."""
+    extra = ("bound_mean_jct_s", "seeds")
+    rates = {rate: {k: v for k, v in row.items() if k not in extra} for rate, row in summary.items()}
+    seeds = next(iter(summary.values()))["seeds"] if summary else []
+    return {"regimes": rates, "bound_mean_jct_s": {rate: row["bound_mean_jct_s"] for rate, row in summary.items()},
+            "seeds": seeds}
 
 
 def gather(ex: Executor, fn, args: list, progress=None) -> list:
@@ -127,5 +139,5 @@ def figure(summary: dict, policies: tuple[str, ...], path) -> None:
     plt.close(fig)
 
 
-__all__ = ["LOAD", "N_HOSTS", "N_JOBS", "RATES_BPS", "ci95", "figure", "rate_key", "regime_workload", "run_regime",
+__all__ = ["LOAD", "N_HOSTS", "N_JOBS", "RATES_BPS", "ci95", "document", "figure", "rate_key", "regime_workload", "run_regime",
            "summarize", "sweep", "table"]
