@@ -495,9 +495,7 @@ def _one_transfer_job(jid: str) -> dict:
 
 def _previous_leader_with_a_job(etcd: LocalEtcd, prefix: str) -> int:
     """A leader that wrote one running job (with progress) to etcd, then resigned."""
-    client = Etcd([etcd.endpoint])
-    el = Election(client, prefix, 30)
-    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    client, el = _elected(etcd, prefix, ttl_s=30.0)
     s = EtcdStore(client, el)
     s.put("t0_wall_s", repr(time.time() - 5))
     row = s.submitted("j1", _one_transfer_job("j1"), None, 0.5)
@@ -549,9 +547,7 @@ def test_one_failed_read_of_the_joined_hosts_does_not_end_their_jobs_as_failed(e
     from jitsched.daemon.store import StoreError
 
     prefix = "/t-restore-joined"
-    client = Etcd([etcd.endpoint])
-    el = Election(client, prefix, 30)
-    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    client, el = _elected(etcd, prefix, ttl_s=30.0)
     s = EtcdStore(client, el)
     s.put("t0_wall_s", repr(time.time() - 5))
     s.put("joined_hosts", '[{"name": "h3", "egress_bps": 1e9, "ingress_bps": 1e9}]')
@@ -589,9 +585,7 @@ def test_a_leader_whose_state_takes_longer_than_its_lease_to_load_keeps_leading(
     from jitsched.daemon.replica import LEADER, Replica
 
     prefix = "/t-restore-load"
-    client = Etcd([etcd.endpoint])
-    el = Election(client, prefix, 30)
-    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    client, el = _elected(etcd, prefix, ttl_s=30.0)
     hosts = [f"h{i}" for i in range(8)]
     ops = [put_op(f"{prefix}/meta/t0_wall_s", repr(time.time() - 5))]
     for n in range(1, 3001):
@@ -630,9 +624,7 @@ def test_a_big_report_whose_events_etcd_did_not_take_is_not_answered_ok(etcd):
     from jitsched.errors import RemoteError
 
     prefix = "/t-offload"
-    client = Etcd([etcd.endpoint])
-    el = Election(client, prefix, 30)
-    assert el.campaign("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    client, el = _elected(etcd, prefix, ttl_s=30.0)
     ports = free_ports(2)
     d = Daemon(DaemonConfig(cluster=_two_host_cluster(), job_endpoint=f"tcp://127.0.0.1:{ports[0]}",
                             agent_endpoint=f"tcp://127.0.0.1:{ports[1]}", planner_process=False,

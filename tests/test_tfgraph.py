@@ -474,28 +474,19 @@ def test_an_imported_step_expands_to_many_workers():
         (f"w0/{PUSH}", "worker", "ps"), (f"w1/{PUSH}", "worker1", "ps")}
 
 
-@pytest.mark.parametrize("text, message", [
-    ('node { name: "a\\x" op: "NoOp" }\n', r"g\.pbtxt:1: bad escape in the string"),
-    ('node {\n name: "a\\u12" op: "NoOp" }\n', r"g\.pbtxt:2: bad escape in the string"),
-    ("node " + "{ attr " * 50_000 + "}" * 50_000, r"g\.pbtxt: messages nested too deeply"),
-])
-def test_malformed_pbtxt_is_refused_in_words(tmp_path, text, message):
-    p = tmp_path / "g.pbtxt"
-    p.write_text(text)
-    with pytest.raises(ValidationError, match=message):
-        read_graphdef(p)
-
-
-@pytest.mark.parametrize("text, message", [
-    ('{"node": ' + "[" * 100_000 + "]" * 100_000 + "}", r"not valid JSON \(nested too deeply\)"),
-    ('{"node": [{"name": "a", "op": "X", "attr": {"T": {"i": ' + "9" * 5000 + "}}}}]}",
+@pytest.mark.parametrize("name, text, message", [
+    ("g.pbtxt", 'node { name: "a\\x" op: "NoOp" }\n', r"g\.pbtxt:1: bad escape in the string"),
+    ("g.pbtxt", 'node {\n name: "a\\u12" op: "NoOp" }\n', r"g\.pbtxt:2: bad escape in the string"),
+    ("g.pbtxt", "node " + "{ attr " * 50_000 + "}" * 50_000, r"g\.pbtxt: messages nested too deeply"),
+    ("g.json", '{"node": ' + "[" * 100_000 + "]" * 100_000 + "}", r"not valid JSON \(nested too deeply\)"),
+    ("g.json", '{"node": [{"name": "a", "op": "X", "attr": {"T": {"i": ' + "9" * 5000 + "}}}}]}",
      r"not valid JSON \(.*4300 digits"),
     # a list where a message belongs
-    ('{"node": [[1, 2]]}', r"node: expected a message, got list"),
-    ('{"node": [{"name": "a", "op": "Const", "attr": [[1]]}]}', r"attr: expected a message, got list"),
+    ("g.json", '{"node": [[1, 2]]}', r"node: expected a message, got list"),
+    ("g.json", '{"node": [{"name": "a", "op": "Const", "attr": [[1]]}]}', r"attr: expected a message, got list"),
 ])
-def test_json_graph_the_decoder_cannot_hold_is_refused_in_words(tmp_path, text, message):
-    p = tmp_path / "g.json"
+def test_a_graph_the_parsers_cannot_hold_is_refused_in_words(tmp_path, name, text, message):
+    p = tmp_path / name
     p.write_text(text)
     with pytest.raises(ValidationError, match=message):
         read_graphdef(p)
