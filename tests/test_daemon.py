@@ -624,3 +624,24 @@ def test_a_daemon_built_in_code_refuses_an_endpoint_zeromq_would_misread():
         Daemon(config(job_endpoint="tcp://127.0.0.1:99999"))
     with pytest.raises(ValidationError, match="need an endpoint each"):
         Daemon(config(job_endpoint="tcp://127.0.0.1:5999", agent_endpoint="tcp://127.0.0.1:5999"))
+
+
+def test_the_jobs_gauge_of_a_state_reads_zero_once_its_last_job_is_pruned():
+    from jitsched.daemon.metrics import Metrics
+    from jitsched.daemon.state import SchedulerState
+    from tests.test_daemon_limits import tiny_job
+
+    st = SchedulerState(config(job_lease_s=1.0, ended_retention_s=5.0))
+    m = Metrics()
+    assert st.submit_job({"job": tiny_job("a")}, 0.0) == {"job_id": "a"}
+    assert st.submit_job({"job": tiny_job("b")}, 0.0) == {"job_id": "b"}
+    assert st.cancel_job({"job_id": "b"}, 0.5) == {"state": "cancelled"}
+    assert st.expire_leases(2.0) == ["a"]
+    m.update(st, 2.0)
+    assert m.jobs.labels("abandoned")._value.get() == 1
+    assert m.jobs.labels("cancelled")._value.get() == 1
+    # past their retention both are forgotten: no job is abandoned or cancelled any more
+    assert st.prune(100.0) == 2 and not st.jobs
+    m.update(st, 100.0)
+    assert m.jobs.labels("abandoned")._value.get() == 0
+    assert m.jobs.labels("cancelled")._value.get() == 0

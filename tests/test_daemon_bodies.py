@@ -151,3 +151,17 @@ def test_a_held_host_keeps_the_critical_floor_from_its_first_reserved_slot():
     # no floor configured: the hosts held get none
     assert all("floor_from" not in b for b in host_bodies(ranked_schedule(), None, 5, 100.0, cl, 0.1,
                                                             floors_at=held).values())
+
+
+def test_a_jobs_status_counts_the_computes_a_resubmission_says_are_done():
+    from jitsched.daemon.state import SchedulerState
+    from tests.test_daemon import config
+    from tests.test_daemon_limits import tiny_job
+
+    st = SchedulerState(config())
+    # a runner whose daemon restarted without a journal resubmits with its progress
+    assert st.submit_job({"job": tiny_job("a"), "progress": {"done": ["c0", "t"]}}, 0.0) == {"job_id": "a"}
+    entry = st.status({}, 1.0)["jobs"]["a"]
+    assert (entry["computes_done"], entry["transfers_done"]) == (1, 1)
+    st.compute_finished({"job_id": "a", "compute": "c1", "duration_s": 0.1}, 1.5)
+    assert st.status({}, 2.0)["jobs"]["a"]["computes_done"] == 2

@@ -88,3 +88,42 @@ def test_caps_a_failed_plan_carried_are_asked_for_again():
     assert book.caps_due and book.caps_in_force == () and book.caps_requested == ()
     book.plan_seq = 4
     assert _caps_of(book) == {"caps_into": caps[0], "caps_changed": True}
+
+
+def test_a_full_plan_overtaken_by_a_caps_increment_is_not_undone_by_it():
+    # planning "full": a caps increment (a critical job's transfer arrived) is asked for on
+    # the schedule in force while a full re-solve that plans a new job n is in flight; the
+    # full result comes first. The increment, planned on the older schedule, never takes
+    # n's flows out of the plan: n stays covered and its sender's body keeps its flow.
+    from jitsched.config import INCREMENTAL
+    from jitsched.daemon.server import create_policy
+    from jitsched.daemon.solver import run_increment, run_plan
+    from jitsched.daemon.state import SchedulerState
+    from tests.test_daemon import config
+    from tests.test_daemon_jobs import critical
+    from tests.test_daemon_limits import tiny_job
+
+    cfg = config(policy="jit", critical_assumed_share=1.0, planning="full")
+    st, policy = SchedulerState(cfg), create_policy(cfg)
+
+    def run(req):
+        solve = run_increment if req.mode == INCREMENTAL else run_plan
+        return solve(policy, req, req.cluster or cfg.cluster, t0_wall_s=st.t0_wall_s)
+
+    assert st.submit_job({"job": critical("c", "h0", "h1")}, 0.0)["class"] == "critical"
+    [first] = st.plan_requests(0.0)
+    assert st.install(run(first), 0.01)
+    assert st.submit_job({"job": tiny_job("n", 1e8, src="h2", dst="h3")}, 0.1) == {"job_id": "n"}
+    [full] = st.plan_requests(0.1)
+    st.transfer_finished({"job_id": "c", "transfer": "t"}, 0.2)
+    [caps] = st.plan_requests(0.2)
+    assert (full.mode, caps.mode) == ("full", INCREMENTAL)
+    done_full, done_caps = run(full), run(caps)
+    assert st.install(done_full, 0.3)
+    assert st.install(done_caps, 0.31)
+    for t in (0.4, 0.5):  # whatever else is due (the full result's rebase) goes in too
+        for req in st.plan_requests(t):
+            assert st.install(run(req), t)
+    assert "n" in st.covered
+    assert ("n", "t") in [f[:2] for f in st.schedule.flows]
+    assert [f["flow"] for f in st.host_body("h2")["flows"]] == ["n/t"]

@@ -247,7 +247,7 @@ def job_summary(js: JobState, now: float, slot_s: float) -> dict:
     return {
         "seq": js.seq, "state": js.state, "submitted_s": js.submitted_s,
         "transfers_done": sum(1 for t in js.job.transfers if t.id in js.done),
-        "transfers": len(js.job.transfers), "computes_done": len(js.measured_s),
+        "transfers": len(js.job.transfers), "computes_done": sum(1 for c in js.job.computes if c.id in js.done),
         "computes": len(js.job.computes),
         "jct_s": None if math.isnan(js.jct_s) else js.jct_s,
         "lat_hits": js.lat_hits, "lat_misses": js.lat_misses,

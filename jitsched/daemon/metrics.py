@@ -66,6 +66,7 @@ class Metrics(Endpoint):
         self.solve_s = Histogram("jitsched_solve_seconds", "Planner time per plan (seconds)",
                                  buckets=SOLVE_BUCKETS, registry=r)
         self.jobs = Gauge("jitsched_jobs", "Jobs by state", ["state"], registry=r)
+        self._job_states = {"running", "finished", "cancelled", "failed", "abandoned"}
         self.agents = Gauge("jitsched_agents", "Registered agents by liveness", ["up"], registry=r)
         self.lat_misses = Gauge("jitsched_lat_misses", "Transfers that arrived after their LAT",
                                 registry=r)
@@ -142,9 +143,12 @@ class Metrics(Endpoint):
     def update(self, state: SchedulerState, now: float) -> None:
         """Refresh the gauges from the scheduler state at ``now`` (daemon clock, seconds)."""
         self.epoch.set(state.epoch)
-        counts = {"running": 0, "finished": 0, "cancelled": 0, "failed": 0}
+        # every state a job may be in, and any other seen since: a state whose last job was
+        # pruned reads 0, not the count it had then
+        counts = dict.fromkeys(self._job_states, 0)
         for js in state.jobs.values():
             counts[js.state] = counts.get(js.state, 0) + 1
+        self._job_states.update(counts)
         for k, v in counts.items():
             self.jobs.labels(k).set(v)
         up = sum(1 for a in state.agents.values() if a.up)

@@ -547,10 +547,12 @@ class PlanBook:
             self.changes_at_s = res.changes_at_s
             self.bulk.difference_update(res.jobs)
             # jobs planned meanwhile (in the schedule in force, or in an incremental plan
-            # in flight) must not lose their flows: hold it until they are rebased on it
-            if self.incremental and self.incremental_ok and (
-                    self.inflight[INCREMENTAL]
-                    or any(j in self.active and j not in res.jobs for j in self.covered)):
+            # in flight) must not lose their flows: hold it until they are rebased on it.
+            # An increment in flight (in any planning mode: one that only lifts caps, too)
+            # was asked for on the schedule in force, not on this one: adopted after this,
+            # it would put that older schedule back, so this waits for it and its rebase
+            if self.inflight[INCREMENTAL] or (self.incremental and self.incremental_ok and any(
+                    j in self.active and j not in res.jobs for j in self.covered)):
                 self.held = res
                 return True
             self._joint()
