@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 
+import pytest
 import torch
 
 from jitsched.adapters.pytorch import LayerTimer, TorchTrainer, parameter_layers
@@ -119,6 +120,139 @@ def test_a_torch_trainer_registers_the_captured_dag_after_its_first_step():
         assert tt.stats.state == "closed"
     finally:
         d.stop()
+
+
+class TiedLM(torch.nn.Module):
+    """An embedding whose weight the output layer shares (tied weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 8)
+        self.mid = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 10)
+        self.out.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.mid(self.emb(x))))
+
+
+def test_a_parameter_shared_by_two_layers_is_pulled_and_pushed_once():
+    model = TiedLM()
+    timer = LayerTimer(model)
+    timer.start()
+    model(torch.tensor([1, 2, 3])).sum().backward()
+    timer.stop()
+    job = timer.job("t", "ps", "w")
+    total = sum(p.numel() * p.element_size() for p in model.parameters())  # each tensor once
+    pulls = {t.id: t.bytes for t in job.transfers if t.id.startswith("pull")}
+    pushes = {t.id: t.bytes for t in job.transfers if t.id.startswith("push")}
+    assert sum(pulls.values()) == total and sum(pushes.values()) == total
+    # the shared weight goes with the first layer that uses it: pulled before fwd0, pushed after bwd0
+    assert pulls == {"pull0": 4 * 10 * 8, "pull1": 4 * (8 * 8 + 8), "pull2": 4 * 10}
+    assert pushes == {"push0": 4 * 10 * 8, "push1": 4 * (8 * 8 + 8), "push2": 4 * 10}
+    assert parse_job(job.to_dict(), Cluster((Host("ps", 1e9, 1e9), Host("w", 1e9, 1e9)))) == job
+    timer.remove()
+
+
+class TwoOutputs(torch.nn.Module):
+    """A model whose forward returns a tuple or a dict of tensors."""
+
+    def __init__(self, as_dict: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.as_dict = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), as_dict
+
+    def forward(self, x):
+        h = self.a(x)
+        out = self.b(h)
+        return {"logits": out, "hidden": h} if self.as_dict else (out, h)
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_time_between_a_tuple_or_dict_output_and_its_backward_is_in_no_layer(as_dict):
+    model = TwoOutputs(as_dict)
+    timer = LayerTimer(model)
+    timer.start()
+    got = model(torch.randn(4, 8))
+    logits = got["logits"] if as_dict else got[0]
+    time.sleep(0.3)  # the loss, logging: outside the model's passes
+    logits.sum().backward()
+    timer.stop()
+    fwd0, fwd1, bwd1, bwd0 = timer.compute_s()
+    assert bwd1 > 0 and bwd0 > 0 and bwd1 + bwd0 < 0.2
+    timer.remove()
+
+
+class Scaled(torch.nn.Module):
+    """A layer with a parameter its forward does not always use (no gradient in such a step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(64, 64))
+        self.scale = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return x @ self.weight
+
+
+def test_a_layer_whose_parameter_gets_no_gradient_still_has_its_backward_time():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), Scaled())
+    timer = LayerTimer(model)
+    timer.start()
+    model(torch.randn(16, 64)).sum().backward()
+    timer.stop()
+    assert model[1].scale.grad is None
+    fwd0, fwd1, bwd1, bwd0 = timer.compute_s()
+    assert bwd1 > 0 and bwd0 > 0
+    timer.remove()
+
+
+def test_layers_frozen_or_unfrozen_before_the_first_step_push_as_they_are_then():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    model[1].requires_grad_(False)
+    timer = LayerTimer(model)
+    model[0].requires_grad_(False)  # fine-tuning: the first layer frozen, the second trained
+    model[1].requires_grad_(True)
+    timer.start()
+    model(torch.randn(4, 8)).sum().backward()
+    timer.stop()
+    job = timer.job("f", "ps", "w")
+    assert {t.id for t in job.transfers if t.id.startswith("push")} == {"push1"}
+    fwd0, fwd1, bwd1, bwd0 = timer.compute_s()
+    assert bwd1 > 0 and bwd0 == 0
+    timer.remove()
+
+
+class FailsOnce(torch.nn.Module):
+    """Registered head, body, stem; called stem, body, head; the first call fails after stem."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head, self.body, self.stem = torch.nn.Linear(8, 2), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.failed = False
+
+    def forward(self, x):
+        h = self.stem(x)
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("out of memory")
+        return self.head(self.body(h))
+
+
+def test_a_first_step_that_raises_registers_nothing_and_the_next_step_fixes_the_dag():
+    port = free_ports(1)[0]
+    model = FailsOnce()
+    opts = TrainerOptions(endpoint=f"tcp://127.0.0.1:{port}", request_timeout_s=0.2, retry_s=0.2)
+    tt = TorchTrainer(model, "f", ps="h0", worker="h1", options=opts)
+    try:
+        with pytest.raises(RuntimeError), tt.step():
+            _step(model, torch.randn(4, 8))
+        assert tt.job is None and tt.trainer is None and tt.stats.steps == 0
+        with tt.step():
+            _step(model, torch.randn(4, 8))
+        assert [tt.timer.names[i] for i in tt.timer.order] == ["stem", "body", "head"]
+        assert tt.stats.steps == 1 and all(c.duration_s > 0 for c in tt.job.computes)
+    finally:
+        tt.close(timeout_s=0.5)
 
 
 # ---------------------------------------------------------------- real training processes

@@ -319,3 +319,15 @@ def test_a_best_effort_job_is_ranked_as_normal_once_it_has_waited_with_no_other_
     assert _plan(st, pol, 10.5) == 1
     assert ranks()["b"] < ranks()["n"] and st.plan_summary["reasons"] == ["ranks_due"]
     assert st.plan_book.changes_at_s == math.inf  # no best-effort job left to age
+
+
+def test_an_iteration_timed_by_the_daemon_after_a_gap_in_the_counts_is_each_iteration_s_share():
+    # no step_s: the daemon times the gap between reports; reports that did not come (dropped
+    # while the daemon was away, merged) leave a gap of several iterations, each its share
+    st, pol = _state("jit")
+    st.register_template({"job": _job().to_dict()}, 0.0)
+    for n, now in ((1, 1.0), (2, 2.0), (10, 10.0), (11, 11.0)):
+        assert st.iteration({"job_id": "r", "n": n}, now)["counted"]
+    rec = st.templates.get("r").summary()
+    assert rec["iterations"] == 11
+    assert rec["iteration_s_mean"] == pytest.approx(1.0) and rec["iteration_s_p95"] == pytest.approx(1.0)

@@ -257,3 +257,20 @@ def test_a_second_trainer_of_a_running_job_ends_instead_of_reporting_uncounted_s
             first.close(2.0)
             if second is not None:
                 second.close(2.0)
+
+
+def test_a_job_ended_by_its_operator_and_pruned_meanwhile_is_not_registered_again():
+    # on a busy daemon the cancelled job leaves the registry (max_ended_jobs) before the
+    # training's next step: the next report finds no job, and the job stays cancelled
+    with daemon(max_ended_jobs=0) as d:
+        tr = Trainer(JOB, _opts(d.job_endpoint))
+        tr.step_done(0.01)
+        assert wait_until(lambda: tr.stats.sent == 1, 5.0), tr.stats
+        with Client(d.job_endpoint) as c:
+            c.cancel_job("train")
+        assert wait_until(lambda: not _recurring(d.job_endpoint), 5.0)  # pruned
+        tr.step_done(0.01)
+        assert wait_until(lambda: tr.stats.state == "ended", 5.0), tr.stats
+        assert tr.stats.registrations == 1 and tr.stats.sent == 1
+        tr.close()
+        assert _recurring(d.job_endpoint) == {}

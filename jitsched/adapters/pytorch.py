@@ -57,10 +57,13 @@ class LayerTimer:
         self.model = model
         found = parameter_layers(model)
         self.names = [n for n, _ in found]
-        self._params = [list(m.parameters(recurse=False)) for _, m in found]
-        self.param_bytes = [_param_bytes(ps) for ps in self._params]
-        self.grad_bytes = [_param_bytes(p for p in ps if p.requires_grad) for ps in self._params]
+        # every layer's parameters; a parameter two layers hold (tied weights) is one tensor:
+        # timed with the first layer registering it, its bytes go with the first layer called
+        self._held = [list(m.parameters(recurse=False)) for _, m in found]
+        seen: set[int] = set()
+        self._params = [[p for p in ps if id(p) not in seen and not seen.add(id(p))] for ps in self._held]
         self.order: list[int] | None = None  # layer indices in forward-call order (first step)
+        self._set_bytes(range(len(found)))
         n = len(found)
         self.fwd_s = [0.0] * n
         self.bwd_s = [0.0] * n
@@ -68,14 +71,34 @@ class LayerTimer:
         self._calls: list[int] = []
         self._open: tuple[int, float] | None = None  # the forward segment under way
         self._bwd_from = 0.0  # where the next backward segment starts
-        self._left = [0] * n  # gradients still to accumulate per layer, this backward pass
+        self._bwd_started = False  # this backward pass's first output gradient was seen
+        self._hooked: set[int] = set()  # ids of the parameters with a gradient hook
         self._handles = []
         for i, (_, m) in enumerate(found):
             self._handles.append(m.register_forward_pre_hook(lambda _m, _a, i=i: self._fwd_start(i)))
-            for p in self._params[i]:
-                if p.requires_grad:
-                    self._handles.append(p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad(i)))
+        self._hook_gradients()
         self._handles.append(model.register_forward_hook(self._fwd_end))
+
+    def _set_bytes(self, order) -> None:
+        """Each layer's parameter and trainable-parameter bytes, a shared parameter's with
+        the first layer in ``order`` holding it (the first to need it, the last to have its
+        gradient complete)."""
+        n = len(self._held)
+        self.param_bytes, self.grad_bytes = [0] * n, [0] * n
+        seen: set[int] = set()
+        for i in order:
+            mine = [p for p in self._held[i] if id(p) not in seen]
+            seen.update(id(p) for p in mine)
+            self.param_bytes[i] = _param_bytes(mine)
+            self.grad_bytes[i] = _param_bytes(p for p in mine if p.requires_grad)
+
+    def _hook_gradients(self) -> None:
+        """A gradient hook on every parameter that now takes gradients and has none yet."""
+        for i, ps in enumerate(self._params):
+            for p in ps:
+                if p.requires_grad and id(p) not in self._hooked:
+                    self._hooked.add(id(p))
+                    self._handles.append(p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad(i)))
 
     def _close_forward(self) -> float:
         """End the open forward segment (its layer gets the time since it began); returns now."""
@@ -97,37 +120,49 @@ class LayerTimer:
             return
         now = self._close_forward()
         self._bwd_from = now
-        self._left = [sum(1 for p in ps if p.requires_grad) for ps in self._params]
+        self._bwd_started = False
         torch = _torch()
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            out.register_hook(self._bwd_start)
+        todo = [out]
+        while todo:  # the output's tensors: a tensor, or tuples, lists and dicts of them
+            x = todo.pop()
+            if isinstance(x, torch.Tensor):
+                if x.requires_grad:
+                    x.register_hook(self._bwd_start)
+            elif isinstance(x, (tuple, list)):
+                todo.extend(x)
+            elif isinstance(x, dict):
+                todo.extend(x.values())
 
     def _bwd_start(self, _grad) -> None:
-        if self._on:
+        if self._on and not self._bwd_started:  # the first output gradient of the pass
+            self._bwd_started = True
             self._bwd_from = time.perf_counter()
 
     def _grad(self, i: int) -> None:
         if not self._on:
             return
-        self._left[i] -= 1
-        if self._left[i] == 0:  # the layer's last gradient: its backward ends here
-            now = time.perf_counter()
-            self.bwd_s[i] += now - self._bwd_from
-            self._bwd_from = now
+        # the time since the last gradient is this layer's: its backward ends at its last
+        # gradient (a parameter that gets none in a step takes none of it)
+        now = time.perf_counter()
+        self.bwd_s[i] += now - self._bwd_from
+        self._bwd_from = now
 
     def start(self) -> None:
         """A step starts: the layers' times count from zero."""
         n = len(self.names)
         self.fwd_s, self.bwd_s = [0.0] * n, [0.0] * n
         self._calls, self._open = [], None
+        self._hook_gradients()
         self._on = True
 
-    def stop(self) -> None:
-        """The step ended (its first one fixes the layer order)."""
+    def stop(self, completed: bool = True) -> None:
+        """The step ended (its first completed one fixes the layer order and the bytes of
+        each layer's transfers; a step that raised fixes nothing)."""
         self._on = False
-        if self.order is None:
+        if self.order is None and completed:
             seen = list(dict.fromkeys(self._calls))
             self.order = seen + [i for i in range(len(self.names)) if i not in set(seen)]
+            self._set_bytes(self.order)
 
     def compute_s(self) -> list[float]:
         """The last step's compute durations, seconds, in the order of :meth:`job`'s computes:
@@ -154,8 +189,9 @@ class LayerTimer:
         computes, transfers, edges = [], [], []
         for k, i in enumerate(order):
             computes.append(Compute(f"fwd{k}", worker, float(self.fwd_s[i])))
-            transfers.append(Transfer(f"pull{k}", ps, worker, float(self.param_bytes[i])))
-            edges.append((f"pull{k}", f"fwd{k}"))
+            if self.param_bytes[i]:  # (nothing of its own: its parameters are an earlier layer's)
+                transfers.append(Transfer(f"pull{k}", ps, worker, float(self.param_bytes[i])))
+                edges.append((f"pull{k}", f"fwd{k}"))
             if k:
                 edges.append((f"fwd{k - 1}", f"fwd{k}"))
         prev = f"fwd{len(order) - 1}"
@@ -206,15 +242,18 @@ class TorchTrainer:
         """Measure the block as one training step and report it."""
         self.timer.start()
         t0 = time.perf_counter()
+        completed = False
         try:
             yield
+            completed = True
         finally:
             step_s = time.perf_counter() - t0
-            self.timer.stop()
-            if self.trainer is None:
+            self.timer.stop(completed)
+            if self.trainer is None and completed:  # a first step that raised fixes no DAG
                 self.job = self.timer.job(self.job_id, self.ps, self.worker)
                 self.trainer = Trainer(self.job, self.options)
-            self.trainer.step_done(step_s, compute_s=self.timer.compute_s())
+            if self.trainer is not None:
+                self.trainer.step_done(step_s, compute_s=self.timer.compute_s())
 
     @property
     def stats(self) -> TrainerStats:

@@ -22,7 +22,7 @@ from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.bodies import host_bodies, restamp_frames, status_body
 from jitsched.daemon.hosts import HostTable
-from jitsched.daemon.jobs import JobRegistry, JobState, Prepared
+from jitsched.daemon.jobs import JobRegistry, JobState, Prepared, scoped_id
 from jitsched.daemon.journal import DONE, STARTED, JournalError, JournalFlow
 from jitsched.daemon.logs import kv
 from jitsched.daemon.plans import (
@@ -513,6 +513,8 @@ class SchedulerState:
         """
         js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
+            if js.code == ErrorCode.UNKNOWN_JOB and scoped_id(peer, body["job_id"]) in self.templates.ended:
+                return Reject(ErrorCode.JOB_ENDED, f"body.job_id: recurring job {body['job_id']!r} ended")
             return js
         t = self.templates.get(js.job.id)
         if t is None:
@@ -687,7 +689,7 @@ class SchedulerState:
         gone = self.job_registry.prune(now)
         for js in gone:
             if self.job_registry.jobs.get(js.job.id) is None:
-                self.templates.forget(js.job.id)
+                self.templates.forget(js.job.id, ended=True)
         if gone and self.journal is not None:
             rows = [js.journal_row for js in gone if js.journal_row]
             if rows:

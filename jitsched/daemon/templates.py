@@ -25,6 +25,7 @@ KEEP_TIMES = 1000
 # iterations/s each got 258 iterations/s through, ranks p50 368 ms (`python -m
 # bench.bench_recurring --jobs 100 --etcd --json`; 500/s and 0.68 ms without etcd).
 JOURNAL_EVERY = 20
+KEEP_ENDED = 10000  # ids of pruned recurring jobs remembered (see TemplateBook.ended)
 MAX_ITERATION = 2 ** 62  # an iteration number the journal (sqlite's int64) can hold
 
 
@@ -108,11 +109,16 @@ class TemplateBook:
         # templates whose learned estimates moved since their job was last rebuilt: rebuilt
         # when a plan takes them (refresh), not on every iteration (1.3 ms for a ResNet152)
         self.stale: set[str] = set()
+        # recurring jobs that ended and left the registry since this daemon started (the
+        # newest KEEP_ENDED): an iteration of one is job_ended, not unknown_job (which has
+        # its trainer register the job again, behind the operator who ended it)
+        self.ended: dict[str, None] = {}
 
     def register(self, js: JobState, now: float) -> Template:
         """``js`` (just admitted) is a recurring job's template."""
         t = Template(TimingModel(js.job, self.options), (dict(js.out_left), dict(js.in_left)), last_s=now)
         self.templates[js.job.id] = t
+        self.ended.pop(js.job.id, None)
         return t
 
     def restore(self, js: JobState, iterations: int, blob: bytes | None, now: float) -> Template:
@@ -135,9 +141,13 @@ class TemplateBook:
         """The template of job ``job_id``, None if it is no recurring job."""
         return self.templates.get(job_id)
 
-    def forget(self, job_id: str) -> None:
-        """The job left the registry."""
-        self.templates.pop(job_id, None)
+    def forget(self, job_id: str, ended: bool = False) -> None:
+        """The job left the registry (``ended``: pruned after it ended)."""
+        if self.templates.pop(job_id, None) is not None and ended:
+            self.ended.pop(job_id, None)
+            self.ended[job_id] = None
+            while len(self.ended) > KEEP_ENDED:
+                del self.ended[next(iter(self.ended))]
         self.stale.discard(job_id)
 
     def refresh(self, js: JobState) -> None:
@@ -177,7 +187,8 @@ class TemplateBook:
                               f"[0, {step_limit:g}] s")
         t.model.observe(compute_s=got["compute_s"], step_s=step, transfer_s=got["transfer_s"],
                         transfer_bytes=got["bytes"])
-        t.times.append(float(step) if step is not None else now - t.last_s)
+        # timed by the daemon: the gap since the last report, over the iterations it spans
+        t.times.append(float(step) if step is not None else (now - t.last_s) / (n - t.iterations))
         t.iterations = n
         t.last_s = now
         replan = not self.ranks_only
