@@ -164,6 +164,15 @@ class TimingModel:
         return (weighted_error(mean, p_mean) > tol or weighted_error(std, p_std) > max(tol, 0.1)
                 or weighted_error(self.bytes.mean, p_bytes) > tol)
 
+    def planned(self) -> tuple[np.ndarray, np.ndarray]:
+        """The compute estimates a daemon plans the next iteration with (mean and std): the
+        learned ones once they moved (:meth:`moved`, then planned with from now on), else
+        those planned with before."""
+        if self.moved():
+            mean, std = self.estimates()
+            self._planned = (mean.copy(), std.copy(), self.bytes.mean.copy())
+        return self._planned[0], self._planned[1]
+
     def learned_job(self) -> Job:
         """The template with the learned estimates (computes' ``duration_s`` and ``std_s``,
         transfers' ``bytes``), now the ones planned with (see :meth:`moved`)."""

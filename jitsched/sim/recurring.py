@@ -76,7 +76,8 @@ def simulate_recurring(cluster: Cluster, jobs: Sequence[RecurringJob], policy: P
         What the policy is told each iteration's computes take (:data:`ESTIMATES`):
         ``learned`` starts from the declared durations and, after each iteration,
         plans the next with what the iterations so far measured (mean and std,
-        :class:`jitsched.plan.learn.TimingModel`), as a daemon does.
+        :class:`jitsched.plan.learn.TimingModel`) once it moved more than
+        ``learn.replan_rtol`` from what was planned with, as a daemon does.
     learn : LearnOptions, optional
     compute_noise : float
         Relative standard deviation of every compute's run time around its truth.
@@ -126,7 +127,7 @@ def simulate_recurring(cluster: Cluster, jobs: Sequence[RecurringJob], policy: P
             models[r].observe(compute_s=took[:nc])
         nxt = k + 1
         if nxt < len(owner) and owner[nxt] == r and estimates == "learned":
-            mean, std = models[r].estimates()
+            mean, std = models[r].planned()  # as a daemon: moved past replan_rtol, or as before
             lo = int(dag.job_ptr[nxt])
             comp = dag.kind[lo:lo + nc] == COMPUTE
             if not comp.all():
