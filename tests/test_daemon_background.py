@@ -147,7 +147,7 @@ def test_table_expires_flows_whose_sender_never_finished():
     assert t.expire(10.0) == ["old"] and [f.name for f in t.snapshot()] == ["new", "kept"]
     assert t.flows["kept"].started_s == 1.0
     assert t.expire(17.9) == ["new"] and t.expire(18.0) == ["kept"]
-    assert t.counts == {"announced": 3, "restored": 0, "finished": 0, "expired": 3}
+    assert t.counts == {"announced": 3, "restored": 0, "finished": 0, "expired": 3, "dropped": 0}
 
 
 def test_table_limits_owners_and_reannouncement():

@@ -108,6 +108,7 @@ def test_a_host_that_leaves_fails_its_jobs_and_the_rest_are_replanned():
         assert wait_until(lambda: all(a.registered.is_set() for a in (h0, h1, h9)), 5.0)
         c.submit_job(_job("on-h9", "h0", "h9", 1e9))
         c.submit_job(_job("stays", "h0", "h1", 1e9))
+        c.background_started("into-h9", "h0", "h9", 1e9)
         assert wait_until(lambda: {"on-h9/t", "stays/t"} <= set(_flows(h0)), 5.0)
         seq = d.state.schedule_seq
         h9.stop()  # says it leaves
@@ -117,6 +118,8 @@ def test_a_host_that_leaves_fails_its_jobs_and_the_rest_are_replanned():
         assert st["jobs"]["stays"]["state"] == "running"
         assert st["hosts"]["left"]["h9"]["why"] == "its agent said it leaves" and "h9" not in st["agents"]
         assert st["hosts"]["in_cluster"] == 2 and st["hosts"]["hosts_left"] == 1
+        # the announced flow into it is dropped with it, not counted as finished
+        assert (st["background"]["held"], st["background"]["finished"], st["background"]["dropped"]) == (0, 0, 1)
         # re-planned without it: h0 keeps the job that stays, and the failed one's flow is gone
         assert wait_until(lambda: d.state.schedule_seq > seq and "on-h9/t" not in _flows(h0)
                           and "stays/t" in _flows(h0), 5.0)

@@ -514,7 +514,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if bg.get("announced") or bg.get("restored"):
         print(f"  background: {_count(bg['held'], 'announced flow')} held ({bg['announced']} announced, "
               + (f"{bg['restored']} resumed from the journal, " if bg.get("restored") else "")
-              + f"{bg['finished']} finished, {bg['expired']} expired unfinished)")
+              + f"{bg['finished']} finished, {bg['expired']} expired unfinished"
+              + (f", {bg['dropped']} dropped with their host" if bg.get("dropped") else "") + ")")
     if st.get("jobs_omitted"):
         print(f"  ({st['jobs_omitted']} older ended jobs not listed)")
     if st.get("jobs_pruned"):

@@ -45,7 +45,8 @@ class BackgroundTable:
         self.config = config
         self.flows: dict[str, Announced] = {}
         self.by_owner: dict[str | None, int] = {}  # flows held, by the client that announced them
-        self.counts = {"announced": 0, "restored": 0, "finished": 0, "expired": 0}
+        # dropped: flows to or from a host that left the cluster (never said to have finished)
+        self.counts = {"announced": 0, "restored": 0, "finished": 0, "expired": 0, "dropped": 0}
 
     def start(self, body: dict, now: float, peer: str | None = None) -> Announced | Reject:
         """Announce ``body``'s flow (``flow``, ``src``, ``dst``, ``bytes``, optional ``left``); a
@@ -150,6 +151,14 @@ class BackgroundTable:
         self._drop(flow.name)
         self.counts["finished"] += 1
         return True
+
+    def drop_host(self, idx: int) -> list[str]:
+        """Drop the flows to or from host ``idx`` (it left the cluster); their names."""
+        gone = [n for n, f in self.flows.items() if idx in (f.src, f.dst)]
+        for n in gone:
+            self._drop(n)
+        self.counts["dropped"] += len(gone)
+        return gone
 
     def expire(self, now: float) -> list[str]:
         """Drop the flows last heard of ``background_ttl_s`` or more before ``now``; their names."""

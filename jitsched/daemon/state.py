@@ -313,10 +313,7 @@ class SchedulerState:
             if any(c.host == host and c.id not in done for c in job.computes) or \
                     any(host in (t.src, t.dst) and t.id not in done for t in job.transfers):
                 self._end(js, "failed", now, f"host {host!r} left the cluster ({why})")
-        idx = self.cluster.index(host)
-        gone = [f.name for f in self.background.flows.values() if idx in (f.src, f.dst)]
-        for name in gone:
-            self.background.finish({"flow": name})
+        gone = self.background.drop_host(self.cluster.index(host))
         if gone and self.journal is not None:
             self._journal(self.journal.background_gone, gone)
         self.plan_book.trigger("host_left", now)
