@@ -184,6 +184,10 @@ class DaemonConfig(HaOptions, SecurityOptions):
     # Unset: HOST_LEAVE_S, or three heartbeat timeouts where that is longer.
     host_leave_s: float = _in("daemon", HOST_LEAVE_S)
     planner_process: bool = _in("daemon", True)  # full re-solves in a child process (False: a thread)
+    # a planner process that answers no full re-solve within this many seconds (stopped, or
+    # stuck) is killed and full re-solves run in a thread from then on (status says why);
+    # inf: wait for ever. The joint re-solve of 1000 VGG16 jobs takes a few seconds.
+    planner_timeout_s: float = _in("daemon", 300.0)
     # plan each port on its line rate less the smoothed unscheduled rate its agent measures
     # (jitsched.daemon.capacity); False: on the line rate
     live_capacity: bool = _in("daemon", True)
@@ -436,7 +440,7 @@ def check_config(cfg: DaemonConfig) -> None:
     if cfg.max_increment_transfers < 1:
         raise ValidationError(
             f"max_increment_transfers: must be >= 1, got {cfg.max_increment_transfers!r}")
-    for name in ("drift_s", "early_s", "job_lease_s"):
+    for name in ("drift_s", "early_s", "job_lease_s", "planner_timeout_s"):
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"{name}: must be positive (inf: never), got {getattr(cfg, name)!r}")
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):

@@ -51,6 +51,7 @@ def test_testbed_style_file_is_enough(tmp_path):
     ({"hosts": HOSTS, "scheduler": {"replan_period_s": -1.0}}, "replan_period_s: must be a finite number"),
     ({"hosts": HOSTS, "scheduler": {"objective": "fastest"}}, "objective: expected one of"),
     ({"hosts": HOSTS, "daemon": {"nope": 1}}, "[daemon].nope"),
+    ({"hosts": HOSTS, "daemon": {"planner_timeout_s": 0.0}}, "planner_timeout_s: must be positive (inf: never)"),
     ({"hosts": HOSTS, "daemon": {"critical_epsilon": -0.01}}, "[daemon].critical_epsilon: must be a finite number >= 0"),
     ({"hosts": HOSTS, "daemon": {"critical_epsilon": float("inf")}}, "[daemon].critical_epsilon: must be a finite"),
     ({"hosts": HOSTS, "daemon": {"critical_epsilon": float("nan")}}, "[daemon].critical_epsilon: must be a finite"),

@@ -162,6 +162,30 @@ def test_daemon_falls_back_when_the_child_fails_its_self_test():
         d.stop()
 
 
+def test_a_planner_child_that_stops_answering_is_dropped_and_the_thread_plans():
+    # a child alive but stuck (stopped here) answers no re-solve: after planner_timeout_s it is
+    # killed, status says why, and the job waiting on it is planned in the daemon's thread
+    import os
+    import signal
+
+    d = Daemon(config(policy="jit", planning="full", planner_timeout_s=1.0))  # every arrival a joint re-solve
+    try:
+        d.start()
+        assert wait_until(lambda: d.planner is not None and d.planner.started, 60.0)
+        child = d.planner._proc
+        os.kill(child.pid, signal.SIGSTOP)
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("a", "h0", "h1"))
+            assert wait_until(lambda: d.state.planner.startswith("thread ("), 10.0), d.state.planner
+            st = c.status()
+            assert "TimeoutError: the planner process answered no re-solve within 1 s" in st["planner"]
+            assert wait_until(lambda: d.state.plan_summary.get("jobs") == 1, 10.0)
+        assert d.planner is None
+        assert wait_until(lambda: child.poll() is not None, 5.0)  # killed and reaped
+    finally:
+        d.stop()
+
+
 def test_healthy_child_is_reported_as_the_planner():
     d = Daemon(config(policy="jit"))
     try:

@@ -1035,7 +1035,7 @@ class Daemon:
                 child = self._look_at(child)
                 if child is not None and child.started:
                     try:
-                        res = child.solve(req)
+                        res = child.solve(req, self.config.planner_timeout_s)
                     except Exception as exc:  # noqa: BLE001 - solve here from now on
                         self._drop_child(child, exc)
                         child = None

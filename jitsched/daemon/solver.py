@@ -490,13 +490,15 @@ class PlannerProcess:
         self._ready = True
         return True
 
-    def solve(self, req: PlanRequest) -> PlanResult:
+    def solve(self, req: PlanRequest, timeout_s: float = math.inf) -> PlanResult:
         """Run one full re-solve in the child (blocks; the GIL is free meanwhile).
 
         Raises
         ------
         OSError, EOFError
             If the child died.
+        TimeoutError
+            If it did not answer within ``timeout_s`` seconds (stopped, or stuck).
         """
         if self._conn is None:
             raise EOFError("the planner process is not running")
@@ -509,6 +511,13 @@ class PlannerProcess:
         jobs = tuple((job.id if sent.get(job.id) is job else job, done, left) for job, done, left in req.jobs)
         self._conn.send(replace(req, jobs=jobs))
         self._jobs = {job.id: job for job, _, _ in req.jobs}
+        deadline = time.monotonic() + timeout_s
+        while not self._conn.poll(min(1.0, max(deadline - time.monotonic(), 0.0))):
+            code = self._proc.poll() if self._proc is not None else None
+            if code is not None:
+                raise EOFError(f"the planner process exited (code {code})")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the planner process answered no re-solve within {timeout_s:g} s")
         return self._conn.recv()
 
     def close(self, timeout_s: float = 5.0) -> None:
