@@ -135,6 +135,7 @@ class LocalFlow:
     last_t: float = 0.0
     rate_Bps: float = 0.0
     base_bytes: int = 0  # bytes acked (outbound) or received (inbound) when it was registered
+    uid: int = 0  # the local user that registered it: only it (or root) replaces or unregisters it
 
 
 class Agent:
@@ -1044,7 +1045,7 @@ class Agent:
                 fds = []
                 reply = self._attach_request(req, peer_uid(conn))
             else:
-                reply = self._local_request(req, fds)
+                reply = self._local_request(req, fds, peer_uid(conn))
         except ProtocolError as exc:
             for fd in fds:
                 os.close(fd)
@@ -1078,7 +1079,7 @@ class Agent:
         self._tick(force=True, only="out" if self.in_backend is None else None)
         return encode_ok(req.id, reply)
 
-    def _local_request(self, req: Request, fds: list[int]) -> bytes:
+    def _local_request(self, req: Request, fds: list[int], uid: int = 0) -> bytes:
         fid = req.body["flow"]
         direction = req.body.get("direction", "out")
         # on ProtocolError the caller closes every passed descriptor: close none here
@@ -1086,6 +1087,10 @@ class Agent:
             raise ProtocolError("invalid_body", f"direction must be 'in' or 'out', not {direction!r}")
         inbound = direction == "in"
         flows, backend = (self.in_flows, self.in_backend) if inbound else (self.flows, self.backend)
+        held = flows.get(fid)
+        if held is not None and uid not in (0, held.uid):
+            # another local user's flow of that id: not this user's to replace or unregister
+            raise ProtocolError("forbidden", f"flow {fid!r} was registered by another user")
         if req.type == MsgType.REGISTER_FLOW:
             if len(fds) != 1:
                 raise ProtocolError("invalid_body", "register_flow carries exactly one socket")
@@ -1115,7 +1120,7 @@ class Agent:
                 old.sock.close()
             start = _flow_bytes(sock, inbound)
             flows[fid] = LocalFlow(fid, sock, src[0], src[1], dst[0], dst[1],
-                                   0 if inbound else start, time.monotonic(), base_bytes=start)
+                                   0 if inbound else start, time.monotonic(), base_bytes=start, uid=uid)
             self.registrations[direction] += 1
             if not inbound and (self.rto_max_ms or self.rto_min_us):
                 self._cap_rto(sock)

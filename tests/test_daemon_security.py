@@ -253,3 +253,18 @@ def test_cli_submit_and_status_with_keys(keys, tmp_path, capsys):
         assert main(["status", "--daemon", ep, "--keys", str(keys), "--key-name", "bob"]) == 0
         assert "owner alice" in capsys.readouterr().out
         assert d.state.jobs["alice:small"].owner == "alice"
+
+
+def test_a_client_key_added_as_a_host_key_later_is_refused_on_the_agent_socket(keys):
+    # one key for a client and a host is refused at start; a host key read again while the
+    # daemon runs is held to the same: alice's key does not become host h9's
+    from jitsched.keys import public_path, read_key
+
+    with secured(keys, hosts=("h0",)) as (d, _):
+        alice = read_key(public_path(keys, "clients", "alice"), secret=False)
+        p = public_path(keys, "hosts", "h9")
+        p.write_bytes(alice + b"\n")
+        p.chmod(0o600)
+        with raw_dealer(d.agent_endpoint, load_curve_keys(keys, "clients", "alice")) as s:
+            assert ask(s, MsgType.REGISTER, {"host": "h9"}, SHORT_S) is None
+        assert alice.decode() not in d.key_checks[AGENT_DOMAIN].keys

@@ -331,3 +331,24 @@ def test_an_iteration_timed_by_the_daemon_after_a_gap_in_the_counts_is_each_iter
     rec = st.templates.get("r").summary()
     assert rec["iterations"] == 11
     assert rec["iteration_s_mean"] == pytest.approx(1.0) and rec["iteration_s_p95"] == pytest.approx(1.0)
+
+
+def test_learned_estimates_past_the_submission_limits_are_not_planned_with():
+    # a job of these estimates would be refused at submission (max_plan_slots): its
+    # iterations' reports do not make the planner take it
+    from jitsched.daemon.limits import check_job
+    from tests.test_daemon_limits import tiny_job
+
+    st, pol = _state("jit-paper")
+    cfg = st.config
+    assert st.register_template({"job": tiny_job("r")}, 0.0) == {"job_id": "r"}
+    big = cfg.max_compute_s
+    for n in range(1, 40):
+        st.iteration({"job_id": "r", "n": n, "compute_s": [big, big], "transfer_s": [big],
+                      "bytes": [cfg.max_transfer_bytes]}, 0.1 * n)
+    _plan(st, pol, 5.0)
+    js = st.job_registry.jobs["r"]
+    assert check_job(js.job, cfg) is None
+    assert st.schedule.leftover_egress.shape[1] <= cfg.max_plan_slots
+    # and the job's status says its learned estimates were not planned with
+    assert st.status({}, 5.0)["jobs"]["r"]["recurring"]["estimates_over_limits"] >= 1

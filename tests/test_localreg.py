@@ -290,10 +290,10 @@ def test_unregister_does_not_wait_for_a_busy_agent():
     a.start()
     orig = a._local_request
 
-    def slow(req, fds):
+    def slow(req, fds, *uid):
         if req.type == MsgType.UNREGISTER_FLOW:
             time.sleep(1.0)
-        return orig(req, fds)
+        return orig(req, fds, *uid)
 
     a._local_request = slow
     srv = socket.create_server(("127.0.0.1", 0))
@@ -311,3 +311,37 @@ def test_unregister_does_not_wait_for_a_busy_agent():
         s.close()
         srv.close()
         a.stop()
+
+
+@needs_root
+def test_a_user_cannot_unregister_or_replace_another_users_flow(base):
+    # a shared agent serves root and OTHER_UID: a flow root registered stays root's, whatever
+    # the other user sends under its id
+    with agent(base / "run", allowed_uids=(OTHER_UID,)) as a, tcp_pair() as s:
+        ctrl = register_flow(a.local_name, "alice:j/t", s)
+        assert ctrl is not None and list(a.flows) == ["alice:j/t"]
+        mine = a.flows["alice:j/t"]
+
+        def meddle(say):
+            out = []
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            c.settimeout(3.0)
+            c.connect(a.local_name)
+            c.send(encode_request(MsgType.UNREGISTER_FLOW, {"flow": "alice:j/t"}))
+            out.append(decode_reply(c.recv(65536)))
+            srv = socket.create_server(("127.0.0.1", 0))
+            own = socket.create_connection(srv.getsockname())
+            socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, {"flow": "alice:j/t"})], [own.fileno()])
+            out.append(decode_reply(c.recv(65536)))
+            return " ".join(f"{r.ok}/{r.code}" for r in out).encode()
+
+        child = AsUser(OTHER_UID, meddle)
+        try:
+            out = child.heard()
+        finally:
+            child.close()
+        try:
+            assert out == b"False/forbidden False/forbidden"
+            assert a.flows.get("alice:j/t") is mine
+        finally:
+            ctrl.close()

@@ -509,7 +509,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                   + (f", mean {rec['iteration_s_mean']:.3f} s, p95 {rec['iteration_s_p95']:.3f} s"
                      if rec.get("iteration_s_mean") is not None else "")
                   + (f", estimates off by {100 * rec['estimate_error']:.1f} %"
-                     if rec.get("estimate_error") is not None else ""))
+                     if rec.get("estimate_error") is not None else "")
+                  + (f", LEARNED ESTIMATES PAST THE LIMITS {rec['estimates_over_limits']} times (planned "
+                     "with the last within them)" if rec.get("estimates_over_limits") else ""))
     bg = st.get("background") or {}
     if bg.get("announced") or bg.get("restored"):
         print(f"  background: {_count(bg['held'], 'announced flow')} held ({bg['announced']} announced, "

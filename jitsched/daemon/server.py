@@ -156,8 +156,12 @@ class KnownKeys:
     """
 
     def __init__(self, keys: dict[str, str], domain: str,
-                 reload: Callable[[], dict[str, str]] | None = None) -> None:
+                 reload: Callable[[], dict[str, str]] | None = None,
+                 others: dict[str, str] | None = None) -> None:
         self.keys = keys
+        # the other socket's keys (Z85 -> name): a key read again that is one of them is
+        # refused, as one key for a host and a client is at start (keys.load_daemon_keys)
+        self._others = others if others is not None else {}
         self.domain = domain
         self.refused = 0  # handshakes refused since start
         self._logged: set[str] = set()
@@ -178,6 +182,12 @@ class KnownKeys:
                 log.error(kv("keys_reload_failed", domain=domain, error=str(exc)))
                 fresh = {}
             for k, name in fresh.items():
+                if k in self._others:
+                    if k not in self._logged and len(self._logged) < REFUSED_KEYS_LOGGED:
+                        self._logged.add(k)
+                        log.error(kv("key_refused", domain=domain, name=name,
+                                     reason=f"the same key as {self._others[k]!r} of the other socket"))
+                    continue
                 if k not in self.keys and name not in self.keys.values():
                     self.keys[k] = name  # the dict the loop names peers by
                     log.info(kv("key_added", domain=domain, name=name))
@@ -449,7 +459,8 @@ class Daemon:
         assert self.keys is not None
         keys_dir = self.config.keys_dir
         self.key_checks = {AGENT_DOMAIN: KnownKeys(self.keys.hosts, AGENT_DOMAIN,
-                                                   reload=lambda: host_public_keys(keys_dir)),
+                                                   reload=lambda: host_public_keys(keys_dir),
+                                                   others=self.keys.clients),
                            CLIENT_DOMAIN: KnownKeys(self.keys.clients, CLIENT_DOMAIN)}
         self._auth = ThreadAuthenticator(self.ctx, log=logging.getLogger("jitsched.daemon.zap"))
         self._auth.start()

@@ -11,6 +11,7 @@ import numpy as np
 
 from jitsched.config import DaemonConfig
 from jitsched.daemon.jobs import JobState
+from jitsched.daemon.limits import check_job
 from jitsched.daemon.reject import Reject
 from jitsched.plan.learn import LearnOptions, TimingModel
 from jitsched.protocol import ErrorCode
@@ -44,6 +45,7 @@ class Template:
     last_s: float = 0.0
     times: deque[float] = field(default_factory=lambda: deque(maxlen=KEEP_TIMES))
     journalled_at: int = 0  # the iteration whose statistics the journal holds
+    over_limits: int = 0  # learned estimates not planned with: past a submission's limits
 
     def summary(self) -> dict:
         """The template's entry in a job's status: iterations, their mean and p95 time, and
@@ -54,7 +56,8 @@ class Template:
                 "iteration_s_mean": float(t.mean()) if len(t) else None,
                 "iteration_s_p95": float(np.percentile(t, 95)) if len(t) else None,
                 "estimate_error": None if math.isnan(err) else err,
-                "learned_from": "computes" if self.model.compute.n else ("steps" if self.model.scale.n else "")}
+                "learned_from": "computes" if self.model.compute.n else ("steps" if self.model.scale.n else ""),
+                "estimates_over_limits": self.over_limits}
 
     def state(self) -> bytes:
         """The learned statistics and the newest iteration times, packed for the journal."""
@@ -113,6 +116,7 @@ class TemplateBook:
         # newest KEEP_ENDED): an iteration of one is job_ended, not unknown_job (which has
         # its trainer register the job again, behind the operator who ended it)
         self.ended: dict[str, None] = {}
+        self.refused = 0  # learned estimates not planned with: over the limits of a submission
 
     def register(self, js: JobState, now: float) -> Template:
         """``js`` (just admitted) is a recurring job's template."""
@@ -134,7 +138,7 @@ class TemplateBook:
             except (ValueError, KeyError, TypeError, msgpack.UnpackException):
                 t.model = TimingModel(js.job, self.options)
         if t.model.compute.n or t.model.scale.n or t.model.bytes.n:
-            js.job = t.model.learned_job()
+            self._adopt(js, t)
         return t
 
     def get(self, job_id: str) -> Template | None:
@@ -155,7 +159,18 @@ class TemplateBook:
         t = self.templates.get(js.job.id)
         self.stale.discard(js.job.id)
         if t is not None:
-            js.job = t.model.learned_job()
+            self._adopt(js, t)
+
+    def _adopt(self, js: JobState, t: Template) -> None:
+        # the learned estimates are planned with only within the limits a submission is held
+        # to ([limits] max_compute_s, max_transfer_bytes, max_plan_slots): reported iterations
+        # cannot give the planner a job it would refuse (the job keeps its last estimates)
+        learned = t.model.learned_job()
+        if check_job(learned, self.config) is None:
+            js.job = learned
+        else:
+            self.refused += 1
+            t.over_limits += 1
 
     def iteration(self, js: JobState, t: Template, body: dict, now: float) -> tuple[bool, bool] | Reject:
         """Take iteration ``body["n"]``'s report; returns (counted, replan) or a Reject.
