@@ -272,3 +272,47 @@ def test_slot_windows_by_hand():
     first, last = slot_windows(np.array([0.25, 0.3 - 1e-12, 0.0, -1.0]), np.array([0.3, 0.55, 0.01, 0.2]), 0.1)
     assert first.tolist() == [2.0, 3.0, 0.0, 0.0]
     assert last.tolist() == [2.0, 5.0, 0.0, 1.0]
+
+
+def test_fallback_plans_every_byte_where_a_greedy_fill_outgrows_the_busiest_port_load():
+    # Three hosts, every transfer released in slot 0; a greedy earliest-deadline-first
+    # fill needs more slots than the busiest port's load (the optimal plan's span).
+    src, dst = [2, 1, 1, 2, 0], [1, 0, 2, 0, 1]
+    size, rel, lat = [2.0, 2.0, 1.5, 2.0, 1.5], [0.0] * 5, [2.0, 1.0, 1.0, 1.0, 1.0]
+    cap = np.ones(3)
+    sol = solve_bandwidth_lp(src, dst, size, rel, lat, cap, cap,
+                             LPOptions(slot_s=1.0, time_limit_s=None, iteration_limit=1))
+    assert sol.status == "fallback"
+    check_valid(sol, src, dst, size, cap, cap, 1.0)
+
+
+def test_a_small_transfer_spread_thin_keeps_all_its_bytes():
+    # 1 kB over a 100 s window at 100 Gbit/s: its even spread is 10 bytes/s a slot,
+    # far below any solver tolerance, yet every byte is planned
+    cap = np.full(2, 1.25e10)
+    for lowest_peak in (True, False):
+        sol = solve_bandwidth_lp([0], [1], [1000.0], [0.0], [100.0], cap, cap,
+                                 LPOptions(slot_s=0.1, lowest_peak=lowest_peak))
+        assert sol.status == "optimal" and sol.late.size == 0
+        check_valid(sol, [0], [1], [1000.0], cap, cap, 0.1)
+
+
+def test_a_small_transfer_that_cannot_be_on_time_is_planned_late_not_dropped():
+    # h0 -> h1 is full until slot 99 with a heavier transfer due then; a tiny one due in
+    # slot 0 cannot fit on time: it is planned, late, rather than left without bytes
+    size = [100.0, 5e-8]
+    sol = solve_bandwidth_lp([0, 0], [1, 1], size, [0.0, 0.0], [100.0, 1.0], ONE, ONE,
+                             LPOptions(slot_s=1.0), weight=[2.0, 1.0], group=[0, 1])
+    assert sol.status == "optimal"
+    check_valid(sol, [0, 0], [1, 1], size, ONE, ONE, 1.0)
+    assert sol.late.size > 0
+
+
+def test_a_small_transfer_beside_a_large_one_keeps_its_bytes():
+    # 100 Gbit/s ports, 0.1 s slots: 100 bytes are 8e-8 of a port's slot, within
+    # HiGHS's feasibility tolerance of nothing; the LP still plans all of them
+    cap = np.full(3, 1.25e10)
+    src, dst, size = [0, 0], [1, 2], [5e9, 100.0]
+    sol = solve_bandwidth_lp(src, dst, size, [0.0, 0.0], [1.0, 1.0], cap, cap, LPOptions(slot_s=0.1))
+    assert sol.status == "optimal" and sol.n_proven == 0 and sol.late.size == 0
+    check_valid(sol, src, dst, size, cap, cap, 0.1)

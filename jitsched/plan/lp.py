@@ -483,7 +483,11 @@ def plan_component(fidx: np.ndarray, args: tuple, deadline: float, highs=None) -
                            solver=solver, util=util, iteration_limit=iteration_limit,
                            fine_slots=fine_slots, highs=highs)
     spent = {"build_s": 0.0, "solve_s": 0.0, "iterations": 0}
-    if res["status"] == "optimal" and res["slack"] > 1e-9 * float(flows.demand[fidx].max()):
+    # unmet demand beyond the solver's tolerance (1e-9 of the largest demand), or a
+    # share of a flow's own demand that a flow far smaller than the largest would miss
+    demand = flows.demand[fidx]
+    tol = np.minimum(1e-9 * float(demand.max()), 1e-6 * demand)
+    if res["status"] == "optimal" and np.any(res["slack"] > tol):
         spent = {k: res[k] for k in spent}
         budget = max(deadline - time.perf_counter(), 1e-3)
         res = _solve_component(flows, fidx, coef, objective, budget, threads, late_tails=True,
@@ -714,7 +718,16 @@ def _solve_component(flows: Flows, fidx, coef, objective, budget, threads, late_
         uppers.append(np.full(n, np.inf))
         ncol += n
     nrow = nck + nr
-    A = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+    # A flow's checkpoint rows count its demand, in unit-capacity slots: a flow far
+    # smaller than one (1e-7 is 125 bytes at 100 Gbit/s and 0.1 s slots) would meet
+    # them within HiGHS's absolute feasibility tolerance with nothing sent, so they
+    # are scaled to count in shares of its demand instead.
+    row_scale = np.ones(nrow)
+    row_scale[:nck] = np.maximum(1.0, 1.0 / ftot[ko])
+    all_rows = np.concatenate(rows)
+    row_lower = row_lower * row_scale
+    row_upper = row_upper * row_scale
+    A = coo_matrix((np.concatenate(vals) * row_scale[all_rows], (all_rows, np.concatenate(cols))),
                    shape=(nrow, ncol)).tocsc()
     col_cost, col_lower, col_upper = np.concatenate(costs), np.concatenate(lowers), np.concatenate(uppers)
 
@@ -759,7 +772,7 @@ def _solve_component(flows: Flows, fidx, coef, objective, budget, threads, late_
     if status != "optimal":
         return out
     sol = np.asarray(h.getSolution().col_value)
-    out["slack"] = 0.0 if late_tails else float(np.max(sol[ncol - n:], initial=0.0))
+    out["slack"] = np.zeros(n) if late_tails else sol[ncol - n:]  # per flow of fidx
     out["x"] = np.repeat(np.maximum(sol[:nx], 0.0), n_in)  # each slot of the flow's window
     out["lengths"] = fend - fa + 1
     return out
@@ -821,7 +834,10 @@ def _assemble(start, ptr, vals, dl, lat, pe, pi, cap_e, cap_i, unit, slot_s, nh,
         lengths = np.diff(ptr)
         owner = np.repeat(np.arange(m), lengths)
         pos = np.arange(len(vals))
-        nz = vals > 1e-9
+        # a crumb is small next to the transfer's own peak rate, not just in absolute
+        # terms: a small transfer spread thin has every rate below 1e-9 of a port
+        peak = np.maximum.reduceat(vals, ptr[:-1]) if len(vals) else np.zeros(m)
+        nz = vals > np.minimum(1e-9, 1e-6 * peak)[owner]
         first = np.minimum.reduceat(np.where(nz, pos, big), ptr[:-1])
         last = np.maximum.reduceat(np.where(nz, pos, -1), ptr[:-1])
         none = last < 0

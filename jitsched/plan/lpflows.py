@@ -367,11 +367,17 @@ def edf_fill(flows: Flows, fidx, coef, util=None):
     result: dict[int, np.ndarray] = {}
     for k in np.lexsort((fa, first_dl)):
         e, i, a0 = fpe[k], fpi[k], fa[k]
-        avail = np.minimum(free[e, a0:] / coef[e], free[i, a0:] / coef[i])
-        cum = np.cumsum(avail)
-        last = int(np.searchsorted(cum, ftot[k] - 1e-12))
-        if last >= len(avail):  # cannot happen within the horizon; be safe anyway
-            raise RuntimeError("EDF fill ran past the horizon")
+        while True:
+            avail = np.minimum(free[e, a0:] / coef[e], free[i, a0:] / coef[i])
+            cum = np.cumsum(avail)
+            last = int(np.searchsorted(cum, ftot[k] - 1e-12))
+            if last < len(avail):
+                break
+            # A greedy fill, unlike an optimal plan, may need more slots than the
+            # busiest port's load: past the grid every port is free, so add enough.
+            short = ftot[k] - (float(cum[-1]) if len(cum) else 0.0)
+            more = int(math.ceil(short * max(coef[e], coef[i]))) + 1
+            free = np.concatenate([free, np.ones((nports, more))], axis=1)
         y = avail[: last + 1].copy()
         y[last] -= cum[last] - ftot[k]
         y = np.maximum(y, 0.0)
