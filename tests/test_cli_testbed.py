@@ -228,3 +228,37 @@ def test_run_without_a_scenario_or_a_workload_runs_quick(monkeypatch, capsys):
     monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
     assert main(["testbed", "run", "--json"]) == 0
     assert ran == ["quick"]
+
+
+def test_measure_ended_by_sigterm_tears_its_testbed_down(netns_available):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from jitsched import netns as netns_mod
+    from jitsched import testbed
+
+    prefix = "rv" + uuid.uuid4().hex[:6]
+    proc = subprocess.Popen([sys.executable, "-m", "jitsched", "testbed", "measure", "--prefix", prefix,
+                             "--slots", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60.0
+        while not (testbed.STATE_DIR / f"{prefix}.json").exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        assert len(netns_mod.list_netns(prefix)) == 3  # up: the measurement is under way
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30.0)
+        assert proc.returncode != 0
+        assert netns_mod.list_netns(prefix) == []
+        assert not (testbed.STATE_DIR / f"{prefix}.json").exists()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10.0)
+        proc.stderr.close()
+        testbed.down(prefix)

@@ -618,6 +618,9 @@ def test_an_ended_critical_job_holds_no_host_and_its_reservation_goes():
     reg.transfer_done(reg.jobs["b"], "t", 11.1)
     assert st.job_finished({"job_id": "b"}, 11.2)["guarantee"] == "met"
     assert st.plan_book.held_hosts() == ()
+    # while the ended job is listed its reservation stays (status and a run's figures read it)
+    st.prune(11.5)
+    assert "b" in reg.jobs and "b" in reg.reservations.held
     st.prune(20.0)
     assert "b" not in reg.jobs
     assert st.plan_book.held_hosts() == () and not reg.reservations.held

@@ -181,13 +181,13 @@ def test_journal_resumes_announced_background_flows(tmp_path):
         f = st.background.flows["f"]
         assert (f.src, f.dst, f.bytes, f.left, f.started_s, f.seen_s, f.owner) == \
             (0, 1, 100e6, 40e6, before.started_s, before.seen_s, None)
-        assert st.background.counts == {"announced": 0, "restored": 1, "finished": 0, "expired": 0}
+        assert st.background.counts == {"announced": 0, "restored": 1, "finished": 0, "expired": 0, "dropped": 0}
         # re-planned at once, the file ranked in it
         assert wait_until(lambda: st.schedule_seq >= 1, 5.0)
         assert st.plan_summary["reasons"] == ["restart"] and ("", "f") in st.schedule.prio
         with Client(d.job_endpoint, timeout_s=5.0) as c:
             assert c.status()["background"] == {"held": 1, "announced": 0, "restored": 1, "finished": 0,
-                                                "expired": 0}
+                                                "expired": 0, "dropped": 0}
             assert c.background_finished("f") == {"held": True}
     finally:
         d.stop()

@@ -60,3 +60,26 @@ def test_a_receiver_measures_a_pause_of_its_sender():
         assert rec.stall_s(time.monotonic() + 5.0) == rec.max_stall_s  # ended: no stall goes on
     finally:
         rx.close()
+
+
+def test_a_file_of_a_fractional_byte_count_ends_its_stream():
+    # a file's size scaled to a link rate (5 Gbit at 33.3 Mbit/s: 20812499.999999996 bytes)
+    # need not be whole: the sender still sends its last byte and closes the stream
+    import threading
+
+    rx = Receiver("127.0.0.1", 0, timestamps=False)
+    stop = threading.Event()
+    try:
+        s = connect("127.0.0.1", rx.port, "scaled")
+        sender = threading.Thread(target=send_bytes, args=(s, 300_000.5, stop), daemon=True)
+        sender.start()
+        sender.join(10.0)
+        ended = not sender.is_alive()
+        stop.set()  # the sender gives up if it is still going
+        sender.join(5.0)
+        assert ended, "the sender was still sending 10 s after its last whole byte"
+        assert rx.wait(["scaled"], 10.0)
+        assert rx.flows["scaled"].bytes >= 300_000.5
+    finally:
+        stop.set()
+        rx.close()

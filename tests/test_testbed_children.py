@@ -67,3 +67,15 @@ def test_the_agents_take_every_mark_the_runners_set_as_dl():
     assert dl_marks(SCHEDULED_TOS, CRITICAL_TOS) == (SCHEDULED_TOS, CRITICAL_TOS)
     assert dl_marks(SCHEDULED_TOS, SCHEDULED_TOS) == (SCHEDULED_TOS,)  # no band: one mark
     assert dl_marks(None, None) == ()
+
+
+def test_an_agent_process_that_sends_no_figures_is_a_failed_agent():
+    from jitsched.testbed.children import silent_agents, stop_children
+
+    dead = Child("agent-h3", _exits_at_once, ())
+    assert dead.ready() == ()
+    got = stop_children([dead])
+    assert got == {"agent-h3": {}}
+    assert set(failed_agents(silent_agents([dead], got))) == {"h3"}
+    assert silent_agents([dead], {"agent-h3": {"failed": {}}}) == {}
+    assert not multiprocessing.active_children()

@@ -94,7 +94,7 @@ def test_scenario_runs_jobs_and_background_then_tears_down(tiny, policy, ingress
         assert out["background_completed"] == "1/1", out["details"]["errors"]
         assert bg["file-0"]["bytes"] == 62_500_000
         assert out["details"]["daemon"]["background"] == {"announced": 1, "restored": 0, "finished": 1,
-                                                          "expired": 0}
+                                                          "expired": 0, "dropped": 0}
     assert out["details"]["options"]["announce_files"] is announce
     # where the CPU went while the jobs ran, per process role, and how busy the machine was
     cpu = out["details"]["cpu_s"]
@@ -225,3 +225,42 @@ def test_a_run_says_where_it_is_only_on_a_terminal(monkeypatch, capsys, tty):
     monkeypatch.setattr(e2e.sys.stderr, "isatty", lambda: tty)
     e2e._progress("quick: jobs done in 5.9 s")
     assert capsys.readouterr().err == ("testbed: quick: jobs done in 5.9 s\n" if tty else "")
+
+
+def test_an_agent_process_that_dies_during_the_run_is_a_failed_agent(tiny, monkeypatch):
+    # the agent process of h1 is killed once it is up: the run must not report jit's figures
+    # as though every host had been ordered
+    import signal
+
+    class DyingAgent(e2e.Child):
+        def ready(self):
+            got = super().ready()
+            if self.name == "agent-h1":
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.join(10.0)
+            return got
+
+    monkeypatch.setattr(e2e, "Child", DyingAgent)
+    out = run_scenario("tiny", policy="jit", seed=1, prefix=tiny, timeout_s=60.0, measure_slots=0)
+    assert "h1" in out["agents_failed"], (out["agents_failed"], out["completed"])
+    assert "h0" not in out["agents_failed"] and "h2" not in out["agents_failed"]
+    assert not netns_mod.list_netns(tiny)
+    assert not multiprocessing.active_children()
+
+
+def test_a_job_arriving_after_the_per_job_limit_still_runs(tiny, tmp_path):
+    # timeout_s bounds each job from its arrival: a job arriving 36 s into the run, with a
+    # 5 s limit, runs and completes like the one at 0 s
+    from jitsched.dag.model import Cluster, Workload, save_workload
+    from jitsched.workloads.paper import load_model_job
+
+    wl = Workload(Cluster.uniform(2, 1e9), (load_model_job("lenet", "h0", "h1", "early", 0.0),
+                                            load_model_job("lenet", "h1", "h0", "late", 36.0)))
+    path = tmp_path / "late.json"
+    save_workload(wl, path)
+    out = e2e.run_workload_file(str(path), policy="none", prefix=tiny, timeout_s=5.0, measure_slots=0,
+                                runner_procs=1)
+    assert out["jobs"] == out["completed"] == 2, out["details"]["errors"]
+    assert out["details"]["jct_s"]["late"] < 5.0
+    assert not netns_mod.list_netns(tiny)
+    assert not multiprocessing.active_children()

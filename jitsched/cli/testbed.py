@@ -72,14 +72,17 @@ def cmd_testbed(args: argparse.Namespace) -> int:
                 print(f"  {h.name:<4} {h.netns:<12} {h.address}")
         return 0
     if args.action == "measure":
+        from jitsched.testbed.e2e import _sigterm_as_exit
         from jitsched.testbed.measure import measure_enforcement, summarize
 
-        tb = testbed.up(2, DEFAULT_LINK_MBIT if args.link_mbit is None else args.link_mbit,
-                        prefix=args.prefix)
-        try:
-            out = summarize(measure_enforcement(tb, slot_s=m.slot_s, n_slots=m.slots, seed=args.seed))
-        finally:
-            testbed.down(args.prefix)
+        # SIGTERM's default action would skip the ``finally``: the testbed would outlive the measurement
+        with _sigterm_as_exit():
+            tb = testbed.up(2, DEFAULT_LINK_MBIT if args.link_mbit is None else args.link_mbit,
+                            prefix=args.prefix)
+            try:
+                out = summarize(measure_enforcement(tb, slot_s=m.slot_s, n_slots=m.slots, seed=args.seed))
+            finally:
+                testbed.down(args.prefix)
         if args.json:
             emit_json(out)
         else:

@@ -565,8 +565,9 @@ class JobRegistry:
                 u.ended.popleft()
         out, self._forgotten = self._forgotten, []
         self.pruned += len(out)
-        # the reservations of ended jobs, once past: nothing reads them any more
-        self.reservations.prune(now, keep=self.active)
+        # the reservations of the jobs pruned here, once past (a job still listed keeps its
+        # own: status and a run's figures read it)
+        self.reservations.prune(now, keep=self.jobs)
         return out
 
     def page(self, after: int, limit: int) -> tuple[list[JobState], bool]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import struct
 import sys
@@ -231,13 +232,15 @@ def connect(dst: str, port: int, flow_id: str, *, netns: str | None = None, src:
 
 def send_bytes(s: socket.socket, nbytes: float, stop: threading.Event | None = None, close: bool = True,
                progress: Callable[[int], None] | None = None) -> int:
-    """Send ``nbytes`` bytes (``inf``: until ``stop`` is set) on ``s`` and close it (``close``; else
+    """Send ``nbytes`` bytes (rounded up; ``inf``: until ``stop`` is set) on ``s`` and close it (``close``; else
     only shut its sending side); returns bytes sent. ``progress(sent)`` is called after each chunk."""
     payload = memoryview(b"\0" * CHUNK_B)
     sent = 0
     try:
         while sent < nbytes and not (stop is not None and stop.is_set()):
-            k = int(min(CHUNK_B, nbytes - sent)) if nbytes != float("inf") else CHUNK_B
+            # a fractional count (a size scaled to the link rate) ends with its last partial byte:
+            # rounded down, that byte was 0 bytes to send, forever
+            k = min(CHUNK_B, math.ceil(nbytes - sent)) if nbytes != float("inf") else CHUNK_B
             s.sendall(payload[:k])
             sent += k
             if progress is not None:

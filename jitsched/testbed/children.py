@@ -234,8 +234,9 @@ def runners_main(jobs: list, job_ep: str, agent_names: dict, netns_of: dict, reg
         threads = [threading.Thread(target=launch, args=(j, msg[1], msg[2]), daemon=True) for j in jobs]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(timeout_s + 30.0)
+        for j, t in zip(jobs, threads, strict=True):
+            # each job's limit runs from its arrival, not from the start
+            t.join(max(0.0, msg[1] + j.arrival_s + timeout_s + 30.0 - time.monotonic()))
         with lock:
             conn.send(("results", dict(results)))
         _wait_stop(conn)
@@ -345,6 +346,16 @@ def agent_stats(agents: list, late_ms: list[float]) -> dict:
     return stats
 
 
+def silent_agents(children: list[Child], got: dict[str, dict]) -> dict[str, dict]:
+    """The agent processes (``agent-<host>``) of ``children`` that sent no figures when stopped
+    (:func:`stop_children`'s ``got``): killed, or ended by an error in their teardown. Their
+    hosts were not ordered for some of the run; each as the figures of a failed agent,
+    ``{process name: {"failed": {host: why}}}``, for :func:`failed_agents`."""
+    return {c.name: {"failed": {c.name.removeprefix("agent-"):
+                                f"its agent process ended without its figures (exit code {c.proc.exitcode})"}}
+            for c in children if c.name.startswith("agent-") and not got.get(c.name)}
+
+
 def failed_agents(stats_by_process: dict[str, dict]) -> dict[str, str]:
     """``{host: error}`` over every agent process's :func:`agent_stats`."""
     return {h: why for st in stats_by_process.values() for h, why in st.get("failed", {}).items()}
@@ -383,4 +394,4 @@ def _time_slot_changes(agent, late_ms: list[float], watch: tuple[str, ...] = (),
 
 
 __all__ = ["START_TIMEOUT_S", "Child", "agent_stats", "agents_main", "critical_stats", "daemon_main",
-           "dl_marks", "failed_agents", "runners_main", "sinks_main", "stop_children", "transfer_tos"]
+           "dl_marks", "failed_agents", "runners_main", "silent_agents", "sinks_main", "stop_children", "transfer_tos"]

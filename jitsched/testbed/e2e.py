@@ -45,6 +45,7 @@ from jitsched.testbed.children import (
     dl_marks,
     failed_agents,
     runners_main,
+    silent_agents,
     sinks_main,
     stop_children,
 )
@@ -325,8 +326,11 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
             c.conn.send(("go", t0, addrs))
         _progress(f"{scenario}: {len(jobs)} jobs under {policy} arriving over "
                   f"{max((j.arrival_s for j in jobs), default=0.0):.1f} s, {len(bg)} files")
-        for c in runners:
-            results.update(c.results(timeout_s + 30.0))
+        for i, c in enumerate(runners):
+            # a runner's jobs each have timeout_s from their arrival, and it sends what it has
+            # 30 s after the last one's (runners_main): a few seconds more for its message
+            last = t0 + max((j.arrival_s for j in jobs[i::k]), default=0.0) + timeout_s + 35.0
+            results.update(c.results(max(0.0, last - time.monotonic())))
         t_jobs = time.monotonic() - t0
         _progress(f"{scenario}: jobs done in {t_jobs:.1f} s" + (f"; the files next (up to {timeout_s:g} s)" if bg else ""))
         busy = cpu_busy(busy0, machine_cpu_ticks())
@@ -364,6 +368,7 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         got = stop_children(children)
         daemon_stats = got.pop("daemon", daemon_stats)
         agent_reports |= {name: rep for name, rep in got.items() if rep}
+        agent_reports |= silent_agents(children, got)  # a dead agent process is a failed agent
         if own:
             testbed.down(prefix)
         for f in os.listdir(tmp):

@@ -131,6 +131,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
         agents_main,
         daemon_main,
         failed_agents,
+        silent_agents,
         stop_children,
     )
     from jitsched.testbed.e2e import SCHEDULED_TOS, _sigterm_as_exit, cpu_busy, machine_cpu_ticks
@@ -209,6 +210,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
             got = stop_children(children)
             got.pop("daemon", None)
             agent_reports |= {name: rep for name, rep in got.items() if rep}
+            agent_reports |= silent_agents(children, got)  # a dead agent process is a failed agent
             testbed.down(prefix)
             for f in os.listdir(tmp):
                 os.unlink(os.path.join(tmp, f))
