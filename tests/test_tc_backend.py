@@ -47,8 +47,6 @@ from jitsched.netns import BULK_SINK, BULK_SOURCE, veth_pair
 LINE = 12.5e6  # 100 Mbit/s in bytes/s
 
 
-
-
 @pytest.fixture
 def ns(netns_available):
     """A scratch namespace holding a veth pair a0/a1 (a0 up); removed even if the test fails."""
@@ -881,3 +879,43 @@ def test_a_failed_egress_close_still_removes_the_ingress_ifb_and_says_so(netns_a
     finally:
         threading.excepthook = hook
         d.stop()
+
+
+def test_a_slot_of_a_thousand_and_more_new_flows_is_applied_and_removed(ns):
+    b = TcBackend(LINE, dev="a0", netns=ns)
+    b.nl.sock.settimeout(20.0)  # an ack that never comes fails the test instead of hanging it
+    try:
+        flows = [FlowRate(f"j/{i}", 1000.0, "198.18.0.1", 10000 + i, "198.18.0.2", 5201) for i in range(1500)]
+        b.apply(flows, 1e6)
+        assert len(classes(ns)) == 3 + 1500  # link, background, ACK and one per flow
+        b.apply([], 1e6)
+        assert len(classes(ns)) == 3
+    finally:
+        b.close()
+
+
+def test_a_flow_known_by_name_only_gets_its_filter_once_its_endpoints_are(ns):
+    # a flow with no endpoints yet has a class and no filter (it would match every packet)
+    b = TcBackend(LINE, dev="a0", netns=ns)
+    try:
+        b.apply([FlowRate("j/a", 1e6), FlowRate("j/b", 1e6)], 1e6)
+        assert "flowid 1:1" not in filters_text(ns)
+        b.apply([flow("j/a", 1e6, 40000), FlowRate("j/b", 1e6)], 1e6)
+        assert "flowid 1:10" in filters_text(ns)
+        b.apply([flow("j/a", 1e6, 40000)], 1e6)  # j/b goes, with no filter to remove
+        assert ROOT_HANDLE | (FLOW_MINOR_BASE + 1) not in classes(ns)
+    finally:
+        b.close()
+
+
+def test_closing_an_adopted_shaper_of_another_rate_puts_its_rate_back(ns):
+    install_shaper("a0", LINE, netns=ns)
+    b = TcBackend(LINE / 2, dev="a0", netns=ns)  # the agent's line rate is not the shaper's
+    try:
+        assert b.adopted
+        b.apply([flow("j/a", 1e6)], 1e6)
+    finally:
+        b.close()
+    cl = classes(ns)
+    assert cl[LINK_CLASS][1:] == (int(LINE), int(LINE))
+    assert cl[ROOT_HANDLE | BG_MINOR][1:] == (int(LINE), int(LINE))

@@ -46,6 +46,7 @@ ETH_P_IP = 0x0800
 ETH_P_ARP = 0x0806
 NLA_F_NESTED = 0x8000
 QUANTUM_B = 65536  # >= the largest GSO packet, so one DRR round always sends a packet
+MAX_BATCH = 256  # messages per send: their acks (an error's echoes the request) fit any receive buffer
 
 
 def _nla(kind: int, payload: bytes) -> bytes:
@@ -169,15 +170,26 @@ class TcSocket:
         return self.seq
 
     def transact(self, msgs: list[tuple[bytes, str, bool]]) -> None:
-        """Send ``(message, description, tolerate_missing)`` in one ``send`` and wait for every ack.
+        """Send ``(message, description, tolerate_missing)`` in batches of :data:`MAX_BATCH` and wait for every ack.
 
         Raises
         ------
         NetlinkError
             For the first refused message that is not a tolerated ENOENT.
         """
+        first_err = None
+        # The kernel handles a whole send before the acks are read: more acks than the
+        # receive buffer holds are dropped and the socket reports ENOBUFS.
+        for i in range(0, len(msgs), MAX_BATCH):
+            err = self._transact(msgs[i:i + MAX_BATCH])
+            if first_err is None:
+                first_err = err
+        if first_err is not None:
+            raise first_err
+
+    def _transact(self, msgs: list[tuple[bytes, str, bool]]) -> NetlinkError | None:
         if not msgs:
-            return
+            return None
         pending = {}
         for data, what, tolerate in msgs:
             seq = struct.unpack_from("=I", data, 8)[0]
@@ -195,8 +207,7 @@ class TcSocket:
                     if code and not (tolerate and code in (errno.ENOENT, errno.EINVAL)) and first_err is None:
                         first_err = NetlinkError(code, f"{what}: {os.strerror(code)}")
                 off += (length + 3) & ~3
-        if first_err is not None:
-            raise first_err
+        return first_err
 
     def dump(self, mtype: int, ifindex: int) -> list[tuple[int, int, int, str]]:
         """``(msg type, handle, parent, kind)`` of the qdiscs or classes on ``ifindex``."""
@@ -210,6 +221,28 @@ class TcSocket:
             stats = attrs.get(TCA_STATS, b"")
             # struct tc_stats: bytes (u64), then packets, drops, overlimits, bps, pps, qlen, backlog (u32)
             out[handle] = struct.unpack_from("=I", stats, 28)[0] if len(stats) >= 32 else 0
+        return out
+
+    def class_rates(self, ifindex: int) -> dict[int, tuple[int, int]]:
+        """``{handle: (rate, ceil)}`` of the HTB classes on ``ifindex``, bytes/s."""
+        out = {}
+        for _mt, handle, _parent, attrs in self._dump(RTM_GETTCLASS, ifindex):
+            opts, a, got = attrs.get(TCA_OPTIONS, b""), 0, {}
+            while a + 4 <= len(opts):
+                alen, atype = struct.unpack_from("=HH", opts, a)
+                if alen < 4:
+                    break
+                got[atype & 0x3FFF] = opts[a + 4:a + alen]
+                a += (alen + 3) & ~3
+            parms = got.get(TCA_HTB_PARMS, b"")
+            if len(parms) < 24:
+                continue
+            rate, ceil = struct.unpack_from("=I", parms, 8)[0], struct.unpack_from("=I", parms, 20)[0]
+            if len(got.get(TCA_HTB_RATE64, b"")) >= 8:
+                rate = struct.unpack_from("=Q", got[TCA_HTB_RATE64])[0]
+            if len(got.get(TCA_HTB_CEIL64, b"")) >= 8:
+                ceil = struct.unpack_from("=Q", got[TCA_HTB_CEIL64])[0]
+            out[handle] = (rate, ceil)
         return out
 
     def class_bytes(self, ifindex: int) -> dict[int, int]:

@@ -196,8 +196,10 @@ class TcBackend(Backend):
         self.closed = False
         qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
         self.adopted = any(h == ROOT_HANDLE and p == TC_H_ROOT and k == "htb" for _, h, p, k in qdiscs)
+        self.shaper_Bps = int(self.line_rate_Bps)  # the adopted shaper's link rate, put back on close
         if self.adopted:
             self._remove_stale_flows()
+            self.shaper_Bps = self.nl.class_rates(self.ifindex).get(LINK_CLASS, (self.shaper_Bps,))[0]
         _install_or_adopt = self._adopt if self.adopted else self._create
         _install_or_adopt()
         # The background class starts last. HTB files a class under the prio it had
@@ -444,7 +446,8 @@ class TcBackend(Backend):
             self.draining = still
         for fid in [fid for fid in self.flows if fid not in wanted]:
             inst = self.flows.pop(fid)
-            msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
+            if inst.keys:  # a flow without endpoints has no filter
+                msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
             msgs.append((self._del_class(inst.minor), f"delete class of {fid}", False))
             self.free_minors.append(inst.minor)
         ranked = sum(1 for f in wanted.values() if f.prio is not None)
@@ -481,7 +484,8 @@ class TcBackend(Backend):
                 self.relevels += 1
             elif inst is not None and inst.keys != keys:
                 # The connection is now known (ports arrived): re-point the filter.
-                msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
+                if inst.keys:
+                    msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", False))
                 inst.keys = []
             if inst is None:
                 inst = _Installed(self._alloc_minor(), rate, [], prio)
@@ -534,11 +538,15 @@ class TcBackend(Backend):
             for minor, _ in self.caps.values():
                 msgs.append((self._del_class(minor), f"delete capped class 1:{minor:x}", True))
             for fid, inst in self.flows.items():
-                msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", True))
+                if inst.keys:
+                    msgs.append((self._del_filter(inst.minor), f"delete filter of {fid}", True))
                 msgs.append((self._del_class(inst.minor), f"delete class of {fid}", True))
             for minor in self.draining:
                 msgs.append((self._del_class(minor), f"delete re-levelled class 1:{minor:x}", True))
-            line = int(self.line_rate_Bps)
+            line = self.shaper_Bps  # the shaper's own rate, which _adopt changed to ours
+            b = burst_bytes(line, self.burst_s)
+            msgs.append((tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex,
+                               LINK_CLASS, ROOT_HANDLE, attrs=htb_class_attrs(line, line, b, b)), "link class 1:1", True))
             msgs.append((self._class(BG_MINOR, line, line, NLM_F_REQUEST | NLM_F_ACK, prio=1),
                          "background class", True))
             self.nl.transact(msgs)
