@@ -44,11 +44,11 @@ def _spy_inbound(agent, first_delay_s: float = 0.0):
     seen, entered = [], threading.Event()
     orig = agent._local_request
 
-    def spy(req, fds):
+    def spy(req, fds, uid=0):
         if not entered.is_set():
             entered.set()
             time.sleep(first_delay_s)
-        out = orig(req, fds)
+        out = orig(req, fds, uid)
         seen.append((req.body.get("direction"), sorted(agent.in_flows)))
         return out
 
