@@ -405,11 +405,19 @@ def encode_ok(req_id: int, body: dict | None = None) -> bytes:
     return _pack({"v": VERSION, "id": req_id, "ok": True, "body": body or {}})
 
 
+# An error message quotes what was wrong, at most this many characters of it: a message
+# that echoes a client's input (an unknown type, a bad value) is not as large as the input.
+MAX_ERROR_CHARS = 2000
+
+
 def encode_error(req_id: int, code: str, message: str, detail: dict | None = None) -> bytes:
     """Pack an error reply; ``code`` must be one of :class:`ErrorCode`; ``detail``: fields
-    a client may act on (a refused critical job's bottleneck port and earliest start)."""
+    a client may act on (a refused critical job's bottleneck port and earliest start).
+    ``message`` is cut to :data:`MAX_ERROR_CHARS` characters."""
     if code not in ERROR_CODES:
         raise ValueError(f"unknown error code {code!r}")
+    if len(message) > MAX_ERROR_CHARS:
+        message = f"{message[:MAX_ERROR_CHARS]}... ({len(message)} characters)"
     err = {"code": code, "message": message} | ({"detail": detail} if detail else {})
     return _pack({"v": VERSION, "id": req_id, "ok": False, "error": err})
 

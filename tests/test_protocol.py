@@ -241,3 +241,12 @@ def test_an_error_reply_whose_error_is_no_map_is_a_protocol_error(error):
         with pytest.raises(ProtocolError) as ei:
             decode(data)
         assert ei.value.code == ErrorCode.BAD_ENVELOPE
+
+
+def test_an_error_message_is_cut_to_max_error_chars():
+    # a message echoing a client's input (here a 1 MB message type) stays small
+    rep = decode_reply(encode_error(7, ErrorCode.UNKNOWN_TYPE, "type: unknown message type " + "x" * 1_000_000))
+    assert len(rep.message) < protocol.MAX_ERROR_CHARS + 40
+    assert rep.message.endswith("... (1000027 characters)")
+    short = "type: unknown message type 'nope' here"
+    assert decode_reply(encode_error(7, ErrorCode.UNKNOWN_TYPE, short)).message == short
