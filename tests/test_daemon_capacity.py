@@ -195,3 +195,15 @@ def test_a_malformed_unscheduled_rate_is_refused_naming_the_field():
         ctx.term()
         d.stop()
 
+
+
+def test_a_host_that_leaves_is_measured_afresh_when_it_comes_back():
+    # what its agent measured is forgotten with it: a rejoining host is planned on its line
+    # rate until its new agent reports
+    from jitsched.daemon.agents import AgentTable
+
+    table = AgentTable(_config(), 0.0, lambda why, now: None)
+    assert table.capacity.observe("h1", {"out": 0.5 * LINE}, 0.0)
+    assert table.capacity.capacity("out")[1] == pytest.approx(0.5 * LINE)
+    table.forget("h1")
+    assert table.capacity.capacity("out")[1] == LINE

@@ -185,11 +185,14 @@ class AgentTable:
         return self._admit(identity, body, now, peer, joining)
 
     def forget(self, host: str) -> None:
-        """``host`` left the cluster: its agent is no longer registered (its seqs stay)."""
+        """``host`` left the cluster: its agent is no longer registered (its seqs stay) and
+        what it measured of its ports is forgotten."""
         a = self.agents.pop(host, None)
         if a is not None:
             self.by_identity.pop(a.identity, None)
         self.unacked.discard(host)
+        if host in self.cluster.names:  # its ports are measured afresh if it comes back
+            self.capacity.forget(host)
 
     def registered(self, identity: bytes, body: dict, peer: str | None) -> AgentState | Reject:
         """The agent registered on ``identity`` for ``body["host"]`` with ``peer``'s key."""
