@@ -249,13 +249,13 @@ def test_an_agent_process_that_dies_during_the_run_is_a_failed_agent(tiny, monke
 
 
 def test_a_job_arriving_after_the_per_job_limit_still_runs(tiny, tmp_path):
-    # timeout_s bounds each job from its arrival: a job arriving 36 s into the run, with a
-    # 5 s limit, runs and completes like the one at 0 s
+    # timeout_s bounds each job from its arrival: a job arriving 11 s into the run, past a
+    # 5 s limit and its 5 s grace counted from the start, runs and completes like the one at 0 s
     from jitsched.dag.model import Cluster, Workload, save_workload
     from jitsched.workloads.paper import load_model_job
 
     wl = Workload(Cluster.uniform(2, 1e9), (load_model_job("lenet", "h0", "h1", "early", 0.0),
-                                            load_model_job("lenet", "h1", "h0", "late", 36.0)))
+                                            load_model_job("lenet", "h1", "h0", "late", 11.0)))
     path = tmp_path / "late.json"
     save_workload(wl, path)
     out = e2e.run_workload_file(str(path), policy="none", prefix=tiny, timeout_s=5.0, measure_slots=0,

@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy and zmq first, the daemon's the planner too
 
 
+def results_grace_s(timeout_s: float) -> float:
+    """How long a runner waits past a job's limit (its arrival plus ``timeout_s``) for the
+    job's thread before it sends its results: the job's own timeout has ended it by then
+    but for its last requests (a cancel of up to 2 s). A third of a minute at most, and no
+    shorter than 5 s."""
+    return min(30.0, max(5.0, timeout_s))
+
+
 class Child:
     """A spawned helper process that reports ``("ready", ...)`` once, then serves until told to stop.
 
@@ -236,7 +244,7 @@ def runners_main(jobs: list, job_ep: str, agent_names: dict, netns_of: dict, reg
             t.start()
         for j, t in zip(jobs, threads, strict=True):
             # each job's limit runs from its arrival, not from the start
-            t.join(max(0.0, msg[1] + j.arrival_s + timeout_s + 30.0 - time.monotonic()))
+            t.join(max(0.0, msg[1] + j.arrival_s + timeout_s + results_grace_s(timeout_s) - time.monotonic()))
         with lock:
             conn.send(("results", dict(results)))
         _wait_stop(conn)
@@ -394,4 +402,4 @@ def _time_slot_changes(agent, late_ms: list[float], watch: tuple[str, ...] = (),
 
 
 __all__ = ["START_TIMEOUT_S", "Child", "agent_stats", "agents_main", "critical_stats", "daemon_main",
-           "dl_marks", "failed_agents", "runners_main", "silent_agents", "sinks_main", "stop_children", "transfer_tos"]
+           "dl_marks", "failed_agents", "results_grace_s", "runners_main", "silent_agents", "sinks_main", "stop_children", "transfer_tos"]

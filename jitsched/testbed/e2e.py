@@ -44,6 +44,7 @@ from jitsched.testbed.children import (
     daemon_main,
     dl_marks,
     failed_agents,
+    results_grace_s,
     runners_main,
     silent_agents,
     sinks_main,
@@ -328,8 +329,9 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
                   f"{max((j.arrival_s for j in jobs), default=0.0):.1f} s, {len(bg)} files")
         for i, c in enumerate(runners):
             # a runner's jobs each have timeout_s from their arrival, and it sends what it has
-            # 30 s after the last one's (runners_main): a few seconds more for its message
-            last = t0 + max((j.arrival_s for j in jobs[i::k]), default=0.0) + timeout_s + 35.0
+            # results_grace_s after the last one's (runners_main): a few seconds more for its message
+            last = (t0 + max((j.arrival_s for j in jobs[i::k]), default=0.0) + timeout_s
+                    + results_grace_s(timeout_s) + 5.0)
             results.update(c.results(max(0.0, last - time.monotonic())))
         t_jobs = time.monotonic() - t0
         _progress(f"{scenario}: jobs done in {t_jobs:.1f} s" + (f"; the files next (up to {timeout_s:g} s)" if bg else ""))
