@@ -77,9 +77,11 @@ def maxmin_fair(src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
     return rate
 
 
-def _at_least_one(w: np.ndarray) -> np.ndarray:
-    """Positive weights scaled so that the smallest is 1 if it is less (else themselves)."""
-    low = float(w.min())
+def _at_least_one(w: np.ndarray, over: np.ndarray | None = None) -> np.ndarray:
+    """Positive weights scaled so that the smallest of ``over`` (default: all of them) is 1
+    if it is less (else themselves)."""
+    over = w if over is None else over
+    low = float(over.min()) if len(over) else 1.0
     return w / low if low < 1.0 else w
 
 
@@ -201,8 +203,7 @@ def fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, weight=None) -> np.ndarray:
         ws = w[np.isnan(fixed)] if w.shape == fixed.shape else w
         if w.shape != fixed.shape or (len(ws) and (not np.all(np.isfinite(ws)) or ws.min() <= 0)):
             raise ValidationError("weight: expected one positive finite weight per flow")
-        if len(ws) and ws.min() < 1.0:
-            w = w / float(ws.min())  # as maxmin_fair scales them
+        w = _at_least_one(w, ws)  # as maxmin_fair scales them
     rate = np.zeros(len(src))
     # one kernel call: a JIT allocation used to make ~30 numpy calls here
     if len(src) and _kernels().fixed_then_maxmin(fixed, src, dst, cap_e, cap_i, w, rate) < 0:

@@ -887,14 +887,11 @@ class JitPolicy(Policy):
             if not self._drifted:
                 self.drift_events += 1
             self._drifted = True
-        h = len(cap_e)
         any_now = now.any()
 
         def rates_on(e: np.ndarray, i: np.ndarray) -> np.ndarray:
             fl = fit_fixed(floors, f.src, f.dst, e, i) if any_now else floors
-            free_e = np.maximum(e - np.bincount(f.src, weights=fl, minlength=h), 0.0)
-            free_i = np.maximum(i - np.bincount(f.dst, weights=fl, minlength=h), 0.0)
-            return fl + self._tiered_rates(prio, view, tiers, free_e, free_i)
+            return fl + self._tiered_rates(prio, view, tiers, *_left_free(f, fl, e, i))
 
         rates = self._background_shares(rates_on, f, cap_e, cap_i)
         return self._after_background(prio, view, tiers, rates, cap_e, cap_i), n_planned
@@ -915,10 +912,7 @@ class JitPolicy(Policy):
         job = f.job[f.job >= 0]
         if not np.any(tiers[job] > NORMAL):
             return rates
-        h = len(cap_e)
-        free_e = np.maximum(cap_e - np.bincount(f.src, weights=rates, minlength=h), 0.0)
-        free_i = np.maximum(cap_i - np.bincount(f.dst, weights=rates, minlength=h), 0.0)
-        return rates + self._tiered_rates(prio, view, tiers, free_e, free_i)
+        return rates + self._tiered_rates(prio, view, tiers, *_left_free(f, rates, cap_e, cap_i))
 
     def _background_shares(self, rates_on, f, cap_e, cap_i) -> np.ndarray:
         """``rates_on(cap_e, cap_i)``; with ``bg_weight`` inf, background shares what DL leaves (``bg_floor`` at least).
@@ -1411,6 +1405,13 @@ def _rank_groups(grp: np.ndarray, left: np.ndarray, job: np.ndarray, src: np.nda
     ranks = np.empty(len(grp), dtype=np.int64)
     ranks[o] = np.cumsum(np.r_[True, (u[1:] != u[:-1]) | (lo[1:] != lo[:-1])]) - 1
     return ranks
+
+
+def _left_free(f, rates: np.ndarray, cap_e: np.ndarray, cap_i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What ``rates`` (per flow of ``f``, bytes/s) leave of each host's egress and ingress."""
+    h = len(cap_e)
+    return (np.maximum(cap_e - np.bincount(f.src, weights=rates, minlength=h), 0.0),
+            np.maximum(cap_i - np.bincount(f.dst, weights=rates, minlength=h), 0.0))
 
 
 def _unfinished_transfers(view: SchedulerView) -> np.ndarray:
