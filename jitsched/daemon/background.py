@@ -154,20 +154,19 @@ class BackgroundTable:
 
     def drop_host(self, idx: int) -> list[str]:
         """Drop the flows to or from host ``idx`` (it left the cluster); their names."""
-        gone = [n for n, f in self.flows.items() if idx in (f.src, f.dst)]
-        for n in gone:
-            self._drop(n)
-        self.counts["dropped"] += len(gone)
-        return gone
+        return self._drop_counted([n for n, f in self.flows.items() if idx in (f.src, f.dst)], "dropped")
 
     def expire(self, now: float) -> list[str]:
         """Drop the flows last heard of ``background_ttl_s`` or more before ``now``; their names."""
         ttl = self.config.background_ttl_s
-        gone = [n for n, f in self.flows.items() if now - f.seen_s >= ttl]
-        for n in gone:
+        return self._drop_counted([n for n, f in self.flows.items() if now - f.seen_s >= ttl], "expired")
+
+    def _drop_counted(self, names: list[str], why: str) -> list[str]:
+        """Drop the flows ``names``, counted under ``why``; the names."""
+        for n in names:
             self._drop(n)
-        self.counts["expired"] += len(gone)
-        return gone
+        self.counts[why] += len(names)
+        return names
 
     def snapshot(self) -> tuple[Announced, ...]:
         """Every flow held now, in announcement order."""

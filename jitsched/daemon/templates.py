@@ -116,7 +116,6 @@ class TemplateBook:
         # newest KEEP_ENDED): an iteration of one is job_ended, not unknown_job (which has
         # its trainer register the job again, behind the operator who ended it)
         self.ended: dict[str, None] = {}
-        self.refused = 0  # learned estimates not planned with: over the limits of a submission
 
     def register(self, js: JobState, now: float) -> Template:
         """``js`` (just admitted) is a recurring job's template."""
@@ -169,7 +168,6 @@ class TemplateBook:
         if check_job(learned, self.config) is None:
             js.job = learned
         else:
-            self.refused += 1
             t.over_limits += 1
 
     def iteration(self, js: JobState, t: Template, body: dict, now: float) -> tuple[bool, bool] | Reject:
