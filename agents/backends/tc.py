@@ -240,13 +240,17 @@ class TcBackend(Backend):
         # The shaper's rates may differ from ours (another link speed): make them ours.
         line = self.line_rate_Bps
         b = burst_bytes(line, self.burst_s)
-        change = NLM_F_REQUEST | NLM_F_ACK
         self.nl.transact([
-            (tcmsg(RTM_NEWTCLASS, change, self.nl.next_seq(), self.ifindex, LINK_CLASS, ROOT_HANDLE,
-                   attrs=htb_class_attrs(line, line, b, b)), "link class 1:1", False),
-            (tcmsg(RTM_NEWTCLASS, change, self.nl.next_seq(), self.ifindex, ROOT_HANDLE | BG_MINOR,
+            self._link_class(line, False),
+            (tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex, ROOT_HANDLE | BG_MINOR,
                    LINK_CLASS, attrs=htb_class_attrs(line, line, b, b, prio=1)), "background class 1:2", False),
         ])
+
+    def _link_class(self, line_Bps: float, tolerate: bool) -> tuple[bytes, str, bool]:
+        """The message that sets the link class 1:1 to ``line_Bps`` (rate and ceiling)."""
+        b = burst_bytes(line_Bps, self.burst_s)
+        return (tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex, LINK_CLASS,
+                      ROOT_HANDLE, attrs=htb_class_attrs(line_Bps, line_Bps, b, b)), "link class 1:1", tolerate)
 
     def _install_dl_class(self) -> None:
         r = self.dl_reserve_Bps
@@ -544,9 +548,7 @@ class TcBackend(Backend):
             for minor in self.draining:
                 msgs.append((self._del_class(minor), f"delete re-levelled class 1:{minor:x}", True))
             line = self.shaper_Bps  # the shaper's own rate, which _adopt changed to ours
-            b = burst_bytes(line, self.burst_s)
-            msgs.append((tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, self.nl.next_seq(), self.ifindex,
-                               LINK_CLASS, ROOT_HANDLE, attrs=htb_class_attrs(line, line, b, b)), "link class 1:1", True))
+            msgs.append(self._link_class(line, True))
             msgs.append((self._class(BG_MINOR, line, line, NLM_F_REQUEST | NLM_F_ACK, prio=1),
                          "background class", True))
             self.nl.transact(msgs)

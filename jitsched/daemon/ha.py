@@ -446,9 +446,7 @@ class EtcdStore:
         except StoreError:
             # the end stays held and goes with the next write or flush: a leader after a
             # failover would otherwise take the ended job back as running
-            for op in ops:
-                self._later.pop(_op_key(op), None)
-                self._later[_op_key(op)] = op
+            self._hold_later(ops)
             raise
 
     def forget(self, rows: list[int]) -> None:
@@ -474,12 +472,17 @@ class EtcdStore:
         if learned is not None:
             ops.append(put_op(self._k("tpl", self._row(row), "learned"), learned))
         if later:
-            for op in ops:
-                key = op["request_put"]["key"]
-                self._later.pop(key, None)  # the newer goes last, after what was held before it
-                self._later[key] = op
+            self._hold_later(ops)
         else:
             self._write(ops)
+
+    def _hold_later(self, ops: list[dict]) -> None:
+        """Hold ``ops`` for the next write or :meth:`flush`, each replacing what was held for
+        its key; the newer goes last, after what was held before it."""
+        for op in ops:
+            key = _op_key(op)
+            self._later.pop(key, None)
+            self._later[key] = op
 
     def flush(self) -> None:
         """Write what is held back, if any: the counts and learned states :meth:`template`
