@@ -161,7 +161,7 @@ def list_netns(prefix: str = "") -> list[str]:
 # A one-link experiment's traffic, for ``python -c``: a sink draining every connection
 # to port 5201 of argv[1]; a source sending two bulk flows from argv[1] (ports 40000 and
 # 40001) to argv[2] for argv[3] seconds, the one from port 40000 with the TOS byte argv[4]
-# if given.
+# and the one from port 40001 with argv[5], if given.
 BULK_SINK = """
 import socket, sys, threading
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -177,6 +177,7 @@ BULK_SOURCE = """
 import socket, sys, threading, time
 src, dst, end = sys.argv[1], sys.argv[2], time.monotonic() + float(sys.argv[3])
 tos = int(sys.argv[4], 0) if len(sys.argv) > 4 else 0
+tos2 = int(sys.argv[5], 0) if len(sys.argv) > 5 else 0
 def send(sport, mark):
     s = socket.socket(); s.bind((src, sport))
     if mark:
@@ -186,7 +187,7 @@ def send(sport, mark):
     while time.monotonic() < end:
         s.send(buf)
     s.close()
-ts = [threading.Thread(target=send, args=a) for a in ((40000, tos), (40001, 0))]
+ts = [threading.Thread(target=send, args=a) for a in ((40000, tos), (40001, tos2))]
 [t.start() for t in ts]; [t.join() for t in ts]
 """
 

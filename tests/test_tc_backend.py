@@ -251,6 +251,8 @@ def test_ack_class_on_the_shaper_and_in_a_backend_of_its_own(ns):
     install_shaper("a0", LINE, netns=ns, ack_priority=True)
     cl = classes(ns)
     assert cl[ROOT_HANDLE | ACK_MINOR][1:] == (int(LINE * ACK_RESERVE), int(LINE))
+    # the background class leaves the ACK class its reserve and borrows the rest
+    assert cl[ROOT_HANDLE | BG_MINOR][1:] == (int(LINE * (1 - ACK_RESERVE)), int(LINE))
     text = filters_text(ns)
     # TCP, and an IPv4 total length under 128 bytes (the low half of the header's first word)
     assert "match 00060000/00ff0000 at 8" in text
@@ -520,8 +522,12 @@ def test_shaper_critical_band_is_served_before_the_scheduled_band(ns):
     install_shaper("a0", LINE, netns=ns, priority_tos=0x88, critical_tos=0xB8)
     cl = classes(ns)
     assert set(cl) == {LINK_CLASS, ROOT_HANDLE | BG_MINOR, ROOT_HANDLE | PRIO_MINOR, ROOT_HANDLE | CRIT_MINOR}
-    assert cl[ROOT_HANDLE | CRIT_MINOR][1:] == (int(LINE * (1 - BG_RESERVE)), int(LINE))
+    # the critical band holds what the background's reserve leaves, the scheduled band two
+    # frames' worth: the guaranteed rates add up to the line, and both bands borrow up to it
+    assert cl[ROOT_HANDLE | CRIT_MINOR][1:] == (int(LINE * (1 - BG_RESERVE) - MIN_BURST_B), int(LINE))
+    assert cl[ROOT_HANDLE | PRIO_MINOR][1:] == (MIN_BURST_B, int(LINE))
     assert cl[ROOT_HANDLE | BG_MINOR][1:] == (int(LINE * BG_RESERVE), int(LINE))
+    assert sum(r for h, (_, r, _) in cl.items() if h != LINK_CLASS) <= LINE
     assert qdisc_kinds(ns)[CRIT_LEAF_HANDLE] == "bfifo"
     text = filters_text(ns)
     assert "match 00b80000/00fc0000 at 0" in text and "flowid 1:6" in text
@@ -560,6 +566,95 @@ def test_the_critical_band_takes_the_port_from_unmarked_traffic(ns_pair):
         assert crit / (1.5 * line) > 0.85 and bg / (1.5 * line) < 0.1, (crit, bg)
     finally:
         _kill(source, sink)
+
+
+def _testbed_segments(*pairs: tuple[str, str]) -> None:
+    """Two segments per GSO packet at most on each (namespace, device), as the testbed's links have:
+    a 64 KB one is 52 ms of a 10 Mbit/s link, 3.5 % of a 1.5 s window at either end."""
+    from jitsched.testbed import GSO_MAX_SEGS
+
+    for ns, dev in pairs:
+        subprocess.run(["ip", "-n", ns, "link", "set", dev, "gso_max_segs", str(GSO_MAX_SEGS)], check=True)
+
+
+def _link_share(src: str, line: float, seconds: float = 1.5) -> float:
+    """The link class's rate over about ``seconds`` as a share of ``line`` (bytes/s).
+
+    A read of the counters takes a while on a loaded machine (pyroute2 enters the
+    namespace): the window runs from the middle of one read to the middle of the next."""
+    def read() -> tuple[int, float]:
+        t0 = time.monotonic()
+        sent = class_bytes(src)[LINK_CLASS & 0xFFFF]
+        return sent, (t0 + time.monotonic()) / 2
+    b0, t0 = read()
+    time.sleep(seconds)
+    b1, t1 = read()
+    return (b1 - b0) / (line * (t1 - t0))
+
+
+def test_two_busy_bands_send_no_more_than_the_port(ns_pair):
+    # every band under its own guaranteed rate is served without asking the link class:
+    # two bands each guaranteed the line sent 1.87x the port's rate with both busy
+    from jitsched.agents.backends.htb import CRIT_MINOR, PRIO_MINOR
+
+    src, dst = ns_pair
+    line = 1.25e6  # 10 Mbit/s
+    _testbed_segments((src, "a0"))
+    install_shaper("a0", line, netns=src, priority_tos=0x88, critical_tos=0xB8)
+    sink = subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", BULK_SINK, "198.18.200.2"])
+    source = None
+    try:
+        time.sleep(0.3)  # the sink listens
+        source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", BULK_SOURCE,
+                                   "198.18.200.1", "198.18.200.2", "30", "0xB8", "0x88"])
+        time.sleep(1.0)
+        before = class_bytes(src)
+        share = _link_share(src, line)
+        after = class_bytes(src)
+        assert share < 1.03, share
+        # strict priority within the port's rate: the critical band first
+        crit, prio = (after[m] - before[m] for m in (CRIT_MINOR, PRIO_MINOR))
+        assert crit > 0.85 * (crit + prio), (crit, prio)
+    finally:
+        _kill(source, sink)
+
+
+def test_the_agents_classes_guarantee_no_more_than_the_link(ns_pair):
+    # the unregistered-DL class, the ACK class and the background class all busy: their
+    # guaranteed rates are served without asking the link class, so the background's
+    # leaves the other two their reserves or the link sends past its rate
+    src, dst = ns_pair
+    line = 1.25e6  # 10 Mbit/s
+    _testbed_segments((src, "a0"), (dst, "a1"))
+    install_shaper("a0", line, netns=src, ack_priority=True)
+    install_shaper("a1", line, netns=dst)  # the reverse flow's data: src's egress carries its ACKs
+    b = TcBackend(line, dev="a0", netns=src, dl_tos=0xB8, background_floor=0.05)
+    procs = []
+    try:
+        cl = classes(src)
+        assert sum(r for h, (_, r, _) in cl.items() if h != LINK_CLASS) <= line
+        b.apply([], line)  # nothing scheduled: the background class takes what the reserves leave
+        cl = classes(src)
+        assert sum(r for h, (_, r, _) in cl.items() if h != LINK_CLASS) <= line
+        for ns, addr in ((dst, "198.18.200.2"), (src, "198.18.200.1")):
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", BULK_SINK, addr]))
+        time.sleep(0.3)  # the sinks listen
+        # one flow marked DL (the unregistered-DL class), one not (background), and one back
+        procs.append(subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", BULK_SOURCE,
+                                       "198.18.200.1", "198.18.200.2", "30", "0xB8"]))
+        procs.append(subprocess.Popen(["ip", "netns", "exec", dst, sys.executable, "-c", BULK_SOURCE,
+                                       "198.18.200.2", "198.18.200.1", "30"]))
+        time.sleep(1.0)
+        share = _link_share(src, line)
+        assert share < 1.03, share
+        # a scheduled flow and its floor: the same sum
+        b.apply([FlowRate("j/x", 0.5 * line, "198.18.200.1", 40001, "198.18.200.2", 5201)], 0.5 * line)
+        time.sleep(1.0)
+        share = _link_share(src, line)
+        assert share < 1.03, share
+    finally:
+        _kill(*procs)
+        b.close()
 
 
 def test_a_running_flow_moved_to_a_higher_level_gets_the_link(ns_pair):

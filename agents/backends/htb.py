@@ -167,16 +167,23 @@ def install_ack_class(nl: TcSocket, ifindex: int, line: float, burst_s: float) -
 
 
 def _install_priority_bands(nl: TcSocket, ifindex: int, line: float, burst_s: float,
-                            bands: list[tuple[int, int, int, int, str]]) -> None:
-    # bands: (tos, minor, leaf handle, filter prio, name), first served first; background after them all
+                            bands: list[tuple[int, int, int, int, str]], guaranteed: float) -> None:
+    # bands: (tos, minor, leaf handle, filter prio, name), first served first; background after them all.
+    # The guaranteed rates add up to ``guaranteed`` (the line less the ACK class's reserve, if any):
+    # HTB serves a class under its own rate without asking its parent, so two bands each
+    # guaranteed the line sent 1.87x a 10 Mbit/s port's rate with both busy. The first band
+    # holds what the background's reserve leaves, every later one two full frames' worth, and
+    # all borrow up to the line in prio order: a strict-priority queue of the port's rate.
     reserve = reserve_Bps(BG_RESERVE, line)
     b_reserve, b_line = burst_bytes(reserve, burst_s), burst_bytes(line, burst_s)
     msgs = [(tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR,
                    LINK_CLASS, attrs=htb_class_attrs(reserve, line, b_reserve, b_line, prio=len(bands))),
              "background class 1:2 (reserve)", False)]
+    first = guaranteed - reserve - (len(bands) - 1) * MIN_BURST_B
     for level, (tos, minor, leaf, filter_prio, name) in enumerate(bands):
-        msgs += leaf_class_msgs(nl, ifindex, minor, leaf, line - reserve, b_line, line, burst_s, prio=level,
-                                filter_prio=filter_prio, keys=tos_keys(tos), name=name)
+        rate = first if level == 0 else MIN_BURST_B
+        msgs += leaf_class_msgs(nl, ifindex, minor, leaf, rate, burst_bytes(rate, burst_s), line, burst_s,
+                                prio=level, filter_prio=filter_prio, keys=tos_keys(tos), name=name)
     nl.transact(msgs)
 
 
@@ -186,8 +193,10 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
     """Shape ``dev``'s egress to ``line_rate_Bps`` with the backend's HTB layout and no flow classes.
 
     Replaces whatever root qdisc ``dev`` had. Background class 1:2 gets the
-    whole line rate and a short byte FIFO (fq_codel and sfq are not in every
-    kernel; this one has HTB, TBF, the FIFOs and u32 only).
+    line rate (less the ACK class's reserve, with ``ack_priority``) and a short
+    byte FIFO (fq_codel and sfq are not in every kernel; this one has HTB, TBF,
+    the FIFOs and u32 only). The classes' guaranteed rates add up to the line
+    rate at most, so the link never sends past it.
 
     Parameters
     ----------
@@ -208,12 +217,14 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
         background keeps a trickle. None (default): one class, one FIFO.
     critical_tos : int or None
         A switch port's band for critical jobs' packets (these DSCP bits): class
-        1:6, laid out as the scheduled-traffic band and served before it (HTB
-        serves the classes under their rates by priority: critical, then
-        scheduled, then background).
+        1:6, laid out as the scheduled-traffic band and served before it. With
+        both bands the critical band is guaranteed the rate and the scheduled
+        band two full frames' worth, and both borrow up to the line rate by
+        priority: critical, then scheduled, then background.
     ack_priority : bool
         Pure TCP ACKs leaving ``dev`` go to class 1:4 (guaranteed
-        :data:`ACK_RESERVE` of the line rate, borrowing first): a host whose
+        :data:`ACK_RESERVE` of the line rate, borrowing first; the other
+        classes' guaranteed rates leave it that reserve): a host whose
         egress is busy must not hold back the ACKs of the data it receives,
         or its inbound flows slow down with its outbound load.
     """
@@ -224,8 +235,16 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
         bands = [(int(tos), minor, leaf, fprio, name) for tos, minor, leaf, fprio, name in (
             (critical_tos, CRIT_MINOR, CRIT_LEAF_HANDLE, CRIT_FILTER_PRIO, "critical"),
             (priority_tos, PRIO_MINOR, PRIO_LEAF_HANDLE, 1, "priority")) if tos is not None]
+        # the classes' guaranteed rates add up to the line rate at most, the ACK class's reserve included
+        guaranteed = line_rate_Bps - (reserve_Bps(ACK_RESERVE, line_rate_Bps) if ack_priority else 0.0)
         if bands:
-            _install_priority_bands(nl, ifindex, line_rate_Bps, burst_s, bands)
+            _install_priority_bands(nl, ifindex, line_rate_Bps, burst_s, bands, guaranteed)
+        elif ack_priority:
+            b = burst_bytes(line_rate_Bps, burst_s)
+            nl.transact([(tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex,
+                                ROOT_HANDLE | BG_MINOR, LINK_CLASS,
+                                attrs=htb_class_attrs(guaranteed, line_rate_Bps, burst_bytes(guaranteed, burst_s), b,
+                                                      prio=1)), "background class 1:2 (ACK reserve off)", False)])
         if ack_priority:
             install_ack_class(nl, ifindex, line_rate_Bps, burst_s)
     finally:
