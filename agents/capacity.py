@@ -61,8 +61,8 @@ class UnscheduledMeter:
     scheduled traffic's bytes, at least 0. The scheduled bytes are the
     enforcing backend's scheduled classes' counters where it has them (the
     tc backends: everything their link class passed that their background
-    class did not -- the flow classes, the class of marked DL traffic, the
-    ACKs), else the payload of the flows the agent schedules (registered
+    class and their capped destinations' classes did not -- the flow classes,
+    the class of marked DL traffic, the ACKs), else the payload of the flows the agent schedules (registered
     sockets and attached jobs' connections) scaled to frames by
     :data:`WIRE_PER_PAYLOAD`. Inbound, the interface counts what arrived,
     before any ingress shaping dropped it: what took the port.

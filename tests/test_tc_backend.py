@@ -887,16 +887,20 @@ def test_capped_destination_holds_unranked_traffic_to_its_cap_and_goes_when_lift
         source = subprocess.Popen(["ip", "netns", "exec", src, sys.executable, "-c", BULK_SOURCE, "198.18.200.1",
                                    "198.18.200.2", "30"])
         time.sleep(1.0)
-        before = class_bytes(src)
+        before, scheduled_before = class_bytes(src), b.scheduled_bytes()
         time.sleep(1.0)
-        after = class_bytes(src)
+        after, scheduled_after = class_bytes(src), b.scheduled_bytes()
         # class bytes count whole frames (x1.046 of the payload cap) and HTB's bursts
         capped = (after[minor] - before[minor]) / line
         assert 0.12 < capped < 0.3, capped
         assert after[BG_MINOR] - before[BG_MINOR] < 0.02 * line
+        # held to a cap it is still traffic jitsched does not schedule (the capacity meter's count)
+        assert 0 <= scheduled_after - scheduled_before < 0.01 * line
         # the cap lifted: its class and filters go, the file takes the link through the background
         b.cap_destinations({})
         b.apply([], line)
+        # and what the capped class sent is not taken back from the scheduled count with it
+        assert 0 <= b.scheduled_bytes() - scheduled_after < 0.01 * line
         assert minor not in class_bytes(src) and other not in class_bytes(src)
         assert "c612c802" not in filters_text(src)
         # TCP regrows its window from the capped rate: on a loaded machine the first second

@@ -192,6 +192,7 @@ class TcBackend(Backend):
         # capped destinations: address -> its class's minor and (rate, ceil); wanted: address -> bytes/s
         self.caps: dict[str, tuple[int, tuple[int, int]]] = {}
         self.want_caps: dict[str, float] = {}
+        self.cap_bytes_gone = 0  # what the capped classes deleted so far had sent (scheduled_bytes)
         self.last_apply_s = 0.0  # wall time of the last batch: send to last ack, seconds
         self.closed = False
         qdiscs = self.nl.dump(RTM_GETQDISC, self.ifindex)
@@ -232,7 +233,9 @@ class TcBackend(Backend):
 
     def scheduled_bytes(self) -> int | None:
         """Bytes so far through the link class less the background class (the HTB default,
-        every packet no flow class, the DL class or the ACK class takes); None once closed."""
+        every packet no flow class, the DL class or the ACK class takes) and the capped
+        destinations' classes (unscheduled traffic held to a cap), those of caps lifted
+        included; None once closed."""
         if self.closed:
             return None
         try:
@@ -241,7 +244,8 @@ class TcBackend(Backend):
             return None
         if LINK_CLASS not in got:
             return None
-        return got[LINK_CLASS] - got.get(ROOT_HANDLE | BG_MINOR, 0)
+        capped = sum(got.get(ROOT_HANDLE | minor, 0) for minor, _ in list(self.caps.values()))
+        return got[LINK_CLASS] - got.get(ROOT_HANDLE | BG_MINOR, 0) - capped - self.cap_bytes_gone
 
     def _create(self) -> None:
         # with the ACK class: this host's planned egress must not starve the ACKs of what it receives
@@ -357,7 +361,15 @@ class TcBackend(Backend):
             # the filters go together (one prio) and come back for the new set
             if self.caps:
                 msgs.append((self._del_filter(CAP_FILTER_PRIO), "delete capped-destination filters", True))
-            for addr in [a for a in self.caps if a not in want]:
+            gone = [a for a in self.caps if a not in want]
+            if gone:
+                # their bytes stay unscheduled ones once the classes (and counters) go
+                try:
+                    sent = self.nl.class_bytes(self.ifindex)
+                except NetlinkError:
+                    sent = {}
+                self.cap_bytes_gone += sum(sent.get(ROOT_HANDLE | self.caps[a][0], 0) for a in gone)
+            for addr in gone:
                 minor, _ = self.caps.pop(addr)
                 msgs.append((self._del_class(minor), f"delete capped class of {addr}", False))
                 self.free_minors.append(minor)
