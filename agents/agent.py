@@ -24,6 +24,7 @@ from pathlib import Path
 
 import zmq
 
+from jitsched import tickets
 from jitsched.agents.attach import AttachTable, ipv4_of
 from jitsched.agents.backends.base import BACKENDS, FLOW_LEVELS, Backend, FlowRate, payload_share
 from jitsched.agents.capacity import UnscheduledMeter, bytes_received, tcp_info_u64
@@ -86,6 +87,7 @@ FINAL_REFUSALS = frozenset({ErrorCode.UNKNOWN_HOST, ErrorCode.FORBIDDEN})
 CLOCK_SAMPLES = 8
 
 TCPI_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64) in struct tcp_info
+MAX_LOGGED_JOB_CHARS = 256  # of a job id a refused local request named, in the log line
 
 
 def load_backend(name: str, line_rate_Bps: float, **options) -> Backend:
@@ -237,6 +239,9 @@ class Agent:
         self.extra_uids = frozenset(int(u) for u in allowed_uids)
         self.allowed_uids = frozenset({0, os.geteuid()}) | self.extra_uids
         self.refused_local = 0  # local connections refused (peer of another user), since start
+        # this host's attach ticket key, from the daemon's register reply (None: none yet)
+        self.ticket_key: bytes | None = None
+        self.tickets_refused = 0  # local requests refused for their ticket, since start
         self.reconnect_s = opts.reconnect_s
         self.backend: Backend | None = None
         ingress = opts.ingress_options()
@@ -650,6 +655,7 @@ class Agent:
             self.epoch = max(self.epoch, int(b.get("epoch", 0)))
             self._left_silent = None
             self._daemon_takes = frozenset(t for t in b.get("takes", ()) if isinstance(t, str))
+            self._take_ticket_key(b.get("ticket_key"))
             if "incarnation" in b:
                 self._daemon_is(int(b["incarnation"]))
             if self.backend is None:
@@ -676,6 +682,19 @@ class Agent:
                 return
             if self._install(b):
                 self._ack(dealer, b["seq"])
+
+    def _take_ticket_key(self, key: object) -> None:
+        """Hold the attach ticket key of a register reply (hex); a daemon that sends none, or
+        a malformed one, leaves the agent with none: it refuses every ticket then."""
+        try:
+            got = bytes.fromhex(key) if isinstance(key, str) else None
+        except ValueError:
+            got = None
+        if got is not None and len(got) != tickets.KEY_BYTES:
+            got = None
+        if got is None and key is not None:
+            log.warning("event=agent_bad_ticket_key host=%s", self.host)
+        self.ticket_key = got
 
     def _bad_message(self, exc: ProtocolError) -> None:
         """A daemon message refused: counted in ``bad_messages``, logged naming the problem."""
@@ -1071,13 +1090,38 @@ class Agent:
             self.rto_capped += 1
 
     def _attach_request(self, req: Request, uid: int) -> bytes:
-        """An ``attach`` or ``detach`` from local user ``uid`` (refusals raise ProtocolError)."""
+        """An ``attach`` or ``detach`` from local user ``uid`` (refusals raise ProtocolError).
+
+        An ``attach`` needs the daemon's ticket for its job, this host and ``uid``
+        (:func:`jitsched.tickets.check`); a ``detach`` needs none, as it removes only
+        ``uid``'s own attachments (root's: everyone's).
+        """
         if req.type == MsgType.DETACH:
             reply = self.attached.detach(req.body["job"], uid)
         else:
+            self.check_ticket(req.body.get("ticket"), req.body["job"], uid)
             reply = self.attached.attach(req.body, uid)
         self._tick(force=True, only="out" if self.in_backend is None else None)
         return encode_ok(req.id, reply)
+
+    def check_ticket(self, ticket: dict | None, job: str, uid: int) -> None:
+        """Refuse (``ticket_refused``, counted in ``tickets_refused``) unless ``ticket`` is the
+        daemon's, unexpired on the daemon's clock, for job ``job``, this host and local user
+        ``uid`` (root: any user).
+
+        Raises
+        ------
+        ProtocolError
+            ``ticket_refused``, saying which check failed.
+        """
+        try:
+            tickets.check(self.ticket_key, ticket, job=job, host=self.host, uid=uid, now_ns=self.daemon_ns())
+        except ProtocolError as exc:
+            self.tickets_refused += 1
+            if self.tickets_refused <= 10 or self.tickets_refused % 1000 == 0:
+                log.warning("event=agent_ticket_refused host=%s job=%r uid=%d refused=%d reason=%r", self.host,
+                            job[:MAX_LOGGED_JOB_CHARS], uid, self.tickets_refused, exc.message)
+            raise
 
     def _local_request(self, req: Request, fds: list[int], uid: int = 0) -> bytes:
         fid = req.body["flow"]

@@ -92,10 +92,15 @@ class SecurityOptions:
     may submit. Without keys the daemon serves only endpoints on this machine
     (loopback TCP, ``ipc://``) unless ``insecure`` is set: anyone who reaches a
     plaintext socket may submit, cancel and register as any host.
+    ``attach_ticket_s``: seconds an attach ticket (``attach_job``'s, which a
+    host's agent wants before it attaches a job's processes) stays valid.
     """
 
     keys_dir: str = _in("security", "")  # "": no CURVE, plaintext
     insecure: bool = _in("security", False)  # serve network-facing endpoints without keys
+    # a ticket is used at once (jitsched attach, the SDK): a few minutes cover clock error
+    # and a slow agent, and bound how long a ticket outlives the client's right to it
+    attach_ticket_s: float = _in("security", 300.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -446,6 +451,9 @@ def check_config(cfg: DaemonConfig) -> None:
     for name in ("heartbeat_s", "heartbeat_timeout_s", "resend_s"):
         if not getattr(cfg, name) > 0:
             raise ValidationError(f"{name}: must be positive, got {getattr(cfg, name)!r}")
+    if not 0 < cfg.attach_ticket_s < math.inf:
+        raise ValidationError(f"[security].attach_ticket_s: must be a finite number of seconds > 0, "
+                              f"got {cfg.attach_ticket_s!r}")
     if not MIN_HEARTBEAT_S <= cfg.heartbeat_s < math.inf:
         raise ValidationError(f"heartbeat_s: must be a number of seconds of at least {MIN_HEARTBEAT_S:g} "
                               f"(10 ms), got {cfg.heartbeat_s!r}")

@@ -308,7 +308,7 @@ def _local_call(local_name: str, type_: str, body: dict, timeout_s: float) -> di
 
 def attach(local_name: str, job: str, *, pids: list[int] | None = None, cgroup: str | None = None,
            ports: list[int] | None = None, peers: dict[str, str] | None = None,
-           timeout_s: float = 5.0) -> dict:
+           ticket: dict | None = None, timeout_s: float = 5.0) -> dict:
     """Have the agent at ``local_name`` schedule job ``job``'s TCP connections on its host.
 
     Name exactly one of ``pids`` (these processes and the children they fork),
@@ -318,7 +318,9 @@ def attach(local_name: str, job: str, *, pids: list[int] | None = None, cgroup: 
     each the rank and rate of the job's group to its peer host, which
     ``peers`` names: ``{"address": host}`` or ``{"address:port": host}``
     (:meth:`jitsched.client.Client.attach_job` gives the cluster's). Only root,
-    or the owner of the processes or cgroup, may attach them.
+    or the owner of the processes or cgroup, may attach them, and only with
+    ``ticket``: the daemon's for ``job`` (client-scoped), this host and this
+    user, which ``Client.attach_job(job, host, uid=os.geteuid())`` answers with.
 
     Returns
     -------
@@ -330,19 +332,25 @@ def attach(local_name: str, job: str, *, pids: list[int] | None = None, cgroup: 
     ------
     RemoteError
         The agent refused (``invalid_body``: no such pid, a cgroup path outside
-        /sys/fs/cgroup, ...; ``forbidden``: another user's processes).
+        /sys/fs/cgroup, ...; ``forbidden``: another user's processes;
+        ``ticket_refused``: no ticket, or one that is not the daemon's for this
+        job, host and user, or expired, or the agent has not met the daemon yet).
     LocalSocketError
         No trusted agent listens at ``local_name``.
     """
     body: dict = {"job": job}
-    for key, val in (("pids", pids), ("cgroup", cgroup), ("ports", ports), ("peers", peers)):
+    for key, val in (("pids", pids), ("cgroup", cgroup), ("ports", ports), ("peers", peers),
+                     ("ticket", ticket)):
         if val is not None:
             body[key] = list(val) if key in ("pids", "ports") else val
     return _local_call(local_name, MsgType.ATTACH, body, timeout_s)
 
 
 def detach(local_name: str, job: str, timeout_s: float = 5.0) -> dict:
-    """Undo this user's :func:`attach` of job ``job`` (root's: everyone's); ``{"job", "detached": n}``."""
+    """Undo this user's :func:`attach` of job ``job`` (root's: everyone's); ``{"job", "detached": n}``.
+
+    Takes no ticket: it removes only the caller's own attachments.
+    """
     return _local_call(local_name, MsgType.DETACH, {"job": job}, timeout_s)
 
 

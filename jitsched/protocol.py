@@ -44,6 +44,19 @@ class Entries:
         return f"Entries({self.fields!r})"
 
 
+class Fields:
+    """A schema kind: one map checked against ``fields`` (field -> (kind, required), as a
+    message's body is)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, tuple[Any, bool]]) -> None:
+        self.fields = fields
+
+    def __repr__(self) -> str:
+        return f"Fields({self.fields!r})"
+
+
 # A schedule body's flow entry: ``flow`` (flow_id), its bytes/s per slot ``rates_Bps``
 # from slot ``start_slot`` on (empty: no rates), and, for a flow with a strict-priority
 # rank, ``prio`` (0 first; the agent keeps a ranked flow past its rates, at zero, borrowing
@@ -56,8 +69,10 @@ IN_FLOW_ENTRY = {**FLOW_ENTRY, "src": (str, True)}
 # An agent heartbeat's counts since the agent started: schedule bodies (and register replies)
 # of a deposed leader refused ("fenced"), bodies older than the one held ignored ("stale"),
 # schedules dropped because the daemon went silent ("dropped"), daemon messages refused as
-# malformed ("bad_messages"), daemon processes it has met ("daemons").
-AGENT_COUNTS = ("fenced", "stale", "dropped", "bad_messages", "daemons")
+# malformed ("bad_messages"), daemon processes it has met ("daemons"), local requests
+# refused for their attach ticket ("tickets_refused": none, forged, expired, another job's,
+# host's or user's, or no ticket key yet).
+AGENT_COUNTS = ("fenced", "stale", "dropped", "bad_messages", "daemons", "tickets_refused")
 # Heartbeat fields an agent sends only to a daemon whose register reply lists them in its
 # "takes": a daemon refuses a field it does not know, so an agent newer than its daemon
 # leaves them out instead of having every heartbeat refused (and its host marked down).
@@ -74,6 +89,13 @@ CAP_ENTRY: dict[str, tuple[Any, bool]] = {"host": (str, True), "addr": (str, Tru
 # for the traffic it does not rank, and gives that traffic no more: a critical job's reserved
 # transfers go into or out of the host ([daemon] critical_floor).
 FLOOR_ENTRY: dict[str, tuple[Any, bool]] = {"epoch_ns": (int, True), "share": (NUM, True)}
+# An attach ticket (jitsched.tickets): the daemon's HMAC-SHA256 (hex ``mac``), under host
+# ``host``'s ticket key, letting local user ``uid`` name client-scoped job ``job`` to that
+# host's agent until the daemon's wall time ``expires_ns``. An ``attach_job`` reply carries
+# one when the request names a ``uid``; an agent's register reply carries its host's key
+# (``ticket_key``, hex) with which the agent checks the ``ticket`` of an ``attach``.
+TICKET: dict[str, tuple[Any, bool]] = {"job": (str, True), "host": (str, True), "uid": (int, True),
+                                       "expires_ns": (int, True), "mac": (str, True)}
 
 
 class Message(str):
@@ -161,8 +183,9 @@ MESSAGES: tuple[Message, ...] = (
     Message("background_finished", JOB, {"flow": (str, True)}),
     # before a job's connections are attached on ``host`` (``attach`` below): the daemon
     # checks the job is the sender's and answers with the addresses of the job's hosts
-    # that its cluster knows, {address: host}, for the agent to name each peer by
-    Message("attach_job", JOB, {"job_id": (str, True), "host": (str, True)}),
+    # that its cluster knows, {address: host}, for the agent to name each peer by; with
+    # ``uid``, the local user that will ask the agent, also a ``ticket`` (TICKET) for it
+    Message("attach_job", JOB, {"job_id": (str, True), "host": (str, True), "uid": (int, False)}),
     # a page of jobs: those submitted after seq ``after`` (default 0), at most ``limit``
     # (default and most: the daemon's status_page_jobs); the reply's next_after goes on.
     # replica: the answering process's own role, even a follower's (which answers every
@@ -227,9 +250,12 @@ MESSAGES: tuple[Message, ...] = (
     Message("unregister_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
     # a job's own processes (pids and their descendants), cgroup v2 directory or TCP
     # ports on the agent's host: exactly one of the three; ``peers`` maps a remote
-    # "address" or "address:port" to the host name its connections go to
+    # "address" or "address:port" to the host name its connections go to; ``ticket``: the
+    # daemon's (TICKET, from attach_job) for this job, host and the requester's uid, without
+    # which the agent refuses (ticket_refused)
     Message("attach", LOCAL, {"job": (str, True), "pids": (list, False), "cgroup": (str, False),
-                              "ports": (list, False), "peers": (dict, False)}),
+                              "ports": (list, False), "peers": (dict, False),
+                              "ticket": (Fields(TICKET), False)}),
     Message("detach", LOCAL, {"job": (str, True)}),
 )
 if len({m for m in MESSAGES}) != len(MESSAGES):
@@ -278,6 +304,9 @@ class ErrorCode:
     # a replica that is not the leader (or a leader deposed): the message names the leader's
     # endpoints (:func:`leader_named`), or says no leader is elected yet
     NOT_LEADER = "not_leader"
+    # a local request to an agent naming a job without a valid attach ticket (none, forged,
+    # expired, another job's, host's or user's), or before the agent has its ticket key
+    TICKET_REFUSED = "ticket_refused"
     INTERNAL = "internal"
 
 
@@ -562,6 +591,9 @@ def _check_fields(schema: dict[str, tuple[Any, bool]], body: dict, where: str, w
         elif isinstance(kind, Entries):
             ok = isinstance(val, list)
             name = "list"
+        elif isinstance(kind, Fields):
+            ok = isinstance(val, dict)
+            name = "dict"
         else:
             ok = isinstance(val, kind) and not (kind is int and isinstance(val, bool))
             name = kind.__name__
@@ -574,6 +606,8 @@ def _check_fields(schema: dict[str, tuple[Any, bool]], body: dict, where: str, w
                     raise ProtocolError(ErrorCode.INVALID_BODY,
                                         f"{where}{key}[{i}]: expected dict, got {type(entry).__name__}")
                 _check_fields(kind.fields, entry, f"{where}{key}[{i}].", f"{what} {key}")
+        elif isinstance(kind, Fields):
+            _check_fields(kind.fields, val, f"{where}{key}.", f"{what} {key}")
 
 
 def decode_reply(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Reply:

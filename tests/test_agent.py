@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 import threading
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jitsched import tickets
 from jitsched.agents.agent import (
     TCP_RTO_MAX_MS,
     TCP_RTO_MIN_US,
@@ -121,7 +123,8 @@ def test_schedules_are_idempotent_by_seq():
     a._install(_schedule(3) | {"seq": 3})  # same seq: ignored
     assert a.schedule is held and a.seq == 3
     # only the older one counts as stale: the daemon's status shows it (its heartbeat's counts)
-    assert a.stale == 1 and a.counts() == {"fenced": 0, "stale": 1, "dropped": 0, "bad_messages": 0, "daemons": 0}
+    assert a.stale == 1 and a.counts() == {"fenced": 0, "stale": 1, "dropped": 0, "bad_messages": 0, "daemons": 0,
+                                       "tickets_refused": 0}
 
 
 def _sink():
@@ -474,7 +477,8 @@ def test_agent_follows_a_restarted_daemon():
         assert a.seq == 1 and a.schedule["incarnation"] == 222 and a.daemons == 2
         # this one takes them: the older body of the first daemon counted
         _, hb, _ = fake.recv("heartbeat")
-        assert hb.body["counts"] == {"fenced": 0, "stale": 1, "dropped": 0, "bad_messages": 0, "daemons": 2}
+        assert hb.body["counts"] == {"fenced": 0, "stale": 1, "dropped": 0, "bad_messages": 0, "daemons": 2,
+                                     "tickets_refused": 0}
         # the daemon goes silent: past its heartbeat timeout the plan is no longer enforced
         assert wait_until(lambda: a.schedule is None, 5.0) and a.dropped == 1
         _, rates, left = a.slot_rates()
@@ -757,8 +761,13 @@ def test_register_flow_of_a_unix_socket_is_refused_and_the_agent_keeps_running(a
 
 
 def test_attach_of_a_cgroup_path_with_a_nul_byte_is_refused_and_the_agent_keeps_running(agent):
+    # the daemon's ticket passes (the agent holds its host's key as a register reply gives
+    # it): the body is the agent's to refuse
+    secret = tickets.daemon_secret()
+    agent.ticket_key = tickets.host_key(secret, agent.host)
+    ticket = tickets.issue(secret, "j", agent.host, os.geteuid(), time.time_ns() + 10**12)
     with pytest.raises(RemoteError) as e:
-        attach(agent.local_name, "j", cgroup="/sys/fs/cgroup/x\0y", timeout_s=2.0)
+        attach(agent.local_name, "j", cgroup="/sys/fs/cgroup/x\0y", ticket=ticket, timeout_s=2.0)
     assert e.value.code == "invalid_body"
     assert agent.running and agent.failure is None, agent.failure
 

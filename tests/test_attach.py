@@ -180,6 +180,11 @@ def system(backend: str = "record", backend_options: dict | None = None, allowed
         d.stop()
 
 
+def _ticket(c: Client, job: str = "j", host: str = "h0", uid: int | None = None) -> dict:
+    """The daemon's attach ticket for ``job`` on ``host`` and local user ``uid`` (default: this one)."""
+    return c.attach_job(job, host, uid=os.geteuid() if uid is None else uid)["ticket"]
+
+
 def _given(a: Agent) -> dict[str, object]:
     """The attached connections the record backend was last given, by flow id."""
     return {f.flow_id: f for f in a.backend.last if "/@" in f.flow_id}
@@ -194,9 +199,10 @@ def test_a_jobs_processes_connections_are_ranked_within_a_second_and_dropped_at_
     with loopback_sink() as port, system() as (d, a, c):
         peers = {f"127.0.0.1:{port}": "h1"}
         assert c.attach_job("j", "h0") == {"job_id": "j", "host": "h0", "peers": {}, "hosts": ["h0", "h1"]}
+        assert set(c.attach_job("j", "h0", uid=os.geteuid())) == {"job_id", "host", "peers", "hosts", "ticket"}
         child = Child()
         try:
-            got = attach(a.local_name, "j", pids=[child.p.pid], peers=peers)
+            got = attach(a.local_name, "j", pids=[child.p.pid], peers=peers, ticket=_ticket(c))
             assert got == {"job": "j", "attachments": 1, "conns": 0}
             # a connection opened after the attach: classified within 1 s, at the job's level
             t0 = time.monotonic()
@@ -238,7 +244,7 @@ def test_a_connection_to_an_unknown_peer_is_counted_not_classified_and_detach_fo
     with loopback_sink() as port, system() as (d, a, c):
         child = Child()
         try:
-            attach(a.local_name, "j", pids=[child.p.pid])  # no peer map: h1 unknown
+            attach(a.local_name, "j", pids=[child.p.pid], ticket=_ticket(c))  # no peer map: h1 unknown
             _, lport = child.connect("127.0.0.1", port)
             assert wait_until(lambda: a.attached.summary()["jobs"]["j"]["unmapped"] == 1, 1.0)
             time.sleep(0.3)
@@ -257,7 +263,7 @@ def test_attach_by_port_and_by_cgroup():
         child = Child()
         try:
             # by the server's port: every connection to it (the sink's accepted ends too)
-            attach(a.local_name, "j", ports=[port], peers=peers)
+            attach(a.local_name, "j", ports=[port], peers=peers, ticket=_ticket(c))
             _, lport = child.connect("127.0.0.1", port)
             assert wait_until(lambda: _fid(lport, port) in _given(a), 1.0)
             detach(a.local_name, "j")
@@ -265,7 +271,7 @@ def test_attach_by_port_and_by_cgroup():
             # by a cgroup the process is moved into
             path.mkdir()
             (path / "cgroup.procs").write_text(str(child.p.pid))
-            attach(a.local_name, "j", cgroup=str(path), peers=peers)
+            attach(a.local_name, "j", cgroup=str(path), peers=peers, ticket=_ticket(c))
             assert wait_until(lambda: _fid(lport, port) in _given(a), 1.0)
             _, lport2 = child.connect("127.0.0.1", port)
             assert wait_until(lambda: _fid(lport2, port) in _given(a), 1.0)
@@ -298,14 +304,15 @@ def test_bad_attach_requests_are_refused_with_their_reason_and_the_agent_keeps_r
             ]
             for kw, code, words in cases:
                 with pytest.raises(RemoteError) as e:
-                    attach(a.local_name, "j", **kw)
+                    attach(a.local_name, "j", **kw, ticket=_ticket(c))
                 assert e.value.code == code and words in e.value.message, e.value
             # another user's process, asked by that user: the agent serves it (an allowed
             # uid) but refuses it a process of root's; its own it may attach
             mine = os.getpid()
-            assert as_user(nobody, lambda: attach(a.local_name, "j", pids=[mine])) == (
+            theirs_ticket = _ticket(c, uid=nobody)  # asked in this process: the child only talks to the agent
+            assert as_user(nobody, lambda: attach(a.local_name, "j", pids=[mine], ticket=theirs_ticket)) == (
                 f"forbidden pid {mine} belongs to uid 0, not to uid {nobody}")
-            assert as_user(nobody, lambda: attach(a.local_name, "j", pids=[theirs.pid])) == str(
+            assert as_user(nobody, lambda: attach(a.local_name, "j", pids=[theirs.pid], ticket=theirs_ticket)) == str(
                 {"job": "j", "attachments": 1, "conns": 0})
             # a job this client does not own, or that does not exist: the daemon refuses
             with pytest.raises(RemoteError) as e:
@@ -318,7 +325,7 @@ def test_bad_attach_requests_are_refused_with_their_reason_and_the_agent_keeps_r
             # and a good request still works
             child = Child()
             try:
-                attach(a.local_name, "j", pids=[child.p.pid], peers={f"127.0.0.1:{port}": "h1"})
+                attach(a.local_name, "j", pids=[child.p.pid], peers={f"127.0.0.1:{port}": "h1"}, ticket=_ticket(c))
                 _, lport = child.connect("127.0.0.1", port)
                 assert wait_until(lambda: _fid(lport, port) in _given(a), 1.0)
             finally:
@@ -349,7 +356,7 @@ def test_tc_backend_installs_and_removes_the_u32_filter_of_an_attached_connectio
         child = Child(["ip", "netns", "exec", ns0])
         try:
             assert sink.stdout.readline().strip() == "ready"
-            attach(a.local_name, "j", pids=[child.p.pid], peers={PAIR_ADDRS[1]: "h1"})
+            attach(a.local_name, "j", pids=[child.p.pid], peers={PAIR_ADDRS[1]: "h1"}, ticket=_ticket(c))
             _, lport = child.connect(PAIR_ADDRS[1], 5301)
             ports = f"{lport:04x}{5301:04x}/ffffffff at 20"
 
@@ -410,7 +417,7 @@ def test_a_registered_v4_mapped_socket_keeps_its_registration_and_is_not_attache
             # the flow's endpoints are the IPv4 connection's, as sock_diag and u32 name them
             assert (lf.src_addr, lf.dst_addr) == ("127.0.0.1", "127.0.0.1"), (lf.src_addr, lf.dst_addr)
             # attached by port too: the registered connection keeps its registration
-            attach(a.local_name, "j", ports=[port], peers={"127.0.0.1": "h1"})
+            attach(a.local_name, "j", ports=[port], peers={"127.0.0.1": "h1"}, ticket=_ticket(c))
             time.sleep(0.8)
             assert _fid(lport, port) not in _given(a), sorted(_given(a))
             ctrl.close()

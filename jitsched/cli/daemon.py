@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -89,7 +90,8 @@ def _check_host(host: str) -> None:
 AGENT_COUNT_WORDS = {"fenced": ("refused", "message", "of a deposed leader"),
                      "stale": ("ignored", "schedule", "older than its own"),
                      "dropped": ("dropped its schedule in", "silence", "of the daemon"),
-                     "bad_messages": ("refused", "malformed daemon message", "")}
+                     "bad_messages": ("refused", "malformed daemon message", ""),
+                     "tickets_refused": ("refused", "local request", "without a valid ticket")}
 
 
 def _agent_counts(counts: dict) -> str:
@@ -611,7 +613,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     check_endpoint(args.daemon, "--daemon")
     with Client(args.daemon, timeout_s=args.timeout_s, keys=args.keys, key_name=args.key_name) as c:
         try:
-            known = c.attach_job(args.job, args.host)
+            # the ticket is for this user: the agent checks it against the caller's uid
+            known = c.attach_job(args.job, args.host, uid=os.geteuid())
         except TimeoutError as exc:
             print(f"jitsched attach: {exc}", file=sys.stderr)
             return 1
@@ -626,7 +629,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         got = detach(where, flow_job, timeout_s=args.timeout_s)
     else:
         got = attach(where, flow_job, pids=args.pid or None, cgroup=args.cgroup, ports=args.port or None,
-                     peers=known["peers"] | peers, timeout_s=args.timeout_s)
+                     peers=known["peers"] | peers, ticket=known.get("ticket"), timeout_s=args.timeout_s)
     if args.json:
         emit_json(got)
     elif args.detach:

@@ -357,19 +357,40 @@ class Client:
         """The announced flow ``flow`` ended; ``{"held": bool}`` (False: the daemon no longer had it)."""
         return self.request(MsgType.BACKGROUND_FINISHED, {"flow": flow})
 
-    def attach_job(self, job_id: str, host: str) -> dict:
+    def attach_job(self, job_id: str, host: str, uid: int | None = None) -> dict:
         """Ask whether this client may attach job ``job_id``'s connections on ``host``.
 
-        Returns ``{"job_id", "host", "peers": {address: host}}``, the addresses
-        of the job's hosts the daemon's cluster knows (for :func:`jitsched.localreg.attach`).
+        Parameters
+        ----------
+        job_id : str
+            The job's id as this client submitted it.
+        host : str
+            The host whose agent is to attach the job's processes.
+        uid : int, optional
+            The local user (on ``host``) that will send the agent the ``attach``
+            request, usually ``os.geteuid()``: the reply then carries the ticket
+            the agent wants for it. None: no ticket (the ownership check and the
+            addresses only).
+
+        Returns
+        -------
+        dict
+            ``{"job_id", "host", "peers": {address: host}, "hosts"}``: the id the
+            job's flows go by (client-scoped), the addresses of the job's hosts the
+            daemon's cluster knows and the job's hosts; with ``uid``, ``"ticket"``
+            too, valid the daemon's ``attach_ticket_s`` (for
+            :func:`jitsched.localreg.attach`).
 
         Raises
         ------
         RemoteError
-            ``unknown_job`` (no such job, or it ended), ``forbidden`` (another
-            client's key submitted it) or ``unknown_host``.
+            ``unknown_job`` (no such job, another client's, or it ended) or
+            ``unknown_host``.
         """
-        return self.request(MsgType.ATTACH_JOB, {"job_id": job_id, "host": host})
+        body: dict = {"job_id": job_id, "host": host}
+        if uid is not None:
+            body["uid"] = int(uid)
+        return self.request(MsgType.ATTACH_JOB, body)
 
     def status(self, *, after: int | None = None, limit: int | None = None) -> dict:
         """Jobs, agents and the last plan summary.

@@ -397,7 +397,7 @@ class Trainer:
         """Register the template (or, for a job registered elsewhere, find it); then attach.
         Returns (client, seconds to wait before trying again: 0 when done)."""
         if self.template is None:
-            client, rep = self._call(client, "attach_job", self.job_id, self.options.host or "")
+            client, rep = self._call(client, "attach_job", self.job_id, self.options.host or "", os.geteuid())
             if isinstance(rep, RemoteError) and rep.code == ErrorCode.UNKNOWN_HOST and not self.options.host:
                 self._registered = True  # the job is there, and no host to attach on: done
                 self.stats.state = "ok"
@@ -414,7 +414,7 @@ class Trainer:
             self._registered = True
             self.stats.state = "ok"
             self.flow_job = rep["job_id"]
-            self._attach(rep.get("peers", {}))
+            self._attach(rep.get("peers", {}), rep.get("ticket"))
             return client, 0.0
         client, rep = self._call(client, "request", MsgType.REGISTER_TEMPLATE, {"job": self.template})
         if isinstance(rep, RemoteError):
@@ -435,9 +435,9 @@ class Trainer:
         self.stats.registrations += 1
         self.stats.state = "ok"
         if self.options.host and not self.stats.attached:
-            client, known = self._call(client, "attach_job", self.job_id, self.options.host)
+            client, known = self._call(client, "attach_job", self.job_id, self.options.host, os.geteuid())
             if isinstance(known, dict):
-                self._attach(known.get("peers", {}))
+                self._attach(known.get("peers", {}), known.get("ticket"))
             elif isinstance(known, RemoteError):
                 self.stats.attach_error = str(known)
         return client, 0.0
@@ -446,7 +446,8 @@ class Trainer:
         # the id the daemon holds this client's job by (jobs.scoped_id): "<key name>:<id>" with keys
         return f"{self.options.key_name}:{self.job_id}" if self.options.keys is not None else self.job_id
 
-    def _attach(self, peers: Mapping[str, str]) -> None:
+    def _attach(self, peers: Mapping[str, str], ticket: dict | None) -> None:
+        """Attach this process on the options' host with the daemon's ``ticket`` for this user."""
         from jitsched.localreg import LocalSocketError, attach, local_address
 
         o = self.options
@@ -455,7 +456,7 @@ class Trainer:
         where = local_address(o.host, o.agent_namespace, o.agent_dir)
         try:
             attach(where, self.flow_job or self.job_id, pids=[os.getpid()], peers=dict(peers) | dict(o.peers),
-                   timeout_s=o.request_timeout_s)
+                   ticket=ticket, timeout_s=o.request_timeout_s)
         except (OSError, LocalSocketError, RemoteError, JitschedError) as exc:
             self.stats.attach_error = f"{type(exc).__name__}: {exc}"
             log.info("event=sdk_not_attached job=%s host=%s why=%r", self.job_id, o.host, self.stats.attach_error)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
+from jitsched import tickets
 from jitsched.config import ANONYMOUS, INCREMENTAL, DaemonConfig, check_endpoints, check_exposure
 from jitsched.daemon.conns import TRACK_BYTES, Connections, ReplyQueues, open_fds, raise_fd_limit
 from jitsched.daemon.jobs import Prepared
@@ -286,6 +287,9 @@ class Daemon:
         # with a journal, the jobs a killed daemon ran come back with their progress
         self.journal = store if store is not None else Journal(config.journal) if config.journal else None
         self.state = SchedulerState(config, journal=self.journal, epoch=epoch)
+        if self.keys is not None:
+            # every replica and restart holding this key signs attach tickets alike
+            self.state.ticket_secret = tickets.daemon_secret(self.keys.secret)
         self.leading = leading
         self.config = self.state.config  # with the hosts that had joined, from the journal
         self.state.on_cluster = self._cluster_changed

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from jitsched import tickets
 from jitsched.config import ALLOW_LIST, DaemonConfig
 from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.background import BackgroundTable
@@ -98,6 +99,9 @@ class SchedulerState:
         # the daemon clock counts seconds from here; agents get epochs in wall-clock ns
         self.t0_wall_s = time.time() if t0_wall_s is None else t0_wall_s
         self.incarnation = secrets.randbits(63) or 1  # fits sqlite's and msgpack's int64
+        # signs attach tickets (jitsched.tickets); the server replaces it with one derived from
+        # its CURVE key, which replicas and restarts sharing the key directory derive alike
+        self.ticket_secret = tickets.daemon_secret()
         self.job_registry = JobRegistry(config)
         self.background = BackgroundTable(config)
         self.plan_book = PlanBook(config, self.job_registry, self.t0_wall_s, self.background)
@@ -603,7 +607,9 @@ class SchedulerState:
         """Whether client ``peer`` may attach job ``job_id``'s connections on ``host``: the job
         is its own and running, the host is in the cluster. Returns the addresses the cluster
         gives the job's hosts, ``{"peers": {address: host}}``, for the agent to name peers by,
-        and the job's hosts, ``"hosts"`` (sorted names)."""
+        and the job's hosts, ``"hosts"`` (sorted names). With ``uid`` (the local user that
+        will ask the agent), also ``"ticket"``: the agent attaches nothing without it
+        (:func:`jitsched.tickets.issue`, valid ``attach_ticket_s``)."""
         js = self.job_registry.job(body["job_id"], peer, now)
         if isinstance(js, Reject):
             return js
@@ -614,7 +620,13 @@ class SchedulerState:
             return Reject(ErrorCode.UNKNOWN_HOST, f"host {body['host']!r} is not in the cluster")
         names = {t.src for t in js.job.transfers} | {t.dst for t in js.job.transfers}
         peers = {h.address: h.name for h in cluster.hosts if h.name in names and h.address}
-        return {"job_id": js.job.id, "host": body["host"], "peers": peers, "hosts": sorted(names)}
+        reply = {"job_id": js.job.id, "host": body["host"], "peers": peers, "hosts": sorted(names)}
+        if "uid" in body:
+            if body["uid"] < 0:
+                return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
+            expires_ns = int((self.t0_wall_s + now + self.config.attach_ticket_s) * 1e9)
+            reply["ticket"] = tickets.issue(self.ticket_secret, js.job.id, body["host"], body["uid"], expires_ns)
+        return reply
 
     def status(self, body: dict, now: float) -> dict | Reject:
         """Jobs, agents and a summary of the last plan; the jobs a page at a time.
@@ -713,6 +725,10 @@ class SchedulerState:
             self._set_cluster(got)
         back = host in self.hosts.absent or host not in self.hosts.members
         reply = self.agent_table.register(identity, body, now, peer)
+        # the key the agent checks attach tickets with (its host's only), on the channel only
+        # that host's key may register on
+        if isinstance(reply, dict):
+            reply["ticket_key"] = tickets.host_key(self.ticket_secret, host).hex()
         # critical jobs admitted from now on are reserved on what the agent can give them;
         # the journal keeps it, so that a restarted daemon reserves its critical jobs again on
         # it before their agents register
