@@ -24,11 +24,7 @@ from jitsched.agents.agent import Agent, LocalFlow, load_backend
 from jitsched.agents.options import AgentOptions
 from jitsched.client.runner import JobRunner
 from jitsched.client.transfer import TransferSink
-from jitsched.config import DaemonConfig
-from jitsched.daemon import Daemon
-from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster
-from jitsched.demo import FULL, demo_jobs
 from jitsched.protocol import flow_entry
 
 SCHEDULE_FLOWS = (100, 1000, 4000)  # flows a host's schedule lists (a ResNet152 job alone: 2020)
@@ -36,6 +32,11 @@ SCHEDULE_FLOWS = (100, 1000, 4000)  # flows a host's schedule lists (a ResNet152
 
 def job_alone(model: str, with_agents: bool, backend: str = "pacing") -> dict:
     """One demo-scale ``model`` job alone on loopback (daemon, 4 agents, sinks); JCT and the ideal, seconds."""
+    from jitsched.config import DaemonConfig
+    from jitsched.daemon import Daemon
+    from jitsched.daemon.server import wait_until
+    from jitsched.demo import FULL, demo_jobs
+
     scale = FULL
     cluster = Cluster.uniform(scale.hosts, bps=scale.link_mbit * 1e6)
     cfg = DaemonConfig(cluster=cluster, job_endpoint="tcp://127.0.0.1:*", agent_endpoint="tcp://127.0.0.1:*",

@@ -15,6 +15,7 @@ Usage: ``python bench/bench_bound.py [--instances 200] [--first 0] [--json]``.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import random
@@ -24,30 +25,40 @@ import time
 import numpy as np
 
 from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload
-from jitsched.plan.alloc import priority_greedy
-from jitsched.plan.bound import lower_bound_mean_jct
-from jitsched.policies import POLICIES
-from jitsched.policies.base import Allocation, Policy, SchedulerView
-from jitsched.sim import simulate
 
 GBPS = 1e9  # the instances' link rate, bits/s
 
 
-class JobOrder(Policy):
-    """Strict priority by a fixed job order (``rank``: job index -> rank), work-conserving."""
+@functools.cache
+def job_order_policy() -> type:
+    """The policy class of a fixed strict job order (built on first use: the policies import SciPy)."""
+    from jitsched.plan.alloc import priority_greedy
+    from jitsched.policies.base import Allocation, Policy
 
-    name = ""
-    needs_dag = True
+    class JobOrder(Policy):
+        """Strict priority by a fixed job order (``rank``: job index -> rank), work-conserving."""
 
-    def __init__(self, rank: dict[int, int]) -> None:
-        self.rank = rank
+        name = ""
+        needs_dag = True
 
-    def allocate(self, view: SchedulerView) -> Allocation:
-        f = view.flows
-        key = np.array([self.rank.get(int(j), len(self.rank)) for j in f.job])
-        order = np.lexsort((f.node, key))
-        return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,
-                                          view.cluster.ingress_Bps))
+        def __init__(self, rank: dict[int, int]) -> None:
+            self.rank = rank
+
+        def allocate(self, view) -> Allocation:
+            f = view.flows
+            key = np.array([self.rank.get(int(j), len(self.rank)) for j in f.job])
+            order = np.lexsort((f.node, key))
+            return Allocation(priority_greedy(order, f.src, f.dst, view.cluster.egress_Bps,
+                                              view.cluster.ingress_Bps))
+
+    return JobOrder
+
+
+def lower_bound_mean_jct(wl: Workload) -> float:
+    """:func:`jitsched.plan.bound.lower_bound_mean_jct` of ``wl`` (seconds), imported on first use."""
+    from jitsched.plan.bound import lower_bound_mean_jct as bound
+
+    return bound(wl)
 
 
 def random_workload(rng: random.Random, n_jobs: int, n_hosts: int) -> Workload:
@@ -83,7 +94,11 @@ def instance(seed: int) -> Workload:
 
 def best_found(wl: Workload) -> float:
     """The least mean JCT (seconds) of ``wl`` under every strict job order and every registered policy."""
-    found = [float(np.mean(simulate(wl, JobOrder({j: r for r, j in enumerate(p)})).jct_s))
+    from jitsched.policies import POLICIES
+    from jitsched.sim import simulate
+
+    job_order = job_order_policy()
+    found = [float(np.mean(simulate(wl, job_order({j: r for r, j in enumerate(p)})).jct_s))
              for p in itertools.permutations(range(len(wl.jobs)))]
     found += [float(np.mean(simulate(wl, name).jct_s)) for name in POLICIES]
     return min(found)

@@ -9,14 +9,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from jitsched.daemon.jobs import isolated_jct_s
 from jitsched.dag.model import Workload
 from jitsched.errors import ValidationError
-from jitsched.plan.reserve import ReservationBook, ReserveOptions, job_windows
-from jitsched.policies.base import make_policy
-from jitsched.policies.reserved import Reserved
-from jitsched.sim import Simulator
-from jitsched.sim.isolated import isolated_run
 from jitsched.workloads.paper import generate_workload
 
 POLICIES = ("jit", "sincronia")
@@ -77,6 +71,8 @@ def classed_workload(wl: Workload, critical: float, best_effort: float, seed: in
 
 def isolated_jcts(wl: Workload) -> np.ndarray:
     """Each DL job's JCT alone in the cluster (simulated under the default jit, no background), seconds."""
+    from jitsched.sim.isolated import isolated_run
+
     return np.array([isolated_run(j, wl.cluster).jct_s for j in wl.jobs])
 
 
@@ -90,6 +86,8 @@ def measure(opts: ClassesOptions) -> list[dict]:
         ``critical_over_isolated_max``, ``normal_p99_slowdown``, ``best_effort_p99_slowdown``,
         ``best_effort_max_slowdown``, ``files_mean_slowdown``.
     """
+    from jitsched.sim import Simulator
+
     rows = []
     for load in opts.loads:
         for seed in opts.seeds:
@@ -126,6 +124,8 @@ def bunched(wl: Workload, gap_s: float) -> Workload:
 def exclusive_admits(wl: Workload) -> np.ndarray:
     """Which critical jobs port exclusivity admits, in arrival order: a job none of whose
     ports an admitted critical job holds (for its isolated JCT lower bound after its arrival)."""
+    from jitsched.daemon.jobs import isolated_jct_s
+
     cl = wl.cluster
     held: dict[tuple[int, int], float] = {}
     ok = np.zeros(len(wl.jobs), dtype=bool)
@@ -154,6 +154,12 @@ def measure_shared(opts: ClassesOptions) -> list[dict]:
         ``normal_p99_slowdown``, ``best_effort_p99_slowdown``, ``exclusive_critical_over_isolated_max``
         (admitted by exclusivity, the default jit alone), ``refused_bottlenecks``.
     """
+    from jitsched.plan.reserve import ReservationBook, ReserveOptions, job_windows
+    from jitsched.policies.base import make_policy
+    from jitsched.policies.reserved import Reserved
+    from jitsched.sim import Simulator
+    from jitsched.sim.isolated import isolated_run
+
     rows = []
     ropts = ReserveOptions(eps=opts.eps, slot_s=opts.slot_s)
     for load in opts.loads:

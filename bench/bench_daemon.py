@@ -16,6 +16,7 @@ import statistics
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zmq
@@ -23,12 +24,13 @@ import zmq
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
 from jitsched.client import Client
-from jitsched.config import ClientQuota, DaemonConfig
-from jitsched.daemon import Daemon
-from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster, Compute, Job, Transfer
 from jitsched.protocol import MsgType, decode_any, encode_request
 from jitsched.workloads.synth import layer_chain_job
+
+if TYPE_CHECKING:
+    from jitsched.config import DaemonConfig
+    from jitsched.daemon import Daemon
 
 # 1000 agents in one process could not keep heartbeating (30 s timeout) while each full
 # re-solve pushed all of them a body on this 2-core machine: they went down by the
@@ -38,6 +40,8 @@ GOALS = {"submit_to_ack_p99_s": 0.050, "submissions_per_s": 500.0, "fanout_1000_
 
 
 def _cfg(n_hosts: int, **kw) -> DaemonConfig:
+    from jitsched.config import DaemonConfig
+
     base = dict(cluster=Cluster.uniform(n_hosts), job_endpoint="tcp://127.0.0.1:*",
                 agent_endpoint="tcp://127.0.0.1:*", heartbeat_s=1.0, heartbeat_timeout_s=30.0,
                 resend_s=0.5)
@@ -46,6 +50,9 @@ def _cfg(n_hosts: int, **kw) -> DaemonConfig:
 
 def _start(cfg: DaemonConfig) -> Daemon:
     """A daemon, warm: its planner process (if any) has started and takes plans."""
+    from jitsched.daemon import Daemon
+    from jitsched.daemon.server import wait_until
+
     d = Daemon(cfg).start()
     assert wait_until(lambda: d.planner is None or d.planner.started, 60)
     return d
@@ -85,6 +92,8 @@ def _acking_main(names: list[str], endpoint: str, conn) -> None:
 
 def _agents_main(names: list[str], endpoint: str, conn) -> None:
     """Child process: one record-backend agent per host until the parent says stop."""
+    from jitsched.daemon.server import wait_until
+
     agents = [Agent(h, endpoint, AgentOptions(backend="record"),
                     local_namespace=f"bench{id(conn)}").start() for h in names]
     try:
@@ -101,6 +110,8 @@ class _Agents:
     processes of at most ``AGENTS_PER_PROCESS`` agents each."""
 
     def __init__(self, names: list[str], endpoint: str, in_process: bool, bare: int = 0) -> None:
+        from jitsched.daemon.server import wait_until
+
         self.local: list[Agent] = []
         self.procs: list = []
         self.conns: list = []
@@ -153,6 +164,8 @@ def submit_to_ack(n_jobs: int, repeats: int, n_hosts: int, seed: int = 0,
     admits an arrival by a ranked increment and ranks it in place by the joint
     re-solve that increment triggers).
     """
+    from jitsched.daemon.server import wait_until
+
     rng = np.random.default_rng(seed)
     names = [f"h{i}" for i in range(n_hosts)]
     extra = {} if policy is None else {"policy": policy}
@@ -399,6 +412,9 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
     (agents sent a body). The receiving sockets live in ``receivers`` child
     processes unless ``agents_in_process``.
     """
+    from jitsched.config import ClientQuota
+    from jitsched.daemon.server import wait_until
+
     # The receivers are bare sockets that never heartbeat: at 10,000 they take longer to
     # register than the 30 s timeout, and all went down before the first round. They ack
     # once a round is over (so that they are not the bottleneck), later than the 0.5 s
@@ -547,6 +563,9 @@ def joint_resolve(n_jobs: int, n_hosts: int, repeats: int, seed: int = 0, policy
     its default policy).
     """
     import resource
+
+    from jitsched.config import ClientQuota
+    from jitsched.daemon.server import wait_until
 
     rng = np.random.default_rng(seed)
     names = [f"h{i}" for i in range(n_hosts)]

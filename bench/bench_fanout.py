@@ -12,8 +12,6 @@ import numpy as np
 
 from jitsched.bench.bench_daemon import fanout, joint_resolve
 from jitsched.dag.model import Cluster
-from jitsched.plan import lppool
-from jitsched.plan.planner import PlanOptions, plan_jobs
 from jitsched.workloads.synth import layer_chain_job
 
 GOALS = {"fanout_s": 0.5, "resolve_s": 0.5}
@@ -24,6 +22,8 @@ RECEIVERS_PER_PROCESS = 2500  # bare agent sockets per receiving process (bench_
 def lp_same_plan(n_jobs: int, n_hosts: int, workers: int, seed: int = 0) -> dict:
     """One joint plan of ``n_jobs`` VGG16 jobs (jit-paper's LP options) with one LP worker
     and with ``workers``: whether the plans are the same bit for bit, and each one's wall time."""
+    from jitsched.plan.planner import PlanOptions, plan_jobs
+
     rng = np.random.default_rng(seed)
     cluster = Cluster.uniform(n_hosts)
     names = cluster.names
@@ -46,6 +46,8 @@ def lp_same_plan(n_jobs: int, n_hosts: int, workers: int, seed: int = 0) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jitsched.plan import lppool
+
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--agents", type=int, default=10_000, help="fan-out: agents (bare DEALER sockets)")
     ap.add_argument("--jobs", type=int, default=1000, help="re-solve: VGG16 jobs")

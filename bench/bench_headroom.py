@@ -31,6 +31,7 @@ Usage: ``python bench/bench_headroom.py [--bps 1e10] [--seeds 10] [--passes 1]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -39,9 +40,6 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from jitsched.bench.paper.regimes import LOAD, N_HOSTS, N_JOBS, ci95
-from jitsched.plan.bound import lp_job_jcts
-from jitsched.policies.jit import JitPolicy
-from jitsched.sim import simulate
 from jitsched.workloads.paper import generate_workload
 
 FACTORS = (0.25, 4.0, 0.5, 2.0)
@@ -49,25 +47,36 @@ LP_EXPONENTS = (1.0, 4.0, 16.0, 64.0)
 LP_SPREADS = (10.0, 1000.0)
 
 
-class WeightedJit(JitPolicy):
-    """The default jit with each job's size in its keys times a fixed factor (``factor``, per job index)."""
+@functools.cache
+def weighted_jit() -> type:
+    """The class of jit with per-job size factors (built on first use: the policies import SciPy)."""
+    from jitsched.policies.jit import JitPolicy
 
-    factor: np.ndarray | None = None
+    class WeightedJit(JitPolicy):
+        """The default jit with each job's size in its keys times a fixed factor (``factor``, per job index)."""
 
-    def _job_scales(self, dag, n_hosts: int) -> np.ndarray:
-        base = super()._job_scales(dag, n_hosts)
-        return base if self.factor is None else base * self.factor
+        factor: np.ndarray | None = None
+
+        def _job_scales(self, dag, n_hosts: int) -> np.ndarray:
+            base = super()._job_scales(dag, n_hosts)
+            return base if self.factor is None else base * self.factor
+
+    return WeightedJit
 
 
 def weighted_mean_jct(workload, factor: np.ndarray | None, seed: int) -> float:
     """Mean JCT (seconds) of ``workload``'s jobs under jit with per-job ``factor`` (None: jit itself)."""
-    p = WeightedJit()
+    from jitsched.sim import simulate
+
+    p = weighted_jit()()
     p.factor = factor
     return float(np.mean(simulate(workload, p, seed=seed).jct_s))
 
 
 def search(task: tuple[float, int, int, int, tuple[float, ...]]) -> dict:
     """One workload (rate, seed, jobs): Sincronia's and jit's mean JCT and the best the search found."""
+    from jitsched.sim import simulate
+
     bps, seed, n_jobs, passes, factors = task
     t0 = time.perf_counter()
     wl = generate_workload(LOAD, n_jobs=n_jobs, n_hosts=N_HOSTS, bps=bps, seed=seed)
@@ -97,6 +106,8 @@ def search(task: tuple[float, int, int, int, tuple[float, ...]]) -> dict:
 def lp_orders(task: tuple[float, int, int, tuple[float, ...], tuple[float, ...]]) -> dict:
     """One workload (rate, seed, jobs): jit's mean JCT, and jit's with per-job factors read off
     the LP relaxation's solution (``--lp-order``), seconds."""
+    from jitsched.plan.bound import lp_job_jcts
+
     bps, seed, n_jobs, exponents, spreads = task
     t0 = time.perf_counter()
     wl = generate_workload(LOAD, n_jobs=n_jobs, n_hosts=N_HOSTS, bps=bps, seed=seed)

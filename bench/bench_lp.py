@@ -12,9 +12,6 @@ from dataclasses import replace
 import numpy as np
 
 from jitsched.dag.model import Cluster, compile_jobs
-from jitsched.plan import lp as lp_module
-from jitsched.plan.lp import LPOptions
-from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions, lp_deadlines, plan_jobs
 from jitsched.workloads.synth import random_vgg16_jobs
 
 PAPER = "paper (Gurobi): under 1 s up to 70 jobs"
@@ -34,6 +31,8 @@ VARIANTS = {
 
 def lp_inputs(plan, size: np.ndarray) -> tuple[tuple, dict]:
     """The arguments :func:`plan_jobs` gave the LP (no residuals, no ``min_lat_s``)."""
+    from jitsched.plan.planner import lp_deadlines
+
     dag, chosen, origin = plan.dag, plan.scheduled, plan.origin_s
     args = (dag.src[chosen], dag.dst[chosen], size[chosen],
             np.maximum(plan.lat.release[chosen] - origin, 0.0),
@@ -52,6 +51,10 @@ def quality(sol) -> dict:
 def run(n_jobs: int, n_hosts: int, repeat: int, variants: list[str], objective: str, slot_s: float,
         alpha: float, seed: int, time_limit_s: float = 600.0) -> dict:
     """Medians over ``repeat`` rounds; each round runs every variant once on the same inputs (interleaved)."""
+    from jitsched.plan import lp as lp_module
+    from jitsched.plan.lp import LPOptions
+    from jitsched.plan.planner import PlanOptions, plan_jobs
+
     cluster = Cluster.uniform(n_hosts, 1e9)
     dag = compile_jobs(random_vgg16_jobs(n_jobs, cluster.names, seed=seed), cluster)
     base = PlanOptions(slot_s=slot_s, alpha=alpha, objective=objective, time_limit_s=time_limit_s)
@@ -102,11 +105,16 @@ def main(argv=None) -> int:
     ap.add_argument("--each-max-jobs", type=int, default=1000,
                     help="run the lp-each variant (one LP per job) only up to this many jobs")
     ap.add_argument("--objective", default="balanced", choices=["balanced", "minmax"])
-    ap.add_argument("--slot-s", type=float, default=DEFAULT_SLOT_S)
+    ap.add_argument("--slot-s", type=float, default=None,
+                    help="slot length, seconds (default: the planner's, jitsched.plan.planner.DEFAULT_SLOT_S)")
     ap.add_argument("--alpha", type=float, default=0.4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.slot_s is None:
+        from jitsched.plan.planner import DEFAULT_SLOT_S
+
+        args.slot_s = DEFAULT_SLOT_S
     runs = []
     for spec in args.jobs:
         n, hosts = parse_size(spec, args.hosts)

@@ -24,7 +24,6 @@ from jitsched.client import Client
 from jitsched.dag.model import Background, parse_cluster
 from jitsched.plan.learn import learned_job
 from jitsched.protocol import LEADER, MsgType, decode_reply, encode_request
-from jitsched.sim.recurring import ESTIMATES, RecurringJob, simulate_recurring
 from jitsched.workloads.paper import MODELS, load_model_job
 
 # The issue's goal at full scale (500 jobs): each job at >= 5 iterations/s, the daemon
@@ -265,6 +264,8 @@ def convergence(models: list[str], iterations: int, policies: list[str], seed: i
     host with bulk files in and out of it (10 Gbit/s hosts), computes at their truth
     with ``NOISE`` noise.
     """
+    from jitsched.sim.recurring import ESTIMATES, RecurringJob, simulate_recurring
+
     n = jobs_per_model
     cl = parse_cluster({"hosts": [{"name": f"h{i}", "egress_bps": HOST_BPS, "ingress_bps": HOST_BPS}
                                   for i in range(n + 3)]})

@@ -15,7 +15,6 @@ import numpy as np
 from jitsched.bench.bench_lp import VARIANTS
 from jitsched.bench.common import pyplot, require_matplotlib
 from jitsched.dag.model import Cluster, compile_jobs
-from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions, plan_jobs
 from jitsched.workloads.synth import random_vgg16_jobs
 
 GOAL_EXPONENT = 1.2  # the goal: planning time grows at most as jobs^1.2
@@ -43,6 +42,8 @@ def instance(workload: str, n_jobs: int, n_hosts: int, seed: int):
 def measure(workload: str, n_jobs: int, n_hosts: int, variant: str, repeat: int, seed: int,
             alpha: float, slot_s: float) -> dict:
     """Median wall time of :func:`plan_jobs` (seconds) over ``repeat`` runs, and the last plan's figures."""
+    from jitsched.plan.planner import PlanOptions, plan_jobs
+
     dag, cluster, extra = instance(workload, n_jobs, n_hosts, seed)
     opts = PlanOptions(alpha=alpha, slot_s=slot_s, time_limit_s=None, **extra, **VARIANTS[variant])
     if repeat > 1:  # warm-up: first-call costs (HiGHS, numpy) are not the size's; large sizes swamp them
@@ -126,12 +127,17 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per point up to 1000 jobs/hosts (median); 1 above")
     ap.add_argument("--max-s", type=float, default=60.0, help="stop a series after a point slower than this")
     ap.add_argument("--alpha", type=float, default=0.4)
-    ap.add_argument("--slot-s", type=float, default=DEFAULT_SLOT_S)
+    ap.add_argument("--slot-s", type=float, default=None,
+                    help="slot length, seconds (default: the planner's, jitsched.plan.planner.DEFAULT_SLOT_S)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--figure", nargs="?", const="bench_scale.png", metavar="PATH",
                     help="draw the figure (default path bench_scale.png)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.slot_s is None:
+        from jitsched.plan.planner import DEFAULT_SLOT_S
+
+        args.slot_s = DEFAULT_SLOT_S
     if args.figure:
         require_matplotlib()  # before the long run, not after it
     series = []

@@ -11,8 +11,6 @@ import time
 import numpy as np
 
 from jitsched.bench.paper.workload import paper_workload
-from jitsched.policies import POLICIES
-from jitsched.sim import simulate
 
 GOAL_S = 60.0  # the goal: paper scale in <= 60 s per policy, planning excluded
 # planning: the policy's whole re-plans (jit: gather the unfinished jobs' sub-DAG, LAT, LP, install the plan)
@@ -20,6 +18,8 @@ GOAL_S = 60.0  # the goal: paper scale in <= 60 s per policy, planning excluded
 
 def run(workload, policy: str, repeat: int, seed: int) -> tuple[dict, np.ndarray]:
     """Medians over ``repeat`` runs of one policy (JCTs compared across runs), and the last run's JCTs (s)."""
+    from jitsched.sim import simulate
+
     walls, cpus, plans, allocs, events, jcts = [], [], [], [], [], []
     for k in range(repeat):
         cpu0 = time.process_time()
@@ -72,13 +72,17 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=200, help="DL jobs (paper scale: 1000)")
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--policies", default=",".join(POLICIES),
+    ap.add_argument("--policies", default=None,
                     help="comma-separated policy names (default: every registered policy)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per policy (medians)")
     ap.add_argument("--jct-out", help="write every job's and file's JCT per policy to this JSON file")
     ap.add_argument("--compare", help="report the largest relative JCT difference against this --jct-out file")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.policies is None:
+        from jitsched.policies import POLICIES
+
+        args.policies = ",".join(POLICIES)
 
     wl = paper_workload(args.jobs, n_hosts=args.hosts, seed=args.seed)
     rows, jcts = [], {}

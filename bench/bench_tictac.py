@@ -19,7 +19,6 @@ import numpy as np
 
 from jitsched.bench.common import median_time
 from jitsched.dag.model import TRANSFER, Cluster, compile_jobs
-from jitsched.policies.tictac import tictac_order, transfer_times
 from jitsched.workloads.paper import MODELS, load_shaped_job
 from jitsched.workloads.shapes import SHAPES
 
@@ -28,6 +27,8 @@ BPS = 1e10  # the mixed-shape point's link rate
 
 def shaped(model: str, shape: str, workers: int, servers: int):
     """One ``model`` job of ``shape`` on its own hosts: its compiled DAG and transfers' times (s)."""
+    from jitsched.policies.tictac import transfer_times
+
     n_servers = {"ps": 1, "ps-sharded": servers}.get(shape, 0)
     names = [f"h{i}" for i in range(n_servers + workers)]
     job = load_shaped_job(model, shape, names[:n_servers], names[n_servers:])
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.workers < 2 or args.servers < 2 or args.repeat < 1:
         ap.error("--workers and --servers: at least 2; --repeat: at least 1")
+    from jitsched.policies.tictac import tictac_order
+
     rows = []
     for model in args.models.split(","):
         for shape in SHAPES:

@@ -84,3 +84,45 @@ def test_no_bench_edits_the_import_path():
     """One mechanism runs the benches as scripts: they import the installed ``jitsched.bench``."""
     edits = [p.relative_to(ROOT).as_posix() for p in BENCH.rglob("*.py") if "sys.path" in p.read_text()]
     assert edits == []
+
+
+# What a bench's --help must not import: the solver, the simulator, the policies, the
+# planner and the plotting library are for its measurements, which --help makes none of.
+HEAVY = ("scipy", "highspy", "jitsched.sim", "jitsched.policies", "jitsched.plan.planner", "matplotlib")
+# Entry points whose parser is built from options classes that import the planner
+# (jitsched.testbed.options: the testbed's and the daemon's settings), or whose module
+# constants come from the policy registry (bench.paper, bench_order's jit variants).
+HEAVY_HELP = {"bench/bench_floor.py", "bench/bench_testbed.py", "bench/bench_order.py", "bench/paper"}
+
+_HELP_IMPORTS = """
+import runpy, sys
+mod = sys.argv[1]
+sys.argv = [mod, "--help"]
+try:
+    runpy.run_module(mod, run_name="__main__", alter_sys=True)
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+print(sorted(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+@pytest.fixture(scope="module")
+def help_imports() -> dict[str, subprocess.CompletedProcess]:
+    """Each entry point's ``--help`` as a module, and what it imported of :data:`HEAVY`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    code = _HELP_IMPORTS.format(heavy=HEAVY)
+
+    def run(entry: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code, _as_module(entry)[1]], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=(os.cpu_count() or 1) + 1) as pool:
+        return dict(zip(ENTRY_POINTS, pool.map(run, ENTRY_POINTS), strict=True))
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if e not in HEAVY_HELP])
+def test_help_imports_none_of_the_measurements_modules(entry, help_imports):
+    res = help_imports[entry]
+    assert res.returncode == 0, res.stderr
+    assert "usage:" in res.stdout
+    assert res.stdout.splitlines()[-1] == "[]", (entry, res.stdout.splitlines()[-1])

@@ -155,6 +155,29 @@ def test_run_exits_1_when_a_job_or_an_agent_failed(monkeypatch, capsys, complete
     assert ("agents stopped with an error: {'h3': 'OSError: gone'}" in err) == bool(failed)
 
 
+def test_run_says_on_stderr_why_each_job_did_not_complete(monkeypatch, capsys):
+    refusal = "the daemon refused job 'job-1': invalid_job: 62 nodes, over the limit of 10 nodes"
+    monkeypatch.setattr(e2e, "run_scenario", lambda name, options: {
+        "policy": "jit", "jobs": 2, "completed": 1, "agents_failed": {},
+        "details": {"errors": {"job-1": refusal}}})
+    monkeypatch.setattr(scenario, "predict", lambda name, seed, **kw: {
+        pol: {"mean_jct_s": 1.0, "background_mbit_mean": 1.0} for pol in ("jit", "tensorflow")})
+    monkeypatch.setattr(scenario, "require_daemon_side", lambda: None)
+    assert main(["testbed", "run", "--scenario", "quick", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["details"]["errors"] == {"job-1": refusal}
+    assert err.splitlines() == ["testbed run: 1 of 2 jobs did not complete", f"testbed run: job-1: {refusal}"]
+
+
+def test_the_errors_of_a_run_include_the_classes_scenarios_own_runs():
+    from jitsched.cli.testbed import run_errors
+
+    out = {"details": {"errors": {"job-2": "timed out"}, "isolated": {"errors": {"crit": "refused"}},
+                       "with_files": {"errors": {}}}}
+    assert run_errors(out) == {"job-2": "timed out", "isolated: crit": "refused"}
+    assert run_errors({"details": {}}) == {}
+
+
 def _file_workload(tmp_path, bps=1e9):
     from jitsched.dag.model import Background, Cluster, Workload, save_workload
     from jitsched.workloads.paper import load_model_job

@@ -79,3 +79,79 @@ def test_an_agent_process_that_sends_no_figures_is_a_failed_agent():
     assert set(failed_agents(silent_agents([dead], got))) == {"h3"}
     assert silent_agents([dead], {"agent-h3": {"failed": {}}}) == {}
     assert not multiprocessing.active_children()
+
+
+def test_the_agents_wait_to_register_as_long_as_the_daemon_may_take_to_start(monkeypatch):
+    # the agents start beside the daemon: a daemon that takes its whole start allowance
+    # must still find them waiting, and a failure names the hosts, the daemon and the wait
+    import contextlib
+    import threading
+
+    import jitsched.agents.agent as agent_mod
+    from jitsched.testbed import children
+
+    waits: list[float] = []
+
+    class NeverRegisters(threading.Event):
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            return False
+
+    class FakeAgent:
+        def __init__(self, host, endpoint, opts, **kwargs):
+            self.host, self.failure, self.backend, self.in_backend = host, None, None, None
+            self.registered = NeverRegisters()
+            self.registrations = {"out": 0, "in": 0}
+            self.rto_capped = self.rto_cap_failed = 0
+
+        def start(self):
+            return self
+
+        def stop(self):
+            pass
+
+    class Conn:
+        def __init__(self):
+            self.sent: list = []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+    monkeypatch.setattr(agent_mod, "Agent", FakeAgent)
+    monkeypatch.setattr(children, "in_netns", lambda ns: contextlib.nullcontext())
+    conn = Conn()
+    children.agents_main([("h0", "x-h0", None), ("h1", "x-h1", None)], "ipc:///tmp/x/agents", "tag",
+                         "background", (), (), conn)
+    assert waits and waits[0] >= children.START_TIMEOUT_S, waits
+    assert children.REGISTER_TIMEOUT_S > children.START_TIMEOUT_S
+    # the parent waits for the agents' ready at least their own start and their registration wait
+    assert children.AGENT_READY_TIMEOUT_S >= children.START_TIMEOUT_S + children.REGISTER_TIMEOUT_S
+    kind, message = conn.sent[0]
+    assert kind == "error", conn.sent
+    assert "h0, h1" in message and "ipc:///tmp/x/agents" in message, message
+    assert f"within {children.REGISTER_TIMEOUT_S:g} s" in message, message
+    assert conn.sent[-1][0] == "stats"
+
+
+def test_a_job_the_daemon_refuses_is_a_failed_result_naming_the_refusal():
+    from jitsched.client.runner import JobResult
+    from jitsched.errors import RemoteError
+    from jitsched.testbed.children import job_result
+    from jitsched.workloads.paper import load_model_job
+
+    job = load_model_job("lenet", "h0", "h1", "big", 0.0)
+
+    def refused():
+        raise RemoteError("invalid_job", "body.job.computes+transfers: 62 nodes, over the limit of 10 nodes")
+
+    r = job_result(job, refused)
+    assert r.job_id == "big" and r.transfers == len(job.transfers)
+    assert r.error == ("the daemon refused job 'big': invalid_job: "
+                       "body.job.computes+transfers: 62 nodes, over the limit of 10 nodes")
+
+    def broken():
+        raise OSError("no route")
+
+    assert job_result(job, broken).error == "the runner of job 'big' failed: OSError: no route"
+    done = JobResult("big", 1.0, 3, 10.0)
+    assert job_result(job, lambda: done) is done

@@ -233,8 +233,8 @@ def test_an_agent_process_that_dies_during_the_run_is_a_failed_agent(tiny, monke
     import signal
 
     class DyingAgent(e2e.Child):
-        def ready(self):
-            got = super().ready()
+        def ready(self, *args):
+            got = super().ready(*args)
             if self.name == "agent-h1":
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.join(10.0)
@@ -262,5 +262,25 @@ def test_a_job_arriving_after_the_per_job_limit_still_runs(tiny, tmp_path):
                                 runner_procs=1)
     assert out["jobs"] == out["completed"] == 2, out["details"]["errors"]
     assert out["details"]["jct_s"]["late"] < 5.0
+    assert not netns_mod.list_netns(tiny)
+    assert not multiprocessing.active_children()
+
+
+def test_a_job_the_daemon_refuses_is_in_the_runs_errors_with_the_daemons_reason(tiny, tmp_path):
+    # the daemon holds jobs to 10 nodes: LeNet's 62 are refused, the 3-node job runs
+    from jitsched.dag.model import Cluster, Compute, Job, Transfer, Workload, save_workload
+    from jitsched.workloads.paper import load_model_job
+
+    small = Job("small", (Compute("c0", "h0", 0.01), Compute("c1", "h1", 0.01)),
+                (Transfer("t0", "h0", "h1", 1e6),), (("c0", "t0"), ("t0", "c1")))
+    wl = Workload(Cluster.uniform(2, 1e9), (small, load_model_job("lenet", "h0", "h1", "big", 0.0)))
+    path = tmp_path / "refused.json"
+    save_workload(wl, path)
+    out = e2e.run_workload_file(str(path), policy="none", prefix=tiny, timeout_s=30.0, measure_slots=0,
+                                runner_procs=1, daemon_options={"max_job_nodes": 10})
+    assert (out["jobs"], out["completed"]) == (2, 1), out["details"]["errors"]
+    why = out["details"]["errors"]["big"]
+    assert why.startswith("the daemon refused job 'big': invalid_job: ") and "max_job_nodes" in why, why
+    assert "small" not in out["details"]["errors"]
     assert not netns_mod.list_netns(tiny)
     assert not multiprocessing.active_children()

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from jitsched.bench.paper.regimes import gather
-from jitsched.plan.bound import lower_bound_mean_jct
-from jitsched.sim import simulate
 from jitsched.workloads.paper import MODELS, generate_workload
 from jitsched.workloads.shapes import MIXED, SHAPES, ShapeOptions, shape_of
 
@@ -42,6 +40,9 @@ def mixed_workload(point: MixedPoint, seed: int):
 
 def run_mixed(task: tuple[MixedPoint, int, tuple[str, ...]]) -> dict:
     """One seed of the point under every policy: per-job JCTs (seconds), shapes and the bound."""
+    from jitsched.plan.bound import lower_bound_mean_jct
+    from jitsched.sim import simulate
+
     point, seed, policies = task
     wl = mixed_workload(point, seed)
     out = {"seed": seed, "bound": lower_bound_mean_jct(wl), "shape": [shape_of(j.id) for j in wl.jobs],

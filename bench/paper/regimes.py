@@ -6,10 +6,7 @@ import math
 from concurrent.futures import Executor
 
 import numpy as np
-from scipy import stats
 
-from jitsched.plan.bound import lower_bound_mean_jct
-from jitsched.sim import simulate
 from jitsched.workloads.paper import generate_workload
 
 RATES_BPS = (1e9, 1e10, 4e10, 1e11)
@@ -34,6 +31,9 @@ def regime_workload(bps: float, seed: int):
 
 def run_regime(task: tuple[float, int, tuple[str, ...]]) -> dict:
     """One workload (rate, seed) under every policy: per-job JCTs and the bound, seconds."""
+    from jitsched.plan.bound import lower_bound_mean_jct
+    from jitsched.sim import simulate
+
     bps, seed, policies = task
     wl = regime_workload(bps, seed)
     out = {"bps": bps, "seed": seed, "bound": lower_bound_mean_jct(wl), "jct": {}}
@@ -44,6 +44,8 @@ def run_regime(task: tuple[float, int, tuple[str, ...]]) -> dict:
 
 def ci95(x: np.ndarray) -> tuple[float, float]:
     """Mean of ``x`` and the half-width of its 95 % confidence interval (Student's t)."""
+    from scipy import stats
+
     x = np.asarray(x, dtype=float)
     if len(x) < 2:
         return float(x.mean()) if len(x) else math.nan, math.nan

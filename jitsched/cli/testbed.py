@@ -136,10 +136,37 @@ def _report(out: dict, as_json: bool) -> int:
         for k, v in out.items():
             if k != "details":
                 print(f"{k:<24} {v}")
+    if out["completed"] != out["jobs"]:
+        print(f"testbed run: {out['jobs'] - out['completed']} of {out['jobs']} jobs did not complete",
+              file=sys.stderr)
+    for name, why in run_errors(out).items():
+        print(f"testbed run: {name}: {why}", file=sys.stderr)
     if out["agents_failed"]:
         # the jobs may all have finished, but not under the policy asked for
         print(f"testbed run: agents stopped with an error: {out['agents_failed']}", file=sys.stderr)
     return 0 if out["completed"] == out["jobs"] and not out["agents_failed"] else 1
+
+
+def run_errors(out: dict) -> dict[str, str]:
+    """Every error of a run's result: why each job, file or rank that failed did, by its id.
+
+    Parameters
+    ----------
+    out : dict
+        A ``testbed run`` result: its ``details.errors``, and those of the classes
+        scenario's runs of the critical job alone (``details.isolated``,
+        ``details.with_files``), named ``<run>: <id>``.
+
+    Returns
+    -------
+    dict
+        ``{id: error}``, in the order the runs and their errors came.
+    """
+    details = out.get("details") or {}
+    errors = dict(details.get("errors") or {})
+    for run in ("isolated", "with_files"):
+        errors |= {f"{run}: {k}": v for k, v in ((details.get(run) or {}).get("errors") or {}).items()}
+    return errors
 
 
 def _run_torch(args: argparse.Namespace, options: TestbedOptions) -> int:

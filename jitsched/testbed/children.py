@@ -23,6 +23,13 @@ if TYPE_CHECKING:
     from jitsched.agents.options import AgentOptions
 
 START_TIMEOUT_S = 60.0  # a spawned child imports numpy and zmq first, the daemon's the planner too
+# An agent process starts beside the daemon and registers once the daemon is up: it waits
+# out the daemon's whole start allowance, then the registration itself (a retry comes after
+# the agent's reconnect_s of silence, 3 s by default).
+REGISTER_AFTER_START_S = 10.0
+REGISTER_TIMEOUT_S = START_TIMEOUT_S + REGISTER_AFTER_START_S
+# The parent's wait for an agent process's ready: its own start, then its registration wait.
+AGENT_READY_TIMEOUT_S = START_TIMEOUT_S + REGISTER_TIMEOUT_S
 
 
 def results_grace_s(timeout_s: float) -> float:
@@ -58,10 +65,9 @@ class Child:
         except EOFError:
             raise testbed.TestbedError(f"testbed {self.name} {gone}") from None
 
-    def ready(self) -> tuple:
-        """The child's ready payload; raise TestbedError if it failed or is silent."""
-        msg = self._receive(START_TIMEOUT_S, f"did not start within {START_TIMEOUT_S:g} s",
-                            "exited during start-up")
+    def ready(self, timeout_s: float = START_TIMEOUT_S) -> tuple:
+        """The child's ready payload; raise TestbedError if it failed or is silent for ``timeout_s``."""
+        msg = self._receive(timeout_s, f"did not start within {timeout_s:g} s", "exited during start-up")
         if msg[0] != "ready":
             raise testbed.TestbedError(f"testbed {self.name} failed: {msg[1]}")
         return msg[1:]
@@ -228,8 +234,9 @@ def runners_main(jobs: list, job_ep: str, agent_names: dict, netns_of: dict, reg
         # 9.51 s against 8.58, 8.05 s, LeNet 4.31, 1.98 s against 1.13, 0.62 s -- the
         # small transfers of every job share one unregistered DL class per port, and
         # a ResNet152's ~1000 pulls at once fill it.
-        r = JobRunner(job, job_ep, addrs, agents=agent_names, max_threads=32,
-                      send=sender(job.job_class), async_reports=True).run(timeout_s=timeout_s)
+        runner = JobRunner(job, job_ep, addrs, agents=agent_names, max_threads=32,
+                           send=sender(job.job_class), async_reports=True)
+        r = job_result(job, lambda: runner.run(timeout_s=timeout_s))
         with lock:
             results[job.id] = r
 
@@ -258,6 +265,37 @@ def runners_main(jobs: list, job_ep: str, agent_names: dict, netns_of: dict, reg
             spaces.close()
 
 
+def job_result(job, run):
+    """What ``run`` (a job runner's run of ``job``) returns, or the job's failed result if it raises.
+
+    A job the daemon refuses (invalid, over a limit, not admitted) raises in its
+    runner: its result then carries the daemon's error code and message as its
+    ``error``, so that the run's errors say why the job did not complete.
+
+    Parameters
+    ----------
+    job : Job
+    run : callable
+        Returns the job's :class:`jitsched.client.runner.JobResult`.
+
+    Returns
+    -------
+    JobResult
+        ``run()``'s, or one with ``error`` set and a NaN JCT.
+    """
+    from jitsched.client.runner import JobResult
+    from jitsched.errors import RemoteError
+
+    try:
+        return run()
+    except RemoteError as exc:
+        error = f"the daemon refused job {job.id!r}: {exc.code}: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - the job's error, not the runner process's end
+        error = f"the runner of job {job.id!r} failed: {type(exc).__name__}: {exc}"
+    return JobResult(job.id, float("nan"), len(job.transfers), float(sum(t.bytes for t in job.transfers)),
+                     error=error)
+
+
 def sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: int, conn) -> None:
     """Child process: a transfer sink per host, each in its host's namespace; sends their addresses."""
     from jitsched.client.transfer import TransferSink
@@ -281,7 +319,12 @@ def sinks_main(hosts: list[tuple[str, str, str]], agent_names: dict, reg_max: in
 def agents_main(hosts: list[tuple[str, str, AgentOptions]], endpoint: str, ns_tag: str, spare: str,
                  dl_marks: tuple[int, ...], watch: tuple[str, ...], conn) -> None:
     """Child process: one tc agent per host (name, namespace, its options), each in its host's
-    namespace; sends their socket names."""
+    namespace; sends their socket names once every agent registered with the daemon.
+
+    The agents start beside the daemon and wait :data:`REGISTER_TIMEOUT_S` for their
+    registration (the daemon's start allowance and a margin); the parent waits
+    :data:`AGENT_READY_TIMEOUT_S` for this child's ready.
+    """
     # (not the daemon's server for its polling helper: it imports SciPy and the planner,
     # a second of CPU in each of these processes while the testbed starts)
     from jitsched.agents.agent import Agent
@@ -299,9 +342,13 @@ def agents_main(hosts: list[tuple[str, str, AgentOptions]], endpoint: str, ns_ta
                 plumbing = {"netns": netns, "spare": spare, "dl_tos": dl_marks}
                 agents.append(Agent(name, endpoint, opts, backend_options=plumbing,
                                     local_namespace=ns_tag).start())
-        deadline = time.monotonic() + 20.0
-        if not all(a.registered.wait(max(0.0, deadline - time.monotonic())) for a in agents):
-            raise testbed.TestbedError("agents did not register")
+        deadline = time.monotonic() + REGISTER_TIMEOUT_S
+        late = [a.host for a in agents if not a.registered.wait(max(0.0, deadline - time.monotonic()))]
+        if late:
+            raise testbed.TestbedError(
+                f"the agents of {', '.join(late)} did not register with the daemon at {endpoint} within "
+                f"{REGISTER_TIMEOUT_S:g} s (the daemon's start allowance of {START_TIMEOUT_S:g} s, "
+                f"then {REGISTER_AFTER_START_S:g} s to register)")
         for a in agents:
             _time_slot_changes(a, late_ms, watch, watched)
         conn.send(("ready", {a.host: a.local_name for a in agents}))
@@ -401,5 +448,5 @@ def _time_slot_changes(agent, late_ms: list[float], watch: tuple[str, ...] = (),
     backend.apply = timed
 
 
-__all__ = ["START_TIMEOUT_S", "Child", "agent_stats", "agents_main", "critical_stats", "daemon_main",
-           "dl_marks", "failed_agents", "results_grace_s", "runners_main", "silent_agents", "sinks_main", "stop_children", "transfer_tos"]
+__all__ = ["AGENT_READY_TIMEOUT_S", "REGISTER_TIMEOUT_S", "START_TIMEOUT_S", "Child", "agent_stats", "agents_main", "critical_stats", "daemon_main",
+           "dl_marks", "failed_agents", "job_result", "results_grace_s", "runners_main", "silent_agents", "sinks_main", "stop_children", "transfer_tos"]

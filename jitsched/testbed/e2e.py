@@ -39,6 +39,7 @@ from jitsched.client.runner import unregistered_max_bytes as runner_unregistered
 from jitsched.dag.model import Workload, load_workload
 from jitsched.localreg import local_address
 from jitsched.testbed.children import (
+    AGENT_READY_TIMEOUT_S,
     Child,
     agents_main,
     daemon_main,
@@ -303,7 +304,7 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         runners = children[-k:]
         daemon.ready()
         for c in agent_procs:
-            (names,) = c.ready()
+            (names,) = c.ready(AGENT_READY_TIMEOUT_S)
             if any(agent_names[h] != name for h, name in names.items()):
                 raise testbed.TestbedError(f"{c.name} listens at {names}, not at {agent_names}")
         (addrs,) = sink_proc.ready()
@@ -377,6 +378,10 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
             os.unlink(os.path.join(tmp, f))
         os.rmdir(tmp)
     ok = [r for r in results.values() if not r.error]
+    # a job whose thread was still running when its runner process sent its results
+    unreported = {j.id: f"no result: job {j.id!r} was still running {timeout_s:g} s after its arrival "
+                        f"and {results_grace_s(timeout_s):g} s more"
+                  for j in wl.jobs if j.id not in results}
     known = sum(r.lat_known for r in ok)
     spans = {j: {t: [r.transfer_start_s[t], r.transfer_s[t]] for t in r.transfer_s}
              for j, r in sorted(results.items())}
@@ -413,7 +418,8 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
                     "transfers": spans,
                     # per file: DL MB through its ports during its life (what the file gave up)
                     "background_contention": background_contention(wl, bg, spans, bg_res),
-                    "errors": {**{j: r.error for j, r in results.items() if r.error}, **bg_errors},
+                    "errors": {**{j: r.error for j, r in results.items() if r.error}, **unreported,
+                               **bg_errors},
                     "background": bg_res, "daemon": daemon_stats, "agents": agent_reports,
                     # the scenario's unannounced constant-rate stream (Scenario.bulk_share)
                     "bulk": bulk_stats},

@@ -127,6 +127,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
     from jitsched.dag.model import Cluster, Host
     from jitsched.testbed.bgtraffic import BackgroundFlow, Generator
     from jitsched.testbed.children import (
+        AGENT_READY_TIMEOUT_S,
         Child,
         agents_main,
         daemon_main,
@@ -163,7 +164,7 @@ def run_torch_scenario(scenario: str, options: TestbedOptions, sc: TorchScenario
                                             ns_tag, options.spare, (SCHEDULED_TOS,), ())))
             job_ep, _ = daemon.ready()
             for c in children[1:]:
-                c.ready()
+                c.ready(AGENT_READY_TIMEOUT_S)
             file_bytes = sc.file_link_s * bps / 8
             bg = [BackgroundFlow(f"file-{k}", hosts[s].name, hosts[d].name, file_bytes, 0.0)
                   for k, (s, d) in enumerate(sc.files)]
