@@ -1136,6 +1136,10 @@ class Agent:
             # another local user's flow of that id: not this user's to replace or unregister
             raise ProtocolError("forbidden", f"flow {fid!r} was registered by another user")
         if req.type == MsgType.REGISTER_FLOW:
+            if not fid.startswith("/"):
+                # a job's flow gets the job's planned rate and rank: only with the daemon's
+                # ticket for that job (a background flow, "/<name>", takes none)
+                self.check_ticket(req.body.get("ticket"), flow_job(fid, req.body.get("ticket")), uid)
             if len(fds) != 1:
                 raise ProtocolError("invalid_body", "register_flow carries exactly one socket")
             try:
@@ -1181,6 +1185,20 @@ class Agent:
             self._ended(f, direction)
             f.sock.close()
         return encode_ok(req.id, {"flow": fid, "known": f is not None})
+
+
+def flow_job(fid: str, ticket: dict | None) -> str:
+    """The job flow ``fid`` (``"<job>/<transfer>"``) names, as its ``ticket`` is checked against.
+
+    A job id may hold a ``/``: the ticket's job is the flow's when ``fid`` starts with it and a
+    ``/`` (with keys every client's job ids start with its own ``"<client>:"``, so one
+    client's ticket never covers another's flows); else the part before the first ``/``,
+    which the ticket then does not match.
+    """
+    if ticket is not None and isinstance(ticket.get("job"), str) and fid.startswith(ticket["job"] + "/") \
+            and len(fid) > len(ticket["job"]) + 1:
+        return ticket["job"]
+    return fid.partition("/")[0]
 
 
 def _flow_bytes(f: LocalFlow | socket.socket, inbound: bool) -> int:

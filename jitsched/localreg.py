@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jitsched.errors import JitschedError
-from jitsched.protocol import MsgType, ProtocolError, RemoteError, Reply, decode_any, encode_request
+from jitsched.protocol import (
+    ErrorCode,
+    MsgType,
+    ProtocolError,
+    RemoteError,
+    Reply,
+    decode_any,
+    encode_request,
+)
 
 LOCAL_PREFIX = "jitsched-agent"
 RUN_DIR_ENV = "JITSCHED_RUN_DIR"  # where agents put their sockets (default: see run_dir)
@@ -206,21 +214,52 @@ def _untrusted(path: str) -> str:
     return ""
 
 
-def flow_body(flow_id: str, direction: str) -> dict:
-    """The body of a ``register_flow`` / ``unregister_flow`` request."""
+def flow_body(flow_id: str, direction: str, ticket: dict | None = None) -> dict:
+    """The body of a ``register_flow`` (with its ``ticket``) / ``unregister_flow`` request."""
     # "out" is the default: such bodies stay what agents before ingress enforcement accept
-    return {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
+    body = {"flow": flow_id} if direction == "out" else {"flow": flow_id, "direction": direction}
+    if ticket is not None:
+        body["ticket"] = ticket
+    return body
 
 
 def register_flow(local_name: str, flow_id: str, sock: socket.socket,
-                  timeout_s: float = 2.0, direction: str = "out") -> socket.socket | None:
+                  timeout_s: float = 2.0, direction: str = "out",
+                  ticket: dict | None = None) -> socket.socket | None:
     """Hand ``sock`` to the local agent for pacing; returns the control connection (keep it
-    open until :func:`unregister_flow`), or None if no trusted agent listens at ``local_name``.
+    open until :func:`unregister_flow`), or None if no trusted agent listens at ``local_name``
+    or the agent refused the flow.
 
-    ``direction``: ``"out"`` when this host sends the flow, ``"in"`` when it
-    receives it (for an agent enforcing its ingress too). The socket goes only
-    to a socket file owned by root or this user, served by a process of root
-    or this user; anything else is refused (logged once per path).
+    Parameters
+    ----------
+    local_name : str
+        The agent's socket path (:func:`local_address`).
+    flow_id : str
+        ``"<job>/<transfer>"`` (the job's client-scoped id), or ``"/<name>"`` for an
+        announced background flow.
+    sock : socket.socket
+        The connected TCP socket.
+    timeout_s : float
+        How long to wait for the agent.
+    direction : str
+        ``"out"`` when this host sends the flow, ``"in"`` when it receives it (for an
+        agent enforcing its ingress too).
+    ticket : dict, optional
+        The daemon's ticket for the flow's job, this host and this user (the
+        ``tickets`` of :meth:`jitsched.client.Client.submit` with ``uid``, or
+        :meth:`~jitsched.client.Client.attach_job`'s): the agent refuses a job's flow
+        without it (``ticket_refused``, logged once per path and reason). A background
+        flow needs none.
+
+    Returns
+    -------
+    socket.socket or None
+        The control connection, None if the flow is not registered.
+
+    Notes
+    -----
+    The socket goes only to a socket file owned by root or this user, served by a
+    process of root or this user; anything else is refused (logged once per path).
     """
     why = _untrusted(local_name)
     if why:
@@ -237,7 +276,7 @@ def register_flow(local_name: str, flow_id: str, sock: socket.socket,
             _refuse(local_name, f"served by uid {uid}, neither root nor this user")
             c.close()
             return None
-        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, flow_body(flow_id, direction))],
+        socket.send_fds(c, [encode_request(MsgType.REGISTER_FLOW, flow_body(flow_id, direction, ticket))],
                         [sock.fileno()])
         data = c.recv(65536)
         if not data:
@@ -251,6 +290,8 @@ def register_flow(local_name: str, flow_id: str, sock: socket.socket,
         c.close()
         return None
     if not isinstance(rep, Reply) or not rep.ok:
+        if isinstance(rep, Reply) and rep.code == ErrorCode.TICKET_REFUSED:
+            _refuse(local_name, f"ticket_refused: {rep.message}")
         c.close()
         return None
     return c

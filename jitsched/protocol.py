@@ -145,8 +145,12 @@ MESSAGES: tuple[Message, ...] = (
     # resubmits its job to a daemon that restarted without a journal
     # if_unguaranteed: "refuse" (default) or "normal", what a critical job that cannot be
     # guaranteed becomes (jitsched.daemon.jobs.JobRegistry.admit)
+    # uid: the local user that will register the job's sockets with its hosts' agents; the
+    # reply then carries "tickets", {host: TICKET} for every host of the job's transfers,
+    # and "ticket_s", how long they are valid
     Message("submit_job", JOB, {"job": (dict, True), "cluster": (dict, False),
-                                "progress": (dict, False), "if_unguaranteed": (str, False)}),
+                                "progress": (dict, False), "if_unguaranteed": (str, False),
+                                "uid": (int, False)}),
     Message("transfer_started", JOB, {"job_id": (str, True), "transfer": (str, True),
                                       "t_ns": (int, False)}),
     Message("transfer_finished", JOB, {"job_id": (str, True), "transfer": (str, True),
@@ -166,7 +170,8 @@ MESSAGES: tuple[Message, ...] = (
     # a recurring job registers its DAG once (a template: a job that runs until job_finished
     # or cancel_job), then reports each iteration's end with `iteration`; the plan keeps
     # its transfers ranked across iterations
-    Message("register_template", JOB, {"job": (dict, True), "cluster": (dict, False)}),
+    # uid: as submit_job's (the reply then carries the template's flow tickets)
+    Message("register_template", JOB, {"job": (dict, True), "cluster": (dict, False), "uid": (int, False)}),
     # iteration n (from 1; a repeat is answered without being counted again) of template
     # job_id ended; what it measured, each optional: step_s, the iteration's time; compute_s,
     # each compute's duration in the template's order; transfer_s and bytes, each transfer's
@@ -246,7 +251,12 @@ MESSAGES: tuple[Message, ...] = (
                                    # the leader's epoch among daemon replicas (0: one daemon):
                                    # an agent drops a schedule of an epoch below one it has seen
                                    "epoch": (int, False)}),
-    Message("register_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
+    # ``ticket``: the daemon's (TICKET, from submit_job or attach_job) for the flow's job
+    # (the flow id's part before the transfer's), this host and the requester's uid; a
+    # job's flow without it is refused (ticket_refused). A background flow ("/<name>")
+    # takes none. unregister_flow takes none: it ends only the requester's own flow.
+    Message("register_flow", LOCAL, {"flow": (str, True), "direction": (str, False),
+                                     "ticket": (Fields(TICKET), False)}),
     Message("unregister_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),
     # a job's own processes (pids and their descendants), cgroup v2 directory or TCP
     # ports on the agent's host: exactly one of the three; ``peers`` maps a remote

@@ -28,6 +28,7 @@ from jitsched.agents.options import RTO_MAX_MS, RTO_MIN_MS, AgentOptions
 from jitsched.daemon.server import wait_until
 from jitsched.localreg import attach, register_flow, unregister_flow
 from jitsched.protocol import RemoteError
+from tests.flowtickets import flow_ticket
 
 
 def _schedule(epoch_ns: int) -> dict:
@@ -214,7 +215,7 @@ def test_flow_registration_hands_the_socket_to_the_agent():
     srv, t, _ = _sink()
     s = socket.create_connection(srv.getsockname())
     try:
-        ctrl = register_flow(a.local_name, "j/t", s)
+        ctrl = register_flow(a.local_name, "j/t", s, ticket=flow_ticket(a, "j/t"))
         assert ctrl is not None
         assert wait_until(lambda: "j/t" in a.flows, 5.0)
         lf = a.flows["j/t"]
@@ -258,7 +259,7 @@ def test_inbound_registration_names_the_remote_end_as_source():
     s = socket.create_connection(srv.getsockname())
     conn, _ = srv.accept()
     try:
-        ctrl = register_flow(a.local_name, "j/in", conn, direction="in")
+        ctrl = register_flow(a.local_name, "j/in", conn, ticket=flow_ticket(a, "j/in"), direction="in")
         assert ctrl is not None
         assert wait_until(lambda: "j/in" in a.in_flows, 5.0) and "j/in" not in a.flows
         lf = a.in_flows["j/in"]
@@ -266,7 +267,7 @@ def test_inbound_registration_names_the_remote_end_as_source():
         assert (lf.src_port, lf.dst_port) == (s.getsockname()[1], srv.getsockname()[1])
         unregister_flow(ctrl, "j/in", direction="in")
         assert wait_until(lambda: "j/in" not in a.in_flows, 5.0)
-        bad = register_flow(a.local_name, "j/odd", conn, direction="sideways")
+        bad = register_flow(a.local_name, "j/odd", conn, ticket=flow_ticket(a, "j/odd"), direction="sideways")
         assert bad is None and "j/odd" not in a.flows and "j/odd" not in a.in_flows
     finally:
         s.close()
@@ -535,8 +536,8 @@ def test_registration_caps_the_retransmission_timeout_of_outbound_sockets_only(r
     supported = _kernel_caps_rto()
     try:
         default = conn.getsockopt(socket.IPPROTO_TCP, TCP_RTO_MAX_MS) if supported else None
-        assert register_flow(a.local_name, "j/out", s) is not None
-        assert register_flow(a.local_name, "j/in", conn, direction="in") is not None
+        assert register_flow(a.local_name, "j/out", s, ticket=flow_ticket(a, "j/out")) is not None
+        assert register_flow(a.local_name, "j/in", conn, ticket=flow_ticket(a, "j/in"), direction="in") is not None
         assert wait_until(lambda: "j/out" in a.flows and "j/in" in a.in_flows, 5.0)
         if not rto_max_ms:
             assert (a.rto_capped, a.rto_cap_failed) == (0, 0)
@@ -743,7 +744,8 @@ class _Fd:
 
 def test_register_flow_of_a_non_socket_descriptor_is_refused_and_the_agent_keeps_running(agent):
     with tempfile.TemporaryFile() as f:
-        assert register_flow(agent.local_name, "j/file", _Fd(f.fileno())) is None
+        assert register_flow(agent.local_name, "j/file", _Fd(f.fileno()),
+                             ticket=flow_ticket(agent, "j/file")) is None
     time.sleep(0.2)
     assert agent.running and agent.failure is None, agent.failure
 
@@ -751,7 +753,7 @@ def test_register_flow_of_a_non_socket_descriptor_is_refused_and_the_agent_keeps
 def test_register_flow_of_a_unix_socket_is_refused_and_the_agent_keeps_running(agent):
     a, b = socket.socketpair()
     try:
-        assert register_flow(agent.local_name, "j/unix", a) is None
+        assert register_flow(agent.local_name, "j/unix", a, ticket=flow_ticket(agent, "j/unix")) is None
         time.sleep(0.2)
         assert agent.running and agent.failure is None, agent.failure
         assert "j/unix" not in agent.flows
@@ -803,10 +805,10 @@ def test_a_flow_registered_again_with_a_new_socket_is_paced():
     s2 = socket.create_connection(srv.getsockname())
     ctrls = []
     try:
-        ctrls.append(register_flow(a.local_name, "j/t", s1))
+        ctrls.append(register_flow(a.local_name, "j/t", s1, ticket=flow_ticket(a, "j/t")))
         assert wait_until(lambda: get_pacing_rate(s1) == 1_000_000, 2.0), get_pacing_rate(s1)
         # the job reconnected: the same flow, a new socket
-        ctrls.append(register_flow(a.local_name, "j/t", s2))
+        ctrls.append(register_flow(a.local_name, "j/t", s2, ticket=flow_ticket(a, "j/t")))
         assert wait_until(lambda: a.flows["j/t"].src_port == s2.getsockname()[1], 2.0)
         time.sleep(0.2)
         assert get_pacing_rate(s2) == 1_000_000, hex(get_pacing_rate(s2))

@@ -21,6 +21,7 @@ from jitsched.daemon.server import wait_until
 from jitsched.dag.model import Cluster, Host
 from jitsched.localreg import register_flow, unregister_flow
 from jitsched.netns import PAIR_ADDRS, socket_in, veth_pair
+from tests.flowtickets import flow_ticket
 
 SO_MAX_PACING_RATE = 47
 U_BPS = 3e6  # the unscheduled flow's paced payload rate, bytes/s
@@ -160,7 +161,7 @@ def test_an_agent_reports_unscheduled_traffic_to_the_daemon_and_status_shows_it(
                       backend_options={"netns": ns0}, local_namespace=f"c{uuid.uuid4().hex[:8]}").start()
             assert wait_until(a.registered.is_set, 5.0)
             with paced_flow(ns0, ns1, U_BPS), paced_flow(ns0, ns1, S_BPS) as (stx, _):
-                ctl = register_flow(a.local_name, "j/t", stx)
+                ctl = register_flow(a.local_name, "j/t", stx, ticket=flow_ticket(a, "j/t", secret=d.state.ticket_secret))
                 assert ctl is not None
                 try:
                     wire_u = U_BPS * WIRE_PER_PAYLOAD

@@ -25,6 +25,7 @@ from jitsched.localreg import attach, detach, register_flow
 from jitsched.netns import PAIR_ADDRS, veth_pair
 from jitsched.protocol import RemoteError
 from jitsched.workloads.synth import layer_chain_job
+from tests.flowtickets import flow_ticket
 
 # A job's process: connects, forks a child that connects, closes, on commands from stdin;
 # prints each new connection's "pid local_port".
@@ -409,7 +410,7 @@ def test_a_registered_v4_mapped_socket_keeps_its_registration_and_is_not_attache
         s = _v6_connect(port)
         try:
             fid = _scheduled_flow(a)
-            ctrl = register_flow(a.local_name, fid, s)
+            ctrl = register_flow(a.local_name, fid, s, ticket=flow_ticket(a, fid, secret=d.state.ticket_secret))
             assert ctrl is not None
             lport = s.getsockname()[1]
             assert wait_until(lambda: fid in a.flows, 2.0)
@@ -432,7 +433,7 @@ def test_a_registered_v4_mapped_socket_does_not_end_a_tc_agent(netns_available):
         s = _v6_connect(port)
         try:
             fid = _scheduled_flow(a)
-            ctrl = register_flow(a.local_name, fid, s)
+            ctrl = register_flow(a.local_name, fid, s, ticket=flow_ticket(a, fid, secret=d.state.ticket_secret))
             time.sleep(0.5)
             assert a.running and a.failure is None, a.failure
             assert ctrl is not None
@@ -453,7 +454,7 @@ def test_a_registered_ipv6_socket_does_not_end_a_tc_agent(netns_available):
         try:
             fid = _scheduled_flow(a)
             # u32 matches IPv4 headers: the registration is refused, and the agent runs on
-            assert register_flow(a.local_name, fid, s) is None
+            assert register_flow(a.local_name, fid, s, ticket=flow_ticket(a, fid, secret=d.state.ticket_secret)) is None
             time.sleep(0.5)
             assert a.running and a.failure is None, a.failure
         finally:

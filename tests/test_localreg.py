@@ -26,6 +26,7 @@ from jitsched.localreg import (
     register_flow,
 )
 from jitsched.protocol import MsgType, decode_reply, encode_request
+from tests.flowtickets import flow_ticket
 
 OTHER_UID = 54321  # users no process of this machine runs as
 THIRD_UID = 54322
@@ -130,7 +131,7 @@ def test_agent_socket_is_private_and_goes_with_the_agent(tmp_path):
         assert mode(d) == 0o700 and mode(a.local_name) == 0o600
         assert os.lstat(a.local_name).st_uid == os.geteuid()
         with tcp_pair() as s:
-            assert register_flow(a.local_name, "j/t", s) is not None
+            assert register_flow(a.local_name, "j/t", s, ticket=flow_ticket(a, "j/t")) is not None
     assert not os.path.exists(a.local_name)
 
 
@@ -144,7 +145,7 @@ def test_a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced(tmp_path):
         live.sock.close()  # its agent died: the file stays behind
     assert os.path.exists(path)
     with agent(tmp_path) as a, tcp_pair() as s:
-        assert register_flow(a.local_name, "j/t", s) is not None
+        assert register_flow(a.local_name, "j/t", s, ticket=flow_ticket(a, "j/t")) is not None
 
 
 @needs_root
@@ -217,7 +218,8 @@ def test_the_agent_serves_allowed_users_only(base):
     with agent(base / "run", allowed_uids=(OTHER_UID,)) as a:
         # others must reach the socket for SO_PEERCRED to judge them
         assert mode(base / "run") == 0o711 and mode(a.local_name) == 0o666
-        request = encode_request(MsgType.REGISTER_FLOW, {"flow": "j/t"})
+        request = encode_request(MsgType.REGISTER_FLOW,
+                                 {"flow": "j/t", "ticket": flow_ticket(a, "j/t", uid=OTHER_UID)})
         with tcp_pair() as s:
 
             def register(say):
@@ -299,7 +301,7 @@ def test_unregister_does_not_wait_for_a_busy_agent():
     srv = socket.create_server(("127.0.0.1", 0))
     s = socket.create_connection(srv.getsockname())
     try:
-        ctrl = register_flow(a.local_name, "j/u", s)
+        ctrl = register_flow(a.local_name, "j/u", s, ticket=flow_ticket(a, "j/u"))
         assert ctrl is not None and "j/u" in a.flows
         t0 = time.monotonic()
         unregister_flow(ctrl, "j/u")
@@ -318,7 +320,7 @@ def test_a_user_cannot_unregister_or_replace_another_users_flow(base):
     # a shared agent serves root and OTHER_UID: a flow root registered stays root's, whatever
     # the other user sends under its id
     with agent(base / "run", allowed_uids=(OTHER_UID,)) as a, tcp_pair() as s:
-        ctrl = register_flow(a.local_name, "alice:j/t", s)
+        ctrl = register_flow(a.local_name, "alice:j/t", s, ticket=flow_ticket(a, "alice:j/t"))
         assert ctrl is not None and list(a.flows) == ["alice:j/t"]
         mine = a.flows["alice:j/t"]
 

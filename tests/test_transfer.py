@@ -15,6 +15,7 @@ from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
 from jitsched.client.transfer import Channels, TransferSink, send_bytes
 from jitsched.daemon.server import wait_until
+from tests.flowtickets import flow_ticket
 from tests.test_daemon import system
 
 
@@ -24,7 +25,8 @@ def test_send_bytes_arrives_and_is_paced_by_the_agent():
     with system(hosts=("h0", "h1"), backend="pacing") as (d, agents):
         try:
             # no schedule yet: a registered flow shares the leftover = the line rate (125 MB/s)
-            secs = send_bytes(sink.address, 3_000_000, "j/t0", agent=agents["h0"].local_name)
+            secs = send_bytes(sink.address, 3_000_000, "j/t0", agent=agents["h0"].local_name,
+                              ticket=flow_ticket(agents["h0"], "j/t0", secret=d.state.ticket_secret))
             assert arrived == [("j/t0", 3_000_000)] and sink.received["j/t0"] == 3_000_000
             assert secs > 0
             assert wait_until(lambda: not agents["h0"].flows, 5.0)  # unregistered afterwards
@@ -63,8 +65,10 @@ def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
         sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
         try:
             send_bytes(sink.address, 1000, "j/small")
-            # the big flow held open half-sent: the sink registers it while it lasts
-            hdr = msgpack.packb({"flow": "j/big", "bytes": 2_000_000})
+            # the big flow held open half-sent: the sink registers it while it lasts, with
+            # the ticket its header brings
+            ticket = flow_ticket(rx, "j/big", secret=d.state.ticket_secret)
+            hdr = msgpack.packb({"flow": "j/big", "bytes": 2_000_000, "ticket": ticket})
             big = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 1000)
             assert wait_until(lambda: len(seen) == 1, 5.0)
             assert seen == [("in", ["j/big"])]
@@ -75,8 +79,17 @@ def test_sink_registers_large_inbound_flows_with_the_receivers_agent():
             assert wait_until(lambda: len(seen) == 2, 5.0)
             assert seen[1] == ("in", [])  # gone once over; the small one never registered
             assert rx.registrations == {"out": 0, "in": 1}
-            send_bytes(sink.address, 1000, "j/out", agent=agents["h0"].local_name)
+            send_bytes(sink.address, 1000, "j/out", agent=agents["h0"].local_name,
+                       ticket=flow_ticket(agents["h0"], "j/out", secret=d.state.ticket_secret))
             assert agents["h0"].registrations == {"out": 1, "in": 0}
+            # a header without the ticket: the agent refuses the sink's registration
+            hdr = msgpack.packb({"flow": "j/bare", "bytes": 2_000_000})
+            bare = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 1000)
+            assert wait_until(lambda: rx.tickets_refused == 1, 5.0)
+            assert rx.registrations == {"out": 0, "in": 1} and rx.in_flows == {}
+            bare.sendall(b"\0" * 1_999_000)
+            assert bare.recv(1) == b"\x01"
+            bare.close()
         finally:
             sink.close()
 
@@ -93,7 +106,8 @@ def test_a_slow_agent_does_not_hold_the_sinks_other_transfers():
         seen, entered = _spy_inbound(rx, first_delay_s=1.0)
         sink = TransferSink(agent=rx.local_name, register_min_bytes=1000)
         try:
-            hdr = msgpack.packb({"flow": "j/big", "bytes": 2_000_000})
+            ticket = flow_ticket(rx, "j/big", secret=d.state.ticket_secret)
+            hdr = msgpack.packb({"flow": "j/big", "bytes": 2_000_000, "ticket": ticket})
             big = _raw(sink.address, struct.pack("!I", len(hdr)) + hdr + b"\0" * 1000)
             assert entered.wait(5.0)
             # the rest while the agent still sleeps: the flow ends before it is registered
@@ -131,7 +145,8 @@ def test_agent_paces_a_slow_line():
                   line_rate_Bps=2e6, local_namespace=f"slow{id(d)}").start()
         try:
             assert wait_until(a.registered.is_set, 5.0)
-            secs = send_bytes(sink.address, 2_000_000, "j/slow", agent=a.local_name)
+            secs = send_bytes(sink.address, 2_000_000, "j/slow", agent=a.local_name,
+                              ticket=flow_ticket(a, "j/slow", secret=d.state.ticket_secret))
             # 2 MB at 2 MB/s: ~1 s (the first congestion window leaves before pacing bites)
             assert 0.7 < secs < 1.5
         finally:

@@ -206,7 +206,7 @@ class Client:
         return self.submit(job, cluster)["job_id"]
 
     def submit(self, job: Job | Mapping[str, Any], cluster: Mapping[str, Any] | None = None,
-               if_unguaranteed: str | None = None) -> dict:
+               if_unguaranteed: str | None = None, uid: int | None = None) -> dict:
         """:meth:`submit_job`, returning the whole reply: ``job_id``, and with keys
         ``flow_job``, the job id its flows go by in the agents' schedules
         (``"<client>:<job id>"``: each client's job ids are its own).
@@ -218,12 +218,20 @@ class Client:
 
         With replicas, a ``duplicate_job`` refusal after a send no reply answered is this
         submission's own (a replica acted on it, then died or answered too late): the
-        reply is then ``{"job_id": ..., "resent": True}``."""
+        reply is then ``{"job_id": ..., "resent": True}``.
+
+        ``uid``: the local user that will register the job's sockets with its hosts'
+        agents (usually ``os.geteuid()``): the reply then carries ``tickets``,
+        ``{host: ticket}`` for every host of the job's transfers, valid ``ticket_s``
+        seconds (:func:`jitsched.localreg.register_flow` takes them; ask
+        :meth:`attach_job` with ``uid`` for new ones)."""
         body: dict[str, Any] = {"job": job.to_dict() if isinstance(job, Job) else dict(job)}
         if cluster is not None:
             body["cluster"] = dict(cluster)
         if if_unguaranteed is not None:
             body["if_unguaranteed"] = if_unguaranteed
+        if uid is not None:
+            body["uid"] = int(uid)
         try:
             return self.request(MsgType.SUBMIT_JOB, body)
         except RemoteError as exc:

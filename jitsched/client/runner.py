@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -43,6 +44,11 @@ UNAVAILABLE_RETRY_S = 0.2
 def unregistered_max_bytes(line_Bps: float) -> int:
     """Largest transfer, bytes, that takes at most :data:`UNREGISTERED_MAX_S` at ``line_Bps`` (bytes/s)."""
     return int(line_Bps * UNREGISTERED_MAX_S)
+
+
+# seconds before a ticket the daemon did not give is asked for again (each ask opens a
+# connection to the daemon: not one per transfer)
+NO_TICKET_RETRY_S = 30.0
 
 
 @dataclass
@@ -188,11 +194,14 @@ class _Session:
             progress = {"done": list(self.done), "started": list(self.started)}
         log.warning("event=runner_resubmit job=%s done=%d", self.runner.job.id, len(progress["done"]))
         if self.runner.template is not None:  # a recurring job: its template again, counting anew
-            msg, body = MsgType.REGISTER_TEMPLATE, {"job": self.runner.template.to_dict()}
+            msg, body = MsgType.REGISTER_TEMPLATE, {"job": self.runner.template.to_dict(),
+                                                    **self.runner._ticket_ask()}
         else:
-            msg, body = MsgType.SUBMIT_JOB, {"job": self.runner.job.to_dict(), "progress": progress}
+            msg, body = MsgType.SUBMIT_JOB, {"job": self.runner.job.to_dict(), "progress": progress,
+                                             **self.runner._ticket_ask()}
         try:
-            self.call("request", msg, body, resubmit=False)
+            # a daemon that restarted without keys signs with a new secret: its tickets
+            self.runner._take_tickets(self.call("request", msg, body, resubmit=False))
         except RemoteError as exc:
             if exc.code != ErrorCode.DUPLICATE_JOB:
                 raise
@@ -235,7 +244,7 @@ class JobRunner:
     on_event : callable, optional
         ``on_event(kind, job_id, node_id)`` after each node (progress display).
     send : callable, optional
-        ``send(src_host, addr, nbytes, flow, agent=...)`` replacing
+        ``send(src_host, addr, nbytes, flow, agent=..., ticket=..., peer_ticket=...)`` replacing
         :func:`jitsched.client.transfer.send_bytes` (the testbed opens each transfer's
         socket inside its source host's network namespace).
     async_reports : bool
@@ -253,7 +262,8 @@ class JobRunner:
         LeNet and 0.14-0.72 s for a ResNet152 (a daemon under load, a
         2000-transfer DAG to check), all of it in every JCT, under every
         policy. A refusal still raises :class:`RemoteError`, once the nodes
-        in flight have ended.
+        in flight have ended. A transfer that registers with an agent waits
+        for the reply, which brings the tickets the agents take its flows by.
     keys : CurveKeys or path, optional
         The client's CURVE keys (see :class:`jitsched.client.Client`), or a key
         directory holding those of client ``key_name``. None: plaintext.
@@ -312,6 +322,15 @@ class JobRunner:
         self._iteration = 0
         self._session: _Session | None = None
         self._factor: dict[str, float] = {}
+        # the daemon's tickets for the job's hosts ({host: ticket}, for this process's uid),
+        # which its sockets are registered with the agents by; taken (monotonic) at
+        # _tickets_at, refreshed past half their ticket_s
+        self.uid = os.geteuid()
+        self._tickets: dict[str, dict] = {}
+        self._tickets_at: dict[str, float] = {}
+        self._ticket_s = 0.0
+        self._ticket_lock = threading.Lock()
+        self._ticket_failed = False  # a refresh failed: logged once
 
     def run(self, timeout_s: float = 600.0) -> JobResult:
         """Submit and execute the job; returns when every node finished (or on failure).
@@ -355,7 +374,7 @@ class JobRunner:
                 pass  # registered once, by run_iterations
             elif reports is None:
                 try:
-                    self._submitted(client.call("submit", job))
+                    self._submitted(client.call("submit", job, **self._ticket_ask()))
                 except TimeoutError as exc:  # no daemon answered before the deadline
                     result.error = f"submit: {exc}"
                     log.warning("event=job_failed job=%s error=%r", job.id, result.error)
@@ -441,13 +460,19 @@ class JobRunner:
                             result.transfer_start_s[nid] = time.perf_counter() - t0
                             client.node_started(nid)
                             report("transfer_started", job.id, nid)
-                            agent = self.agents.get(t.src) if t.bytes > self.register_min_bytes else None
+                            registers = t.bytes > self.register_min_bytes
+                            agent = self.agents.get(t.src) if registers else None
+                            # the agents take a job's flow with the daemon's ticket only: the
+                            # sender's for its registration, the receiver's in the flow's header
+                            tickets = {"ticket": self._ticket(t.src) if agent is not None else None,
+                                       "peer_ticket": self._ticket(t.dst) if registers and self.agents
+                                       else None}
                             if self.send is not None:
                                 secs = self.send(t.src, self.sinks[t.dst], int(t.bytes),
-                                                 self._flow_id(nid), agent=agent)
+                                                 self._flow_id(nid), agent=agent, **tickets)
                             else:
                                 secs = send_bytes(self.sinks[t.dst], int(t.bytes), self._flow_id(nid),
-                                                  agent=agent, tos=self.tos)
+                                                  agent=agent, tos=self.tos, **tickets)
                             result.transfer_s[nid] = secs
                             ends[nid] = time.perf_counter() - t0
                             client.node_done(nid)
@@ -555,7 +580,8 @@ class JobRunner:
         self._session = _Session(self, time.monotonic() + timeout_s)
         out: list[JobResult] = []
         try:
-            self._submitted(self._session.call("request", MsgType.REGISTER_TEMPLATE, {"job": tpl.to_dict()}))
+            self._submitted(self._session.call("request", MsgType.REGISTER_TEMPLATE,
+                                                      {"job": tpl.to_dict(), **self._ticket_ask()}))
             for i in range(1, n + 1):
                 z = rng.standard_normal(len(ids)) if compute_noise else np.zeros(len(ids))
                 self._factor = dict(zip(ids, np.maximum(1.0 + compute_noise * z, 0.0).tolist(), strict=True))
@@ -580,7 +606,7 @@ class JobRunner:
         # The asynchronous runner's reporter: the submission, then the reports. A refusal
         # or no reply ends the run (the DAG has started meanwhile: what it sent stays sent).
         try:
-            session.runner._submitted(session.call("submit", job))
+            session.runner._submitted(session.call("submit", job, **session.runner._ticket_ask()))
         except (TimeoutError, RemoteError) as exc:
             unsubmitted.append(exc)
             failure.append(f"submit: {exc}")
@@ -598,7 +624,54 @@ class JobRunner:
             # the job runs. Its flows go by "<key name>:<job id>" (jobs.scoped_id)
             flow_job = f"{self.key_name}:{self.job.id}"
         self.flow_job = flow_job or self.job.id
+        self._take_tickets(reply)
         self._flow_job_known.set()
+
+    def _ticket_ask(self) -> dict:
+        """What a submission adds to ask for the job's tickets: ``uid``, when the run
+        registers its flows with agents (none otherwise: nothing would use them)."""
+        return {"uid": self.uid} if self.agents else {}
+
+    def _take_tickets(self, reply: dict) -> None:
+        """Hold the ``tickets`` of a submission's reply (a reply without them leaves
+        :meth:`_ticket` to ask ``attach_job``)."""
+        got = reply.get("tickets") if isinstance(reply, dict) else None
+        if not isinstance(got, dict):
+            return
+        now = time.monotonic()
+        with self._ticket_lock:
+            self._ticket_s = float(reply.get("ticket_s", self._ticket_s))
+            for host, t in got.items():
+                self._tickets[host], self._tickets_at[host] = t, now
+
+    def _ticket(self, host: str) -> dict | None:
+        """The daemon's ticket for the job on ``host`` for this process's user, fresh.
+
+        The submission's reply brings one per host of the job; one past half its
+        ``ticket_s`` (or missing: a resent submission's reply has none) is asked again
+        with ``attach_job``, on a client of its own (the session's is its reporter's),
+        so a job running longer than a ticket registers its later flows with a valid
+        one. None if the daemon gives none (the agent then leaves the flow unpaced).
+        """
+        self._flow_job_known.wait()  # the submission's reply, with the tickets
+        with self._ticket_lock:
+            t = self._tickets.get(host)
+            age = time.monotonic() - self._tickets_at.get(host, -1e18)
+            if age < (self._ticket_s / 2 if self._ticket_s > 0 else NO_TICKET_RETRY_S):
+                return t  # None after a failed ask: not asked again before then
+            try:
+                with Client(self.endpoint, timeout_s=self.request_timeout_s, keys=self.keys) as c:
+                    rep = c.attach_job(self.job.id, host, uid=self.uid)
+            except Exception as exc:  # noqa: BLE001 - the flow goes unpaced, the job on
+                self._tickets_at[host] = time.monotonic()
+                if not self._ticket_failed:
+                    self._ticket_failed = True
+                    log.warning("event=runner_no_ticket job=%s host=%s error=%r", self.job.id, host, str(exc))
+                return t
+            if "ticket" in rep:
+                self._tickets[host], self._tickets_at[host] = rep["ticket"], time.monotonic()
+                self._ticket_s = float(rep.get("ticket_s", self._ticket_s))
+            return self._tickets.get(host)
 
     def _flow_id(self, nid: str) -> str:
         # With keys the daemon scopes the job's id by the client's key (its reply says

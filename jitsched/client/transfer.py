@@ -90,8 +90,11 @@ def _connect(addr: tuple[str, int], timeout_s: float, mss: int, tos: int | None)
     return sock
 
 
-def _send_flow(sock: socket.socket, nbytes: int, flow: str, tos: int | None, keep: bool) -> None:
+def _send_flow(sock: socket.socket, nbytes: int, flow: str, tos: int | None, keep: bool,
+               peer_ticket: dict | None = None) -> None:
     head: dict[str, Any] = {"flow": flow, "bytes": int(nbytes)}
+    if peer_ticket is not None:
+        head["ticket"] = peer_ticket  # the receiver registers the flow with its agent by it
     if tos is not None:
         head["tos"] = int(tos)  # the receiver marks its confirmation the same way
     if keep:
@@ -120,7 +123,8 @@ def _close(sock: socket.socket) -> None:
 
 def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | None = None,
                timeout_s: float = 60.0, mss: int = 1448, tos: int | None = None,
-               channels: Channels | None = None) -> float:
+               channels: Channels | None = None, ticket: dict | None = None,
+               peer_ticket: dict | None = None) -> float:
     """Move ``nbytes`` bytes to a :class:`TransferSink` at ``addr`` over TCP.
 
     The connected socket is registered with the local agent listening at
@@ -131,6 +135,10 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
     ``channels`` and no ``agent``, an idle connection to the same receiver and
     class is used if there is one, and the connection is kept there after
     (one the receiver closed meanwhile is replaced once, transparently).
+    ``ticket`` is the daemon's ticket for the flow's job, this host and this user,
+    without which the agent refuses the registration (the flow then goes unpaced);
+    ``peer_ticket``, the one for the receiving host, goes in the flow's header for
+    the receiver's own registration (:class:`TransferSink` with an ``agent``).
 
     Returns
     -------
@@ -145,7 +153,7 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
     if sock is not None:
         try:
             sock.settimeout(timeout_s)
-            _send_flow(sock, nbytes, flow, tos, True)
+            _send_flow(sock, nbytes, flow, tos, True, peer_ticket)
             channels.give(key, sock)
             return time.perf_counter() - t0
         except (OSError, ConnectionError):
@@ -156,8 +164,8 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
     ctrl = None
     try:
         if agent is not None:
-            ctrl = register_flow(agent, flow, sock)
-        _send_flow(sock, nbytes, flow, tos, keep)
+            ctrl = register_flow(agent, flow, sock, ticket=ticket)
+        _send_flow(sock, nbytes, flow, tos, keep, peer_ticket)
         if keep:
             channels.give(key, sock)
             sock = None
@@ -171,7 +179,7 @@ def send_bytes(addr: tuple[str, int], nbytes: int, flow: str, *, agent: str | No
 class _Inbound:
     """One connection a :class:`TransferSink` is reading: its header, then its payload."""
 
-    __slots__ = ("conn", "head", "flow", "left", "total", "ctrl", "done", "keep")
+    __slots__ = ("conn", "head", "flow", "left", "total", "ctrl", "done", "keep", "ticket")
 
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
@@ -185,6 +193,7 @@ class _Inbound:
         self.flow: str | None = None
         self.left = self.total = 0
         self.keep = False  # the sender keeps the connection for its next flow
+        self.ticket: dict | None = None  # the header's ticket for this host, to register the flow by
 
 
 class TransferSink:
@@ -213,7 +222,9 @@ class TransferSink:
         Local socket name of this host's agent: each inbound flow of more than
         ``register_min_bytes`` is registered with it (``direction="in"``) for
         as long as it lasts, so an agent enforcing its ingress can give it its
-        planned rate.
+        planned rate. The registration carries the ticket the flow's header
+        brings (the sender's ``peer_ticket``): the agent refuses a job's flow
+        without the daemon's ticket for this host and this process's user.
     register_min_bytes : int
         Flows up to this size are not registered (they fit in a class's burst).
     """
@@ -262,7 +273,7 @@ class TransferSink:
                 dup = item[2]
                 try:
                     if not c.done:  # a flow that ended while queued is not registered at all
-                        c.ctrl = register_flow(self.agent, c.flow, dup, direction="in")
+                        c.ctrl = register_flow(self.agent, c.flow, dup, direction="in", ticket=c.ticket)
                 finally:
                     dup.close()
             elif c.ctrl is not None:
@@ -327,6 +338,8 @@ class TransferSink:
         c.flow, c.left = str(hdr["flow"]), int(hdr["bytes"])
         c.total = c.left
         c.keep = bool(hdr.get("keep", False))
+        got = hdr.get("ticket")
+        c.ticket = got if isinstance(got, dict) else None  # the agent checks it
         if "tos" in hdr:
             # the confirmation is the transfer's last step: unmarked, it would queue as
             # background behind this host's own outbound DL flows

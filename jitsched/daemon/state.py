@@ -369,7 +369,19 @@ class SchedulerState:
             reply["class"] = js.job.job_class
         if js.unguaranteed is not None:  # why it is not critical: the port and the start it could have
             reply["unguaranteed"] = js.unguaranteed
+        if body.get("uid", -1) >= 0:
+            # the submitter owns the job: the tickets its runner registers the job's sockets
+            # with, one per host of its transfers, come with this reply (no round trip more)
+            reply["tickets"] = self._job_tickets(js.job, body["uid"], now)
+            reply["ticket_s"] = self.config.attach_ticket_s
         return reply
+
+    def _job_tickets(self, job, uid: int, now: float) -> dict[str, dict]:
+        """``{host: ticket}`` letting local user ``uid`` name ``job`` to the agent of every
+        host of its transfers until ``attach_ticket_s`` from ``now``."""
+        expires_ns = int((self.t0_wall_s + now + self.config.attach_ticket_s) * 1e9)
+        hosts = sorted({t.src for t in job.transfers} | {t.dst for t in job.transfers})
+        return {h: tickets.issue(self.ticket_secret, job.id, h, uid, expires_ns) for h in hosts}
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record that a transfer started sending."""

@@ -215,12 +215,13 @@ def runners_main(jobs: list, job_ep: str, agent_names: dict, netns_of: dict, reg
     channels = {h: Channels() for h in netns_of} if use_channels else {}
 
     def sender(job_class: str):
-        def send(src: str, addr, nbytes: int, flow: str, agent=None) -> float:
+        def send(src: str, addr, nbytes: int, flow: str, agent=None, ticket=None, peer_ticket=None) -> float:
             small = nbytes <= reg_max
             with spaces.entered(netns_of[src]):
                 return send_bytes(addr, nbytes, flow, agent=None if small else agent, timeout_s=timeout_s,
                                   tos=transfer_tos(job_class, small, *tos),
-                                  channels=channels.get(src) if small else None)
+                                  channels=channels.get(src) if small else None,
+                                  ticket=ticket, peer_ticket=peer_ticket)
         return send
 
     results: dict = {}
