@@ -1136,10 +1136,11 @@ class Agent:
             # another local user's flow of that id: not this user's to replace or unregister
             raise ProtocolError("forbidden", f"flow {fid!r} was registered by another user")
         if req.type == MsgType.REGISTER_FLOW:
-            if not fid.startswith("/"):
-                # a job's flow gets the job's planned rate and rank: only with the daemon's
-                # ticket for that job (a background flow, "/<name>", takes none)
-                self.check_ticket(req.body.get("ticket"), flow_job(fid, req.body.get("ticket")), uid)
+            # a flow gets its planned rate and rank only with the daemon's ticket for it: a job's
+            # flow ("<job>/<transfer>") with the ticket for its job, an announced background
+            # flow ("/<name>", the name client-scoped) with the ticket for that flow id itself
+            ticket = req.body.get("ticket")
+            self.check_ticket(ticket, fid if fid.startswith("/") else flow_job(fid, ticket), uid)
             if len(fds) != 1:
                 raise ProtocolError("invalid_body", "register_flow carries exactly one socket")
             try:

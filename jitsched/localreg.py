@@ -236,7 +236,8 @@ def register_flow(local_name: str, flow_id: str, sock: socket.socket,
         The agent's socket path (:func:`local_address`).
     flow_id : str
         ``"<job>/<transfer>"`` (the job's client-scoped id), or ``"/<name>"`` for an
-        announced background flow.
+        announced background flow (the name client-scoped with keys: the
+        ``flow_id`` of the announcement's reply).
     sock : socket.socket
         The connected TCP socket.
     timeout_s : float
@@ -247,9 +248,10 @@ def register_flow(local_name: str, flow_id: str, sock: socket.socket,
     ticket : dict, optional
         The daemon's ticket for the flow's job, this host and this user (the
         ``tickets`` of :meth:`jitsched.client.Client.submit` with ``uid``, or
-        :meth:`~jitsched.client.Client.attach_job`'s): the agent refuses a job's flow
-        without it (``ticket_refused``, logged once per path and reason). A background
-        flow needs none.
+        :meth:`~jitsched.client.Client.attach_job`'s), or for a background flow the
+        daemon's ticket for that flow id (the ``tickets`` of
+        :meth:`jitsched.client.Client.background_started` with ``uid``): the agent
+        refuses a flow without it (``ticket_refused``, logged once per path and reason).
 
     Returns
     -------

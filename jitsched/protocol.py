@@ -181,10 +181,13 @@ MESSAGES: tuple[Message, ...] = (
                                "bytes": (list, False)}),
     # a bulk transfer outside every DAG (a file copy, a checkpoint upload) announces its
     # size so that policies that rank background flows (jit) can; its agents know it as
-    # background_flow_id(flow)
+    # background_flow_id of its client-scoped name, the reply's "flow_id"
     # (again, with ``left``: the bytes it still has, as a DAG transfer's end is reported)
+    # uid: the local user that will register its socket with its hosts' agents; the reply
+    # then carries "tickets", {host: TICKET} for its src and dst (the ticket's job: the
+    # flow_id), and "ticket_s", how long they are valid
     Message("background_started", JOB, {"flow": (str, True), "src": (str, True), "dst": (str, True),
-                                        "bytes": (NUM, True), "left": (NUM, False)}),
+                                        "bytes": (NUM, True), "left": (NUM, False), "uid": (int, False)}),
     Message("background_finished", JOB, {"flow": (str, True)}),
     # before a job's connections are attached on ``host`` (``attach`` below): the daemon
     # checks the job is the sender's and answers with the addresses of the job's hosts
@@ -252,9 +255,10 @@ MESSAGES: tuple[Message, ...] = (
                                    # an agent drops a schedule of an epoch below one it has seen
                                    "epoch": (int, False)}),
     # ``ticket``: the daemon's (TICKET, from submit_job or attach_job) for the flow's job
-    # (the flow id's part before the transfer's), this host and the requester's uid; a
-    # job's flow without it is refused (ticket_refused). A background flow ("/<name>")
-    # takes none. unregister_flow takes none: it ends only the requester's own flow.
+    # (the flow id's part before the transfer's), this host and the requester's uid; for an
+    # announced background flow ("/<name>"), background_started's, for that flow id. A flow
+    # without it is refused (ticket_refused). unregister_flow takes none: it ends only the
+    # requester's own flow.
     Message("register_flow", LOCAL, {"flow": (str, True), "direction": (str, False),
                                      "ticket": (Fields(TICKET), False)}),
     Message("unregister_flow", LOCAL, {"flow": (str, True), "direction": (str, False)}),

@@ -21,6 +21,10 @@ Keys and tickets
 * A ticket is a map ``{"job", "host", "uid", "expires_ns", "mac"}``
   (:data:`jitsched.protocol.TICKET`); ``expires_ns`` is the daemon's wall
   clock, which an agent follows through its heartbeats' clock offset.
+* ``job`` is a job's client-scoped id, or for an announced background flow
+  its agents' flow id itself, ``"/<client>:<name>"`` with keys
+  (:func:`jitsched.protocol.background_flow_id`; a job id never starts
+  with ``/`` with keys, so neither kind of ticket names the other's flows).
 """
 
 from __future__ import annotations
@@ -125,6 +129,9 @@ def check(key: bytes | None, ticket: dict | None, *, job: str, host: str, uid: i
         raise refuse(f"the agent of {host!r} has no ticket key yet: it has not registered with the daemon "
                      "(is the daemon reachable?); try again once it has")
     if ticket is None:
+        if job.startswith("/"):
+            raise refuse(f"background flow {job!r} is named without a ticket: announce it with this uid "
+                         "(background_started, as client.announced_flow does) for one")
         raise refuse(f"job {job!r} is named without a ticket: ask the daemon for one (attach_job with "
                      "this uid, as `jitsched attach` does)")
     if ticket["job"] != job:

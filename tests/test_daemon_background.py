@@ -157,17 +157,21 @@ def test_table_limits_owners_and_reannouncement():
     assert isinstance(t.start(body("b"), 0.0, peer="bob"), type(a))
     full = t.start(body("c"), 0.0)
     assert isinstance(full, Reject) and full.code == ErrorCode.OVERLOADED
-    # the owner may announce its flow again (replacing it) even at the limit; no one else may
+    # each client's names are its own: held by their client-scoped names
+    assert set(t.flows) == {"alice:a", "bob:b"} and a.name == "alice:a"
+    # the owner may announce its flow again (replacing it) even at the limit; bob's "a" is
+    # another flow (a new one past the limit), and bob's finish of "a" ends none of alice's
     again = t.start(body("a", nbytes=2.0), 1.0, peer="alice")
     assert again.bytes == 2.0 and len(t.flows) == 2
-    for got in (t.start(body("a"), 1.0, peer="bob"), t.finish({"flow": "a"}, peer="bob")):
-        assert isinstance(got, Reject) and got.code == ErrorCode.FORBIDDEN
+    got = t.start(body("a"), 1.0, peer="bob")
+    assert isinstance(got, Reject) and got.code == ErrorCode.OVERLOADED
+    assert t.finish({"flow": "a"}, peer="bob") is False and "alice:a" in t.flows
     # progress: the bytes left, within the size; the first announcement's time stays
     step = t.start({**body("a", nbytes=2.0), "left": 0.5}, 7.0, peer="alice")
     assert (step.left, step.started_s, t.counts["announced"]) == (0.5, 0.0, 2)
     bad = t.start({**body("a", nbytes=2.0), "left": 3.0}, 7.0, peer="alice")
     assert isinstance(bad, Reject) and "body.left" in bad.message
-    assert t.finish({"flow": "a"}, peer="alice") is True and t.finish({"flow": "a"}) is False
+    assert t.finish({"flow": "a"}, peer="alice") is True and t.finish({"flow": "a"}, peer="alice") is False
 
 
 def test_status_cli_and_metrics_show_the_announced_flows(capsys):

@@ -79,8 +79,8 @@ def test_a_jobs_flow_without_its_own_valid_ticket_is_refused_and_counted():
         # inbound too: the same check
         rep = _register(a, "alice:j/in", None)
         assert not rep.ok and rep.code == REFUSED
-        # an announced background flow takes no ticket
-        assert _register(a, "/bulk", None).ok
+        # an announced background flow needs one too (tests/test_background_tickets.py)
+        assert _register(a, "/bulk", None).code == REFUSED
 
 
 def test_register_flow_passes_the_ticket_and_unregister_needs_none():

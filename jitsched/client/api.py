@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -344,21 +345,48 @@ class Client:
             body["step_s"] = float(step_s)
         return self.request(MsgType.ITERATION, body)
 
-    def background_started(self, flow: str, src: str, dst: str, nbytes: float, left: float | None = None) -> dict:
+    def background_started(self, flow: str, src: str, dst: str, nbytes: float, left: float | None = None,
+                           uid: int | None = None) -> dict:
         """Announce a bulk transfer outside every DAG, ``nbytes`` bytes from host ``src`` to ``dst``.
 
         The default ``jit`` policy then ranks it among the jobs' transfers
         (small flows before large jobs, large ones after; Smith's rule) instead
         of after all of them, provided its sender's agent knows its socket as
-        :func:`jitsched.protocol.background_flow_id` ``(flow)``. Announcing the
-        same name again with ``left``, the bytes it still has, keeps its rank
+        :func:`jitsched.protocol.background_flow_id` of its client-scoped name
+        (with keys ``"/<client>:<flow>"``, the reply's ``flow_id``). Announcing
+        the same name again with ``left``, the bytes it still has, keeps its rank
         current as it goes (the daemon does not see its progress otherwise;
-        its key shrinks with what it has left). Returns ``{"flows": n}``, the
-        announced flows the daemon holds.
+        its key shrinks with what it has left).
+
+        Parameters
+        ----------
+        flow : str
+            The flow's name, this client's own.
+        src, dst : str
+            Its sending and receiving hosts.
+        nbytes : float
+            Its size, bytes.
+        left : float, optional
+            The bytes it still has (a progress report).
+        uid : int, optional
+            The local user that will register its socket with the agents
+            (usually ``os.geteuid()``): the reply then carries the tickets the
+            agents want for it.
+
+        Returns
+        -------
+        dict
+            ``{"flows": n}``, the announced flows the daemon holds, and with keys
+            ``"flow_id"``, the id the agents know this one by (without keys,
+            :func:`jitsched.protocol.background_flow_id` ``(flow)``); with ``uid``, ``"tickets"``,
+            ``{host: ticket}`` for ``src`` and ``dst`` (for
+            :func:`jitsched.localreg.register_flow`), valid ``"ticket_s"`` seconds.
         """
-        body = {"flow": flow, "src": src, "dst": dst, "bytes": float(nbytes)}
+        body: dict[str, Any] = {"flow": flow, "src": src, "dst": dst, "bytes": float(nbytes)}
         if left is not None:
             body["left"] = float(left)
+        if uid is not None:
+            body["uid"] = int(uid)
         return self.request(MsgType.BACKGROUND_STARTED, body)
 
     def background_finished(self, flow: str) -> dict:
@@ -436,18 +464,25 @@ def announced_flow(client: Client, flow: str, src: str, dst: str, nbytes: float,
 
     ``with announced_flow(c, "ckpt-7", "h3", "h9", size, sock, agent=...) as left: ...``
     announces ``nbytes`` bytes from host ``src`` to ``dst``
-    (:meth:`Client.background_started`), registers ``sock`` with the local
-    agent at ``agent`` as :func:`jitsched.protocol.background_flow_id`
-    ``(flow)`` so that it enforces the flow's rank, and on leaving (also on an
-    error) unregisters it and says the flow finished. ``left(n)`` tells the
+    (:meth:`Client.background_started`, with this process's uid when it
+    registers a socket), registers ``sock`` with the local agent at ``agent``
+    by the id and with the ticket for ``src`` the daemon's reply gives, so that
+    the agent enforces the flow's rank, and on leaving (also on an error)
+    unregisters it and says the flow finished. ``left(n)`` tells the
     daemon the flow has ``n`` bytes left (about once a second keeps its key
     current; the daemon re-solves on such reports at most once a second; one
     that fails is skipped). Leave the block only once the
     receiver has every byte: a socket closed with its tail in flight is an
     orphan, which the kernel may reset under the agent's short
     retransmission timeouts.
+
+    The agent checks the ticket once, when it takes the socket: the
+    announcement's reply carries a fresh one, so the flow registers however
+    long it then lasts.
     """
-    client.background_started(flow, src, dst, nbytes)
+    register = sock is not None and bool(agent)
+    rep = client.background_started(flow, src, dst, nbytes, uid=os.geteuid() if register else None)
+    fid = rep.get("flow_id", background_flow_id(flow)) if isinstance(rep, dict) else background_flow_id(flow)
     ctrl = None
 
     def left(n: float) -> None:
@@ -455,11 +490,12 @@ def announced_flow(client: Client, flow: str, src: str, dst: str, nbytes: float,
             client.background_started(flow, src, dst, nbytes, left=max(0.0, min(float(n), float(nbytes))))
 
     try:
-        if sock is not None and agent:
-            ctrl = register_flow(agent, background_flow_id(flow), sock)
+        if register:
+            ticket = (rep.get("tickets") or {}).get(src) if isinstance(rep, dict) else None
+            ctrl = register_flow(agent, fid, sock, ticket=ticket)
         yield left
     finally:
-        unregister_flow(ctrl, background_flow_id(flow))
+        unregister_flow(ctrl, fid)
         with contextlib.suppress(OSError, RemoteError):
             client.background_finished(flow)
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from jitsched.config import ANONYMOUS, DaemonConfig
+from jitsched.daemon.jobs import scoped_id
 from jitsched.daemon.reject import Reject
 from jitsched.protocol import ErrorCode
 
@@ -14,8 +15,11 @@ from jitsched.protocol import ErrorCode
 class Announced:
     """One announced background flow (times on the daemon clock, seconds).
 
-    ``src``/``dst`` are host indices in the daemon's cluster, ``bytes`` the
-    size the sender gave and ``left`` what it last said it still has (bytes);
+    ``name`` is the client-scoped name the daemon holds it by
+    (:func:`jitsched.daemon.jobs.scoped_id` of its owner and the name the
+    client gave, as a job's id): its agents know it as
+    :func:`jitsched.protocol.background_flow_id` ``(name)``. ``src``/``dst``
+    are host indices in the daemon's cluster, ``bytes`` the size the sender gave and ``left`` what it last said it still has (bytes);
     ``started_s`` is its first announcement, ``seen_s`` its latest.
     """
 
@@ -30,7 +34,11 @@ class Announced:
 
 
 class BackgroundTable:
-    """The announced background flows, by name, and what became of the ones that left.
+    """The announced background flows, by client-scoped name, and what became of the ones that left.
+
+    A client names its flows by its own names; the table holds them by
+    :func:`jitsched.daemon.jobs.scoped_id` of the client and the name, so no
+    two clients' flows meet (without keys, the names themselves).
 
     A flow stays until its sender says it finished or, if the sender never
     does (it died), ``background_ttl_s`` after it last heard of it (an
@@ -60,7 +68,9 @@ class BackgroundTable:
         got = self._checked(body)
         if isinstance(got, Reject):
             return got
-        name = body["flow"]
+        if len(body["flow"]) > self.config.max_id_chars:
+            return Reject(ErrorCode.INVALID_BODY, f"body.flow: longer than {self.config.max_id_chars} characters")
+        name = scoped_id(peer, body["flow"])
         old = self.flows.get(name)
         if old is not None and peer is not None and old.owner != peer:
             return Reject(ErrorCode.FORBIDDEN, f"background flow {name!r} was announced with another client's key")
@@ -89,7 +99,8 @@ class BackgroundTable:
             del self.by_owner[flow.owner]
 
     def restore(self, body: dict, owner: str | None, started_s: float, seen_s: float) -> Announced | Reject:
-        """Hold again a flow a journal kept (``body`` as for :meth:`start`, ``left`` included).
+        """Hold again a flow a journal kept (``body`` as for :meth:`start`, ``left`` included,
+        ``flow`` the scoped name it was held by).
 
         The daemon's cluster or limits may have changed since: a Reject says
         why the flow is not taken back.
@@ -121,9 +132,7 @@ class BackgroundTable:
 
     def _checked(self, body: dict) -> tuple[int, int, float, float] | Reject:
         # (src index, dst index, bytes, left) of a well-formed flow for this cluster
-        name, cfg = body["flow"], self.config
-        if len(name) > cfg.max_id_chars:
-            return Reject(ErrorCode.INVALID_BODY, f"body.flow: longer than {cfg.max_id_chars} characters")
+        cfg = self.config
         cluster, ends = cfg.cluster, []
         for key in ("src", "dst"):
             if body[key] not in cluster:
@@ -141,8 +150,9 @@ class BackgroundTable:
         return ends[0], ends[1], float(size), float(left)
 
     def finish(self, body: dict, peer: str | None = None) -> bool | Reject:
-        """The flow ``body["flow"]`` ended: True if it was held (a second finish is a no-op)."""
-        flow = self.flows.get(body["flow"])
+        """Client ``peer``'s flow ``body["flow"]`` ended: True if it was held (a second finish
+        is a no-op)."""
+        flow = self.flows.get(scoped_id(peer, body["flow"]))
         if flow is None:
             return False
         if peer is not None and flow.owner != peer:

@@ -40,7 +40,7 @@ from jitsched.daemon.store import Store, StoreError
 from jitsched.daemon.templates import JOURNAL_EVERY, Template, TemplateBook
 from jitsched.dag.model import Cluster, Host
 from jitsched.errors import JitschedError
-from jitsched.protocol import LEADER, SINGLE, ErrorCode, report_bodies
+from jitsched.protocol import LEADER, SINGLE, ErrorCode, background_flow_id, report_bodies
 
 log = logging.getLogger("jitsched.daemon")
 
@@ -588,8 +588,17 @@ class SchedulerState:
 
     def background_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Hold an announced background flow, or take its progress report (journalled: a
-        restarted daemon holds it again, with the bytes it last said it had left)."""
-        before = self.background.flows.get(body["flow"])
+        restarted daemon holds it again, with the bytes it last said it had left).
+
+        With keys, the reply says ``flow_id``, the id its agents know it by
+        (:func:`jitsched.protocol.background_flow_id` of the client-scoped name; without
+        keys, of the name itself, and the reply leaves it out); with
+        ``uid`` (the local user that will register its socket), also ``tickets``,
+        ``{host: ticket}`` for its source and destination, each for that flow id
+        (:func:`jitsched.tickets.issue` with ``job`` the flow id), valid ``ticket_s``."""
+        if body.get("uid", 0) < 0:
+            return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
+        before = self.background.flows.get(scoped_id(peer, body["flow"]))
         got = self.background.start(body, now, peer)
         if isinstance(got, Reject):
             return got
@@ -602,7 +611,20 @@ class SchedulerState:
             # a progress report (fewer bytes left): a flow that sends behind others (in what
             # they leave) shrinks its key past theirs, which only a re-solve shows
             self.plan_book.trigger("progress", now)
-        return {"flows": len(self.background.flows)}
+        fid = background_flow_id(got.name)
+        # with keys the agents know it by its client-scoped name, given as flow_id (as a
+        # submission's flow_job); without, by background_flow_id of the name it was given
+        reply: dict = {"flows": len(self.background.flows)} | ({"flow_id": fid} if got.name != body["flow"] else {})
+        if "uid" in body:
+            # the announcer owns the flow: a ticket per host that registers its socket (the
+            # sender's agent, and the receiver's if it registers the inbound side), for the
+            # flow id itself ("/<client>:<name>" with keys, while a job's ids start with
+            # "<client>:": one client's ticket names none of another's flows, nor any job)
+            expires_ns = int((self.t0_wall_s + now + self.config.attach_ticket_s) * 1e9)
+            reply["tickets"] = {h: tickets.issue(self.ticket_secret, fid, h, body["uid"], expires_ns)
+                                for h in sorted({body["src"], body["dst"]})}
+            reply["ticket_s"] = self.config.attach_ticket_s
+        return reply
 
     def background_finished(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """An announced background flow ended; ``held`` says whether the daemon still had it."""
@@ -611,7 +633,7 @@ class SchedulerState:
             return got
         if got:
             if self.journal is not None:
-                self._journal(self.journal.background_gone, [body["flow"]])
+                self._journal(self.journal.background_gone, [scoped_id(peer, body["flow"])])
             self.plan_book.trigger("background", now)
         return {"held": got}
 

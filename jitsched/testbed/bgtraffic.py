@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import socket
 import struct
 import sys
@@ -132,7 +134,11 @@ class Receiver:
             rec = FlowRecord(str(hdr["id"]), tuple(peer), start)
             with self.done:
                 self.flows[rec.flow_id] = rec
-            ctrl = register_flow(self.agent, background_flow_id(rec.flow_id), conn, direction="in") \
+            # the sender names the agents' id of an announced flow and brings the daemon's
+            # ticket for this host: the agent registers the flow only with it
+            agent_flow = str(hdr.get("agent_flow") or background_flow_id(rec.flow_id))
+            ticket = hdr.get("ticket") if isinstance(hdr.get("ticket"), dict) else None
+            ctrl = register_flow(self.agent, agent_flow, conn, direction="in", ticket=ticket) \
                 if self.agent else None
             buf = bytearray(CHUNK_B)
             if not self.timestamps:
@@ -153,7 +159,7 @@ class Receiver:
                         rec.t.append(now)
                         rec.n.append(k)
             finally:  # a reset connection leaves its agent too
-                unregister_flow(ctrl, background_flow_id(rec.flow_id), direction="in")
+                unregister_flow(ctrl, agent_flow, direction="in")
             rec.end_s = time.monotonic()
             rec.progressed(rec.end_s)  # the end of stream is progress too (a short tail's last read)
             with self.done:
@@ -214,10 +220,13 @@ def _read_exact(f, n: int) -> bytes:
 
 
 def connect(dst: str, port: int, flow_id: str, *, netns: str | None = None, src: str = "",
-            timeout_s: float = 10.0) -> socket.socket:
+            timeout_s: float = 10.0, announced: dict | None = None) -> socket.socket:
     """Open a flow to a :class:`Receiver` and send its header; returns the connected socket.
 
     ``sock.getsockname()`` then gives the source address and port a tc filter can match.
+    ``announced``: for an announced flow, ``{"agent_flow", "ticket"}``, the id its agents
+    know it by and the daemon's ticket for the receiving host, with which the receiver
+    registers the inbound side with its agent.
     """
     s = socket_in(netns)
     s.settimeout(timeout_s)
@@ -225,7 +234,7 @@ def connect(dst: str, port: int, flow_id: str, *, netns: str | None = None, src:
         s.bind((src, 0))
     s.connect((dst, port))
     s.settimeout(None)
-    hdr = json.dumps({"id": flow_id}).encode()
+    hdr = json.dumps({"id": flow_id} | (announced or {})).encode()
     s.sendall(_HDR.pack(len(hdr)) + hdr)
     return s
 
@@ -330,7 +339,18 @@ class Generator:
 
         endpoint, agents = self.announce
         with Client(endpoint) as client:
-            s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src])
+            # announced first: the reply's flow id and the receiving host's ticket go in the
+            # header, for the receiver's registration (announced_flow repeats the announcement)
+            rep = client.background_started(f.id, f.src, f.dst, f.bytes, uid=os.geteuid())
+            ticket = rep.get("tickets", {}).get(f.dst)
+            announced = {"agent_flow": rep.get("flow_id", background_flow_id(f.id))} | \
+                ({"ticket": ticket} if ticket is not None else {})
+            try:
+                s = connect(self.addr_of[f.dst], self.port, f.id, netns=self.netns_of[f.src], announced=announced)
+            except OSError:
+                with contextlib.suppress(OSError, RemoteError):
+                    client.background_finished(f.id)  # no flow after all: not held until its TTL
+                raise
             try:
                 # the socket stays open, registered and announced until the receiver has
                 # every byte: closed with its tail in flight it was an orphan under the
