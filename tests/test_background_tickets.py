@@ -13,7 +13,8 @@ from jitsched.workloads.synth import layer_chain_job
 from tests.flowtickets import TEST_SECRET
 from tests.test_attach_tickets import keys  # noqa: F401 - a fixture
 from tests.test_daemon_security import secured
-from tests.test_flow_tickets import REFUSED, _agent, _register, _tcp
+from tests.test_flow_tickets import REFUSED, _agent, _register
+from tests.test_localreg import tcp_pair
 
 
 def test_a_background_flow_without_its_own_valid_ticket_is_refused_and_counted():
@@ -57,7 +58,7 @@ def test_with_keys_one_tenant_cannot_register_anothers_background_flow(keys):  #
         assert bobs["flow_id"] == "/bob:bulk" and set(d.state.background.flows) == {"alice:bulk", "bob:bulk"}
         bob_job = bob.submit(layer_chain_job("k", "h0", "h1"), uid=me)["tickets"]
         assert "tickets" not in alice.background_started("other", "h0", "h1", 1e6)  # no uid: none
-        with _tcp() as s:
+        with tcp_pair() as s:
             for wrong in (bobs["tickets"]["h0"], bob_job["h0"], got["tickets"]["h1"], None):
                 assert register_flow(a.local_name, "/alice:bulk", s, ticket=wrong) is None
             assert a.flows == {} and a.tickets_refused == 4
@@ -71,7 +72,7 @@ def test_with_keys_one_tenant_cannot_register_anothers_background_flow(keys):  #
 
 def test_with_keys_announced_flow_registers_its_socket_by_its_scoped_id(keys):  # noqa: F811
     with secured(keys) as (d, agents), \
-            Client(d.job_endpoint, timeout_s=5.0, keys=keys, key_name="alice") as alice, _tcp() as s:
+            Client(d.job_endpoint, timeout_s=5.0, keys=keys, key_name="alice") as alice, tcp_pair() as s:
         a = agents["h0"]
         with announced_flow(alice, "ckpt", "h0", "h1", 5e6, s, agent=a.local_name) as left:
             assert set(d.state.background.flows) == {"alice:ckpt"}

@@ -17,6 +17,7 @@ from jitsched.workloads.synth import layer_chain_job
 from tests.flowtickets import TEST_SECRET, flow_ticket
 from tests.test_attach_tickets import keys  # noqa: F401 - a fixture
 from tests.test_daemon_security import secured
+from tests.test_localreg import tcp_pair
 
 REFUSED = "ticket_refused"
 
@@ -32,21 +33,10 @@ def _agent():
         a.stop()
 
 
-@contextlib.contextmanager
-def _tcp():
-    srv = socket.create_server(("127.0.0.1", 0))
-    s = socket.create_connection(srv.getsockname())
-    try:
-        yield s
-    finally:
-        s.close()
-        srv.close()
-
-
 def _register(a: Agent, flow: str, ticket: dict | None) -> Reply:
     """The agent's reply to a register_flow of a fresh connected socket as ``flow``."""
     body: dict = {"flow": flow} if ticket is None else {"flow": flow, "ticket": ticket}
-    with _tcp() as s:
+    with tcp_pair() as s:
         c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         c.settimeout(3.0)
         try:
@@ -84,7 +74,7 @@ def test_a_jobs_flow_without_its_own_valid_ticket_is_refused_and_counted():
 
 
 def test_register_flow_passes_the_ticket_and_unregister_needs_none():
-    with _agent() as a, _tcp() as s:
+    with _agent() as a, tcp_pair() as s:
         assert register_flow(a.local_name, "j/t", s) is None  # refused: logged, the flow unpaced
         ctrl = register_flow(a.local_name, "j/t", s, ticket=flow_ticket(a, "j/t"))
         assert ctrl is not None and list(a.flows) == ["j/t"]
@@ -107,7 +97,7 @@ def test_with_keys_a_submission_brings_tickets_for_its_own_jobs_flows_only(keys)
         assert all(t["job"] == "alice:j" and t["host"] == h for h, t in got["tickets"].items())
         bobs = bob.submit(layer_chain_job("k", "h0", "h1"), uid=os.geteuid())["tickets"]
         assert "tickets" not in alice.submit(layer_chain_job("n", "h0", "h1"))  # no uid: none
-        with _tcp() as s:
+        with tcp_pair() as s:
             assert register_flow(a.local_name, "alice:j/t", s, ticket=bobs["h0"]) is None
             assert register_flow(a.local_name, "alice:j/t", s, ticket=got["tickets"]["h1"]) is None
             assert a.flows == {} and a.tickets_refused == 2
