@@ -372,16 +372,17 @@ class SchedulerState:
         if body.get("uid", -1) >= 0:
             # the submitter owns the job: the tickets its runner registers the job's sockets
             # with, one per host of its transfers, come with this reply (no round trip more)
-            reply["tickets"] = self._job_tickets(js.job, body["uid"], now)
+            hosts = {t.src for t in js.job.transfers} | {t.dst for t in js.job.transfers}
+            reply["tickets"] = self._tickets(js.job.id, hosts, body["uid"], now)
             reply["ticket_s"] = self.config.attach_ticket_s
         return reply
 
-    def _job_tickets(self, job, uid: int, now: float) -> dict[str, dict]:
-        """``{host: ticket}`` letting local user ``uid`` name ``job`` to the agent of every
-        host of its transfers until ``attach_ticket_s`` from ``now``."""
+    def _tickets(self, name: str, hosts, uid: int, now: float) -> dict[str, dict]:
+        """``{host: ticket}`` letting local user ``uid`` name ``name`` (a job's id or a
+        background flow's) to the agent of each of ``hosts`` until ``attach_ticket_s``
+        from ``now``."""
         expires_ns = int((self.t0_wall_s + now + self.config.attach_ticket_s) * 1e9)
-        hosts = sorted({t.src for t in job.transfers} | {t.dst for t in job.transfers})
-        return {h: tickets.issue(self.ticket_secret, job.id, h, uid, expires_ns) for h in hosts}
+        return {h: tickets.issue(self.ticket_secret, name, h, uid, expires_ns) for h in sorted(hosts)}
 
     def transfer_started(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Record that a transfer started sending."""
@@ -620,9 +621,7 @@ class SchedulerState:
             # sender's agent, and the receiver's if it registers the inbound side), for the
             # flow id itself ("/<client>:<name>" with keys, while a job's ids start with
             # "<client>:": one client's ticket names none of another's flows, nor any job)
-            expires_ns = int((self.t0_wall_s + now + self.config.attach_ticket_s) * 1e9)
-            reply["tickets"] = {h: tickets.issue(self.ticket_secret, fid, h, body["uid"], expires_ns)
-                                for h in sorted({body["src"], body["dst"]})}
+            reply["tickets"] = self._tickets(fid, {body["src"], body["dst"]}, body["uid"], now)
             reply["ticket_s"] = self.config.attach_ticket_s
         return reply
 
@@ -658,8 +657,7 @@ class SchedulerState:
         if "uid" in body:
             if body["uid"] < 0:
                 return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
-            expires_ns = int((self.t0_wall_s + now + self.config.attach_ticket_s) * 1e9)
-            reply["ticket"] = tickets.issue(self.ticket_secret, js.job.id, body["host"], body["uid"], expires_ns)
+            reply["ticket"] = self._tickets(js.job.id, {body["host"]}, body["uid"], now)[body["host"]]
         return reply
 
     def status(self, body: dict, now: float) -> dict | Reject:
