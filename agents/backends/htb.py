@@ -131,10 +131,12 @@ def leaf_class_msgs(nl: TcSocket, ifindex: int, minor: int, leaf: int, rate: flo
     ]
 
 
-def install_root(nl: TcSocket, ifindex: int, line: float, burst_s: float) -> None:
-    """Replace ``ifindex``'s root qdisc with the layout's root, link class 1:1 and background class 1:2."""
+def install_root(nl: TcSocket, ifindex: int, line: float, burst_s: float, bg_rate: float | None = None) -> None:
+    """Replace ``ifindex``'s root qdisc with the layout's root, link class 1:1 and background class 1:2
+    (guaranteed ``bg_rate`` bytes/s, default the line rate; its ceiling is the line rate)."""
     create = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE
     b = burst_bytes(line, burst_s)
+    bg = line if bg_rate is None else bg_rate
     nl.transact([
         # Delete-then-create: an HTB root cannot be re-initialised in place.
         (tcmsg(RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex, 0, TC_H_ROOT),
@@ -144,7 +146,8 @@ def install_root(nl: TcSocket, ifindex: int, line: float, burst_s: float) -> Non
         (tcmsg(RTM_NEWTCLASS, create | NLM_F_EXCL, nl.next_seq(), ifindex, LINK_CLASS, ROOT_HANDLE,
                attrs=htb_class_attrs(line, line, b, b)), "link class 1:1", False),
         (tcmsg(RTM_NEWTCLASS, create | NLM_F_EXCL, nl.next_seq(), ifindex, ROOT_HANDLE | BG_MINOR,
-               LINK_CLASS, attrs=htb_class_attrs(line, line, b, b, prio=1)), "background class 1:2", False),
+               LINK_CLASS, attrs=htb_class_attrs(bg, line, burst_bytes(bg, burst_s), b, prio=1)),
+         "background class 1:2", False),
         (tcmsg(RTM_NEWQDISC, create | NLM_F_EXCL, nl.next_seq(), ifindex, BG_LEAF_HANDLE,
                ROOT_HANDLE | BG_MINOR, attrs=bfifo_attrs(_queue_limit(line))), "background bfifo", False),
     ])
@@ -231,20 +234,14 @@ def install_shaper(dev: str, line_rate_Bps: float, *, netns: str | None = None,
     ifindex = ifindex_in(netns, dev)
     nl = TcSocket(netns)
     try:
-        install_root(nl, ifindex, line_rate_Bps, burst_s)
         bands = [(int(tos), minor, leaf, fprio, name) for tos, minor, leaf, fprio, name in (
             (critical_tos, CRIT_MINOR, CRIT_LEAF_HANDLE, CRIT_FILTER_PRIO, "critical"),
             (priority_tos, PRIO_MINOR, PRIO_LEAF_HANDLE, 1, "priority")) if tos is not None]
         # the classes' guaranteed rates add up to the line rate at most, the ACK class's reserve included
         guaranteed = line_rate_Bps - (reserve_Bps(ACK_RESERVE, line_rate_Bps) if ack_priority else 0.0)
+        install_root(nl, ifindex, line_rate_Bps, burst_s, bg_rate=None if bands else guaranteed)
         if bands:
             _install_priority_bands(nl, ifindex, line_rate_Bps, burst_s, bands, guaranteed)
-        elif ack_priority:
-            b = burst_bytes(line_rate_Bps, burst_s)
-            nl.transact([(tcmsg(RTM_NEWTCLASS, NLM_F_REQUEST | NLM_F_ACK, nl.next_seq(), ifindex,
-                                ROOT_HANDLE | BG_MINOR, LINK_CLASS,
-                                attrs=htb_class_attrs(guaranteed, line_rate_Bps, burst_bytes(guaranteed, burst_s), b,
-                                                      prio=1)), "background class 1:2 (ACK reserve off)", False)])
         if ack_priority:
             install_ack_class(nl, ifindex, line_rate_Bps, burst_s)
     finally:
