@@ -194,6 +194,35 @@ def test_journal_resumes_announced_background_flows(tmp_path):
     assert Journal(path).background() == []
 
 
+def test_bare_named_background_rows_of_an_older_journal_move_to_their_scoped_names(tmp_path):
+    # a journal from before background flows were held by client-scoped names holds a
+    # client's flow by the bare name it announced: the restart moves the row to the scoped
+    # name, so the owner's background_finished finds it, and marks the journal as scoped
+    from jitsched.daemon.state import BACKGROUND_NAMES, SchedulerState
+
+    cfg = config(journal=str(tmp_path / "journal.db"))
+    j = Journal(cfg.journal)
+    j.background_held(JournalFlow("f", "h0", "h1", 1e6, 1e6, "alice", 0.5, 0.5))  # bare
+    j.background_held(JournalFlow("bob:g", "h1", "h2", 2e6, 2e6, "bob", 0.5, 0.5))  # scoped
+    j.background_held(JournalFlow("h", "h2", "h0", 3e6, 3e6, None, 0.5, 0.5))  # no keys
+    j.close()
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    assert set(st.background.flows) == {"alice:f", "bob:g", "h"}
+    assert st.background.flows["alice:f"].owner == "alice"
+    assert st.journal.get(BACKGROUND_NAMES) == "scoped"
+    assert sorted(f.name for f in st.journal.background()) == ["alice:f", "bob:g", "h"]
+    assert st.background_finished({"flow": "f"}, 1.0, peer="alice") == {"held": True}
+    st.journal.close()
+    # a marked journal is read as it is: a scoped row is not scoped again
+    j = Journal(cfg.journal)
+    j.background_held(JournalFlow("carol:x", "h0", "h1", 1e6, 1e6, "carol", 0.5, 0.5))
+    j.background_held(JournalFlow("y", "h0", "h1", 1e6, 1e6, "carol", 0.5, 0.5))
+    j.close()
+    st = SchedulerState(cfg, journal=Journal(cfg.journal))
+    assert set(st.background.flows) == {"bob:g", "h", "carol:x", "y"}
+    st.journal.close()
+
+
 def test_resubmission_carries_progress(tmp_path):
     d = Daemon(config(journal=str(tmp_path / "j.db"), planner_process=False)).start()
     try:

@@ -51,6 +51,18 @@ log = logging.getLogger("jitsched.daemon")
 # VGG16 job never passed it).
 PROGRESS_REPLAN_S = 1.0
 
+# The journal's meta key that says its background rows are held by client-scoped names
+# (scoped_id of owner and name); a journal without it may hold bare names.
+BACKGROUND_NAMES = "background_names"
+
+
+def _scoped_background_name(jf: JournalFlow) -> str:
+    """The client-scoped name of a flow read from a journal that may hold bare names: a
+    name that already starts with ``<owner>:`` is taken as scoped."""
+    if jf.owner is None or jf.name.startswith(f"{jf.owner}:"):
+        return jf.name
+    return scoped_id(jf.owner, jf.name)
+
 
 def _via(part: str, name: str) -> property:
     """An attribute of the facade that lives in one of its parts (read and write)."""
@@ -242,14 +254,24 @@ class SchedulerState:
             if got is not None:
                 self.templates.restore(js, got[0], got[1], now)
         gone = []
+        scoped = self._read(self.journal.get, BACKGROUND_NAMES) == "scoped"
         for jf in self._read(self.journal.background):
-            body = {"flow": jf.name, "src": jf.src, "dst": jf.dst, "bytes": jf.bytes, "left": jf.left}
+            name = jf.name if scoped else _scoped_background_name(jf)
+            body = {"flow": name, "src": jf.src, "dst": jf.dst, "bytes": jf.bytes, "left": jf.left}
             got = self.background.restore(body, jf.owner, jf.started_s, jf.seen_s)
             if isinstance(got, Reject):
                 gone.append(jf.name)
-                log.warning(kv("background_not_restored", flow=jf.name, error=got.message))
+                log.warning(kv("background_not_restored", flow=name, error=got.message))
+            elif name != jf.name:
+                # a flow held by the bare name it was announced with: its row moves to the
+                # scoped name its owner's background_finished now finds
+                gone.append(jf.name)
+                self._journal(self.journal.background_held, replace(jf, name=name))
+                log.info(kv("background_renamed", flow=jf.name, to=name))
         if gone:
             self._journal(self.journal.background_gone, gone)
+        if not scoped:
+            self._journal(self.journal.put, BACKGROUND_NAMES, "scoped")
         if self.restored or self.background.counts["restored"]:
             self.plan_book.trigger("restart", now)
 
