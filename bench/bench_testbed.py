@@ -77,8 +77,6 @@ RUN_OVERRIDES = {"timeout_s": 300.0, "measure_slots": 0}
 PAIR = ("jit", "none")
 SIM_JIT, SIM_NONE = DAEMON_POLICY["jit"], DAEMON_POLICY["none"]
 SIM_POLICIES = (SIM_JIT, SIM_NONE)
-# what a run's DL share is when none is set: the jit policy's own default
-DEFAULT_DL_SHARE = policy_default(SIM_JIT, "dl_share")
 RUN_KEYS = ("mean_jct_s", "completed", "jobs", "lat_hit_rate", "background_mbit_mean",
             "background_slowdown_mean", "background_completed", "agents_failed")
 
@@ -326,7 +324,7 @@ def _options(result: dict, share: bool = True) -> str:
     """The jit options of a :func:`run_jobs` result, as a figure title shows them."""
     opts = ", ".join(f"{name} {result[key]}" for key, name in (("alpha", "alpha"), ("job_order", "job order"))
                      if result.get(key) is not None) or "jit defaults"
-    if share and _dl_share(result) != DEFAULT_DL_SHARE:
+    if share and _dl_share(result) != policy_default(SIM_JIT, "dl_share"):
         opts += f", DL share {_dl_share(result):g}"
     if result.get("ingress") is False:
         opts += ", egress only"
@@ -346,9 +344,11 @@ def _options(result: dict, share: bool = True) -> str:
 
 
 def _dl_share(result: dict) -> float:
-    """The DL share of a :func:`run_jobs` result: the one set, or the jit policy's default."""
+    """The DL share of a :func:`run_jobs` result: the one set, or the jit policy's default
+    (read from the registered policy's options when asked, so that ``--help`` does not
+    import the policies)."""
     share = result.get("dl_share")
-    return DEFAULT_DL_SHARE if share is None else share
+    return policy_default(SIM_JIT, "dl_share") if share is None else share
 
 
 def _save(fig, ax, path: str) -> None:

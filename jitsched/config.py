@@ -18,7 +18,7 @@ from typing import Any, get_type_hints
 from jitsched.dag.model import Cluster, parse_cluster
 from jitsched.errors import ValidationError
 from jitsched.keys import is_local_endpoint
-from jitsched.plan.planner import DEFAULT_SLOT_S, PlanOptions
+from jitsched.plan import DEFAULT_SLOT_S
 from jitsched.protocol import MAX_MESSAGE_BYTES, endpoint_problem
 
 if sys.version_info >= (3, 11):
@@ -151,7 +151,7 @@ class DaemonConfig(HaOptions, SecurityOptions):
     failed plan is retried ``plan_retry_s`` later, the wait doubling with each
     further failure up to ``plan_retry_max_s``.
 
-    ``slot_s`` is at least 1 ms (:data:`jitsched.plan.lp.MIN_SLOT_S`) and ``heartbeat_s``
+    ``slot_s`` is at least 1 ms (:data:`jitsched.plan.MIN_SLOT_S`) and ``heartbeat_s``
     at least 10 ms (:data:`MIN_HEARTBEAT_S`).
 
     ``[limits]`` bound what a submitted job may ask for, so that every job the
@@ -418,7 +418,10 @@ def parse_config(doc: dict, **overrides: Any) -> DaemonConfig:
 
 def check_config(cfg: DaemonConfig) -> None:
     """Raise ValidationError on out-of-range settings."""
-    # the planning settings are checked where every planner checks them
+    # the planning settings are checked where every planner checks them (imported here:
+    # the LP's modules are not needed to read a configuration)
+    from jitsched.plan.planner import PlanOptions
+
     PlanOptions(slot_s=cfg.slot_s, objective=cfg.objective,
                 **({} if cfg.alpha is None else {"alpha": cfg.alpha}))
     if cfg.host_join not in HOST_JOIN_MODES:

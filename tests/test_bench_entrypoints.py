@@ -89,10 +89,9 @@ def test_no_bench_edits_the_import_path():
 # What a bench's --help must not import: the solver, the simulator, the policies, the
 # planner and the plotting library are for its measurements, which --help makes none of.
 HEAVY = ("scipy", "highspy", "jitsched.sim", "jitsched.policies", "jitsched.plan.planner", "matplotlib")
-# Entry points whose parser is built from options classes that import the planner
-# (jitsched.testbed.options: the testbed's and the daemon's settings), or whose module
-# constants come from the policy registry (bench.paper, bench_order's jit variants).
-HEAVY_HELP = {"bench/bench_floor.py", "bench/bench_testbed.py", "bench/bench_order.py", "bench/paper"}
+# Entry points whose module constants come from the policy registry (bench.paper's
+# policies, bench_order's jit variants): registering a policy imports its module.
+HEAVY_HELP = {"bench/bench_order.py", "bench/paper"}
 
 _HELP_IMPORTS = """
 import runpy, sys

@@ -17,6 +17,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from jitsched.errors import ValidationError
+from jitsched.plan import MIN_SLOT_S, SLOT_S_RULE
 from jitsched.plan.lpflows import (
     Flows,
     base_utilisation,
@@ -34,11 +35,6 @@ except ImportError:  # pragma: no cover - highspy is a hard dependency
     highspy = None
 
 OBJECTIVES = ("balanced", "minmax")
-# The shortest slot a plan may have: an agent applies each slot's rates with a tc
-# change or a pacing update, which take far longer than a microsecond slot, and a
-# plan's size grows as its horizon over the slot (1e-9 s slots never finished planning).
-MIN_SLOT_S = 1e-3
-SLOT_S_RULE = f"must be a number of seconds of at least {MIN_SLOT_S:g} (1 ms)"
 SOLVERS = ("auto", "simplex", "ipm")
 # Dual simplex wins on the small, sparse LPs of tens of jobs (docs/architecture.md §5)
 # and on large loaded ones: 300 paper-workload jobs arriving at once (157k

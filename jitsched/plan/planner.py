@@ -16,6 +16,7 @@ import numpy as np
 from jitsched.dag.lat import ESTIMATORS, LatResult, latest_arrival_times
 from jitsched.dag.model import TRANSFER, Cluster, DagArrays, Job, compile_jobs
 from jitsched.errors import ValidationError
+from jitsched.plan import DEFAULT_SLOT_S
 from jitsched.plan.estimate import (
     JOB_ORDERS,
     TRANS_ESTIMATES,
@@ -35,7 +36,6 @@ from jitsched.plan.lp import (
 )
 
 DEFAULT_ALPHA = 0.4
-DEFAULT_SLOT_S = 0.1
 # The most port-slots (ports x slots from the plan's origin) a capped plan's grid may span
 # (plan_jobs' max_port_slots; the CLI's plan caps it so): each of its dense per-port,
 # per-slot arrays then takes at most 128 MiB.

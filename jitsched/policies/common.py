@@ -6,8 +6,8 @@ import numpy as np
 
 from jitsched.dag.model import TRANSFER, DagArrays
 from jitsched.errors import ValidationError
+from jitsched.plan import MIN_SLOT_S, SLOT_S_RULE
 from jitsched.plan.alloc import fixed_then_maxmin
-from jitsched.plan.lp import MIN_SLOT_S, SLOT_S_RULE
 from jitsched.policies.base import DONE, SchedulerView, SlotSchedule
 from jitsched.protocol import BACKGROUND_JOB
 
@@ -91,7 +91,7 @@ def sub_dag(dag: DagArrays, jobs: np.ndarray) -> tuple[DagArrays, np.ndarray]:
 
 def check_slot_s(slot_s) -> float:
     """``slot_s`` as a float, or a :class:`ValidationError` unless it is a finite number of seconds of at
-    least :data:`jitsched.plan.lp.MIN_SLOT_S`."""
+    least :data:`jitsched.plan.MIN_SLOT_S`."""
     if isinstance(slot_s, bool) or not (isinstance(slot_s, (int, float)) and MIN_SLOT_S <= slot_s < float("inf")):
         raise ValidationError(f"slot_s: {SLOT_S_RULE}, got {slot_s!r}")
     return float(slot_s)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jitsched.dag.model import COMPUTE, TRANSFER
-from jitsched.plan.planner import DEFAULT_SLOT_S
+from jitsched.plan import DEFAULT_SLOT_S
 
 # Width of the remaining-bandwidth sampling slots, seconds: the schedules' default slot.
 REMAINING_SLOT_S = DEFAULT_SLOT_S

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from jitsched.agents.backends.base import FlowRate, payload_share
-from jitsched.plan.planner import DEFAULT_SLOT_S
+from jitsched.plan import DEFAULT_SLOT_S
 from jitsched.testbed import Testbed
 from jitsched.testbed.bgtraffic import Receiver, connect, send_bytes
 

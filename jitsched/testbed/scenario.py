@@ -10,7 +10,7 @@ import numpy as np
 
 from jitsched.dag.model import Background, Cluster, Host, Job, Transfer, Workload
 from jitsched.errors import ValidationError
-from jitsched.plan.planner import DEFAULT_SLOT_S, scale_cluster
+from jitsched.plan import DEFAULT_SLOT_S
 from jitsched.testbed import DEFAULT_LINK_MBIT, MAX_HOSTS, Testbed, TestbedError
 from jitsched.testbed.bgtraffic import BackgroundFlow
 from jitsched.testbed.measure import GOODPUT
@@ -432,6 +432,8 @@ def predict(scenario: str, seed: int = 0, link_mbit: float | None = None, *, slo
         ``background_mbit_mean`` (the files' mean goodput, Mbit/s of payload
         as the testbed counts it).
     """
+    # the planner, the policies and the simulator: imported by the prediction only
+    from jitsched.plan.planner import scale_cluster
     from jitsched.policies import make_policy
     from jitsched.sim import simulate
     from jitsched.testbed.options import BASELINES, DAEMON_POLICY
