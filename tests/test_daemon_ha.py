@@ -14,6 +14,7 @@ from jitsched.daemon.ha import (
     EtcdStore,
     EtcdUnavailable,
     LocalEtcd,
+    delete_op,
     put_op,
     txn_chunks,
 )
@@ -168,6 +169,38 @@ def test_transactions_stay_under_etcds_operation_and_request_limits():
     assert txn_chunks([]) == [[]]  # a write of nothing still checks the fence
     huge = [put_op("/p/one", b"y" * 2_000_000), put_op("/p/two", b"z")]
     assert [len(c) for c in txn_chunks(huge)] == [1, 1]
+
+
+def test_operations_on_one_key_go_in_separate_transactions_in_order():
+    # etcd refuses a transaction that touches a key twice: a job's progress event and the
+    # delete of its events, or a held count and the delete of its job's counts
+    ops = [put_op("/p/ev/1/5", b"e"), put_op("/p/job/1", b"end"), delete_op("/p/ev/1/", prefix=True),
+           put_op("/p/ev/2/1", b"e"), put_op("/p/tpl/2/n", b"3"), delete_op("/p/tpl/2/", prefix=True),
+           delete_op("/p/job/3"), put_op("/p/job/3", b"x")]
+    assert [[ops.index(op) for op in c] for c in txn_chunks(ops)] == [[0, 1], [2, 3, 4], [5, 6], [7]]
+    # a prefix's delete does not reach past its prefix
+    assert len(txn_chunks([put_op("/p/ev/10/1", b"e"), delete_op("/p/ev/1/", prefix=True)])) == 1
+
+
+def test_a_jobs_events_and_its_end_in_one_turn_are_written_and_later_writes_go_on(etcd):
+    # a report with a job's last events, then its end, in one loop turn; a count held for
+    # a job that is then forgotten: each write goes through, and the ones after it too
+    client, el = _elected(etcd, "/t-one-turn", ttl_s=30.0)
+    s = EtcdStore(client, el)
+    row = s.submitted("j", {"id": "j"}, None, 0.0)
+    with s.batch():
+        s.event(row, "t", STARTED, 1.0)
+        s.event(row, "t", DONE, 2.0)
+        s.ended(row, "done", 2.0, 2.0)
+    assert s.held_writes == 0 and s.unfinished() == []
+    assert not client.range(s._k("ev", s._row(row)) + "/", prefix=True)
+    s.template(row, 20, b"L", later=True)
+    s.forget([row])
+    assert s.held_writes == 0 and not client.range(s._k("tpl", s._row(row)) + "/", prefix=True)
+    assert not client.range(s._k("job", s._row(row)))
+    s.put("after", "yes")
+    assert EtcdStore(client, el).get("after") == "yes"
+    el.resign()
 
 
 def test_deposed_writer_is_refused(etcd):

@@ -152,17 +152,26 @@ def put_op(key: str, value: bytes | str, lease: int = 0) -> dict:
 
 def txn_chunks(ops: list[dict], most_ops: int = TXN_OPS, most_bytes: int = TXN_BYTES) -> list[list[dict]]:
     """``ops`` in order, cut into transactions of at most ``most_ops`` operations and
-    ``most_bytes`` bytes of encoded keys and values (an operation larger than that alone);
-    one empty transaction for no operations (a write of nothing still checks the fence)."""
+    ``most_bytes`` bytes of encoded keys and values (an operation larger than that alone),
+    and where an operation touches a key an earlier one in the transaction touched (etcd
+    refuses such a transaction as a bad request: a put and a delete of one key, or a
+    progress event and the delete of its job's events); one empty transaction for no
+    operations (a write of nothing still checks the fence)."""
     out: list[list[dict]] = [[]]
     size = 0
+    spans: list[tuple[bytes, bytes]] = []  # the current transaction's key ranges, [lo, hi)
     for op in ops:
         body = next(iter(op.values()))
         n = len(body.get("key", "")) + len(body.get("value", ""))
-        if out[-1] and (len(out[-1]) >= most_ops or size + n > most_bytes):
+        lo = _unb64(body["key"])
+        hi = _unb64(body["range_end"]) if "range_end" in body else lo + b"\0"
+        if out[-1] and (len(out[-1]) >= most_ops or size + n > most_bytes
+                        or any(lo < b and a < hi for a, b in spans)):
             out.append([])
             size = 0
+            spans = []
         out[-1].append(op)
+        spans.append((lo, hi))
         size += n
     return out
 
@@ -379,9 +388,10 @@ class EtcdStore:
 
     def _write(self, ops: list[dict]) -> None:
         """Write what is held back, then ``ops``; what is held back and not written stays
-        held (its order kept) when this raises."""
-        later = list(self._later.values())
-        held, self._later, self._pending = later + self._pending, {}, []
+        held (its order kept) when this raises. The progress events go first: a job's end
+        held after a failed write deletes the events written before it."""
+        later, pending = list(self._later.values()), self._pending
+        held, self._later, self._pending = pending + later, {}, []
         done = 0
         try:
             if not self.election.leading():
@@ -394,10 +404,10 @@ class EtcdStore:
                     raise FencedError("this replica no longer leads: etcd refused its write")
                 done += len(chunk)
         except BaseException:
-            # counts and states not written go back to be replaced by newer ones; events stay in order
-            for op in later[done:]:
+            # events not written stay in order; counts and states go back to be replaced by newer ones
+            self._pending = pending[done:] + self._pending
+            for op in later[max(done - len(pending), 0):]:
                 self._later.setdefault(_op_key(op), op)
-            self._pending = held[max(done, len(later)):] + self._pending
             self._retry_at = time.monotonic() + WRITE_RETRY_S
             raise
         self._retry_at = -math.inf
