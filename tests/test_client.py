@@ -89,6 +89,33 @@ def test_a_request_to_an_endpoint_nobody_serves_times_out_instead_of_blocking():
         assert _time.monotonic() - t0 < 2.0
 
 
+class _PeerLeavesOnce:
+    """A client socket whose first send finds no peer although its poll found room: the
+    connection a refused CURVE handshake had goes between the two."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._sock, self.refused = sock, 0
+
+    def send(self, data, flags=0):
+        if not self.refused:
+            self.refused += 1
+            raise zmq.Again()
+        return self._sock.send(data, flags)
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def test_a_send_refused_after_its_poll_is_tried_again_within_the_deadline():
+    with system(hosts=("h0", "h1")) as (d, _), Client(d.job_endpoint, timeout_s=5.0) as c:
+        real, c.sock = c.sock, _PeerLeavesOnce(c.sock)
+        try:
+            assert c.status()["agent_counts"]["agents_marked_down"] == 0
+            assert c.sock.refused == 1
+        finally:
+            c.sock = real
+
+
 @contextlib.contextmanager
 def dead_then_duplicate():
     """Two replicas' job endpoints ("A,B") and the request types B got: A takes every request

@@ -42,6 +42,9 @@ from jitsched.protocol import (
 # leader yet is asked again after NOT_LEADER_RETRY_S (a dead leader's lease lapses first)
 REPLICA_WAIT_S = 1.0
 NOT_LEADER_RETRY_S = 0.1
+# a send the socket refused although a poll found room (its peer left in between) is tried
+# again after this many seconds, within the request's deadline
+SEND_RETRY_S = 0.01
 
 
 class Client:
@@ -177,11 +180,19 @@ class Client:
         deadline = time.monotonic() + timeout_s
         # a DEALER with no connected peer (none yet, or a refused CURVE handshake) blocks
         # a plain send forever: the send waits for room within the same deadline
-        if not self.sock.poll(max(1, int(timeout_s * 1000)), zmq.POLLOUT):
-            why = handshake_failure(self._monitor, self.keys is not None)
-            raise TimeoutError(f"no connection to {self.endpoint} within {timeout_s:.3g} s"
-                               + (f": {why}" if why else ""))
-        self.sock.send(data, zmq.NOBLOCK)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(max(1, int(left * 1000)), zmq.POLLOUT):
+                why = handshake_failure(self._monitor, self.keys is not None)
+                raise TimeoutError(f"no connection to {self.endpoint} within {timeout_s:.3g} s"
+                                   + (f": {why}" if why else ""))
+            try:
+                self.sock.send(data, zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                # the peer left between the poll and the send (a refused CURVE handshake
+                # drops the connection it had): wait for room again
+                time.sleep(SEND_RETRY_S)
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000) + 1):
