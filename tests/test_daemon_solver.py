@@ -16,6 +16,7 @@ from jitsched.daemon.server import wait_until
 from jitsched.daemon.solver import PlannerProcess, PlannerStartError
 from jitsched.dag.model import Cluster
 from jitsched.policies import POLICIES, make_policy
+from jitsched.policies.jit import JitPolicy
 from jitsched.workloads.synth import VGG16_LAYERS, layer_chain_job
 from tests.test_daemon import _free_port, config
 from tests.test_daemon_limits import failing_policy
@@ -286,3 +287,42 @@ def test_ranks_background_says_whether_the_schedule_ranks_announced_flows(name):
                                        ("x",), background=(announced,)), cluster)
     prio = {} if res.schedule is None else res.schedule.prio
     assert (("", "f") in prio) == policy.ranks_background()
+
+
+class RecordingJit(JitPolicy):
+    """The daemon's JIT policy, noting which object made each full and incremental plan
+    (in a list its copies share)."""
+
+    calls: list = []
+
+    def schedule(self, view):
+        RecordingJit.calls.append(("full", id(self)))
+        return super().schedule(view)
+
+    def schedule_increment(self, view, base, busy_egress, busy_ingress):
+        RecordingJit.calls.append(("increment", id(self)))
+        return super().schedule_increment(view, base, busy_egress, busy_ingress)
+
+
+def test_full_re_solves_in_a_thread_plan_on_a_policy_of_their_own():
+    # without a planner child the full re-solves and the incremental plans run on two
+    # threads at once: never on one policy object
+    from jitsched.daemon.server import create_policy
+
+    cfg = config(planner_process=False, joint_replan_s=0.5)  # arrivals plan increments
+    pol = RecordingJit(create_policy(cfg).options)
+    pol.reset(cfg.cluster)
+    RecordingJit.calls.clear()
+    d = Daemon(cfg, policy=pol).start()
+    try:
+        with Client(d.job_endpoint, timeout_s=5.0) as c:
+            c.submit_job(layer_chain_job("a", "h0", "h1"))
+            c.submit_job(layer_chain_job("b", "h1", "h2"))
+            # (a request wakes the daemon's loop, which looks at the joint re-solve's timer)
+            assert wait_until(lambda: c.status(limit=1) and {k for k, _ in RecordingJit.calls}
+                              == {"full", "increment"}, 20.0), RecordingJit.calls
+    finally:
+        d.stop()
+    full = {i for k, i in RecordingJit.calls if k == "full"}
+    assert {i for k, i in RecordingJit.calls if k == "increment"} == {id(pol)}
+    assert full and id(pol) not in full

@@ -1027,6 +1027,10 @@ class Daemon:
         wake.connect(self._wake_addr)
         child: PlannerProcess | None = None
         cluster, t0 = self.config.cluster, self.state.t0_wall_s
+        # the full re-solves that run here (while the child starts, or after it failed) and
+        # the incremental plans run at once on two threads: each on a policy of its own, as
+        # the child has its own
+        policy = self._fresh_policy() if full else self.policy
         if full and self.config.planner_process:
             try:
                 child = self.planner = PlannerProcess(self.policy, cluster, t0).start()
@@ -1057,10 +1061,10 @@ class Daemon:
                 if res is None:
                     # HiGHS releases the GIL while it solves, so the loop keeps serving.
                     if full:
-                        res = run_plan(self.policy, req, req.cluster or cluster, t0_wall_s=t0,
+                        res = run_plan(policy, req, req.cluster or cluster, t0_wall_s=t0,
                                        fresh=self._fresh_policy)
                     else:
-                        res = run_increment(self.policy, req, req.cluster or cluster, t0_wall_s=t0)
+                        res = run_increment(policy, req, req.cluster or cluster, t0_wall_s=t0)
                 self._result_q.put(res)
                 try:
                     wake.send(b"", zmq.NOBLOCK)
