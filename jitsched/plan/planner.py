@@ -16,7 +16,7 @@ import numpy as np
 from jitsched.dag.lat import ESTIMATORS, LatResult, latest_arrival_times
 from jitsched.dag.model import TRANSFER, Cluster, DagArrays, Job, compile_jobs
 from jitsched.errors import ValidationError
-from jitsched.plan import DEFAULT_SLOT_S
+from jitsched.plan import DEFAULT_SLOT_S, MIN_SLOT_S, SLOT_S_RULE
 from jitsched.plan.estimate import (
     JOB_ORDERS,
     TRANS_ESTIMATES,
@@ -25,9 +25,7 @@ from jitsched.plan.estimate import (
     ordered_trans,
 )
 from jitsched.plan.lp import (
-    MIN_SLOT_S,
     OBJECTIVES,
-    SLOT_S_RULE,
     SOLVERS,
     LPOptions,
     LPSolution,
