@@ -499,7 +499,7 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
         def measure(part: str) -> dict:
             res: dict = {k: [] for k in ("from_plan", "bodies", "from_install", "send", "after_send",
                                          "receivers_cpu", "hosts", "n_slots")}
-            res["rounds_of_two_plans"] = 0
+            two_plans = 0
             with Client(d.job_endpoint, timeout_s=60.0) as c:
                 # the first round warms up connections; a round that installed two plans is
                 # left out and run again (3 * repeats + 2 rounds at most): its receivers timed
@@ -513,7 +513,7 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
                     summary = dict(st.plan_summary)
                     one_plan = st.schedule_seq == seq0 + 1
                     if not one_plan:
-                        res["rounds_of_two_plans"] += 1
+                        two_plans += 1
                     elif r and got:
                         last = max(got.values())
                         installed = st.t0_wall_s + summary["installed_at_s"]
@@ -529,9 +529,7 @@ def fanout(n_agents: int, repeats: int, agents_in_process: bool = False, receive
                         res["hosts"].append(len(targets))
                     r += one_plan
                     plan_round(lambda jid=jid: c.job_finished(jid))
-            two = res.pop("rounds_of_two_plans")
-            summary = {k: _median(v) for k, v in res.items()}
-            summary["rounds_of_two_plans"] = two
+            summary = {k: _median(v) for k, v in res.items()} | {"rounds_of_two_plans": two_plans}
             print(f"fan-out to {n_agents} ({part}): " + ", ".join(
                 f"{k} {[round(x, 4) for x in v]}" for k, v in res.items()), file=sys.stderr)
             return summary
