@@ -324,7 +324,7 @@ def _options(result: dict, share: bool = True) -> str:
     """The jit options of a :func:`run_jobs` result, as a figure title shows them."""
     opts = ", ".join(f"{name} {result[key]}" for key, name in (("alpha", "alpha"), ("job_order", "job order"))
                      if result.get(key) is not None) or "jit defaults"
-    if share and _dl_share(result) != policy_default(SIM_JIT, "dl_share"):
+    if share and _dl_share(result) != _default_dl_share():
         opts += f", DL share {_dl_share(result):g}"
     if result.get("ingress") is False:
         opts += ", egress only"
@@ -343,12 +343,17 @@ def _options(result: dict, share: bool = True) -> str:
     return opts
 
 
+def _default_dl_share() -> float:
+    """What a run's DL share is when none is set: the jit policy's own default (read from
+    the registered policy's options when asked, so that ``--help`` does not import the
+    policies)."""
+    return policy_default(SIM_JIT, "dl_share")
+
+
 def _dl_share(result: dict) -> float:
-    """The DL share of a :func:`run_jobs` result: the one set, or the jit policy's default
-    (read from the registered policy's options when asked, so that ``--help`` does not
-    import the policies)."""
+    """The DL share of a :func:`run_jobs` result: the one set, or the jit policy's default."""
     share = result.get("dl_share")
-    return policy_default(SIM_JIT, "dl_share") if share is None else share
+    return _default_dl_share() if share is None else share
 
 
 def _save(fig, ax, path: str) -> None:
