@@ -64,6 +64,13 @@ def _scoped_background_name(jf: JournalFlow) -> str:
     return scoped_id(jf.owner, jf.name)
 
 
+def _bad_uid(body: dict) -> Reject | None:
+    """The refusal of a body whose ``uid`` (the local user tickets are issued to) is negative."""
+    if body.get("uid", 0) < 0:
+        return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
+    return None
+
+
 def _via(part: str, name: str) -> property:
     """An attribute of the facade that lives in one of its parts (read and write)."""
     return property(lambda self: getattr(getattr(self, part), name),
@@ -619,8 +626,8 @@ class SchedulerState:
         ``uid`` (the local user that will register its socket), also ``tickets``,
         ``{host: ticket}`` for its source and destination, each for that flow id
         (:func:`jitsched.tickets.issue` with ``job`` the flow id), valid ``ticket_s``."""
-        if body.get("uid", 0) < 0:
-            return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
+        if (bad := _bad_uid(body)) is not None:
+            return bad
         before = self.background.flows.get(scoped_id(peer, body["flow"]))
         got = self.background.start(body, now, peer)
         if isinstance(got, Reject):
@@ -677,8 +684,8 @@ class SchedulerState:
         peers = {h.address: h.name for h in cluster.hosts if h.name in names and h.address}
         reply = {"job_id": js.job.id, "host": body["host"], "peers": peers, "hosts": sorted(names)}
         if "uid" in body:
-            if body["uid"] < 0:
-                return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
+            if (bad := _bad_uid(body)) is not None:
+                return bad
             reply["ticket"] = self._tickets(js.job.id, {body["host"]}, body["uid"], now)[body["host"]]
         return reply
 
