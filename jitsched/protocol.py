@@ -145,7 +145,7 @@ MESSAGES: tuple[Message, ...] = (
     # resubmits its job to a daemon that restarted without a journal
     # if_unguaranteed: "refuse" (default) or "normal", what a critical job that cannot be
     # guaranteed becomes (jitsched.daemon.jobs.JobRegistry.admit)
-    # uid: the local user that will register the job's sockets with its hosts' agents; the
+    # uid: the local user (>= 0) that will register the job's sockets with its hosts' agents; the
     # reply then carries "tickets", {host: TICKET} for every host of the job's transfers,
     # and "ticket_s", how long they are valid
     Message("submit_job", JOB, {"job": (dict, True), "cluster": (dict, False),

@@ -84,15 +84,22 @@ def test_with_keys_announced_flow_registers_its_socket_by_its_scoped_id(keys):  
 
 
 def test_a_negative_uid_gets_no_ticket_but_a_refusal():
-    # the announcement and attach_job issue tickets to the uid they name: one below 0 is
-    # no user, refused as a bad body, and the flow is not held
+    # a submission, a template, the announcement and attach_job issue tickets to the uid
+    # they name: one below 0 is no user, refused as a bad body, and nothing is taken
     from jitsched.daemon.reject import Reject
     from jitsched.daemon.state import SchedulerState
     from jitsched.protocol import ErrorCode
     from tests.test_daemon import config
 
     st = SchedulerState(config())
-    st.submit_job({"job": layer_chain_job("j", "h0", "h1").to_dict()}, 0.0)
+    job = layer_chain_job("j", "h0", "h1").to_dict()
+    other = layer_chain_job("k", "h0", "h1").to_dict()
+    for got in (st.submit_job({"job": job, "uid": -1}, 0.0),
+                st.submit_prepared(st.job_registry.prepare({"job": job, "uid": -1}), {"job": job, "uid": -1}, 0.0),
+                st.register_template({"job": other, "uid": -1}, 0.0)):
+        assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_BODY and "body.uid" in got.message
+    assert st.job_registry.jobs == {} and st.templates.templates == {}
+    assert "tickets" in st.submit_job({"job": job, "uid": 0}, 0.0)
     for got in (st.background_started({"flow": "f", "src": "h0", "dst": "h1", "bytes": 1e6, "uid": -1}, 1.0),
                 st.attach_job({"job_id": "j", "host": "h0", "uid": -1}, 1.0)):
         assert isinstance(got, Reject) and got.code == ErrorCode.INVALID_BODY and "body.uid" in got.message

@@ -363,6 +363,8 @@ class SchedulerState:
         A resubmission may say which nodes are done and which transfers started
         (``progress``): a job runner whose daemon restarted without a journal.
         """
+        if (bad := _bad_uid(body)) is not None:
+            return bad
         js = self.job_registry.submit(body, now, peer)
         return js if isinstance(js, Reject) else self._submitted(js, body, now)
 
@@ -372,6 +374,8 @@ class SchedulerState:
         :meth:`JobRegistry.prepare` (on a worker thread, for a big body)."""
         if isinstance(prep, Reject):
             return prep
+        if (bad := _bad_uid(body)) is not None:
+            return bad
         js = self.job_registry.admit(prep, now, peer)
         return js if isinstance(js, Reject) else self._submitted(js, body, now)
 
@@ -398,7 +402,7 @@ class SchedulerState:
             reply["class"] = js.job.job_class
         if js.unguaranteed is not None:  # why it is not critical: the port and the start it could have
             reply["unguaranteed"] = js.unguaranteed
-        if body.get("uid", -1) >= 0:
+        if "uid" in body:
             # the submitter owns the job: the tickets its runner registers the job's sockets
             # with, one per host of its transfers, come with this reply (no round trip more)
             hosts = {t.src for t in js.job.transfers} | {t.dst for t in js.job.transfers}
@@ -530,6 +534,8 @@ class SchedulerState:
     def register_template(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Register a recurring job's DAG once: a job (admitted and journalled as a submission
         is) whose iterations :meth:`iteration` counts; returns ``{"job_id"}``."""
+        if (bad := _bad_uid(body)) is not None:
+            return bad
         js = self.job_registry.submit(body, now, peer)
         if isinstance(js, Reject):
             return js
