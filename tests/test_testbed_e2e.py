@@ -201,6 +201,19 @@ def test_transfers_under_ten_milliseconds_at_the_link_rate_go_unregistered():
     assert unregistered_max_bytes(1) == 2 * 1448 - 512
 
 
+def test_each_critical_job_runs_in_a_runner_process_of_its_own():
+    from types import SimpleNamespace as Job
+
+    jobs = [Job(id=i, job_class=c) for i, c in enumerate(["normal", "critical", "best-effort", "normal",
+                                                           "normal", "critical"])]
+    groups = [[j.id for j in g] for g in e2e.runner_groups(jobs, 2)]
+    assert groups == [[1], [5], [0, 3], [2, 4]]
+    assert [[j.id for j in g] for g in e2e.runner_groups(jobs[:3], 4)] == [[1], [0], [2]]
+    # only critical jobs, or none at all: no empty process
+    assert [[j.id for j in g] for g in e2e.runner_groups([jobs[1]], 2)] == [[1]]
+    assert e2e.runner_groups([], 2) == []
+
+
 def test_cpu_busy_is_the_busy_share_of_the_ticks_between_two_readings():
     assert e2e.cpu_busy((10, 100), (60, 200)) == 0.5
     assert e2e.cpu_busy((10, 100), (10, 100)) is None  # no tick between them

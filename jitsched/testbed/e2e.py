@@ -9,8 +9,8 @@ a 100 ms plan would stall every runner and every slot change):
   shaped links);
 - under ``jit``, one process per host agent, inside the host's namespace,
   driving the tc backend of its host's link;
-- ``runner_procs`` processes of job runners, the jobs dealt among them
-  (every transfer's socket is opened in its source host's namespace and
+- ``runner_procs`` processes of job runners, the jobs dealt among them,
+  and a process of its own for each critical job (every transfer's socket is opened in its source host's namespace and
   moves real bytes over the shaped 198.18.0.x links; reports go to the
   daemon from a reporter thread per job, off the DAG's critical path);
 - this process: a transfer sink per host and the background file transfers.
@@ -294,14 +294,14 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
         gen = Generator(bg, netns_of, addr_of,
                         announce=(cfg.job_endpoint, agent_names) if options.announce_files and options.enforced else None)
         # The job runners in their own processes, away from this one's file senders and
-        # receivers (see TestbedOptions.runner_procs); jobs dealt round-robin in arrival order.
+        # receivers (see TestbedOptions.runner_procs).
         jobs = sorted(wl.jobs, key=lambda j: j.arrival_s)
-        k = max(1, min(options.runner_procs, len(jobs)))
-        for i in range(k):
+        groups = runner_groups(jobs, options.runner_procs)
+        for i, group in enumerate(groups):
             children.append(Child(f"runners-{i}", runners_main,
-                                   (jobs[i::k], cfg.job_endpoint, agent_names, netns_of, reg_max, (tos, crit_tos),
+                                   (group, cfg.job_endpoint, agent_names, netns_of, reg_max, (tos, crit_tos),
                                     timeout_s, options.channels)))
-        runners = children[-k:]
+        runners = children[len(children) - len(groups):]
         daemon.ready()
         for c in agent_procs:
             (names,) = c.ready(AGENT_READY_TIMEOUT_S)
@@ -328,10 +328,10 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
             c.conn.send(("go", t0, addrs))
         _progress(f"{scenario}: {len(jobs)} jobs under {policy} arriving over "
                   f"{max((j.arrival_s for j in jobs), default=0.0):.1f} s, {len(bg)} files")
-        for i, c in enumerate(runners):
+        for group, c in zip(groups, runners, strict=True):
             # a runner's jobs each have timeout_s from their arrival, and it sends what it has
             # results_grace_s after the last one's (runners_main): a few seconds more for its message
-            last = (t0 + max((j.arrival_s for j in jobs[i::k]), default=0.0) + timeout_s
+            last = (t0 + max((j.arrival_s for j in group), default=0.0) + timeout_s
                     + results_grace_s(timeout_s) + 5.0)
             results.update(c.results(max(0.0, last - time.monotonic())))
         t_jobs = time.monotonic() - t0
@@ -424,6 +424,29 @@ def run_workload(sc, scenario: str, options: TestbedOptions, *, tb: testbed.Test
                     # the scenario's unannounced constant-rate stream (Scenario.bulk_share)
                     "bulk": bulk_stats},
     }
+
+
+def runner_groups(jobs: list, procs: int) -> list[list]:
+    """The jobs of each runner process: a critical job alone in one of its own (a production
+    job is a process of its own, and sharing one would lend its nodes' timing the other jobs'
+    GIL), the rest dealt round-robin in their order among ``procs`` processes.
+
+    Parameters
+    ----------
+    jobs : list of Job
+        In arrival order.
+    procs : int
+        Processes for the jobs that are not critical (>= 1).
+
+    Returns
+    -------
+    list of list of Job
+        One list per process, none empty.
+    """
+    critical = [j for j in jobs if j.job_class == "critical"]
+    rest = [j for j in jobs if j.job_class != "critical"]
+    k = max(1, min(procs, len(rest)))
+    return [[j] for j in critical] + [g for i in range(k) if (g := rest[i::k])]
 
 
 def process_cpu_s(pid: int) -> float:

@@ -176,7 +176,8 @@ class TestbedOptions:
         workload, not a setting of the scheduler.
     runner_procs : int
         Processes the job runners run in (jobs dealt round-robin in arrival
-        order), apart from this process's transfer sinks and file transfers.
+        order), apart from this process's transfer sinks and file transfers;
+        each critical job runs in a process of its own besides.
     timeout_s : float
         Per-job limit, s; also how long the files may take after the last job.
     slot_s : float
