@@ -10,9 +10,10 @@ a 100 ms plan would stall every runner and every slot change):
 - under ``jit``, one process per host agent, inside the host's namespace,
   driving the tc backend of its host's link;
 - ``runner_procs`` processes of job runners, the jobs dealt among them,
-  and a process of its own for each critical job (every transfer's socket is opened in its source host's namespace and
-  moves real bytes over the shaped 198.18.0.x links; reports go to the
-  daemon from a reporter thread per job, off the DAG's critical path);
+  and a process of its own for each critical job (every transfer's socket
+  is opened in its source host's namespace and moves real bytes over the
+  shaped 198.18.0.x links; reports go to the daemon from a reporter thread
+  per job, off the DAG's critical path);
 - this process: a transfer sink per host and the background file transfers.
 """
 
