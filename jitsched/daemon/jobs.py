@@ -31,6 +31,13 @@ def scoped_id(owner: str | None, job_id: str) -> str:
 UNGUARANTEED = ("refuse", "normal")
 
 
+def bad_uid(body: dict) -> Reject | None:
+    """The refusal of a body whose ``uid`` (the local user tickets are issued to) is negative."""
+    if body.get("uid", 0) < 0:
+        return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
+    return None
+
+
 def isolated_jct_s(job: Job, cluster: Cluster) -> float:
     """A lower bound of ``job``'s JCT alone in ``cluster``, seconds: the longer of its DAG's
     longest path (each transfer at its host pair's line rate) and its busiest port's bytes
@@ -282,6 +289,8 @@ class JobRegistry:
         progress = self._progress(job, body.get("progress"))
         if isinstance(progress, Reject):
             return progress
+        if (bad := bad_uid(body)) is not None:
+            return bad
         fallback = body.get("if_unguaranteed", "refuse")
         if fallback not in UNGUARANTEED:
             return Reject(ErrorCode.INVALID_BODY, f"body.if_unguaranteed: expected one of "
@@ -594,4 +603,4 @@ class JobRegistry:
                 js.lat_s.setdefault(tid, lat)
 
 
-__all__ = ["JobRegistry", "JobState", "Prepared", "Usage", "scoped_id"]
+__all__ = ["JobRegistry", "JobState", "Prepared", "Usage", "bad_uid", "scoped_id"]

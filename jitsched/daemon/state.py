@@ -23,7 +23,7 @@ from jitsched.daemon.agents import AgentState, AgentTable
 from jitsched.daemon.background import BackgroundTable
 from jitsched.daemon.bodies import host_bodies, restamp_frames, status_body
 from jitsched.daemon.hosts import HostTable
-from jitsched.daemon.jobs import JobRegistry, JobState, Prepared, scoped_id
+from jitsched.daemon.jobs import JobRegistry, JobState, Prepared, bad_uid, scoped_id
 from jitsched.daemon.journal import DONE, STARTED, JournalError, JournalFlow
 from jitsched.daemon.logs import kv
 from jitsched.daemon.plans import (
@@ -62,13 +62,6 @@ def _scoped_background_name(jf: JournalFlow) -> str:
     if jf.owner is None or jf.name.startswith(f"{jf.owner}:"):
         return jf.name
     return scoped_id(jf.owner, jf.name)
-
-
-def _bad_uid(body: dict) -> Reject | None:
-    """The refusal of a body whose ``uid`` (the local user tickets are issued to) is negative."""
-    if body.get("uid", 0) < 0:
-        return Reject(ErrorCode.INVALID_BODY, f"body.uid: a user id is >= 0, got {body['uid']}")
-    return None
 
 
 def _via(part: str, name: str) -> property:
@@ -363,8 +356,6 @@ class SchedulerState:
         A resubmission may say which nodes are done and which transfers started
         (``progress``): a job runner whose daemon restarted without a journal.
         """
-        if (bad := _bad_uid(body)) is not None:
-            return bad
         js = self.job_registry.submit(body, now, peer)
         return js if isinstance(js, Reject) else self._submitted(js, body, now)
 
@@ -374,8 +365,6 @@ class SchedulerState:
         :meth:`JobRegistry.prepare` (on a worker thread, for a big body)."""
         if isinstance(prep, Reject):
             return prep
-        if (bad := _bad_uid(body)) is not None:
-            return bad
         js = self.job_registry.admit(prep, now, peer)
         return js if isinstance(js, Reject) else self._submitted(js, body, now)
 
@@ -534,8 +523,6 @@ class SchedulerState:
     def register_template(self, body: dict, now: float, peer: str | None = None) -> dict | Reject:
         """Register a recurring job's DAG once: a job (admitted and journalled as a submission
         is) whose iterations :meth:`iteration` counts; returns ``{"job_id"}``."""
-        if (bad := _bad_uid(body)) is not None:
-            return bad
         js = self.job_registry.submit(body, now, peer)
         if isinstance(js, Reject):
             return js
@@ -632,7 +619,7 @@ class SchedulerState:
         ``uid`` (the local user that will register its socket), also ``tickets``,
         ``{host: ticket}`` for its source and destination, each for that flow id
         (:func:`jitsched.tickets.issue` with ``job`` the flow id), valid ``ticket_s``."""
-        if (bad := _bad_uid(body)) is not None:
+        if (bad := bad_uid(body)) is not None:
             return bad
         before = self.background.flows.get(scoped_id(peer, body["flow"]))
         got = self.background.start(body, now, peer)
@@ -690,7 +677,7 @@ class SchedulerState:
         peers = {h.address: h.name for h in cluster.hosts if h.name in names and h.address}
         reply = {"job_id": js.job.id, "host": body["host"], "peers": peers, "hosts": sorted(names)}
         if "uid" in body:
-            if (bad := _bad_uid(body)) is not None:
+            if (bad := bad_uid(body)) is not None:
                 return bad
             reply["ticket"] = self._tickets(js.job.id, {body["host"]}, body["uid"], now)[body["host"]]
         return reply
