@@ -708,15 +708,35 @@ def raw_tcp_garbage(endpoint: str, n: int, seed: int = 0) -> None:
 
 
 def free_ports(k: int) -> list[int]:
-    """``k`` TCP ports free on loopback right now (kept across restarts of the daemon)."""
-    socks = [socket.socket() for _ in range(k)]
+    """``k`` distinct TCP ports free on loopback right now (kept across restarts of the daemon).
+
+    They are drawn below the kernel's ephemeral range (``ip_local_port_range``): a port the
+    kernel picked for ``bind(0)`` could be handed to the next outgoing connection or
+    ZeroMQ ``tcp://...:*`` bind of a concurrent process before the caller binds it.
+    """
     try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 2048)
+    first = max(1024, low - 20000)
+    rng = random.SystemRandom()
+    picked: list[int] = []
+    for _ in range(1000 * k):
+        if len(picked) == k:
+            return picked
+        port = rng.randrange(first, low)
+        if port in picked:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        picked.append(port)
+    if len(picked) == k:
+        return picked
+    raise RuntimeError(f"no {k} free loopback ports in {first}..{low - 1}")
 
 
 def daemon_supports_journal() -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -14,6 +13,7 @@ import zmq
 
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
+from jitsched.bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.config import DaemonConfig
 from jitsched.daemon import Daemon
@@ -338,9 +338,7 @@ def test_loop_answers_while_the_lp_solves():
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def test_metrics_endpoint():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sqlite3
 import stat
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 
 from jitsched.agents.agent import Agent
 from jitsched.agents.options import AgentOptions
+from jitsched.bench.bench_faults import free_ports
 from jitsched.client import Client
 from jitsched.client.runner import JobRunner
 from jitsched.client.transfer import TransferSink
@@ -387,9 +387,7 @@ def test_a_submission_the_full_disk_cannot_record_is_refused_not_acknowledged(sm
 # ---------------------------------------------------------------------- kill -9 of a daemon process
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class DaemonProcess:

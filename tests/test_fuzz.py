@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import time
 
 import msgpack
@@ -17,6 +18,7 @@ from jitsched.bench.bench_faults import (
     DaemonProc,
     Fuzzer,
     expected_id,
+    free_ports,
     fuzz,
     raw_tcp_garbage,
     torn_connections,
@@ -183,3 +185,15 @@ def test_expected_id_reads_only_integer_ids():
     assert expected_id(pack({"id": 5})) == 5 and expected_id(pack({"id": True})) == 0
     assert expected_id(pack({"id": 1.0})) == 0 and expected_id(b"\xc1") == 0
     assert expected_id(pack([1])) == 0 and not math.isnan(expected_id(pack({"id": 2**64 - 1})))
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
+    # a port from the ephemeral range can be handed to another process's outgoing
+    # connection or tcp://*:* bind between the pick and the daemon's bind
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    ports = free_ports(8)
+    assert len(set(ports)) == 8
+    assert all(1024 <= p < low for p in ports), (ports, low)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
