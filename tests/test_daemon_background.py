@@ -22,8 +22,8 @@ def ranks_on(agent) -> dict[str, int]:
 
 
 def test_jit_ranks_announced_flows_among_the_jobs_by_smiths_rule():
-    # Keys by hand (BG_REF_S 8 s of the 125 MB/s line = 1000 MB; bg_weight 0.5, job_exp 1.5):
-    # the job's one group 100 MB x (100 MB / 1000 MB) ** 1.5 = 3.2 MB; a 50 MB file
+    # Keys by hand (BG_REF_S 8 s of the 125 MB/s line = 1000 MB; bg_weight 0.5, job_exp 1.75):
+    # the job's one group 100 MB x (100 MB / 1000 MB) ** 1.75 = 1.8 MB; a 50 MB file
     # 50 x 0.05 x 0.5 = 1.25 MB (first), a 500 MB file 500 x 0.5 x 0.5 = 125 MB (last).
     with system(policy="jit", joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
         c.submit_job(one_transfer("big", 100 * MB, src="h1", dst="h2"))
@@ -49,7 +49,7 @@ def test_jit_ranks_announced_flows_among_the_jobs_by_smiths_rule():
 
 def test_a_flows_rank_follows_the_bytes_it_says_it_has_left():
     # Smith's key with what is left: a 200 MB file 200 x 0.2 x 0.5 = 20 MB, behind the
-    # 100 MB job's 100 x 0.1 ** 1.5 = 3.2 MB; with 20 MB left 20 x 0.2 x 0.5 = 2 MB, ahead of it
+    # 100 MB job's 100 x 0.1 ** 1.75 = 1.8 MB; with 15 MB left 15 x 0.2 x 0.5 = 1.5 MB, ahead of it
     with system(policy="jit", joint_replan_s=60.0) as (d, agents), Client(d.job_endpoint) as c:
         c.submit_job(one_transfer("job", 100 * MB, src="h1", dst="h2"))
         c.background_started("f", "h1", "h3", 200 * MB)
@@ -57,15 +57,15 @@ def test_a_flows_rank_follows_the_bytes_it_says_it_has_left():
         # a progress report is no new flow; it re-solves once the last re-solve is
         # PROGRESS_REPLAN_S old (here at once: the test's clock is the daemon's)
         d.state.plan_book.last_plan_s = -10.0
-        c.background_started("f", "h1", "h3", 200 * MB, left=20 * MB)
-        assert d.state.background.counts["announced"] == 1 and d.state.background.flows["f"].left == 20 * MB
+        c.background_started("f", "h1", "h3", 200 * MB, left=15 * MB)
+        assert d.state.background.counts["announced"] == 1 and d.state.background.flows["f"].left == 15 * MB
         assert wait_until(lambda: ranks_on(agents["h1"]) == {"/f": 0, "job/t": 1} and settled(d), 5.0), \
             ranks_on(agents["h1"])
         # reports within PROGRESS_REPLAN_S of the last re-solve only update the key
         n = d.state.n_plans
         d.state.plan_book.last_plan_s = d.now()
-        c.background_started("f", "h1", "h3", 200 * MB, left=15 * MB)
-        assert d.state.background.flows["f"].left == 15 * MB
+        c.background_started("f", "h1", "h3", 200 * MB, left=10 * MB)
+        assert d.state.background.flows["f"].left == 10 * MB
         assert not wait_until(lambda: d.state.n_plans > n, 0.3)
 
 

@@ -517,9 +517,9 @@ def test_job_exp_puts_a_small_job_before_a_big_jobs_small_pair():
 
 def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
     # The hand case above through the ranks the daemon pushes, with the policy's defaults
-    # (job_exp 1.5): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
+    # (job_exp 1.75): the 13 MB job first, then the big job's 8 MB pair, then its 100 MB pair.
     # job_exp 0 would rank the 8 MB pair first (8 < 13 MB left on the pair).
-    from jitsched.policies.jit import JitOptions, JitPolicy
+    from jitsched.policies.jit import DEFAULT_JOB_EXP, JitOptions, JitPolicy
 
     cluster = Cluster.uniform(4)
     small = one_transfer_job("small", 13e6, "h0", "h1")
@@ -530,7 +530,7 @@ def test_the_default_ranks_push_a_small_job_before_a_big_jobs_small_pair():
     for pol in (JitPolicy(), JitPolicy(JitOptions(job_exp=0.0))):
         pol.reset(cluster)
         got[pol.job_exp] = pol.schedule(_view([small, big], cluster)).prio
-    assert got[1.5] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
+    assert got[DEFAULT_JOB_EXP] == {("small", "t"): 0, ("big", "t1"): 1, ("big", "t2"): 2}
     assert got[0.0] == {("big", "t1"): 0, ("small", "t"): 1, ("big", "t2"): 2}
 
 
@@ -741,11 +741,12 @@ def test_job_size_is_checked():
 
 def test_a_group_with_slack_lets_another_jobs_urgent_transfer_go_first():
     # a pulls 0.1 s of parameters, then after 0.1 s of compute pushes g1 (0.1 s), which
-    # nothing waits for before a ends at 0.8 s (after 0.5 s more compute and g2): g1 has
-    # 0.5 s of slack at 0.2 s. b arrives then and pulls 0.4 s into the same host, which its
-    # compute needs at once. Without lending a's smaller group goes first and b waits 0.1 s
+    # nothing waits for before a ends at 1.3 s (after 1 s more compute and g2): g1 has
+    # 0.9 s of slack at 0.2 s, more than the default 0.2 of a's 1.3 s alone. b arrives then
+    # and pulls 0.4 s into the same host, which its compute needs at once. Without lending
+    # a's smaller group goes first and b waits 0.1 s
     mb = 1e6
-    a = Job("a", (Compute("c1", "h1", 0.1), Compute("c2", "h1", 0.5), Compute("f", "h1", 0.0)),
+    a = Job("a", (Compute("c1", "h1", 0.1), Compute("c2", "h1", 1.0), Compute("f", "h1", 0.0)),
             (Transfer("p", "h0", "h1", 12.5 * mb), Transfer("g1", "h1", "h0", 12.5 * mb),
              Transfer("g2", "h1", "h0", 12.5 * mb)),
             (("p", "f"), ("f", "c1"), ("c1", "g1"), ("c1", "c2"), ("c2", "g2")))
@@ -753,9 +754,9 @@ def test_a_group_with_slack_lets_another_jobs_urgent_transfer_go_first():
             (("p", "f"), ("f", "g")), arrival_s=0.2)
     wl = Workload(Cluster.uniform(3, bps=1e9), (a, b))
     lent = Simulator(wl, "jit").run()
-    assert lent.jct_s.tolist() == pytest.approx([0.8, 0.9])  # both as alone
+    assert lent.jct_s.tolist() == pytest.approx([1.3, 0.9])  # both as alone
     held = Simulator(wl, "jit", policy_options={"lend_slack": float("inf")}).run()
-    assert held.jct_s.tolist() == pytest.approx([0.8, 1.0])
+    assert held.jct_s.tolist() == pytest.approx([1.3, 1.0])
     # g1 went after b's pull, and still arrived before a needed it
     g1 = np.flatnonzero(lent.transfer_job == 0)[1]  # a's transfers in node order: p, g1, g2
     assert lent.transfer_arrival_s[g1] == pytest.approx(0.7)
