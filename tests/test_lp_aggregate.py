@@ -112,6 +112,24 @@ def test_aggregated_plan_is_valid_and_as_good_as_one_flow_per_transfer(seed, obj
         assert np.all(agg.finish_slot <= agg.deadline_slot)
 
 
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("objective", ["balanced", "minmax"])
+def test_aggregation_keeps_the_optimum_beside_frozen_load(seed, objective):
+    """Frozen load (ports 0-100 % taken per slot) changes what each flow may send, not
+    that one flow per host pair plans as well as one per transfer."""
+    src, dst, size, rel, lat, weight = pair_heavy_instance(seed, tight=seed % 2 == 0)
+    rng = np.random.default_rng(100 + seed)
+    res_e = np.vstack([rng.choice([0.0, 0.1, 0.5, 1.0], size=(3, 6)), np.ones((1, 6))])
+    res_i = np.vstack([rng.choice([0.0, 0.2, 0.6, 1.0], size=(3, 6)), np.ones((1, 6))])
+    opts = LPOptions(slot_s=1.0, objective=objective)
+    kw = dict(weight=weight, residual_egress_Bps=res_e, residual_ingress_Bps=res_i)
+    agg = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, opts, **kw)
+    each = solve_bandwidth_lp(src, dst, size, rel, lat, ONE, ONE, replace(opts, aggregate=False), **kw)
+    assert agg.status == each.status == "optimal" and agg.n_flows < each.n_flows
+    assert agg.objective_value == pytest.approx(each.objective_value, rel=1e-6, abs=1e-9)
+    check_valid(agg, src, dst, size, rel, ONE, ONE, 1.0)
+
+
 def test_groups_never_share_a_flow():
     args = ([0, 0, 0], [1, 1, 1], [0.5, 0.5, 0.5], [0.0] * 3, [2.0, 3.0, 3.0], ONE, ONE)
     one = solve_bandwidth_lp(*args, LPOptions(slot_s=1.0, lowest_peak=False))

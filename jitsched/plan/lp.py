@@ -109,8 +109,10 @@ class LPOptions:
     aggregate : bool
         Plan the transfers of one group between the same two hosts with the
         same release slot and weight as one flow, split back earliest deadline
-        first (the same optimum, fewer columns when host pairs carry many
-        transfers). ``False``: one flow per transfer.
+        first (the same optimum when every slot is its own cell, fewer columns
+        when host pairs carry many transfers; over coarse cells, see
+        ``fine_slots``, a flow's rate is constant where its transfers' rates
+        each were, and the optima differ). ``False``: one flow per transfer.
     fine_slots : int or None
         Slots of ``slot_s`` from the planning instant (and over the residuals'
         window); past them the LP keeps each flow's rate constant over cells that
