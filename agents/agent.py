@@ -1,6 +1,6 @@
 """The host agent: registers with the daemon, heartbeats, and applies each slot's rates through a backend."""
 
-# One module although over 600 lines: the agent is one loop thread owning the
+# One module although past 500 lines: the agent is one loop thread owning the
 # daemon link (register, heartbeat, acks), the schedule in force and its slot
 # clock, the backend, and the local registration socket; each part reads and
 # writes the others' state between two polls, so a split would only move

@@ -6,9 +6,10 @@
 # holds (or whose port is one of the job's), names each connection's peer host
 # by its remote address, and gives it the rate and rank of the job's (this host,
 # peer) group in the schedule, as a FlowRate with the connection's endpoints:
-# the same path a socket handed over with register_flow takes. One module although
-# over 500 lines: the request checks, the scan and the rates share one table of
-# attachments and connections, and the agent's loop calls it at three points only.
+# the same path a socket handed over with register_flow takes.
+# One module although past 500 lines: the request checks, the scan and the rates share
+# one table of attachments and connections, and the agent's loop calls it at three
+# points only.
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,6 @@
 """Daemon benchmarks: submit-to-ack latency at 70 VGG16 jobs, submissions per second, schedule fan-out."""
 
-# One module although past 600 lines: its four measurements (submit to ack, submissions
+# One module although past 500 lines: its four measurements (submit to ack, submissions
 # per second, fan-out, the daemon at scale) drive the same harness -- a daemon thread,
 # bare acking or receiving agent sockets in child processes, the plan book's sequence
 # numbers as the clock of a round -- and print into the one --json line; split, each

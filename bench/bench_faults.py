@@ -1,6 +1,6 @@
 """Fault benchmarks: a seeded protocol fuzzer on both daemon sockets, kill -9 restart cycles, a soak."""
 
-# One module although past 1300 lines: each mode (fuzz, kill -9 cycles, soak, big
+# One module although past 500 lines: each mode (fuzz, kill -9 cycles, soak, big
 # submit, churn) drives the same harness -- a daemon in a child process with its
 # journal, agents and job runners in processes, RSS and descriptor probes -- and
 # prints into the one --json line operators' scripts read. Splitting the modes into a

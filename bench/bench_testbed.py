@@ -29,7 +29,7 @@ FILE.json`` redraws them from a saved ``--json`` output without running
 anything.
 """
 
-# One module although just past 500 lines: its runs, its medians and the figures
+# One module although past 500 lines: its runs, its medians and the figures
 # drawn from them share one result dictionary and one command line.
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The jitsched wire protocol: msgpack envelopes, every message type and every error code."""
 
-# One module although past 600 lines: the wire contract is declared once, here, for
+# One module although past 500 lines: the wire contract is declared once, here, for
 # the daemon, the clients and the agents alike (every message type, its fields and
 # every error code).
 

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Rate-allocation kernels over host ports: max-min fair filling and strict-priority greedy (private)."""
 
-# One module although long: every allocation (maxmin_fair, pair_maxmin,
+# One module although past 500 lines: every allocation (maxmin_fair, pair_maxmin,
 # fixed_then_maxmin, SlotPlan) runs the same inline heap, filling core
 # (_maxmin_core) and port-pair grouping (_unit_pairs). Split into several
 # extension modules, those would be called through function pointers from

@@ -277,3 +277,21 @@ def test_the_code_carries_no_development_history():
                 for m in re.finditer(pattern, line, re.I):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {m.group(0)!r} ({what})")
     assert len(CODE) > 50 and not found, "\n".join(found)
+
+
+LONG_MODULE_LINES = 500
+LONG_MODULE_MARK = "One module although past 500 lines:"
+
+
+def test_every_long_module_says_at_its_top_why_it_is_one():
+    """A code module past 500 lines gives, above its first import, the reason it is not split."""
+    long_ = [p for p in CODE if p.suffix in (".py", ".pyx")
+             and len(p.read_text(encoding="utf-8").splitlines()) > LONG_MODULE_LINES]
+
+    def head(path: Path) -> str:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        first = next(i for i, line in enumerate(lines) if re.match(r"(from|import|cimport) ", line))
+        return "\n".join(lines[:first])
+
+    silent = [str(p.relative_to(ROOT)) for p in long_ if LONG_MODULE_MARK not in head(p)]
+    assert len(long_) > 10 and not silent, silent

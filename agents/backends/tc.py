@@ -8,7 +8,7 @@ slot. :class:`TcIngressBackend` does the same on an IFB device fed by a
 link's ingress.
 """
 
-# One module although near 600 lines: the ingress backend is the egress backend on an
+# One module although past 500 lines: the ingress backend is the egress backend on an
 # IFB device, with the redirect that feeds it; both keep one class layout.
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ mixed-shape point (parameter-server, sharded and all-reduce jobs of many
 workers).
 """
 
-# One module although just past 500 lines: the command line of every bench.paper run
+# One module although past 500 lines: the command line of every bench.paper run
 # (figures, points, calibration, regimes, mixed point), dispatching to the package's
 # modules, which hold the workloads, metrics and reports.
 

@@ -1,6 +1,6 @@
 """Daemon-side commands: ``daemon``, ``agent``, ``submit``, ``status``, ``attach`` and ``demo``."""
 
-# One module although just past 500 lines: the daemon-side commands share their
+# One module although past 500 lines: the daemon-side commands share their
 # argument checks (endpoints, hosts, keys) and their run-until-signal loop.
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The daemon's client library: submit jobs and templates, report progress, attach connections, announce flows."""
 
+# One module although past 500 lines: Client is one ZeroMQ socket and its request loop
+# (the deadline, and with replicas the move to the leader), and each of its methods is
+# one request type of jitsched.protocol, checked and sent through that loop.
+
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,6 @@
 """The job runner: executes a native-format job for real (sleeping computes, paced TCP transfers)."""
 
-# One module although past 600 lines: JobRunner and its session (the daemon's
+# One module although past 500 lines: JobRunner and its session (the daemon's
 # replies, the reporter thread, the transfers in flight) are one state machine over
 # one job's DAG.
 

@@ -1,5 +1,10 @@
 """The training-loop SDK: a recurring job registered once, its steps reported in the background, never in training's way."""
 
+# One module although past 500 lines: Trainer is a training loop's side and one
+# background thread that alone talks to the daemon (register, report, renew the lease,
+# register again a template the daemon lost); both share one queue of reports and the
+# job's registration.
+
 from __future__ import annotations
 
 import collections

@@ -1,6 +1,6 @@
 """Daemon replicas on etcd: the leader's election by lease, and its state in etcd, every write fenced by its epoch."""
 
-# One module although near 600 lines: the election and the store share one etcd
+# One module although past 500 lines: the election and the store share one etcd
 # connection and one guard, the leader's epoch: every write of EtcdStore is a
 # transaction conditioned on Election.fence, and the local one-member etcd the tests
 # and benches use is started and stopped beside them.

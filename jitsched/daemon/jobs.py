@@ -1,6 +1,6 @@
 """The daemon's job registry: submitted jobs, their progress and how each ended."""
 
-# One module although near 600 lines: JobRegistry is the one owner of the jobs, their
+# One module although past 500 lines: JobRegistry is the one owner of the jobs, their
 # progress counts, per-owner usage and reservations; the small records it keeps
 # (JobState, Usage, Prepared) have no life outside it.
 

@@ -1,6 +1,6 @@
 """The daemon's journal in sqlite: jobs (submissions, progress, ends) and announced flows, to resume after a restart."""
 
-# One module although just past 500 lines: the journal's writer and its offline check
+# One module although past 500 lines: the journal's writer and its offline check
 # and salvage (`jitsched journal check|recover`) read one sqlite schema, declared here
 # once.
 

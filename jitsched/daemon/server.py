@@ -1,6 +1,6 @@
 """The daemon's socket loop: job and agent ROUTER sockets, one dispatch table, one error table."""
 
-# One module although past 800 lines: it is the loop thread, the one owner of both
+# One module although past 500 lines: it is the loop thread, the one owner of both
 # ROUTER sockets, the wake socket and the outbox (ZeroMQ sockets are not to be shared
 # between threads), with the small pieces only it uses (dispatch and error tables, the
 # ZAP key check). Its parts that need no socket already live beside it: the state

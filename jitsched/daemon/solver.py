@@ -1,6 +1,6 @@
 """Planning workers: one plan from a request (in a thread or a child process, off the GIL)."""
 
-# One module although just past 500 lines: the thread and the child process run the
+# One module although past 500 lines: the thread and the child process run the
 # same functions (run_plan, run_increment, isolate, self_test); the child's half (the
 # PlannerProcess handle and its main loop) is the smaller part and would only import
 # the rest back.

@@ -1,6 +1,6 @@
 """The daemon's scheduler state: one owner of the job registry, agent table and plan book, no sockets."""
 
-# One module although past 800 lines: SchedulerState is the one owner of the job
+# One module although past 500 lines: SchedulerState is the one owner of the job
 # registry, the agent table and the plan book, and each of its methods is one
 # command of the wire protocol; the parts it owns live in modules of their own.
 

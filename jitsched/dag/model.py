@@ -1,6 +1,6 @@
 """The native job model: cluster, DAG jobs and background flows, validated, plus CSR arrays."""
 
-# One module although near 600 lines: its three parts (the frozen dataclasses,
+# One module although past 500 lines: its three parts (the frozen dataclasses,
 # their validating parsers and loaders, their packing into the kernels' CSR
 # arrays) are one vocabulary, and nearly sixty modules of the package, benches
 # and tests import any mix of them from here. Split out, the parsers and the

@@ -1,6 +1,6 @@
 """The time-slotted bandwidth LP (docs/architecture.md §5), built as CSC arrays and solved by HiGHS."""
 
-# One module although near 800 lines: what remains after the flows moved to
+# One module although past 500 lines: what remains after the flows moved to
 # jitsched.plan.lpflows is one LP -- validating its arrays, the phi cost and
 # tardiness columns, the rows built per component, HiGHS's options and
 # statuses, and reading the rates back -- whose parts share the cost constants

@@ -1,6 +1,6 @@
 """Bandwidth reservations for critical jobs: per-slot rates from a time-slotted HiGHS LP on the capacity other reservations leave, holding each job within (1 + eps) of its isolated JCT."""
 
-# One module although past 600 lines: a critical job's windows, its reservation LP
+# One module although past 500 lines: a critical job's windows, its reservation LP
 # and the book of reservations held are one admission rule; the book re-solves with
 # the same LP on what the held reservations leave.
 

@@ -1,6 +1,6 @@
 """The JIT policies: jit ranks jobs and their transfers by need (strict priority, work-conserving); jit-paper plans the first alpha of each job's transfers with the LAT + time-slotted LP."""
 
-# One module although long (~1300 lines): most of it is one class, JitPolicy,
+# One module although past 500 lines: most of it is one class, JitPolicy,
 # whose hooks, re-plans and two leftovers read and write the same per-node
 # state (plan arrays, LATs, need order, bytes left per host pair) with the
 # invariants between them set in _clear/_replan/_sync_priority; split across

@@ -1,5 +1,9 @@
 """Flow-level, event-driven simulator: DAG jobs and background flows on a virtual clock, rates from a policy."""
 
+# One module although past 500 lines: _Run is one event loop over one run's state
+# (the event heap, the active flows, each node's readiness); its handlers read and write
+# that state between two events, so a split would only pass it around.
+
 from __future__ import annotations
 
 import math
